@@ -1,0 +1,121 @@
+"""The catalogue of named invariants.
+
+Invariant ids are public API: reports, traces, canaries and tests name them, so
+renaming one is a breaking change.  Each entry says what must hold and which
+historical bug it exists to catch.
+
+Checks come in two costs.  *Per-call* checks run after every step and look only
+at what the call touched (proportional to the batch).  *Audits* compare the whole
+pool against the shadow model; drivers run them every ``audit_period`` steps and
+at teardown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    statement: str
+    guards_against: str
+
+
+_CATALOGUE = (
+    Invariant(
+        "no-double-allocation",
+        "An index is never live twice; the indices one call returns are unique and were free.",
+        "double frees that put an index on a free list twice (vLLM #42571, SGLang debug duplicate-page check)",
+    ),
+    Invariant(
+        "reserved-never-handed-out",
+        "Row 0, Mamba slot 0 and KV page 0 are never returned; row 0 of req_to_token stays zero.",
+        "padding row handed to a request (SGLang #24243, #17404, #1557)",
+    ),
+    Invariant(
+        "generation-monotonic",
+        "req_generation[row] rises by exactly one per fresh binding and never falls, across clear too.",
+        "generation zeroed on clear, colliding with the previous owner (fixed in 0.5.23)",
+    ),
+    Invariant(
+        "empty-pool-guard",
+        "A request succeeds iff the pool has room; a short pool returns None and changes nothing; need 0 consumes nothing.",
+        "the free_slots[-0:] slice (seed 000); capacity checked after the kernel (SGLang #34399)",
+    ),
+    Invariant(
+        "conservation",
+        "free + live + reserved-in-group + pending-free == capacity, disjoint, no duplicates; available_size() agrees.",
+        "slot leaks and over-frees (SGLang #6888, #26941, seed 001)",
+    ),
+    Invariant(
+        "in-bounds",
+        "Every index addresses an existing row, slot or page of the backing tensors; aux tables have req_to_token rows.",
+        "aux tables sized with pool.size (SGLang #24439, #24244)",
+    ),
+    Invariant(
+        "group-window",
+        "Group end returns exactly the unconsumed reservations; deferred frees release exactly what was enqueued, at end.",
+        "Mamba group end leaking slots (seed 001); free-group aliasing (SGLang #34067)",
+    ),
+    Invariant(
+        "clear-restores",
+        "After clear the pool behaves as a fresh one, with every group closed.",
+        "clear() leaving a free group or Mamba group open (SGLang #4698, sglang-pools.md hazard 3)",
+    ),
+    Invariant(
+        "page-layout",
+        "Extend/decode: slot % ps == position % ps, phase-1 slots continue last_loc, pages consumed in batch order, "
+        "exactly get_num_new_pages consumed.",
+        "kernel truncation (SGLang #9271), page-size-1 decode consuming no page, vectorised phase arithmetic (seed 002)",
+    ),
+    Invariant(
+        "misuse-rejected",
+        "Double free, foreign or reserved index and bad sizes raise the typed PoolError and leave the pool unchanged.",
+        "silent duplicate frees upstream (sglang-pools.md hazard 6)",
+    ),
+    Invariant(
+        "valid-call-accepted",
+        "A call the contract allows does not raise.",
+        "over-eager validation, or a crash such as indexing an empty free list (seed 002)",
+    ),
+    Invariant(
+        "kernel-agreement",
+        "Every page-index implementation writes exactly what the loop oracle writes, reading no page past those it consumes.",
+        "vectorised or Triton rewrites drifting from the reference (seed 002, SGLang #9271)",
+    ),
+    Invariant(
+        "scheduler-conservation",
+        "Every KV page, request row and Mamba slot is free or owned by exactly one live request, and "
+        "req_to_token[row, :len] holds exactly the request's slots.",
+        "leaks and double frees across admit/extend/decode/retract/finish (SGLang #4977, #18694)",
+    ),
+)
+
+INVARIANTS: dict[str, Invariant] = {inv.id: inv for inv in _CATALOGUE}
+
+
+class InvariantViolation(AssertionError):
+    """A named invariant failed.  ``numbers`` holds the offending values."""
+
+    def __init__(self, invariant_id: str, message: str, **numbers: Any) -> None:
+        assert invariant_id in INVARIANTS, f"unknown invariant id {invariant_id!r}"
+        self.invariant_id = invariant_id
+        self.detail = message
+        self.numbers = numbers
+        shown = "".join(f"\n    {k} = {v!r}" for k, v in numbers.items())
+        super().__init__(f"[{invariant_id}] {message}{shown}")
+
+
+def check(condition: bool, invariant_id: str, message: str, **numbers: Any) -> None:
+    """Raise :class:`InvariantViolation` unless ``condition`` holds."""
+    if not condition:
+        raise InvariantViolation(invariant_id, message, **numbers)
+
+
+def check_unique(values: list[int], invariant_id: str, what: str) -> None:
+    if len(set(values)) != len(values):
+        seen: set[int] = set()
+        dups = sorted({v for v in values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
+        raise InvariantViolation(invariant_id, f"{what} contains duplicates", duplicates=dups)

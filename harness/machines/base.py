@@ -1,0 +1,85 @@
+"""The machine base: hypothesis draws, the driver judges.
+
+Rules draw small arguments and call :meth:`PoolMachine.do`, which runs one
+driver step.  Everything a machine knows about correctness lives in its driver,
+so replaying a trace runs exactly the checks a fuzz run ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from hypothesis import event, target
+from hypothesis.stateful import RuleBasedStateMachine
+
+from harness.driver import Driver
+from harness.targets import family, implementation_for, load_factory, resolve, validates_input
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Base class; concrete machines add ``@initialize`` and ``@rule`` methods."""
+
+    family: ClassVar[str] = ""
+    factory: ClassVar[Callable[..., Any]]
+    implementation: ClassVar[str] = ""
+    check_misuse: ClassVar[bool] = True
+    audit_period: ClassVar[int] = 8
+    device: ClassVar[str] = "cpu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.driver: Driver | None = None
+        self.peak_occupancy = 0.0
+
+    def start(self, config: dict[str, Any]) -> None:
+        driver_cls = resolve(family(self.family).driver)
+        self.driver = driver_cls(
+            type(self).factory,
+            {**config, "device": self.device},
+            implementation=self.implementation,
+            check_misuse=self.check_misuse,
+            audit_period=self.audit_period,
+        )
+
+    @property
+    def misuse_enabled(self) -> bool:
+        return self.check_misuse
+
+    def do(self, op: str, **args: Any) -> Any:
+        assert self.driver is not None, "rules run after initialize"
+        result = self.driver.step(op, **args)
+        for label in self.driver.events:
+            event(label)
+        self.driver.events.clear()
+        self.peak_occupancy = max(self.peak_occupancy, self.occupancy())
+        return result
+
+    def occupancy(self) -> float:
+        """Fraction of the pool in use; machines override to steer ``target()`` toward full pools."""
+        return 0.0
+
+    def teardown(self) -> None:
+        if self.driver is not None:
+            target(self.peak_occupancy, label="peak occupancy")
+            self.driver.teardown()
+
+
+def make_machine(
+    family_name: str, spec: str | None = None, *, overrides: dict[str, str] | None = None,
+    check_misuse: bool | None = None, device: str = "cpu",
+) -> type[PoolMachine]:
+    """A machine class for ``family_name`` bound to ``spec`` (or the active override, or the default)."""
+    fam = family(family_name)
+    spec = spec or implementation_for(family_name, overrides)
+    factory = load_factory(spec)
+    base: type[PoolMachine] = resolve(fam.machine)
+    misuse = validates_input(factory) if check_misuse is None else check_misuse
+    name = f"{base.__name__}[{spec}@{device}]"
+    return type(name, (base,), {
+        "factory": staticmethod(factory),
+        "implementation": spec,
+        "check_misuse": misuse,
+        "device": device,
+        "__module__": base.__module__,
+    })

@@ -1,0 +1,75 @@
+"""Machines for ``ReqToTokenPool`` and ``DecodeReqToTokenPool``.
+
+Bundles hold request handles and raw rows.  ``consumes`` moves a freed handle
+out of ``reqs`` into ``freed``; drawing from ``freed`` re-admits a request or,
+through the double-free rule, frees it again.  Whether a call is valid is the
+driver's decision, from the model, so any interleaving is well-defined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
+
+from harness.machines.base import PoolMachine
+from strategies.configs import row_pool_configs
+
+
+class RowPoolMachine(PoolMachine):
+    family = "req_to_token"
+    reqs = Bundle("reqs")
+    freed = Bundle("freed")
+    rows = Bundle("rows")
+
+    @initialize(config=row_pool_configs())
+    def init_pool(self, config: dict[str, Any]) -> None:
+        self.start(config)
+
+    def occupancy(self) -> float:
+        model = self.driver.model  # type: ignore[union-attr]
+        return 1.0 - len(model.free) / max(1, model.num_rows)
+
+    @rule(target=reqs, batch=st.lists(st.one_of(st.none(), reqs, freed), max_size=4))
+    def alloc(self, batch: list[int | None]) -> Any:
+        return multiple(*(self.do("alloc", batch=batch) or []))
+
+    @rule(target=freed, handle=consumes(reqs))
+    def free(self, handle: int) -> int:
+        self.do("free", handle=handle)
+        return handle
+
+    @precondition(lambda self: self.misuse_enabled)
+    @rule(handle=freed)
+    def free_again(self, handle: int) -> None:
+        self.do("free", handle=handle)
+
+    @rule(target=rows, need_size=st.integers(min_value=-1, max_value=4))
+    def alloc_rows(self, need_size: int) -> Any:
+        return multiple(*(self.do("alloc_rows", need_size=need_size) or []))
+
+    @rule(rows=st.lists(consumes(rows), min_size=1, max_size=3))
+    def free_rows(self, rows: list[int]) -> None:
+        self.do("free_rows", rows=rows)
+
+    @precondition(lambda self: self.misuse_enabled)
+    @rule(rows=st.lists(st.integers(min_value=-1, max_value=20), min_size=1, max_size=3))
+    def free_arbitrary_rows(self, rows: list[int]) -> None:
+        self.do("free_rows", rows=rows)
+
+    @rule()
+    def clear(self) -> None:
+        self.do("clear")
+
+    @rule(handle=reqs, start=st.integers(min_value=0, max_value=16), length=st.integers(min_value=0, max_value=8))
+    def write(self, handle: int, start: int, length: int) -> None:
+        self.do("write", handle=handle, start=start, length=length)
+
+
+class DecodeRowPoolMachine(RowPoolMachine):
+    family = "decode_req_to_token"
+
+    @initialize(config=row_pool_configs(decode=True))
+    def init_pool(self, config: dict[str, Any]) -> None:
+        self.start(config)

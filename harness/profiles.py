@@ -1,0 +1,54 @@
+"""Hypothesis settings profiles: ``ci``, ``dev``, ``nightly`` and ``debug``.
+
+Hypothesis loads its own built-in ``ci`` profile whenever ``CI`` is set.  We
+register a profile under the same name on purpose: re-registering the active
+profile reloads it, so ours (derandomised, bounded, no database) wins in CI.
+Select one with ``HYPOTHESIS_PROFILE`` or ``pytest --hypothesis-profile``.
+
+Deadlines are off everywhere: torch and Triton pay cold-start costs that make
+timing-based failures flaky (pytorch/FBGEMM#5932).  ``report_multiple_bugs`` is
+off so a failure is one exception with one shrunk trace.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+_COMMON = dict(deadline=None, report_multiple_bugs=False, suppress_health_check=_QUIET)
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    max_examples=40,
+    stateful_step_count=30,
+    print_blob=False,
+    phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+    **_COMMON,
+)
+settings.register_profile(
+    "dev",
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+    max_examples=100,
+    stateful_step_count=50,
+    **_COMMON,
+)
+settings.register_profile("nightly", max_examples=2_000, stateful_step_count=200, **_COMMON)
+settings.register_profile("debug", parent=settings.get_profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
+
+PROFILES = ("ci", "dev", "nightly", "debug")
+
+
+def default_profile_name() -> str:
+    """``HYPOTHESIS_PROFILE`` if set, else ``ci`` under CI, else ``dev``."""
+    return os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+
+
+def load_default_profile() -> str:
+    name = default_profile_name()
+    settings.load_profile(name)
+    return name

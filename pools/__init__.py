@@ -1,0 +1,37 @@
+"""Production pool implementations with SGLang 0.5.23 semantics and its latent hazards fixed.
+
+Nothing here imports hypothesis or the harness: these are the classes under test.
+"""
+
+from pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+    UnknownKernelError,
+)
+from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
+from pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
+
+__all__ = [
+    "BadBatchError",
+    "BadSizeError",
+    "DecodeReqToTokenPool",
+    "DoubleFreeError",
+    "ForeignIndexError",
+    "GroupStateError",
+    "HybridReqToTokenPool",
+    "MambaPool",
+    "MambaSlotAllocator",
+    "PagedTokenToKVPoolAllocator",
+    "PoolError",
+    "Req",
+    "ReqToTokenPool",
+    "ReservedIndexError",
+    "TokenToKVPoolAllocator",
+    "UnknownKernelError",
+]

@@ -1,0 +1,111 @@
+"""Typed contract errors raised by every pool in :mod:`pools`.
+
+Three tiers of failure run through the package:
+
+* ``None`` -- the pool is short of capacity.  That is normal back-pressure, the
+  scheduler retries later, and nothing was consumed.
+* :class:`PoolError` -- the caller broke the contract (double free, a foreign or
+  reserved index, a negative size, a malformed batch, a misused group window).
+  Every pool validates *before* it mutates anything, so a raised ``PoolError``
+  leaves the pool exactly as it was.
+* ``assert`` -- something that cannot happen unless the pool itself is wrong.
+
+Each error carries the offending numbers as attributes so that harness reports
+and traces can name them without parsing the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _preview(values: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    more = f", ... ({len(values)} total)" if len(values) > limit else ""
+    return f"[{shown}{more}]"
+
+
+class PoolError(Exception):
+    """Base class: a call broke a pool's contract; the pool is unchanged."""
+
+    def __init__(self, pool: str, message: str) -> None:
+        self.pool = pool
+        super().__init__(f"{pool}: {message}")
+
+
+class DoubleFreeError(PoolError):
+    """An index that is already free (or pending free) was released again.
+
+    Upstream SGLang appends to its free lists without a membership check, so a
+    double free silently duplicates an index that is later handed to two
+    owners (sglang-pools.md section 8, hazard 6; vLLM #42571 is the same bug).
+    """
+
+    def __init__(self, pool: str, indices: Sequence[int], what: str = "index") -> None:
+        self.indices = list(indices)
+        super().__init__(pool, f"double free of {what} {_preview(self.indices)}: already free")
+
+
+class ForeignIndexError(PoolError):
+    """An index outside the range the pool owns, ``[low, high]`` inclusive."""
+
+    def __init__(self, pool: str, indices: Sequence[int], low: int, high: int, what: str = "index") -> None:
+        self.indices = list(indices)
+        self.low = low
+        self.high = high
+        super().__init__(pool, f"{what} {_preview(self.indices)} outside [{low}, {high}]")
+
+
+class ReservedIndexError(PoolError):
+    """Row 0, Mamba slot 0 or KV page 0 was named: they are padding targets.
+
+    Padded CUDA-graph batches read and write index 0, so it must never be
+    owned by a request (SGLang #24243, #17404, #1557).
+    """
+
+    def __init__(self, pool: str, index: int, what: str = "index") -> None:
+        self.index = index
+        super().__init__(pool, f"{what} {index} is reserved padding and is never handed out or freed")
+
+
+class BadSizeError(PoolError):
+    """A size argument is negative, unaligned or otherwise impossible."""
+
+    def __init__(self, pool: str, name: str, value: int, requirement: str) -> None:
+        self.name = name
+        self.value = value
+        self.requirement = requirement
+        super().__init__(pool, f"{name}={value} is invalid: {requirement}")
+
+
+class BadBatchError(PoolError):
+    """A request batch is malformed: mismatched lengths, ``seq < prefix``,
+    a misaligned ``last_loc``, the same request twice, a stale handle..."""
+
+    def __init__(self, pool: str, problem: str, *, position: int | None = None) -> None:
+        self.problem = problem
+        self.position = position
+        where = f" (batch position {position})" if position is not None else ""
+        super().__init__(pool, f"malformed batch{where}: {problem}")
+
+
+class GroupStateError(PoolError):
+    """A group window was opened twice or closed while not open.
+
+    Upstream ``MambaSlotAllocator.alloc_group_begin`` silently drops the first
+    group's reservation when called twice (a leak), and an unmatched end hides
+    a scheduler bug; both are contract breaches here.
+    """
+
+    def __init__(self, pool: str, group: str, problem: str) -> None:
+        self.group = group
+        super().__init__(pool, f"{group} group: {problem}")
+
+
+class UnknownKernelError(PoolError):
+    """A page-allocation kernel name that is not registered."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = list(known)
+        super().__init__("page_alloc", f"unknown kernel {name!r}; known: {', '.join(self.known)}")

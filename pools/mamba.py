@@ -1,0 +1,356 @@
+"""Mamba state slots: ``MambaSlotAllocator`` (free list), ``MambaPool`` (state
+tensors) and ``HybridReqToTokenPool`` (request rows plus one Mamba slot each).
+
+Semantics follow SGLang 0.5.23 (``allocator/mamba.py``, ``memory_pool.py``).
+Slot 0 is the dummy write target of padded tokens: never handed out or freed,
+and every state tensor has ``size + 1`` slots (SGLang #17404).
+
+Hazards fixed here (sglang-pools.md section 8, hazards 3 and 6): upstream let a
+second ``alloc_group_begin`` drop the first reservation (a leak), kept the
+reservation across ``clear()`` (so stale reserved slots were issued twice), and
+appended freed slots with neither a range nor a membership check.  Here nesting
+and unmatched ends raise :class:`~pools.errors.GroupStateError`, ``clear()``
+closes the window, and ``free`` validates against a CPU-side state table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError
+from pools.errors import ReservedIndexError
+from pools.req_to_token import Req, ReqToTokenPool
+
+# Per-slot states of MambaSlotAllocator._state.
+_FREE, _RESERVED, _LIVE, _PADDING = 0, 1, 2, 3
+
+
+def _check_count(pool: str, name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadSizeError(pool, name, value, "must be an int")
+    if value < minimum:
+        raise BadSizeError(pool, name, value, f"must be >= {minimum}")
+    return value
+
+
+def _check_slot(pool: str, slot: Any, size: int) -> int:
+    """Slot 0 is padding (ReservedIndexError); usable slots are ``1..size``."""
+    if isinstance(slot, bool) or not isinstance(slot, int):
+        raise BadBatchError(pool, f"mamba slot {slot!r} is not an int")
+    if slot == 0:
+        raise ReservedIndexError(pool, 0, "mamba slot")
+    if not 0 < slot <= size:
+        raise ForeignIndexError(pool, [slot], 1, size, "mamba slot")
+    return slot
+
+
+def _slot_list(pool: str, indices: Any, size: int, name: str = "indices") -> list[int]:
+    """Validate an integer index tensor; ``.tolist()`` is one host sync on CUDA."""
+    kind = indices.dtype if isinstance(indices, torch.Tensor) else None
+    if kind is None or kind == torch.bool or kind.is_floating_point or kind.is_complex:
+        raise BadBatchError(pool, f"{name} must be an integer tensor, got {type(indices).__name__}")
+    slots = indices.reshape(-1).tolist()
+    for slot in slots:
+        _check_slot(pool, slot, size)
+    return slots
+
+
+class MambaSlotAllocator:
+    """Free list of Mamba slots ``1..size``: head pop (FIFO), tail push.
+
+    Invariant: every slot in ``1..size`` is in exactly one place: the free list,
+    the open group's unconsumed reservation, or live (handed out, not freed).
+    ``available_size()`` counts the free list only, as upstream: inside a group
+    window add ``reserved_size()`` for the true room.  ``_state`` mirrors
+    ownership on the CPU so ``free`` validates in O(len(indices)); keeping it
+    costs one ``.tolist()`` per call, a host sync when the pool is on CUDA.
+    """
+
+    pool_name = "MambaSlotAllocator"
+
+    def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
+        self.size = _check_count(self.pool_name, "size", size)
+        self.device = torch.device(device)
+        self.free_slots: torch.Tensor
+        self._state: bytearray
+        self._reserved: torch.Tensor  # the open group's reservation; [_cursor:] is unconsumed
+        self._reserved_ids: list[int]  # its CPU mirror
+        self._group_open, self._cursor = False, 0
+        self.clear()
+
+    def available_size(self) -> int:
+        """Length of the free list; excludes the unconsumed group reservation."""
+        return len(self.free_slots)
+
+    def reserved_size(self) -> int:
+        """Reserved slots of the open group that ``alloc(1)`` has not handed out yet."""
+        return len(self._reserved_ids) - self._cursor
+
+    @property
+    def group_open(self) -> bool:
+        return self._group_open
+
+    def is_live(self, slot: int) -> bool:
+        """True when ``slot`` is handed out and not yet freed."""
+        return 0 < slot <= self.size and self._state[slot] == _LIVE
+
+    def _do_alloc(self, need_size: int, mark: int = _LIVE) -> tuple[torch.Tensor, list[int]] | None:
+        """Take the head ``need_size`` slots (FIFO), or ``None`` with nothing changed."""
+        if need_size > len(self.free_slots):
+            return None
+        taken = self.free_slots[:need_size]
+        slots = taken.tolist()
+        self.free_slots = self.free_slots[need_size:]
+        for slot in slots:
+            self._state[slot] = mark
+        return taken, slots
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """Hand out ``need_size`` slots as an int64 tensor, or ``None`` if short.
+
+        Inside an open group ``alloc(1)`` returns the next reserved slot; other
+        sizes, or an exhausted reservation, take the normal path.  ``alloc(0)``
+        is empty, never the whole list (the negative-zero slice of seed 000)."""
+        _check_count(self.pool_name, "need_size", need_size)
+        if need_size == 0:
+            return self.free_slots[-0:]
+        if need_size == 1 and self.reserved_size() > 0:
+            slot = self._reserved[self._cursor : self._cursor + 1]
+            self._state[self._reserved_ids[self._cursor]] = _LIVE
+            self._cursor += 1
+            return slot
+        taken = self._do_alloc(need_size)
+        return None if taken is None else taken[0]
+
+    def free(self, indices: torch.Tensor) -> None:
+        """Return live slots to the tail of the free list; empty is a no-op.
+
+        Raises ReservedIndexError (slot 0), ForeignIndexError (outside 1..size)
+        or DoubleFreeError (a duplicate, a free or an unconsumed reserved slot)
+        before any change: upstream appended blindly, giving a slot two owners."""
+        slots = _slot_list(self.pool_name, indices, self.size)
+        seen: set[int] = set()
+        for slot in slots:
+            if slot in seen or self._state[slot] != _LIVE:
+                what = "reserved (unconsumed) mamba slot" if self._state[slot] == _RESERVED else "mamba slot"
+                raise DoubleFreeError(self.pool_name, [slot], what)
+            seen.add(slot)
+        if not slots:
+            return
+        for slot in slots:
+            self._state[slot] = _FREE
+        tail = indices.reshape(-1).to(device=self.device, dtype=torch.int64)
+        self.free_slots = torch.cat((self.free_slots, tail))
+
+    def alloc_group_begin(self, num_reqs: int) -> None:
+        """Open a group window, reserving ``num_reqs`` slots up front if the pool has them.
+
+        A short pool opens the window with no reservation and ``alloc(1)`` falls
+        back to the normal path (upstream behaviour).  Opening a second window
+        raises: upstream silently dropped the first reservation, a leak.
+        """
+        if self._group_open:
+            unconsumed = f"begin while open ({self.reserved_size()} reserved slot(s) unconsumed)"
+            raise GroupStateError(self.pool_name, "alloc", unconsumed)
+        _check_count(self.pool_name, "num_reqs", num_reqs)
+        taken = self._do_alloc(num_reqs, _RESERVED) if num_reqs > 0 else None
+        self._group_open = True
+        if taken is not None:
+            self._reserved, self._reserved_ids = taken
+
+    def alloc_group_end(self) -> None:
+        """Give exactly the unconsumed reserved slots back (tail) and close the window."""
+        if not self._group_open:
+            raise GroupStateError(self.pool_name, "alloc", "end without a matching begin")
+        for slot in self._reserved_ids[self._cursor :]:
+            self._state[slot] = _FREE
+        self.free_slots = torch.cat((self.free_slots, self._reserved[self._cursor :]))
+        self._close_group()
+
+    def _close_group(self) -> None:
+        self._group_open = False
+        self._reserved = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._reserved_ids = []
+        self._cursor = 0
+
+    def clear(self) -> None:
+        """Free every slot and close any open group (upstream kept the group
+        iterator, so reserved slots already back on the free list were issued twice)."""
+        self.free_slots = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
+        self._state = bytearray([_PADDING]) + bytearray(self.size)
+        self._close_group()
+
+
+class MambaPool:
+    """Conv and temporal (SSM) state, ``[num_layers, size + 1, *shape]``, slot 0 padding.
+
+    Both tensors start zeroed (``torch.zeros``): uninitialised ``torch.empty``
+    buffers leaked garbage state into new requests (SGLang #10400).  The pool
+    owns tensors only; which slot is free is ``MambaSlotAllocator``'s business.
+    """
+
+    pool_name = "MambaPool"
+
+    def __init__(
+        self, size: int, num_layers: int, conv_shape: tuple[int, ...], temporal_shape: tuple[int, ...],
+        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    ) -> None:  # fmt: skip
+        self.size = _check_count(self.pool_name, "size", size)
+        self.num_layers = _check_count(self.pool_name, "num_layers", num_layers, 1)
+        for name, shape in (("conv_shape", conv_shape), ("temporal_shape", temporal_shape)):
+            for dim in shape:
+                _check_count(self.pool_name, name, dim)
+        self.device = torch.device(device)
+        self.conv = torch.zeros((num_layers, size + 1, *conv_shape), dtype=dtype, device=self.device)
+        self.temporal = torch.zeros((num_layers, size + 1, *temporal_shape), dtype=dtype, device=self.device)
+
+    def _index(self, slots: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+
+    def clear_slots(self, indices: torch.Tensor) -> None:
+        """Zero the conv and temporal state of ``indices`` (slots ``1..size``)."""
+        slots = _slot_list(self.pool_name, indices, self.size)
+        if not slots:
+            return
+        index = self._index(slots)
+        for state in (self.conv, self.temporal):
+            state.index_fill_(1, index, 0)
+
+    def copy_from(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy state ``src[i] -> dst[i]``: same lengths, ``dst`` without duplicates, and
+        disjoint (upstream's fused kernel works in place and only debug-asserts this)."""
+        if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.numel() != dst.numel():
+            raise BadBatchError(self.pool_name, "copy_from needs src and dst tensors of the same length")
+        src_slots = _slot_list(self.pool_name, src, self.size, "src")
+        dst_slots = _slot_list(self.pool_name, dst, self.size, "dst")
+        if len(set(dst_slots)) != len(dst_slots):
+            raise BadBatchError(self.pool_name, "copy_from dst has duplicate slots")
+        shared = sorted(set(src_slots) & set(dst_slots))
+        if shared:
+            raise BadBatchError(self.pool_name, f"copy_from src and dst overlap at {shared[:8]}")
+        if not dst_slots:
+            return
+        src_index, dst_index = self._index(src_slots), self._index(dst_slots)
+        for state in (self.conv, self.temporal):
+            state.index_copy_(1, dst_index, state.index_select(1, src_index))
+
+
+class HybridReqToTokenPool(ReqToTokenPool):
+    """Request rows plus one Mamba slot per request.
+
+    Invariant: ``req_index_to_mamba_index_mapping[row]`` is the slot of the
+    request bound to ``row``, and 0 for every row that is free or whose request
+    holds no slot.  The mapping has ``req_to_token.shape[0]`` entries: sizing it
+    by ``mamba_size`` while indexing by row went out of bounds when
+    ``mamba_size < size`` (SGLang #24244).
+
+    Releasing a request takes two calls, as upstream: ``free_mamba_cache(req)``
+    (unless the slot is donated) and ``free(req)``.  Either zeroes the row's
+    mapping entry, so no entry names a slot its row no longer owns.
+    """
+
+    pool_name = "HybridReqToTokenPool"
+
+    def __init__(
+        self, size: int, max_context_len: int, mamba_size: int, *, num_layers: int = 1,
+        conv_shape: tuple[int, ...] = (4,), temporal_shape: tuple[int, ...] = (4,),
+        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    ) -> None:  # fmt: skip
+        self.mamba_allocator = MambaSlotAllocator(mamba_size, device)
+        self.mamba_pool = MambaPool(mamba_size, num_layers, conv_shape, temporal_shape, dtype, device)
+        # Placeholder: the base __init__ calls clear(); the real size needs req_to_token.
+        self.req_index_to_mamba_index_mapping = torch.zeros(0, dtype=torch.int64)
+        super().__init__(size, max_context_len, device)
+        rows = self.req_to_token.shape[0]
+        self.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int64, device=self.device)
+
+    def mamba_available_size(self) -> int:
+        """Free Mamba slots, excluding an open group's unconsumed reservation."""
+        return self.mamba_allocator.available_size()
+
+    def _validate_mamba_handles(self, reqs: Sequence[Req]) -> int:
+        """Check every held slot is live and claimed once; return the number of new slots."""
+        need = 0
+        claimed: set[int] = set()
+        for position, req in enumerate(reqs):
+            slot = req.mamba_pool_idx
+            if slot is None:
+                need += 1
+                continue
+            _check_slot(self.pool_name, slot, self.mamba_allocator.size)
+            if not self.mamba_allocator.is_live(slot):
+                stale = f"request {req.rid!r} claims mamba slot {slot}, which is not handed out (stale handle)"
+                raise BadBatchError(self.pool_name, stale, position=position)
+            if slot in claimed:
+                raise BadBatchError(self.pool_name, f"mamba slot {slot} claimed by two requests", position=position)
+            claimed.add(slot)
+        return need
+
+    def alloc(self, reqs: Sequence[Req]) -> list[int] | None:
+        """Bind a row and a Mamba slot to every request lacking one; all-or-nothing.
+
+        Capacity is checked on both sides before anything is taken, so a short
+        pool returns ``None`` having consumed nothing (upstream took the rows
+        and then asserted on the Mamba side).  Inside a group window the slots
+        come from the reservation first.  New slots get ``mamba_needs_clear``.
+        """
+        need_rows = self._validate_batch(reqs)
+        need_slots = self._validate_mamba_handles(reqs)
+        allocator = self.mamba_allocator
+        if need_rows > self.available_size() or need_slots > allocator.available_size() + allocator.reserved_size():
+            return None
+        rows = self.alloc_rows(need_rows)
+        assert rows is not None, "row capacity was checked"
+        bound = self._bind_rows(reqs, rows)
+        fresh: list[torch.Tensor] = []
+        for _ in range(need_slots):
+            slot = allocator.alloc(1)
+            assert slot is not None, "mamba capacity was checked"
+            fresh.append(slot)
+        new_slots = iter(torch.cat(fresh).tolist() if fresh else [])
+        for req in reqs:
+            if req.mamba_pool_idx is None:
+                req.mamba_pool_idx = next(new_slots)
+                req.mamba_needs_clear = True
+        if reqs:
+            row_index = torch.tensor(bound, dtype=torch.int64, device=self.device)
+            slot_values = torch.tensor([req.mamba_pool_idx for req in reqs], dtype=torch.int64, device=self.device)
+            self.req_index_to_mamba_index_mapping[row_index] = slot_values
+        return bound
+
+    def free_mamba_cache(self, req: Req) -> None:
+        """Release the request's Mamba slot (not its row); no slot held is a double free."""
+        slot = req.mamba_pool_idx
+        if slot is None:
+            raise DoubleFreeError(self.pool_name, [], f"mamba slot of request {req.rid!r} (it holds none)")
+        _check_slot(self.pool_name, slot, self.mamba_allocator.size)
+        self.mamba_allocator.free(torch.tensor([slot], dtype=torch.int64, device=self.device))
+        row = req.req_pool_idx
+        if isinstance(row, int) and 0 < row < self._alloc_size:
+            entry = self.req_index_to_mamba_index_mapping[row : row + 1]
+            entry.masked_fill_(entry == slot, 0)
+        req.mamba_pool_idx = None
+        req.mamba_needs_clear = False
+
+    def free(self, req: Req) -> None:
+        """Release the row only (the slot needs ``free_mamba_cache``); zero its mapping entry."""
+        row = req.req_pool_idx
+        super().free(req)
+        assert row is not None, "the base free validated the row"
+        self.req_index_to_mamba_index_mapping[row] = 0
+
+    def free_rows(self, indices: Iterable[int]) -> None:
+        rows = list(indices)
+        super().free_rows(rows)
+        if rows:
+            self.req_index_to_mamba_index_mapping[torch.tensor(rows, dtype=torch.int64, device=self.device)] = 0
+
+    def clear(self) -> None:
+        """Free every row and slot, close any group window and zero the mapping.  State
+        is not zeroed (fresh slots carry ``mamba_needs_clear``); old handles go stale."""
+        super().clear()
+        self.mamba_allocator.clear()
+        self.req_index_to_mamba_index_mapping.zero_()
