@@ -116,7 +116,7 @@ class MambaSlotAllocator:
         is empty, never the whole list (the negative-zero slice of seed 000)."""
         _check_count(self.pool_name, "need_size", need_size)
         if need_size == 0:
-            return self.free_slots[-0:]
+            return torch.empty(0, dtype=torch.int64, device=self.device)
         if need_size == 1 and self.reserved_size() > 0:
             slot = self._reserved[self._cursor : self._cursor + 1]
             self._state[self._reserved_ids[self._cursor]] = _LIVE

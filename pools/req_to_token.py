@@ -131,6 +131,7 @@ class _RowPool:
     def _validate_batch(self, reqs: Sequence[Req]) -> int:
         """Reject a malformed batch (changing nothing); return how many rows it needs."""
         seen: set[int] = set()
+        claimed: set[int] = set()
         need = 0
         for position, req in enumerate(reqs):
             if id(req) in seen:
@@ -139,8 +140,10 @@ class _RowPool:
             if req.req_pool_idx is None:
                 need += 1
                 continue
-            row = req.req_pool_idx
-            self._check_row(row)
+            row = self._check_row(req.req_pool_idx)
+            if row in claimed:
+                raise BadBatchError(self.pool_name, f"two requests claim row {row}", position=position)
+            claimed.add(row)
             if self._is_free[row]:
                 raise BadBatchError(
                     self.pool_name,
