@@ -107,7 +107,10 @@ def get_kernel(name: str) -> PageKernel:
     if name == "vectorized":
         return PageKernel(name, alloc_extend_vectorized, alloc_decode_vectorized)
     if name == "triton":
-        from pools.page_alloc import triton as triton_kernels
-
+        try:
+            from pools.page_alloc import triton as triton_kernels
+        except ImportError as exc:
+            needs = "the triton page kernel needs triton (and numpy for its CPU interpreter)"
+            raise ImportError(f"{needs}: {exc}") from exc
         return PageKernel(name, triton_kernels.alloc_extend_triton, triton_kernels.alloc_decode_triton)
     raise UnknownKernelError(name, KERNEL_NAMES)

@@ -113,7 +113,8 @@ def num_new_pages_per_request(
         return ((seq - 1) % page_size == 0).to(torch.int64)
     pre = torch.zeros_like(seq) if prefix_lens_cpu is None else prefix_lens_cpu.to(torch.int64)
     if pre.shape != seq.shape:
-        raise BadBatchError("page_alloc.counting", f"prefix_lens shape {tuple(pre.shape)} != seq_lens shape {tuple(seq.shape)}")
+        shapes = f"prefix_lens shape {tuple(pre.shape)} != seq_lens shape {tuple(seq.shape)}"
+        raise BadBatchError("page_alloc.counting", shapes)
     if seq.numel() and bool(((pre < 0) | (seq < pre)).any()):
         raise BadBatchError("page_alloc.counting", "need 0 <= prefix_len <= seq_len for every request")
     return _ceil_div(seq, page_size) - _ceil_div(pre, page_size)

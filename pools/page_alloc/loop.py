@@ -84,7 +84,8 @@ def alloc_extend_loop(
         n_new = _ceil_div(seq, ps) - first_new_page
         own = pages[next_page : next_page + n_new]
         if len(own) != n_new:
-            raise BadBatchError(_POOL, f"free_pages ran out: request needs pages {next_page}..{next_page + n_new - 1} of {len(pages)}", position=i)
+            wanted = f"pages {next_page}..{next_page + n_new - 1}"
+            raise BadBatchError(_POOL, f"free_pages ran out: request needs {wanted} of {len(pages)}", position=i)
         next_page += n_new
         for p in range(pre, seq):
             if p < first_new_page * ps:

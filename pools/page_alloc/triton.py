@@ -4,17 +4,20 @@ Importing this module imports ``triton`` (and, for the interpreter, numpy);
 :mod:`pools.page_alloc` imports it lazily so that ``import pools`` never does.
 
 **How the interpreter is chosen.**  Each kernel body is a plain Python function
-wrapped twice, once by ``triton.jit`` (a ``JITFunction``, compiled for the
-GPU on first launch) and once by ``triton.runtime.interpreter.InterpretedFunction``
-(the object ``triton.jit`` itself returns when ``TRITON_INTERPRET=1``).  Each
-call picks the wrapper from the device of ``out_indices``: ``cpu`` runs the
-interpreter, anything else the compiled kernel.  Setting ``TRITON_INTERPRET``
-instead would be read once, when ``triton.jit`` runs, and would switch the
-whole process (including other libraries' kernels) to the interpreter; it
-cannot serve CPU and CUDA tensors side by side.  ``InterpretedFunction``
-lives in triton's runtime internals (checked against triton 3.9.0); while it
-runs it temporarily patches ``triton.language``, so do not launch interpreted
-kernels concurrently with compilation on another thread.
+wrapped twice: by ``triton.jit`` (a ``JITFunction``, compiled for the GPU on
+first launch) and by ``triton.runtime.interpreter.InterpretedFunction`` (the
+object ``triton.jit`` itself returns under ``TRITON_INTERPRET=1``).  Each call
+picks the wrapper from the device of ``out_indices``: ``cpu`` runs the
+interpreter, anything else the compiled kernel, so one process can serve CPU
+and CUDA tensors side by side.  Setting ``TRITON_INTERPRET`` ourselves was
+rejected: triton consults it every time ``triton.jit`` decorates a function,
+including its own standard library at import, so it only works if set before
+triton is first imported (by anyone), and it then turns *every* triton kernel
+in the process into an interpreted one.  (If a user sets it anyway, both
+wrappers interpret, which is still correct.)  ``InterpretedFunction`` is a
+triton runtime internal, checked against triton 3.9.0; while a kernel runs it
+temporarily patches ``triton.language``, so do not interpret kernels while
+another thread compiles one.
 
 **Kernel design** (grid ``(bs,)``, one program per request,
 ``bs_upper = next_power_of_2(bs)``):
@@ -55,15 +58,23 @@ PHASE2_BLOCK = 1024
 """Tokens per iteration of the runtime-bounded phase-2 loop."""
 
 
-# Lane sums use ``tl.reduce(x, 0, _add)`` rather than ``tl.sum``: ``tl.sum`` is
-# itself a ``@triton.jit`` function of ``triton.language.standard`` and, unless
-# TRITON_INTERPRET=1 was set before triton was imported, a compile-only
-# JITFunction that refuses to run inside an interpreted kernel.  ``tl.reduce``
-# is a builtin the interpreter patches; it calls the raw Python body of
-# ``_add`` there, so one kernel body serves both wrappers.
+# Lane sums use ``tl.reduce(x, 0, _sum_combine)`` rather than ``tl.sum``.
+# ``tl.sum`` is itself a ``@triton.jit`` function of ``triton.language.standard``
+# and, unless TRITON_INTERPRET=1 was set before triton was imported, a
+# compile-only JITFunction that refuses to run inside an interpreted kernel
+# ("Cannot call @triton.jit'd outside of the scope of a kernel").  ``tl.reduce``
+# is a builtin that both paths handle.  Its combine function is triton's own
+# ``standard._sum_combine`` (what ``tl.sum`` reduces with) because the
+# interpreter recognises that object and sums with numpy; any other combine
+# function runs as Python once per lane, O(bs^2) per launch (4.5 s at bs=256).
+# ``_sum_combine`` is private, so an equivalent fallback keeps a future triton
+# that drops it correct, only slower when interpreted.
 @triton.jit
 def _add(a, b):  # type: ignore[no-untyped-def, unused-ignore]
     return a + b
+
+
+_sum_combine = getattr(tl.standard, "_sum_combine", _add)
 
 
 # Kernel bodies: pointer and runtime-scalar parameters stay unannotated on
@@ -84,9 +95,9 @@ def _extend_body(  # type: ignore[no-untyped-def, unused-ignore]
     earlier = lanes < pid
     pre_before = tl.load(prefix_lens_ptr + lanes, mask=earlier, other=0)
     seq_before = tl.load(seq_lens_ptr + lanes, mask=earlier, other=0)
-    out_start = tl.reduce(seq_before - pre_before, 0, _add)
+    out_start = tl.reduce(seq_before - pre_before, 0, _sum_combine)
     pages_before = (seq_before + page_size - 1) // page_size - (pre_before + page_size - 1) // page_size
-    page_start = tl.reduce(pages_before, 0, _add)
+    page_start = tl.reduce(pages_before, 0, _sum_combine)
 
     pre = tl.load(prefix_lens_ptr + pid)
     seq = tl.load(seq_lens_ptr + pid)
@@ -130,7 +141,7 @@ def _decode_body(  # type: ignore[no-untyped-def, unused-ignore]
     earlier = lanes < pid
     seq_before = tl.load(seq_lens_ptr + lanes, mask=earlier, other=0)
     needs_before = earlier & ((seq_before - 1) % page_size == 0)
-    rank = tl.reduce(needs_before.to(tl.int64), 0, _add)
+    rank = tl.reduce(needs_before.to(tl.int64), 0, _sum_combine)
 
     seq = tl.load(seq_lens_ptr + pid)
     last = tl.load(last_loc_ptr + pid)
@@ -181,14 +192,14 @@ def _check_batch(out_indices: Tensor, free_pages: Tensor, *named: tuple[str, Ten
             raise BadBatchError(_POOL, f"{name} has {t.numel()} entries, {first_name} has {first.numel()}")
 
 
-def _launch(kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor], free_pages: Tensor, **meta: int) -> None:
+def _launch(
+    kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor], free_pages: Tensor, **meta: int
+) -> None:
     bs = inputs[0].numel()
     target = out_indices if out_indices.is_contiguous() else torch.empty_like(out_indices)
     kernel = _pick(kernels, out_indices.device)
-    *lens, last_loc = (t.contiguous() for t in inputs)
     kernel[(bs,)](
-        *lens,
-        last_loc,
+        *(t.contiguous() for t in inputs),
         free_pages.contiguous(),
         free_pages.numel(),
         target,
@@ -214,10 +225,11 @@ def alloc_extend_triton(
     dtypes and devices are validated (no host sync).
     """
     _check_page_size(page_size)
-    _check_batch(out_indices, free_pages, ("prefix_lens", prefix_lens), ("seq_lens", seq_lens), ("last_loc", last_loc))
+    inputs = [prefix_lens, seq_lens, last_loc]
+    _check_batch(out_indices, free_pages, *zip(("prefix_lens", "seq_lens", "last_loc"), inputs))
     if seq_lens.numel() == 0 or out_indices.numel() == 0:
         return
-    _launch(_EXTEND_KERNELS, out_indices, [prefix_lens, seq_lens, last_loc], free_pages, page_size=page_size, block=PHASE2_BLOCK)
+    _launch(_EXTEND_KERNELS, out_indices, inputs, free_pages, page_size=page_size, block=PHASE2_BLOCK)
 
 
 def alloc_decode_triton(

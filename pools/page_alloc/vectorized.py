@@ -13,9 +13,12 @@ position ``p``, and then takes one of two values (same layout as the oracle in
 that dead branch in bounds (the design of seed 002 / the 0.5.23 vectorised
 ``alloc_extend_naive``):
 
-* the gather index is clamped to ``[0, len(free_pages) - 1]``: dead slots would
-  otherwise ask for a negative index, and with ``free_pages`` exactly as long
-  as the batch needs (the contract) no live slot is ever affected;
+* the gather index is clamped to ``[0, len(free_pages) - 1]``.  A dead slot
+  (one still inside the prefix's partial page) computes index ``P_i - 1``,
+  which is -1 for the first page-owning request: torch would silently wrap it
+  to the last page rather than fail, and a short list would push live indices
+  past the end.  With ``free_pages`` exactly as long as the batch needs (the
+  contract) no live slot is affected;
 * an empty ``free_pages`` takes a separate path that never gathers at all,
   because clamping into an empty range is impossible.  It is valid only when no
   request needs a new page; an ``assert`` checks that (the only host sync, and
