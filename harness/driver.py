@@ -62,7 +62,8 @@ class Driver:
         self.check_misuse = check_misuse
         self.audit_period = max(1, audit_period)
         self.steps = 0
-        self.trace = Trace(family=self.family, implementation=implementation, config=self.config)
+        self.trace = Trace(family=self.family, implementation=implementation, config=self.config,
+                           audit_period=self.audit_period)
         self.pool = factory(**self.config)
         self.events: list[str] = []
 

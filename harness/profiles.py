@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-_COMMON = dict(deadline=None, report_multiple_bugs=False, suppress_health_check=_QUIET)
+_BASE = settings(deadline=None, report_multiple_bugs=False, suppress_health_check=_QUIET)
 
 settings.register_profile(
     "ci",
@@ -28,16 +28,16 @@ settings.register_profile(
     stateful_step_count=30,
     print_blob=False,
     phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
-    **_COMMON,
+    parent=_BASE,
 )
 settings.register_profile(
     "dev",
     database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
     max_examples=100,
     stateful_step_count=50,
-    **_COMMON,
+    parent=_BASE,
 )
-settings.register_profile("nightly", max_examples=2_000, stateful_step_count=200, **_COMMON)
+settings.register_profile("nightly", _BASE, max_examples=2_000, stateful_step_count=200)
 settings.register_profile("debug", parent=settings.get_profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
 
 PROFILES = ("ci", "dev", "nightly", "debug")

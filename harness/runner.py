@@ -17,7 +17,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harness.invariants import InvariantViolation
 from harness.machines.base import PoolMachine
-from harness.trace import Trace
+from harness.trace import Trace, fill_provenance
 
 
 def failure_trace(exc: BaseException) -> Trace | None:
@@ -57,15 +57,25 @@ def run_machine(
         violation = violation_of(exc)
         if trace is None or violation is None:
             raise
-        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id}
-        trace.provenance.setdefault("note", note or f"found by fuzzing {machine.__name__}")
+        from harness.shrink import shrink_trace
+
+        found = len(trace.steps)
+        trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=machine.implementation or None,
+                             factory=getattr(machine, "factory", None), check_misuse=machine.check_misuse)
+        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
+                        "implementation": trace.implementation}
+        fill_provenance(trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None),
+                        note=note or f"found by fuzzing {machine.__name__}")
+        violation.trace = trace  # type: ignore[attr-defined]
+        saved = ""
         if corpus is not None:
             from harness.corpus import save_trace
 
             path = save_trace(trace, Path(corpus))
             violation.trace_path = path  # type: ignore[attr-defined]
+            saved = f"\n  saved to {path}"
         steps = trace.steps_text()
-        violation.args = (f"{violation.args[0]}\n  shrunk steps:\n{steps}",)
+        violation.args = (f"{violation.args[0]}\n  shrunk steps ({found} before replay shrinking):\n{steps}{saved}",)
         raise
 
 

@@ -47,6 +47,8 @@ FAMILIES: dict[str, Family] = {
                "harness.machines.kv:TokenKVMachine", "KV token slots, page size 1"),
         Family("paged_kv", "pools:PagedTokenToKVPoolAllocator", "harness.drivers.kv:PagedKVDriver",
                "harness.machines.kv:PagedKVMachine", "paged KV allocator: alloc, free groups, extend, decode"),
+        Family("scheduler", "harness.drivers.scheduler:build_scheduler_pools", "harness.drivers.scheduler:SchedulerDriver",
+               "harness.machines.scheduler:SchedulerMachine", "rows, Mamba slots and paged KV driven as scheduler steps"),
     )
 }
 

@@ -281,7 +281,8 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         if self.check_layout and bs:
             loc = last_loc.cpu()
             expect = torch.where(prefix_lens_cpu > 0, (loc + 1) % ps, torch.zeros_like(loc))
-            wrong = ((expect != prefix_lens_cpu % ps) | ((prefix_lens_cpu == 0) & (loc != -1))).nonzero()
+            wrong = ((expect != prefix_lens_cpu % ps) | ((prefix_lens_cpu == 0) & (loc != -1))
+                     | ((prefix_lens_cpu > 0) & (loc < 0))).nonzero()  # a page-aligned prefix still names its slot
             if len(wrong):
                 i = int(wrong[0])
                 raise BadBatchError(

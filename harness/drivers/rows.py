@@ -70,7 +70,7 @@ class RowPoolDriver(Driver):
             return []
         needs_row = [req.req_pool_idx is None for req in reqs]
         need = sum(needs_row)
-        before = self.observe()
+        before = self.observe() if need > len(self.model.free) else None
         result = self.expect_accepted(lambda: self.pool.alloc(reqs), f"alloc({batch})")
         if need > len(self.model.free):
             check(result is None, "empty-pool-guard", f"alloc of {need} rows with {len(self.model.free)} free succeeded")
@@ -130,7 +130,7 @@ class RowPoolDriver(Driver):
                 return SKIPPED  # type: ignore[return-value]
             self.expect_rejected(lambda: self.pool.alloc_rows(need_size), BadSizeError, f"alloc_rows({need_size})")
             return []
-        before = self.observe()
+        before = self.observe() if need_size > len(self.model.free) else None
         rows = self.expect_accepted(lambda: self.pool.alloc_rows(need_size), f"alloc_rows({need_size})")
         if need_size > len(self.model.free):
             check(rows is None, "empty-pool-guard", f"alloc_rows({need_size}) with {len(self.model.free)} free succeeded")

@@ -31,6 +31,7 @@ class PoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.driver: Driver | None = None
         self.peak_occupancy = 0.0
+        self.failed = False
 
     def start(self, config: dict[str, Any]) -> None:
         driver_cls = resolve(family(self.family).driver)
@@ -48,7 +49,11 @@ class PoolMachine(RuleBasedStateMachine):
 
     def do(self, op: str, **args: Any) -> Any:
         assert self.driver is not None, "rules run after initialize"
-        result = self.driver.step(op, **args)
+        try:
+            result = self.driver.step(op, **args)
+        except BaseException:
+            self.failed = True  # hypothesis still calls teardown: its audit must not mask this failure
+            raise
         for label in self.driver.events:
             event(label)
         self.driver.events.clear()
@@ -60,7 +65,7 @@ class PoolMachine(RuleBasedStateMachine):
         return 0.0
 
     def teardown(self) -> None:
-        if self.driver is not None:
+        if self.driver is not None and not self.failed:
             target(self.peak_occupancy, label="peak occupancy")
             self.driver.teardown()
 

@@ -1,0 +1,255 @@
+"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | replay | selfcheck | bench.
+
+``fuzz`` and ``list`` live here; ``replay``, ``selfcheck`` and ``bench`` are
+handed their remaining arguments (``harness.<command>.main(argv)``), imported
+only when asked for.  Every failure to start is one line on stderr and exit
+status 2, never a traceback.
+
+Exit status of ``fuzz``: 0 nothing found, 1 a counterexample (or a crashed
+worker) was found, 2 usage error, 130 interrupted before anything was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DISPATCHED = {
+    "replay": ("harness.replay", "replay corpus traces through the drivers, without hypothesis"),
+    "selfcheck": ("harness.selfcheck", "prove the harness catches every canary bug"),
+    "bench": ("harness.bench", "benchmark the pools and the page-index kernels"),
+}
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """Arguments that parse but cannot be honoured here."""
+
+
+# ------------------------------------------------------------------ parser
+def _workers(value: str) -> int:
+    if value == "auto":
+        return os.cpu_count() or 1
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', not {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', not {value!r}")
+    return number
+
+
+def _positive(kind: type) -> Any:
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}") from None
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}")
+        return number
+
+    return parse
+
+
+def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
+    from harness.fuzz_db import DEFAULT_DATABASE
+
+    fuzz.add_argument("--target", action="append", default=[], metavar="FAMILY[=module:attr]",
+                      help="fuzz this family (repeatable), optionally with another implementation; "
+                           "default: every family whose machine imports")
+    budget = fuzz.add_mutually_exclusive_group()
+    budget.add_argument("--seconds", type=_positive(float), metavar="N", help="time budget in seconds (default 60)")
+    budget.add_argument("--minutes", type=_positive(float), metavar="N", help="time budget in minutes")
+    fuzz.add_argument("--workers", type=_workers, default="auto", metavar="N|auto",
+                      help="worker processes (default auto: one per core)")
+    fuzz.add_argument("--seed", type=int, help="seed of the whole run (default: random, printed and reported)")
+    fuzz.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where pools allocate (default cpu)")
+    fuzz.add_argument("--corpus", type=Path, default=Path("corpus/found"), metavar="DIR",
+                      help="where counterexample traces are saved (default corpus/found)")
+    fuzz.add_argument("--report", type=Path, metavar="FILE.json",
+                      help="JSON report path (default reports/poolfuzz-<UTC time>-seed<SEED>.json)")
+    fuzz.add_argument("--steps", type=_positive(int), default=200, metavar="N",
+                      help="steps per example, hypothesis's stateful_step_count (default 200)")
+    fuzz.add_argument("--no-misuse", dest="misuse", action="store_false",
+                      help="issue valid calls only (for targets that do not validate their input)")
+    fuzz.add_argument("--coverage", action="store_true",
+                      help="measure branch coverage of pools/ in the workers and add it to the report")
+    fuzz.add_argument("--database", default=DEFAULT_DATABASE, metavar="DIR|redis://HOST:PORT|none",
+                      help=f"hypothesis example database shared by all workers (default {DEFAULT_DATABASE})")
+    fuzz.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
+                      help="how long a failure still being shrunk may outlive the budget (default 60)")
+    fuzz.add_argument("--progress-every", type=_positive(float), metavar="SECONDS",
+                      help="progress interval (default 0.5 on a terminal, 5 otherwise)")
+    fuzz.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    fuzz.add_argument("--round-seconds", type=_positive(float), default=2.0, metavar="SECONDS",
+                      help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="poolfuzz: invariant checking and stateful fuzzing of LLM-serving memory pools.",
+        epilog="Run 'python -m harness COMMAND --help' for a command's options.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fuzz = commands.add_parser("fuzz", help="fuzz every target for a time budget, on all cores, and report",
+                               description="Fuzz pool implementations for a time budget and write a report. "
+                                           "Exit 0: nothing found; 1: counterexample or crashed worker; "
+                                           "2: usage error; 130: interrupted.")
+    _add_fuzz_arguments(fuzz)
+    listing = commands.add_parser("list", help="families, implementations, operations, invariants and kernels")
+    listing.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
+                         help="show this substitution as active (repeatable)")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    for name, (_, summary) in DISPATCHED.items():
+        sub = commands.add_parser(name, help=summary, add_help=False)
+        sub.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+# -------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in DISPATCHED:
+        return dispatch(args_list[0], args_list[1:])
+    try:
+        args = build_parser().parse_args(args_list)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from harness.fuzz_db import DatabaseError
+    from harness.targets import UnknownTargetError
+
+    try:
+        if args.command == "list":
+            return cmd_list(args)
+        return cmd_fuzz(args)
+    except (UnknownTargetError, DatabaseError, UsageError) as exc:
+        print(f"poolfuzz: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def dispatch(command: str, argv: list[str]) -> int:
+    module_name = DISPATCHED[command][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == module_name
+        why = f"{module_name} is missing" if missing else f"importing {module_name} failed: {exc}"
+        print(f"poolfuzz: error: '{command}' is not available in this install ({why})", file=sys.stderr)
+        return EXIT_USAGE
+    entry = getattr(module, "main", None)
+    if entry is None:
+        print(f"poolfuzz: error: {module_name} has no main(argv)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        status = entry(argv)
+    except SystemExit as exc:  # an argparse inside the command: --help (0) or a usage error (2)
+        status = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return int(status or 0)
+
+
+# -------------------------------------------------------------------- list
+def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
+    from harness.targets import FAMILIES, implementation_for, resolve
+
+    described = []
+    for fam in FAMILIES.values():
+        entry: dict[str, Any] = {
+            "family": fam.name, "summary": fam.summary, "default": fam.default,
+            "implementation": implementation_for(fam.name, overrides), "machine": fam.machine,
+            "driver": fam.driver, "operations": [], "available": True, "problem": None,
+        }
+        entry["overridden"] = entry["implementation"] != fam.default
+        try:
+            resolve(fam.machine)
+            entry["operations"] = sorted(resolve(fam.driver).operations)
+        except Exception as exc:  # noqa: BLE001 - listing must survive half-written families
+            entry["available"], entry["problem"] = False, f"{type(exc).__name__}: {exc}"
+        described.append(entry)
+    return described
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.invariants import INVARIANTS
+    from harness.targets import parse_overrides
+    from pools.page_alloc import KERNEL_NAMES, triton_available
+
+    families = describe_families(parse_overrides(args.target))
+    kernels = {"kernels": list(KERNEL_NAMES), "triton_available": triton_available()}
+    if args.json:
+        print(json.dumps({
+            "families": families,
+            "invariants": [{"id": i.id, "statement": i.statement, "guards_against": i.guards_against}
+                           for i in INVARIANTS.values()],
+            "page_alloc": kernels,
+        }, indent=1))
+        return 0
+    print("families (implementation in use; 'override' marks a substitution):")
+    for f in families:
+        mark = "  override, default " + f["default"] if f["overridden"] else ""
+        print(f"  {f['family']:22} {f['implementation']}{mark}")
+        print(f"  {'':22} {f['summary']}")
+        if f["available"]:
+            print(f"  {'':22} operations: {', '.join(f['operations'])}")
+        else:
+            print(f"  {'':22} not available: {f['problem']}")
+    print("\ninvariants:")
+    width = max(len(i) for i in INVARIANTS)
+    for inv in INVARIANTS.values():
+        print(f"  {inv.id:{width}}  {inv.statement}")
+    triton = "available" if kernels["triton_available"] else "not available"
+    print(f"\npage-alloc kernels: {', '.join(KERNEL_NAMES)} (triton {triton})")
+    return 0
+
+
+# -------------------------------------------------------------------- fuzz
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from harness.fuzz import FuzzOptions, FuzzRun, select_targets
+    from harness.fuzz_db import check_database
+    from harness.report import summary_text, write_report
+
+    targets, skipped = select_targets(args.target)
+    for s in skipped:
+        print(f"poolfuzz: warning: skipping {s['family']}: {s['reason']}", file=sys.stderr)
+    if not targets:
+        raise UsageError("no target can be fuzzed (see the warnings above)")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available here")
+    if args.coverage:
+        try:
+            import coverage  # noqa: F401
+        except ImportError:
+            raise UsageError("--coverage needs coverage.py (pip install 'poolfuzz[test]')") from None
+    check_database(args.database)
+    seconds = args.seconds if args.seconds is not None else (args.minutes * 60 if args.minutes else 60.0)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
+    live = sys.stderr.isatty() and not args.plain
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    report_path = args.report or Path("reports") / f"poolfuzz-{stamp}-seed{seed}.json"
+    try:
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--report {report_path}: cannot create its folder: {exc}") from None
+    options = FuzzOptions(
+        targets=targets, seconds=seconds, workers=args.workers, seed=seed, device=args.device, corpus=args.corpus,
+        database=args.database, steps=args.steps, misuse=args.misuse, coverage=args.coverage, grace=args.grace,
+        round_seconds=args.round_seconds, progress_every=args.progress_every or (0.5 if live else 5.0), live=live,
+        logs=report_path.with_suffix(".logs"), skipped=skipped,
+    )
+    report = FuzzRun(options, err=sys.stderr).run()
+    write_report(report, report_path)
+    print(summary_text(report))
+    print(f"\nreport: {report_path}")
+    return int(report["exit_status"])

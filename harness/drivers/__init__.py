@@ -1,0 +1,1 @@
+"""Drivers: one per pool family; operations as data, judged against the shadow model."""

@@ -1,0 +1,166 @@
+"""Machines for ``TokenToKVPoolAllocator`` and ``PagedTokenToKVPoolAllocator``.
+
+Bundles hold allocation handles (``allocs``), request handles (``reqs``,
+paged only) and handles that gave slots back (``freed``).  ``consumes`` moves a
+wholly freed handle out of its bundle; the double-free rule draws from
+``freed``.  Sizes depend on the drawn page size, so rules draw them through
+``st.data()``; the trace records the concrete numbers.  Whether a call is
+valid is the driver's decision, from the model.  Driver events name the rare
+states (pool exactly full, refused for want of pages, frees deferred by a
+group, allocations while pages are staged); ``target()`` steers toward full pools.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
+
+from harness.drivers.kv import TokenKVDriver
+from harness.machines.base import PoolMachine
+from strategies.kv import alloc_sizes, extend_lengths, paged_kv_configs, token_indices, token_kv_configs
+
+
+class TokenKVMachine(PoolMachine):
+    family = "token_kv"
+    allocs = Bundle("allocs")
+    freed = Bundle("freed")
+
+    @initialize(config=token_kv_configs())
+    def init_pool(self, config: dict[str, Any]) -> None:
+        self.start(config)
+
+    @property
+    def kv(self) -> TokenKVDriver:
+        return cast(TokenKVDriver, self.driver)
+
+    def occupancy(self) -> float:
+        """Share of pages live or pending; an empty (size 0) pool counts as 0, not as full."""
+        model = self.kv.model
+        return 1.0 - model.available_pages() / model.num_pages if model.num_pages else 0.0
+
+    def _group_open(self) -> bool:
+        return self.driver is not None and self.kv.model.group_open
+
+    def _holds_pages(self) -> bool:
+        return self.driver is not None and bool(self.kv.model.owner)
+
+    @rule(target=allocs, data=st.data())
+    def alloc(self, data: st.DataObject) -> Any:
+        need = data.draw(alloc_sizes(page_size=self.kv.page_size, misuse=self.misuse_enabled), label="need_size")
+        handle = self.do("alloc", need_size=need)
+        return multiple() if handle is None or need == 0 else handle  # an empty allocation has nothing to free
+
+    @rule(target=freed, handle=consumes(allocs))
+    def free(self, handle: int) -> int:
+        self.do("free", handle=handle)
+        return handle
+
+    @rule(target=freed, handle=consumes(allocs))
+    def free_deferred(self, handle: int) -> int:
+        """Free inside a free group, opening one first if none is open (the scheduler's batch release)."""
+        if not self._group_open():
+            self.do("group_begin")
+        self.do("free", handle=handle)
+        return handle
+
+    @rule(target=freed, handle=allocs, count=st.integers(min_value=1, max_value=3), sparse=st.booleans())
+    def free_part(self, handle: int, count: int, sparse: bool) -> int:
+        """Partly freed allocations also join ``freed``, so their released pages can be double-freed."""
+        self.do("free_part", handle=handle, count=count, sparse=sparse)
+        return handle
+
+    @precondition(lambda self: self.misuse_enabled)
+    @rule(handle=freed)
+    def free_again(self, handle: int) -> None:
+        self.do("free_again", handle=handle)
+
+    @precondition(lambda self: self.misuse_enabled and self._holds_pages())
+    @rule(data=st.data())
+    def free_indices(self, data: st.DataObject) -> None:
+        model = self.kv.model
+        indices = data.draw(token_indices(page_size=model.page_size, num_pages=model.num_pages), label="indices")
+        self.do("free_indices", indices=indices)
+
+    # Rules without arguments sort first in hypothesis's rule list, so the simplest
+    # choice sequences pick them: their preconditions keep them to states where
+    # they can show something (a fresh pool clears, merges and groups trivially).
+    @precondition(lambda self: not self._group_open() and self._holds_pages())
+    @rule()
+    def group_begin(self) -> None:
+        self.do("group_begin")
+
+    @precondition(lambda self: self._group_open())
+    @rule()
+    def group_end(self) -> None:
+        self.do("group_end")
+
+    @precondition(lambda self: self.misuse_enabled and self._holds_pages())
+    @rule()
+    def group_misuse(self) -> None:
+        """Begin inside an open group (nesting), or end with none open."""
+        self.do("group_begin" if self._group_open() else "group_end")
+
+    @precondition(lambda self: bool(self.driver and self.kv.model.has_staged))
+    @rule()
+    def merge(self) -> None:
+        self.do("merge")
+
+    @precondition(lambda self: self._holds_pages() and (self.occupancy() >= 0.5 or self._group_open()))
+    @rule()
+    def clear(self) -> None:
+        self.do("clear")
+
+
+class PagedKVMachine(TokenKVMachine):
+    family = "paged_kv"
+    reqs = Bundle("reqs")
+
+    @initialize(config=paged_kv_configs())
+    def init_pool(self, config: dict[str, Any]) -> None:
+        self.start(config)
+
+    def _extend(self, data: st.DataObject, existing: list[int], new: int) -> Any:
+        lengths = extend_lengths(page_size=self.kv.page_size)
+        batch: list[list[int | None]] = [[h, data.draw(lengths, label="extend_len")] for h in existing]
+        batch += [[None, data.draw(lengths, label="new_len")] for _ in range(new)]
+        if len(batch) > 1:
+            batch = data.draw(st.permutations(batch), label="batch order")
+        return multiple(*(self.do("extend", batch=batch) or []))
+
+    @rule(target=reqs, data=st.data(), new=st.one_of(st.integers(min_value=1, max_value=3), st.just(0)))
+    def admit(self, data: st.DataObject, new: int) -> Any:
+        """An extend batch of new requests only (prefix 0, ``last_loc`` -1); 0 requests is an empty batch."""
+        return self._extend(data, [], new)
+
+    def _live_requests(self, data: st.DataObject, *, max_size: int) -> list[int]:
+        """A few distinct live requests, drawn from the model (the bundle also holds cleared ones)."""
+        live = sorted(self.kv.model.requests)
+        return data.draw(st.lists(st.sampled_from(live), unique=True, min_size=1, max_size=max_size), label="requests")
+
+    @precondition(lambda self: bool(self.kv.model.requests))
+    @rule(target=reqs, data=st.data(), new=st.integers(min_value=0, max_value=2))
+    def extend(self, data: st.DataObject, new: int) -> Any:
+        """Chunked prefill: live requests grow from their current length, new ones may join the batch."""
+        return self._extend(data, self._live_requests(data, max_size=3), new)
+
+    @rule(target=TokenKVMachine.freed, handle=consumes(reqs))
+    def free_request(self, handle: int) -> int:
+        self.do("free", handle=handle)
+        return handle
+
+    @precondition(lambda self: bool(self.kv.model.requests))
+    @rule(data=st.data())
+    def decode(self, data: st.DataObject) -> None:
+        """One decode step for a few live requests."""
+        self.do("decode", handles=self._live_requests(data, max_size=4))
+
+    @precondition(lambda self: bool(self.kv.model.requests))
+    @rule(data=st.data())
+    def decode_to_page_edge(self, data: st.DataObject) -> None:
+        """Decode steps until the first request's next token opens a page (one step if it already does)."""
+        handles = self._live_requests(data, max_size=4)
+        ps, length = self.kv.page_size, len(self.kv.model.slots[handles[0]])
+        for _ in range(ps - length % ps + 1 if length % ps else 1):
+            self.do("decode", handles=handles)

@@ -1,0 +1,57 @@
+"""Fuzz upstream SGLang's own allocators: ``sglang==0.5.23`` loaded on CPU without its package.
+
+Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they found):
+
+* ``token_kv=harness.upstream:TokenKV``      -- ``TokenToKVPoolAllocator``
+* ``paged_kv=harness.upstream:PagedKV``      -- ``PagedTokenToKVPoolAllocator`` (torch naive path)
+* ``mamba_slots=harness.upstream:MambaSlots`` -- ``MambaSlotAllocator``
+
+Resolving one of these names loads upstream first, so a missing or different
+``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
+message is the install command, instead of deep inside a fuzz run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.upstream.loader import (
+    INSTALL_HINT,
+    SUPPORTED_VERSION,
+    UpstreamModules,
+    UpstreamUnavailableError,
+    installed_version,
+    load_upstream,
+    unavailable_reason,
+)
+
+TARGETS: dict[str, str] = {
+    "token_kv": "harness.upstream:TokenKV",
+    "paged_kv": "harness.upstream:PagedKV",
+    "mamba_slots": "harness.upstream:MambaSlots",
+}
+"""Family name -> target spec of its upstream wrapper."""
+
+_ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
+
+__all__ = [
+    "INSTALL_HINT",
+    "SUPPORTED_VERSION",
+    "TARGETS",
+    "UpstreamModules",
+    "UpstreamUnavailableError",
+    "installed_version",
+    "load_upstream",
+    "unavailable_reason",
+    *_ADAPTERS,
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The wrapper classes, after checking that upstream loads (PEP 562)."""
+    if name in _ADAPTERS:
+        load_upstream()
+        from harness.upstream import adapters
+
+        return getattr(adapters, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

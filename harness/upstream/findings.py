@@ -1,0 +1,100 @@
+"""What fuzzing upstream SGLang 0.5.23 found, and machines that steer around it.
+
+Every trace under ``corpus/upstream/`` names its :class:`KnownFinding` in
+``provenance.finding``: replayed on the upstream wrapper it must break the recorded
+invariant, replayed on our pools it must pass (``docs/upstream-findings.md``
+explains each finding).
+
+A fuzz run stops at its first failure, so once a finding is known it hides
+everything behind it.  :func:`machine_avoiding_known_findings` withholds exactly
+the calls that reach a known finding and leaves the rest of the machine as it
+is, so the remaining state space is still fuzzed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.corpus import trace_key
+from harness.machines.base import PoolMachine, make_machine
+from harness.trace import Trace
+
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus" / "upstream"
+
+
+@dataclass(frozen=True)
+class KnownFinding:
+    """One upstream defect.  Its traces (``provenance.finding == key``) may show it through
+    different invariants: which check fires first depends on the pool's state."""
+
+    key: str
+    family: str
+    invariants: tuple[str, ...]
+    summary: str
+
+
+KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
+    KnownFinding(
+        "paged-decode-page-size-1", "paged_kv",
+        ("empty-pool-guard", "reserved-never-handed-out", "no-double-allocation"),
+        "PagedTokenToKVPoolAllocator.alloc_decode at page size 1 counts 0 new pages (seq % 1 == 1 is never true), "
+        "so it consumes nothing and returns last_loc + 1: a slot the request does not own",
+    ),
+    KnownFinding(
+        "mamba-clear-keeps-reservation", "mamba_slots", ("clear-restores",),
+        "MambaSlotAllocator.clear() keeps the group's reservation iterator, so alloc(1) after clear re-issues "
+        "reserved slots that clear already put back on the free list: one slot, two owners",
+    ),
+)
+FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
+
+
+# Family -> operation -> when the machine may still issue it (given the machine and the call's arguments).
+_KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
+    "paged_kv": {"decode": lambda machine, args: machine.kv.page_size > 1},
+    "mamba_slots": {"clear": lambda machine, args: not machine.window_open()},
+}
+
+
+def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:
+    """``make_machine(family, spec)``, except that calls reaching a known finding are not issued.
+
+    The filter sits on :meth:`PoolMachine.do`, below the rules, so it holds for every
+    rule that issues the operation (machines gain rules; this need not follow them).
+    A filtered call does nothing and returns ``None``, as a refused call does.
+    """
+    machine = make_machine(family, spec, device=device)
+    keep = _KEEP.get(family)
+    if not keep:
+        return machine
+
+    def do(self: PoolMachine, op: str, **args: Any) -> Any:
+        allowed = keep.get(op)
+        if allowed is not None and not allowed(self, args):
+            return None
+        return machine.do(self, op, **args)
+
+    return type(f"{machine.__name__}-avoiding-known", (machine,), {"do": do, "__module__": machine.__module__})
+
+
+def finding_path(trace: Trace, corpus: Path = CORPUS_DIR) -> Path:
+    """``corpus/upstream/<family>-<key>.json``: flat, one folder for every upstream family."""
+    return corpus / f"{trace.family}-{trace_key(trace)}.json"
+
+
+def save_finding(trace: Trace, finding: str, note: str, corpus: Path = CORPUS_DIR) -> Path:
+    """Write an upstream trace that shows ``finding``, expecting its violation on the upstream target only."""
+    invariant = trace.expect.get("invariant")
+    known = FINDINGS_BY_KEY[finding]
+    if trace.expect.get("outcome") != "violation" or invariant not in known.invariants:
+        raise ValueError(f"{trace.describe()} does not record a violation of {known.invariants}")
+    trace.expect = {"outcome": "violation", "invariant": invariant, "implementation": trace.implementation}
+    trace.provenance = {**trace.provenance, "finding": finding, "note": note}
+    path = finding_path(trace, corpus)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_text(trace.dumps())
+    return path

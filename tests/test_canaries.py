@@ -1,0 +1,55 @@
+"""Every canary is a real bug the harness catches, by the invariant its registry entry names.
+
+Each canary runs through :func:`harness.runner.run_machine` under the ``ci``
+profile (derandomised, so the outcome is the same on every run) with a
+100-example, 20-step budget: enough for the slowest canary to be found, and
+short examples keep hypothesis's shrinking (which picks the invariant that the
+minimal example violates) to a few seconds.  A canary whose family machine
+has not landed yet is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+
+from harness.canaries import CANARIES, canary_machine, machine_available
+from harness.invariants import INVARIANTS
+from harness.runner import run_machine, violation_of
+from harness.targets import FAMILIES, load_factory, resolve
+
+NAMES = sorted(CANARIES)
+
+
+def ci_budget() -> settings:
+    return settings(settings.get_profile("ci"), max_examples=100, stateful_step_count=20)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_registry_entry_resolves_to_a_callable_and_a_known_invariant(name: str) -> None:
+    entry = CANARIES[name]
+    assert entry.invariant in INVARIANTS
+    assert entry.bug and entry.upstream
+    assert callable(load_factory(entry.spec))
+    if entry.driver is not None:
+        assert callable(resolve(entry.driver))
+    if entry.family not in FAMILIES:
+        pytest.skip(f"family {entry.family!r} is not registered yet")
+
+
+def test_there_are_at_least_twelve_canaries_and_none_lives_in_pools() -> None:
+    assert len(CANARIES) >= 12
+    assert not [c.spec for c in CANARIES.values() if c.spec.startswith("pools")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_canary_is_caught_by_its_expected_invariant_under_the_ci_profile(name: str) -> None:
+    entry = CANARIES[name]
+    missing = machine_available(entry.family)
+    if missing is not None:
+        pytest.skip(missing)
+    with pytest.raises(Exception) as raised:
+        run_machine(canary_machine(name), settings=ci_budget())
+    violation = violation_of(raised.value)
+    assert violation is not None, f"{name} crashed the harness instead: {raised.value!r}"
+    assert violation.invariant_id == entry.invariant, str(violation)

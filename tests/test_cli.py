@@ -1,0 +1,126 @@
+"""``python -m harness``: the commands, their listing, dispatch and usage errors (no fuzzing here)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import cli
+from harness.invariants import INVARIANTS
+from harness.targets import FAMILIES
+from pools.page_alloc import KERNEL_NAMES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_usage_error(code: int, err: str, *fragments: str) -> None:
+    assert code == 2
+    assert err.startswith("poolfuzz: error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+# ----------------------------------------------------------------------- help
+def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    for command in ("fuzz", "list", "replay", "selfcheck", "bench"):
+        assert command in out
+
+
+def test_python_dash_m_harness_is_the_same_door(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0
+    for option in ("--target", "--seconds", "--minutes", "--workers", "--seed", "--device", "--corpus", "--report",
+                   "--steps", "--no-misuse", "--coverage", "--database"):
+        assert option in result.stdout
+
+
+# ----------------------------------------------------------------------- list
+def test_list_names_every_family_invariant_and_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0
+    for name, fam in FAMILIES.items():
+        assert name in out and fam.default in out
+    for invariant in INVARIANTS.values():
+        assert re.search(rf"^  {re.escape(invariant.id)} +{re.escape(invariant.statement)}$", out, re.MULTILINE)
+    assert f"page-alloc kernels: {', '.join(KERNEL_NAMES)}" in out
+
+
+def test_list_shows_driver_operations_and_an_active_override(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "list", "--target", "req_to_token=tests.fuzz_planted:ForgetfulFree")
+    assert code == 0
+    assert "tests.fuzz_planted:ForgetfulFree  override, default pools:ReqToTokenPool" in out
+    assert "operations: alloc, alloc_rows, clear, free, free_rows, write" in out
+
+
+def test_list_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "list", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert [f["family"] for f in data["families"]] == list(FAMILIES)
+    assert [i["id"] for i in data["invariants"]] == list(INVARIANTS)
+    assert data["page_alloc"]["kernels"] == list(KERNEL_NAMES)
+
+
+# ------------------------------------------------------------- usage errors
+@pytest.mark.parametrize(("target", "fragment"), [
+    ("no_such_family", "unknown family 'no_such_family'"),
+    ("req_to_token=no.such.module:Pool", "cannot import 'no.such.module'"),
+    ("req_to_token=tests.fuzz_planted:Nope", "has no attribute 'Nope'"),
+])
+def test_a_target_that_does_not_resolve_is_a_one_line_usage_error(
+    capsys: pytest.CaptureFixture[str], target: str, fragment: str
+) -> None:
+    code, _, err = run_cli(capsys, "fuzz", "--target", target, "--seconds", "1")
+    assert_one_line_usage_error(code, err, fragment)
+
+
+@pytest.mark.parametrize("argv", [
+    ["fuzz", "--workers", "zero"], ["fuzz", "--workers", "0"], ["fuzz", "--seconds", "-1"],
+    ["fuzz", "--seconds", "1", "--minutes", "1"], ["fuzz", "--device", "tpu"], ["no-such-command"], [],
+])
+def test_malformed_arguments_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "usage:" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_cuda_without_a_device_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "fuzz", "--device", "cuda", "--target", "req_to_token", "--seconds", "1")
+    assert_one_line_usage_error(code, err, "no CUDA device")
+
+
+# ------------------------------------------------------------------ dispatch
+def test_other_commands_get_the_remaining_arguments(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "fake_command.py").write_text(
+        "def main(argv):\n    print('fake got', argv)\n    return 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.DISPATCHED, "replay", ("fake_command", "a stand-in"))
+    code, out, _ = run_cli(capsys, "replay", "corpus/x.json", "--verbose")
+    assert (code, out) == (3, "fake got ['corpus/x.json', '--verbose']\n")
+
+
+def test_a_command_whose_module_is_missing_says_so_and_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(cli.DISPATCHED, "bench", ("harness.no_such_module", "a stand-in"))
+    code, _, err = run_cli(capsys, "bench", "--quick")
+    assert_one_line_usage_error(code, err, "'bench' is not available", "harness.no_such_module is missing")
