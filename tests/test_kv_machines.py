@@ -24,13 +24,6 @@ from pools.errors import GroupStateError
 from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel
 from strategies.kv import paged_kv_configs
-from tests.conftest import DEVICES
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["token_kv", "paged_kv"])
-def test_the_kv_machines_find_no_violation_in_the_shipped_allocators(family: str, device: str) -> None:
-    run_machine(make_machine(family, device=device))
 
 
 def test_the_driver_accepts_a_refusal_that_merged_the_staging_area() -> None:

@@ -20,7 +20,6 @@ from harness.machines import make_machine
 from harness.runner import run_machine
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool
-from tests.conftest import DEVICES
 
 FAMILIES = ["mamba_slots", "hybrid_req_to_token"]
 
@@ -73,19 +72,6 @@ def violated_invariant(family: str, broken: type) -> InvariantViolation:
 
 
 # ------------------------------------------------------------------ the real pools
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_mamba_machine_finds_no_violation_in_the_real_pool(
-    family: str, device: str, target_overrides: dict[str, str]
-) -> None:
-    run_machine(make_machine(family, overrides=target_overrides, device=device))
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_mamba_machine_with_misuse_off_issues_valid_calls_only_and_stays_green(family: str) -> None:
-    run_machine(make_machine(family, check_misuse=False))
-
-
 def test_slot_driver_predicts_the_reservation_order_and_what_group_end_returns() -> None:
     driver = MambaSlotDriver(MambaSlotAllocator, {"size": 5, "device": "cpu"})
     driver.step("alloc", need_size=1)

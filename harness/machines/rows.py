@@ -1,8 +1,8 @@
 """Machines for ``ReqToTokenPool`` and ``DecodeReqToTokenPool``.
 
 Bundles hold request handles and raw rows.  ``consumes`` moves a freed handle
-out of ``reqs`` into ``freed``; drawing from ``freed`` re-admits a request or,
-through the double-free rule, frees it again.  Whether a call is valid is the
+out of ``reqs`` into ``freed``, from which the double-free rule frees it again;
+``alloc`` batches name known handles by index, so a freed request can re-enter.  Whether a call is valid is the
 driver's decision, from the model, so any interleaving is well-defined.
 """
 
@@ -29,10 +29,25 @@ class RowPoolMachine(PoolMachine):
 
     def occupancy(self) -> float:
         model = self.driver.model  # type: ignore[union-attr]
-        return 1.0 - len(model.free) / max(1, model.num_rows)
+        if model.num_rows == 0:
+            return 0.0
+        return 1.0 - len(model.free) / model.num_rows
 
-    @rule(target=reqs, batch=st.lists(st.one_of(st.none(), reqs, freed), max_size=4))
-    def alloc(self, batch: list[int | None]) -> Any:
+    def known_handle(self, pick: int | None) -> int | None:
+        """``None`` (a new request), or the ``pick``-th handle ever created, modulo their number.
+
+        Drawing existing handles from bundles inside ``st.lists`` would abort the
+        example whenever a bundle is empty; an index into the driver's handles never does.
+        """
+        handles = self.driver.reqs if self.driver is not None else {}
+        if pick is None or not handles:
+            return None
+        return sorted(handles)[pick % len(handles)]
+
+    @rule(target=reqs, picks=st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=15)), max_size=4))
+    def alloc(self, picks: list[int | None]) -> Any:
+        """A batch of new requests (``None``) and known ones: live ones reuse their row, freed ones re-enter."""
+        batch = [self.known_handle(pick) for pick in picks]
         return multiple(*(self.do("alloc", batch=batch) or []))
 
     @rule(target=freed, handle=consumes(reqs))
