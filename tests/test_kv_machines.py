@@ -17,11 +17,11 @@ from hypothesis import Phase
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
-from harness.drivers.kv import PagedKVDriver
+from harness.drivers.kv import PagedKVDriver, TokenKVDriver
 from harness.machines import PoolMachine, make_machine
 from harness.runner import run_machine, settings_for, violation_of
 from pools.errors import GroupStateError
-from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator
+from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel
 from strategies.kv import paged_kv_configs
 
@@ -136,3 +136,28 @@ def test_upstreams_decode_count_at_page_size_one_is_caught_as_a_miscount_or_an_u
 
 def test_a_kernel_that_reorders_pages_disagrees_with_the_loop_oracle() -> None:
     assert caught(KernelReversesPages) == "kernel-agreement"
+
+
+@pytest.mark.parametrize(
+    ("config", "steps"),
+    [
+        pytest.param(
+            {"size": 8, "need_sort": False},
+            [("alloc", {"need_size": 3}), ("free", {"handle": 0}), ("merge", {}), ("alloc", {"need_size": 6})],
+            id="merge-with-nothing-staged-keeps-the-order",
+        ),
+        pytest.param(
+            {"size": 3, "need_sort": True},
+            [("alloc", {"need_size": 1}), ("free", {"handle": 0}), ("alloc", {"need_size": 1}), ("group_begin", {}),
+             ("free", {"handle": 1}), ("alloc", {"need_size": 3}), ("group_end", {}), ("alloc", {"need_size": 2})],
+            id="a-refusal-inside-a-group-may-merge-the-staging-area",
+        ),
+    ],
+)
+def test_the_token_model_follows_every_merge_the_contract_allows(
+    config: dict[str, object], steps: list[tuple[str, dict[str, int]]]
+) -> None:
+    driver = TokenKVDriver(TokenToKVPoolAllocator, {**config, "device": "cpu"})
+    for op, args in steps:
+        driver.step(op, **args)
+    driver.teardown()

@@ -135,12 +135,13 @@ class KVModel:
     def take(self, pages: list[int]) -> None:
         """``pages`` (one of :meth:`heads`) left the free pages: keep the orders that yield them."""
         if not pages:
+            self.may_have_merged()  # a call that takes nothing may still merge (upstream's extend bound does)
             return
         n, kept = len(pages), []
         for free, staged in self.orders:
             if list(free[:n]) == pages:
                 kept.append((free[n:], staged))
-            merged = tuple(sorted(free + staged))
+            merged, _ = _merged((free, staged))
             if staged and list(merged[:n]) == pages:
                 kept.append((merged[n:], ()))
         assert kept, f"model: {pages} is not a head of {self.orders}"
@@ -152,10 +153,13 @@ class KVModel:
             self.owner[page] = handle
         self.slots[handle].extend(slots)
 
+    def may_have_merged(self) -> None:
+        """An allocating call may merge the staging area whatever it takes: keep both outcomes."""
+        self._set_orders([*self.orders, *(_merged(order) for order in self.orders if order[1])])
+
     def refused(self) -> None:
         """A refusal may have merged the staging area first (both implementations do)."""
-        if self.has_staged:
-            self._set_orders([*self.orders, self._merged()])
+        self.may_have_merged()
 
     def release_slots(self, handle: int, slots: list[int]) -> list[int]:
         """``handle`` frees ``slots`` (whole pages, in one call); returns the pages as the free call orders them."""
@@ -192,7 +196,8 @@ class KVModel:
         return pages
 
     def merge(self) -> None:
-        self.orders = [self._merged()]
+        """``merge_and_sort_free``: sorts only when something is staged (upstream's ``if release pages``)."""
+        self._set_orders([_merged(order) for order in self.orders])
 
     def clear(self) -> None:
         """Every page free in order; every live handle is retired (its slots count as released)."""
@@ -203,10 +208,6 @@ class KVModel:
         self.owner = {}
         self.slots = {}
         self.requests = set()
-
-    def _merged(self) -> Order:
-        free, staged = self.orders[0]
-        return tuple(sorted(free + staged)), ()
 
     def _release(self, pages: list[int]) -> None:
         added = tuple(pages)
@@ -226,3 +227,9 @@ class KVModel:
         for free, staged in self.orders:
             every = [*free, *staged, *self.pending_pages(), *self.owner]
             assert sorted(every) == list(range(1, self.num_pages + 1)), f"model partition broken: {self.orders}"
+
+
+def _merged(order: Order) -> Order:
+    """The order after merging its staging area into the free pages (sorted), or unchanged if nothing is staged."""
+    free, staged = order
+    return (tuple(sorted(free + staged)), ()) if staged else order
