@@ -41,7 +41,7 @@ FAMILIES: dict[str, Family] = {
                "harness.machines.rows:DecodeRowPoolMachine", "decode request rows with pre-allocation, head pop"),
         Family("mamba_slots", "pools:MambaSlotAllocator", "harness.drivers.mamba:MambaSlotDriver",
                "harness.machines.mamba:MambaSlotMachine", "Mamba state slots with group windows"),
-        Family("hybrid_req_to_token", "pools:HybridReqToTokenPool", "harness.drivers.mamba:HybridDriver",
+        Family("hybrid_req_to_token", "pools:HybridReqToTokenPool", "harness.drivers.hybrid:HybridDriver",
                "harness.machines.mamba:HybridMachine", "request rows plus Mamba slots, all-or-nothing"),
         Family("token_kv", "pools:TokenToKVPoolAllocator", "harness.drivers.kv:TokenKVDriver",
                "harness.machines.kv:TokenKVMachine", "KV token slots, page size 1"),

@@ -14,10 +14,10 @@ from pools.page_alloc import get_kernel
 
 @pytest.mark.parametrize("batch", [1, 8, 64])
 def test_the_per_request_baseline_writes_what_the_oracle_writes(batch: int) -> None:
-    *inputs, out = extend_inputs(batch, 16, seed=batch)
+    pre, seq, last, pages, out = extend_inputs(batch, 16, seed=batch)
     expected, actual = out.clone().fill_(-7), out.clone().fill_(-7)
-    get_kernel("loop").extend(*inputs, expected, 16)
-    extend_per_request_torch(*inputs, actual, 16)
+    get_kernel("loop").extend(pre, seq, last, pages, expected, 16)
+    extend_per_request_torch(pre, seq, last, pages, actual, 16)
     assert torch.equal(actual, expected)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.drivers.mamba import HybridDriver, MambaSlotDriver
+from harness.drivers.hybrid import HybridDriver
+from harness.drivers.mamba import MambaSlotDriver
 from harness.invariants import InvariantViolation
 from harness.machines import make_machine
 from harness.runner import run_machine

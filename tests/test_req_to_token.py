@@ -179,7 +179,7 @@ def test_writing_row_zero_is_refused_and_other_rows_are_written(pool: RowPool) -
 def test_impossible_constructor_sizes_raise_bad_size(bad: dict[str, int]) -> None:
     kwargs = {"size": 2, "max_context_len": 4, **bad}
     with pytest.raises(BadSizeError):
-        ReqToTokenPool(**kwargs)
+        ReqToTokenPool(kwargs["size"], kwargs["max_context_len"])
 
 
 def test_an_empty_pool_hands_out_nothing() -> None:

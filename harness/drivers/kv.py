@@ -25,7 +25,14 @@ import torch
 from harness.driver import SKIPPED, Driver, operation
 from harness.invariants import InvariantViolation, check, check_unique
 from harness.models.kv import KVModel
-from pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
+from pools.errors import (
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
 from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 
 

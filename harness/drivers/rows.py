@@ -14,7 +14,14 @@ import torch
 from harness.driver import SKIPPED, Driver, operation
 from harness.invariants import InvariantViolation, check, check_unique
 from harness.models.rows import RowModel
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
+from pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    PoolError,
+    ReservedIndexError,
+)
 from pools.req_to_token import Req
 
 

@@ -16,12 +16,26 @@ from typing import Any, cast
 
 from hypothesis import strategies as st
 from hypothesis import target
-from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    consumes,
+    initialize,
+    multiple,
+    precondition,
+    rule,
+)
 
-from harness.drivers.mamba import HybridDriver, MambaSlotDriver
+from harness.drivers.hybrid import HybridDriver
+from harness.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
 from harness.models.mamba import SlotModel
-from strategies.mamba import group_sizes, hybrid_configs, mamba_slot_configs, raw_slots, slot_counts
+from strategies.mamba import (
+    group_sizes,
+    hybrid_configs,
+    mamba_slot_configs,
+    raw_slots,
+    slot_counts,
+)
 
 
 class _WindowMachine(PoolMachine):

@@ -39,7 +39,7 @@ class RowPoolMachine(PoolMachine):
         Drawing existing handles from bundles inside ``st.lists`` would abort the
         example whenever a bundle is empty; an index into the driver's handles never does.
         """
-        handles = self.driver.reqs if self.driver is not None else {}
+        handles = getattr(self.driver, "reqs", {})
         if pick is None or not handles:
             return None
         return sorted(handles)[pick % len(handles)]
