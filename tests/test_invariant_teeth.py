@@ -1,0 +1,60 @@
+"""Every invariant id has teeth: a deliberately broken pool trips exactly that id.
+
+Most ids are proven by a canary (``harness/canaries``, run by ``tests/test_canaries.py``);
+the broken pools here cover the rest.  Broken pools live in tests, never in ``pools/``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import Phase
+
+from harness.canaries import CANARIES
+from harness.invariants import INVARIANTS
+from harness.machines import make_machine
+from harness.runner import run_machine, settings_for, violation_of
+from pools import BadSizeError, Req, ReqToTokenPool
+
+
+class LeakyFree(ReqToTokenPool):
+    """``free(req)`` forgets to put the row back on the free list: a leak."""
+
+    def free(self, req: Req) -> None:
+        row = req.req_pool_idx
+        super().free(req)
+        self.free_slots.remove(row)  # type: ignore[arg-type]
+
+
+class RefusesBatchesOfThree(ReqToTokenPool):
+    """Over-eager validation: a perfectly valid ``alloc_rows(3)`` raises."""
+
+    def alloc_rows(self, need_size: int) -> list[int] | None:
+        if need_size == 3:
+            raise BadSizeError(self.pool_name, "need_size", need_size, "three is unlucky")
+        return super().alloc_rows(need_size)
+
+
+TEETH: dict[str, tuple[str, str]] = {
+    "conservation": ("req_to_token", f"{__name__}:LeakyFree"),
+    "no-double-allocation": ("paged_kv", "tests.test_kv_machines:FreeWithoutDedup"),
+    "valid-call-accepted": ("req_to_token", f"{__name__}:RefusesBatchesOfThree"),
+    "kernel-agreement": ("paged_kv", "tests.test_kv_machines:KernelReversesPages"),
+}
+
+
+def caught_by(family: str, spec: str) -> str:
+    with pytest.raises(BaseException) as failure:
+        run_machine(make_machine(family, spec), settings=settings_for(max_examples=300, phases=[Phase.generate]))
+    violation = violation_of(failure.value)
+    assert violation is not None, f"{spec} failed without a violation: {failure.value!r}"
+    return violation.invariant_id
+
+
+def test_every_invariant_id_is_proven_by_a_canary_or_a_broken_pool_here() -> None:
+    proven = {canary.invariant for canary in CANARIES.values()} | set(TEETH)
+    assert proven == set(INVARIANTS)
+
+
+@pytest.mark.parametrize("invariant_id", sorted(TEETH))
+def test_the_broken_pool_trips_exactly_its_invariant(invariant_id: str) -> None:
+    assert caught_by(*TEETH[invariant_id]) == invariant_id
