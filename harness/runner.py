@@ -15,8 +15,10 @@ from typing import Any
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from harness.corpus import save_trace
 from harness.invariants import InvariantViolation
 from harness.machines.base import PoolMachine
+from harness.shrink import shrink_trace
 from harness.trace import Trace, fill_provenance
 
 
@@ -57,8 +59,6 @@ def run_machine(
         violation = violation_of(exc)
         if trace is None or violation is None:
             raise
-        from harness.shrink import shrink_trace
-
         found = len(trace.steps)
         trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=machine.implementation or None,
                              factory=getattr(machine, "factory", None), check_misuse=machine.check_misuse)
@@ -69,8 +69,6 @@ def run_machine(
         violation.trace = trace  # type: ignore[attr-defined]
         saved = ""
         if corpus is not None:
-            from harness.corpus import save_trace
-
             path = save_trace(trace, Path(corpus))
             violation.trace_path = path  # type: ignore[attr-defined]
             saved = f"\n  saved to {path}"
