@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bench import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch, main
+from harness.bench import main
+from harness.bench_baselines import (
+    HeadSliceReqToTokenPool,
+    extend_inputs,
+    extend_per_request_torch,
+)
 from pools import ReqToTokenPool
 from pools.page_alloc import get_kernel
 
