@@ -60,6 +60,17 @@ class PoolMachine(RuleBasedStateMachine):
         self.peak_occupancy = max(self.peak_occupancy, self.occupancy())
         return result
 
+    def known_handle(self, pick: int | None) -> int | None:
+        """``None`` (a new request), or the ``pick``-th handle ever created, modulo their number.
+
+        Drawing existing handles from bundles inside ``st.lists`` would abort the
+        example whenever a bundle is empty; an index into the driver's handles never does.
+        """
+        handles = getattr(self.driver, "reqs", {})
+        if pick is None or not handles:
+            return None
+        return sorted(handles)[pick % len(handles)]
+
     def occupancy(self) -> float:
         """Fraction of the pool in use; machines override to steer ``target()`` toward full pools."""
         return 0.0

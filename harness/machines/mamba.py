@@ -141,10 +141,17 @@ class MambaSlotMachine(_WindowMachine):
         self.do("group_end")
         return multiple(*handles)
 
-    @rule(target=freed, handles=st.lists(consumes(slots), min_size=1, max_size=2))
-    def free(self, handles: list[int]) -> Any:
-        self.do("free", handles=handles)
-        return multiple(*handles)
+    @rule(target=freed, handle=consumes(slots), pair=st.booleans())
+    def free(self, handle: int, pair: bool) -> Any:
+        """Free one drawn handle, or with ``pair`` also the lowest other live handle, in one call.
+
+        Only one handle comes from the bundle: a list of ``consumes`` draws
+        aborts the example when the bundle runs dry mid-list.
+        """
+        live = self.driver.model.live  # type: ignore[union-attr]
+        others = sorted(h for h in live.values() if h != handle)[:1] if pair else []
+        self.do("free", handles=[handle, *others])
+        return handle
 
     @precondition(lambda self: self.misuse_allowed())
     @rule(handle=freed)
@@ -192,8 +199,10 @@ class HybridMachine(_WindowMachine):
         rows = 1.0 - len(model.free) / max(1, model.num_rows)
         return max(rows, 1.0 - model.slots.capacity / max(1, model.slots.size))
 
-    @rule(target=reqs, batch=st.lists(st.one_of(st.none(), reqs, released), max_size=3))
-    def alloc(self, batch: list[int | None]) -> Any:
+    @rule(target=reqs, picks=st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=15)), max_size=3))
+    def alloc(self, picks: list[int | None]) -> Any:
+        """New requests (``None``) and known ones by index: live ones reuse, released ones re-enter."""
+        batch = [self.known_handle(pick) for pick in picks]
         return multiple(*(self.do("alloc", batch=batch) or []))
 
     @precondition(lambda self: not self.window_open())
@@ -218,9 +227,11 @@ class HybridMachine(_WindowMachine):
         self.do("free", handle=handle)
         return handle
 
-    @rule(handle=st.one_of(reqs, released))
-    def free_mamba_cache(self, handle: int) -> None:
-        self.do("free_mamba_cache", handle=handle)
+    @precondition(lambda self: bool(getattr(self.driver, "reqs", None)))
+    @rule(pick=st.integers(min_value=0, max_value=15))
+    def free_mamba_cache(self, pick: int) -> None:
+        """Any known request, by index: live, released or already without a slot (then misuse)."""
+        self.do("free_mamba_cache", handle=self.known_handle(pick))
 
     @precondition(lambda self: self.misuse_allowed())
     @rule(handle=released)

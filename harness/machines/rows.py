@@ -33,17 +33,6 @@ class RowPoolMachine(PoolMachine):
             return 0.0
         return 1.0 - len(model.free) / model.num_rows
 
-    def known_handle(self, pick: int | None) -> int | None:
-        """``None`` (a new request), or the ``pick``-th handle ever created, modulo their number.
-
-        Drawing existing handles from bundles inside ``st.lists`` would abort the
-        example whenever a bundle is empty; an index into the driver's handles never does.
-        """
-        handles = getattr(self.driver, "reqs", {})
-        if pick is None or not handles:
-            return None
-        return sorted(handles)[pick % len(handles)]
-
     @rule(target=reqs, picks=st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=15)), max_size=4))
     def alloc(self, picks: list[int | None]) -> Any:
         """A batch of new requests (``None``) and known ones: live ones reuse their row, freed ones re-enter."""
@@ -64,9 +53,16 @@ class RowPoolMachine(PoolMachine):
     def alloc_rows(self, need_size: int) -> Any:
         return multiple(*(self.do("alloc_rows", need_size=need_size) or []))
 
-    @rule(rows=st.lists(consumes(rows), min_size=1, max_size=3))
-    def free_rows(self, rows: list[int]) -> None:
-        self.do("free_rows", rows=rows)
+    @rule(row=consumes(rows), more=st.integers(min_value=0, max_value=2))
+    def free_rows(self, row: int, more: int) -> None:
+        """Free a drawn row plus up to ``more`` other live raw rows in one call.
+
+        Only one row comes from the bundle: a list of ``consumes`` draws aborts
+        the example when the bundle runs dry mid-list.
+        """
+        model = self.driver.model  # type: ignore[union-attr]
+        others = sorted(r for r, owner in model.owner.items() if owner is None and r != row)[:more]
+        self.do("free_rows", rows=[row, *others])
 
     @precondition(lambda self: self.misuse_enabled)
     @rule(rows=st.lists(st.integers(min_value=-1, max_value=20), min_size=1, max_size=3))
