@@ -35,9 +35,16 @@ class UsageError(ValueError):
 
 
 # ------------------------------------------------------------------ parser
+def usable_cores() -> int:
+    """Cores this process may run on (CPU affinity, as in containers and CI), not all the machine has."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def _workers(value: str) -> int:
     if value == "auto":
-        return os.cpu_count() or 1
+        return usable_cores()
     try:
         number = int(value)
     except ValueError:
@@ -70,7 +77,7 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
     budget.add_argument("--seconds", type=_positive(float), metavar="N", help="time budget in seconds (default 60)")
     budget.add_argument("--minutes", type=_positive(float), metavar="N", help="time budget in minutes")
     fuzz.add_argument("--workers", type=_workers, default="auto", metavar="N|auto",
-                      help="worker processes (default auto: one per core)")
+                      help="worker processes (default auto: one per usable core)")
     fuzz.add_argument("--seed", type=int, help="seed of the whole run (default: random, printed and reported)")
     fuzz.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where pools allocate (default cpu)")
     fuzz.add_argument("--corpus", type=Path, default=Path("corpus/found"), metavar="DIR",

@@ -238,7 +238,8 @@ def test_a_worker_hit_by_a_cuda_error_reports_it_and_is_replaced(
     assert report["crashes"] == []
     failure = report["failures"][0]
     assert failure["target"] == poisoning
-    assert failure["message"].startswith("RuntimeError: CUDA error: an illegal memory access")
+    # Raised inside a valid call, the error is also a [valid-call-accepted] violation; either way it is named.
+    assert "RuntimeError: CUDA error: an illegal memory access" in failure["message"]
     replaced = failure["worker"]
     assert f"{replaced}.1" in {w["worker"] for w in report["workers"]}
     assert f"worker {replaced}: CUDA error on {poisoning}; replacing the process" in err

@@ -33,7 +33,6 @@ class RowPoolDriver(Driver):
         num_rows = int(config["size"]) + int(config.get("pre_alloc_size", 0))
         self.model = RowModel(num_rows)
         self.reqs: dict[int, Req] = {}
-        self.stale: set[int] = set()
 
     # ------------------------------------------------------------ helpers
     def _holds_live_row(self, handle: int) -> bool:
@@ -123,7 +122,6 @@ class RowPoolDriver(Driver):
             check(req.req_pool_idx is None, "valid-call-accepted", "free left req_pool_idx set", row=row)
             assert row is not None
             self.model.release(row)
-            self.stale.discard(handle)
             return
         if not self._row_is_free(handle) or not self.check_misuse:
             # The stale row now belongs to someone else: no pool can tell. Not a call to make.
@@ -174,7 +172,6 @@ class RowPoolDriver(Driver):
     @operation
     def clear(self) -> None:
         self.expect_accepted(self.pool.clear, "clear()")
-        self.stale.update(self.live_handles())
         self.model.clear()
         available = self.pool.available_size()
         check(available == self.model.num_rows, "clear-restores", "clear left rows allocated",

@@ -40,7 +40,3 @@ class RowModel:
         """Free a live row; returns the handle that held it."""
         self.free.add(row)
         return self.owner.pop(row)
-
-    @property
-    def live(self) -> set[int]:
-        return set(self.owner)
