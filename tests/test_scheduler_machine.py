@@ -72,7 +72,7 @@ def test_a_retract_that_frees_from_the_ceiling_is_reported_as_a_leak() -> None:
 
 def test_the_planted_retract_bug_leaks_exactly_the_partial_page() -> None:
     config = {"size": 2, "max_context_len": 16, "page_size": 4, "kv_pages": 4, "kernel": "loop", "device": "cpu"}
-    driver = CeilRetractDriver(build_scheduler_pools, config)
+    driver = CeilRetractDriver(build_scheduler_pools, config, audit_period=1)  # the equation runs with audits
     (handle,) = driver.step("admit", requests=[[7, 7]])
     with pytest.raises(InvariantViolation, match="scheduler-conservation") as caught:
         driver.step("retract", handle=handle, keep=5)  # keeps tokens 0..3; tokens 4..6 sit on the leaked page
