@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.models.pages import decode_pages_needed, extend_pages_needed
+
 Order = tuple[tuple[int, ...], tuple[int, ...]]
 """``(free list, staging area)``: one arrangement of the free pages the pool may be in."""
 
@@ -111,16 +113,10 @@ class KVModel:
         return [list(o) for o in dict.fromkeys(tuple(o) for o in options)]
 
     def extend_pages_needed(self, pre: int, seq: int) -> int:
-        """``ceil(seq/ps) - ceil(pre/ps)``: the prefix's partial page is finished first, for free."""
-        ps = self.page_size
-        return -(-seq // ps) - -(-pre // ps)
+        return extend_pages_needed(pre, seq, self.page_size)
 
     def decode_pages_needed(self, seq: int) -> int:
-        """A post-step length ``seq`` opens a page iff token ``seq - 1`` is a page's first: ``(seq-1) % ps == 0``.
-
-        Upstream counts ``seq % ps == 1`` instead, which is never true at page size 1.
-        """
-        return 1 if (seq - 1) % self.page_size == 0 else 0
+        return decode_pages_needed(seq, self.page_size)
 
     # ------------------------------------------------------------- changes
     def new_handle(self, *, request: bool) -> int:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-def ceil_div(x: int, d: int) -> int:
-    return -(-x // d)
+from harness.models.pages import decode_pages_needed, extend_pages_needed
 
 
 @dataclass
@@ -72,11 +70,11 @@ class SchedulerModel:
 
     def extend_pages(self, prefix: int, seq: int) -> int:
         """Fresh pages an extend from ``prefix`` to ``seq`` tokens consumes."""
-        return ceil_div(seq, self.page_size) - ceil_div(prefix, self.page_size)
+        return extend_pages_needed(prefix, seq, self.page_size)
 
     def decode_pages(self, seq: int) -> int:
         """Fresh pages a decode to post-step length ``seq`` consumes."""
-        return int((seq - 1) % self.page_size == 0)
+        return decode_pages_needed(seq, self.page_size)
 
     def retract_start(self, keep: int) -> int:
         """First token a retract frees: the page boundary at or below ``keep`` (the #4977 rule).

@@ -1,0 +1,24 @@
+"""Page arithmetic the KV models share: the contract's counts, written once and independently of the pools.
+
+The models must not borrow :mod:`pools.page_alloc.counting`: a bug there would
+then agree with itself.
+"""
+
+from __future__ import annotations
+
+
+def ceil_div(x: int, d: int) -> int:
+    return -(-x // d)
+
+
+def extend_pages_needed(prefix: int, seq: int, page_size: int) -> int:
+    """``ceil(seq/ps) - ceil(prefix/ps)``: the prefix's partial page is finished first, for free."""
+    return ceil_div(seq, page_size) - ceil_div(prefix, page_size)
+
+
+def decode_pages_needed(seq: int, page_size: int) -> int:
+    """A post-step length ``seq`` opens a page iff token ``seq - 1`` is a page's first: ``(seq-1) % ps == 0``.
+
+    Upstream counts ``seq % ps == 1`` instead, which is never true at page size 1.
+    """
+    return int((seq - 1) % page_size == 0)
