@@ -79,8 +79,9 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
     ``FAMILY`` fuzzes the family's implementation in use (its default, or a
     ``POOLFUZZ_TARGETS`` override); ``FAMILY=module:attr`` fuzzes that
     implementation instead.  Naming a family whose machine or implementation
-    does not import is an :class:`UnknownTargetError`; with no names, every
-    registered family is tried and those that do not import are skipped.
+    does not import is an :class:`UnknownTargetError`, and so is a
+    ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
+    every registered family is tried and defaults that do not import are skipped.
     """
     explicit = bool(items)
     wanted: list[tuple[str, str]] = []
@@ -97,7 +98,7 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
             resolve(family(name).machine)
             load_factory(spec)
         except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
-            if explicit:
+            if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env
                 raise UnknownTargetError(f"target {name}={spec}: {exc}") from None
             skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
             continue

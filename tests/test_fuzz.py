@@ -70,6 +70,14 @@ def test_a_named_target_that_does_not_resolve_is_an_error(item: str) -> None:
         select_targets([item])
 
 
+def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_skip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POOLFUZZ_TARGETS", "req_to_token=no.such.module:Pool")
+    with pytest.raises(UnknownTargetError, match="no.such.module"):
+        select_targets([])
+
+
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     ghost = Family("ghost", "pools:ReqToTokenPool", "harness.drivers.ghost:GhostDriver",
                    "harness.machines.ghost:GhostMachine", "not written yet")
