@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.invariants import InvariantViolation, check
+from harness.invariants import InvariantViolation, check, check_slot_layout
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel, triton_available
 from strategies.page_alloc import PageBatch
@@ -112,16 +112,11 @@ def pages_consumed(batch: PageBatch, out: list[int]) -> list[int]:
 
 def check_layout(batch: PageBatch, out: list[int]) -> None:
     """``page-layout`` on the oracle's output: offsets, continuation of ``last_loc``, pages in order."""
-    ps, j = batch.page_size, 0
+    j = 0
     for request, (pre, seq, last) in enumerate(zip(batch.prefix_lens, batch.seq_lens, batch.last_loc)):
-        for position in range(seq - 1, seq) if batch.decode else range(pre, seq):
-            slot = out[j]
-            check(slot % ps == position % ps, "page-layout", "slot offset differs from the position's",
-                  request=request, position=position, slot=slot, page_size=ps)
-            if pre % ps and position < -(-pre // ps) * ps:
-                check(slot == last + 1 + position - pre, "page-layout", "a phase-1 slot does not continue last_loc",
-                      request=request, position=position, slot=slot, last_loc=last)
-            j += 1
+        check_slot_layout(out[j: j + seq - pre], prefix=pre, last_loc=last, page_size=batch.page_size,
+                          what="oracle output", request=request)
+        j += seq - pre
     used = pages_consumed(batch, out)
     check(used == list(batch.kernel_pages), "page-layout", "the pages used are not exactly free_pages, in order",
           used=used[:16], free_pages=list(batch.kernel_pages)[:16])

@@ -12,6 +12,7 @@ at teardown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,3 +120,22 @@ def check_unique(values: list[int], invariant_id: str, what: str) -> None:
         seen: set[int] = set()
         dups = sorted({v for v in values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
         raise InvariantViolation(invariant_id, f"{what} contains duplicates", duplicates=dups)
+
+
+def check_slot_layout(
+    slots: Sequence[int], *, prefix: int, last_loc: int, page_size: int, what: str, **context: Any
+) -> None:
+    """``page-layout`` for the slots one request gets for positions ``prefix, prefix + 1, ...``.
+
+    Each slot's offset in its page equals its position's, and the positions
+    still inside the prefix's partial page continue ``last_loc`` (phase 1 of
+    the extend kernel; a decode is the one-token case with ``prefix = seq - 1``).
+    """
+    first_new = -(-prefix // page_size) * page_size
+    for position, slot in enumerate(slots, prefix):
+        check(slot % page_size == position % page_size, "page-layout", f"{what}: slot offset differs from its position's",
+              position=position, slot=slot, page_size=page_size, **context)
+        if position < first_new:
+            check(slot == last_loc + 1 + position - prefix, "page-layout",
+                  f"{what}: a slot in the prefix's partial page does not continue last_loc",
+                  position=position, slot=slot, last_loc=last_loc, **context)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from harness.driver import SKIPPED, Driver, operation
-from harness.invariants import InvariantViolation, check, check_unique
+from harness.invariants import InvariantViolation, check, check_slot_layout, check_unique
 from harness.models.kv import KVModel
 from pools.errors import (
     BadSizeError,
@@ -404,13 +404,11 @@ class PagedKVDriver(TokenKVDriver):
         self._check_fresh_slots(slots, what)
         fresh: list[int] = []
         for (start, stop), pre, last in zip(_spans(pres, seqs), pres, lasts):
+            check_slot_layout(slots[start:stop], prefix=pre, last_loc=last, page_size=ps, what=what)
             first_new = -(-pre // ps) * ps
             own: dict[int, int] = {}
             for pos, slot in enumerate(slots[start:stop], pre):
-                check(slot % ps == pos % ps, "page-layout", f"{what}: slot {slot} for position {pos} at page size {ps}")
                 if pos < first_new:
-                    check(slot == last + 1 + pos - pre, "page-layout",
-                          f"{what}: position {pos} must continue last_loc {last}", slot=slot)
                     continue
                 page = own.setdefault(pos // ps, slot // ps)
                 check(slot // ps == page, "page-layout", f"{what}: position {pos} left its page {page}", slot=slot)

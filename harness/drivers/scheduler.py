@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from harness.driver import SKIPPED, Driver, operation
-from harness.invariants import InvariantViolation, check, check_unique
+from harness.invariants import InvariantViolation, check, check_slot_layout, check_unique
 from harness.models.scheduler import ReqState, SchedulerModel
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.mamba import HybridReqToTokenPool
@@ -152,12 +152,10 @@ class SchedulerDriver(Driver):
         check(sorted(after) == sorted(set(before) - set(pages)) and len(after) == len(before) - need, "page-layout",
               f"{what} consumed other than its {need} counted pages", consumed=sorted(set(before) - set(after)))
         start = 0
-        for state, pre, seq in zip(states, pres, seqs):
+        for state, pre, seq, last in zip(states, pres, seqs, last_loc.tolist()):
             width = 1 if decode else seq - pre
             slots = out[start: start + width]
-            for position, slot in zip(range(seq - width, seq), slots):
-                check(slot % ps == position % ps, "page-layout", "slot offset differs from its position's",
-                      handle=state.handle, position=position, slot=slot)
+            check_slot_layout(slots, prefix=seq - width, last_loc=last, page_size=ps, what=what, handle=state.handle)
             if width:
                 self.expect_accepted(lambda: self.rows.write(
                     (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
