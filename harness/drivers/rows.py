@@ -84,7 +84,7 @@ class RowPoolDriver(Driver):
             self.event("alloc refused: pool short")
             return []
         check(result is not None, "empty-pool-guard", f"alloc of {need} rows refused with {len(self.model.free)} free")
-        check(len(result) == len(batch), "valid-call-accepted", "alloc returned the wrong number of rows",
+        check(len(result) == len(batch), "empty-pool-guard", "alloc returned the wrong number of rows",
               expected=len(batch), actual=len(result))
         for req, fresh, row in zip(reqs, needs_row, result):
             check(req.req_pool_idx == row, "valid-call-accepted", "returned row differs from req_pool_idx",
