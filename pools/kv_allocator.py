@@ -140,6 +140,10 @@ class _KVAllocatorBase:
             self._page_state[pages] = _PENDING
             self._free_group.append(pages.clone())
             return
+        self._free_now(pages)
+
+    def _free_now(self, pages: torch.Tensor) -> None:
+        """Mark validated ``pages`` free: staged under ``need_sort``, else back on the free list."""
         self._page_state[pages] = _FREE
         if self.need_sort:
             self._staged.append(pages)

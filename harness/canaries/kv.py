@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pools.kv_allocator import _FREE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel
 from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
 
@@ -93,12 +93,7 @@ class SilentDoubleFreeTokens(TokenToKVPoolAllocator):
             self._page_state[slots] = _PENDING
             self._free_group.append(slots)
             return
-        self._page_state[slots] = _FREE
-        if self.need_sort:
-            self._staged.append(slots)
-            self._num_staged += len(slots)
-        else:
-            self._release(slots)
+        self._free_now(slots)
 
 
 class FreeGroupAliasing(PagedTokenToKVPoolAllocator):
@@ -126,12 +121,7 @@ class FreeGroupAliasing(PagedTokenToKVPoolAllocator):
             return
         # Whatever the queued tensors hold now is released, unvalidated, as upstream did.
         pages = torch.unique(torch.cat([t.to(self.device, torch.int64) for t in pending]) // self.page_size)
-        self._page_state[pages] = _FREE
-        if self.need_sort:
-            self._staged.append(pages)
-            self._num_staged += len(pages)
-        else:
-            self._release(pages)
+        self._free_now(pages)
 
 
 class ExtendWithoutEmptyGuard(PagedTokenToKVPoolAllocator):
