@@ -44,6 +44,15 @@ class _Upstream:
     def __repr__(self) -> str:
         return f"<upstream sglang=={self.upstream_version} {self.upstream_class} size={self.inner.size}>"
 
+    def available_size(self) -> int:
+        return int(self.inner.available_size())
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.inner.free(indices)
+
 
 class _UpstreamKV(_Upstream):
     """The allocator surface shared by the token and paged wrappers."""
@@ -60,15 +69,6 @@ class _UpstreamKV(_Upstream):
     @property
     def in_free_group(self) -> bool:
         return self.inner.free_group is not None
-
-    def available_size(self) -> int:
-        return int(self.inner.available_size())
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
-
-    def free(self, indices: torch.Tensor) -> None:
-        self.inner.free(indices)
 
     def free_group_begin(self) -> None:
         self.inner.free_group_begin()
@@ -218,15 +218,6 @@ class MambaSlots(_Upstream):
         if not 0 < slot <= self.size:
             return False
         return slot not in self.inner.free_slots.tolist() and slot not in self.reserved_slots()
-
-    def available_size(self) -> int:
-        return int(self.inner.available_size())
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
-
-    def free(self, indices: torch.Tensor) -> None:
-        self.inner.free(indices)
 
     def alloc_group_begin(self, num_reqs: int) -> None:
         self.inner.alloc_group_begin(num_reqs)
