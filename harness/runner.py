@@ -80,3 +80,12 @@ def run_machine(
 def settings_for(**overrides: Any) -> Settings:
     """The active profile with ``overrides`` applied."""
     return Settings(Settings(), **overrides)
+
+
+def pinned_settings(**overrides: Any) -> Settings:
+    """The derandomised ``ci`` profile with ``overrides``, whatever profile is active.
+
+    For checks whose expected outcome is fixed (which invariant catches a planted
+    bug): under a random profile the search may reach another violation first.
+    """
+    return Settings(Settings.get_profile("ci"), **overrides)

@@ -15,14 +15,14 @@ from hypothesis import settings
 
 from harness.canaries import CANARIES, canary_machine, machine_available
 from harness.invariants import INVARIANTS
-from harness.runner import run_machine, violation_of
+from harness.runner import pinned_settings, run_machine, violation_of
 from harness.targets import FAMILIES, load_factory, resolve
 
 NAMES = sorted(CANARIES)
 
 
 def ci_budget() -> settings:
-    return settings(settings.get_profile("ci"), max_examples=100, stateful_step_count=20)
+    return pinned_settings(max_examples=100, stateful_step_count=20)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -12,7 +12,7 @@ from hypothesis import Phase
 from harness.canaries import CANARIES
 from harness.invariants import INVARIANTS
 from harness.machines import make_machine
-from harness.runner import run_machine, settings_for, violation_of
+from harness.runner import pinned_settings, run_machine, violation_of
 from pools import BadSizeError, Req, ReqToTokenPool
 
 
@@ -44,7 +44,7 @@ TEETH: dict[str, tuple[str, str]] = {
 
 def caught_by(family: str, spec: str) -> str:
     with pytest.raises(BaseException) as failure:
-        run_machine(make_machine(family, spec), settings=settings_for(max_examples=300, phases=[Phase.generate]))
+        run_machine(make_machine(family, spec), settings=pinned_settings(max_examples=300, phases=[Phase.generate]))
     violation = violation_of(failure.value)
     assert violation is not None, f"{spec} failed without a violation: {failure.value!r}"
     return violation.invariant_id

@@ -19,7 +19,7 @@ from hypothesis.stateful import initialize
 
 from harness.drivers.kv import PagedKVDriver, TokenKVDriver
 from harness.machines import PoolMachine, make_machine
-from harness.runner import run_machine, settings_for, violation_of
+from harness.runner import pinned_settings, run_machine, violation_of
 from pools.errors import GroupStateError
 from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel
@@ -114,7 +114,7 @@ def caught(broken: type, narrow: Callable[[type[PoolMachine]], type[PoolMachine]
     """Fuzz ``broken`` as the ``paged_kv`` target; the id of the invariant that caught it."""
     machine = narrow(make_machine("paged_kv", f"{__name__}:{broken.__name__}"))
     with pytest.raises(BaseException) as failure:
-        run_machine(machine, settings=settings_for(max_examples=300, phases=[Phase.generate]))
+        run_machine(machine, settings=pinned_settings(max_examples=300, phases=[Phase.generate]))
     violation = violation_of(failure.value)
     assert violation is not None, f"{broken.__name__} failed without a violation: {failure.value!r}"
     return violation.invariant_id

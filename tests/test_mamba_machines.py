@@ -18,7 +18,7 @@ from harness.drivers.hybrid import HybridDriver
 from harness.drivers.mamba import MambaSlotDriver
 from harness.invariants import InvariantViolation
 from harness.machines import make_machine
-from harness.runner import run_machine
+from harness.runner import pinned_settings, run_machine
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool
 
@@ -68,7 +68,7 @@ class MappingSizedByMambaSize(HybridReqToTokenPool):
 
 def violated_invariant(family: str, broken: type) -> InvariantViolation:
     with pytest.raises(InvariantViolation) as info:
-        run_machine(make_machine(family, f"{__name__}:{broken.__name__}"))
+        run_machine(make_machine(family, f"{__name__}:{broken.__name__}"), settings=pinned_settings())
     return info.value
 
 
