@@ -35,3 +35,8 @@ __all__ = [
     "TokenToKVPoolAllocator",
     "UnknownKernelError",
 ]
+
+from pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock  # noqa: E402
+from pools.errors import BlockStateError, InsufficientBlocksError  # noqa: E402
+
+__all__ += ["BlockPool", "BlockStateError", "FreeKVCacheBlockQueue", "InsufficientBlocksError", "KVCacheBlock"]

@@ -109,3 +109,35 @@ class UnknownKernelError(PoolError):
         self.name = name
         self.known = list(known)
         super().__init__("page_alloc", f"unknown kernel {name!r}; known: {', '.join(self.known)}")
+
+
+class InsufficientBlocksError(PoolError, ValueError):
+    """More blocks were requested than the block pool has free.
+
+    vLLM's ``BlockPool.get_new_blocks`` raises ``ValueError`` here: its callers
+    must check ``get_num_free_blocks()`` first, so asking for too many is a
+    contract breach, not back-pressure.  Subclassing ``ValueError`` keeps code
+    written against vLLM's contract working unchanged.
+    """
+
+    def __init__(self, pool: str, requested: int, available: int) -> None:
+        self.requested = requested
+        self.available = available
+        super().__init__(pool, f"cannot get {requested} blocks: only {available} free")
+
+
+class BlockStateError(PoolError):
+    """A block was named in a state the call does not accept.
+
+    Touching a free block that holds no hash would hand it out without an
+    allocation; caching a free or already-hashed block, or caching at all with
+    prefix caching off, leaves the hash map naming a block that is reused
+    without its hash being dropped.
+    """
+
+    def __init__(self, pool: str, block_id: int | None, ref_cnt: int | None, problem: str) -> None:
+        self.block_id = block_id
+        self.ref_cnt = ref_cnt
+        self.problem = problem
+        where = f"block {block_id} (ref_cnt={ref_cnt}): " if block_id is not None else ""
+        super().__init__(pool, f"{where}{problem}")
