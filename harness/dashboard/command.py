@@ -1,0 +1,54 @@
+"""``python -m harness dashboard REPORT_OR_DIR... -o FILE.html``: the parser half and the run half.
+
+:mod:`harness.cli` owns the subcommand; it calls :func:`add_arguments` on the
+subparser and :func:`run` with the parsed namespace.  Every problem with the
+inputs is one ``poolfuzz: error:`` line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.dashboard.figures import PlotlyMissingError
+from harness.dashboard.page import build_dashboard
+from harness.dashboard.reports import DashboardError
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+DEFAULT_OUTPUT = Path("poolfuzz-dashboard.html")
+
+
+def _nights(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}")
+    return number
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``dashboard`` subcommand's arguments, on the subparser :mod:`harness.cli` made for it."""
+    parser.add_argument("sources", nargs="+", type=Path, metavar="REPORT_OR_DIR",
+                        help="nightly fuzz reports (JSON), or folders searched for them (*.json, recursively)")
+    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT, metavar="FILE.html",
+                        help=f"where to write the page (default {DEFAULT_OUTPUT}); self-contained, opens offline")
+    parser.add_argument("--nights", type=_nights, metavar="N",
+                        help="only the reports of the N most recent nights (distinct start times; default all)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the page; 0 when written, 2 (one line on stderr) for a bad report, no report, or no plotly."""
+    try:
+        written = build_dashboard(args.sources, args.output, nights=args.nights)
+    except (DashboardError, PlotlyMissingError) as exc:
+        print(f"poolfuzz: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"poolfuzz: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"dashboard: {written}")
+    return EXIT_OK

@@ -1,0 +1,261 @@
+"""One self-contained HTML page from typed runs: summary, targets table, failures, curves, trends.
+
+The page needs nothing at view time: the stylesheet, plotly.js (once) and the
+figures are inline, so it can be mailed, attached to a CI run or opened from a
+file share offline.  Every string from a report is escaped; the figures' JSON
+is escaped by plotly.  The same reports always give the same bytes (no
+"generated at" stamp, fixed plot ids), so a rebuilt page diffs clean.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.dashboard import figures
+from harness.dashboard.reports import Run, TargetRun, latest_by_target, load_runs
+from harness.dashboard.style import CSS, ERROR_CATCHER
+
+STATUS_ORDER = {"failed": 0, "crashed": 1, "ok": 3}
+
+
+# ----------------------------------------------------------------- wording
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def big_number(value: float) -> str:
+    for divisor, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if value >= divisor:
+            return f"{value / divisor:.1f}{suffix}"
+    return f"{value:,.0f}"
+
+
+def when(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _text(mapping: Any, *keys: str) -> str | None:
+    """A nested optional string of the report (machine, versions), tolerated when absent."""
+    for key in keys:
+        mapping = mapping.get(key) if isinstance(mapping, dict) else None
+    return mapping if isinstance(mapping, str) and mapping else None
+
+
+# ---------------------------------------------------------------- sections
+def run_context(run: Run) -> str:
+    """One line naming how a run was made: when, how long, where, with what."""
+    parts = [f"started {when(run.started)}", f"fuzzed {duration(run.duration_s)}"]
+    if run.workers is not None:
+        parts.append(f"{run.workers} worker{'s' if run.workers != 1 else ''}")
+    parts.append(f"device {run.device}")
+    if run.seed is not None:
+        parts.append(f"seed {run.seed}")
+    host = _text(run.report, "machine", "hostname")
+    if host:
+        parts.append(f"host {host}")
+    for dist in ("poolfuzz", "torch", "hypothesis"):
+        version = _text(run.report, "versions", dist)
+        if version:
+            parts.append(f"{dist} {version}")
+    if run.coverage is not None:
+        parts.append(f"branch coverage of pools/ (whole run) {run.coverage:.1f}%")
+    return " · ".join(esc(p) for p in parts)
+
+
+def notes(latest_runs: Sequence[Run]) -> list[str]:
+    found = []
+    for run in latest_runs:
+        if not run.has_series:
+            found.append(f"<code>{esc(run.source)}</code> is a schema-1 report: it has no time series, so its targets "
+                         "have no behaviour curve and their <em>no new behaviour for</em> is unknown (—).")
+        if run.interrupted:
+            why = _text(run.report, "ended_because") or "interrupted"
+            found.append(f"<code>{esc(run.source)}</code> was interrupted ({esc(why)}): "
+                         "its numbers cover part of the budget.")
+        found += [f"Not fuzzed in the run of {esc(when(run.started))}: {esc(s)}" for s in run.skipped]
+    return [f'<div class="note">{n}</div>' for n in found]
+
+
+def cards(rows: Sequence[tuple[Run, TargetRun]], nights: int) -> str:
+    failing = sum(1 for _, t in rows if t.failures)
+    crashed = sum(t.crashes for _, t in rows)
+    items = [
+        (str(len(rows)), "targets", ""),
+        (str(failing), "targets failing" if failing != 1 else "target failing", "bad" if failing else "good"),
+        (big_number(sum(t.steps for _, t in rows)), "steps fuzzed", ""),
+        (big_number(sum(t.examples for _, t in rows)), "examples", ""),
+        (str(nights), "nights loaded" if nights != 1 else "night loaded", ""),
+    ]
+    if crashed:
+        items.insert(2, (str(crashed), "worker crashes", "bad"))
+    return '<div class="cards">' + "".join(
+        f'<div class="card {tone}"><div class="value">{esc(value)}</div><div class="label">{esc(label)}</div></div>'
+        for value, label, tone in items) + "</div>"
+
+
+def _pill(status: str) -> str:
+    tone = status if status in STATUS_ORDER else "other"
+    return f'<span class="pill {tone}">{esc(status)}</span>'
+
+
+def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
+    several_runs = len({run.source for run, _ in rows}) > 1
+    head = ["target", "family", "implementation", "status", "examples", "steps", "steps/s", "distinct events",
+            "branch coverage", "failures", "no new behaviour for"] + (["run started"] if several_runs else [])
+    numeric = {"examples", "steps", "steps/s", "distinct events", "branch coverage", "failures",
+               "no new behaviour for"}
+    titles = {
+        "steps/s": "steps per second while this target was fuzzed, summed over workers",
+        "distinct events": "distinct event labels reached: rare pool states the drivers flag (hover a number)",
+        "branch coverage": "branch coverage of pools/ by this target's runs (fuzz with --coverage)",
+        "no new behaviour for": "fuzzing time at the end of the run in which no new event label and no new "
+                                    "covered branch appeared: long means the strategies have stopped finding anything",
+    }
+    out = ['<table class="targets"><thead><tr>']
+    out += [f'<th class="{"num" if h in numeric else ""}" title="{esc(titles.get(h, ""))}">{esc(h)}</th>' for h in head]
+    out.append("</tr></thead><tbody>")
+    for run, t in sorted(rows, key=lambda row: STATUS_ORDER.get(row[1].status, 2)):
+        quiet = t.quiet_seconds()
+        events = "\n".join(f"{label}: {count:,}" for label, count in t.events.items()) or "none reached"
+        cells = [
+            f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span><code>{esc(t.key)}</code></td>',
+            f"<td>{esc(t.family)}</td>", f'<td class="impl mono">{esc(t.implementation)}</td>',
+            f"<td>{_pill(t.status)}</td>",
+            f'<td class="num">{t.examples:,}</td>', f'<td class="num">{t.steps:,}</td>',
+            f'<td class="num">{t.steps_per_second:,.0f}</td>',
+            f'<td class="num" title="{esc(events)}">{len(t.events)}</td>',
+            f'<td class="num">{"—" if t.coverage is None else f"{t.coverage:.1f}%"}</td>',
+            f'<td class="num{" bad" if t.failures else ""}">{len(t.failures)}</td>',
+            f'<td class="num">{"—" if quiet is None else esc(duration(quiet))}</td>',
+        ]
+        if several_runs:
+            cells.append(f"<td>{esc(when(run.started))}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    out.append('<p class="legend"><em>No new behaviour for</em>: time since the last new event label or newly covered '
+               "branch, up to the end of this target's fuzzing (its failure, or the end of the run). "
+               "Long means the strategies have stopped finding anything new here.</p>")
+    return "".join(out)
+
+
+def failure_list(rows: Sequence[tuple[Run, TargetRun]]) -> str:
+    items = []
+    for run, target in rows:
+        for f in target.failures:
+            what = f.invariant or f.kind
+            facts: list[tuple[str, str]] = []
+            if f.trace is not None:
+                shrunk = "" if f.shrunk else ", only partially shrunk (the run ended while shrinking)"
+                steps = f" ({f.steps} steps{shrunk})" if f.steps is not None else ""
+                facts.append(("shrunk trace", f"<code>{esc(f.trace)}</code>{esc(steps)}"))
+            else:
+                facts.append(("trace", "none: an exception that is not an invariant violation; see the message"))
+            if f.replay:
+                where = f' <span class="context">from <code>{esc(run.cwd)}</code></span>' if run.cwd else ""
+                facts.append(("replay", f'<code class="command">{esc(f.replay)}</code>{where}'))
+            found = f", after {duration(f.found_after_s)} of fuzzing" if f.found_after_s is not None else ""
+            facts.append(("found", esc(f"in the run started {when(run.started)}{found}")))
+            items.append(
+                f'<div class="failure"><div class="title"><code>{esc(target.key)}</code> · '
+                f'<span class="invariant">{esc(what)}</span></div>'
+                f'<div class="message mono">{esc(f.headline)}</div><dl>'
+                + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
+                + f"</dl><details><summary>full message</summary><pre>{esc(f.message.strip())}</pre></details></div>")
+    if not items:
+        return '<div class="empty">No failures: no invariant violation or error in the latest run of any target.</div>'
+    return "".join(items)
+
+
+def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
+    plotted = [t for _, t in rows if t.series]
+    missing = [t.key for run, t in rows if not run.has_series]
+    parts = ['<p class="explain">Distinct event labels (rare pool states the drivers flag, such as '
+             "<em>pool exactly full</em>) and branch coverage of <code>pools/</code> reached so far in the latest run, "
+             "against fuzzing time. A curve that flattens early means the strategies stopped reaching new states; "
+             "a red ✕ marks a failure (the target is not fuzzed after it).</p>"]
+    if missing:
+        parts.append(f'<div class="note">No curve for {esc(", ".join(missing))}: their report has no time series '
+                     "(schema 1).</div>")
+    if plotted:
+        if all(s.coverage is None for t in plotted for s in t.series or ()):
+            parts.append('<p class="explain">Branch coverage was not measured in this run (fuzz with '
+                         "<code>--coverage</code> to add it).</p>")
+        parts.append(f'<div class="plot">{figures.behaviour_figure(plotted, colours, "behaviour-plot")}</div>')
+    return "".join(parts)
+
+
+def trend_section(runs: Sequence[Run], keys: Sequence[str], colours: dict[str, str]) -> str:
+    if len({run.started for run in runs}) < 2:
+        return ('<div class="note">Only one night loaded: pass several nights\' reports (or the folder that holds '
+                "them) to see each target's trend.</div>")
+    return ('<p class="explain">One point per target and night (UTC start time). Coverage is per target and needs '
+            "schema-2 reports from runs with <code>--coverage</code>.</p>"
+            f'<div class="plot">{figures.trend_figure(runs, keys, colours, "trend-plot")}</div>')
+
+
+def sources_footer(runs: Sequence[Run]) -> str:
+    rows = "".join(f"<tr><td>{esc(when(r.started))}</td><td>schema {r.schema}</td><td>{len(r.targets)} targets</td>"
+                   f"<td><code>{esc(r.source)}</code></td></tr>" for r in reversed(runs))
+    return f"<footer><div>Reports loaded, newest first:</div><table>{rows}</table></footer>"
+
+
+# -------------------------------------------------------------------- page
+def render(runs: Sequence[Run]) -> str:
+    """The whole page for ``runs`` (oldest first, as :func:`load_runs` returns them)."""
+    latest = latest_by_target(runs)
+    rows = list(latest.values())
+    colours = figures.target_colours(list(latest))
+    latest_runs = list({id(run): run for run, _ in rows}.values())
+    newest = max(run.started for run in runs)
+    nights = len({run.started for run in runs})
+    plots = nights > 1 or any(t.series for _, t in rows)
+    contexts = "".join(f'<div class="context">{run_context(run)}</div>' for run in latest_runs)
+    body = [
+        "<h1>poolfuzz nightly at a glance</h1>",
+        '<p class="lede">Stateful fuzzing of the memory pools of LLM serving engines: every target is a pool '
+        "implementation checked step by step against its model; a failure is an invariant violation with a "
+        "shrunk, replayable trace.</p>",
+        contexts, cards(rows, nights), *notes(latest_runs),
+        "<h2>Targets in the latest run</h2>", targets_table(rows, colours),
+        "<h2>Failures</h2>", failure_list(rows),
+        "<h2>Behaviour over the latest run</h2>", behaviour_section(rows, colours),
+        "<h2>Across nights</h2>", trend_section(runs, list(latest), colours),
+        sources_footer(runs),
+    ]
+    plotly_js = f"<script>{figures.plotly_js()}</script>" if plots else ""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>poolfuzz nightly — {esc(newest.strftime('%Y-%m-%d'))}</title><style>{CSS}</style></head><body>"
+        f'<div id="script-errors" hidden></div><script>{ERROR_CATCHER}</script>{plotly_js}'
+        f"<main>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def build_dashboard(sources: Sequence[Path], output: Path, *, nights: int | None = None) -> Path:
+    """Write the dashboard for the reports in ``sources`` (files or folders) to ``output``; returns ``output``.
+
+    Raises :class:`~harness.dashboard.reports.DashboardError` for a corrupt or
+    unknown report or when no report is found, and
+    :class:`~harness.dashboard.figures.PlotlyMissingError` without plotly, both
+    before anything is written.
+    """
+    page = render(load_runs(sources, nights=nights))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f".{output.name}.tmp")
+    partial.write_text(page, encoding="utf-8")
+    partial.replace(output)
+    return output

@@ -1,0 +1,360 @@
+"""Nightly fuzz reports in, typed runs out: discovery, strict validation, and the numbers the page shows.
+
+A report is what ``python -m harness fuzz`` writes (``docs/nightly.md``):
+schema 1 has per-target totals only; schema 2 adds ``series_interval_s``,
+per-target ``coverage`` and ``series`` (cumulative samples over the run) and a
+``replay`` command per failure.  The reader is strict where the dashboard
+depends on a field (its presence and JSON type, an unknown ``schema`` is
+refused) and ignores keys it does not know, so a newer runner that only adds
+fields still renders.
+
+:func:`load_runs` is the only way a file becomes a :class:`Run`; every problem
+is one :class:`ReportError` naming the file and the field, never a traceback
+from inside the page builder.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+TOOL = "poolfuzz fuzz"
+SCHEMAS = (1, 2)
+
+
+class DashboardError(ValueError):
+    """The dashboard cannot be built from what it was given; the message is one line for the user."""
+
+
+class ReportError(DashboardError):
+    """A file that is not a report this dashboard reads: unreadable, not JSON, an unknown schema, a bad field."""
+
+    def __init__(self, source: Path, field_name: str, problem: str) -> None:
+        self.source = source
+        self.field = field_name
+        self.problem = problem
+        where = f"field {field_name!r}: " if field_name else ""
+        super().__init__(f"{source}: {where}{problem}")
+
+
+class NoReportsError(DashboardError):
+    """The sources named exist but hold no poolfuzz report."""
+
+    def __init__(self, sources: Sequence[Path]) -> None:
+        self.sources = list(sources)
+        named = ", ".join(str(s) for s in sources)
+        super().__init__(f"no poolfuzz fuzz report found in {named} (searched for *.json)")
+
+
+# ------------------------------------------------------------------ records
+@dataclass(frozen=True)
+class Sample:
+    """One point of a target's schema-2 time series; all counts are cumulative since fuzzing started."""
+
+    t: float
+    steps: int
+    examples: int
+    events: int
+    coverage: float | None
+    failures: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    target: str
+    invariant: str | None
+    kind: str
+    message: str
+    trace: str | None
+    steps: int | None
+    shrunk: bool
+    replay: str | None
+    found_after_s: float | None
+
+    @property
+    def headline(self) -> str:
+        """The message's first line: the invariant and its numbers (the rest is the shrunk steps)."""
+        lines = self.message.strip().splitlines()
+        return lines[0] if lines else self.kind
+
+
+@dataclass(frozen=True)
+class TargetRun:
+    """One target in one report."""
+
+    key: str
+    family: str
+    implementation: str
+    status: str
+    examples: int
+    steps: int
+    steps_per_second: float
+    events: Mapping[str, int]
+    coverage: float | None
+    failures: tuple[Failure, ...]
+    crashes: int
+    series: tuple[Sample, ...] | None
+
+    def quiet_seconds(self) -> float | None:
+        """Fuzzing time at the end of the run in which nothing new was reached.
+
+        New behaviour is a sample with more distinct event labels or more branch
+        coverage than the one before it.  The quiet time ends at the last sample
+        whose step count still grew, so a target retired by a failure is not
+        counted as quiet for the rest of the night.  ``None`` without a series.
+        """
+        if not self.series:
+            return None
+        last_new = 0.0
+        active_until = self.series[0].t
+        events, coverage, steps = 0, 0.0, 0
+        for sample in self.series:
+            if sample.events > events or (sample.coverage is not None and sample.coverage > coverage):
+                last_new = sample.t
+            if sample.steps > steps:
+                active_until = sample.t
+            events, steps = max(events, sample.events), max(steps, sample.steps)
+            coverage = max(coverage, sample.coverage or 0.0)
+        return max(0.0, active_until - last_new)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One report file: a night (or one shard of a night)."""
+
+    source: Path
+    report: dict[str, Any]
+    schema: int
+    started: datetime.datetime
+    duration_s: float
+    interrupted: bool
+    seed: int | None
+    workers: int | None
+    device: str
+    cwd: str | None
+    coverage: float | None
+    targets: tuple[TargetRun, ...]
+    skipped: tuple[str, ...]
+
+    @property
+    def has_series(self) -> bool:
+        return self.schema >= 2
+
+    def target(self, key: str) -> TargetRun | None:
+        return next((t for t in self.targets if t.key == key), None)
+
+
+# --------------------------------------------------------------- validation
+class _Reader:
+    """Typed field access that names the file and the JSON path of the first bad field."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> NoReturn:
+        raise ReportError(self.source, where, problem)
+
+    def field(self, obj: Mapping[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            self.fail(f"{where}{key}", "missing")
+        return obj[key]
+
+    def mapping(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, f"expected an object, got {_json_type(value)}")
+        return value
+
+    def array(self, obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+        value = self.field(obj, key, where)
+        if not isinstance(value, list):
+            self.fail(f"{where}{key}", f"expected an array, got {_json_type(value)}")
+        return value
+
+    def text(self, obj: Mapping[str, Any], key: str, where: str) -> str:
+        value = self.field(obj, key, where)
+        if not isinstance(value, str):
+            self.fail(f"{where}{key}", f"expected a string, got {_json_type(value)}")
+        return value
+
+    def optional_text(self, obj: Mapping[str, Any], key: str, where: str) -> str | None:
+        return None if obj.get(key) is None else self.text(obj, key, where)
+
+    def integer(self, obj: Mapping[str, Any], key: str, where: str) -> int:
+        value = self.field(obj, key, where)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(f"{where}{key}", f"expected an integer, got {_json_type(value)}")
+        return value
+
+    def optional_integer(self, obj: Mapping[str, Any], key: str, where: str) -> int | None:
+        return None if obj.get(key) is None else self.integer(obj, key, where)
+
+    def number(self, obj: Mapping[str, Any], key: str, where: str) -> float:
+        value = self.field(obj, key, where)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(f"{where}{key}", f"expected a number, got {_json_type(value)}")
+        return float(value)
+
+    def optional_number(self, obj: Mapping[str, Any], key: str, where: str) -> float | None:
+        return None if obj.get(key) is None else self.number(obj, key, where)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+             int: "an integer", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _started(read: _Reader, report: Mapping[str, Any]) -> datetime.datetime:
+    text = read.text(report, "started", "")
+    try:
+        started = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        read.fail("started", f"not an ISO 8601 time: {text!r}")
+    if started.tzinfo is None:  # the runner writes UTC; a bare time is read as UTC too
+        started = started.replace(tzinfo=datetime.timezone.utc)
+    return started.astimezone(datetime.timezone.utc)
+
+
+def _failure(read: _Reader, raw: Any, where: str, target: str) -> Failure:
+    f = read.mapping(raw, where)
+    where += "."
+    trace = read.optional_text(f, "trace", where)
+    replay = read.optional_text(f, "replay", where)
+    if replay is None and trace is not None:
+        replay = f"python -m harness replay {shlex.quote(trace)}"
+    shrunk = f.get("shrunk", True)
+    if not isinstance(shrunk, bool):
+        read.fail(f"{where}shrunk", f"expected a boolean, got {_json_type(shrunk)}")
+    return Failure(
+        target=target, invariant=read.optional_text(f, "invariant", where), kind=read.text(f, "kind", where),
+        message=read.text(f, "message", where), trace=trace, steps=read.optional_integer(f, "steps", where),
+        shrunk=shrunk, replay=replay, found_after_s=read.optional_number(f, "found_after_s", where),
+    )
+
+
+def _sample(read: _Reader, raw: Any, where: str) -> Sample:
+    s = read.mapping(raw, where)
+    where += "."
+    return Sample(t=read.number(s, "t", where), steps=read.integer(s, "steps", where),
+                  examples=read.integer(s, "examples", where), events=read.integer(s, "events", where),
+                  coverage=read.optional_number(s, "coverage", where), failures=read.integer(s, "failures", where))
+
+
+def _target(read: _Reader, raw: Any, where: str, schema: int) -> TargetRun:
+    t = read.mapping(raw, where)
+    where += "."
+    key = read.text(t, "target", where)
+    events = read.mapping(read.field(t, "events", where), f"{where}events")
+    for label, count in events.items():
+        if isinstance(count, bool) or not isinstance(count, int):
+            read.fail(f"{where}events.{label}", f"expected an integer count, got {_json_type(count)}")
+    failures = tuple(_failure(read, f, f"{where}failures[{i}]", key)
+                     for i, f in enumerate(read.array(t, "failures", where)))
+    series: tuple[Sample, ...] | None = None
+    coverage: float | None = None
+    if schema >= 2:
+        series = tuple(_sample(read, s, f"{where}series[{i}]") for i, s in enumerate(read.array(t, "series", where)))
+        read.field(t, "coverage", where)
+        coverage = read.optional_number(t, "coverage", where)
+    return TargetRun(
+        key=key, family=read.text(t, "family", where), implementation=read.text(t, "implementation", where),
+        status=read.text(t, "status", where), examples=read.integer(t, "examples", where),
+        steps=read.integer(t, "steps", where), steps_per_second=read.number(t, "steps_per_second", where),
+        events=dict(events), coverage=coverage, failures=failures,
+        crashes=len(read.array(t, "crashes", where)), series=series,
+    )
+
+
+def parse_report(report: Any, source: Path) -> Run:
+    """Check one decoded report and type it; raises :class:`ReportError` naming the first bad field."""
+    read = _Reader(source)
+    if not isinstance(report, dict) or report.get("tool") != TOOL:
+        read.fail("tool", f"not a {TOOL!r} report")
+    schema = read.integer(report, "schema", "")
+    if schema not in SCHEMAS:
+        read.fail("schema", f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
+    if schema >= 2:
+        read.number(report, "series_interval_s", "")
+    run = read.mapping(read.field(report, "run", ""), "run")
+    coverage = report.get("coverage")
+    percent = read.optional_number(read.mapping(coverage, "coverage"), "percent", "coverage.") if coverage else None
+    skipped = [read.mapping(s, f"skipped[{i}]") for i, s in enumerate(report.get("skipped") or [])]
+    return Run(
+        source=source, report=report, schema=schema, started=_started(read, report),
+        duration_s=read.number(report, "duration_s", ""), interrupted=bool(report.get("interrupted", False)),
+        seed=read.optional_integer(run, "seed", "run."), workers=read.optional_integer(run, "workers", "run."),
+        device=read.text(run, "device", "run."), cwd=read.optional_text(run, "cwd", "run."), coverage=percent,
+        targets=tuple(_target(read, t, f"targets[{i}]", schema) for i, t in enumerate(read.array(report, "targets", ""))),
+        skipped=tuple(f"{s.get('family', '?')}: {s.get('reason', '')}" for s in skipped),
+    )
+
+
+# ---------------------------------------------------------------- discovery
+def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:
+    """``(file, named)``: files named on the command line, then ``*.json`` under named folders (hidden ones skipped)."""
+    found: list[tuple[Path, bool]] = []
+    for source in sources:
+        if source.is_dir():
+            found += [(p, False) for p in sorted(source.rglob("*.json"))
+                      if not any(part.startswith(".") for part in p.relative_to(source).parts)]
+        elif source.exists():
+            found.append((source, True))
+        else:
+            raise ReportError(source, "", "no such file or folder")
+    return found
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ReportError(path, "", "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(path, "", f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}") from None
+
+
+def load_runs(sources: Sequence[Path], *, nights: int | None = None) -> list[Run]:
+    """Every report in ``sources``, oldest first (by ``started``, then path); each file once.
+
+    A file named directly must be a report.  Inside a folder, JSON that is not a
+    poolfuzz report (corpus traces, other tools' output) is passed over, but a
+    corrupt file or an unknown report schema is still an error: a night must not
+    silently vanish from the trend.  ``nights`` keeps the reports of the N most
+    recent distinct ``started`` times.
+    """
+    runs: dict[Path, Run] = {}
+    for path, named in _candidates(sources):
+        if path.resolve() in runs:
+            continue
+        decoded = _read_json(path)
+        if not named and not (isinstance(decoded, dict) and decoded.get("tool") == TOOL):
+            continue
+        runs[path.resolve()] = parse_report(decoded, path)
+    if not runs:
+        raise NoReportsError(sources)
+    ordered = sorted(runs.values(), key=lambda r: (r.started, str(r.source)))
+    if nights is not None:
+        kept = sorted({r.started for r in ordered})[-nights:]
+        ordered = [r for r in ordered if r.started in kept]
+    return ordered
+
+
+def load_reports(sources: Sequence[Path]) -> list[dict[str, Any]]:
+    """The validated report dicts of :func:`load_runs`, oldest first."""
+    return [run.report for run in load_runs(sources)]
+
+
+def latest_by_target(runs: Sequence[Run]) -> dict[str, tuple[Run, TargetRun]]:
+    """Each target's most recent run, in first-seen order of the targets."""
+    latest: dict[str, tuple[Run, TargetRun]] = {}
+    for run in runs:
+        for target in run.targets:
+            latest[target.key] = (run, target)
+    return latest

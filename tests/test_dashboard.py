@@ -1,0 +1,240 @@
+"""The nightly dashboard: reading reports strictly, the numbers it derives, the page, the CLI, a real browser.
+
+Reports are fabricated by :func:`night_report` (realistic shapes: saturating
+event and coverage curves, a failure that retires its target) rather than made
+by fuzzing, so these tests are fast and exact.  The browser test renders the
+page in headless Chromium with the network blocked and reads script errors
+and plotly's rendered SVG from the dumped DOM; it skips without Chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard' extra)")
+
+from harness.dashboard import (  # noqa: E402 - after the plotly skip
+    NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run,
+)
+from harness.dashboard.reports import TOOL, parse_report  # noqa: E402
+
+#: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
+TARGETS = [
+    ("req_to_token", "pools:ReqToTokenPool", ["alloc needing no row", "alloc refused: pool short", "pool exactly full"],
+     120.0, 900.0),
+    ("mamba_slots", "pools:MambaSlotAllocator",
+     ["group opened with a reservation", "group reservation exhausted", "group end returned slots",
+      "alloc refused: pool short", "pool exactly full"], 400.0, 610.0),
+    ("paged_kv", "pools:PagedTokenToKVPoolAllocator",
+     ["alloc refused: pool short", "pool exactly full", "free group released pages", "alloc while pages are staged",
+      "double free rejected", "extend/decode refused: pool short", "extend/decode filled the pool exactly"],
+     700.0, 380.0),
+    ("scheduler", "harness.judge.drivers.scheduler:build_scheduler_pools",
+     ["extend refused: KV short", "KV exactly full", "retract mid-page", "admission rolled back: KV short"],
+     1500.0, 150.0),
+]
+DURATION_S = 3600.0
+INTERVAL_S = 60.0
+TRACE = "corpus/found/paged_kv/paged_kv-3f2a9c1e07b4d5a6.json"
+FAILURE_AT_S = 1260.0
+
+
+def _curve(t: float, top: float, tau: float) -> float:
+    return top * (1.0 - math.exp(-t / tau))
+
+
+def _target(name: str, impl: str, labels: list[str], tau: float, speed: float, *, night: int,
+            fails_at: float | None, coverage: bool) -> dict[str, Any]:
+    """One target's entry: cumulative samples that saturate, and stop growing once the target failed."""
+    series = []
+    for i in range(int(DURATION_S / INTERVAL_S) + 1):
+        t = i * INTERVAL_S
+        active = min(t, fails_at) if fails_at is not None else t
+        series.append({
+            "t": t, "steps": int(active * speed), "examples": int(active * speed / 200),
+            "events": round(_curve(active, len(labels) - (night < 2), tau)),
+            "coverage": round(40 + _curve(active, 35 + 3 * night, tau * 1.5), 1) if coverage else None,
+            "failures": int(fails_at is not None and t >= fails_at),
+        })
+    reached = labels[:series[-1]["events"]]
+    failures = []
+    if fails_at is not None:
+        failures.append({
+            "target": name, "family": name, "implementation": impl, "kind": "violation", "invariant": "conservation",
+            "trace": TRACE, "steps": 7, "shrunk": True, "round": 31, "seed": 2966120417, "worker": "w2",
+            "found_after_s": fails_at, "replay": f"python -m harness replay {TRACE}",
+            "message": "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)\n"
+                       "  step 1: alloc_extend(prefix_lens=[0], seq_lens=[9])\n  step 2: free_group_begin()",
+        })
+    last = series[-1]
+    return {
+        "target": name, "family": name, "implementation": impl, "status": "failed" if failures else "ok",
+        "examples": last["examples"], "steps": last["steps"], "fuzz_seconds": DURATION_S,
+        "steps_per_second": round(speed * (1 + 0.05 * night), 1), "rounds": 1800,
+        "events": {label: 40 * (k + 1) for k, label in enumerate(reached)}, "failures": failures, "crashes": [],
+        "series": series, "coverage": last["coverage"],
+    }
+
+
+def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True, schema: int = 2) -> dict[str, Any]:
+    """Night ``night`` (0, 1, 2: January 1st to 3rd, 2026) as ``python -m harness fuzz`` writes it."""
+    targets = [_target(*spec, night=night, fails_at=FAILURE_AT_S if spec[0] in failing else None, coverage=coverage)
+               for spec in TARGETS]
+    failures = [f for t in targets for f in t["failures"]]
+    report: dict[str, Any] = {
+        "schema": schema, "tool": TOOL, "started": f"2026-01-0{night + 1}T22:00:03+00:00",
+        "finished": f"2026-01-0{night + 1}T23:00:09+00:00", "duration_s": DURATION_S, "startup_s": 4.2,
+        "interrupted": False, "ended_because": "time is up", "exit_status": 1 if failures else 0,
+        "run": {"seed": 20260101 + night, "budget_s": DURATION_S, "workers": 16, "device": "cpu",
+                "steps_per_example": 200, "misuse": True, "database": ".hypothesis/poolfuzz",
+                "corpus": "corpus/found", "grace_s": 60.0, "coverage": coverage, "cwd": "/srv/poolfuzz", "logs": None},
+        "machine": {"hostname": "fuzzbox-1", "platform": "Linux-6.8-x86_64", "machine": "x86_64", "cpu_count": 16,
+                    "python_executable": "/srv/poolfuzz/.venv/bin/python", "accelerators": []},
+        "versions": {"python": "3.11.9", "poolfuzz": "0.1.0", "hypothesis": "6.130.0", "torch": "2.13.0",
+                     "triton": None, "coverage": "7.6.0", "redis": None},
+        "totals": {"examples": sum(t["examples"] for t in targets), "steps": sum(t["steps"] for t in targets),
+                   "steps_per_second": 2100.0, "failures": len(failures), "crashes": 0},
+        "series_interval_s": INTERVAL_S, "targets": targets, "failures": failures, "crashes": [],
+        "workers": [{"worker": f"w{i}", "pid": 1000 + i, "exit_code": 0, "rounds": 112} for i in range(16)],
+        "skipped": [], "coverage": {"branch": True, "percent": 71.3, "files": {}} if coverage else None,
+    }
+    return schema_1(report) if schema == 1 else report
+
+
+def schema_1(report: dict[str, Any]) -> dict[str, Any]:
+    """The same report as a schema-1 runner wrote it: no series, no per-target coverage, no replay."""
+    old = copy.deepcopy(report)
+    old["schema"] = 1
+    del old["series_interval_s"]
+    for target in old["targets"]:
+        del target["series"], target["coverage"]
+        for failure in target["failures"]:
+            del failure["replay"]
+    return old
+
+
+def write(folder: Path, name: str, report: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(report if isinstance(report, str) else json.dumps(report, indent=1))
+    return path
+
+
+@pytest.fixture
+def three_nights(tmp_path: Path) -> Path:
+    """``reports/`` with three nights; the last found a conservation violation in paged_kv."""
+    folder = tmp_path / "reports"
+    for night in range(3):
+        write(folder, f"nightly-2026-01-0{night + 1}.json", night_report(night, failing=("paged_kv",) * (night == 2)))
+    return folder
+
+
+@pytest.fixture
+def page(three_nights: Path, tmp_path: Path) -> str:
+    return build_dashboard([three_nights], tmp_path / "out" / "dashboard.html").read_text()
+
+
+# ---------------------------------------------------------------- reading
+def test_reports_come_back_oldest_first_and_each_file_once(three_nights: Path) -> None:
+    newest = three_nights / "nightly-2026-01-03.json"
+    reports = load_reports([newest, three_nights])
+    assert [r["started"][:10] for r in reports] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+def test_a_folder_passes_over_json_that_is_not_a_report_but_a_named_file_must_be_one(three_nights: Path) -> None:
+    trace = write(three_nights / "corpus", "paged_kv-3f2a.json", {"schema": 1, "family": "paged_kv", "steps": []})
+    assert len(load_reports([three_nights])) == 3
+    with pytest.raises(ReportError, match="not a 'poolfuzz fuzz' report") as caught:
+        load_reports([trace])
+    assert caught.value.source == trace
+
+
+@pytest.mark.parametrize(("edit", "field", "problem"), [
+    (lambda r: r.update(schema=3), "schema", "schema 3 is not one this dashboard reads"),
+    (lambda r: r.pop("series_interval_s"), "series_interval_s", "missing"),
+    (lambda r: r["targets"][1]["series"][2].update(t="soon"), "targets[1].series[2].t", "expected a number"),
+    (lambda r: r["targets"][0].update(steps=True), "targets[0].steps", "expected an integer, got a boolean"),
+    (lambda r: r["targets"][2]["failures"].append({"kind": "violation"}), "targets[2].failures[0].message", "missing"),
+    (lambda r: r.update(started="last night"), "started", "not an ISO 8601 time"),
+])
+def test_a_bad_field_is_one_error_naming_the_file_and_the_field(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], Any], field: str, problem: str) -> None:
+    report = night_report(0)
+    edit(report)
+    path = write(tmp_path, "bad.json", report)
+    with pytest.raises(ReportError, match=problem) as caught:
+        load_reports([tmp_path])
+    assert (caught.value.source, caught.value.field) == (path, field)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_truncated_report_is_an_error_even_inside_a_folder(three_nights: Path) -> None:
+    text = (three_nights / "nightly-2026-01-02.json").read_text()
+    write(three_nights, "nightly-2026-01-02.json", text[: len(text) // 2])
+    with pytest.raises(ReportError, match="not valid JSON"):
+        load_reports([three_nights])
+
+
+def test_a_folder_without_reports_and_a_missing_path_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(NoReportsError):
+        load_reports([tmp_path])
+    with pytest.raises(ReportError, match="no such file"):
+        load_reports([tmp_path / "absent.json"])
+
+
+def test_keys_a_newer_runner_adds_are_ignored() -> None:
+    report = night_report(1)
+    report["gpu_seconds"] = 12.5
+    report["targets"][0]["series"][0]["rss_mb"] = 812
+    assert parse_report(report, Path("r.json")).targets[0].series is not None
+
+
+def test_a_failure_without_replay_gets_one_built_from_its_trace() -> None:
+    old = schema_1(night_report(2, failing=("paged_kv",)))
+    old["targets"][2]["failures"][0]["trace"] = "corpus/found/my dir/t.json"
+    failure = parse_report(old, Path("r.json")).targets[2].failures[0]
+    assert failure.replay == "python -m harness replay 'corpus/found/my dir/t.json'"
+    assert failure.headline.startswith("[conservation] free pages differ")
+
+
+def quiet_seconds(*samples: tuple[float, int, int, float | None]) -> float | None:
+    """Quiet time of a target whose series is ``(t, steps, events, coverage)`` samples."""
+    report = night_report(0)
+    report["targets"][0]["series"] = [{"t": t, "steps": steps, "examples": steps // 200, "events": events,
+                                       "coverage": coverage, "failures": 0} for t, steps, events, coverage in samples]
+    return parse_report(report, Path("r.json")).targets[0].quiet_seconds()
+
+
+def test_quiet_time_runs_from_the_last_new_event_label_to_the_end_of_fuzzing() -> None:
+    assert quiet_seconds((0, 0, 0, None), (60, 100, 2, None), (120, 200, 3, None), (180, 300, 3, None),
+                         (240, 400, 3, None)) == 120
+
+
+def test_new_coverage_is_new_behaviour_too() -> None:
+    assert quiet_seconds((0, 0, 0, 10.0), (60, 100, 2, 20.0), (120, 200, 2, 20.0), (180, 300, 2, 20.5),
+                         (240, 400, 2, 20.5)) == 60
+
+
+def test_quiet_time_of_a_target_retired_by_a_failure_ends_when_its_steps_stop() -> None:
+    assert quiet_seconds((0, 0, 0, None), (60, 100, 2, None), (120, 150, 2, None), (180, 150, 2, None),
+                         (240, 150, 2, None)) == 60
+
+
+def test_a_target_without_series_has_no_quiet_time() -> None:
+    assert parse_report(night_report(0, schema=1), Path("r.json")).targets[0].quiet_seconds() is None
+
+
+def test_nights_keeps_the_most_recent_start_times(three_nights: Path) -> None:
+    assert [r.started.day for r in load_runs([three_nights], nights=2)] == [2, 3]
