@@ -40,3 +40,7 @@ from pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock  # n
 from pools.errors import BlockStateError, InsufficientBlocksError  # noqa: E402
 
 __all__ += ["BlockPool", "BlockStateError", "FreeKVCacheBlockQueue", "InsufficientBlocksError", "KVCacheBlock"]
+
+from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator  # noqa: E402
+
+__all__ += ["PureSWATokenToKVPoolAllocator", "SWATokenToKVPoolAllocator"]
