@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 DISPATCHED = {
-    "replay": ("harness.replay", "replay corpus traces through the drivers, without hypothesis"),
-    "selfcheck": ("harness.selfcheck", "prove the harness catches every canary bug"),
-    "bench": ("harness.bench", "benchmark the pools and the page-index kernels"),
+    "replay": ("harness.traces.replay", "replay corpus traces through the drivers, without hypothesis"),
+    "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
+    "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
 }
 EXIT_USAGE = 2
 
@@ -68,7 +68,7 @@ def _positive(kind: type) -> Any:
 
 
 def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
-    from harness.fuzz_db import DEFAULT_DATABASE
+    from harness.fuzz.database import DEFAULT_DATABASE
 
     fuzz.add_argument("--target", action="append", default=[], metavar="FAMILY[=module:attr]",
                       help="fuzz this family (repeatable), optionally with another implementation; "
@@ -132,8 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(args_list)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from harness.fuzz_db import DatabaseError
-    from harness.targets import UnknownTargetError
+    from harness.fuzz.database import DatabaseError
+    from harness.judge.families import UnknownTargetError
 
     try:
         if args.command == "list":
@@ -166,7 +166,7 @@ def dispatch(command: str, argv: list[str]) -> int:
 
 # -------------------------------------------------------------------- list
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
-    from harness.targets import FAMILIES, implementation_for, resolve
+    from harness.judge.families import FAMILIES, implementation_for, resolve
 
     described = []
     for fam in FAMILIES.values():
@@ -186,8 +186,8 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.invariants import INVARIANTS
-    from harness.targets import parse_overrides
+    from harness.judge.invariants import INVARIANTS
+    from harness.judge.families import parse_overrides
     from pools.page_alloc import KERNEL_NAMES, triton_available
 
     families = describe_families(parse_overrides(args.target))
@@ -220,9 +220,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- fuzz
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from harness.fuzz import FuzzOptions, FuzzRun, select_targets
-    from harness.fuzz_db import check_database
-    from harness.report import summary_text, write_report
+    from harness.fuzz.session import FuzzOptions, FuzzRun, select_targets
+    from harness.fuzz.database import check_database
+    from harness.fuzz.report import summary_text, write_report
 
     targets, skipped = select_targets(args.target)
     for s in skipped:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.profiles import load_default_profile
+from harness.machines.settings import load_default_profile
 
 load_default_profile()
 
@@ -22,6 +22,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def target_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
-    from harness.targets import parse_overrides
+    from harness.judge.families import parse_overrides
 
     return parse_overrides(request.config.getoption("--target"))

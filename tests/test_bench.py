@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bench import main
-from harness.bench_baselines import (
+from harness.bench.run import main
+from harness.bench.baselines import (
     HeadSliceReqToTokenPool,
     extend_inputs,
     extend_per_request_torch,

@@ -1,6 +1,6 @@
 """Every canary is a real bug the harness catches, by the invariant its registry entry names.
 
-Each canary runs through :func:`harness.runner.run_machine` under the ``ci``
+Each canary runs through :func:`harness.machines.run.run_machine` under the ``ci``
 profile (derandomised, so the outcome is the same on every run) with a
 100-example, 20-step budget: enough for the slowest canary to be found, and
 short examples keep hypothesis's shrinking (which picks the invariant that the
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import settings
 
 from harness.canaries import CANARIES, canary_machine, machine_available
-from harness.invariants import INVARIANTS
-from harness.runner import pinned_settings, run_machine, violation_of
-from harness.targets import FAMILIES, load_factory, resolve
+from harness.judge.invariants import INVARIANTS
+from harness.machines.run import pinned_settings, run_machine, violation_of
+from harness.judge.families import FAMILIES, load_factory, resolve
 
 NAMES = sorted(CANARIES)
 

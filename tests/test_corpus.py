@@ -14,15 +14,16 @@ import pytest
 from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
-import harness.shrink
-from harness.corpus import save_trace, trace_key
-from harness.invariants import InvariantViolation
+import harness.traces.shrink
+from harness.traces.corpus import save_trace, trace_key
+from harness.judge.invariants import InvariantViolation
 from harness.machines import make_machine
-from harness.replay import ReplayResult, main, matches_expectation, replay_trace, trace_files
-from harness.runner import run_machine
-from harness.seed_corpus import SeedError, seed_trace, verify_seed
-from harness.shrink import shrink_trace
-from harness.trace import Trace, load_trace
+from harness.traces.replay import ReplayResult, main, matches_expectation, replay_trace, trace_files
+from harness.machines.run import run_machine
+from harness.canaries.seeding import SeedError, seed_trace, verify_seed
+from harness.traces.shrink import shrink_trace
+from harness.judge.trace import Trace
+from harness.traces.schema import load_trace
 from pools import ReqToTokenPool
 from pools.req_to_token import Req
 from tests.conftest import CUDA
@@ -271,7 +272,7 @@ def test_shrinking_stops_at_its_replay_budget(monkeypatch: pytest.MonkeyPatch) -
         calls.append(1)
         return replay_trace(*args, **kwargs)
 
-    monkeypatch.setattr(harness.shrink, "replay_trace", counting)
+    monkeypatch.setattr(harness.traces.shrink, "replay_trace", counting)
     trace = rows_trace(NOISY, size=6, implementation=BROKEN)
     shrunk = shrink_trace(trace, invariant_id="generation-monotonic", max_replays=5)
     assert len(calls) == 5
@@ -282,8 +283,8 @@ def test_shrinking_stops_at_its_replay_budget(monkeypatch: pytest.MonkeyPatch) -
 WRITER = """
 import json, sys, time
 from pathlib import Path
-from harness.corpus import save_trace
-from harness.trace import Trace
+from harness.traces.corpus import save_trace
+from harness.judge.trace import Trace
 corpus, name, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 (corpus / f"ready-{name}").touch()
 while not go.exists():
@@ -408,7 +409,7 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
-    done = subprocess.run([sys.executable, "-m", "harness.replay", str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "harness.traces.replay", str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"BAD  {tmp_path}/cut.json: field '(file)': ends early, the file looks truncated")

@@ -13,6 +13,7 @@ import argparse
 import copy
 import json
 import math
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -58,7 +59,7 @@ def _curve(t: float, top: float, tau: float) -> float:
 def _target(name: str, impl: str, labels: list[str], tau: float, speed: float, *, night: int,
             fails_at: float | None, coverage: bool) -> dict[str, Any]:
     """One target's entry: cumulative samples that saturate, and stop growing once the target failed."""
-    series = []
+    series: list[dict[str, Any]] = []
     for i in range(int(DURATION_S / INTERVAL_S) + 1):
         t = i * INTERVAL_S
         active = min(t, fails_at) if fails_at is not None else t
@@ -69,7 +70,7 @@ def _target(name: str, impl: str, labels: list[str], tau: float, speed: float, *
             "failures": int(fails_at is not None and t >= fails_at),
         })
     reached = labels[:series[-1]["events"]]
-    failures = []
+    failures: list[dict[str, Any]] = []
     if fails_at is not None:
         failures.append({
             "target": name, "family": name, "implementation": impl, "kind": "violation", "invariant": "conservation",
@@ -238,3 +239,189 @@ def test_a_target_without_series_has_no_quiet_time() -> None:
 
 def test_nights_keeps_the_most_recent_start_times(three_nights: Path) -> None:
     assert [r.started.day for r in load_runs([three_nights], nights=2)] == [2, 3]
+
+
+# ------------------------------------------------------------------- page
+def without_plotly_js(page: str) -> str:
+    """The page as written by us: plotly's bundle (which names URLs of its own) cut out."""
+    from plotly.offline import get_plotlyjs
+
+    return page.replace(get_plotlyjs(), "")
+
+
+def test_plotly_js_is_inlined_once_and_nothing_is_loaded_from_the_network(page: str) -> None:
+    from plotly.offline import get_plotlyjs
+
+    assert page.count(get_plotlyjs()[:400]) == 1
+    ours = without_plotly_js(page)
+    assert page.count('class="plotly-graph-div"') == 2
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", ours)
+    assert "<script src" not in ours and "<link" not in ours
+
+
+def test_every_target_has_a_row_and_the_failure_shows_its_id_trace_and_replay_command(page: str) -> None:
+    for name, *_ in TARGETS:
+        assert f"<code>{name}</code></td>" in page
+    assert '<span class="invariant">conservation</span>' in page
+    assert f"<code>{TRACE}</code> (7 steps)" in page
+    assert f'<code class="command">python -m harness replay {TRACE}</code>' in page
+    assert "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)" in page
+
+
+def test_a_night_without_failures_says_so(tmp_path: Path) -> None:
+    write(tmp_path / "in", "night.json", night_report(1))
+    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert "No failures: no invariant violation or error in the latest run of any target." in html
+    assert 'class="failure"' not in html
+
+
+def test_several_nights_draw_a_trend_and_a_single_night_says_how_to_get_one(page: str, tmp_path: Path) -> None:
+    assert 'id="trend-plot"' in page and "2026-01-01 22:00" in page
+    write(tmp_path / "in", "night.json", night_report(2))
+    single = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert 'id="trend-plot"' not in single and "Only one night loaded" in single
+
+
+def test_a_schema_1_report_gets_its_table_and_a_note_instead_of_curves(tmp_path: Path) -> None:
+    write(tmp_path / "in", "old.json", night_report(0, schema=1, failing=("paged_kv",)))
+    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert "is a schema-1 report: it has no time series" in html
+    assert "No curve for req_to_token, mamba_slots, paged_kv, scheduler" in html
+    assert "plotly-graph-div" not in html and "Plotly" not in html  # no plot, so no 4 MB of plotly.js
+    assert f"python -m harness replay {TRACE}" in html
+
+
+def test_schema_1_nights_still_count_in_the_trend_next_to_a_schema_2_night(tmp_path: Path) -> None:
+    write(tmp_path / "in", "n0.json", night_report(0, schema=1))
+    write(tmp_path / "in", "n1.json", night_report(1))
+    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert 'id="behaviour-plot"' in html and 'id="trend-plot"' in html and "schema-1 report" not in html
+
+
+def test_a_run_without_coverage_says_how_to_measure_it(tmp_path: Path) -> None:
+    write(tmp_path / "in", "night.json", night_report(1, coverage=False))
+    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert "Branch coverage was not measured in this run" in html
+    assert "Branch coverage of pools/" not in without_plotly_js(html)
+
+
+def test_strings_from_a_report_cannot_inject_markup(tmp_path: Path) -> None:
+    report = night_report(2, failing=("paged_kv",))
+    hostile = "<img src=x onerror=alert(1)>"
+    report["targets"][0]["target"] = hostile
+    report["targets"][2]["failures"][0]["message"] = hostile
+    write(tmp_path / "in", "night.json", report)
+    html = without_plotly_js(build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text())
+    assert hostile not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_the_same_reports_give_the_same_bytes(three_nights: Path, tmp_path: Path) -> None:
+    first = build_dashboard([three_nights], tmp_path / "a.html").read_bytes()
+    assert build_dashboard([three_nights], tmp_path / "b.html").read_bytes() == first
+
+
+# -------------------------------------------------------------------- CLI
+def dashboard_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness dashboard")
+    add_arguments(parser)
+    return run(parser.parse_args(list(argv)))
+
+
+def test_the_command_writes_the_page_and_names_it(three_nights: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "site" / "index.html"
+    assert dashboard_cli(str(three_nights), "-o", str(output), "--nights", "1") == 0
+    assert capsys.readouterr().out == f"dashboard: {output}\n"
+    assert 'id="trend-plot"' not in output.read_text()
+
+
+def test_a_bad_report_is_one_error_line_and_exit_status_2(three_nights: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bad = write(three_nights, "nightly-2026-01-04.json", {**night_report(2), "schema": 9})
+    output = tmp_path / "d.html"
+    assert dashboard_cli(str(three_nights), "-o", str(output)) == 2
+    err = capsys.readouterr().err
+    assert err == f"poolfuzz: error: {bad}: field 'schema': report schema 9 is not one this dashboard reads (1, 2)\n"
+    assert not output.exists()
+
+
+def test_nights_must_be_a_positive_count(three_nights: Path) -> None:
+    with pytest.raises(SystemExit) as caught:
+        dashboard_cli(str(three_nights), "--nights", "0")
+    assert caught.value.code == 2
+
+
+# ---------------------------------------------------------------- browser
+def find_chromium() -> str | None:
+    return next((path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))),
+                None)
+
+
+CHROMIUM = find_chromium()
+
+
+class RenderedDom(HTMLParser):
+    """From a dumped DOM: the text of each caught script error, and ``main-svg`` elements per plotly plot."""
+
+    def __init__(self, dom: str) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+        self.svgs_per_plot: dict[str, int] = {}
+        self._plot: str | None = None
+        self._plot_depth = 0
+        self._in_error = False
+        self.feed(dom)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = (dict(attrs).get("class") or "").split()
+        if tag == "div" and self._plot is not None:
+            self._plot_depth += 1
+        elif tag == "div" and "plotly-graph-div" in classes:
+            self._plot, self._plot_depth = dict(attrs).get("id") or "?", 1
+            self.svgs_per_plot[self._plot] = 0
+        if tag == "svg" and "main-svg" in classes and self._plot is not None:
+            self.svgs_per_plot[self._plot] += 1
+        if tag == "div" and "script-error" in classes:
+            self._in_error = True
+            self.errors.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div":
+            self._in_error = False
+            if self._plot is not None:
+                self._plot_depth -= 1
+                if self._plot_depth == 0:
+                    self._plot = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_error:
+            self.errors[-1] += data
+
+
+def headless(page: Path, profile: Path, *actions: str) -> str:
+    """Open ``page`` in headless Chromium with every host name unresolvable; its stdout (the DOM when asked)."""
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1400,2000", "--virtual-time-budget=5000",
+         *actions, page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
+def test_the_page_renders_in_a_browser_offline_with_every_plot_drawn_and_no_script_error(
+        page: str, tmp_path: Path) -> None:
+    rendered = tmp_path / "out" / "dashboard.html"
+    broken = write(tmp_path, "broken.html", without_plotly_js(page).replace("</main>", "<script>notAFunction()</script></main>"))
+    shot = tmp_path / "dashboard.png"
+    with ThreadPoolExecutor(2) as pool:
+        good = pool.submit(headless, rendered, tmp_path / "profile-a", "--dump-dom", f"--screenshot={shot}")
+        bad = pool.submit(headless, broken, tmp_path / "profile-b", "--dump-dom")
+        dom, broken_dom = RenderedDom(good.result()), RenderedDom(bad.result())
+    assert dom.errors == []
+    assert dom.svgs_per_plot.keys() == {"behaviour-plot", "trend-plot"}
+    assert all(count >= 1 for count in dom.svgs_per_plot.values()), dom.svgs_per_plot
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    # the catcher has teeth: an error in any script on the page lands in the DOM the test reads
+    assert any("notAFunction" in error for error in broken_dom.errors), broken_dom.errors

@@ -1,6 +1,6 @@
 """Differential tests: every page-index implementation writes exactly what the loop oracle writes.
 
-The engine is :mod:`harness.differential`; the inputs come from
+The engine is :mod:`harness.judge.differential`; the inputs come from
 :mod:`strategies.page_alloc` (owned layouts, exact/short/ample free lists).
 On CPU, Triton runs through its interpreter, which is slow, so it gets a few
 small batches of its own; on CUDA every kernel, Triton compiled, runs on the
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from harness.differential import check_allocators, check_kernels, kernel_names, kernels_for
-from harness.invariants import InvariantViolation
+from harness.judge.differential import check_allocators, check_kernels, kernel_names, kernels_for
+from harness.judge.invariants import InvariantViolation
 from pools.page_alloc import PageKernel, get_kernel, triton_available
 from strategies.page_alloc import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
 from tests.conftest import DEVICES

@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
-from harness.fuzz_progress import Progress, clock, compact
-from harness.fuzz_rounds import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, EventLog, next_round_size, round_seed
-from harness.report import TargetStats, summary_text
-from harness.targets import FAMILIES, Family, UnknownTargetError
-from harness.trace import load_trace
+from harness.fuzz.session import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
+from harness.fuzz.progress import Progress, clock, compact
+from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, EventLog, next_round_size, round_seed
+from harness.fuzz.report import TargetStats, summary_text
+from harness.judge.families import FAMILIES, Family, UnknownTargetError
+from harness.traces.schema import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
@@ -79,7 +79,7 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    ghost = Family("ghost", "pools:ReqToTokenPool", "harness.drivers.ghost:GhostDriver",
+    ghost = Family("ghost", "pools:ReqToTokenPool", "harness.judge.drivers.ghost:GhostDriver",
                    "harness.machines.ghost:GhostMachine", "not written yet")
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import Phase
 
 from harness.canaries import CANARIES
-from harness.invariants import INVARIANTS
+from harness.judge.invariants import INVARIANTS
 from harness.machines import make_machine
-from harness.runner import pinned_settings, run_machine, violation_of
+from harness.machines.run import pinned_settings, run_machine, violation_of
 from pools import BadSizeError, Req, ReqToTokenPool
 
 

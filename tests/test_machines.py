@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.machines import make_machine
-from harness.runner import run_machine
-from harness.targets import FAMILIES
+from harness.machines.run import run_machine
+from harness.judge.families import FAMILIES
 from tests.conftest import DEVICES
 
 # The scheduler machine has its own tests, pinned per kernel and page size.

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from harness.drivers.hybrid import HybridDriver
-from harness.drivers.mamba import MambaSlotDriver
-from harness.invariants import InvariantViolation
+from harness.judge.drivers.hybrid import HybridDriver
+from harness.judge.drivers.mamba import MambaSlotDriver
+from harness.judge.invariants import InvariantViolation
 from harness.machines import make_machine
-from harness.runner import pinned_settings, run_machine
+from harness.machines.run import pinned_settings, run_machine
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool
 

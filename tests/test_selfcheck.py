@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import selfcheck
+from harness.canaries import selfcheck
 from harness.canaries import CANARIES, Canary
-from harness.selfcheck import Outcome, exit_status, report
-from harness.targets import FAMILIES, Family
+from harness.canaries.selfcheck import Outcome, exit_status, report
+from harness.judge.families import FAMILIES, Family
 
 FAST = ["negative-zero-slice", "silent-double-free-rows", "decode-clear-forgets-prealloc", "clear-leaves-group-open"]
 
@@ -38,7 +38,7 @@ def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytes
 
 
 def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    unwritten = Family("future", "pools:ReqToTokenPool", "harness.drivers.rows:RowPoolDriver",
+    unwritten = Family("future", "pools:ReqToTokenPool", "harness.judge.drivers.rows:RowPoolDriver",
                        "harness.machines.not_yet:Machine", "not written yet")
     monkeypatch.setitem(FAMILIES, "future", unwritten)
     monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))

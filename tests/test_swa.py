@@ -67,6 +67,10 @@ def snapshot(alloc: SWATokenToKVPoolAllocator | PureSWATokenToKVPoolAllocator) -
     return sides, ints(alloc.full_to_swa_index_mapping), alloc.in_free_group, alloc.available_size()
 
 
+def alloc_is_pristine(alloc: SWATokenToKVPoolAllocator) -> bool:
+    return alloc.full_available_size() == alloc.size_full and alloc.swa_available_size() == alloc.size_swa
+
+
 def assert_mapping_sound(alloc: SWATokenToKVPoolAllocator) -> None:
     """Free full slots map to 0; mapped slots pair page for page with the live SWA pages, one to one."""
     ps = alloc.page_size
@@ -109,10 +113,6 @@ def test_each_page_regime_rejects_the_other_regimes_calls(device: str) -> None:
     with pytest.raises(BadSizeError):
         paged.alloc(PS)
     assert alloc_is_pristine(flat) and alloc_is_pristine(paged)
-
-
-def alloc_is_pristine(alloc: SWATokenToKVPoolAllocator) -> bool:
-    return alloc.full_available_size() == alloc.size_full and alloc.swa_available_size() == alloc.size_swa
 
 
 def test_translation_keeps_minus_one_and_reads_zero_for_slots_without_a_peer(device: str) -> None:
@@ -193,17 +193,30 @@ def test_a_request_without_a_prefix_must_pass_last_loc_minus_one(device: str) ->
     assert snapshot(alloc) == before
 
 
-@pytest.mark.parametrize("bad", ["seq-below-prefix", "token-count", "last-loc-shape"])
-def test_a_malformed_extend_raises_before_either_side_changes(bad: str, device: str) -> None:
+@pytest.mark.parametrize(("pres", "seqs", "lasts", "count"), [
+    ([2], [1], [-1], -1),  # seq_len below prefix_len
+    ([0], [5], [-1], 4),  # extend_num_tokens does not match the lengths
+    ([0], [5], [-1, -1], 5),  # last_loc of the wrong shape
+], ids=["seq-below-prefix", "token-count", "last-loc-shape"])
+def test_a_malformed_extend_raises_before_either_side_changes(
+    pres: list[int], seqs: list[int], lasts: list[int], count: int, device: str
+) -> None:
     alloc = make(device)
-    pre, seq = idx([0], "cpu"), idx([5 if bad != "seq-below-prefix" else 0], "cpu")
-    pre = pre if bad != "seq-below-prefix" else idx([2], "cpu")
-    last = idx([-1, -1] if bad == "last-loc-shape" else [-1], device)
-    count = 4 if bad == "token-count" else int(seq[0] - pre[0])
+    pre, seq = idx(pres, "cpu"), idx(seqs, "cpu")
     before = snapshot(alloc)
     with pytest.raises(BadBatchError):
-        alloc.alloc_extend(pre.to(device), pre, seq.to(device), seq, last, count)
+        alloc.alloc_extend(pre.to(device), pre, seq.to(device), seq, idx(lasts, device), count)
     assert snapshot(alloc) == before
+
+
+def test_need_sort_counts_staged_pages_on_both_sides_and_merges_them_when_short(device: str) -> None:
+    alloc = make(device, full_pages=2, swa_pages=2, need_sort=True)
+    slots = ints(extend(alloc, [0], [8], [-1]))
+    alloc.free(idx(slots, device))
+    assert alloc.available_size() == 8 and ints(alloc.full_attn_allocator.free_pages) == []
+    again = ints(extend(alloc, [0], [8], [-1]))
+    assert sorted(again) == sorted(slots)
+    assert_mapping_sound(alloc)
 
 
 # --------------------------------------------------------------- swa tail

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.replay import trace_files
-from harness.trace import SCHEMA_VERSION, Trace, TraceError, fill_provenance, load_trace, loads_trace, parse_trace
+from harness.traces.replay import trace_files
+from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
+from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "docs" / "trace.schema.json"

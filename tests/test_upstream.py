@@ -17,13 +17,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.differential import check_allocators
-from harness.invariants import InvariantViolation
+from harness.judge.differential import check_allocators
+from harness.judge.invariants import InvariantViolation
 
-from harness.replay import replay_trace
-from harness.runner import run_machine
-from harness.targets import family, load_factory, validates_input
-from harness.trace import Trace, load_trace
+from harness.traces.replay import replay_trace
+from harness.machines.run import run_machine
+from harness.judge.families import family, load_factory, validates_input
+from harness.judge.trace import Trace
+from harness.traces.schema import load_trace
 from harness.upstream import loader
 from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, unavailable_reason
 from strategies.page_alloc import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from harness.canaries.kv import PHASE2_BOUND
-from harness.invariants import INVARIANTS
+from harness.judge.invariants import INVARIANTS
 from harness.machines.base import PoolMachine, make_machine
-from harness.targets import UnknownTargetError, family, resolve
+from harness.judge.families import UnknownTargetError, family, resolve
 
 
 class Canary(NamedTuple):
@@ -130,7 +130,7 @@ CANARIES: dict[str, Canary] = {
         "sglang-pools.md sections 3.5 and 8, hazard 1", "page-layout",
     ),
     "retract-frees-from-ceil": Canary(
-        "scheduler", "harness.drivers.scheduler:build_scheduler_pools",
+        "scheduler", "harness.judge.drivers.scheduler:build_scheduler_pools",
         "retract frees KV from ceil(keep/ps)*ps instead of the floor, leaking the partial page",
         "SGLang #4977", "scheduler-conservation", driver=f"{_SCHED}:CeilRetractScheduler",
     ),

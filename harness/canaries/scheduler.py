@@ -7,7 +7,7 @@ variants, bound with :attr:`harness.machines.scheduler.SchedulerMachine.driver_c
 
 from __future__ import annotations
 
-from harness.drivers.scheduler import SchedulerDriver
+from harness.judge.drivers.scheduler import SchedulerDriver
 
 
 class CeilRetractScheduler(SchedulerDriver):

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 from hypothesis import event, target
 from hypothesis.stateful import RuleBasedStateMachine
 
-from harness.driver import Driver
-from harness.targets import family, implementation_for, load_factory, resolve, validates_input
+from harness.judge.drivers.base import Driver
+from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
 
 
 class PoolMachine(RuleBasedStateMachine):

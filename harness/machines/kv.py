@@ -17,7 +17,7 @@ from typing import Any, cast
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
 
-from harness.drivers.kv import TokenKVDriver
+from harness.judge.drivers.kv import TokenKVDriver
 from harness.machines.base import PoolMachine
 from strategies.kv import alloc_sizes, extend_lengths, paged_kv_configs, token_indices, token_kv_configs
 

@@ -25,10 +25,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from harness.drivers.hybrid import HybridDriver
-from harness.drivers.mamba import MambaSlotDriver
+from harness.judge.drivers.hybrid import HybridDriver
+from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
-from harness.models.mamba import SlotModel
+from harness.judge.models.mamba import SlotModel
 from strategies.mamba import (
     group_sizes,
     hybrid_configs,

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from harness.drivers.scheduler import SchedulerDriver
+from harness.judge.drivers.scheduler import SchedulerDriver
 from harness.machines.base import PoolMachine, make_machine
 from pools.page_alloc import triton_available
 from strategies.scheduler import admissions, chunk_sizes, picks, retract_keeps, scheduler_configs

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.corpus import trace_key
+from harness.traces.corpus import trace_key
 from harness.machines.base import PoolMachine, make_machine
-from harness.trace import Trace
+from harness.judge.trace import Trace
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus" / "upstream"
 

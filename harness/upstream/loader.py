@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from harness.targets import UnknownTargetError
+from harness.judge.families import UnknownTargetError
 from harness.upstream import stubs
 
 SUPPORTED_VERSION = "0.5.23"
@@ -41,7 +41,7 @@ _KERNEL_FILE = "sglang/kernels/ops/memory/allocator.py"
 class UpstreamUnavailableError(UnknownTargetError):
     """Upstream SGLang cannot be loaded: not installed, another version, or its files are missing.
 
-    A subclass of :class:`~harness.targets.UnknownTargetError`, so the CLI reports it as an
+    A subclass of :class:`~harness.judge.families.UnknownTargetError`, so the CLI reports it as an
     unresolvable target (one line, no traceback).
     """
 

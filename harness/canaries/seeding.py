@@ -1,0 +1,141 @@
+"""Seeding the corpus with regression traces found on canaries (our pools with one historical bug put back).
+
+:func:`seed_trace` fuzzes a canary with the normal machine, lets the runner
+shrink what it finds, and commits the trace as a regression test for *our*
+pool: ``implementation`` is the family default, and ``expect`` records the
+violation on the canary::
+
+    {"outcome": "violation", "invariant": "empty-pool-guard",
+     "implementation": "harness.canaries.rows:NegativeZeroSlice"}
+
+so ``python -m harness replay corpus/`` expects it to pass, and
+``--target FAMILY=<canary>`` expects the recorded invariant.  Before writing,
+both are checked by replay; a trace that fails either is refused.
+
+Run ``python -m harness.canaries.seeding`` to (re)seed every bug in :data:`SEEDS`
+whose canary exists; seeding is derandomised, so a rerun names the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
+
+from harness.traces.corpus import save_trace
+from harness.machines import make_machine
+from harness.traces.replay import DEFAULT_CORPUS, matches_expectation, replay_trace
+from harness.machines.run import failure_trace, run_machine, violation_of
+from harness.judge.families import UnknownTargetError, family, parse_overrides
+from harness.judge.trace import Trace, fill_provenance
+from harness.traces.schema import load_trace
+
+SEEDS = (
+    "negative-zero-slice",
+    "row-zero-handed-out",
+    "alloc-size-mismatch",
+    "generation-zeroed-on-clear",
+    "group-end-leak",
+    "extend-without-empty-guard",
+    "free-group-aliasing",
+)
+"""Names in :data:`harness.canaries.CANARIES` of the bugs the corpus must keep fixed (issue 5)."""
+
+
+class SeedError(RuntimeError):
+    """A canary that fuzzing did not break, or whose trace does not replay as a regression test."""
+
+
+def seeding_settings(max_examples: int = 500) -> Settings:
+    """Derandomised and bounded, so seeding is reproducible and a rerun names the same files."""
+    return Settings(
+        max_examples=max_examples, stateful_step_count=30, derandomize=True, database=None, deadline=None,
+        report_multiple_bugs=False, print_blob=False, suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+    )
+
+
+def find_violation(family_name: str, canary: str, *, settings: Settings | None = None, device: str = "cpu") -> Trace:
+    """Fuzz ``canary`` until it breaks; the shrunk trace, expecting the violation on ``canary``."""
+    machine = make_machine(family_name, canary, device=device)
+    try:
+        run_machine(machine, settings=settings or seeding_settings())
+    except Exception as exc:  # noqa: BLE001 - whatever hypothesis raises, we only want the attached trace
+        trace, violation = failure_trace(exc), violation_of(exc)
+        if trace is None or violation is None:
+            raise SeedError(f"{canary} failed without an invariant violation: {type(exc).__name__}: {exc}") from exc
+        return trace
+    raise SeedError(f"fuzzing found no violation in {canary}")
+
+
+def regression_trace(found: Trace, canary: str, note: str) -> Trace:
+    """The corpus form: replayed against our pool by default, the violation expected on ``canary`` only."""
+    trace = Trace(
+        family=found.family,
+        implementation=family(found.family).default,
+        config=dict(found.config),
+        steps=list(found.steps),
+        expect={"outcome": "violation", "invariant": found.expect["invariant"], "implementation": canary},
+        audit_period=found.audit_period,
+    )
+    return fill_provenance(trace, note=note)
+
+
+def verify_seed(trace: Trace) -> None:
+    """Raise :class:`SeedError` unless ``trace`` passes on its implementation and fails as recorded on the canary."""
+    canary = trace.expect["implementation"]
+    for target in (None, canary):
+        result = replay_trace(trace, target=target)
+        if not matches_expectation(result, trace):
+            raise SeedError(f"trace does not replay as a regression test against {result.implementation}: "
+                            f"got {result.describe()}\n{trace.steps_text()}")
+
+
+def seed_trace(family_name: str, canary: str, note: str, *, corpus: Path = DEFAULT_CORPUS,
+               settings: Settings | None = None, device: str = "cpu") -> Path:
+    """Fuzz ``canary``, shrink, verify and save the regression trace under ``corpus/<family>/``."""
+    trace = regression_trace(find_violation(family_name, canary, settings=settings, device=device), canary, note)
+    verify_seed(trace)
+    return save_trace(trace, corpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.canaries.seeding [NAME | FAMILY=module:attr ...] [--corpus DIR] [--note TEXT]``."""
+    parser = argparse.ArgumentParser(prog="python -m harness.canaries.seeding", description=__doc__.split("\n")[0])
+    parser.add_argument("seeds", nargs="*", metavar="NAME|FAMILY=module:attr",
+                        help=f"canary names from harness.canaries (default: {', '.join(SEEDS)}) or explicit specs")
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--note", default="", help="provenance note for explicit FAMILY=module:attr seeds")
+    args = parser.parse_args(argv)
+    jobs: list[tuple[str, str, str, str | None]] = []  # family, spec, note, invariant the canary declares
+    from harness.canaries import CANARIES
+    for item in args.seeds or SEEDS:
+        if "=" in item:
+            for family_name, spec in parse_overrides([item]).items():
+                jobs.append((family_name, spec, args.note or f"seeded from {spec}", None))
+        elif item in CANARIES:
+            c = CANARIES[item]
+            jobs.append((c.family, c.spec, f"{c.bug} ({c.upstream}); canary {item}", c.invariant))
+        else:
+            print(f"MISSING {item}: no such canary in harness.canaries", file=sys.stderr)
+    failures = 0
+    for family_name, spec, note, declared in jobs:
+        try:
+            path = seed_trace(family_name, spec, note, corpus=args.corpus)
+        except (SeedError, UnknownTargetError) as exc:
+            print(f"FAILED  {spec}: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        print(f"SEEDED  {path}  ({spec})")
+        if declared is not None:
+            invariant = load_trace(path).expect["invariant"]
+            if invariant != declared:
+                print(f"  note: caught by [{invariant}], the canary declares [{declared}]")
+    return 1 if failures or len(jobs) < len(args.seeds or SEEDS) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

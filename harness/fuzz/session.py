@@ -1,0 +1,407 @@
+"""The nightly runner: fuzz every target on every core for a time budget, then report.
+
+:func:`select_targets` turns ``--target`` values into :class:`TargetRef` s;
+:class:`FuzzRun` starts one process per worker (:mod:`harness.fuzz.protocol`,
+``spawn``), collects their counters and findings over per-worker pipes, drives
+the live display (:mod:`harness.fuzz.progress`) and builds the report
+(:mod:`harness.fuzz.report`).
+
+How a run ends:
+
+* The budget is fuzzing time: workers import torch and hypothesis (seconds,
+  more on a loaded machine), say hello, and all start together when the last
+  one is ready; the clock starts then.
+* At the deadline the stop event is set; workers abandon their round unless
+  they are shrinking a failure, which may go on for ``grace`` seconds.  Then
+  the parent sends SIGTERM (a worker saves its smallest failing trace so far)
+  and, 5 s later, SIGKILL.
+* Ctrl-C (or SIGTERM to the parent) does the same with at most 3 s of grace; a
+  second Ctrl-C terminates the workers at once.  The report is still written.
+* A worker that dies on its own (segfault, CUDA abort, OOM kill) is reported
+  with its exit code and log; the target it was on is retired, and a
+  replacement worker carries on with the others.  A worker whose failure was a
+  sticky CUDA error reports it, then exits with ``EXIT_RESTART`` to be
+  replaced: its CUDA context is unusable.
+* A target is fuzzed until its first failure in this run; then it is retired
+  for every worker, and the report says so.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.fuzz.progress import Progress
+from harness.fuzz.protocol import EXIT_RESTART, Shared, TargetRef, WorkerPlan, worker_main
+from harness.fuzz.report import REPORT_SCHEMA, TargetStats, combine_coverage, machine_info, utc_now, versions
+from harness.judge.families import FAMILIES, UnknownTargetError, family, implementation_for, load_factory, resolve
+
+MAX_RESPAWNS = 3
+KILL_AFTER_TERM_S = 5.0
+STARTUP_TIMEOUT_S = 300.0
+INTERRUPT_GRACE_S = 3.0
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass
+class FuzzOptions:
+    targets: list[TargetRef]
+    seconds: float
+    workers: int
+    seed: int
+    device: str = "cpu"
+    corpus: Path = Path("corpus/found")
+    database: str = ".hypothesis/poolfuzz"
+    steps: int = 200
+    misuse: bool = True
+    coverage: bool = False
+    grace: float = 60.0
+    round_seconds: float = 2.0
+    progress_every: float = 5.0
+    live: bool = False
+    logs: Path | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
+                   ) -> tuple[list[TargetRef], list[dict[str, str]]]:
+    """``--target`` values to targets, plus the families skipped (only when none was named).
+
+    ``FAMILY`` fuzzes the family's implementation in use (its default, or a
+    ``POOLFUZZ_TARGETS`` override); ``FAMILY=module:attr`` fuzzes that
+    implementation instead.  Naming a family whose machine or implementation
+    does not import is an :class:`UnknownTargetError`, and so is a
+    ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
+    every registered family is tried and defaults that do not import are skipped.
+    """
+    explicit = bool(items)
+    wanted: list[tuple[str, str]] = []
+    for item in items or list(FAMILIES):
+        name, sep, spec = (part.strip() for part in item.partition("="))
+        family(name)
+        if sep and not spec:
+            raise UnknownTargetError(f"target {item!r} is not of the form FAMILY=module:attr")
+        wanted.append((name, spec or implementation_for(name, overrides)))
+    targets: list[TargetRef] = []
+    skipped: list[dict[str, str]] = []
+    for name, spec in dict.fromkeys(wanted):
+        try:
+            resolve(family(name).machine)
+            load_factory(spec)
+        except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
+            if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env
+                raise UnknownTargetError(f"target {name}={spec}: {exc}") from None
+            skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
+            continue
+        key = name if spec == family(name).default else f"{name}={spec}"
+        targets.append(TargetRef(index=len(targets), family=name, spec=spec, key=key))
+    return targets, skipped
+
+
+@dataclass
+class Slot:
+    """One worker position; a crashed worker is replaced by the next generation in the same slot."""
+
+    index: int
+    generation: int
+    process: Any
+    conn: Any
+    log: Path
+    target: str | None = None
+    round: dict[str, Any] = field(default_factory=dict)
+    greeted: bool = False
+    said_bye: bool = False
+    asked_to_stop: bool = False
+    rounds: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"w{self.index}" if self.generation == 0 else f"w{self.index}.{self.generation}"
+
+
+class FuzzRun:
+    """One ``python -m harness fuzz`` run; :meth:`run` returns the report dict."""
+
+    def __init__(self, options: FuzzOptions, *, err: TextIO) -> None:
+        self.options = options
+        self.ctx = multiprocessing.get_context("spawn")
+        self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
+                             retired=self.ctx.Array("b", max(1, len(options.targets)), lock=False))
+        self.retired = self.shared.retired
+        self.stats = {t.key: TargetStats(t.key, t.family, t.spec) for t in options.targets}
+        self.by_key = {t.key: t for t in options.targets}
+        self.slots: list[Slot] = []
+        self.finished: list[Slot] = []
+        self.crashes: list[dict[str, Any]] = []
+        self.interrupts = 0
+        self.stop_reason: str | None = None
+        self.term_at = self.kill_at = float("inf")
+        self.termed = False
+        # Worker logs: kept (next to the report, by default) only when a worker crashed.
+        self.logdir = options.logs or Path(tempfile.mkdtemp(prefix="poolfuzz-logs-"))
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.covdir = Path(tempfile.mkdtemp(prefix="poolfuzz-coverage-")) if options.coverage else None
+        self.started = self.fuzz_started = time.time()
+        self.started_iso = utc_now()
+        self.deadline = float("inf")  # set when the workers are ready (start_when_ready)
+        self.progress = Progress(err, live=options.live, every=options.progress_every, started=self.started,
+                                 deadline=self.started + options.seconds)
+        self.progress.status = "starting workers"
+
+    # ------------------------------------------------------------ workers
+    def spawn(self, index: int, generation: int) -> None:
+        o = self.options
+        log = self.logdir / f"worker-{index}.{generation}.log"
+        # Workers stop on the parent's event; their own deadline only ends an orphaned worker.
+        deadline = self.deadline if self.deadline != float("inf") else time.time() + STARTUP_TIMEOUT_S + o.seconds
+        plan = WorkerPlan(
+            worker=index, generation=generation, targets=tuple(o.targets), seed=o.seed, deadline=deadline,
+            steps=o.steps, misuse=o.misuse, device=o.device, corpus=str(o.corpus), database=o.database,
+            log_path=str(log), round_seconds=o.round_seconds,
+            coverage_dir=str(self.covdir) if self.covdir else None,
+        )
+        reader, writer = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=worker_main, args=(plan, writer, self.shared),
+                                   name=f"poolfuzz-{plan.name}", daemon=True)
+        process.start()
+        writer.close()
+        self.slots.append(Slot(index, generation, process, reader, log))
+
+    def handle(self, slot: Slot, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "hello":
+            slot.greeted, slot.info = True, payload
+            self.start_when_ready()
+        elif kind == "round":
+            slot.target, slot.round, slot.rounds = payload["target"], payload, slot.rounds + 1
+            self.stats[payload["target"]].rounds += 1
+        elif kind == "progress":
+            self.stats[payload["target"]].add_progress(payload)
+        elif kind == "failure":
+            self.record_failure(slot, payload)
+        elif kind == "bye":
+            slot.said_bye = True
+
+    def start_when_ready(self, *, anyway: bool = False) -> None:
+        """Start the clock (and the workers) once every first-generation worker is ready or gone."""
+        if self.deadline != float("inf"):
+            return
+        first = [s for s in self.slots + self.finished if s.generation == 0]
+        if not anyway and not all(s.greeted or s in self.finished for s in first):
+            return
+        self.fuzz_started = time.time()
+        self.deadline = self.fuzz_started + self.options.seconds
+        self.progress.started, self.progress.deadline = self.fuzz_started, self.deadline
+        self.progress.status = "fuzzing"
+        self.shared.go.set()
+
+    def record_failure(self, slot: Slot, payload: dict[str, Any]) -> None:
+        stats = self.stats[payload["target"]]
+        self.retired[self.by_key[payload["target"]].index] = 1
+        same = [f for f in stats.failures if (f["invariant"], f["trace"]) == (payload["invariant"], payload["trace"])]
+        if same:
+            return
+        failure = {**payload, "worker": slot.name, "found_after_s": round(time.time() - self.fuzz_started, 1)}
+        stats.failures.append(failure)
+        first = payload["message"].strip().splitlines()[0] if payload["message"].strip() else payload["kind"]
+        where = f"; trace {payload['trace']}" if payload["trace"] else ""
+        self.progress.note(f"FAILURE {payload['target']}: {first}{where} (no more fuzzing of this target in this run)")
+
+    def drain(self, slot: Slot) -> None:
+        try:
+            while slot.conn.poll():
+                kind, payload = slot.conn.recv()
+                self.handle(slot, kind, payload)
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - a garbled message from a dying worker
+            self.progress.note(f"worker {slot.name}: unreadable message ({type(exc).__name__}: {exc})")
+
+    def reap(self, slot: Slot) -> None:
+        """A worker process ended: collect its last words, record a crash, maybe replace it."""
+        self.drain(slot)
+        slot.process.join()
+        slot.conn.close()
+        self.slots.remove(slot)
+        self.finished.append(slot)
+        code = slot.process.exitcode
+        if (slot.said_bye and code == 0) or slot.asked_to_stop:
+            return
+        if slot.said_bye and code == EXIT_RESTART:
+            self.progress.note(f"worker {slot.name}: CUDA error on {slot.target}; replacing the process")
+            self.replace(slot)
+            return
+        reason = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        crash = {"worker": slot.name, "target": slot.target, "round": slot.round.get("round"),
+                 "seed": slot.round.get("seed"), "exit_code": code, "reason": reason,
+                 "log": str(slot.log), "log_tail": self.log_tail(slot.log)}
+        self.crashes.append(crash)
+        if slot.target is not None:
+            self.stats[slot.target].crashes.append(crash)
+            self.retired[self.by_key[slot.target].index] = 1
+        self.progress.note(f"CRASH worker {slot.name} on {slot.target or '(no target yet)'}: {reason}; log {slot.log}")
+        self.replace(slot)
+
+    def replace(self, slot: Slot) -> None:
+        """Start the next generation of a worker that died, unless there is no point."""
+        active = [t for t in self.options.targets if not self.retired[t.index]]
+        if slot.greeted and active and self.stop_reason is None and slot.generation < MAX_RESPAWNS:
+            self.spawn(slot.index, slot.generation + 1)
+        self.start_when_ready()
+
+    @staticmethod
+    def log_tail(path: Path, limit: int = 6000) -> str:
+        """The end of a worker's log, from the fatal-error banner when faulthandler wrote one."""
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return ""
+        banner = text.rfind("Fatal Python error")
+        return text[banner:][:limit] if banner >= 0 else text[-limit:]
+
+    # --------------------------------------------------------------- stop
+    def begin_stop(self, reason: str, grace: float) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.shared.stop.set()
+            self.progress.status = f"stopping ({reason})"
+            self.progress.note(f"poolfuzz: {reason}; stopping workers (a failure being shrunk gets {grace:g} s)")
+            for slot in self.slots:
+                if not slot.greeted:  # still importing: nothing to save, no reason to wait
+                    slot.asked_to_stop = True
+                    slot.process.terminate()
+        self.term_at = min(self.term_at, time.time() + grace)
+
+    def enforce_stop(self, now: float) -> None:
+        if now >= self.term_at and not self.termed:
+            self.termed = True
+            self.kill_at = now + KILL_AFTER_TERM_S
+            for slot in self.slots:
+                slot.asked_to_stop = True
+                if slot.process.is_alive():
+                    slot.process.terminate()
+        if now >= self.kill_at:
+            for slot in self.slots:
+                if slot.process.is_alive():
+                    slot.process.kill()
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> dict[str, Any]:
+        o = self.options
+        self.progress.note(f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for "
+                           f"{o.seconds:g} s, seed {o.seed}, device {o.device}, database {o.database}")
+        handlers = self.install_signal_handlers()
+        try:
+            for index in range(o.workers):
+                self.spawn(index, 0)
+            self.loop()
+        finally:
+            self.restore_signal_handlers(handlers)
+            for slot in list(self.slots):
+                if slot.process.is_alive():
+                    slot.process.kill()
+                slot.process.join()
+        self.progress.tick(self.stats.values(), force=True)
+        self.progress.close()
+        report = self.build_report()
+        if not self.crashes:
+            shutil.rmtree(self.logdir, ignore_errors=True)
+        if self.covdir is not None:
+            shutil.rmtree(self.covdir, ignore_errors=True)
+        return report
+
+    def loop(self) -> None:
+        handled = 0
+        while self.slots:
+            waitables = [s.conn for s in self.slots] + [s.process.sentinel for s in self.slots]
+            multiprocessing.connection.wait(waitables, timeout=0.2)
+            for slot in list(self.slots):
+                self.drain(slot)
+                if not slot.process.is_alive():
+                    self.reap(slot)
+            now = time.time()
+            if self.interrupts > handled:
+                handled = self.interrupts
+                self.begin_stop("interrupted", 0.0 if handled > 1 else min(INTERRUPT_GRACE_S, self.options.grace))
+            if now >= self.deadline:
+                self.begin_stop("time is up", self.options.grace)
+            if self.deadline == float("inf") and now - self.started > STARTUP_TIMEOUT_S:
+                if any(s.greeted for s in self.slots):
+                    self.start_when_ready(anyway=True)
+                else:
+                    self.begin_stop("no worker started", 0.0)
+            if self.stop_reason is not None:
+                self.enforce_stop(now)
+            self.progress.tick(self.stats.values(), now=now)
+
+    def install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def restore_signal_handlers(handlers: dict[int, Any]) -> None:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    # ------------------------------------------------------------- report
+    def build_report(self) -> dict[str, Any]:
+        o = self.options
+        now = time.time()
+        duration = now - self.fuzz_started
+        targets = [s.to_json() for s in self.stats.values()]
+        failures = [f for t in self.stats.values() for f in t.failures]
+        steps = sum(s.steps for s in self.stats.values())
+        interrupted = self.stop_reason == "interrupted"
+        coverage = combine_coverage(self.covdir) if self.covdir is not None else None
+        devices = sorted({s.info.get("device_name", "") for s in self.finished} - {""})
+        return {
+            "schema": REPORT_SCHEMA,
+            "tool": "poolfuzz fuzz",
+            "started": self.started_iso,
+            "finished": utc_now(),
+            "duration_s": round(duration, 2),
+            "startup_s": round(self.fuzz_started - self.started, 2),
+            "interrupted": interrupted,
+            "ended_because": self.stop_reason or "every worker finished (all targets retired)",
+            "exit_status": exit_status(bool(failures or self.crashes), interrupted),
+            "run": {
+                "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
+                "steps_per_example": o.steps, "misuse": o.misuse, "database": o.database, "corpus": str(o.corpus),
+                "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
+                "logs": str(self.logdir) if self.crashes else None,
+            },
+            "machine": {**machine_info(), "accelerators": devices},
+            "versions": versions(),
+            "totals": {
+                "examples": sum(s.examples for s in self.stats.values()), "steps": steps,
+                "steps_per_second": round(steps / duration, 1) if duration > 0 else 0.0,
+                "failures": len(failures), "crashes": len(self.crashes),
+            },
+            "targets": targets,
+            "failures": failures,
+            "crashes": self.crashes,
+            "workers": [{"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode, "rounds": s.rounds}
+                        for s in self.finished],
+            "skipped": o.skipped,
+            "coverage": coverage,
+        }
+
+
+def exit_status(found: bool, interrupted: bool) -> int:
+    """1 when anything was found (even if interrupted), 130 when interrupted clean, else 0."""
+    if found:
+        return EXIT_FOUND
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK

@@ -1,0 +1,319 @@
+"""Rounds of hypothesis inside one fuzz worker: counting, stopping, and reporting what was found.
+
+A worker cycles through its targets, one *round* at a time: one
+:func:`~harness.machines.run.run_machine` call with ``derandomize=False``, a seed
+derived from ``(--seed, worker, generation, round)`` and a ``max_examples``
+sized so the round lasts about ``round_seconds``.  All workers share one
+example database, so a failure found in one round is replayed first in the
+next, and shrinking progress survives rounds, workers and nights.
+
+The machine is subclassed with :class:`Counted`, which counts steps, examples
+and driver events (the labels drivers pass to ``hypothesis.event``) and checks,
+every few steps, whether the round must end: the deadline passed, the parent set
+the stop event, or another worker retired the target.  It then raises
+:class:`~harness.fuzz.protocol.StopRound`, which hypothesis lets through without
+shrinking anything.  While a violation is being shrunk the round is *not*
+abandoned; the parent lets it finish for ``--grace`` seconds, then sends
+SIGTERM, and the smallest failing trace seen so far is saved (``shrunk:
+false``), so a counterexample is never lost to the clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import Phase, Verbosity
+from hypothesis import settings as Settings
+
+import harness.machines.settings  # noqa: F401 - registers the nightly profile
+from harness.traces.corpus import save_trace
+from harness.fuzz.database import open_database
+from harness.fuzz.protocol import FLUSH_SECONDS, Shared, StopRound, TargetRef, Terminated, WorkerPlan
+from harness.judge.invariants import InvariantViolation
+from harness.machines.base import PoolMachine, make_machine
+from harness.machines.run import failure_trace, run_machine, violation_of
+from harness.judge.trace import Trace, fill_provenance
+
+#: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
+FIRST_ROUND_EXAMPLES = 10
+MAX_ROUND_EXAMPLES = 5_000
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+#: Messages of CUDA errors after which a process's CUDA context is unusable ("sticky" errors).
+FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "cudaError", "CUBLAS_STATUS")
+
+
+def round_seed(seed: int, worker: int, generation: int, round_no: int) -> int:
+    """The hypothesis seed of one round: distinct per worker, restart and round, reproducible from ``--seed``."""
+    digest = hashlib.sha256(f"poolfuzz:{seed}:{worker}:{generation}:{round_no}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def next_round_size(examples: int, seconds: float, target_seconds: float) -> int:
+    """``max_examples`` for the next round, so it lasts about ``target_seconds``."""
+    if examples <= 0 or seconds <= 0:
+        return FIRST_ROUND_EXAMPLES
+    rate = examples / seconds
+    return max(5, min(MAX_ROUND_EXAMPLES, int(rate * target_seconds)))
+
+
+class EventLog(list[str]):
+    """A driver's ``events`` list that also counts every label into the worker's tally."""
+
+    def __init__(self, counts: Counter[str]) -> None:
+        super().__init__()
+        self.counts = counts
+
+    def append(self, label: str) -> None:
+        self.counts[label] += 1
+        super().append(label)
+
+
+class Counted(PoolMachine):
+    """Mixin over a family machine: counts into :attr:`worker` and lets it end the round."""
+
+    worker: ClassVar[Worker]
+
+    def start(self, config: dict[str, Any]) -> None:
+        super().start(config)
+        assert self.driver is not None
+        self.driver.events = EventLog(self.worker.events)
+        self.driver.trace.provenance["seed"] = self.worker.seed
+
+    def do(self, op: str, **args: Any) -> Any:
+        worker = self.worker
+        worker.steps += 1
+        if worker.steps % 16 == 0:
+            worker.poll()
+        try:
+            return super().do(op, **args)
+        except InvariantViolation as violation:
+            worker.saw(violation)
+            raise
+        except Exception:
+            worker.error_trace = self.driver.trace if self.driver is not None else None
+            raise
+
+    def teardown(self) -> None:
+        worker = self.worker
+        worker.examples += 1
+        if worker.abandoning or worker.terminate["now"]:
+            return
+        try:
+            super().teardown()
+        except InvariantViolation as violation:
+            worker.saw(violation)
+            raise
+        worker.poll()
+
+
+class Worker:
+    """The round loop of one worker process; see the module docstring."""
+
+    def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool]) -> None:
+        self.plan = plan
+        self.conn = conn
+        self.go = shared.go
+        self.stop = shared.stop
+        self.retired = shared.retired
+        self.terminate = terminate
+        self.settings = Settings(
+            Settings.get_profile("nightly"),
+            database=open_database(plan.database),
+            derandomize=False,
+            deadline=None,
+            stateful_step_count=plan.steps,
+            verbosity=Verbosity.quiet,
+            phases=PHASES,
+            print_blob=False,
+            report_multiple_bugs=False,
+        )
+        self.machines: dict[str, type[PoolMachine]] = {}
+        self.round_size: dict[str, int] = {}
+        self.target: TargetRef | None = None
+        self.steps = 0
+        self.examples = 0
+        self.events: Counter[str] = Counter()
+        self.flushed_steps = 0
+        self.flushed_examples = 0
+        self.last_flush = time.monotonic()
+        self.abandoning = False
+        self.pending: tuple[InvariantViolation, Trace] | None = None
+        self.seed = 0
+        self.poisoned = False
+        self.error_trace: Trace | None = None  # steps of the last example that raised something else
+
+    # ------------------------------------------------------------ reporting
+    def send(self, kind: str, /, **payload: Any) -> None:
+        try:
+            self.conn.send((kind, payload))
+        except OSError:  # the parent is gone: nobody to report to
+            self.terminate["now"] = True
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        if self.target is not None:
+            self.send(
+                "progress",
+                target=self.target.key,
+                steps=self.steps - self.flushed_steps,
+                examples=self.examples - self.flushed_examples,
+                seconds=now - self.last_flush,
+                events=dict(self.events),
+            )
+        self.events.clear()
+        self.flushed_steps, self.flushed_examples, self.last_flush = self.steps, self.examples, now
+
+    # ------------------------------------------------------------- stopping
+    def time_is_up(self) -> bool:
+        return bool(self.stop.is_set()) or time.time() >= self.plan.deadline
+
+    def poll(self) -> None:
+        """Flush if due; end the round if it must end (see the module docstring)."""
+        if time.monotonic() - self.last_flush >= FLUSH_SECONDS:
+            self.flush()
+        if self.terminate["now"]:
+            self.abandoning = True
+            raise Terminated()
+        if self.pending is not None:
+            return
+        if self.time_is_up() or (self.target is not None and self.retired[self.target.index]):
+            self.abandoning = True
+            raise StopRound()
+
+    def saw(self, violation: InvariantViolation) -> None:
+        """Remember the shortest failing trace of the first invariant seen this round.
+
+        The first sighting retires the target for every worker at once: the
+        others leave it alone while this one shrinks.
+        """
+        trace = getattr(violation, "trace", None)
+        if not isinstance(trace, Trace):
+            return
+        if self.pending is None:
+            self.pending = (violation, trace)
+            if self.target is not None:
+                self.retired[self.target.index] = 1
+        elif violation.invariant_id == self.pending[0].invariant_id and len(trace.steps) <= len(self.pending[1].steps):
+            self.pending = (violation, trace)
+
+    # --------------------------------------------------------------- rounds
+    def run(self) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        device_name = torch.cuda.get_device_name() if self.plan.device == "cuda" else ""
+        self.send("hello", pid=os.getpid(), device_name=device_name)
+        while not self.go.wait(0.2):
+            if self.terminate["now"] or self.stop.is_set():
+                return
+        round_no = 0
+        while not self.terminate["now"] and not self.poisoned and not self.time_is_up():
+            active = [t for t in self.plan.targets if not self.retired[t.index]]
+            if not active:
+                break
+            target = active[(round_no + self.plan.worker) % len(active)]
+            try:
+                self.run_round(target, round_no)
+            except Terminated:
+                break
+            round_no += 1
+        self.flush()
+
+    def machine_for(self, target: TargetRef) -> type[PoolMachine]:
+        if target.key not in self.machines:
+            base = make_machine(target.family, target.spec, check_misuse=None if self.plan.misuse else False,
+                                device=self.plan.device)
+            # Same name as the base: hypothesis keys a dynamic class's database entries by its name.
+            namespace = {"worker": self, "__module__": base.__module__}
+            self.machines[target.key] = type(base.__name__, (Counted, base), namespace)
+        return self.machines[target.key]
+
+    def run_round(self, target: TargetRef, round_no: int) -> None:
+        machine = self.machine_for(target)
+        seed = self.seed = round_seed(self.plan.seed, self.plan.worker, self.plan.generation, round_no)
+        # Not hypothesis.seed(): that decorator also switches the database off.
+        machine._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
+        size = self.round_size.get(target.key, FIRST_ROUND_EXAMPLES)
+        self.flush()
+        self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
+        self.send("round", target=target.key, round=round_no, seed=seed, examples=size)
+        started, examples_before = time.monotonic(), self.examples
+        where = {"round": round_no, "seed": seed}
+        note = (f"found by poolfuzz fuzz --seed {self.plan.seed} "
+                f"(worker {self.plan.name}, round {round_no}, hypothesis seed {seed})")
+        settings = Settings(self.settings, max_examples=size)
+        try:
+            run_machine(machine, settings=settings, corpus=self.plan.corpus, note=note)
+        except StopRound:
+            pass
+        except Terminated:
+            if self.pending is not None:
+                self.save_partial(target, where)
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other failure is a finding to report, not a crash
+            self.report_failure(target, exc, where)
+        finally:
+            self.flush()
+            self.target = None
+        self.round_size[target.key] = next_round_size(
+            self.examples - examples_before, time.monotonic() - started, self.plan.round_seconds
+        )
+
+    def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, Any]) -> None:
+        violation = violation_of(exc)
+        trace_path = getattr(violation, "trace_path", None)
+        if violation is not None:
+            message = str(violation)
+        else:
+            # The exception first (the summary shows the first line), then where it came from and the steps.
+            message = "".join(traceback.format_exception_only(exc)) + "".join(traceback.format_exception(exc)[-12:-1])
+            if self.error_trace is not None:
+                message += f"steps of the last example that raised:\n{self.error_trace.steps_text()}\n"
+        self.retired[target.index] = 1
+        # A sticky CUDA error poisons every later CUDA call in this process: end it, the parent starts another.
+        self.poisoned = any(marker in message for marker in FATAL_CUDA)
+        self.send(
+            "failure",
+            target=target.key,
+            family=target.family,
+            implementation=target.spec,
+            kind="violation" if violation is not None else "error",
+            invariant=violation.invariant_id if violation is not None else None,
+            trace=str(trace_path) if trace_path is not None else None,
+            steps=len(trace.steps) if (trace := failure_trace(exc)) is not None else None,
+            message=message,
+            shrunk=True,
+            **where,
+        )
+
+    def save_partial(self, target: TargetRef, where: dict[str, Any]) -> None:
+        """Stopped while shrinking: save the smallest failing trace seen so far."""
+        assert self.pending is not None
+        violation, trace = self.pending
+        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
+                        "implementation": trace.implementation}
+        fill_provenance(trace, seed=where["seed"], note=(
+            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); "
+            "partially shrunk: the run ended while shrinking"
+        ))
+        path = save_trace(trace, Path(self.plan.corpus))
+        self.retired[target.index] = 1
+        self.send(
+            "failure",
+            target=target.key,
+            family=target.family,
+            implementation=target.spec,
+            kind="violation",
+            invariant=violation.invariant_id,
+            trace=str(path),
+            steps=len(trace.steps),
+            message=str(violation),
+            shrunk=False,
+            **where,
+        )

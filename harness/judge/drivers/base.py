@@ -1,0 +1,142 @@
+"""Drivers: one step of a fuzz run, as data.
+
+A driver owns a pool (built by the family's target factory) and its shadow
+model.  Each operation is a method taking plain JSON values, so the same code
+serves the hypothesis machines, trace replay and the nightly runner:
+
+1. :meth:`Driver.step` records ``(op, args)`` in the trace;
+2. the operation asks the model what the contract says must happen (a result,
+   ``None`` for a short pool, or a typed ``PoolError`` for misuse);
+3. it calls the pool, compares, and updates the model from the contract, never
+   from the pool's internals;
+4. per-call checks run every step, the full :meth:`audit` every
+   ``audit_period`` steps and at :meth:`teardown`.
+
+A violation is raised as :class:`~harness.judge.invariants.InvariantViolation` with the
+step number and the trace attached, so whoever catches it can save the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, ClassVar, TypeVar
+
+from harness.judge.invariants import InvariantViolation, check
+from harness.judge.trace import Trace
+from pools.errors import PoolError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SKIPPED = object()
+"""Returned by an operation that would be misuse while misuse checking is off."""
+
+
+def operation(fn: F) -> F:
+    """Mark a driver method as a replayable operation."""
+    fn.__poolfuzz_operation__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+class Driver:
+    """Base class: step bookkeeping, misuse expectations and the audit schedule."""
+
+    family: ClassVar[str] = ""
+    operations: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.operations = frozenset(
+            name for klass in cls.__mro__ for name, fn in vars(klass).items() if getattr(fn, "__poolfuzz_operation__", False)
+        )
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        config: dict[str, Any],
+        *,
+        implementation: str = "",
+        check_misuse: bool = True,
+        audit_period: int = 8,
+    ) -> None:
+        self.config = dict(config)
+        self.check_misuse = check_misuse
+        self.audit_period = max(1, audit_period)
+        self.steps = 0
+        self.trace = Trace(family=self.family, implementation=implementation, config=self.config,
+                           audit_period=self.audit_period)
+        self.pool = factory(**self.config)
+        self.events: list[str] = []
+
+    # ---------------------------------------------------------------- stepping
+    def step(self, op: str, **args: Any) -> Any:
+        """Record and run one operation; violations carry the step and the trace."""
+        if op not in self.operations:
+            raise KeyError(f"{type(self).__name__} has no operation {op!r}; known: {sorted(self.operations)}")
+        self.steps += 1
+        self.trace.record(op, args)
+        try:
+            result = getattr(self, op)(**args)
+            if result is SKIPPED:
+                self.trace.steps.pop()
+                self.steps -= 1
+                return None
+            if self.steps % self.audit_period == 0:
+                self.audit()
+        except InvariantViolation as violation:
+            raise self._annotate(violation)
+        return result
+
+    def teardown(self) -> None:
+        """The final full audit; also where leaks that no single step shows surface."""
+        try:
+            self.audit()
+        except InvariantViolation as violation:
+            raise self._annotate(violation, at_teardown=True)
+
+    def _annotate(self, violation: InvariantViolation, at_teardown: bool = False) -> InvariantViolation:
+        violation.step = None if at_teardown else self.steps  # type: ignore[attr-defined]
+        violation.trace = self.trace  # type: ignore[attr-defined]
+        where = "at teardown" if at_teardown else f"at step {self.steps}"
+        violation.args = (f"{violation.args[0]}\n  {where} of {self.trace.describe()}",)
+        return violation
+
+    def event(self, label: str) -> None:
+        """A rare state reached; machines forward these to ``hypothesis.event``."""
+        self.events.append(label)
+
+    # --------------------------------------------------------- contract helpers
+    def observe(self) -> Hashable:
+        """Everything a misuse must leave unchanged, as a comparable value."""
+        raise NotImplementedError
+
+    def audit(self) -> None:
+        """Compare the whole pool with the model."""
+        raise NotImplementedError
+
+    def expect_rejected(
+        self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str
+    ) -> None:
+        """Run a call the contract forbids: it must raise ``error`` (or one of them) and change nothing."""
+        names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
+        before = self.observe()
+        try:
+            call()
+        except error:
+            pass
+        except PoolError as other:
+            raise InvariantViolation(
+                "misuse-rejected", f"{what} raised {type(other).__name__}, expected {names}", error=str(other)
+            ) from other
+        else:
+            raise InvariantViolation("misuse-rejected", f"{what} was accepted; expected {names}")
+        after = self.observe()
+        check(before == after, "misuse-rejected", f"{what} raised but changed the pool", before=before, after=after)
+
+    def expect_accepted(self, call: Callable[[], Any], what: str, *, crash_id: str = "valid-call-accepted") -> Any:
+        """Run a call the contract allows: any exception is a violation."""
+        try:
+            return call()
+        except InvariantViolation:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any crash on a valid call is the finding
+            raise InvariantViolation(crash_id, f"{what} raised {type(exc).__name__}: {exc}") from exc

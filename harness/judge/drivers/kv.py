@@ -1,0 +1,436 @@
+"""Drivers for the KV allocator families: ``token_kv`` and ``paged_kv``.
+
+Allocations are named by integer handles the model hands out in order: one per
+successful ``alloc`` and one per new request of an ``extend`` batch, so a
+trace's ``free(handle=3)`` means the same allocation on every replay.
+
+How the driver learns which pages a call consumed, without trusting internals:
+the pages of the returned slots.  ``alloc`` returns whole pages; for
+``alloc_extend`` / ``alloc_decode`` the *fresh* pages are those of the slots at
+positions past the prefix's partial page (``p >= ceil(pre/ps) * ps``), in batch
+order.  Those pages must be exactly the head of the model's free list; that
+``available_size()`` fell by exactly the model's page count (computed here with
+the ``(seq - 1) % ps == 0`` decode predicate) shows that nothing else was taken
+and nothing handed out was left on the free list.  The pool's free pages are
+observed only through ``get_all_free_pages()`` and ``available_size()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+
+from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
+from harness.judge.models.kv import KVModel
+from pools.errors import (
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
+from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
+
+
+def _ints(tensor: torch.Tensor) -> list[int]:
+    return [int(v) for v in tensor.tolist()]
+
+
+class TokenKVDriver(Driver):
+    """``TokenToKVPoolAllocator``: alloc, free, free groups, staging, clear."""
+
+    family = "token_kv"
+    paged = False
+
+    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(factory, config, **kwargs)
+        self.page_size = int(config.get("page_size", 1))
+        self.model = KVModel(int(config["size"]) // self.page_size, self.page_size,
+                             need_sort=bool(config.get("need_sort", False)), head_release=self.paged)
+
+    # ------------------------------------------------------------ helpers
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
+
+    def _free_state(self) -> tuple[list[int], int]:
+        """What the pool says is free: its free pages (free list plus staging) and ``available_size()``."""
+        return _ints(self.pool.get_all_free_pages()), int(self.pool.available_size())
+
+    def _check_fresh_slots(self, slots: list[int], what: str) -> None:
+        """Slots handed out must be unique, in range, off page 0 and on pages the model holds free."""
+        ps, cap = self.page_size, self.model.capacity_slots
+        for slot in slots:
+            check(not 0 <= slot < ps, "reserved-never-handed-out", f"{what} handed out slot {slot} of page 0")
+            check(0 <= slot < cap, "in-bounds", f"{what} handed out slot {slot}", slots_end=cap)
+        check_unique(slots, "no-double-allocation", f"slots returned by {what}")
+
+    def _check_pages_free(self, pages: list[int], what: str) -> None:
+        check_unique(pages, "no-double-allocation", f"pages taken by {what}")
+        free = self.model.free_set()
+        for page in pages:
+            state = self.model.page_state(page)
+            check(page in free, "no-double-allocation", f"{what} took page {page}, which is {state}",
+                  owner=self.model.owner.get(page))
+
+    def _match_head(self, pages: list[int], num_pages: int, what: str) -> list[int]:
+        """The allowed head of the free pages that ``pages`` came from (same set; the order is checked later)."""
+        heads = self.model.heads(num_pages)
+        if pages in heads:
+            return pages
+        for head in heads:
+            if set(head) == set(pages):
+                return head
+        raise InvariantViolation("page-layout", f"{what} did not take the head of the free list",
+                                 took=pages, heads=heads)
+
+    def _check_consumed(self, before: tuple[list[int], int], pages: list[int], invariant: str, what: str) -> None:
+        """After taking ``pages``: exactly those left the free pages, and ``available_size()`` fell by them."""
+        free, available = self._free_state()
+        expected = before[1] - len(pages) * self.page_size
+        check(available == expected, invariant, f"{what} changed available_size() by the wrong amount",
+              before=before[1], after=available, expected=expected)
+        check(set(free) == set(before[0]) - set(pages), "conservation", f"{what} left the free pages wrong",
+              missing=sorted(set(before[0]) - set(pages) - set(free)), extra=sorted(set(free) - set(before[0])))
+
+    def _free_valid(self, handle: int, slots: list[int], sent: list[int], what: str) -> None:
+        """Free ``sent`` (tokens naming exactly the pages of ``slots``, all owned by ``handle``).
+
+        Afterwards the tensor passed to ``free`` is zeroed, as a caller reusing
+        its buffer would: SGLang #34067 queued views of ``req_to_token`` rows in
+        a free group and released whatever the next request wrote there.  A
+        pool must have taken the values, so this is harmless unless it kept a
+        reference (in a free group or in the ``need_sort`` staging area).
+        """
+        before = self._free_state()
+        indices = self._tensor(sent)
+        self.expect_accepted(lambda: self.pool.free(indices), what)
+        indices.zero_()
+        if self.model.group_open:
+            self.model.release_slots(handle, slots)
+            check(self._free_state() == before, "group-window", f"{what} inside a free group released pages early")
+            self.event("free deferred by a free group")
+            return
+        pages = self.model.release_slots(handle, slots)
+        free, available = self._free_state()
+        check_unique(free, "no-double-allocation", f"free pages after {what}")
+        check(set(free) == set(before[0]) | set(pages), "conservation", f"{what} released the wrong pages",
+              released=sorted(set(free) - set(before[0])), expected=sorted(set(pages)))
+        expected = before[1] + len(set(pages)) * self.page_size
+        check(available == expected, "conservation", f"{what} changed available_size() by the wrong amount",
+              before=before[1], after=available, expected=expected)
+
+    # --------------------------------------------------------- operations
+    @operation
+    def alloc(self, need_size: int) -> int | None:
+        """``alloc(need_size)``; returns the new allocation's handle, or ``None`` if refused."""
+        ps = self.page_size
+        what = f"alloc({need_size})"
+        if need_size < 0 or need_size % ps:
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(lambda: self.pool.alloc(need_size), BadSizeError, what)
+            return None
+        num_pages = need_size // ps
+        heads = self.model.heads(num_pages)
+        before = self._free_state()
+        crash = "empty-pool-guard" if num_pages == 0 or not heads else "valid-call-accepted"
+        result = self.expect_accepted(lambda: self.pool.alloc(need_size), what, crash_id=crash)
+        if not heads:
+            check(result is None, "empty-pool-guard", f"{what} succeeded with {self.model.available_pages()} pages free")
+            after = self._free_state()
+            check(set(after[0]) == set(before[0]) and after[1] == before[1], "empty-pool-guard",
+                  f"refused {what} changed the free pages")
+            self.model.refused()
+            self.event("alloc refused: pool short")
+            return None
+        check(result is not None, "empty-pool-guard", f"{what} refused with {self.model.available_pages()} pages free")
+        slots = _ints(result)
+        check(len(slots) == need_size, "empty-pool-guard", f"{what} returned {len(slots)} slots", slots=slots)
+        self._check_fresh_slots(slots, what)
+        pages = [s // ps for s in slots[::ps]]
+        for i, page in enumerate(pages):
+            check(slots[i * ps: (i + 1) * ps] == list(range(page * ps, page * ps + ps)), "page-layout",
+                  f"{what} returned a page that is not whole and in order", slots=slots[i * ps: (i + 1) * ps])
+        self._check_pages_free(pages, what)
+        head = self._match_head(pages, num_pages, what)
+        check(pages == head, "page-layout", f"{what} took the head of the free list out of order", took=pages, head=head)
+        self._check_consumed(before, pages, "empty-pool-guard" if num_pages == 0 else "conservation", what)
+        if num_pages and self.model.has_staged:
+            self.event("alloc while pages are staged")
+        self.model.take(pages)
+        handle = self.model.new_handle(request=False)
+        self.model.own(handle, pages, slots)
+        if not self.model.available_pages():
+            self.event("pool exactly full")
+        return handle
+
+    @operation
+    def free(self, handle: int) -> None:
+        """Free everything ``handle`` holds (a request: its whole token layout)."""
+        if not self.model.is_live(handle):
+            return SKIPPED  # type: ignore[return-value]  # freed or cleared: free_again is the misuse probe
+        slots = list(self.model.slots[handle])
+        self._free_valid(handle, slots, slots, f"free(handle {handle})")
+        self.model.retire(handle)
+
+    @operation
+    def free_part(self, handle: int, count: int, sparse: bool = False) -> None:
+        """Free the first ``count`` pages (clipped to 1..held) of a plain allocation; ``sparse`` names one token a page."""
+        if not self.model.is_live(handle) or handle in self.model.requests or not self.model.slots[handle]:
+            return SKIPPED  # type: ignore[return-value]
+        pages = self.model.pages_of(self.model.slots[handle])
+        chosen = set(pages[: max(1, min(count, len(pages)))])
+        slots = [s for s in self.model.slots[handle] if s // self.page_size in chosen]
+        sent = [s for s in slots if s % self.page_size == self.page_size - 1] if sparse else slots
+        self._free_valid(handle, slots, sent, f"free_part(handle {handle}, {len(chosen)} pages)")
+
+    @operation
+    def free_again(self, handle: int) -> None:
+        """Free again every slot ``handle`` already released: a double free, unless a page was handed out anew."""
+        released = self.model.released.get(handle, [])
+        pages = self.model.pages_of(released)
+        if not released or not self.check_misuse or any(self.model.page_state(p) == "live" for p in pages):
+            return SKIPPED  # type: ignore[return-value]  # a re-allocated page: no pool can tell
+        self.expect_rejected(lambda: self.pool.free(self._tensor(released)), DoubleFreeError,
+                             f"second free of handle {handle}'s slots")
+        self.event("double free rejected" + (" inside a free group" if self.model.group_open else ""))
+
+    @operation
+    def free_indices(self, indices: list[int]) -> None:
+        """Free raw token indices; only misuse (foreign, reserved, not live, repeated slot) is issued."""
+        if not indices:
+            before = self.observe()
+            self.expect_accepted(lambda: self.pool.free(self._tensor([])), "free of an empty tensor")
+            check(self.observe() == before, "conservation", "free of an empty tensor changed the pool")
+            return
+        ps, cap = self.page_size, self.model.capacity_slots
+        expected: list[type[PoolError]] = []
+        if any(i < 0 or i >= cap for i in indices):
+            expected.append(ForeignIndexError)
+        if any(0 <= i < ps for i in indices):
+            expected.append(ReservedIndexError)
+        states = {self.model.page_state(i // ps) for i in indices if ps <= i < cap}
+        repeated = not self.paged and len(set(indices)) != len(indices)
+        if states & {"free", "pending"} or repeated:
+            expected.append(DoubleFreeError)
+        if not expected or not self.check_misuse:
+            return SKIPPED  # type: ignore[return-value]  # live pages: free/free_part is the call
+        self.expect_rejected(lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})")
+
+    @operation
+    def group_begin(self) -> None:
+        if self.model.group_open:
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(self.pool.free_group_begin, GroupStateError, "nested free_group_begin()")
+            return
+        self.expect_accepted(self.pool.free_group_begin, "free_group_begin()")
+        self.model.begin_group()
+
+    @operation
+    def group_end(self) -> None:
+        """Close the group: exactly the pages enqueued (by value, at enqueue time) are released, now."""
+        if not self.model.group_open:
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(self.pool.free_group_end, GroupStateError, "free_group_end() without begin")
+            return
+        before = self._free_state()
+        self.expect_accepted(self.pool.free_group_end, "free_group_end()", crash_id="group-window")
+        pages = set(self.model.end_group())
+        free, available = self._free_state()
+        check_unique(free, "no-double-allocation", "free pages after free_group_end()")
+        check(set(free) == set(before[0]) | pages, "group-window", "free_group_end() released other pages than enqueued",
+              released=sorted(set(free) - set(before[0])), enqueued=sorted(pages))
+        check(available == before[1] + len(pages) * self.page_size, "group-window",
+              "free_group_end() changed available_size() by the wrong amount", before=before[1], after=available)
+        if pages:
+            self.event("free group released pages")
+
+    @operation
+    def merge(self) -> None:
+        before = self._free_state()
+        self.expect_accepted(self.pool.merge_and_sort_free, "merge_and_sort_free()")
+        self.model.merge()
+        after = self._free_state()
+        check(sorted(after[0]) == sorted(before[0]) and after[1] == before[1], "conservation",
+              "merge_and_sort_free() changed the free pages", before=before, after=after)
+
+    @operation
+    def clear(self) -> None:
+        """Clear; afterwards every page is free and no group is open (probed by a begin/end pair)."""
+        self.expect_accepted(self.pool.clear, "clear()", crash_id="clear-restores")
+        self.model.clear()
+        free, available = self._free_state()
+        check(sorted(free) == list(range(1, self.model.num_pages + 1)), "clear-restores", "clear() left pages out",
+              free=free)
+        check(available == self.model.num_pages * self.page_size, "clear-restores", "available_size() after clear()",
+              available=available)
+        self.expect_accepted(self.pool.free_group_begin, "free_group_begin() after clear()", crash_id="clear-restores")
+        self.expect_accepted(self.pool.free_group_end, "free_group_end() after clear()", crash_id="clear-restores")
+
+    # ------------------------------------------------------------- audits
+    def observe(self) -> Hashable:
+        free, available = self._free_state()
+        return tuple(free), available
+
+    def audit(self) -> None:
+        self.model.self_check()
+        free, available = self._free_state()
+        check_unique(free, "no-double-allocation", "the pool's free pages")
+        check(0 not in free, "reserved-never-handed-out", "page 0 is among the free pages")
+        outside = [p for p in free if not 1 <= p <= self.model.num_pages]
+        check(not outside, "in-bounds", "free pages that do not exist", pages=outside)
+        expected = self.model.free_set()
+        check(set(free) == expected, "conservation", "free pages differ from the model",
+              missing=sorted(expected - set(free)), extra=sorted(set(free) - expected))
+        check(available == self.model.available_pages() * self.page_size, "conservation",
+              "available_size() disagrees", available=available, expected=self.model.available_pages() * self.page_size)
+
+
+Lengths = tuple[list[int], list[int], list[int]]
+
+
+class PagedKVDriver(TokenKVDriver):
+    """``PagedTokenToKVPoolAllocator``: everything above plus ``alloc_extend`` and ``alloc_decode``."""
+
+    family = "paged_kv"
+    paged = True
+
+    def _request_tail(self, handle: int | None) -> tuple[int, int]:
+        """``(length, last_loc)`` of a request: ``last_loc`` is the slot of its last token, or -1."""
+        slots = self.model.slots[handle] if handle is not None else []
+        return len(slots), (slots[-1] if slots else -1)
+
+    def _batch_ok(self, handles: list[int]) -> bool:
+        """Distinct live requests: the same request twice in one batch is a caller bug no pool can see."""
+        return len(set(handles)) == len(handles) and all(h in self.model.requests for h in handles)
+
+    @operation
+    def extend(self, batch: list[list[int | None]]) -> list[int]:
+        """``batch`` is ``[[handle or None, extend_len], ...]``; ``None`` starts a new request.  Returns new handles."""
+        named = [int(h) for h, _ in batch if h is not None]
+        if not self._batch_ok(named) or any(int(e) < 0 for _, e in batch):  # type: ignore[arg-type]
+            return SKIPPED  # type: ignore[return-value]
+        tails = [self._request_tail(None if h is None else int(h)) for h, _ in batch]
+        pres = [length for length, _ in tails]
+        seqs = [length + int(e) for (length, _), (_, e) in zip(tails, batch)]  # type: ignore[arg-type]
+        lasts = [last for _, last in tails]
+        what = f"alloc_extend(prefix={pres}, seq={seqs}, last_loc={lasts})"
+        pre_cpu, seq_cpu = torch.tensor(pres, dtype=torch.int64), torch.tensor(seqs, dtype=torch.int64)
+        num_pages = sum(self.model.extend_pages_needed(p, s) for p, s in zip(pres, seqs))
+        call = lambda: self.pool.alloc_extend(self._tensor(pres), pre_cpu, self._tensor(seqs), seq_cpu,  # noqa: E731
+                                              self._tensor(lasts), sum(seqs) - sum(pres))
+        out = self._judge(what, (pres, seqs, lasts), num_pages, call, alloc_extend_loop)
+        if out is None:
+            return []
+        new_handles = []
+        for (h, _), p, s, (start, stop) in zip(batch, pres, seqs, _spans(pres, seqs)):
+            if h is None:
+                h = self.model.new_handle(request=True)
+                new_handles.append(h)
+            self._take_request(int(h), p, out[start:stop])
+        return new_handles
+
+    @operation
+    def decode(self, handles: list[int]) -> None:
+        """One decode step for each request: ``seq_lens`` are the post-step lengths."""
+        if not handles or not self._batch_ok(handles):
+            return SKIPPED  # type: ignore[return-value]
+        tails = [self._request_tail(h) for h in handles]
+        pres = [length for length, _ in tails]
+        seqs = [p + 1 for p in pres]
+        lasts = [last for _, last in tails]
+        what = f"alloc_decode(seq={seqs}, last_loc={lasts})"
+        seq_cpu = torch.tensor(seqs, dtype=torch.int64)
+        num_pages = sum(self.model.decode_pages_needed(s) for s in seqs)
+        call = lambda: self.pool.alloc_decode(self._tensor(seqs), seq_cpu, self._tensor(lasts))  # noqa: E731
+
+        def oracle(pre: torch.Tensor, seq: torch.Tensor, last: torch.Tensor, pages: torch.Tensor,
+                   out: torch.Tensor, ps: int) -> None:
+            alloc_decode_loop(seq, last, pages, out, ps)
+
+        out = self._judge(what, (pres, seqs, lasts), num_pages, call, oracle)
+        if out is None:
+            return
+        if self.page_size == 1:
+            self.event("decode at page size 1")
+        for h, p, slot in zip(handles, pres, out):
+            self._take_request(h, p, [slot])
+
+    # ------------------------------------------------------------ judging
+    def _take_request(self, handle: int, pre: int, slots: list[int]) -> None:
+        """``handle`` owns the fresh pages among ``slots`` (positions from ``pre``); :meth:`_judge` took them."""
+        first_new = -(-pre // self.page_size) * self.page_size
+        fresh = self.model.pages_of([s for p, s in enumerate(slots, pre) if p >= first_new])
+        self.model.own(handle, fresh, slots)
+
+    def _judge(self, what: str, lengths: Lengths, num_pages: int, call: Callable[[], Any],
+               oracle: Callable[..., None]) -> list[int] | None:
+        """Run an extend/decode call and check its result; returns the slots, or ``None`` if refused.
+
+        Checks, in order: the short-pool guard, the length, each slot (page 0,
+        bounds, uniqueness, phase-1 continuation of ``last_loc``, position
+        offset, one page per page index), the fresh pages (free in the model,
+        the head of the free list), agreement with the loop oracle on that
+        head, and the page count (``available_size()`` fell by exactly it).
+        """
+        pres, seqs, lasts = lengths
+        ps = self.page_size
+        heads = self.model.heads(num_pages)
+        before = self._free_state()
+        crash = "empty-pool-guard" if num_pages == 0 or not heads else "valid-call-accepted"
+        result = self.expect_accepted(call, what, crash_id=crash)
+        if num_pages == 0 and not self.model.available_pages():
+            self.event("extend/decode needing no page with no free page")
+        if not heads:
+            check(result is None, "empty-pool-guard", f"{what} succeeded needing {num_pages} pages, "
+                  f"{self.model.available_pages()} free")
+            after = self._free_state()
+            check(set(after[0]) == set(before[0]) and after[1] == before[1], "empty-pool-guard",
+                  f"refused {what} changed the free pages")
+            self.model.refused()
+            self.event("extend/decode refused: pool short")
+            return None
+        check(result is not None, "empty-pool-guard", f"{what} refused needing {num_pages} of "
+              f"{self.model.available_pages()} free pages")
+        slots = _ints(result)
+        total = sum(seqs) - sum(pres)
+        check(len(slots) == total, "page-layout", f"{what} returned {len(slots)} slots for {total} tokens")
+        self._check_fresh_slots(slots, what)
+        fresh: list[int] = []
+        for (start, stop), pre, last in zip(_spans(pres, seqs), pres, lasts):
+            check_slot_layout(slots[start:stop], prefix=pre, last_loc=last, page_size=ps, what=what)
+            first_new = -(-pre // ps) * ps
+            own: dict[int, int] = {}
+            for pos, slot in enumerate(slots[start:stop], pre):
+                if pos < first_new:
+                    continue
+                page = own.setdefault(pos // ps, slot // ps)
+                check(slot // ps == page, "page-layout", f"{what}: position {pos} left its page {page}", slot=slot)
+            fresh.extend(own.values())
+        self._check_pages_free(fresh, what)
+        head = self._match_head(fresh, num_pages, what)
+        expected = torch.empty(total, dtype=torch.int64)
+        cpu = [torch.tensor(v, dtype=torch.int64) for v in (pres, seqs, lasts, head)]
+        oracle(*cpu, expected, ps)
+        check(slots == _ints(expected), "kernel-agreement", f"{what} differs from the loop oracle on pages {head}",
+              slots=slots, oracle=_ints(expected))
+        self._check_consumed(before, fresh, "page-layout", what)
+        self.model.take(fresh)
+        if num_pages and not self.model.available_pages():
+            self.event("extend/decode filled the pool exactly")
+        return slots
+
+
+def _spans(pres: list[int], seqs: list[int]) -> list[tuple[int, int]]:
+    """Each request's ``[start, stop)`` in the flat output of an extend."""
+    spans, start = [], 0
+    for pre, seq in zip(pres, seqs):
+        spans.append((start, start + seq - pre))
+        start += seq - pre
+    return spans

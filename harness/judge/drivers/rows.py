@@ -1,0 +1,221 @@
+"""Driver for the request-row families: ``req_to_token`` and ``decode_req_to_token``.
+
+Requests are named by integer handles the driver hands out in order, so a trace
+that says ``free(handle=3)`` means the same request on every replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.invariants import InvariantViolation, check, check_unique
+from harness.judge.models.rows import RowModel
+from pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    PoolError,
+    ReservedIndexError,
+)
+from pools.req_to_token import Req
+
+
+class RowPoolDriver(Driver):
+    family = "req_to_token"
+
+    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(factory, config, **kwargs)
+        num_rows = int(config["size"]) + int(config.get("pre_alloc_size", 0))
+        self.model = RowModel(num_rows)
+        self.reqs: dict[int, Req] = {}
+
+    # ------------------------------------------------------------ helpers
+    def _holds_live_row(self, handle: int) -> bool:
+        req = self.reqs[handle]
+        return req.req_pool_idx is not None and self.model.owner.get(req.req_pool_idx, -1) == handle
+
+    def live_handles(self) -> list[int]:
+        return sorted(h for h in self.reqs if self._holds_live_row(h))
+
+    def _check_fresh_rows(self, rows: list[int], what: str) -> None:
+        check_unique(rows, "no-double-allocation", f"rows returned by {what}")
+        for row in rows:
+            check(row != 0, "reserved-never-handed-out", f"{what} handed out padding row 0")
+            check(self.model.in_range(row), "in-bounds", f"{what} returned row {row}", rows=self.model.num_rows)
+            check(row in self.model.free, "no-double-allocation", f"{what} returned row {row}, which is live",
+                  owner=self.model.owner.get(row))
+        generation = self.pool.req_generation
+        for row in rows:
+            expected = self.model.generation[row] + 1
+            actual = int(generation[row])
+            check(actual == expected, "generation-monotonic", f"row {row} generation after binding",
+                  expected=expected, actual=actual)
+
+    # --------------------------------------------------------- operations
+    @operation
+    def alloc(self, batch: list[int | None]) -> list[int]:
+        """``batch`` names existing handles and ``None`` for each brand-new request.
+
+        A handle holding a live row reuses it; a handle whose request was freed
+        (``req_pool_idx is None``) is re-admitted and needs a fresh row.
+        """
+        reqs = [Req(rid=-1) if h is None else self.reqs[h] for h in batch]
+        named = [h for h in batch if h is not None]
+        stale = [h for h in named if self.reqs[h].req_pool_idx is not None and not self._holds_live_row(h)]
+        if len(set(named)) != len(named) or stale:
+            if any(self.reqs[h].req_pool_idx not in self.model.free for h in stale):
+                return SKIPPED  # type: ignore[return-value]  # stale row re-bound to another request: undetectable
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(lambda: self.pool.alloc(reqs), BadBatchError, f"alloc({batch})")
+            return []
+        needs_row = [req.req_pool_idx is None for req in reqs]
+        need = sum(needs_row)
+        before = self.observe() if need > len(self.model.free) else None
+        result = self.expect_accepted(lambda: self.pool.alloc(reqs), f"alloc({batch})")
+        if need > len(self.model.free):
+            check(result is None, "empty-pool-guard", f"alloc of {need} rows with {len(self.model.free)} free succeeded")
+            check(self.observe() == before, "empty-pool-guard", "a refused alloc changed the pool")
+            self.event("alloc refused: pool short")
+            return []
+        check(result is not None, "empty-pool-guard", f"alloc of {need} rows refused with {len(self.model.free)} free")
+        check(len(result) == len(batch), "empty-pool-guard", "alloc returned the wrong number of rows",
+              expected=len(batch), actual=len(result))
+        for req, fresh, row in zip(reqs, needs_row, result):
+            check(req.req_pool_idx == row, "valid-call-accepted", "returned row differs from req_pool_idx",
+                  row=row, req_pool_idx=req.req_pool_idx)
+            if not fresh:
+                check(self.model.owner.get(row, -1) == req.rid, "valid-call-accepted", "a reusing request changed rows",
+                      request=req.rid, row=row)
+        self._check_fresh_rows([row for fresh, row in zip(needs_row, result) if fresh], "alloc")
+        if need == 0:
+            self.event("alloc needing no row")
+            check(self.pool.available_size() == len(self.model.free), "empty-pool-guard",
+                  "alloc needing 0 rows consumed rows", available=self.pool.available_size())
+        new_handles = []
+        for req, fresh, row in zip(reqs, needs_row, result):
+            if req.rid == -1:
+                req.rid = len(self.reqs)
+                self.reqs[req.rid] = req
+                new_handles.append(req.rid)
+            if fresh:
+                self.model.bind(row, int(req.rid))
+        if not self.model.free:
+            self.event("pool exactly full")
+        return new_handles
+
+    def _row_is_free(self, handle: int) -> bool:
+        row = self.reqs[handle].req_pool_idx
+        return row is None or row in self.model.free
+
+    @operation
+    def free(self, handle: int) -> None:
+        req = self.reqs[handle]
+        if self._holds_live_row(handle):
+            row = req.req_pool_idx
+            self.expect_accepted(lambda: self.pool.free(req), f"free(request {handle})")
+            check(req.req_pool_idx is None, "valid-call-accepted", "free left req_pool_idx set", row=row)
+            assert row is not None
+            self.model.release(row)
+            return
+        if not self._row_is_free(handle) or not self.check_misuse:
+            # The stale row now belongs to someone else: no pool can tell. Not a call to make.
+            return SKIPPED  # type: ignore[return-value]
+        self.expect_rejected(lambda: self.pool.free(req), DoubleFreeError, f"free(request {handle}) of a row it does not hold")
+
+    @operation
+    def alloc_rows(self, need_size: int) -> list[int]:
+        if need_size < 0:
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(lambda: self.pool.alloc_rows(need_size), BadSizeError, f"alloc_rows({need_size})")
+            return []
+        before = self.observe() if need_size > len(self.model.free) else None
+        rows = self.expect_accepted(lambda: self.pool.alloc_rows(need_size), f"alloc_rows({need_size})")
+        if need_size > len(self.model.free):
+            check(rows is None, "empty-pool-guard", f"alloc_rows({need_size}) with {len(self.model.free)} free succeeded")
+            check(self.observe() == before, "empty-pool-guard", "a refused alloc_rows changed the pool")
+            return []
+        check(rows is not None, "empty-pool-guard", f"alloc_rows({need_size}) refused with {len(self.model.free)} free")
+        check(len(rows) == need_size, "empty-pool-guard", f"alloc_rows({need_size}) returned {len(rows)} rows",
+              rows=list(rows))
+        self._check_fresh_rows(list(rows), f"alloc_rows({need_size})")
+        for row in rows:
+            self.model.bind(row, None)
+        return list(rows)
+
+    @operation
+    def free_rows(self, rows: list[int]) -> None:
+        expected: list[type[PoolError]] = []
+        if any(r == 0 for r in rows):
+            expected.append(ReservedIndexError)
+        if any(r != 0 and not self.model.in_range(r) for r in rows):
+            expected.append(ForeignIndexError)
+        if len(set(rows)) != len(rows) or any(r in self.model.free for r in rows):
+            expected.append(DoubleFreeError)
+        if expected:
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(lambda: self.pool.free_rows(rows), tuple(expected), f"free_rows({rows})")  # type: ignore[arg-type]
+            return
+        if any(self.model.owner.get(r) is not None for r in rows):
+            return SKIPPED  # type: ignore[return-value]  # a request's row: free(req) is the call
+        self.expect_accepted(lambda: self.pool.free_rows(rows), f"free_rows({rows})")
+        for row in rows:
+            self.model.release(row)
+
+    @operation
+    def clear(self) -> None:
+        self.expect_accepted(self.pool.clear, "clear()")
+        self.model.clear()
+        available = self.pool.available_size()
+        check(available == self.model.num_rows, "clear-restores", "clear left rows allocated",
+              available=available, rows=self.model.num_rows)
+
+    @operation
+    def write(self, handle: int, start: int, length: int) -> None:
+        """Write ``length`` token slots into the request's row from ``start`` (clipped to the row)."""
+        if not self._holds_live_row(handle):
+            return SKIPPED  # type: ignore[return-value]
+        row = self.reqs[handle].req_pool_idx
+        width = self.config["max_context_len"]
+        start = min(start, width)
+        stop = min(start + length, width)
+        values = torch.arange(start, stop, dtype=torch.int32) + 1
+        self.expect_accepted(lambda: self.pool.write((row, slice(start, stop)), values), f"write(row {row})")
+
+    # ------------------------------------------------------------- audits
+    def observe(self) -> Hashable:
+        return (tuple(self.pool.free_slots), tuple(self.pool.req_generation.tolist()), self.pool.available_size(),
+                tuple(self.reqs[h].req_pool_idx for h in sorted(self.reqs)))
+
+    def audit(self) -> None:
+        free_slots = list(self.pool.free_slots)
+        check_unique(free_slots, "no-double-allocation", "free_slots")
+        check(0 not in free_slots, "reserved-never-handed-out", "row 0 is on the free list")
+        outside = [r for r in free_slots if not self.model.in_range(r)]
+        check(not outside, "in-bounds", "free list holds rows that do not exist", rows=outside)
+        free = set(free_slots)
+        check(free == self.model.free, "conservation", "free rows differ from the model",
+              missing=sorted(self.model.free - free), extra=sorted(free - self.model.free))
+        available = self.pool.available_size()
+        check(available == len(self.model.free), "conservation", "available_size() disagrees",
+              available=available, expected=len(self.model.free))
+        table = self.pool.req_to_token
+        check(table.shape[0] == self.model.num_rows + 1, "in-bounds", "req_to_token rows must be num_rows + 1",
+              shape=tuple(table.shape), rows=self.model.num_rows)
+        check(not bool(table[0].any()), "reserved-never-handed-out", "row 0 of req_to_token was written")
+        generations = self.pool.req_generation.tolist()
+        if generations != self.model.generation:
+            diff = {r: (g, e) for r, (g, e) in enumerate(zip(generations, self.model.generation)) if g != e}
+            raise InvariantViolation("generation-monotonic", "req_generation differs from bindings (actual, expected)",
+                                     rows=diff)
+
+
+class DecodeRowPoolDriver(RowPoolDriver):
+    family = "decode_req_to_token"

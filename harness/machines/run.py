@@ -1,0 +1,91 @@
+"""Running a machine under hypothesis, and keeping what it finds.
+
+:func:`run_machine` is the one door the pytest suite, the nightly runner and
+``selfcheck`` all use.  When hypothesis reports a failure, the exception it
+re-raises comes from the final replay of the *shrunk* example, so the trace the
+driver attached to it is the minimal one: that trace is printed as readable
+steps and, given a corpus directory, saved there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import settings as Settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from harness.traces.corpus import save_trace
+from harness.judge.invariants import InvariantViolation
+from harness.machines.base import PoolMachine
+from harness.traces.shrink import shrink_trace
+from harness.judge.trace import Trace, fill_provenance
+
+
+def failure_trace(exc: BaseException) -> Trace | None:
+    """The trace attached to a violation (also inside exception groups)."""
+    trace = getattr(exc, "trace", None)
+    if isinstance(trace, Trace):
+        return trace
+    for inner in getattr(exc, "exceptions", ()):
+        found = failure_trace(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def violation_of(exc: BaseException) -> InvariantViolation | None:
+    if isinstance(exc, InvariantViolation):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = violation_of(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def run_machine(
+    machine: type[PoolMachine],
+    *,
+    settings: Settings | None = None,
+    corpus: Path | str | None = None,
+    note: str = "",
+) -> None:
+    """Fuzz ``machine``; on a violation print the shrunk steps, save the trace, re-raise."""
+    try:
+        run_state_machine_as_test(machine, settings=settings)
+    except BaseException as exc:
+        trace = failure_trace(exc)
+        violation = violation_of(exc)
+        if trace is None or violation is None:
+            raise
+        found = len(trace.steps)
+        trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=machine.implementation or None,
+                             factory=getattr(machine, "factory", None), check_misuse=machine.check_misuse)
+        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
+                        "implementation": trace.implementation}
+        fill_provenance(trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None),
+                        note=note or f"found by fuzzing {machine.__name__}")
+        violation.trace = trace  # type: ignore[attr-defined]
+        saved = ""
+        if corpus is not None:
+            path = save_trace(trace, Path(corpus))
+            violation.trace_path = path  # type: ignore[attr-defined]
+            saved = f"\n  saved to {path}"
+        steps = trace.steps_text()
+        violation.args = (f"{violation.args[0]}\n  shrunk steps ({found} before replay shrinking):\n{steps}{saved}",)
+        raise
+
+
+def settings_for(**overrides: Any) -> Settings:
+    """The active profile with ``overrides`` applied."""
+    return Settings(Settings(), **overrides)
+
+
+def pinned_settings(**overrides: Any) -> Settings:
+    """The derandomised ``ci`` profile with ``overrides``, whatever profile is active.
+
+    For checks whose expected outcome is fixed (which invariant catches a planted
+    bug): under a random profile the search may reach another violation first.
+    """
+    return Settings(Settings.get_profile("ci"), **overrides)

@@ -1,0 +1,64 @@
+"""The corpus directory: content-addressed trace files, safe under parallel writers.
+
+A trace is saved as ``corpus/<family>/<family>-<key>.json`` where ``key`` digests
+what makes two counterexamples the same one (:func:`trace_key`).  Writers never
+expose a partial file and never overwrite one another: each writes a hidden
+temporary file in the same folder and *hard-links* it into place, which fails
+atomically when the name is taken.  Two xdist workers that find the same bug at
+once therefore leave exactly one complete file, the first one's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from harness.judge.trace import Trace
+
+
+def trace_key(trace: Trace) -> str:
+    """Digest of what makes a counterexample the same one: family, implementation, config, steps, outcome.
+
+    Provenance (dates, seeds, notes) is left out, so finding the same bug twice,
+    also from two xdist workers at once, names the same file.
+    """
+    body = trace.to_json()
+    body.pop("provenance")
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trace_path(trace: Trace, corpus: Path) -> Path:
+    """Where :func:`save_trace` puts ``trace`` under ``corpus``."""
+    return corpus / trace.family / f"{trace.family}-{trace_key(trace)}.json"
+
+
+def save_trace(trace: Trace, corpus: Path) -> Path:
+    """Write ``trace`` under ``corpus/<family>/`` unless an identical one is there; return its path."""
+    path = trace_path(trace, corpus)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(trace.dumps())
+            handle.flush()
+            os.fsync(handle.fileno())
+        _publish(Path(tmp), path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Give the complete file ``tmp`` the name ``path`` unless another writer already has."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links: an atomic rename still never shows a partial file
+        if not path.exists():
+            os.replace(tmp, path)
