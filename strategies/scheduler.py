@@ -29,7 +29,7 @@ def scheduler_page_sizes(*, kernel: str) -> SearchStrategy[int]:
 def scheduler_configs(
     *, kernels: Sequence[str] = ("loop", "vectorized"), hybrid: bool | None = None, page_size: int | None = None
 ) -> SearchStrategy[Config]:
-    """Configs for :func:`harness.drivers.scheduler.build_scheduler_pools`; the machine adds ``device``.
+    """Configs for :func:`harness.judge.drivers.scheduler.build_scheduler_pools`; the machine adds ``device``.
 
     ``hybrid`` and ``page_size`` pin those keys (``None`` draws them).
     """
