@@ -1,7 +1,7 @@
 """One ``typing.Protocol`` per pool family: exactly what the harness may call.
 
 A user's own pool is fuzzable when it satisfies the protocol of its family and
-takes the same constructor arguments (see ``harness.targets``).  The harness
+takes the same constructor arguments (see ``harness.judge.families``).  The harness
 reads only these members; everything else is the implementation's business.
 """
 
