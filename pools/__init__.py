@@ -41,6 +41,21 @@ from pools.errors import BlockStateError, InsufficientBlocksError  # noqa: E402
 
 __all__ += ["BlockPool", "BlockStateError", "FreeKVCacheBlockQueue", "InsufficientBlocksError", "KVCacheBlock"]
 
+from pools.errors import (  # noqa: E402
+    AlreadyCachedError,
+    KeyValueMismatchError,
+    LockStateError,
+    TreeInvariantError,
+    TreeNodeError,
+    UnknownEvictionPolicyError,
+)
+from pools.radix_cache import MatchResult, RadixCache, RequestCacheResult, TreeNode  # noqa: E402
+
+__all__ += [
+    "AlreadyCachedError", "KeyValueMismatchError", "LockStateError", "MatchResult", "RadixCache",
+    "RequestCacheResult", "TreeInvariantError", "TreeNode", "TreeNodeError", "UnknownEvictionPolicyError",
+]
+
 from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator  # noqa: E402
 
 __all__ += ["PureSWATokenToKVPoolAllocator", "SWATokenToKVPoolAllocator"]

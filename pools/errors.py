@@ -141,3 +141,76 @@ class BlockStateError(PoolError):
         self.problem = problem
         where = f"block {block_id} (ref_cnt={ref_cnt}): " if block_id is not None else ""
         super().__init__(pool, f"{where}{problem}")
+
+
+class UnknownEvictionPolicyError(PoolError):
+    """A prefix-cache eviction policy name that is not implemented."""
+
+    def __init__(self, pool: str, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = list(known)
+        super().__init__(pool, f"unknown eviction policy {name!r}; known: {', '.join(self.known)}")
+
+
+class KeyValueMismatchError(PoolError):
+    """A prefix-cache value does not pair with its key: a different length, or
+    (page size > 1) KV indices that are not whole allocator pages.
+
+    Upstream ``RadixCache.insert`` truncates the value to the key without a
+    check, so a short value stores a node whose size counts tokens it holds no
+    KV for (the key-vs-value accounting bug of SGLang PR #10637).
+    """
+
+    def __init__(self, pool: str, key_len: int, value_len: int, problem: str = "lengths differ") -> None:
+        self.key_len = key_len
+        self.value_len = value_len
+        self.problem = problem
+        super().__init__(pool, f"key of {key_len} tokens, value of {value_len} indices: {problem}")
+
+
+class TreeNodeError(PoolError):
+    """A prefix-cache node id or node that is not in the live tree."""
+
+    def __init__(self, pool: str, node_id: int, problem: str) -> None:
+        self.node_id = node_id
+        self.problem = problem
+        super().__init__(pool, f"node {node_id}: {problem}")
+
+
+class LockStateError(TreeNodeError):
+    """A lock or unlock the node's lock state does not allow.
+
+    Upstream ``dec_lock_ref`` has no underflow guard: a second unlock leaves
+    ``lock_ref == -1``, the node counts as evictable, and eviction frees KV a
+    request still reads.  Unlocking a node that left the tree walks a parent
+    chain that misses the root (SGLang PR #29291).
+    """
+
+    def __init__(self, pool: str, node_id: int, lock_ref: int, problem: str) -> None:
+        self.lock_ref = lock_ref
+        super().__init__(pool, node_id, f"(lock_ref={lock_ref}) {problem}")
+
+
+class AlreadyCachedError(PoolError):
+    """KV indices handed to the prefix cache as new (or as a request's own) are
+    already held by the tree.
+
+    Caching one page under two keys counts it twice in ``evictable_size()``
+    (SGLang #35270) and frees it twice on eviction.
+    """
+
+    def __init__(self, pool: str, indices: Sequence[int], problem: str) -> None:
+        self.indices = list(indices)
+        self.problem = problem
+        super().__init__(pool, f"indices {_preview(self.indices)} {problem}")
+
+
+class TreeInvariantError(PoolError):
+    """``sanity_check`` found a maintained count or link that differs from the
+    one recomputed from the tree (the audit SGLang PR #38045 proposes)."""
+
+    def __init__(self, pool: str, invariant: str, expected: object, actual: object) -> None:
+        self.invariant = invariant
+        self.expected = expected
+        self.actual = actual
+        super().__init__(pool, f"{invariant}: recomputed {expected!r}, maintained {actual!r}")

@@ -307,7 +307,7 @@ def test_reset_forgets_every_node_and_old_ids_never_resolve(pool: tuple[Allocato
     cache.sanity_check()
 
 
-CORRUPTIONS: dict[str, Callable[[RadixCache], None]] = {
+CORRUPTIONS: dict[str, Callable[[RadixCache], object]] = {
     "evictable count": lambda c: setattr(c, "_evictable_size", c.evictable_size() + 1),
     "negative lock_ref": lambda c: setattr(next(iter(c.nodes())), "lock_ref", -1),
     "value shorter than key": lambda c: setattr(next(iter(c.nodes())), "value", next(iter(c.nodes())).value[:-1]),
@@ -416,3 +416,12 @@ def test_prompt_len_splits_the_cached_path_so_output_is_evicted_first(pool: tupl
     cache.release_request(req.tokens, req.row, req.lock, req.protected, prompt_len=ps)
     assert cache.evict(1) == 2 * ps
     assert cache.match_prefix(seq(ps, 3)).prefix_len == ps
+
+
+def test_a_match_ending_inside_a_node_refreshes_the_half_it_splits_off(device: str, ps: int) -> None:
+    alloc, cache = make(device, ps)
+    cache_new(alloc, cache, [1] * ps + [2] * ps)
+    cache_new(alloc, cache, [3] * ps)
+    cache.match_prefix([1] * ps + [9] * ps)  # upstream stamps the node it visits before splitting it
+    cache.evict(1)
+    assert {n.key for n in cache.nodes()} == {(1,) * ps, (2,) * ps}
