@@ -16,9 +16,8 @@ import math
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard
 from harness.dashboard import (  # noqa: E402 - after the plotly skip
     NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run,
 )
-from harness.dashboard.reports import TOOL, parse_report  # noqa: E402
+from harness.dashboard.reports import TOOL, Run, parse_report  # noqa: E402
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
 TARGETS = [
@@ -89,7 +88,8 @@ def _target(name: str, impl: str, labels: list[str], tau: float, speed: float, *
     }
 
 
-def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True, schema: int = 2) -> dict[str, Any]:
+def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True,
+                 schema: int = 2) -> dict[str, Any]:
     """Night ``night`` (0, 1, 2: January 1st to 3rd, 2026) as ``python -m harness fuzz`` writes it."""
     targets = [_target(*spec, night=night, fails_at=FAILURE_AT_S if spec[0] in failing else None, coverage=coverage)
                for spec in TARGETS]
@@ -133,18 +133,39 @@ def write(folder: Path, name: str, report: Any) -> Path:
     return path
 
 
-@pytest.fixture
-def three_nights(tmp_path: Path) -> Path:
-    """``reports/`` with three nights; the last found a conservation violation in paged_kv."""
-    folder = tmp_path / "reports"
+def write_three_nights(folder: Path) -> Path:
+    """Three nights of reports in ``folder``; the last found a conservation violation in paged_kv."""
     for night in range(3):
         write(folder, f"nightly-2026-01-0{night + 1}.json", night_report(night, failing=("paged_kv",) * (night == 2)))
     return folder
 
 
 @pytest.fixture
-def page(three_nights: Path, tmp_path: Path) -> str:
-    return build_dashboard([three_nights], tmp_path / "out" / "dashboard.html").read_text()
+def three_nights(tmp_path: Path) -> Path:
+    return write_three_nights(tmp_path / "reports")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three nights' dashboard, built once for the tests that only read it."""
+    folder = write_three_nights(tmp_path_factory.mktemp("reports"))
+    return build_dashboard([folder], folder / "site" / "dashboard.html")
+
+
+@pytest.fixture(scope="module")
+def page(built: Path) -> str:
+    return built.read_text()
+
+
+def dashboard_of(tmp_path: Path, *reports: dict[str, Any]) -> str:
+    """The page built from ``reports``, one file each."""
+    for i, report in enumerate(reports):
+        write(tmp_path / "in", f"night-{i}.json", report)
+    return build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+
+
+def parsed(report: dict[str, Any]) -> Run:
+    return parse_report(report, Path("r.json"))
 
 
 # ---------------------------------------------------------------- reading
@@ -199,42 +220,37 @@ def test_keys_a_newer_runner_adds_are_ignored() -> None:
     report = night_report(1)
     report["gpu_seconds"] = 12.5
     report["targets"][0]["series"][0]["rss_mb"] = 812
-    assert parse_report(report, Path("r.json")).targets[0].series is not None
+    assert parsed(report).targets[0].series is not None
 
 
 def test_a_failure_without_replay_gets_one_built_from_its_trace() -> None:
     old = schema_1(night_report(2, failing=("paged_kv",)))
     old["targets"][2]["failures"][0]["trace"] = "corpus/found/my dir/t.json"
-    failure = parse_report(old, Path("r.json")).targets[2].failures[0]
+    failure = parsed(old).targets[2].failures[0]
     assert failure.replay == "python -m harness replay 'corpus/found/my dir/t.json'"
     assert failure.headline.startswith("[conservation] free pages differ")
 
 
-def quiet_seconds(*samples: tuple[float, int, int, float | None]) -> float | None:
-    """Quiet time of a target whose series is ``(t, steps, events, coverage)`` samples."""
+Samples = list[tuple[float, int, int, float | None]]  # (t, steps, distinct events, coverage)
+
+
+@pytest.mark.parametrize(("samples", "quiet"), [
+    pytest.param([(0, 0, 0, None), (60, 100, 2, None), (120, 200, 3, None), (180, 300, 3, None), (240, 400, 3, None)],
+                 120, id="from-the-last-new-event-label-to-the-end"),
+    pytest.param([(0, 0, 0, 10.0), (60, 100, 2, 20.0), (120, 200, 2, 20.0), (180, 300, 2, 20.5), (240, 400, 2, 20.5)],
+                 60, id="new-coverage-is-new-behaviour-too"),
+    pytest.param([(0, 0, 0, None), (60, 100, 2, None), (120, 150, 2, None), (180, 150, 2, None), (240, 150, 2, None)],
+                 60, id="a-retired-target-is-quiet-only-until-its-steps-stop"),
+])
+def test_quiet_time_is_fuzzing_time_since_the_last_new_behaviour(samples: Samples, quiet: float) -> None:
     report = night_report(0)
     report["targets"][0]["series"] = [{"t": t, "steps": steps, "examples": steps // 200, "events": events,
                                        "coverage": coverage, "failures": 0} for t, steps, events, coverage in samples]
-    return parse_report(report, Path("r.json")).targets[0].quiet_seconds()
-
-
-def test_quiet_time_runs_from_the_last_new_event_label_to_the_end_of_fuzzing() -> None:
-    assert quiet_seconds((0, 0, 0, None), (60, 100, 2, None), (120, 200, 3, None), (180, 300, 3, None),
-                         (240, 400, 3, None)) == 120
-
-
-def test_new_coverage_is_new_behaviour_too() -> None:
-    assert quiet_seconds((0, 0, 0, 10.0), (60, 100, 2, 20.0), (120, 200, 2, 20.0), (180, 300, 2, 20.5),
-                         (240, 400, 2, 20.5)) == 60
-
-
-def test_quiet_time_of_a_target_retired_by_a_failure_ends_when_its_steps_stop() -> None:
-    assert quiet_seconds((0, 0, 0, None), (60, 100, 2, None), (120, 150, 2, None), (180, 150, 2, None),
-                         (240, 150, 2, None)) == 60
+    assert parsed(report).targets[0].quiet_seconds() == quiet
 
 
 def test_a_target_without_series_has_no_quiet_time() -> None:
-    assert parse_report(night_report(0, schema=1), Path("r.json")).targets[0].quiet_seconds() is None
+    assert parsed(night_report(0, schema=1)).targets[0].quiet_seconds() is None
 
 
 def test_nights_keeps_the_most_recent_start_times(three_nights: Path) -> None:
@@ -269,22 +285,19 @@ def test_every_target_has_a_row_and_the_failure_shows_its_id_trace_and_replay_co
 
 
 def test_a_night_without_failures_says_so(tmp_path: Path) -> None:
-    write(tmp_path / "in", "night.json", night_report(1))
-    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    html = dashboard_of(tmp_path, night_report(1))
     assert "No failures: no invariant violation or error in the latest run of any target." in html
     assert 'class="failure"' not in html
 
 
 def test_several_nights_draw_a_trend_and_a_single_night_says_how_to_get_one(page: str, tmp_path: Path) -> None:
-    assert 'id="trend-plot"' in page and "2026-01-01 22:00" in page
-    write(tmp_path / "in", "night.json", night_report(2))
-    single = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    assert 'id="trend-plot"' in page
+    single = dashboard_of(tmp_path, night_report(2))
     assert 'id="trend-plot"' not in single and "Only one night loaded" in single
 
 
 def test_a_schema_1_report_gets_its_table_and_a_note_instead_of_curves(tmp_path: Path) -> None:
-    write(tmp_path / "in", "old.json", night_report(0, schema=1, failing=("paged_kv",)))
-    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    html = dashboard_of(tmp_path, night_report(0, schema=1, failing=("paged_kv",)))
     assert "is a schema-1 report: it has no time series" in html
     assert "No curve for req_to_token, mamba_slots, paged_kv, scheduler" in html
     assert "plotly-graph-div" not in html and "Plotly" not in html  # no plot, so no 4 MB of plotly.js
@@ -292,17 +305,14 @@ def test_a_schema_1_report_gets_its_table_and_a_note_instead_of_curves(tmp_path:
 
 
 def test_schema_1_nights_still_count_in_the_trend_next_to_a_schema_2_night(tmp_path: Path) -> None:
-    write(tmp_path / "in", "n0.json", night_report(0, schema=1))
-    write(tmp_path / "in", "n1.json", night_report(1))
-    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+    html = dashboard_of(tmp_path, night_report(0, schema=1), night_report(1))
     assert 'id="behaviour-plot"' in html and 'id="trend-plot"' in html and "schema-1 report" not in html
 
 
-def test_a_run_without_coverage_says_how_to_measure_it(tmp_path: Path) -> None:
-    write(tmp_path / "in", "night.json", night_report(1, coverage=False))
-    html = build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text()
+def test_a_run_without_coverage_has_no_coverage_panel_and_says_how_to_measure_it(page: str, tmp_path: Path) -> None:
+    html = dashboard_of(tmp_path, night_report(1, coverage=False))
     assert "Branch coverage was not measured in this run" in html
-    assert "Branch coverage of pools/" not in without_plotly_js(html)
+    assert "Branch coverage of pools" in page and "Branch coverage of pools" not in without_plotly_js(html)
 
 
 def test_strings_from_a_report_cannot_inject_markup(tmp_path: Path) -> None:
@@ -310,8 +320,7 @@ def test_strings_from_a_report_cannot_inject_markup(tmp_path: Path) -> None:
     hostile = "<img src=x onerror=alert(1)>"
     report["targets"][0]["target"] = hostile
     report["targets"][2]["failures"][0]["message"] = hostile
-    write(tmp_path / "in", "night.json", report)
-    html = without_plotly_js(build_dashboard([tmp_path / "in"], tmp_path / "d.html").read_text())
+    html = without_plotly_js(dashboard_of(tmp_path, report))
     assert hostile not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
@@ -360,42 +369,15 @@ def find_chromium() -> str | None:
 CHROMIUM = find_chromium()
 
 
-class RenderedDom(HTMLParser):
-    """From a dumped DOM: the text of each caught script error, and ``main-svg`` elements per plotly plot."""
+def script_errors(dom: str) -> list[str]:
+    """What the page's error catcher wrote into ``#script-errors`` (see ``harness.dashboard.style``)."""
+    return re.findall(r'<div class="script-error">(.*?)</div>', dom, flags=re.S)
 
-    def __init__(self, dom: str) -> None:
-        super().__init__()
-        self.errors: list[str] = []
-        self.svgs_per_plot: dict[str, int] = {}
-        self._plot: str | None = None
-        self._plot_depth = 0
-        self._in_error = False
-        self.feed(dom)
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        classes = (dict(attrs).get("class") or "").split()
-        if tag == "div" and self._plot is not None:
-            self._plot_depth += 1
-        elif tag == "div" and "plotly-graph-div" in classes:
-            self._plot, self._plot_depth = dict(attrs).get("id") or "?", 1
-            self.svgs_per_plot[self._plot] = 0
-        if tag == "svg" and "main-svg" in classes and self._plot is not None:
-            self.svgs_per_plot[self._plot] += 1
-        if tag == "div" and "script-error" in classes:
-            self._in_error = True
-            self.errors.append("")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "div":
-            self._in_error = False
-            if self._plot is not None:
-                self._plot_depth -= 1
-                if self._plot_depth == 0:
-                    self._plot = None
-
-    def handle_data(self, data: str) -> None:
-        if self._in_error:
-            self.errors[-1] += data
+def svgs_per_plot(dom: str) -> dict[str, int]:
+    """``main-svg`` elements plotly drew, per plot div (the text from one plot's div to the next one's)."""
+    chunks = re.split(r'<div id="([\w-]+)" class="plotly-graph-div', dom)
+    return {plot_id: chunk.count('class="main-svg"') for plot_id, chunk in zip(chunks[1::2], chunks[2::2])}
 
 
 def headless(page: Path, profile: Path, *actions: str) -> str:
@@ -411,17 +393,17 @@ def headless(page: Path, profile: Path, *actions: str) -> str:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
 def test_the_page_renders_in_a_browser_offline_with_every_plot_drawn_and_no_script_error(
-        page: str, tmp_path: Path) -> None:
-    rendered = tmp_path / "out" / "dashboard.html"
-    broken = write(tmp_path, "broken.html", without_plotly_js(page).replace("</main>", "<script>notAFunction()</script></main>"))
+        built: Path, page: str, tmp_path: Path) -> None:
+    light = without_plotly_js(page)  # plotly's bundle is not needed to prove the catcher works
+    broken = write(tmp_path, "broken.html", light.replace("</main>", "<script>notAFunction()</script></main>"))
     shot = tmp_path / "dashboard.png"
     with ThreadPoolExecutor(2) as pool:
-        good = pool.submit(headless, rendered, tmp_path / "profile-a", "--dump-dom", f"--screenshot={shot}")
+        good = pool.submit(headless, built, tmp_path / "profile-a", "--dump-dom", f"--screenshot={shot}")
         bad = pool.submit(headless, broken, tmp_path / "profile-b", "--dump-dom")
-        dom, broken_dom = RenderedDom(good.result()), RenderedDom(bad.result())
-    assert dom.errors == []
-    assert dom.svgs_per_plot.keys() == {"behaviour-plot", "trend-plot"}
-    assert all(count >= 1 for count in dom.svgs_per_plot.values()), dom.svgs_per_plot
+        dom, broken_dom = good.result(), bad.result()
+    assert script_errors(dom) == []
+    drawn = svgs_per_plot(dom)
+    assert drawn.keys() == {"behaviour-plot", "trend-plot"} and all(n >= 1 for n in drawn.values()), drawn
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     # the catcher has teeth: an error in any script on the page lands in the DOM the test reads
-    assert any("notAFunction" in error for error in broken_dom.errors), broken_dom.errors
+    assert any("notAFunction" in error for error in script_errors(broken_dom)), broken_dom[-2000:]

@@ -150,7 +150,7 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
     nights = list(dict.fromkeys(night_label(run) for run in runs))
     figure = make_subplots(rows=2, cols=2, subplot_titles=[title for title, _ in TREND_PANELS],
                            vertical_spacing=0.16, horizontal_spacing=0.08)
-    any_coverage = False
+    any_coverage = any_failure = False
     for key in keys:
         points = [(night_label(run), target) for run in runs if (target := run.target(key)) is not None]
         x = [label for label, _ in points]
@@ -163,8 +163,10 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
         ]
         any_coverage = any_coverage or any(v is not None for v in values[1][0])
         for panel, (ys, what) in enumerate(values):
-            figure.add_trace(go.Scatter(y=ys, showlegend=panel == 0, hovertemplate=f"{key}<br>%{{x}}: {what}<extra></extra>",
-                                        **common, **line), row=panel // 2 + 1, col=panel % 2 + 1)
+            figure.add_trace(go.Scatter(y=ys, showlegend=panel == 0, **common, **line,
+                                        hovertemplate=f"{key}<br>%{{x}}: {what}<extra></extra>"),
+                             row=panel // 2 + 1, col=panel % 2 + 1)
+        any_failure = any_failure or any(t.failures for _, t in points)
         figure.add_trace(go.Bar(y=[len(t.failures) for _, t in points], marker_color=colours[key], showlegend=False,
                                 hovertemplate=f"{key}<br>%{{x}}: %{{y}} failure(s)<extra></extra>", **common),
                          row=2, col=2)
@@ -174,9 +176,11 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
         figure.update_yaxes(title_text=unit, rangemode="tozero" if panel != 1 else "normal", row=row, col=col)
     figure.update_yaxes(dtick=1, row=2, col=2)
     figure.update_xaxes(title_text="night (UTC start)", row=2)
-    if not any_coverage:
-        figure.add_annotation(text="not measured (fuzz with --coverage)", showarrow=False, font={"color": "#777"},
-                              xref="x2 domain", yref="y2 domain", x=0.5, y=0.5)
+    for empty, text, axes in ((not any_coverage, "not measured (fuzz with --coverage)", "2"),
+                              (not any_failure, "no failures on any night", "4")):
+        if empty:
+            figure.add_annotation(text=text, showarrow=False, font={"color": "#777", "size": 14},
+                                  xref=f"x{axes} domain", yref=f"y{axes} domain", x=0.5, y=0.5)
     figure.update_layout(barmode="group")
     _style(figure, height=640)
     return _html(figure, div_id)

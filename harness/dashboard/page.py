@@ -82,8 +82,9 @@ def notes(latest_runs: Sequence[Run]) -> list[str]:
             found.append(f"<code>{esc(run.source)}</code> is a schema-1 report: it has no time series, so its targets "
                          "have no behaviour curve and their <em>no new behaviour for</em> is unknown (—).")
         if run.interrupted:
-            why = _text(run.report, "ended_because") or "interrupted"
-            found.append(f"<code>{esc(run.source)}</code> was interrupted ({esc(why)}): "
+            why = _text(run.report, "ended_because")
+            because = f" ({esc(why)})" if why and why != "interrupted" else ""
+            found.append(f"<code>{esc(run.source)}</code> was interrupted{because}: "
                          "its numbers cover part of the budget.")
         found += [f"Not fuzzed in the run of {esc(when(run.started))}: {esc(s)}" for s in run.skipped]
     return [f'<div class="note">{n}</div>' for n in found]
@@ -131,7 +132,8 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
         quiet = t.quiet_seconds()
         events = "\n".join(f"{label}: {count:,}" for label, count in t.events.items()) or "none reached"
         cells = [
-            f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span><code>{esc(t.key)}</code></td>',
+            f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span>'
+            f"<code>{esc(t.key)}</code></td>",
             f"<td>{esc(t.family)}</td>", f'<td class="impl mono">{esc(t.implementation)}</td>',
             f"<td>{_pill(t.status)}</td>",
             f'<td class="num">{t.examples:,}</td>', f'<td class="num">{t.steps:,}</td>',

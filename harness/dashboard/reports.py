@@ -289,7 +289,8 @@ def parse_report(report: Any, source: Path) -> Run:
         duration_s=read.number(report, "duration_s", ""), interrupted=bool(report.get("interrupted", False)),
         seed=read.optional_integer(run, "seed", "run."), workers=read.optional_integer(run, "workers", "run."),
         device=read.text(run, "device", "run."), cwd=read.optional_text(run, "cwd", "run."), coverage=percent,
-        targets=tuple(_target(read, t, f"targets[{i}]", schema) for i, t in enumerate(read.array(report, "targets", ""))),
+        targets=tuple(_target(read, t, f"targets[{i}]", schema)
+                      for i, t in enumerate(read.array(report, "targets", ""))),
         skipped=tuple(f"{s.get('family', '?')}: {s.get('reason', '')}" for s in skipped),
     )
 
