@@ -132,6 +132,26 @@ class Driver:
         after = self.observe()
         check(before == after, "misuse-rejected", f"{what} raised but changed the pool", before=before, after=after)
 
+    def expect_refused(
+        self, call: Callable[[], Any], what: str, *, crash_id: str = "valid-call-accepted",
+        state: Callable[[], Hashable] | None = None, **numbers: Any,
+    ) -> None:
+        """Run a valid call the model says the pool is too short to serve.
+
+        Capacity running out is back-pressure, not an error: the call must return
+        ``None`` and leave the pool exactly as it was (``empty-pool-guard``).  The
+        tail-pop ``free_slots[-0:]`` bug (SGLang #32208) and kernels launched before
+        the capacity check (#34399) both broke this.  ``state`` replaces
+        :meth:`observe` where a refusal may legally reorder what it looks at;
+        ``crash_id`` names the invariant a crash (an exception instead of ``None``) breaks.
+        """
+        look = state or self.observe
+        before = look()
+        result = self.expect_accepted(call, what, crash_id=crash_id)
+        check(result is None, "empty-pool-guard", f"{what} succeeded although the pool is short", **numbers)
+        after = look()
+        check(after == before, "empty-pool-guard", f"refused {what} changed the pool", before=before, after=after)
+
     def expect_accepted(self, call: Callable[[], Any], what: str, *, crash_id: str = "valid-call-accepted") -> Any:
         """Run a call the contract allows: any exception is a violation."""
         try:

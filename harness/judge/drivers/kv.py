@@ -56,6 +56,11 @@ class TokenKVDriver(Driver):
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
 
+    def _free_set_state(self) -> tuple[frozenset[int], int]:
+        """The free pages as a set: a refused call may re-sort the free list (``merge_and_sort_free``)."""
+        free, available = self._free_state()
+        return frozenset(free), available
+
     def _free_state(self) -> tuple[list[int], int]:
         """What the pool says is free: its free pages (free list plus staging) and ``available_size()``."""
         return _ints(self.pool.get_all_free_pages()), int(self.pool.available_size())
@@ -136,17 +141,15 @@ class TokenKVDriver(Driver):
             return None
         num_pages = need_size // ps
         heads = self.model.heads(num_pages)
-        before = self._free_state()
-        crash = "empty-pool-guard" if num_pages == 0 or not heads else "valid-call-accepted"
-        result = self.expect_accepted(lambda: self.pool.alloc(need_size), what, crash_id=crash)
         if not heads:
-            check(result is None, "empty-pool-guard", f"{what} succeeded with {self.model.available_pages()} pages free")
-            after = self._free_state()
-            check(set(after[0]) == set(before[0]) and after[1] == before[1], "empty-pool-guard",
-                  f"refused {what} changed the free pages")
+            self.expect_refused(lambda: self.pool.alloc(need_size), what, state=self._free_set_state,
+                                crash_id="empty-pool-guard", free_pages=self.model.available_pages())
             self.model.refused()
             self.event("alloc refused: pool short")
             return None
+        before = self._free_state()
+        crash = "empty-pool-guard" if num_pages == 0 else "valid-call-accepted"
+        result = self.expect_accepted(lambda: self.pool.alloc(need_size), what, crash_id=crash)
         check(result is not None, "empty-pool-guard", f"{what} refused with {self.model.available_pages()} pages free")
         slots = _ints(result)
         check(len(slots) == need_size, "empty-pool-guard", f"{what} returned {len(slots)} slots", slots=slots)
@@ -382,20 +385,17 @@ class PagedKVDriver(TokenKVDriver):
         pres, seqs, lasts = lengths
         ps = self.page_size
         heads = self.model.heads(num_pages)
-        before = self._free_state()
-        crash = "empty-pool-guard" if num_pages == 0 or not heads else "valid-call-accepted"
-        result = self.expect_accepted(call, what, crash_id=crash)
-        if num_pages == 0 and not self.model.available_pages():
-            self.event("extend/decode needing no page with no free page")
         if not heads:
-            check(result is None, "empty-pool-guard", f"{what} succeeded needing {num_pages} pages, "
-                  f"{self.model.available_pages()} free")
-            after = self._free_state()
-            check(set(after[0]) == set(before[0]) and after[1] == before[1], "empty-pool-guard",
-                  f"refused {what} changed the free pages")
+            self.expect_refused(call, f"{what} needing {num_pages} pages", state=self._free_set_state,
+                                crash_id="empty-pool-guard", free_pages=self.model.available_pages())
             self.model.refused()
             self.event("extend/decode refused: pool short")
             return None
+        if num_pages == 0 and not self.model.available_pages():
+            self.event("extend/decode needing no page with no free page")
+        before = self._free_state()
+        crash = "empty-pool-guard" if num_pages == 0 else "valid-call-accepted"
+        result = self.expect_accepted(call, what, crash_id=crash)
         check(result is not None, "empty-pool-guard", f"{what} refused needing {num_pages} of "
               f"{self.model.available_pages()} free pages")
         slots = _ints(result)

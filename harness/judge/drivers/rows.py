@@ -76,13 +76,11 @@ class RowPoolDriver(Driver):
             return []
         needs_row = [req.req_pool_idx is None for req in reqs]
         need = sum(needs_row)
-        before = self.observe() if need > len(self.model.free) else None
-        result = self.expect_accepted(lambda: self.pool.alloc(reqs), f"alloc({batch})")
         if need > len(self.model.free):
-            check(result is None, "empty-pool-guard", f"alloc of {need} rows with {len(self.model.free)} free succeeded")
-            check(self.observe() == before, "empty-pool-guard", "a refused alloc changed the pool")
+            self.expect_refused(lambda: self.pool.alloc(reqs), f"alloc({batch})", need=need, free=len(self.model.free))
             self.event("alloc refused: pool short")
             return []
+        result = self.expect_accepted(lambda: self.pool.alloc(reqs), f"alloc({batch})")
         check(result is not None, "empty-pool-guard", f"alloc of {need} rows refused with {len(self.model.free)} free")
         check(len(result) == len(batch), "empty-pool-guard", "alloc returned the wrong number of rows",
               expected=len(batch), actual=len(result))
@@ -135,12 +133,11 @@ class RowPoolDriver(Driver):
                 return SKIPPED  # type: ignore[return-value]
             self.expect_rejected(lambda: self.pool.alloc_rows(need_size), BadSizeError, f"alloc_rows({need_size})")
             return []
-        before = self.observe() if need_size > len(self.model.free) else None
-        rows = self.expect_accepted(lambda: self.pool.alloc_rows(need_size), f"alloc_rows({need_size})")
         if need_size > len(self.model.free):
-            check(rows is None, "empty-pool-guard", f"alloc_rows({need_size}) with {len(self.model.free)} free succeeded")
-            check(self.observe() == before, "empty-pool-guard", "a refused alloc_rows changed the pool")
+            self.expect_refused(lambda: self.pool.alloc_rows(need_size), f"alloc_rows({need_size})",
+                                free=len(self.model.free))
             return []
+        rows = self.expect_accepted(lambda: self.pool.alloc_rows(need_size), f"alloc_rows({need_size})")
         check(rows is not None, "empty-pool-guard", f"alloc_rows({need_size}) refused with {len(self.model.free)} free")
         check(len(rows) == need_size, "empty-pool-guard", f"alloc_rows({need_size}) returned {len(rows)} rows",
               rows=list(rows))

@@ -204,14 +204,13 @@ class SchedulerDriver(Driver):
         reqs = [Req(rid=f"req-{model.next_handle + i}") for i in range(len(batch))]
         if self.hybrid:
             self.expect_accepted(lambda: mamba.alloc_group_begin(len(batch) + reserve_extra), "alloc_group_begin")
-        before = self.observe()
-        rows = self.expect_accepted(lambda: self.rows.alloc(reqs), f"alloc({len(reqs)} requests)")
         handles: list[int] = []
         if not model.can_admit(len(batch)):
-            check(rows is None, "empty-pool-guard", "admission served beyond the free rows or Mamba slots")
-            check(self.observe() == before, "empty-pool-guard", "a refused admission changed the pools")
+            self.expect_refused(lambda: self.rows.alloc(reqs), f"admission of {len(reqs)} requests",
+                                free_rows=len(model.free_rows), free_mamba=len(model.free_mamba))
             self.event("admission refused: rows or Mamba slots short")
         else:
+            rows = self.expect_accepted(lambda: self.rows.alloc(reqs), f"alloc({len(reqs)} requests)")
             check(rows is not None and len(rows) == len(batch), "empty-pool-guard", "admission refused with room",
                   free_rows=len(model.free_rows), free_mamba=len(model.free_mamba))
             self._check_fresh(list(rows), model.free_rows, "alloc(reqs)", "row")
