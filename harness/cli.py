@@ -173,7 +173,8 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {
             "family": fam.name, "summary": fam.summary, "default": fam.default,
             "implementation": implementation_for(fam.name, overrides), "machine": fam.machine,
-            "driver": fam.driver, "operations": [], "available": True, "problem": None,
+            "driver": fam.driver, "configs": fam.configs, "canaries": fam.canaries, "upstream": list(fam.upstream),
+            "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
         }
         entry["overridden"] = entry["implementation"] != fam.default
         try:
@@ -207,6 +208,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {'':22} {f['summary']}")
         if f["available"]:
             print(f"  {'':22} operations: {', '.join(f['operations'])}")
+            print(f"  {'':22} invariants: {', '.join(f['invariants'])}")
+            if f["upstream"]:
+                print(f"  {'':22} upstream:   {', '.join(f['upstream'])}")
         else:
             print(f"  {'':22} not available: {f['problem']}")
     print("\ninvariants:")

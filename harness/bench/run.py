@@ -30,7 +30,7 @@ from harness.bench.baselines import (
     extend_inputs,
     extend_per_request_torch,
 )
-from harness.bench.workloads import WORKLOADS, checked_and_bare
+from harness.bench.workloads import checked_and_bare, workloads
 from pools.mamba import MambaSlotAllocator
 from pools.page_alloc import get_kernel, triton_available
 from pools.req_to_token import ReqToTokenPool
@@ -261,7 +261,7 @@ def bench_harness(budget: Budget, quick: bool) -> Section:
                        "overhead, audits at teardown only"])
     worst = 0.0
     rounds = max(2, budget.rounds // 2)
-    for family, workload in WORKLOADS.items():
+    for family, (workload, _) in workloads().items():
         measured = checked_and_bare(family, workload, runs=runs, steps=steps, rounds=rounds)
         if isinstance(measured, str):
             section.rows.append([family, "-", "-", "-", measured, "-"])

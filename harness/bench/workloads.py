@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from harness.judge.drivers.base import Driver
-from harness.judge.families import UnknownTargetError, family, load_factory, resolve
+from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from pools.errors import PoolError
 from pools.req_to_token import Req
 
@@ -143,7 +143,7 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
         factory = load_factory(fam.default)
     except UnknownTargetError as exc:
         return f"skipped: driver not available ({exc})"
-    config = CONFIGS[name]
+    config = fam.bench_kwargs
     recorded: list[tuple[list[dict[str, Any]], CallRecorder]] = []
     for seed in range(runs):
         recorder = CallRecorder()
@@ -273,23 +273,10 @@ def scheduler_workload(driver: Any, rng: random.Random) -> Step:
     return "clear", {}
 
 
-CONFIGS: dict[str, dict[str, Any]] = {
-    "req_to_token": {"size": 32, "max_context_len": 16, "device": "cpu"},
-    "decode_req_to_token": {"size": 24, "max_context_len": 16, "pre_alloc_size": 8, "device": "cpu"},
-    "mamba_slots": {"size": 16, "device": "cpu"},
-    "hybrid_req_to_token": {"size": 12, "max_context_len": 16, "mamba_size": 8, "device": "cpu"},
-    "token_kv": {"size": 64, "device": "cpu"},
-    "paged_kv": {"size": 256, "page_size": 4, "device": "cpu"},
-    "scheduler": {"size": 6, "max_context_len": 48, "page_size": 4, "kv_pages": 48, "hybrid": True, "mamba_size": 6,
-                  "kernel": "vectorized", "device": "cpu"},
-}
-
-WORKLOADS: dict[str, Workload] = {
-    "req_to_token": rows_workload,
-    "decode_req_to_token": rows_workload,
-    "mamba_slots": mamba_workload,
-    "hybrid_req_to_token": hybrid_workload,
-    "token_kv": token_kv_workload,
-    "paged_kv": paged_kv_workload,
-    "scheduler": scheduler_workload,
-}
+def workloads() -> dict[str, tuple[Workload, dict[str, Any]]]:
+    """Every family with a bench walk: its walk and the pool configuration it runs on (from the registry)."""
+    found: dict[str, tuple[Workload, dict[str, Any]]] = {}
+    for fam in FAMILIES.values():
+        if fam.bench:
+            found[fam.name] = (resolve(fam.bench), fam.bench_kwargs)
+    return found

@@ -13,6 +13,7 @@ from torch import Tensor
 from pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel
 from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
+from harness.canaries.catalogue import Canary
 
 PHASE2_BOUND = 8
 """The compile-time phase-2 bound of :func:`extend_truncated_phase2`, in tokens (upstream: ``chunked_prefill_size``)."""
@@ -225,3 +226,37 @@ class PageSize1DecodeConsumesNothing(PagedTokenToKVPoolAllocator):
             return super().alloc_decode(seq_lens, seq_lens_cpu, last_loc)
         finally:
             self._decoding = False
+
+
+CANARIES: dict[str, Canary] = {
+    "silent-double-free-tokens": Canary(
+        "token_kv", "harness.canaries.kv:SilentDoubleFreeTokens",
+        "TokenToKVPoolAllocator.free appends without validation: a double free is accepted",
+        "sglang-pools.md section 8, hazard 6", "misuse-rejected",
+    ),
+    "free-group-aliasing": Canary(
+        "paged_kv", "harness.canaries.kv:FreeGroupAliasing",
+        "deferred frees keep the caller's tensor instead of a clone",
+        "SGLang #34067", "group-window",
+    ),
+    "extend-without-empty-guard": Canary(
+        "paged_kv", "harness.canaries.kv:ExtendWithoutEmptyGuard",
+        "vectorised extend gathers from an empty free_pages (no empty-pool guard)",
+        "seed 002", "empty-pool-guard",
+    ),
+    "truncated-phase2": Canary(
+        "paged_kv", "harness.canaries.kv:TruncatedPhase2",
+        f"extend kernel writes only the first {PHASE2_BOUND} phase-2 tokens of a request",
+        "SGLang #9271", "reserved-never-handed-out",
+    ),
+    "capacity-checked-after-kernel": Canary(
+        "paged_kv", "harness.canaries.kv:CapacityCheckedAfterKernel",
+        "alloc_extend/alloc_decode launch the kernel before checking capacity",
+        "SGLang #34399", "empty-pool-guard",
+    ),
+    "page-size-1-decode-consumes-nothing": Canary(
+        "paged_kv", "harness.canaries.kv:PageSize1DecodeConsumesNothing",
+        "decode counts new pages with seq % ps == 1: zero at page size 1",
+        "sglang-pools.md sections 3.5 and 8, hazard 1", "page-layout",
+    ),
+}

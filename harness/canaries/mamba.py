@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from pools.mamba import _FREE, HybridReqToTokenPool, MambaSlotAllocator
+from harness.canaries.catalogue import Canary
 
 
 class GroupEndLeak(MambaSlotAllocator):
@@ -83,3 +84,32 @@ class MappingSizedByMambaSize(HybridReqToTokenPool):
     def __init__(self, size: int, max_context_len: int, mamba_size: int, **kwargs: object) -> None:
         super().__init__(size, max_context_len, mamba_size, **kwargs)  # type: ignore[arg-type]
         self.req_index_to_mamba_index_mapping = torch.zeros(mamba_size + 1, dtype=torch.int64, device=self.device)
+
+
+CANARIES: dict[str, Canary] = {
+    "group-end-leak": Canary(
+        "mamba_slots", "harness.canaries.mamba:GroupEndLeak",
+        "alloc_group_end closes the window without returning unconsumed reserved slots",
+        "seed 001", "group-window",
+    ),
+    "clear-leaves-group-open": Canary(
+        "mamba_slots", "harness.canaries.mamba:ClearLeavesGroupOpen",
+        "clear() keeps the open group window: stale reserved slots are issued twice",
+        "sglang-pools.md section 8, hazard 3; SGLang #4698 (same bug in the KV free group)", "clear-restores",
+    ),
+    "nested-group-drops-reservation": Canary(
+        "mamba_slots", "harness.canaries.mamba:NestedGroupDropsReservation",
+        "a second alloc_group_begin silently replaces the first window's reservation",
+        "sglang-pools.md section 8, hazard 3", "misuse-rejected",
+    ),
+    "silent-double-free-mamba": Canary(
+        "mamba_slots", "harness.canaries.mamba:SilentDoubleFreeSlots",
+        "MambaSlotAllocator.free appends without validation",
+        "sglang-pools.md section 8, hazard 6", "misuse-rejected",
+    ),
+    "mamba-mapping-sized-by-mamba-size": Canary(
+        "hybrid_req_to_token", "harness.canaries.mamba:MappingSizedByMambaSize",
+        "req_index_to_mamba_index_mapping sized by mamba_size but indexed by row",
+        "SGLang #24244", "in-bounds",
+    ),
+}

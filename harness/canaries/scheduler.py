@@ -8,6 +8,7 @@ variants, bound with :attr:`harness.machines.scheduler.SchedulerMachine.driver_c
 from __future__ import annotations
 
 from harness.judge.drivers.scheduler import SchedulerDriver
+from harness.canaries.catalogue import Canary
 
 
 class CeilRetractScheduler(SchedulerDriver):
@@ -20,3 +21,12 @@ class CeilRetractScheduler(SchedulerDriver):
 
     def retract_free_start(self, keep: int) -> int:
         return -(-keep // self.ps) * self.ps
+
+
+CANARIES: dict[str, Canary] = {
+    "retract-frees-from-ceil": Canary(
+        "scheduler", "harness.judge.drivers.scheduler:build_scheduler_pools",
+        "retract frees KV from ceil(keep/ps)*ps instead of the floor, leaking the partial page",
+        "SGLang #4977", "scheduler-conservation", driver="harness.canaries.scheduler:CeilRetractScheduler",
+    ),
+}

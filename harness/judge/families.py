@@ -25,30 +25,91 @@ class UnknownTargetError(LookupError):
 
 @dataclass(frozen=True)
 class Family:
+    """One pool family's kit: everything the harness needs to fuzz, replay, bench and check it.
+
+    Every field is a ``module:attr`` (or module) string, resolved only when used,
+    so this registry imports nothing above the judge and a family whose optional
+    dependency is missing still lists.  Adding a family is one entry here plus
+    the modules it names (``docs/adding-a-family.md``).
+    """
+
     name: str
-    default: str
-    driver: str
-    machine: str
     summary: str
+    default: str
+    """The pool factory fuzzed when no ``--target`` substitutes another."""
+    driver: str
+    """The :class:`~harness.judge.drivers.base.Driver` subclass that judges each step."""
+    machine: str
+    """The hypothesis ``PoolMachine`` that draws the steps."""
+    configs: str
+    """The strategy drawing the pool's constructor arguments (``strategies`` package)."""
+    canaries: str = ""
+    """Module whose ``CANARIES`` dict plants this family's historical bugs."""
+    bench: str = ""
+    """A seeded random walk ``(driver, rng) -> (op, args)`` for ``harness bench`` and fast engines."""
+    bench_config: tuple[tuple[str, Any], ...] = ()
+    """The pool configuration the walk runs on, as ``(key, value)`` pairs."""
+    upstream: tuple[str, ...] = ()
+    """Target specs of upstream implementations of this family (``harness.upstream``)."""
+    invariants: tuple[str, ...] = ()
+    """The invariant ids this family's driver checks (``harness list`` shows them)."""
+
+    @property
+    def bench_kwargs(self) -> dict[str, Any]:
+        return dict(self.bench_config)
+
+
+_COMMON = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")
+_ROWS = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "generation-monotonic",
+         "clear-restores")
+_KV = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
+       "clear-restores", "kernel-agreement")
+_MAMBA = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "group-window", "clear-restores")
+_WALKS = "harness.bench.workloads"
+
+
+def _config(**values: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(values.items())
 
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("req_to_token", "pools:ReqToTokenPool", "harness.judge.drivers.rows:RowPoolDriver",
-               "harness.machines.rows:RowPoolMachine", "request rows, tail pop"),
-        Family("decode_req_to_token", "pools:DecodeReqToTokenPool", "harness.judge.drivers.rows:DecodeRowPoolDriver",
-               "harness.machines.rows:DecodeRowPoolMachine", "decode request rows with pre-allocation, head pop"),
-        Family("mamba_slots", "pools:MambaSlotAllocator", "harness.judge.drivers.mamba:MambaSlotDriver",
-               "harness.machines.mamba:MambaSlotMachine", "Mamba state slots with group windows"),
-        Family("hybrid_req_to_token", "pools:HybridReqToTokenPool", "harness.judge.drivers.hybrid:HybridDriver",
-               "harness.machines.mamba:HybridMachine", "request rows plus Mamba slots, all-or-nothing"),
-        Family("token_kv", "pools:TokenToKVPoolAllocator", "harness.judge.drivers.kv:TokenKVDriver",
-               "harness.machines.kv:TokenKVMachine", "KV token slots, page size 1"),
-        Family("paged_kv", "pools:PagedTokenToKVPoolAllocator", "harness.judge.drivers.kv:PagedKVDriver",
-               "harness.machines.kv:PagedKVMachine", "paged KV allocator: alloc, free groups, extend, decode"),
-        Family("scheduler", "harness.judge.drivers.scheduler:build_scheduler_pools", "harness.judge.drivers.scheduler:SchedulerDriver",
-               "harness.machines.scheduler:SchedulerMachine", "rows, Mamba slots and paged KV driven as scheduler steps"),
+        Family("req_to_token", "request rows, tail pop", "pools:ReqToTokenPool",
+               "harness.judge.drivers.rows:RowPoolDriver", "harness.machines.rows:RowPoolMachine",
+               "strategies.configs:row_pool_configs", "harness.canaries.rows", f"{_WALKS}:rows_workload",
+               _config(size=32, max_context_len=16, device="cpu"), (), _ROWS),
+        Family("decode_req_to_token", "decode request rows with pre-allocation, head pop",
+               "pools:DecodeReqToTokenPool", "harness.judge.drivers.rows:DecodeRowPoolDriver",
+               "harness.machines.rows:DecodeRowPoolMachine", "strategies.configs:row_pool_configs",
+               "harness.canaries.rows", f"{_WALKS}:rows_workload",
+               _config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"), (), _ROWS),
+        Family("mamba_slots", "Mamba state slots with group windows", "pools:MambaSlotAllocator",
+               "harness.judge.drivers.mamba:MambaSlotDriver", "harness.machines.mamba:MambaSlotMachine",
+               "strategies.mamba:mamba_slot_configs", "harness.canaries.mamba", f"{_WALKS}:mamba_workload",
+               _config(size=16, device="cpu"), ("harness.upstream:MambaSlots",), _MAMBA),
+        Family("hybrid_req_to_token", "request rows plus Mamba slots, all-or-nothing", "pools:HybridReqToTokenPool",
+               "harness.judge.drivers.hybrid:HybridDriver", "harness.machines.mamba:HybridMachine",
+               "strategies.mamba:hybrid_configs", "harness.canaries.mamba", f"{_WALKS}:hybrid_workload",
+               _config(size=12, max_context_len=16, mamba_size=8, device="cpu"), (), (*_ROWS, "group-window")),
+        Family("token_kv", "KV token slots, page size 1", "pools:TokenToKVPoolAllocator",
+               "harness.judge.drivers.kv:TokenKVDriver", "harness.machines.kv:TokenKVMachine",
+               "strategies.kv:token_kv_configs", "harness.canaries.kv", f"{_WALKS}:token_kv_workload",
+               _config(size=64, device="cpu"), ("harness.upstream:TokenKV",), _KV),
+        Family("paged_kv", "paged KV allocator: alloc, free groups, extend, decode",
+               "pools:PagedTokenToKVPoolAllocator", "harness.judge.drivers.kv:PagedKVDriver",
+               "harness.machines.kv:PagedKVMachine", "strategies.kv:paged_kv_configs", "harness.canaries.kv",
+               f"{_WALKS}:paged_kv_workload", _config(size=256, page_size=4, device="cpu"),
+               ("harness.upstream:PagedKV",), _KV),
+        Family("scheduler", "rows, Mamba slots and paged KV driven as scheduler steps",
+               "harness.judge.drivers.scheduler:build_scheduler_pools",
+               "harness.judge.drivers.scheduler:SchedulerDriver", "harness.machines.scheduler:SchedulerMachine",
+               "strategies.scheduler:scheduler_configs", "harness.canaries.scheduler",
+               f"{_WALKS}:scheduler_workload",
+               _config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
+                       kernel="vectorized", device="cpu"),
+               (), (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
+                    "scheduler-conservation")),
     )
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.judge.families import FAMILIES
 from harness.upstream.loader import (
     INSTALL_HINT,
     SUPPORTED_VERSION,
@@ -25,11 +26,7 @@ from harness.upstream.loader import (
     unavailable_reason,
 )
 
-TARGETS: dict[str, str] = {
-    "token_kv": "harness.upstream:TokenKV",
-    "paged_kv": "harness.upstream:PagedKV",
-    "mamba_slots": "harness.upstream:MambaSlots",
-}
+TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items() if fam.upstream}
 """Family name -> target spec of its upstream wrapper."""
 
 _ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
