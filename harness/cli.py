@@ -1,8 +1,8 @@
-"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | replay | selfcheck | bench.
+"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | dashboard | replay | selfcheck | bench.
 
-``fuzz`` and ``list`` live here; ``replay``, ``selfcheck`` and ``bench`` are
-handed their remaining arguments (``harness.<command>.main(argv)``), imported
-only when asked for.  Every failure to start is one line on stderr and exit
+``fuzz``, ``list`` and ``dashboard`` are parsed here; ``replay``, ``selfcheck``,
+``seed-corpus`` and ``bench`` are handed their remaining arguments
+(``<module>.main(argv)``), imported only when asked for.  Every failure to start is one line on stderr and exit
 status 2, never a traceback.
 
 Exit status of ``fuzz``: 0 nothing found, 1 a counterexample (or a crashed
@@ -25,6 +25,7 @@ from typing import Any
 DISPATCHED = {
     "replay": ("harness.traces.replay", "replay corpus traces through the drivers, without hypothesis"),
     "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
+    "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
     "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
 }
 EXIT_USAGE = 2
@@ -90,13 +91,19 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="issue valid calls only (for targets that do not validate their input)")
     fuzz.add_argument("--coverage", action="store_true",
                       help="measure branch coverage of pools/ in the workers and add it to the report")
-    fuzz.add_argument("--database", default=DEFAULT_DATABASE, metavar="DIR|redis://HOST:PORT|none",
-                      help=f"hypothesis example database shared by all workers (default {DEFAULT_DATABASE})")
+    fuzz.add_argument("--database", default=DEFAULT_DATABASE, metavar="LAYER[,LAYER...]|none",
+                      help="hypothesis example database shared by all workers: comma-separated layers, each a "
+                           "DIR or redis://HOST:PORT[/DB], prefixed 'readonly:' to read without writing "
+                           f"(default {DEFAULT_DATABASE})")
     fuzz.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
                       help="how long a failure still being shrunk may outlive the budget (default 60)")
     fuzz.add_argument("--progress-every", type=_positive(float), metavar="SECONDS",
                       help="progress interval (default 0.5 on a terminal, 5 otherwise)")
     fuzz.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    fuzz.add_argument("--dashboard", type=Path, metavar="FILE.html",
+                      help="also build the HTML dashboard of this run's report (needs the dashboard extra)")
+    fuzz.add_argument("--series-every", type=_positive(float), metavar="SECONDS",
+                      help="time-series sampling interval of the report (default: budget/100, at least 1 s)")
     fuzz.add_argument("--round-seconds", type=_positive(float), default=2.0, metavar="SECONDS",
                       help=argparse.SUPPRESS)
 
@@ -117,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
                          help="show this substitution as active (repeatable)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    from harness.dashboard import add_arguments as add_dashboard_arguments
+
+    dashboard = commands.add_parser("dashboard", help="one self-contained HTML page of fuzz reports",
+                                    description="Build one offline HTML page from nightly fuzz reports: targets, "
+                                                "failures with replay commands, behaviour curves, trends across nights.")
+    add_dashboard_arguments(dashboard)
     for name, (_, summary) in DISPATCHED.items():
         sub = commands.add_parser(name, help=summary, add_help=False)
         sub.add_argument("args", nargs=argparse.REMAINDER)
@@ -138,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "dashboard":
+            from harness.dashboard import run as run_dashboard
+
+            return run_dashboard(args)
         return cmd_fuzz(args)
     except (UnknownTargetError, DatabaseError, UsageError) as exc:
         print(f"poolfuzz: error: {exc}", file=sys.stderr)
@@ -224,7 +241,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- fuzz
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from harness.fuzz.session import FuzzOptions, FuzzRun, select_targets
+    from harness.fuzz import FuzzOptions, FuzzRun, select_targets
     from harness.fuzz.database import check_database
     from harness.fuzz.report import summary_text, write_report
 
@@ -257,10 +274,17 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         targets=targets, seconds=seconds, workers=args.workers, seed=seed, device=args.device, corpus=args.corpus,
         database=args.database, steps=args.steps, misuse=args.misuse, coverage=args.coverage, grace=args.grace,
         round_seconds=args.round_seconds, progress_every=args.progress_every or (0.5 if live else 5.0), live=live,
-        logs=report_path.with_suffix(".logs"), skipped=skipped,
+        logs=report_path.with_suffix(".logs"), skipped=skipped, series_every=args.series_every,
     )
     report = FuzzRun(options, err=sys.stderr).run()
     write_report(report, report_path)
     print(summary_text(report))
     print(f"\nreport: {report_path}")
+    if args.dashboard is not None:
+        from harness.dashboard import DashboardError, build_dashboard
+
+        try:
+            print(f"dashboard: {build_dashboard([report_path], args.dashboard)}")
+        except (DashboardError, ImportError) as exc:
+            print(f"poolfuzz: warning: no dashboard: {exc}", file=sys.stderr)
     return int(report["exit_status"])

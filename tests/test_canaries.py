@@ -15,7 +15,7 @@ from hypothesis import settings
 
 from harness.canaries import CANARIES, canary_machine, machine_available
 from harness.judge.invariants import INVARIANTS
-from harness.machines.run import pinned_settings, run_machine, violation_of
+from harness.machines import pinned_settings, run_machine, violation_of
 from harness.judge.families import FAMILIES, load_factory, resolve
 
 NAMES = sorted(CANARIES)

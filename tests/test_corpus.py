@@ -17,9 +17,8 @@ from hypothesis import settings as Settings
 import harness.traces.shrink
 from harness.traces.corpus import save_trace, trace_key
 from harness.judge.invariants import InvariantViolation
-from harness.machines import make_machine
+from harness.machines import make_machine, run_machine
 from harness.traces.replay import ReplayResult, main, matches_expectation, replay_trace, trace_files
-from harness.machines.run import run_machine
 from harness.canaries.seeding import SeedError, seed_trace, verify_seed
 from harness.traces.shrink import shrink_trace
 from harness.judge.trace import Trace

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.fuzz.session import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
+from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
 from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, EventLog, next_round_size, round_seed
-from harness.fuzz.report import TargetStats, summary_text
+from harness.fuzz.report import FailureRecord, TargetStats, summary_text
 from harness.judge.families import FAMILIES, Family, UnknownTargetError
 from harness.traces.schema import load_trace
 
@@ -79,8 +79,8 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    ghost = Family("ghost", "pools:ReqToTokenPool", "harness.judge.drivers.ghost:GhostDriver",
-                   "harness.machines.ghost:GhostMachine", "not written yet")
+    ghost = Family("ghost", "not written yet", "pools:ReqToTokenPool", "harness.judge.drivers.ghost:GhostDriver",
+                   "harness.machines.ghost:GhostMachine", "strategies.configs:row_pool_configs")
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])
     assert "ghost" not in {t.family for t in targets}
@@ -121,7 +121,11 @@ def stats() -> list[TargetStats]:
     busy = TargetStats("req_to_token", "req_to_token", "pools:ReqToTokenPool", examples=1200, steps=54_321,
                        seconds=10.0, events=Counter({"pool exactly full": 3}))
     failed = TargetStats(LEAKY, "req_to_token", "tests.fuzz_planted:ForgetfulFree", examples=3, steps=40, seconds=1.0)
-    failed.failures.append({"invariant": "conservation"})
+    failed.failures.append(FailureRecord(
+        target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree", kind="violation",
+        invariant="conservation", trace="corpus/found/req_to_token/x.json", steps=2,
+        message="[conservation] free rows differ from the model\n  more", shrunk=True, round=0, seed=1,
+        worker="w0", found_after_s=0.5))
     return [busy, failed]
 
 
@@ -160,9 +164,6 @@ def test_the_summary_names_failures_with_their_trace_and_how_to_replay_it() -> N
         "totals": {"examples": 1203, "steps": 54_361, "steps_per_second": 2718.0},
         "targets": [s.to_json() for s in stats()],
     }
-    report["targets"][1]["failures"] = [{"invariant": "conservation", "kind": "violation", "steps": 2, "shrunk": True,
-                                         "trace": "corpus/found/req_to_token/x.json",
-                                         "message": "[conservation] free rows differ from the model\n  more"}]
     text = summary_text(report)
     assert "1 failure(s)" in text
     assert f"{LEAKY}: [conservation] free rows differ from the model" in text

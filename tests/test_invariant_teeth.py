@@ -11,8 +11,7 @@ from hypothesis import Phase
 
 from harness.canaries import CANARIES
 from harness.judge.invariants import INVARIANTS
-from harness.machines import make_machine
-from harness.machines.run import pinned_settings, run_machine, violation_of
+from harness.machines import make_machine, pinned_settings, run_machine, violation_of
 from pools import BadSizeError, Req, ReqToTokenPool
 
 

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
 from harness.judge.drivers.kv import PagedKVDriver, TokenKVDriver
-from harness.machines import PoolMachine, make_machine
-from harness.machines.run import pinned_settings, run_machine, violation_of
+from harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
 from pools.errors import GroupStateError
 from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel

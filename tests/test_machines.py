@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.machines import make_machine
-from harness.machines.run import run_machine
+from harness.machines import make_machine, run_machine
 from harness.judge.families import FAMILIES
 from tests.conftest import DEVICES
 

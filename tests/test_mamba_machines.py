@@ -17,8 +17,7 @@ import torch
 from harness.judge.drivers.hybrid import HybridDriver
 from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.judge.invariants import InvariantViolation
-from harness.machines import make_machine
-from harness.machines.run import pinned_settings, run_machine
+from harness.machines import make_machine, pinned_settings, run_machine
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool
 

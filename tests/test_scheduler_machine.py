@@ -19,7 +19,7 @@ from hypothesis import Phase
 from harness.judge.drivers.scheduler import SchedulerDriver, SchedulerPools, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
 from harness.machines.scheduler import scheduler_machine
-from harness.machines.run import run_machine, settings_for
+from harness.machines import run_machine, settings_for
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import triton_available
 from tests.conftest import DEVICES

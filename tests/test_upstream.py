@@ -21,7 +21,7 @@ from harness.judge.differential import check_allocators
 from harness.judge.invariants import InvariantViolation
 
 from harness.traces.replay import replay_trace
-from harness.machines.run import run_machine
+from harness.machines import run_machine
 from harness.judge.families import family, load_factory, validates_input
 from harness.judge.trace import Trace
 from harness.traces.schema import load_trace

@@ -22,15 +22,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
-from harness.traces.corpus import save_trace
-from harness.machines import make_machine
-from harness.traces.replay import DEFAULT_CORPUS, matches_expectation, replay_trace
-from harness.machines.run import failure_trace, run_machine, violation_of
 from harness.judge.families import UnknownTargetError, family, parse_overrides
 from harness.judge.trace import Trace, fill_provenance
+from harness.machines import build_settings, failure_trace, make_machine, run_machine, violation_of
+from harness.traces.corpus import DEFAULT_CORPUS, save_trace
+from harness.traces.replay import matches_expectation, replay_trace
 from harness.traces.schema import load_trace
 
 SEEDS = (
@@ -50,12 +48,8 @@ class SeedError(RuntimeError):
 
 
 def seeding_settings(max_examples: int = 500) -> Settings:
-    """Derandomised and bounded, so seeding is reproducible and a rerun names the same files."""
-    return Settings(
-        max_examples=max_examples, stateful_step_count=30, derandomize=True, database=None, deadline=None,
-        report_multiple_bugs=False, print_blob=False, suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
-    )
+    """Derandomised and bounded (the ``seeding`` profile), so a rerun names the same files."""
+    return build_settings("seeding", max_examples=max_examples)
 
 
 def find_violation(family_name: str, canary: str, *, settings: Settings | None = None, device: str = "cpu") -> Trace:

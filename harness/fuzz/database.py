@@ -1,11 +1,22 @@
-"""Where fuzz workers keep hypothesis's example database: a directory, a Redis server, or nowhere.
+"""Where fuzz workers keep hypothesis's example database: a directory, Redis, layers of both, or nowhere.
 
 The database is a cache that lets shrinking and the target() Pareto front carry
 over between rounds, workers and nights; the durable record of a bug is its
-trace file in the corpus.  A directory serves the workers of one machine
-(writes are atomic file creations); ``redis://HOST:PORT[/DB]`` serves a fleet
-through hypothesis's own :class:`~hypothesis.extra.redis.RedisExampleDatabase`
-(needs the ``redis`` extra).  ``none`` runs without one.
+trace file in the corpus.  A ``--database`` value is one or more comma-separated
+layers:
+
+* ``DIR``: a directory, serving the workers of one machine (writes are atomic
+  file creations);
+* ``redis://HOST:PORT[/DB]``: a fleet's shared database through hypothesis's own
+  :class:`~hypothesis.extra.redis.RedisExampleDatabase` (needs the ``redis`` extra);
+* ``readonly:LAYER``: that layer, read but never written
+  (:class:`~hypothesis.database.ReadOnlyDatabase`), so a developer replays what the
+  fleet found without writing to the fleet's database;
+* ``none``: no database.
+
+Several layers form a :class:`~hypothesis.database.MultiplexedDatabase`: examples are
+read from all of them, and saved to every writable one.  The usual developer set-up
+is ``.hypothesis/poolfuzz,readonly:redis://fleet-db:6379/0``.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from typing import Any
 
 DEFAULT_DATABASE = ".hypothesis/poolfuzz"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+READ_ONLY = "readonly:"
 
 
 class DatabaseError(ValueError):
@@ -24,10 +36,32 @@ def is_redis(spec: str) -> bool:
     return spec.startswith(REDIS_SCHEMES)
 
 
+def layers(spec: str) -> list[tuple[str, bool]]:
+    """``spec`` as ``(layer, read_only)`` pairs; ``[]`` for ``none``."""
+    if spec.strip().lower() in ("", "none"):
+        return []
+    found = []
+    for part in (p.strip() for p in spec.split(",")):
+        read_only = part.startswith(READ_ONLY)
+        layer = part[len(READ_ONLY):].strip() if read_only else part
+        if not layer or layer.lower() == "none":
+            raise DatabaseError(f"--database {spec}: empty or 'none' layer {part!r} among several")
+        found.append((layer, read_only))
+    return found
+
+
 def open_database(spec: str) -> Any:
     """The hypothesis ``ExampleDatabase`` named by ``spec``, or ``None`` for ``none``."""
-    if spec.strip().lower() in ("", "none"):
+    from hypothesis.database import MultiplexedDatabase, ReadOnlyDatabase
+
+    opened = [ReadOnlyDatabase(_open_layer(layer)) if read_only else _open_layer(layer)
+              for layer, read_only in layers(spec)]
+    if not opened:
         return None
+    return opened[0] if len(opened) == 1 else MultiplexedDatabase(*opened)
+
+
+def _open_layer(spec: str) -> Any:
     if not is_redis(spec):
         from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -48,13 +82,14 @@ def open_database(spec: str) -> Any:
 
 
 def check_database(spec: str) -> None:
-    """Open ``spec`` once in the parent, so a bad value is a usage error before any worker starts."""
-    database = open_database(spec)
-    if database is None or not is_redis(spec):
-        return
-    import redis
+    """Open every layer of ``spec`` once in the parent, so a bad value is a usage error before any worker starts."""
+    for layer, _ in layers(spec):
+        database = _open_layer(layer)
+        if not is_redis(layer):
+            continue
+        import redis
 
-    try:
-        database.redis.ping()
-    except redis.exceptions.RedisError as exc:
-        raise DatabaseError(f"--database {spec}: cannot reach the server: {exc}") from None
+        try:
+            database.redis.ping()
+        except redis.exceptions.RedisError as exc:
+            raise DatabaseError(f"--database {layer}: cannot reach the server: {exc}") from None

@@ -1,26 +1,19 @@
-"""The start of one fuzz worker process, and what the parent hands it.
+"""What the parent and its fuzz workers say to each other: plans, messages and stop signals.
 
-The nightly runner (:mod:`harness.fuzz.session`) starts its workers with the ``spawn``
-method: every worker is a fresh interpreter, so no CUDA context or OpenMP pool
-is inherited across ``fork``, and coverage can start before :mod:`pools` is
-imported (lines run at import time count).  That is why this module imports
-only the standard library at the top: unpickling a :class:`WorkerPlan` in the
-child must not import the code under measurement.  The rounds themselves live
-in :mod:`harness.fuzz.worker`.
+Standard library only, on purpose: a worker process unpickles its
+:class:`WorkerPlan` before coverage starts, and the parent unpickles every
+message, so nothing here may import the code under measurement.
 
 Each worker talks to the parent over its **own** pipe, never a shared queue: a
 worker killed while holding a shared queue's write lock (a segfault, a CUDA
-abort, the OOM killer) would block every other worker's reports forever.
+abort, the OOM killer) would block every other worker's reports forever.  Each
+message is one frozen dataclass below; the parent handles each type with a
+method of its own (:class:`harness.fuzz.session.FuzzRun`).
 """
 
 from __future__ import annotations
 
-import faulthandler
-import os
-import signal
-import sys
-import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: How often a worker sends its counters, in seconds (the display refreshes on its own clock).
@@ -89,73 +82,71 @@ class StopRound(KeyboardInterrupt):
     """
 
 
-def _redirect_output(log_path: str) -> None:
-    """Send fd 1 and 2 (Python, torch and C-level output alike) to the worker's log file."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+
+# ------------------------------------------------------------------ messages
+@dataclass(frozen=True)
+class Hello:
+    """The worker imported everything and waits for the go signal."""
+
+    pid: int
+    device_name: str = ""
 
 
-def _start_coverage(coverage_dir: str) -> Any:
-    import coverage
+@dataclass(frozen=True)
+class RoundStarted:
+    """A round of ``examples`` hypothesis examples on ``target`` began, with this seed."""
 
-    cov = coverage.Coverage(
-        data_file=os.path.join(coverage_dir, ".coverage"),
-        data_suffix=True,
-        branch=True,
-        source_pkgs=["pools"],
-    )
-    cov.start()
-    return cov
+    target: str
+    round: int
+    seed: int
+    examples: int
+    engine: str = "hypothesis"
 
 
-def worker_main(plan: WorkerPlan, conn: Any, shared: Shared) -> None:
-    """Process entry point: set up signals, output and coverage, then run rounds until told to stop.
+@dataclass(frozen=True)
+class ProgressReport:
+    """Counters since the previous report (steps, examples, seconds and event labels)."""
 
-    SIGINT is ignored: on a terminal Ctrl-C reaches the whole process group, and
-    the parent alone decides how the run ends.  SIGTERM raises :class:`Terminated`
-    once, wherever the worker is, and sets a flag the rounds also poll.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    terminate = {"now": False}
+    target: str
+    steps: int
+    examples: int
+    seconds: float
+    events: dict[str, int] = field(default_factory=dict)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        # Raise once, wherever the worker is (hypothesis, the replay shrinker, a pool call):
-        # the round loop then saves the smallest failing trace seen so far.
-        if not terminate["now"]:
-            terminate["now"] = True
-            raise Terminated()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    _redirect_output(plan.log_path)
-    faulthandler.enable()
-    cov = _start_coverage(plan.coverage_dir) if plan.coverage_dir else None
-    code = 0
-    try:
-        from harness.fuzz.worker import Worker
+@dataclass(frozen=True)
+class CoverageSample:
+    """The branch arcs of ``pools/`` this worker has executed under ``target`` so far."""
 
-        worker = Worker(plan, conn, shared, terminate)
-        worker.run()
-        if worker.poisoned:
-            code = EXIT_RESTART
-    except Terminated:
-        pass
-    except BaseException:  # noqa: BLE001 - logged; the exit code tells the parent
-        traceback.print_exc()
-        code = 1
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the last words must not be cut short (SIGKILL still can)
-    if cov is not None:
-        cov.stop()
-        cov.save()
-    try:
-        conn.send(("bye", {}))
-        conn.close()
-    except OSError:
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Everything worth keeping is saved: skip the slow interpreter teardown (torch's is seconds).
-    os._exit(code)
+    target: str
+    arcs: frozenset[tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class FailureFound:
+    """A failure on ``target``: an invariant violation (with its saved trace) or any other error."""
+
+    target: str
+    family: str
+    implementation: str
+    kind: str
+    invariant: str | None
+    trace: str | None
+    steps: int | None
+    message: str
+    shrunk: bool
+    round: int
+    seed: int
+
+    @property
+    def first_line(self) -> str:
+        text = self.message.strip()
+        return text.splitlines()[0] if text else self.kind
+
+
+@dataclass(frozen=True)
+class Bye:
+    """The worker's last message: everything worth keeping has been sent."""
+
+
+Message = Hello | RoundStarted | ProgressReport | CoverageSample | FailureFound | Bye

@@ -7,10 +7,12 @@ report dict, so a summary can be regenerated from a saved report as well.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import platform
+import shlex
 import socket
 import sys
 import tempfile
@@ -20,7 +22,79 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-REPORT_SCHEMA = 1
+from harness.fuzz.protocol import FailureFound, ProgressReport
+
+REPORT_SCHEMA = 2
+"""Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage`` (``docs/report.schema.json``)."""
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One failure in the report: what a worker found, where, and how to reproduce it."""
+
+    target: str
+    family: str
+    implementation: str
+    kind: str
+    invariant: str | None
+    trace: str | None
+    steps: int | None
+    message: str
+    shrunk: bool
+    round: int
+    seed: int
+    worker: str
+    found_after_s: float
+
+    @classmethod
+    def of(cls, found: FailureFound, *, worker: str, found_after_s: float) -> FailureRecord:
+        return cls(**{f: getattr(found, f) for f in FailureFound.__dataclass_fields__},
+                   worker=worker, found_after_s=round(found_after_s, 1))
+
+    @property
+    def replay(self) -> str | None:
+        """The command that reproduces this failure without hypothesis."""
+        return f"python -m harness replay {shlex.quote(self.trace)}" if self.trace else None
+
+    @property
+    def first_line(self) -> str:
+        text = self.message.strip()
+        return text.splitlines()[0] if text else self.kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "replay": self.replay}
+
+
+@dataclass(frozen=True)
+class CrashRecord:
+    """A worker process that died on its own (segfault, CUDA abort, OOM kill)."""
+
+    worker: str
+    target: str | None
+    round: int | None
+    seed: int | None
+    exit_code: int | None
+    reason: str
+    log: str
+    log_tail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One sample of a target's cumulative counters, ``t`` seconds after fuzzing started."""
+
+    t: float
+    steps: int
+    examples: int
+    events: int
+    coverage: float | None
+    failures: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -35,8 +109,12 @@ class TargetStats:
     seconds: float = 0.0
     rounds: int = 0
     events: Counter[str] = field(default_factory=Counter)
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    crashes: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[FailureRecord] = field(default_factory=list)
+    crashes: list[CrashRecord] = field(default_factory=list)
+    series: list[SeriesPoint] = field(default_factory=list)
+    arcs: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    possible_arcs: dict[str, frozenset[tuple[int, int]]] | None = None
+    """Every arc of each module of ``pools/`` when ``--coverage`` is on (see :func:`possible_arcs`), else ``None``."""
 
     @property
     def steps_per_second(self) -> float:
@@ -51,11 +129,37 @@ class TargetStats:
             return "crashed"
         return "ok"
 
-    def add_progress(self, payload: dict[str, Any]) -> None:
-        self.steps += int(payload["steps"])
-        self.examples += int(payload["examples"])
-        self.seconds += float(payload["seconds"])
-        self.events.update(payload["events"])
+    @property
+    def coverage(self) -> float | None:
+        """Branch (arc) coverage, in percent, of the ``pools/`` modules this target's machine reached.
+
+        ``None`` without ``--coverage``.  The denominator is every arc of each module
+        the target executed at least once, so a target is measured against the pool
+        code it exercises, not against the other families' modules.
+        """
+        if self.possible_arcs is None:
+            return None
+        possible = executed = 0
+        for name, arcs in self.arcs.items():
+            known = self.possible_arcs.get(name)
+            if known:
+                possible += len(known)
+                executed += len(arcs & known)
+        return round(100.0 * executed / possible, 2) if possible else 0.0
+
+    def add_arcs(self, arcs: frozenset[tuple[str, int, int]]) -> None:
+        for name, a, b in arcs:
+            self.arcs.setdefault(name, set()).add((a, b))
+
+    def add_progress(self, report: ProgressReport) -> None:
+        self.steps += report.steps
+        self.examples += report.examples
+        self.seconds += report.seconds
+        self.events.update(report.events)
+
+    def sample(self, t: float) -> None:
+        self.series.append(SeriesPoint(round(t, 2), self.steps, self.examples, len(self.events), self.coverage,
+                                       len(self.failures)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,9 +173,83 @@ class TargetStats:
             "steps_per_second": round(self.steps_per_second, 1),
             "rounds": self.rounds,
             "events": dict(sorted(self.events.items())),
-            "failures": self.failures,
-            "crashes": self.crashes,
+            "coverage": self.coverage,
+            "failures": [f.to_json() for f in self.failures],
+            "crashes": [c.to_json() for c in self.crashes],
+            "series": [s.to_json() for s in self.series],
         }
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The whole JSON report of one ``fuzz`` run (``docs/report.schema.json`` documents every field)."""
+
+    started: str
+    finished: str
+    duration_s: float
+    startup_s: float
+    interrupted: bool
+    ended_because: str
+    exit_status: int
+    run: dict[str, Any]
+    machine: dict[str, Any]
+    versions: dict[str, str | None]
+    series_interval_s: float
+    targets: tuple[TargetStats, ...]
+    crashes: tuple[CrashRecord, ...]
+    workers: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, str], ...]
+    coverage: dict[str, Any] | None
+
+    @property
+    def failures(self) -> list[FailureRecord]:
+        return [f for t in self.targets for f in t.failures]
+
+    def to_json(self) -> dict[str, Any]:
+        steps = sum(t.steps for t in self.targets)
+        return {
+            "schema": REPORT_SCHEMA,
+            "tool": "poolfuzz fuzz",
+            "started": self.started,
+            "finished": self.finished,
+            "duration_s": round(self.duration_s, 2),
+            "startup_s": round(self.startup_s, 2),
+            "interrupted": self.interrupted,
+            "ended_because": self.ended_because,
+            "exit_status": self.exit_status,
+            "run": self.run,
+            "machine": self.machine,
+            "versions": self.versions,
+            "series_interval_s": self.series_interval_s,
+            "totals": {
+                "examples": sum(t.examples for t in self.targets), "steps": steps,
+                "steps_per_second": round(steps / self.duration_s, 1) if self.duration_s > 0 else 0.0,
+                "failures": len(self.failures), "crashes": len(self.crashes),
+            },
+            "targets": [t.to_json() for t in self.targets],
+            "failures": [f.to_json() for f in self.failures],
+            "crashes": [c.to_json() for c in self.crashes],
+            "workers": list(self.workers),
+            "skipped": list(self.skipped),
+            "coverage": self.coverage,
+        }
+
+
+def possible_arcs(package: str = "pools") -> dict[str, frozenset[tuple[int, int]]]:
+    """Every arc (line to line, entries and exits included) of each module of ``package``, by absolute path."""
+    import importlib.util
+
+    from coverage.parser import PythonParser
+
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, f"{package} is not a package"
+    found: dict[str, frozenset[tuple[int, int]]] = {}
+    for root in spec.submodule_search_locations:
+        for path in sorted(Path(root).rglob("*.py")):
+            parser = PythonParser(filename=str(path.resolve()))
+            parser.parse_source()
+            found[str(path.resolve())] = frozenset(parser.arcs())
+    return found
 
 
 # ------------------------------------------------------------------ context
@@ -174,7 +352,7 @@ def summary_text(report: dict[str, Any]) -> str:
                 lines.append(f"  {t['target']}: {first}")
                 if f["trace"]:
                     lines.append(f"    trace{shrunk}: {f['trace']}  ({f['steps']} steps)")
-                    lines.append(f"    replay: python -m harness replay {f['trace']}")
+                    lines.append(f"    replay: {f.get('replay') or 'python -m harness replay ' + f['trace']}")
     if report["crashes"]:
         lines += ["", "crashed workers (their target is not fuzzed further in this run):"]
         for c in report["crashes"]:

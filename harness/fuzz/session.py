@@ -36,75 +36,43 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.fuzz.process import worker_main
 from harness.fuzz.progress import Progress
-from harness.fuzz.protocol import EXIT_RESTART, Shared, TargetRef, WorkerPlan, worker_main
-from harness.fuzz.report import REPORT_SCHEMA, TargetStats, combine_coverage, machine_info, utc_now, versions
-from harness.judge.families import FAMILIES, UnknownTargetError, family, implementation_for, load_factory, resolve
+from harness.fuzz.protocol import (
+    EXIT_RESTART,
+    Bye,
+    CoverageSample,
+    FailureFound,
+    Hello,
+    Message,
+    ProgressReport,
+    RoundStarted,
+    Shared,
+    TargetRef,
+    WorkerPlan,
+)
+from harness.fuzz.report import (
+    CrashRecord,
+    FailureRecord,
+    RunReport,
+    TargetStats,
+    combine_coverage,
+    machine_info,
+    possible_arcs,
+    utc_now,
+    versions,
+)
+from harness.fuzz.options import FuzzOptions, select_targets
 
 MAX_RESPAWNS = 3
 KILL_AFTER_TERM_S = 5.0
 STARTUP_TIMEOUT_S = 300.0
 INTERRUPT_GRACE_S = 3.0
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-@dataclass
-class FuzzOptions:
-    targets: list[TargetRef]
-    seconds: float
-    workers: int
-    seed: int
-    device: str = "cpu"
-    corpus: Path = Path("corpus/found")
-    database: str = ".hypothesis/poolfuzz"
-    steps: int = 200
-    misuse: bool = True
-    coverage: bool = False
-    grace: float = 60.0
-    round_seconds: float = 2.0
-    progress_every: float = 5.0
-    live: bool = False
-    logs: Path | None = None
-    skipped: list[dict[str, str]] = field(default_factory=list)
-
-
-def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
-                   ) -> tuple[list[TargetRef], list[dict[str, str]]]:
-    """``--target`` values to targets, plus the families skipped (only when none was named).
-
-    ``FAMILY`` fuzzes the family's implementation in use (its default, or a
-    ``POOLFUZZ_TARGETS`` override); ``FAMILY=module:attr`` fuzzes that
-    implementation instead.  Naming a family whose machine or implementation
-    does not import is an :class:`UnknownTargetError`, and so is a
-    ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
-    every registered family is tried and defaults that do not import are skipped.
-    """
-    explicit = bool(items)
-    wanted: list[tuple[str, str]] = []
-    for item in items or list(FAMILIES):
-        name, sep, spec = (part.strip() for part in item.partition("="))
-        family(name)
-        if sep and not spec:
-            raise UnknownTargetError(f"target {item!r} is not of the form FAMILY=module:attr")
-        wanted.append((name, spec or implementation_for(name, overrides)))
-    targets: list[TargetRef] = []
-    skipped: list[dict[str, str]] = []
-    for name, spec in dict.fromkeys(wanted):
-        try:
-            resolve(family(name).machine)
-            load_factory(spec)
-        except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
-            if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env
-                raise UnknownTargetError(f"target {name}={spec}: {exc}") from None
-            skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
-            continue
-        key = name if spec == family(name).default else f"{name}={spec}"
-        targets.append(TargetRef(index=len(targets), family=name, spec=spec, key=key))
-    return targets, skipped
 
 
 @dataclass
@@ -117,12 +85,12 @@ class Slot:
     conn: Any
     log: Path
     target: str | None = None
-    round: dict[str, Any] = field(default_factory=dict)
+    round: RoundStarted | None = None
     greeted: bool = False
     said_bye: bool = False
     asked_to_stop: bool = False
     rounds: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
+    info: Hello | None = None
 
     @property
     def name(self) -> str:
@@ -138,11 +106,18 @@ class FuzzRun:
         self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
                              retired=self.ctx.Array("b", max(1, len(options.targets)), lock=False))
         self.retired = self.shared.retired
-        self.stats = {t.key: TargetStats(t.key, t.family, t.spec) for t in options.targets}
+        arcs = possible_arcs() if options.coverage else None
+        self.stats = {t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs) for t in options.targets}
+        self.series_every = options.series_every or max(1.0, options.seconds / 100)
+        self.next_sample = float("inf")
         self.by_key = {t.key: t for t in options.targets}
         self.slots: list[Slot] = []
         self.finished: list[Slot] = []
-        self.crashes: list[dict[str, Any]] = []
+        self.crashes: list[CrashRecord] = []
+        self.handlers: dict[type, Any] = {
+            Hello: self.on_hello, RoundStarted: self.on_round, ProgressReport: self.on_progress,
+            CoverageSample: self.on_coverage, FailureFound: self.on_failure, Bye: self.on_bye,
+        }
         self.interrupts = 0
         self.stop_reason: str | None = None
         self.term_at = self.kill_at = float("inf")
@@ -177,19 +152,44 @@ class FuzzRun:
         writer.close()
         self.slots.append(Slot(index, generation, process, reader, log))
 
-    def handle(self, slot: Slot, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "hello":
-            slot.greeted, slot.info = True, payload
-            self.start_when_ready()
-        elif kind == "round":
-            slot.target, slot.round, slot.rounds = payload["target"], payload, slot.rounds + 1
-            self.stats[payload["target"]].rounds += 1
-        elif kind == "progress":
-            self.stats[payload["target"]].add_progress(payload)
-        elif kind == "failure":
-            self.record_failure(slot, payload)
-        elif kind == "bye":
-            slot.said_bye = True
+    # ----------------------------------------------------------- messages
+    def handle(self, slot: Slot, message: Message) -> None:
+        self.handlers[type(message)](slot, message)
+
+    def on_hello(self, slot: Slot, message: Hello) -> None:
+        slot.greeted, slot.info = True, message
+        self.start_when_ready()
+
+    def on_round(self, slot: Slot, message: RoundStarted) -> None:
+        slot.target, slot.round, slot.rounds = message.target, message, slot.rounds + 1
+        self.stats[message.target].rounds += 1
+
+    def on_progress(self, slot: Slot, message: ProgressReport) -> None:
+        self.stats[message.target].add_progress(message)
+
+    def on_coverage(self, slot: Slot, message: CoverageSample) -> None:
+        self.stats[message.target].add_arcs(message.arcs)
+
+    def on_failure(self, slot: Slot, message: FailureFound) -> None:
+        stats = self.stats[message.target]
+        self.retired[self.by_key[message.target].index] = 1
+        if any((f.invariant, f.trace) == (message.invariant, message.trace) for f in stats.failures):
+            return
+        stats.failures.append(FailureRecord.of(message, worker=slot.name, found_after_s=time.time() - self.fuzz_started))
+        where = f"; trace {message.trace}" if message.trace else ""
+        self.progress.note(f"FAILURE {message.target}: {message.first_line}{where} "
+                           "(no more fuzzing of this target in this run)")
+
+    def on_bye(self, slot: Slot, message: Bye) -> None:
+        slot.said_bye = True
+
+    def sample(self, now: float, *, force: bool = False) -> None:
+        """Append a time-series point to every target when one is due (and always at the end)."""
+        if now < self.next_sample and not force:
+            return
+        for stats in self.stats.values():
+            stats.sample(now - self.fuzz_started)
+        self.next_sample = now + self.series_every
 
     def start_when_ready(self, *, anyway: bool = False) -> None:
         """Start the clock (and the workers) once every first-generation worker is ready or gone."""
@@ -202,25 +202,13 @@ class FuzzRun:
         self.deadline = self.fuzz_started + self.options.seconds
         self.progress.started, self.progress.deadline = self.fuzz_started, self.deadline
         self.progress.status = "fuzzing"
+        self.next_sample = self.fuzz_started
         self.shared.go.set()
-
-    def record_failure(self, slot: Slot, payload: dict[str, Any]) -> None:
-        stats = self.stats[payload["target"]]
-        self.retired[self.by_key[payload["target"]].index] = 1
-        same = [f for f in stats.failures if (f["invariant"], f["trace"]) == (payload["invariant"], payload["trace"])]
-        if same:
-            return
-        failure = {**payload, "worker": slot.name, "found_after_s": round(time.time() - self.fuzz_started, 1)}
-        stats.failures.append(failure)
-        first = payload["message"].strip().splitlines()[0] if payload["message"].strip() else payload["kind"]
-        where = f"; trace {payload['trace']}" if payload["trace"] else ""
-        self.progress.note(f"FAILURE {payload['target']}: {first}{where} (no more fuzzing of this target in this run)")
 
     def drain(self, slot: Slot) -> None:
         try:
             while slot.conn.poll():
-                kind, payload = slot.conn.recv()
-                self.handle(slot, kind, payload)
+                self.handle(slot, slot.conn.recv())
         except (EOFError, OSError):
             pass
         except Exception as exc:  # noqa: BLE001 - a garbled message from a dying worker
@@ -241,9 +229,9 @@ class FuzzRun:
             self.replace(slot)
             return
         reason = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        crash = {"worker": slot.name, "target": slot.target, "round": slot.round.get("round"),
-                 "seed": slot.round.get("seed"), "exit_code": code, "reason": reason,
-                 "log": str(slot.log), "log_tail": self.log_tail(slot.log)}
+        crash = CrashRecord(worker=slot.name, target=slot.target, round=slot.round.round if slot.round else None,
+                            seed=slot.round.seed if slot.round else None, exit_code=code, reason=reason,
+                            log=str(slot.log), log_tail=self.log_tail(slot.log))
         self.crashes.append(crash)
         if slot.target is not None:
             self.stats[slot.target].crashes.append(crash)
@@ -299,6 +287,7 @@ class FuzzRun:
 
     # ---------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
+        """Fuzz until the budget is spent or the run is interrupted; the JSON report (see :class:`RunReport`)."""
         o = self.options
         self.progress.note(f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for "
                            f"{o.seconds:g} s, seed {o.seed}, device {o.device}, database {o.database}")
@@ -313,9 +302,11 @@ class FuzzRun:
                 if slot.process.is_alive():
                     slot.process.kill()
                 slot.process.join()
+        if self.deadline != float("inf"):
+            self.sample(time.time(), force=True)
         self.progress.tick(self.stats.values(), force=True)
         self.progress.close()
-        report = self.build_report()
+        report = self.build_report().to_json()
         if not self.crashes:
             shutil.rmtree(self.logdir, ignore_errors=True)
         if self.covdir is not None:
@@ -344,6 +335,7 @@ class FuzzRun:
                     self.begin_stop("no worker started", 0.0)
             if self.stop_reason is not None:
                 self.enforce_stop(now)
+            self.sample(now)
             self.progress.tick(self.stats.values(), now=now)
 
     def install_signal_handlers(self) -> dict[int, Any]:
@@ -357,47 +349,35 @@ class FuzzRun:
             signal.signal(sig, handler)
 
     # ------------------------------------------------------------- report
-    def build_report(self) -> dict[str, Any]:
+    def build_report(self) -> RunReport:
         o = self.options
-        now = time.time()
-        duration = now - self.fuzz_started
-        targets = [s.to_json() for s in self.stats.values()]
-        failures = [f for t in self.stats.values() for f in t.failures]
-        steps = sum(s.steps for s in self.stats.values())
         interrupted = self.stop_reason == "interrupted"
-        coverage = combine_coverage(self.covdir) if self.covdir is not None else None
-        devices = sorted({s.info.get("device_name", "") for s in self.finished} - {""})
-        return {
-            "schema": REPORT_SCHEMA,
-            "tool": "poolfuzz fuzz",
-            "started": self.started_iso,
-            "finished": utc_now(),
-            "duration_s": round(duration, 2),
-            "startup_s": round(self.fuzz_started - self.started, 2),
-            "interrupted": interrupted,
-            "ended_because": self.stop_reason or "every worker finished (all targets retired)",
-            "exit_status": exit_status(bool(failures or self.crashes), interrupted),
-            "run": {
+        found = any(s.failures for s in self.stats.values()) or bool(self.crashes)
+        devices = sorted({s.info.device_name for s in self.finished if s.info is not None} - {""})
+        return RunReport(
+            started=self.started_iso,
+            finished=utc_now(),
+            duration_s=time.time() - self.fuzz_started,
+            startup_s=self.fuzz_started - self.started,
+            interrupted=interrupted,
+            ended_because=self.stop_reason or "every worker finished (all targets retired)",
+            exit_status=exit_status(found, interrupted),
+            run={
                 "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
                 "steps_per_example": o.steps, "misuse": o.misuse, "database": o.database, "corpus": str(o.corpus),
                 "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
                 "logs": str(self.logdir) if self.crashes else None,
             },
-            "machine": {**machine_info(), "accelerators": devices},
-            "versions": versions(),
-            "totals": {
-                "examples": sum(s.examples for s in self.stats.values()), "steps": steps,
-                "steps_per_second": round(steps / duration, 1) if duration > 0 else 0.0,
-                "failures": len(failures), "crashes": len(self.crashes),
-            },
-            "targets": targets,
-            "failures": failures,
-            "crashes": self.crashes,
-            "workers": [{"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode, "rounds": s.rounds}
-                        for s in self.finished],
-            "skipped": o.skipped,
-            "coverage": coverage,
-        }
+            machine={**machine_info(), "accelerators": devices},
+            versions=versions(),
+            series_interval_s=self.series_every,
+            targets=tuple(self.stats.values()),
+            crashes=tuple(self.crashes),
+            workers=tuple({"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode,
+                           "rounds": s.rounds} for s in self.finished),
+            skipped=tuple(o.skipped),
+            coverage=combine_coverage(self.covdir) if self.covdir is not None else None,
+        )
 
 
 def exit_status(found: bool, interrupted: bool) -> int:

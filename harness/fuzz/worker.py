@@ -28,22 +28,31 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hypothesis import Phase, Verbosity
-from hypothesis import settings as Settings
-
-import harness.machines.settings  # noqa: F401 - registers the nightly profile
-from harness.traces.corpus import save_trace
 from harness.fuzz.database import open_database
-from harness.fuzz.protocol import FLUSH_SECONDS, Shared, StopRound, TargetRef, Terminated, WorkerPlan
+from harness.fuzz.protocol import (
+    FLUSH_SECONDS,
+    CoverageSample,
+    FailureFound,
+    Hello,
+    Message,
+    ProgressReport,
+    RoundStarted,
+    Shared,
+    StopRound,
+    TargetRef,
+    Terminated,
+    WorkerPlan,
+)
 from harness.judge.invariants import InvariantViolation
-from harness.machines.base import PoolMachine, make_machine
-from harness.machines.run import failure_trace, run_machine, violation_of
 from harness.judge.trace import Trace, fill_provenance
+from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
+from harness.traces.corpus import save_trace
 
 #: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
 FIRST_ROUND_EXAMPLES = 10
 MAX_ROUND_EXAMPLES = 5_000
-PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+#: How often a worker measuring coverage sends the arcs its current target reached, in seconds.
+COVERAGE_SAMPLE_SECONDS = 2.0
 #: Messages of CUDA errors after which a process's CUDA context is unusable ("sticky" errors).
 FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "cudaError", "CUBLAS_STATUS")
 
@@ -115,24 +124,17 @@ class Counted(PoolMachine):
 class Worker:
     """The round loop of one worker process; see the module docstring."""
 
-    def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool]) -> None:
+    def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool],
+                 coverage: Any = None) -> None:
         self.plan = plan
+        self.coverage = coverage
+        self.last_coverage_sample = time.monotonic()
         self.conn = conn
         self.go = shared.go
         self.stop = shared.stop
         self.retired = shared.retired
         self.terminate = terminate
-        self.settings = Settings(
-            Settings.get_profile("nightly"),
-            database=open_database(plan.database),
-            derandomize=False,
-            deadline=None,
-            stateful_step_count=plan.steps,
-            verbosity=Verbosity.quiet,
-            phases=PHASES,
-            print_blob=False,
-            report_multiple_bugs=False,
-        )
+        self.database = open_database(plan.database)
         self.machines: dict[str, type[PoolMachine]] = {}
         self.round_size: dict[str, int] = {}
         self.target: TargetRef | None = None
@@ -149,25 +151,35 @@ class Worker:
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
 
     # ------------------------------------------------------------ reporting
-    def send(self, kind: str, /, **payload: Any) -> None:
+    def send(self, message: Message) -> None:
         try:
-            self.conn.send((kind, payload))
+            self.conn.send(message)
         except OSError:  # the parent is gone: nobody to report to
             self.terminate["now"] = True
 
     def flush(self) -> None:
         now = time.monotonic()
         if self.target is not None:
-            self.send(
-                "progress",
+            self.send(ProgressReport(
                 target=self.target.key,
                 steps=self.steps - self.flushed_steps,
                 examples=self.examples - self.flushed_examples,
                 seconds=now - self.last_flush,
                 events=dict(self.events),
-            )
+            ))
+            if self.coverage is not None and now - self.last_coverage_sample >= COVERAGE_SAMPLE_SECONDS:
+                self.sample_coverage(self.target)
         self.events.clear()
         self.flushed_steps, self.flushed_examples, self.last_flush = self.steps, self.examples, now
+
+    def sample_coverage(self, target: TargetRef) -> None:
+        """Send the arcs of ``pools/`` executed under ``target`` (a coverage.py dynamic context)."""
+        self.last_coverage_sample = time.monotonic()
+        data = self.coverage.get_data()
+        data.set_query_contexts([target.key])
+        arcs = frozenset((name, a, b) for name in data.measured_files() for a, b in (data.arcs(name) or ()))
+        data.set_query_contexts(None)
+        self.send(CoverageSample(target=target.key, arcs=arcs))
 
     # ------------------------------------------------------------- stopping
     def time_is_up(self) -> bool:
@@ -192,8 +204,8 @@ class Worker:
         The first sighting retires the target for every worker at once: the
         others leave it alone while this one shrinks.
         """
-        trace = getattr(violation, "trace", None)
-        if not isinstance(trace, Trace):
+        trace = violation.trace
+        if trace is None:
             return
         if self.pending is None:
             self.pending = (violation, trace)
@@ -208,7 +220,7 @@ class Worker:
 
         torch.set_num_threads(1)
         device_name = torch.cuda.get_device_name() if self.plan.device == "cuda" else ""
-        self.send("hello", pid=os.getpid(), device_name=device_name)
+        self.send(Hello(pid=os.getpid(), device_name=device_name))
         while not self.go.wait(0.2):
             if self.terminate["now"] or self.stop.is_set():
                 return
@@ -242,12 +254,15 @@ class Worker:
         size = self.round_size.get(target.key, FIRST_ROUND_EXAMPLES)
         self.flush()
         self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
-        self.send("round", target=target.key, round=round_no, seed=seed, examples=size)
+        if self.coverage is not None:
+            self.coverage.switch_context(target.key)
+        self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=size))
         started, examples_before = time.monotonic(), self.examples
         where = {"round": round_no, "seed": seed}
         note = (f"found by poolfuzz fuzz --seed {self.plan.seed} "
                 f"(worker {self.plan.name}, round {round_no}, hypothesis seed {seed})")
-        settings = Settings(self.settings, max_examples=size)
+        settings = build_settings("fuzz-round", database=self.database, stateful_step_count=self.plan.steps,
+                                  max_examples=size)
         try:
             run_machine(machine, settings=settings, corpus=self.plan.corpus, note=note)
         except StopRound:
@@ -260,14 +275,15 @@ class Worker:
             self.report_failure(target, exc, where)
         finally:
             self.flush()
+            if self.coverage is not None:
+                self.sample_coverage(target)
             self.target = None
         self.round_size[target.key] = next_round_size(
             self.examples - examples_before, time.monotonic() - started, self.plan.round_seconds
         )
 
-    def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, Any]) -> None:
+    def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, int]) -> None:
         violation = violation_of(exc)
-        trace_path = getattr(violation, "trace_path", None)
         if violation is not None:
             message = str(violation)
         else:
@@ -275,24 +291,13 @@ class Worker:
             message = "".join(traceback.format_exception_only(exc)) + "".join(traceback.format_exception(exc)[-12:-1])
             if self.error_trace is not None:
                 message += f"steps of the last example that raised:\n{self.error_trace.steps_text()}\n"
-        self.retired[target.index] = 1
         # A sticky CUDA error poisons every later CUDA call in this process: end it, the parent starts another.
         self.poisoned = any(marker in message for marker in FATAL_CUDA)
-        self.send(
-            "failure",
-            target=target.key,
-            family=target.family,
-            implementation=target.spec,
-            kind="violation" if violation is not None else "error",
-            invariant=violation.invariant_id if violation is not None else None,
-            trace=str(trace_path) if trace_path is not None else None,
-            steps=len(trace.steps) if (trace := failure_trace(exc)) is not None else None,
-            message=message,
-            shrunk=True,
-            **where,
-        )
+        trace = failure_trace(exc)
+        path = violation.trace_path if violation is not None else None
+        self.found(target, violation, message, path=path, trace=trace, shrunk=True, where=where)
 
-    def save_partial(self, target: TargetRef, where: dict[str, Any]) -> None:
+    def save_partial(self, target: TargetRef, where: dict[str, int]) -> None:
         """Stopped while shrinking: save the smallest failing trace seen so far."""
         assert self.pending is not None
         violation, trace = self.pending
@@ -303,17 +308,17 @@ class Worker:
             "partially shrunk: the run ended while shrinking"
         ))
         path = save_trace(trace, Path(self.plan.corpus))
+        self.found(target, violation, str(violation), path=path, trace=trace, shrunk=False, where=where)
+
+    def found(self, target: TargetRef, violation: InvariantViolation | None, message: str, *, path: Path | None,
+              trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
+        """Retire ``target`` for every worker and tell the parent what was found."""
         self.retired[target.index] = 1
-        self.send(
-            "failure",
-            target=target.key,
-            family=target.family,
-            implementation=target.spec,
-            kind="violation",
-            invariant=violation.invariant_id,
-            trace=str(path),
-            steps=len(trace.steps),
-            message=str(violation),
-            shrunk=False,
-            **where,
-        )
+        self.send(FailureFound(
+            target=target.key, family=target.family, implementation=target.spec,
+            kind="violation" if violation is not None else "error",
+            invariant=violation.invariant_id if violation is not None else None,
+            trace=str(path) if path is not None else None,
+            steps=len(trace.steps) if trace is not None else None,
+            message=message, shrunk=shrunk, round=where["round"], seed=where["seed"],
+        ))

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.judge.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -98,13 +102,24 @@ INVARIANTS: dict[str, Invariant] = {inv.id: inv for inv in _CATALOGUE}
 
 
 class InvariantViolation(AssertionError):
-    """A named invariant failed.  ``numbers`` holds the offending values."""
+    """A named invariant failed.  ``numbers`` holds the offending values.
+
+    The driver fills in where it happened (``step``, ``None`` at teardown, and the
+    ``trace`` so far); a runner that saves the shrunk trace records ``trace_path``.
+    """
+
+    step: int | None
+    trace: Trace | None
+    trace_path: Path | None
 
     def __init__(self, invariant_id: str, message: str, **numbers: Any) -> None:
         assert invariant_id in INVARIANTS, f"unknown invariant id {invariant_id!r}"
         self.invariant_id = invariant_id
         self.detail = message
         self.numbers = numbers
+        self.step = None
+        self.trace = None
+        self.trace_path = None
         shown = "".join(f"\n    {k} = {v!r}" for k, v in numbers.items())
         super().__init__(f"[{invariant_id}] {message}{shown}")
 

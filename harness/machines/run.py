@@ -66,26 +66,12 @@ def run_machine(
                         "implementation": trace.implementation}
         fill_provenance(trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None),
                         note=note or f"found by fuzzing {machine.__name__}")
-        violation.trace = trace  # type: ignore[attr-defined]
+        violation.trace = trace
         saved = ""
         if corpus is not None:
             path = save_trace(trace, Path(corpus))
-            violation.trace_path = path  # type: ignore[attr-defined]
+            violation.trace_path = path
             saved = f"\n  saved to {path}"
         steps = trace.steps_text()
         violation.args = (f"{violation.args[0]}\n  shrunk steps ({found} before replay shrinking):\n{steps}{saved}",)
         raise
-
-
-def settings_for(**overrides: Any) -> Settings:
-    """The active profile with ``overrides`` applied."""
-    return Settings(Settings(), **overrides)
-
-
-def pinned_settings(**overrides: Any) -> Settings:
-    """The derandomised ``ci`` profile with ``overrides``, whatever profile is active.
-
-    For checks whose expected outcome is fixed (which invariant catches a planted
-    bug): under a random profile the search may reach another violation first.
-    """
-    return Settings(Settings.get_profile("ci"), **overrides)

@@ -1,4 +1,8 @@
-"""Hypothesis settings profiles: ``ci``, ``dev``, ``nightly`` and ``debug``.
+"""Every hypothesis setting poolfuzz uses is built here: profiles and :func:`build_settings`.
+
+User-facing profiles: ``ci``, ``dev``, ``nightly`` and ``debug``.  Internal ones,
+one per engine: ``fuzz-round`` (a nightly worker's round), ``selfcheck`` (a canary
+chase) and ``seeding`` (reproducible corpus seeding).
 
 Hypothesis loads its own built-in ``ci`` profile whenever ``CI`` is set.  We
 register a profile under the same name on purpose: re-registering the active
@@ -13,6 +17,8 @@ off so a failure is one exception with one shrunk trace.
 from __future__ import annotations
 
 import os
+
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -40,7 +46,58 @@ settings.register_profile(
 settings.register_profile("nightly", _BASE, max_examples=2_000, stateful_step_count=200)
 settings.register_profile("debug", parent=settings.get_profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
 
+settings.register_profile(
+    "fuzz-round",
+    parent=settings.get_profile("nightly"),
+    derandomize=False,
+    verbosity=Verbosity.quiet,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    print_blob=False,
+)
+settings.register_profile(
+    "selfcheck",
+    parent=_BASE,
+    database=None,
+    derandomize=False,
+    verbosity=Verbosity.quiet,
+    print_blob=False,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.generate, Phase.target, Phase.shrink],
+)
+settings.register_profile(
+    "seeding",
+    parent=_BASE,
+    database=None,
+    derandomize=True,
+    max_examples=500,
+    stateful_step_count=30,
+    print_blob=False,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+)
+
 PROFILES = ("ci", "dev", "nightly", "debug")
+"""The profiles a person selects; the others are the engines' own."""
+
+
+def build_settings(profile: str | None = None, **overrides: Any) -> settings:
+    """Profile ``profile`` (default: the active one) with ``overrides``; the only settings constructor in poolfuzz."""
+    base = settings() if profile is None else settings.get_profile(profile)
+    return settings(base, **overrides)
+
+
+def pinned_settings(**overrides: Any) -> settings:
+    """The derandomised ``ci`` profile with ``overrides``, whatever profile is active.
+
+    For checks whose expected outcome is fixed (which invariant catches a planted
+    bug): under a random profile the search may reach another violation first.
+    """
+    return build_settings("ci", **overrides)
+
+
+def settings_for(**overrides: Any) -> settings:
+    """The active profile with ``overrides`` applied."""
+    return build_settings(None, **overrides)
 
 
 def default_profile_name() -> str:

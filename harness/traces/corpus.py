@@ -18,6 +18,9 @@ from pathlib import Path
 
 from harness.judge.trace import Trace
 
+DEFAULT_CORPUS = Path("corpus")
+"""The corpus of the project being fuzzed: ``corpus/`` under the working directory (``--corpus`` overrides)."""
+
 
 def trace_key(trace: Trace) -> str:
     """Digest of what makes a counterexample the same one: family, implementation, config, steps, outcome.
@@ -37,7 +40,17 @@ def trace_path(trace: Trace, corpus: Path) -> Path:
 
 def save_trace(trace: Trace, corpus: Path) -> Path:
     """Write ``trace`` under ``corpus/<family>/`` unless an identical one is there; return its path."""
-    path = trace_path(trace, corpus)
+    return write_trace(trace, trace_path(trace, corpus))
+
+
+def write_trace(trace: Trace, path: Path) -> Path:
+    """Write ``trace`` at ``path`` atomically, unless a file is already there; return ``path``.
+
+    Readers (replay, another worker, a fleet machine syncing the corpus) never see
+    a partial file: the text is written and fsynced under a temporary name, then
+    linked into place.  Two writers of the same trace race harmlessly: the names
+    are content digests, so the loser's file is identical.
+    """
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

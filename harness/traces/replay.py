@@ -30,9 +30,9 @@ from typing import Any
 from harness.judge.invariants import InvariantViolation
 from harness.judge.families import UnknownTargetError, family, load_factory, parse_overrides, resolve, validates_input
 from harness.judge.trace import Trace
+from harness.traces.corpus import DEFAULT_CORPUS
 from harness.traces.schema import TraceError, load_trace
 
-DEFAULT_CORPUS = Path("corpus")
 
 
 @dataclass(frozen=True)

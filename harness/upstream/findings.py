@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.traces.corpus import trace_key
+from harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
 from harness.machines.base import PoolMachine, make_machine
 from harness.judge.trace import Trace
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus" / "upstream"
+UPSTREAM_FOLDER = "upstream"
+"""Upstream findings live flat in ``<corpus>/upstream/``, one folder for every upstream family."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,12 @@ def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cp
     return type(f"{machine.__name__}-avoiding-known", (machine,), {"do": do, "__module__": machine.__module__})
 
 
-def finding_path(trace: Trace, corpus: Path = CORPUS_DIR) -> Path:
-    """``corpus/upstream/<family>-<key>.json``: flat, one folder for every upstream family."""
-    return corpus / f"{trace.family}-{trace_key(trace)}.json"
+def finding_path(trace: Trace, corpus: Path = DEFAULT_CORPUS) -> Path:
+    """``<corpus>/upstream/<family>-<key>.json`` (the corpus is ``corpus/`` under the working directory)."""
+    return corpus / UPSTREAM_FOLDER / f"{trace.family}-{trace_key(trace)}.json"
 
 
-def save_finding(trace: Trace, finding: str, note: str, corpus: Path = CORPUS_DIR) -> Path:
+def save_finding(trace: Trace, finding: str, note: str, corpus: Path = DEFAULT_CORPUS) -> Path:
     """Write an upstream trace that shows ``finding``, expecting its violation on the upstream target only."""
     invariant = trace.expect.get("invariant")
     known = FINDINGS_BY_KEY[finding]
@@ -93,8 +94,4 @@ def save_finding(trace: Trace, finding: str, note: str, corpus: Path = CORPUS_DI
         raise ValueError(f"{trace.describe()} does not record a violation of {known.invariants}")
     trace.expect = {"outcome": "violation", "invariant": invariant, "implementation": trace.implementation}
     trace.provenance = {**trace.provenance, "finding": finding, "note": note}
-    path = finding_path(trace, corpus)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        path.write_text(trace.dumps())
-    return path
+    return write_trace(trace, finding_path(trace, corpus))

@@ -94,8 +94,8 @@ class Driver:
             raise self._annotate(violation, at_teardown=True)
 
     def _annotate(self, violation: InvariantViolation, at_teardown: bool = False) -> InvariantViolation:
-        violation.step = None if at_teardown else self.steps  # type: ignore[attr-defined]
-        violation.trace = self.trace  # type: ignore[attr-defined]
+        violation.step = None if at_teardown else self.steps
+        violation.trace = self.trace
         where = "at teardown" if at_teardown else f"at step {self.steps}"
         violation.args = (f"{violation.args[0]}\n  {where} of {self.trace.describe()}",)
         return violation

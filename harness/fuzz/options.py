@@ -1,0 +1,66 @@
+"""What one ``fuzz`` run is asked to do: its options and the targets ``--target`` names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.fuzz.protocol import TargetRef
+from harness.judge.families import FAMILIES, UnknownTargetError, family, implementation_for, load_factory, resolve
+
+
+@dataclass
+class FuzzOptions:
+    targets: list[TargetRef]
+    seconds: float
+    workers: int
+    seed: int
+    device: str = "cpu"
+    corpus: Path = Path("corpus/found")
+    database: str = ".hypothesis/poolfuzz"
+    steps: int = 200
+    misuse: bool = True
+    coverage: bool = False
+    grace: float = 60.0
+    round_seconds: float = 2.0
+    progress_every: float = 5.0
+    series_every: float | None = None
+    """Seconds between time-series samples; ``None``: about 100 samples over the budget, at least 1 s apart."""
+    live: bool = False
+    logs: Path | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
+                   ) -> tuple[list[TargetRef], list[dict[str, str]]]:
+    """``--target`` values to targets, plus the families skipped (only when none was named).
+
+    ``FAMILY`` fuzzes the family's implementation in use (its default, or a
+    ``POOLFUZZ_TARGETS`` override); ``FAMILY=module:attr`` fuzzes that
+    implementation instead.  Naming a family whose machine or implementation
+    does not import is an :class:`UnknownTargetError`, and so is a
+    ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
+    every registered family is tried and defaults that do not import are skipped.
+    """
+    explicit = bool(items)
+    wanted: list[tuple[str, str]] = []
+    for item in items or list(FAMILIES):
+        name, sep, spec = (part.strip() for part in item.partition("="))
+        family(name)
+        if sep and not spec:
+            raise UnknownTargetError(f"target {item!r} is not of the form FAMILY=module:attr")
+        wanted.append((name, spec or implementation_for(name, overrides)))
+    targets: list[TargetRef] = []
+    skipped: list[dict[str, str]] = []
+    for name, spec in dict.fromkeys(wanted):
+        try:
+            resolve(family(name).machine)
+            load_factory(spec)
+        except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
+            if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env
+                raise UnknownTargetError(f"target {name}={spec}: {exc}") from None
+            skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
+            continue
+        key = name if spec == family(name).default else f"{name}={spec}"
+        targets.append(TargetRef(index=len(targets), family=name, spec=spec, key=key))
+    return targets, skipped
