@@ -12,16 +12,10 @@ smoke runs; its numbers are noisier.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import random
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any
 
 import torch
 
@@ -30,6 +24,17 @@ from harness.bench.baselines import (
     extend_inputs,
     extend_per_request_torch,
 )
+from harness.bench.timing import (
+    Budget,
+    Section,
+    compare,
+    fmt_ratio,
+    fmt_us,
+    machine_description,
+    to_markdown,
+    to_text,
+    verdict,
+)
 from harness.bench.workloads import checked_and_bare, workloads
 from pools.mamba import MambaSlotAllocator
 from pools.page_alloc import get_kernel, triton_available
@@ -37,62 +42,6 @@ from pools.req_to_token import ReqToTokenPool
 
 DOC = Path("docs/benchmarks.md")
 SCALING_HEADER = "## Fuzz worker scaling"
-
-
-@dataclass
-class Section:
-    title: str
-    header: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Budget:
-    seconds: float  # per timed comparison
-    rounds: int
-
-    @staticmethod
-    def of(quick: bool) -> Budget:
-        return Budget(0.25, 5) if quick else Budget(1.5, 9)
-
-
-# ------------------------------------------------------------------ timing
-def _calibrate(fn: Callable[[], Any], target: float) -> int:
-    number = 1
-    while True:
-        start = perf_counter()
-        for _ in range(number):
-            fn()
-        if perf_counter() - start >= target or number >= 1 << 20:
-            return number
-        number *= 4
-
-
-def compare(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, float]:
-    """Best seconds per call of each function, timed in interleaved rounds."""
-    per_round = budget.seconds / max(1, budget.rounds) / max(1, len(fns))
-    numbers = {name: _calibrate(fn, per_round / 4) for name, fn in fns.items()}
-    best = {name: float("inf") for name in fns}
-    for _ in range(budget.rounds):
-        for name, fn in fns.items():
-            start = perf_counter()
-            for _ in range(numbers[name]):
-                fn()
-            best[name] = min(best[name], (perf_counter() - start) / numbers[name])
-    return best
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.1f}"
-
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.2f}x"
-
-
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "**missed**"
 
 
 # ------------------------------------------------------------- request rows
@@ -133,7 +82,7 @@ def bench_rows(budget: Budget) -> Section:
         t = {name: _alloc_only(pool, need, budget) for name, pool in (("big", big), ("small", small), ("head", head))}
         size_ratio, head_ratio = t["big"] / t["small"], t["head"] / t["big"]
         worst_size, worst_head = max(worst_size, size_ratio), min(worst_head, head_ratio)
-        section.rows.append([str(need), _us(t["big"]), _us(t["small"]), _us(t["head"]), _x(size_ratio), _x(head_ratio)])
+        section.rows.append([str(need), fmt_us(t["big"]), fmt_us(t["small"]), fmt_us(t["head"]), fmt_ratio(size_ratio), fmt_ratio(head_ratio)])
     # Where the time goes: the free-list work alone, and the generation counter update.
     free_list = list(range(1, 14_746))
     generation = torch.zeros(16_385, dtype=torch.int64).numpy()
@@ -154,14 +103,14 @@ def bench_rows(budget: Budget) -> Section:
             generation[row] += 1
 
     parts = compare({"tail": tail_only, "head": head_only, "gen": bump}, budget)
-    section.notes.append(f"Target: 16,384-slot pool at most 1.5x the 64-slot pool: worst {_x(worst_size)}, "
-                         f"{_verdict(worst_size <= 1.5)}.")
+    section.notes.append(f"Target: 16,384-slot pool at most 1.5x the 64-slot pool: worst {fmt_ratio(worst_size)}, "
+                         f"{verdict(worst_size <= 1.5)}.")
     section.notes.append(f"Target: tail pop at least 8x faster than the head slice (seed 000 measured 10.5x): "
-                         f"worst {_x(worst_head)}, {_verdict(worst_head >= 8)}.")
+                         f"worst {fmt_ratio(worst_head)}, {verdict(worst_head >= 8)}.")
     section.notes.append(
-        f"Breakdown at 4 rows: the free-list work alone costs {_us(parts['tail'])} us (tail pop) vs "
-        f"{_us(parts['head'])} us (head slice), {_x(parts['head'] / parts['tail'])}; bumping four generations "
-        f"through the numpy view of `req_generation` (scalar updates, as `alloc_rows` does for small batches) costs {_us(parts['gen'])} us, and the free-membership "
+        f"Breakdown at 4 rows: the free-list work alone costs {fmt_us(parts['tail'])} us (tail pop) vs "
+        f"{fmt_us(parts['head'])} us (head slice), {fmt_ratio(parts['head'] / parts['tail'])}; bumping four generations "
+        f"through the numpy view of `req_generation` (scalar updates, as `alloc_rows` does for small batches) costs {fmt_us(parts['gen'])} us, and the free-membership "
         "table and argument checks the rest.")
     if worst_head < 8:
         section.notes.append(
@@ -195,15 +144,15 @@ def bench_extend(budget: Budget, quick: bool) -> Section:
         fns["per-request torch"] = lambda: extend_per_request_torch(pre, seq, last, pages, out, ps)  # noqa: B023
         t = compare(fns, budget if "triton" not in fns else Budget(budget.seconds, 3))
         speedups[bs] = t["per-request torch"] / t["vectorized"]
-        row = [str(bs), str(inputs[4].numel())] + [_us(t[k]) if k in t else "-" for k in columns]
-        row += [_x(speedups[bs]), _x(t["loop"] / t["vectorized"])]
+        row = [str(bs), str(inputs[4].numel())] + [fmt_us(t[k]) if k in t else "-" for k in columns]
+        row += [fmt_ratio(speedups[bs]), fmt_ratio(t["loop"] / t["vectorized"])]
         if "triton" in kernels:
-            row.append(_x(t["loop"] / t["triton"]) if "triton" in t else "-")
+            row.append(fmt_ratio(t["loop"] / t["triton"]) if "triton" in t else "-")
         section.rows.append(row)
-    section.notes.append(f"Target: vectorized at least 4x the per-request loop at batch 64: {_x(speedups[64])}, "
-                         f"{_verdict(speedups[64] >= 4)}.")
-    section.notes.append(f"Target: vectorized no worse than 0.8x the per-request loop at batch 1: {_x(speedups[1])}, "
-                         f"{_verdict(speedups[1] >= 0.8)}.")
+    section.notes.append(f"Target: vectorized at least 4x the per-request loop at batch 64: {fmt_ratio(speedups[64])}, "
+                         f"{verdict(speedups[64] >= 4)}.")
+    section.notes.append(f"Target: vectorized no worse than 0.8x the per-request loop at batch 1: {fmt_ratio(speedups[1])}, "
+                         f"{verdict(speedups[1] >= 0.8)}.")
     if speedups[1] < 0.8:
         section.notes.append(
             "Why batch 1 misses on this machine: the vectorized path is about twenty whole-batch torch ops "
@@ -248,7 +197,7 @@ def bench_mamba(budget: Budget) -> Section:
     grouped, single = t["grouped"] - t["clear"], t["single"] - t["clear"]
     section = Section(f"Mamba admission of {n} requests (microseconds per round, clear() subtracted)",
                       ["grouped window", "per-request alloc(1)", "speed-up"],
-                      [[_us(grouped), _us(single), _x(single / grouped)]])
+                      [[fmt_us(grouped), fmt_us(single), fmt_ratio(single / grouped)]])
     section.notes.append("No numeric target; seed 001 claims the grouped window cuts per-request bookkeeping.")
     return section
 
@@ -268,12 +217,12 @@ def bench_harness(budget: Budget, quick: bool) -> Section:
             continue
         n, checked, bare, calls = measured
         lazy = checked_and_bare(family, workload, runs=runs, steps=steps, rounds=rounds, audit_period=10**9)
-        lazy_ratio = _x(lazy[1] / lazy[2]) if not isinstance(lazy, str) else "-"
+        lazy_ratio = fmt_ratio(lazy[1] / lazy[2]) if not isinstance(lazy, str) else "-"
         worst = max(worst, checked / bare)
-        section.rows.append([family, str(n), f"{n / checked:,.0f}", f"{calls / bare:,.0f}", _x(checked / bare),
+        section.rows.append([family, str(n), f"{n / checked:,.0f}", f"{calls / bare:,.0f}", fmt_ratio(checked / bare),
                              lazy_ratio])
-    section.notes.append(f"Target: checking overhead at most 3x the same pool calls unchecked: worst {_x(worst)}, "
-                         f"{_verdict(worst <= 3)}.")
+    section.notes.append(f"Target: checking overhead at most 3x the same pool calls unchecked: worst {fmt_ratio(worst)}, "
+                         f"{verdict(worst <= 3)}.")
     section.notes.append(
         "Checked = replaying the recorded driver steps through a fresh driver (model updates, per-call checks, a "
         "full audit every 8 steps and at teardown; the last column audits at teardown only).  Bare = replaying "
@@ -321,52 +270,6 @@ def bench_cuda(quick: bool) -> Section:
         label = "Mamba admission, " + ("grouped" if grouped else "per-request alloc(1)")
         section.rows.append([label, "256", f"{event_time(_admission(grouped, 256, 'cuda')):,.1f}"])
     return section
-
-
-# ------------------------------------------------------------------- output
-def machine_description() -> list[str]:
-    model = "unknown CPU"
-    try:
-        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        model = found.group(1).strip() if found else model
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    import hypothesis
-
-    lines = [f"- CPU: {model}, {os.cpu_count()} logical cores ({usable} usable); CPU timings use one torch thread",
-             f"- Python {platform.python_version()}, torch {torch.__version__}, hypothesis {hypothesis.__version__}"]
-    if triton_available():
-        import triton
-
-        lines[-1] += f", triton {triton.__version__}"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    lines.append(f"- GPU: {gpu}")
-    if hasattr(os, "getloadavg"):
-        load = os.getloadavg()[0]
-        lines.append(f"- Load average when the run started: {load:.2f} (other processes share these cores; "
-                     "ratios are interleaved best-of-N, absolute times inflate with load)")
-    lines.append(f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    return lines
-
-
-def to_text(section: Section) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in section.rows)) if section.rows else len(h)
-              for i, h in enumerate(section.header)]
-    lines = [section.title, "  ".join(h.ljust(w) for h, w in zip(section.header, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in section.rows]
-    lines += [f"  * {note}" for note in section.notes]
-    return "\n".join(lines)
-
-
-def to_markdown(section: Section) -> str:
-    lines = [f"## {section.title}", ""]
-    if section.rows:
-        lines += ["| " + " | ".join(section.header) + " |", "|" + "---|" * len(section.header)]
-        lines += ["| " + " | ".join(row) + " |" for row in section.rows]
-        lines.append("")
-    lines += [f"- {note}" for note in section.notes]
-    return "\n".join(lines) + "\n"
 
 
 def _kept_scaling(path: Path) -> str:

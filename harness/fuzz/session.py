@@ -52,7 +52,6 @@ from harness.fuzz.protocol import (
     ProgressReport,
     RoundStarted,
     Shared,
-    TargetRef,
     WorkerPlan,
 )
 from harness.fuzz.report import (
@@ -66,7 +65,7 @@ from harness.fuzz.report import (
     utc_now,
     versions,
 )
-from harness.fuzz.options import FuzzOptions, select_targets
+from harness.fuzz.options import FuzzOptions
 
 MAX_RESPAWNS = 3
 KILL_AFTER_TERM_S = 5.0

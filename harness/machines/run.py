@@ -10,7 +10,6 @@ steps and, given a corpus directory, saved there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test

@@ -14,13 +14,11 @@ reported as such, never as a traceback from deep inside a replay.
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import json
 import re
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
