@@ -1,0 +1,269 @@
+"""Upstream SGLang 0.5.23's Python ``RadixCache`` behind :class:`pools.radix_cache.RadixCache`'s API.
+
+The wrapper builds upstream's own ``RadixCache`` (loaded by
+:func:`harness.upstream.sglang_cache.load_sglang_cache`, the logical clock in place of
+``time.monotonic()``) and translates only the call shapes: our token sequences and
+tensors become upstream's parameter objects (``RadixKey`` over ``array('q')``,
+``MatchPrefixParams``, ``InsertParams``, ``EvictParams``) and its results
+(``MatchResult``, ``InsertResult``, ``IncLockRefResult``/``DecLockRefResult``,
+``EvictResult``) become ours.  Nothing is validated or repaired here, and
+``poolfuzz_check_misuse = False``: the harness issues valid calls only, so whatever it
+reports is reachable by a caller that keeps the contract.
+
+Node handles are upstream's ``TreeNode`` objects themselves (``id``, ``lock_ref``,
+``value``, ``parent``, ``children``); ``node.key`` is upstream's ``RadixKey``.
+
+The request paths run upstream code where 0.5.23 has it: :meth:`checkpoint` calls
+upstream ``RadixCache.checkpoint`` on a stand-in request and request-row pool (the
+request's row is the caller's tensor, rewritten in place as upstream rewrites its
+``req_to_token`` row).  ``release_kv_cache`` lives in ``mem_cache/common.py``, whose
+imports reach far beyond the cache, so :meth:`release_request` issues the same
+sequence of upstream calls it makes for one request: ``checkpoint``, one
+``free_segment`` of the uncached tail ``[cache_protected_len, len(tokens))``, the
+unlock, then the over-allocated part ``[ceil_align(len(tokens), page_size), len(row))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import torch
+
+from harness.upstream.adapters import _UpstreamKV
+from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
+from harness.upstream.loader import SUPPORTED_VERSION
+from pools.errors import TreeInvariantError, TreeNodeError
+
+TokenIds = Sequence[int] | torch.Tensor
+
+
+def token_list(key: TokenIds) -> list[int]:
+    return [int(t) for t in (key.tolist() if isinstance(key, torch.Tensor) else key)]
+
+
+@dataclass(frozen=True)
+class UpstreamMatch:
+    """:class:`pools.radix_cache.MatchResult`'s shape: the path's ``indices``, its ``last_node``, ``prefix_len``."""
+
+    indices: torch.Tensor
+    last_node: Any
+    prefix_len: int
+
+
+@dataclass(frozen=True)
+class UpstreamRequestResult:
+    """:class:`pools.radix_cache.RequestCacheResult`'s shape, read off upstream's request after the call."""
+
+    last_node: Any
+    cache_protected_len: int
+    prefix_len: int
+    num_duplicates_freed: int
+    num_tail_freed: int
+
+
+@dataclass
+class FreeSegmentShim:
+    """What upstream's caches need of an allocator (``device``, ``page_size``, ``free_segment``)
+    over any allocator with ``free``, counting what each ``free_segment`` released.
+
+    An upstream allocator wrapper (:class:`harness.upstream.adapters.TokenKV` /
+    :class:`~harness.upstream.adapters.PagedKV`) gets upstream's own ``free_segment``.
+    """
+
+    allocator: Any
+    device: torch.device
+    page_size: int
+    released: list[int] = field(default_factory=list)
+
+    def free_segment(self, indices: torch.Tensor, *, start_pos: int) -> None:
+        self.released.append(int(indices.numel()))
+        if isinstance(self.allocator, _UpstreamKV):
+            self.allocator.inner.free_segment(indices, start_pos=start_pos)
+        elif indices.numel():
+            self.allocator.free(indices)
+
+
+class _RequestRows:
+    """Upstream's request-row pool as ``checkpoint`` uses it: one row, the caller's tensor."""
+
+    def __init__(self, row: torch.Tensor) -> None:
+        self.req_to_token = row.unsqueeze(0)  # a view: writes land in the caller's row
+
+    def write(self, where: tuple[int, slice], values: torch.Tensor) -> None:
+        self.req_to_token[where] = values.to(self.req_to_token.dtype)
+
+
+class UpstreamRadixCache:
+    """``prefix_cache``: upstream ``RadixCache(CacheInitParams(...))`` over ``allocator``.
+
+    ``allocator`` is any KV allocator with ``page_size``, ``size`` and ``free``, reached
+    through :class:`FreeSegmentShim` (upstream's own ``free_segment`` for an upstream allocator).
+    """
+
+    poolfuzz_check_misuse: ClassVar[bool] = False
+    upstream_class: ClassVar[str] = "RadixCache"
+    upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    pool_name = "upstream RadixCache"
+
+    def __init__(
+        self,
+        allocator: Any,
+        *,
+        page_size: int | None = None,
+        eviction_policy: str = "lru",
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.mods: SglangCacheModules = load_sglang_cache()
+        self.allocator = allocator
+        self.page_size = int(allocator.page_size) if page_size is None else page_size
+        self.eviction_policy = eviction_policy.lower()
+        self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
+        self._shim = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+        self.inner = self.mods.new_radix_cache(self._shim, page_size=self.page_size, eviction_policy=self.eviction_policy)
+
+    def __repr__(self) -> str:
+        return f"<upstream sglang=={self.upstream_version} RadixCache page_size={self.page_size} {self.eviction_policy}>"
+
+    # ------------------------------------------------------------ state
+    def reset(self) -> None:
+        self.inner.reset()
+
+    @property
+    def root(self) -> Any:
+        return self.inner.root_node
+
+    def evictable_size(self) -> int:
+        return int(self.inner.evictable_size())
+
+    def protected_size(self) -> int:
+        return int(self.inner.protected_size())
+
+    def total_size(self) -> int:
+        return int(self.inner.total_size())
+
+    def _walk(self) -> Iterator[Any]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def nodes(self) -> Iterator[Any]:
+        """Live non-root nodes in id order."""
+        return iter(sorted(self._walk(), key=lambda n: n.id))
+
+    def node(self, node_id: int) -> Any:
+        if node_id == self.root.id:
+            return self.root
+        for found in self._walk():
+            if found.id == node_id:
+                return found
+        raise TreeNodeError(self.pool_name, node_id, "no such node in the tree")
+
+    def evictable_leaves(self) -> list[Any]:
+        """Upstream's evictable-leaf set in the order its ``evict`` pops them."""
+        priority = self.inner.eviction_strategy.get_priority
+        return sorted(self.inner.evictable_leaves, key=lambda n: (priority(n), n.last_access_time))
+
+    def path_indices(self, node: Any) -> torch.Tensor:
+        return self.inner.path_device_indices(node)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------ match / insert
+    def match_prefix(self, key: TokenIds) -> UpstreamMatch:
+        params = self.mods.base_prefix_cache.MatchPrefixParams(key=self.mods.radix_key(token_list(key)))
+        result = self.inner.match_prefix(params)
+        node = result.last_device_node
+        return UpstreamMatch(self.path_indices(node), node, int(result.device_prefix_len))
+
+    def insert(self, key: TokenIds, value: torch.Tensor) -> int:
+        params = self.mods.base_prefix_cache.InsertParams(
+            key=self.mods.radix_key(token_list(key)), value=value.to(self.device, torch.int64)
+        )
+        return int(self.inner.insert(params).prefix_len)
+
+    # ------------------------------------------------------------ locks
+    def inc_lock_ref(self, node: Any) -> int:
+        return int(self.inner.inc_lock_ref(node).delta)
+
+    def dec_lock_ref(self, node: Any) -> int:
+        return int(self.inner.dec_lock_ref(node).delta)
+
+    # ------------------------------------------------------------ eviction
+    def evict(self, num_tokens: int) -> int:
+        params = self.mods.base_prefix_cache.EvictParams(num_tokens=num_tokens)
+        return int(self.inner.evict(params).num_tokens_evicted)
+
+    # ------------------------------------------------------------ request paths
+    def _request(self, tokens: list[int], row: torch.Tensor, lock_node: Any, cpl: int, prompt_len: int | None) -> Any:
+        self.inner.req_to_token_pool = _RequestRows(row)
+        kv = SimpleNamespace(req_pool_idx=0, cache_protected_len=cpl, cache_inserted_len=cpl, swa_evict_floor=0)
+        lock = self.mods.base_prefix_cache.TreeLock(lock_node, self.mods.base_prefix_cache.DecLockRefParams())
+        return SimpleNamespace(
+            kv=kv, full_untruncated_fill_ids=self.mods.radix_key(tokens).token_ids, extra_key=None, cache_salt=None,
+            priority=None, origin_input_ids=tokens[: len(tokens) if prompt_len is None else prompt_len],
+            lock=lock, last_node=lock_node,
+        )
+
+    def checkpoint(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
+        *, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        """Upstream ``RadixCache.checkpoint(req, up_to=len(token_ids))`` for a stand-in request."""
+        tokens = token_list(token_ids)
+        req = self._request(tokens, kv_indices, lock_node, cache_protected_len, prompt_len)
+        self._shim.released.clear()
+        self.inner.checkpoint(req, up_to=len(tokens))
+        duplicates = self._shim.released[0] if self._shim.released else 0
+        return UpstreamRequestResult(req.last_node, int(req.kv.cache_protected_len),
+                                     cache_protected_len + duplicates, duplicates, 0)
+
+    def release_request(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
+        *, cache: bool = True, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        """``release_kv_cache``'s upstream calls for one request (module docstring)."""
+        tokens = token_list(token_ids)
+        cpl, node, prefix_len, duplicates = cache_protected_len, lock_node, cache_protected_len, 0
+        if cache:
+            done = self.checkpoint(tokens, kv_indices, lock_node, cache_protected_len, prompt_len=prompt_len)
+            cpl, node, prefix_len, duplicates = done.cache_protected_len, done.last_node, done.prefix_len, done.num_duplicates_freed
+        ps = int(self.allocator.page_size)
+        over = -(-len(tokens) // ps) * ps
+        freer = self.inner.token_to_kv_pool_allocator
+        tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
+        freer.free_segment(tail[0], start_pos=cpl)
+        self.inner.dec_lock_ref(node)
+        if over < len(kv_indices):
+            freer.free_segment(tail[1], start_pos=over)
+        return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
+
+    # ------------------------------------------------------------ audit
+    def sanity_check(self) -> None:
+        """0.5.23 has no ``sanity_check`` (PR #38045 proposes one): recompute upstream's own
+        counters and leaf set from its tree and raise :class:`TreeInvariantError` on a difference."""
+        evictable = protected = total = 0
+        leaves = set()
+        for node in self._walk():
+            if node.parent is None or node.parent.children.get(node.key.child_key(self.page_size)) is not node:
+                raise TreeInvariantError(self.pool_name, f"node {node.id} linked under its first page", True, False)
+            if len(node.key) != len(node.value):
+                raise TreeInvariantError(self.pool_name, f"node {node.id} key length equals value length",
+                                         len(node.key), len(node.value))
+            if node.lock_ref > 0:
+                protected += len(node.key)
+            else:
+                evictable += len(node.key)
+            total += len(node.value)
+            if node.lock_ref == 0 and not node.children:
+                leaves.add(node.id)
+        for name, recomputed, kept in (("evictable_size", evictable, self.evictable_size()),
+                                       ("protected_size", protected, self.protected_size()),
+                                       ("total_size", evictable + protected, total)):
+            if recomputed != kept:
+                raise TreeInvariantError(self.pool_name, name, recomputed, kept)
+        queued = {n.id for n in self.inner.evictable_leaves}
+        if queued != leaves:
+            raise TreeInvariantError(self.pool_name, "evictable leaves", sorted(leaves), sorted(queued))

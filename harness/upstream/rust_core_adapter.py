@@ -1,0 +1,196 @@
+"""The Rust TreeCore shipped in SGLang 0.5.23's wheel behind :class:`pools.radix_cache.RadixCache`'s API.
+
+``RustUnifiedTreeCoreBinding`` (``mem_cache/rust_tree_core/mem_cache*.so``) is the core
+of 0.5.23's default ``UnifiedRadixCache``; it is driven here for its full-attention
+component alone, on CPU, at any page size, through the calls ``UnifiedRadixCache``
+makes: ``insert`` (with ``prev_prefix_len``; the duplicates to free come back as
+``free_device_kv`` cache actions), ``match_prefix`` plus ``collect_full_device_indices``,
+``inc_lock_ref`` / ``dec_lock_ref`` with the lock receipt, and the step-wise device
+eviction (:func:`harness.upstream.sglang_cache.rust_evict_full`), whose freed values go
+to the allocator one ``free_segment(value, start_pos=0)`` each, as upstream does.
+
+Node handles are :class:`RustNode` (the core's integer node id).  The core keeps lock
+receipts per holder; this wrapper keeps them per node, last in first out, so
+``dec_lock_ref(node)`` hands the core the receipt of a lock taken on that node.
+:meth:`sanity_check` is the core's own (``sanity_check([], [])``: no write-through or
+load-back in flight).  A panic inside the core poisons its mutex: every later call
+raises ``RuntimeError``, so the first one ends the instance (the harness issues no
+misuse, and misuse is what panics).
+
+:meth:`checkpoint` / :meth:`release_request` issue ``UnifiedRadixCache.checkpoint_into_tree``'s
+FULL-only sequence of core calls (insert with ``prev_prefix_len = cache_protected_len``,
+the prompt-boundary insert, the row rewrite, the lock move), then ``release_kv_cache``'s
+frees; ``UnifiedRadixCache`` itself needs the scheduler's component objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from harness.upstream.loader import SUPPORTED_VERSION
+from harness.upstream.radix_adapters import FreeSegmentShim, TokenIds, UpstreamMatch, UpstreamRequestResult, token_list
+from harness.upstream.sglang_cache import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
+from pools.errors import TreeInvariantError, TreeNodeError
+
+
+@dataclass(frozen=True)
+class RustNode:
+    """A node handle of the Rust core: its id (ids are never reused, not even across ``reset``)."""
+
+    id: int
+
+
+class RustTreeCore:
+    """``prefix_cache``: the wheel's ``RustUnifiedTreeCoreBinding`` (FULL component) over ``allocator``."""
+
+    poolfuzz_check_misuse: ClassVar[bool] = False
+    upstream_class: ClassVar[str] = "RustUnifiedTreeCoreBinding"
+    upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    pool_name = "upstream Rust TreeCore"
+
+    def __init__(
+        self,
+        allocator: Any,
+        *,
+        page_size: int | None = None,
+        eviction_policy: str = "lru",
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.rust: RustTreeCoreBindings = load_rust_tree_core()
+        self.allocator = allocator
+        self.page_size = int(allocator.page_size) if page_size is None else page_size
+        self.eviction_policy = eviction_policy.lower()
+        self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
+        self._freer = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+        self.core = self.rust.new_core(self.page_size, self.eviction_policy)
+        self._receipts: dict[int, list[Any]] = {}
+        self.last_insert_frees: list[int] = []
+        """What the last :meth:`insert` told its caller to free (``free_device_kv``), for the differential."""
+
+    def __repr__(self) -> str:
+        return f"<upstream sglang=={self.upstream_version} Rust TreeCore page_size={self.page_size} {self.eviction_policy}>"
+
+    # ------------------------------------------------------------ state
+    def reset(self) -> None:
+        self.core.reset()
+        self._receipts.clear()
+
+    @property
+    def root(self) -> RustNode:
+        return RustNode(int(self.core.root_node_handle(None)))
+
+    def evictable_size(self) -> int:
+        return int(self.core.evictable_size())
+
+    def protected_size(self) -> int:
+        return int(self.core.protected_size())
+
+    def total_size(self) -> int:
+        return int(self.core.total_size()[0])
+
+    def node(self, node_id: int) -> RustNode:
+        try:
+            evicted = self.core.is_full_device_evicted(node_id)
+        except KeyError:
+            evicted = True
+        if evicted and node_id != self.root.id:
+            raise TreeNodeError(self.pool_name, node_id, "no such node in the tree")
+        return RustNode(node_id)
+
+    def path_indices(self, node: RustNode) -> torch.Tensor:
+        return self.core.collect_full_device_indices(node.id, self.root.id)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------ match / insert
+    def match_prefix(self, key: TokenIds) -> UpstreamMatch:
+        result = self.core.match_prefix(self.rust.match_params(token_list(key)))
+        node = RustNode(int(result.last_device_node_id))
+        return UpstreamMatch(self.path_indices(node), node, int(result.device_prefix_len))
+
+    def _insert(self, tokens: list[int], value: torch.Tensor, prev_prefix_len: int) -> Any:
+        result = self.core.insert(self.rust.insert_params(tokens, value, prev_prefix_len=prev_prefix_len))
+        frees = freed_by_actions(result.cache_actions)
+        self.last_insert_frees = [int(i) for t in frees for i in t.tolist()]
+        return result, frees
+
+    def insert(self, key: TokenIds, value: torch.Tensor) -> int:
+        """``prefix_len``; the duplicates are the caller's to free (the core's ``free_device_kv``
+        action names the same ``value[:prefix_len]``, kept in :attr:`last_insert_frees`)."""
+        result, _ = self._insert(token_list(key), value.to(self.device, torch.int64), 0)
+        return int(result.prefix_len)
+
+    # ------------------------------------------------------------ locks
+    def inc_lock_ref(self, node: RustNode) -> int:
+        receipt = self.core.inc_lock_ref(node.id, [])
+        self._receipts.setdefault(node.id, []).append(receipt)
+        return -int(receipt.delta)
+
+    def dec_lock_ref(self, node: RustNode) -> int:
+        """Release the latest lock taken on ``node``; the core returns nothing, so the
+        delta is read off ``evictable_size()``."""
+        before = self.evictable_size()
+        held = self._receipts.get(node.id, [])
+        if not held:
+            raise TreeNodeError(self.pool_name, node.id, "no lock receipt held for this node")
+        receipt = held.pop()
+        self.core.dec_lock_ref(node.id, self.rust.dec_params(receipt), False)
+        return self.evictable_size() - before
+
+    # ------------------------------------------------------------ eviction
+    def evict(self, num_tokens: int) -> int:
+        eviction = rust_evict_full(self.core, num_tokens)
+        for value in eviction.freed:
+            self._freer.free_segment(value, start_pos=0)
+        return eviction.evicted
+
+    # ------------------------------------------------------------ request paths
+    def checkpoint(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: RustNode, cache_protected_len: int,
+        *, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        tokens, cpl, ps = token_list(token_ids), cache_protected_len, self.page_size
+        aligned = len(tokens) - len(tokens) % ps
+        values = kv_indices[:aligned].to(self.device, torch.int64, copy=True)
+        result, frees = self._insert(tokens[:aligned], values, cpl)
+        for value in frees:
+            self._freer.free_segment(value, start_pos=0)
+        prompt = (len(tokens) if prompt_len is None else prompt_len) // ps * ps
+        if 0 < prompt < aligned:
+            self._insert(tokens[:prompt], values[:prompt], prompt)
+        new_last = RustNode(int(result.last_device_node))
+        new_indices = self.path_indices(new_last)
+        kv_indices[cpl : len(new_indices)] = new_indices[cpl:].to(kv_indices.device, kv_indices.dtype)
+        if lock_node.id != self.root.id or self._receipts.get(lock_node.id):
+            self.dec_lock_ref(lock_node)
+        self.inc_lock_ref(new_last)
+        duplicates = sum(int(t.numel()) for t in frees)
+        return UpstreamRequestResult(new_last, len(new_indices), int(result.prefix_len), duplicates, 0)
+
+    def release_request(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: RustNode, cache_protected_len: int,
+        *, cache: bool = True, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        tokens = token_list(token_ids)
+        cpl, node, prefix_len, duplicates = cache_protected_len, lock_node, cache_protected_len, 0
+        if cache:
+            done = self.checkpoint(tokens, kv_indices, lock_node, cache_protected_len, prompt_len=prompt_len)
+            cpl, node, prefix_len, duplicates = done.cache_protected_len, done.last_node, done.prefix_len, done.num_duplicates_freed
+        ps = int(self.allocator.page_size)
+        over = -(-len(tokens) // ps) * ps
+        tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
+        self._freer.free_segment(tail[0], start_pos=cpl)
+        if node.id != self.root.id or self._receipts.get(node.id):
+            self.dec_lock_ref(node)
+        if over < len(kv_indices):
+            self._freer.free_segment(tail[1], start_pos=over)
+        return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
+
+    # ------------------------------------------------------------ audit
+    def sanity_check(self) -> None:
+        """The core's own ``sanity_check`` ("tree-structure, leaf-set, LRU, size" invariants)."""
+        try:
+            self.core.sanity_check([], [])
+        except Exception as failure:  # noqa: BLE001 -- its failure type is not documented
+            raise TreeInvariantError(self.pool_name, "Rust sanity_check", "passes", f"{type(failure).__name__}: {failure}") from failure
