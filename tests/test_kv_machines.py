@@ -17,7 +17,8 @@ from hypothesis import Phase
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
-from harness.judge.drivers.kv import PagedKVDriver, TokenKVDriver
+from harness.judge.drivers.kv import TokenKVDriver
+from harness.judge.drivers.paged_kv import PagedKVDriver
 from harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
 from pools.errors import GroupStateError
 from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator

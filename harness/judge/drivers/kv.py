@@ -1,4 +1,4 @@
-"""Drivers for the KV allocator families: ``token_kv`` and ``paged_kv``.
+"""The driver of the ``token_kv`` family, and the base of ``paged_kv`` (:mod:`harness.judge.drivers.paged_kv`).
 
 Allocations are named by integer handles the model hands out in order: one per
 successful ``alloc`` and one per new request of an ``extend`` batch, so a
@@ -17,13 +17,13 @@ observed only through ``get_all_free_pages()`` and ``available_size()``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 import torch
 
 from harness.judge.drivers.base import SKIPPED, Driver, operation
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
+from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.kv import KVModel
 from pools.errors import (
     BadSizeError,
@@ -33,10 +33,9 @@ from pools.errors import (
     PoolError,
     ReservedIndexError,
 )
-from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 
 
-def _ints(tensor: torch.Tensor) -> list[int]:
+def ints(tensor: torch.Tensor) -> list[int]:
     return [int(v) for v in tensor.tolist()]
 
 
@@ -63,7 +62,7 @@ class TokenKVDriver(Driver):
 
     def _free_state(self) -> tuple[list[int], int]:
         """What the pool says is free: its free pages (free list plus staging) and ``available_size()``."""
-        return _ints(self.pool.get_all_free_pages()), int(self.pool.available_size())
+        return ints(self.pool.get_all_free_pages()), int(self.pool.available_size())
 
     def _check_fresh_slots(self, slots: list[int], what: str) -> None:
         """Slots handed out must be unique, in range, off page 0 and on pages the model holds free."""
@@ -151,7 +150,7 @@ class TokenKVDriver(Driver):
         crash = "empty-pool-guard" if num_pages == 0 else "valid-call-accepted"
         result = self.expect_accepted(lambda: self.pool.alloc(need_size), what, crash_id=crash)
         check(result is not None, "empty-pool-guard", f"{what} refused with {self.model.available_pages()} pages free")
-        slots = _ints(result)
+        slots = ints(result)
         check(len(slots) == need_size, "empty-pool-guard", f"{what} returned {len(slots)} slots", slots=slots)
         self._check_fresh_slots(slots, what)
         pages = [s // ps for s in slots[::ps]]
@@ -295,142 +294,3 @@ class TokenKVDriver(Driver):
               "available_size() disagrees", available=available, expected=self.model.available_pages() * self.page_size)
 
 
-Lengths = tuple[list[int], list[int], list[int]]
-
-
-class PagedKVDriver(TokenKVDriver):
-    """``PagedTokenToKVPoolAllocator``: everything above plus ``alloc_extend`` and ``alloc_decode``."""
-
-    family = "paged_kv"
-    paged = True
-
-    def _request_tail(self, handle: int | None) -> tuple[int, int]:
-        """``(length, last_loc)`` of a request: ``last_loc`` is the slot of its last token, or -1."""
-        slots = self.model.slots[handle] if handle is not None else []
-        return len(slots), (slots[-1] if slots else -1)
-
-    def _batch_ok(self, handles: list[int]) -> bool:
-        """Distinct live requests: the same request twice in one batch is a caller bug no pool can see."""
-        return len(set(handles)) == len(handles) and all(h in self.model.requests for h in handles)
-
-    @operation
-    def extend(self, batch: list[list[int | None]]) -> list[int]:
-        """``batch`` is ``[[handle or None, extend_len], ...]``; ``None`` starts a new request.  Returns new handles."""
-        named = [int(h) for h, _ in batch if h is not None]
-        if not self._batch_ok(named) or any(int(e) < 0 for _, e in batch):  # type: ignore[arg-type]
-            return SKIPPED  # type: ignore[return-value]
-        tails = [self._request_tail(None if h is None else int(h)) for h, _ in batch]
-        pres = [length for length, _ in tails]
-        seqs = [length + int(e) for (length, _), (_, e) in zip(tails, batch)]  # type: ignore[arg-type]
-        lasts = [last for _, last in tails]
-        what = f"alloc_extend(prefix={pres}, seq={seqs}, last_loc={lasts})"
-        pre_cpu, seq_cpu = torch.tensor(pres, dtype=torch.int64), torch.tensor(seqs, dtype=torch.int64)
-        num_pages = sum(self.model.extend_pages_needed(p, s) for p, s in zip(pres, seqs))
-        call = lambda: self.pool.alloc_extend(self._tensor(pres), pre_cpu, self._tensor(seqs), seq_cpu,  # noqa: E731
-                                              self._tensor(lasts), sum(seqs) - sum(pres))
-        out = self._judge(what, (pres, seqs, lasts), num_pages, call, alloc_extend_loop)
-        if out is None:
-            return []
-        new_handles = []
-        for (h, _), p, s, (start, stop) in zip(batch, pres, seqs, _spans(pres, seqs)):
-            if h is None:
-                h = self.model.new_handle(request=True)
-                new_handles.append(h)
-            self._take_request(int(h), p, out[start:stop])
-        return new_handles
-
-    @operation
-    def decode(self, handles: list[int]) -> None:
-        """One decode step for each request: ``seq_lens`` are the post-step lengths."""
-        if not handles or not self._batch_ok(handles):
-            return SKIPPED  # type: ignore[return-value]
-        tails = [self._request_tail(h) for h in handles]
-        pres = [length for length, _ in tails]
-        seqs = [p + 1 for p in pres]
-        lasts = [last for _, last in tails]
-        what = f"alloc_decode(seq={seqs}, last_loc={lasts})"
-        seq_cpu = torch.tensor(seqs, dtype=torch.int64)
-        num_pages = sum(self.model.decode_pages_needed(s) for s in seqs)
-        call = lambda: self.pool.alloc_decode(self._tensor(seqs), seq_cpu, self._tensor(lasts))  # noqa: E731
-
-        def oracle(pre: torch.Tensor, seq: torch.Tensor, last: torch.Tensor, pages: torch.Tensor,
-                   out: torch.Tensor, ps: int) -> None:
-            alloc_decode_loop(seq, last, pages, out, ps)
-
-        out = self._judge(what, (pres, seqs, lasts), num_pages, call, oracle)
-        if out is None:
-            return
-        if self.page_size == 1:
-            self.event("decode at page size 1")
-        for h, p, slot in zip(handles, pres, out):
-            self._take_request(h, p, [slot])
-
-    # ------------------------------------------------------------ judging
-    def _take_request(self, handle: int, pre: int, slots: list[int]) -> None:
-        """``handle`` owns the fresh pages among ``slots`` (positions from ``pre``); :meth:`_judge` took them."""
-        first_new = -(-pre // self.page_size) * self.page_size
-        fresh = self.model.pages_of([s for p, s in enumerate(slots, pre) if p >= first_new])
-        self.model.own(handle, fresh, slots)
-
-    def _judge(self, what: str, lengths: Lengths, num_pages: int, call: Callable[[], Any],
-               oracle: Callable[..., None]) -> list[int] | None:
-        """Run an extend/decode call and check its result; returns the slots, or ``None`` if refused.
-
-        Checks, in order: the short-pool guard, the length, each slot (page 0,
-        bounds, uniqueness, phase-1 continuation of ``last_loc``, position
-        offset, one page per page index), the fresh pages (free in the model,
-        the head of the free list), agreement with the loop oracle on that
-        head, and the page count (``available_size()`` fell by exactly it).
-        """
-        pres, seqs, lasts = lengths
-        ps = self.page_size
-        heads = self.model.heads(num_pages)
-        if not heads:
-            self.expect_refused(call, f"{what} needing {num_pages} pages", state=self._free_set_state,
-                                crash_id="empty-pool-guard", free_pages=self.model.available_pages())
-            self.model.refused()
-            self.event("extend/decode refused: pool short")
-            return None
-        if num_pages == 0 and not self.model.available_pages():
-            self.event("extend/decode needing no page with no free page")
-        before = self._free_state()
-        crash = "empty-pool-guard" if num_pages == 0 else "valid-call-accepted"
-        result = self.expect_accepted(call, what, crash_id=crash)
-        check(result is not None, "empty-pool-guard", f"{what} refused needing {num_pages} of "
-              f"{self.model.available_pages()} free pages")
-        slots = _ints(result)
-        total = sum(seqs) - sum(pres)
-        check(len(slots) == total, "page-layout", f"{what} returned {len(slots)} slots for {total} tokens")
-        self._check_fresh_slots(slots, what)
-        fresh: list[int] = []
-        for (start, stop), pre, last in zip(_spans(pres, seqs), pres, lasts):
-            check_slot_layout(slots[start:stop], prefix=pre, last_loc=last, page_size=ps, what=what)
-            first_new = -(-pre // ps) * ps
-            own: dict[int, int] = {}
-            for pos, slot in enumerate(slots[start:stop], pre):
-                if pos < first_new:
-                    continue
-                page = own.setdefault(pos // ps, slot // ps)
-                check(slot // ps == page, "page-layout", f"{what}: position {pos} left its page {page}", slot=slot)
-            fresh.extend(own.values())
-        self._check_pages_free(fresh, what)
-        head = self._match_head(fresh, num_pages, what)
-        expected = torch.empty(total, dtype=torch.int64)
-        cpu = [torch.tensor(v, dtype=torch.int64) for v in (pres, seqs, lasts, head)]
-        oracle(*cpu, expected, ps)
-        check(slots == _ints(expected), "kernel-agreement", f"{what} differs from the loop oracle on pages {head}",
-              slots=slots, oracle=_ints(expected))
-        self._check_consumed(before, fresh, "page-layout", what)
-        self.model.take(fresh)
-        if num_pages and not self.model.available_pages():
-            self.event("extend/decode filled the pool exactly")
-        return slots
-
-
-def _spans(pres: list[int], seqs: list[int]) -> list[tuple[int, int]]:
-    """Each request's ``[start, stop)`` in the flat output of an extend."""
-    spans, start = [], 0
-    for pre, seq in zip(pres, seqs):
-        spans.append((start, start + seq - pre))
-        start += seq - pre
-    return spans
