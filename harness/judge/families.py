@@ -110,21 +110,6 @@ FAMILIES: dict[str, Family] = {
                        kernel="vectorized", device="cpu"),
                (), (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
                     "scheduler-conservation")),
-        Family("prefix_cache", "radix prefix cache over its KV allocator: match, insert, lock, evict, release",
-               "pools.prefix_cache:build_prefix_cache", "harness.judge.drivers.prefix_cache:PrefixCacheDriver",
-               "harness.machines.prefix_cache:PrefixCacheMachine", "strategies.prefix_cache:prefix_cache_configs",
-               "harness.canaries.prefix_cache", "harness.bench.prefix_cache_walk:prefix_cache_workload",
-               _config(size=64, page_size=4, eviction_policy="lru", device="cpu"), (),
-               ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
-                "no-double-allocation", "page-layout", "cache-accounting", "lock-balance", "evict-spares-locked",
-                "match-returns-inserted", "kv-accounting")),
-        Family("block_pool", "vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-               "pools:BlockPool", "harness.judge.drivers.block_pool:BlockPoolDriver",
-               "harness.machines.block_pool:BlockPoolMachine", "strategies.block_pool:block_pool_configs",
-               "harness.canaries.block_pool", "harness.bench.block_pool_walk:block_pool_workload",
-               _config(num_gpu_blocks=33, enable_caching=True, device="cpu"), ("harness.upstream:VllmBlockPool",),
-               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count", "free-queue-order",
-                "cache-map")),
     )
 }
 
