@@ -96,6 +96,29 @@ _CATALOGUE = (
         "req_to_token[row, :len] holds exactly the request's slots.",
         "leaks and double frees across admit/extend/decode/retract/finish (SGLang #4977, #18694)",
     ),
+    Invariant(
+        "ref-count",
+        "A block's ref_cnt never goes negative and equals the references handed out (allocations, touches) minus "
+        "those released; a non-null block is in the free queue iff its ref_cnt is 0 (a touch takes it off).",
+        "a double free driving ref_cnt to -1 or queueing a block twice (vLLM #42571); a prefix hit left in the free "
+        "queue and handed out while in use",
+    ),
+    Invariant(
+        "free-queue-order",
+        "get_new_blocks takes the free queue's front in order; blocks reaching ref_cnt 0 go to the front when "
+        "unhashed and to the tail when hashed, each in call order (LRU eviction); unhashed free blocks precede "
+        "hashed ones.",
+        "cached blocks reused before uncached ones, losing shared prefixes (vLLM v1 FreeKVCacheBlockQueue order); "
+        "an evicted block left among the cached ones",
+    ),
+    Invariant(
+        "cache-map",
+        "The hash map and every block's own hash agree both ways; a lookup answers the first block cached under "
+        "the hash; a block loses its hash when reused, evicted or reset; reset_prefix_cache succeeds iff only the "
+        "null block is in use.",
+        "a reused block left in the map, so a prefix hit reads another request's KV (vLLM #4761); stale block hashes "
+        "after reuse (vLLM #44237)",
+    ),
 )
 
 INVARIANTS: dict[str, Invariant] = {inv.id: inv for inv in _CATALOGUE}
