@@ -111,7 +111,7 @@ FAMILIES: dict[str, Family] = {
                (), (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
                     "scheduler-conservation")),
         Family("block_pool", "vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-               "pools:BlockPool", "harness.judge.drivers.block_pool:BlockPoolDriver",
+               "harness.judge.drivers.block_pool:build_block_pool", "harness.judge.drivers.block_pool:BlockPoolDriver",
                "harness.machines.block_pool:BlockPoolMachine", "strategies.block_pool:block_pool_configs",
                "harness.canaries.block_pool", "harness.bench.block_pool_walk:block_pool_workload",
                _config(num_gpu_blocks=33, enable_caching=True, device="cpu"), ("harness.upstream:VllmBlockPool",),

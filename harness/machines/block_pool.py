@@ -55,6 +55,11 @@ class BlockPoolMachine(PoolMachine):
     def _some_cached(self) -> bool:
         return self.driver is not None and bool(self.model.hash_of)
 
+    def evicts_a_cached_free_block(self, block_ids: list[int]) -> bool:
+        """Whether ``evict(block_ids)`` names a free block that still has a hash (vLLM's scheduler never does)."""
+        model = self.model
+        return any(0 <= b < model.num_gpu_blocks and model.is_free(b) and b in model.hash_of for b in block_ids)
+
     def misuse_allowed(self) -> bool:
         """Misuse changes nothing, so never two in a row: alone in a swarm they would fill whole runs."""
         return self.misuse_enabled and not self.just_misused

@@ -5,6 +5,7 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``token_kv=harness.upstream:TokenKV``      -- ``TokenToKVPoolAllocator``
 * ``paged_kv=harness.upstream:PagedKV``      -- ``PagedTokenToKVPoolAllocator`` (torch naive path)
 * ``mamba_slots=harness.upstream:MambaSlots`` -- ``MambaSlotAllocator``
+* ``block_pool=harness.upstream:VllmBlockPool`` -- vLLM 0.33.0's ``BlockPool`` (loaded by ``vllm_loader``)
 
 Resolving one of these names loads upstream first, so a missing or different
 ``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
@@ -30,6 +31,8 @@ TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items
 """Family name -> target spec of its upstream wrapper."""
 
 _ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
+_VLLM_ADAPTERS = ("VllmBlockPool",)
+"""vLLM wrappers: resolving one loads ``vllm`` (:mod:`harness.upstream.vllm_loader`), not SGLang."""
 
 __all__ = [
     "INSTALL_HINT",
@@ -41,6 +44,7 @@ __all__ = [
     "load_upstream",
     "unavailable_reason",
     *_ADAPTERS,
+    *_VLLM_ADAPTERS,
 ]
 
 
@@ -51,4 +55,9 @@ def __getattr__(name: str) -> Any:
         from harness.upstream import adapters
 
         return getattr(adapters, name)
+    if name in _VLLM_ADAPTERS:
+        from harness.upstream import vllm_adapters, vllm_loader
+
+        vllm_loader.load_vllm()
+        return getattr(vllm_adapters, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

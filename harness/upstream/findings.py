@@ -49,6 +49,11 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
         "MambaSlotAllocator.clear() keeps the group's reservation iterator, so alloc(1) after clear re-issues "
         "reserved slots that clear already put back on the free list: one slot, two owners",
     ),
+    KnownFinding(
+        "vllm-evict-keeps-free-block-in-place", "block_pool", ("free-queue-order",),
+        "vLLM 0.33.0 BlockPool.evict_blocks drops a free block's hash but leaves the block where it was, among "
+        "the cached blocks at the tail: still-valid cached blocks ahead of it are evicted first",
+    ),
 )
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
@@ -57,6 +62,7 @@ FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
     "paged_kv": {"decode": lambda machine, args: machine.kv.page_size > 1},
     "mamba_slots": {"clear": lambda machine, args: not machine.window_open()},
+    "block_pool": {"evict": lambda machine, args: not machine.evicts_a_cached_free_block(args["block_ids"])},
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from harness.judge.drivers.base import SKIPPED, Driver, operation
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.block_pool import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
+from pools.block_pool import BlockPool
 from pools.errors import (
     BadBatchError,
     BadSizeError,
@@ -33,8 +34,14 @@ from pools.errors import (
 )
 
 
+def build_block_pool(num_gpu_blocks: int, enable_caching: bool = True, device: str = "cpu") -> BlockPool:
+    """The family's default target: our ``BlockPool``.  It holds no tensors, so ``device`` (which every
+    trace records, as for every family) is accepted and ignored."""
+    return BlockPool(num_gpu_blocks, enable_caching)
+
+
 def _without_device(factory: Callable[..., Any]) -> Callable[..., Any]:
-    """Block pools hold no tensors: the machine's ``device`` stays in the trace config, not in the call."""
+    """The recorded ``device`` stays in the trace, not in the call: a block-pool target need not take it."""
 
     def build(**config: Any) -> Any:
         config.pop("device", None)

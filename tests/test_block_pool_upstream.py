@@ -1,0 +1,140 @@
+"""vLLM 0.33.0's v1 ``BlockPool`` under the ``block_pool`` family: the adapter, the finding, the contract breaches.
+
+Everything skips when ``vllm==0.33.0`` is not installed (``pip install --no-deps vllm==0.33.0``).
+The machine runs with the one known finding avoided (evicting a cached *free* block,
+which vLLM's scheduler never does); the finding itself is pinned by its traces in
+``corpus/upstream/``: a violation on upstream, a pass on our pool.  The breaches at the
+end are calls outside the contract, shown on upstream directly (the fuzzer never makes them).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.judge.families import family, load_factory, validates_input
+from harness.machines import pinned_settings, run_machine
+from harness.traces.replay import replay_trace
+from harness.traces.schema import load_trace
+from harness.upstream.vllm_loader import vllm_unavailable_reason
+from pools import BlockPool
+from pools.protocols import BlockPoolLike
+
+MISSING = vllm_unavailable_reason()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"upstream vLLM unavailable: {MISSING}")
+
+SPEC = "harness.upstream:VllmBlockPool"
+FINDING = "vllm-evict-keeps-free-block-in-place"
+TRACES = sorted((Path(__file__).resolve().parents[1] / "corpus" / "upstream").glob("block_pool-*.json"))
+
+
+def both(num_gpu_blocks: int = 5) -> tuple[Any, BlockPool]:
+    """Upstream's pool and ours, same size, caching on."""
+    return load_factory(SPEC)(num_gpu_blocks, True), BlockPool(num_gpu_blocks, True)
+
+
+def lifecycle(pool: Any) -> None:
+    """Two requests cache a prefix, finish, and a third hits it and allocates more."""
+    first = pool.get_new_blocks(2)
+    pool.cache_full_blocks(first, [11, 12])
+    shared = pool.get_cached_block(11)
+    pool.touch([shared])
+    pool.free_blocks(list(reversed(first)))
+    pool.free_blocks([shared])
+    hit = [pool.get_cached_block(11), pool.get_cached_block(12)]
+    pool.touch(hit)
+    more = pool.get_new_blocks(2)
+    pool.cache_full_blocks(hit + more, [11, 12, 13, 14], 2, 4)
+
+
+def state(pool: Any) -> tuple[Any, ...]:
+    return (pool.free_block_ids(), pool.cached_block_ids(), pool.ref_counts(), pool.get_num_free_blocks(),
+            [block.block_hash for block in pool.blocks])
+
+
+def test_the_target_resolves_to_a_valid_calls_only_adapter_and_leaves_no_vllm_module_behind() -> None:
+    factory = load_factory(SPEC)
+    assert SPEC in family("block_pool").upstream and not validates_input(factory)
+    assert isinstance(factory(3, True), BlockPoolLike)
+    assert not [name for name in sys.modules if name == "vllm" or name.startswith("vllm.")]
+
+
+def test_upstream_and_our_pool_agree_on_a_request_lifecycle() -> None:
+    upstream, ours = both()
+    lifecycle(upstream)
+    lifecycle(ours)
+    assert state(upstream) == state(ours)
+    assert upstream.reset_prefix_cache() is ours.reset_prefix_cache() is False
+
+
+def test_upstream_leaves_an_evicted_free_block_among_the_cached_ones() -> None:
+    """The finding: our pool moves the unhashed block to the front, upstream leaves it in place."""
+    upstream, ours = both(4)
+    for pool in (upstream, ours):
+        for block_hash in (21, 22):
+            blocks = pool.get_new_blocks(1)
+            pool.cache_full_blocks(blocks, [block_hash])
+            pool.free_blocks(blocks)
+        pool.evict_blocks({2})
+    assert upstream.free_block_ids() == [3, 1, 2] and upstream.blocks[2].block_hash is None
+    assert ours.free_block_ids() == [2, 3, 1]
+    assert [b.block_id for b in upstream.get_new_blocks(2)] == [3, 1]  # cached block 1 reused before block 2
+    assert upstream.get_cached_block(21) is None and ours.get_cached_block(21) is not None
+
+
+def test_the_machine_finds_nothing_on_upstream_away_from_the_known_finding() -> None:
+    from harness.upstream.findings import machine_avoiding_known_findings
+
+    run_machine(machine_avoiding_known_findings("block_pool", SPEC), settings=pinned_settings(max_examples=40))
+
+
+def test_the_finding_is_registered_and_has_traces() -> None:
+    from harness.upstream.findings import FINDINGS_BY_KEY
+
+    assert FINDINGS_BY_KEY[FINDING].family == "block_pool"
+    assert TRACES and {load_trace(path).provenance["finding"] for path in TRACES} == {FINDING}
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda path: path.stem)
+def test_each_trace_breaks_free_queue_order_on_upstream_and_passes_on_our_pool(path: Path) -> None:
+    trace = load_trace(path)
+    on_upstream = replay_trace(trace)
+    assert (on_upstream.outcome, on_upstream.invariant) == ("violation", "free-queue-order"), on_upstream.describe()
+    ours = replay_trace(trace, target=family("block_pool").default)
+    assert ours.outcome == "pass", ours.describe()
+
+
+# ------------------------------------------------ contract breaches, on upstream directly
+def test_a_double_free_drives_upstreams_ref_count_negative_silently() -> None:
+    """vLLM #42571: the second release is accepted, ref_cnt reaches -1, the block stays queued once."""
+    upstream, _ = both(3)
+    block = upstream.get_new_blocks(1)
+    upstream.free_blocks(block + block)
+    assert upstream.ref_counts()[1] == -1 and upstream.free_block_ids() == [1, 2]
+    with pytest.raises(AssertionError):
+        upstream.get_new_blocks(2)
+
+
+def test_touching_a_free_uncached_block_takes_it_without_an_allocation() -> None:
+    upstream, _ = both(3)
+    upstream.touch([upstream.blocks[1]])
+    assert upstream.ref_counts()[1] == 1 and upstream.free_block_ids() == [2]
+
+
+def test_caching_a_free_block_leaves_a_hashed_block_at_the_front() -> None:
+    upstream, _ = both(3)
+    upstream.cache_full_blocks([upstream.blocks[1]], [7])
+    assert upstream.free_block_ids() == [1, 2] and upstream.cached_block_ids() == {7: [1]}
+
+
+def test_over_asking_raises_a_value_error_and_recaching_asserts() -> None:
+    upstream, _ = both(3)
+    with pytest.raises(ValueError):
+        upstream.get_new_blocks(3)
+    blocks = upstream.get_new_blocks(1)
+    upstream.cache_full_blocks(blocks, [5])
+    with pytest.raises(AssertionError):
+        upstream.cache_full_blocks(blocks, [5])
