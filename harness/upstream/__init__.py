@@ -6,6 +6,10 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``paged_kv=harness.upstream:PagedKV``      -- ``PagedTokenToKVPoolAllocator`` (torch naive path)
 * ``mamba_slots=harness.upstream:MambaSlots`` -- ``MambaSlotAllocator``
 * ``block_pool=harness.upstream:VllmBlockPool`` -- vLLM 0.33.0's ``BlockPool`` (loaded by ``vllm_loader``)
+* ``prefix_cache=harness.upstream:RadixCache`` -- the Python ``RadixCache``
+* ``prefix_cache=harness.upstream:RustTreeCore`` -- the wheel's Rust TreeCore (full attention)
+* ``swa_kv=harness.upstream:SWAKV`` -- ``SWATokenToKVPoolAllocator``
+* ``swa_kv=harness.upstream:PureSWAKV`` -- ``PureSWATokenToKVPoolAllocator``
 
 Resolving one of these names loads upstream first, so a missing or different
 ``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
@@ -14,6 +18,7 @@ message is the install command, instead of deep inside a fuzz run.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from harness.judge.families import FAMILIES
@@ -33,6 +38,9 @@ TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items
 _ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
 _VLLM_ADAPTERS = ("VllmBlockPool",)
 """vLLM wrappers: resolving one loads ``vllm`` (:mod:`harness.upstream.vllm_loader`), not SGLang."""
+_CACHE_ADAPTERS = {"RadixCache": "radix_adapters", "RustTreeCore": "rust_core_adapter",
+                   "SWAKV": "swa_adapters", "PureSWAKV": "swa_adapters"}
+"""Prefix-cache and SWA wrappers -> their module (``harness.upstream.sglang_cache`` loads upstream)."""
 
 __all__ = [
     "INSTALL_HINT",
@@ -45,6 +53,7 @@ __all__ = [
     "unavailable_reason",
     *_ADAPTERS,
     *_VLLM_ADAPTERS,
+    *_CACHE_ADAPTERS,
 ]
 
 
@@ -55,6 +64,13 @@ def __getattr__(name: str) -> Any:
         from harness.upstream import adapters
 
         return getattr(adapters, name)
+    if name in _CACHE_ADAPTERS:
+        from harness.upstream import sglang_cache
+
+        sglang_cache.load_sglang_cache()
+        if name == "RustTreeCore":
+            sglang_cache.load_rust_tree_core()
+        return getattr(importlib.import_module(f"harness.upstream.{_CACHE_ADAPTERS[name]}"), name)
     if name in _VLLM_ADAPTERS:
         from harness.upstream import vllm_adapters, vllm_loader
 

@@ -35,13 +35,13 @@ from typing import Any
 
 import torch
 
-from harness.upstream.radix_adapters import UpstreamRadixCache
-from harness.upstream.rust_core_adapter import RustTreeCore
+from harness.upstream.radix_adapters import RadixCacheOver
+from harness.upstream.rust_core_adapter import TreeCoreOver
 from pools.radix_cache import RadixCache
 
 POLICIES = ("lru", "mru", "fifo", "filo")
 """The eviction policies all three implement (upstream's two caches have more)."""
-SUBJECTS: dict[str, Callable[..., Any]] = {"ours": RadixCache, "python": UpstreamRadixCache, "rust": RustTreeCore}
+SUBJECTS: dict[str, Callable[..., Any]] = {"ours": RadixCache, "python": RadixCacheOver, "rust": TreeCoreOver}
 
 
 @dataclass(frozen=True)

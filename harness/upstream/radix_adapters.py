@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.upstream.adapters import _UpstreamKV
+from harness.upstream.adapters import PagedKV, TokenKV, _UpstreamKV
 from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
 from harness.upstream.loader import SUPPORTED_VERSION
 from pools.errors import TreeInvariantError, TreeNodeError
@@ -96,8 +96,8 @@ class _RequestRows:
         self.req_to_token[where] = values.to(self.req_to_token.dtype)
 
 
-class UpstreamRadixCache:
-    """``prefix_cache``: upstream ``RadixCache(CacheInitParams(...))`` over ``allocator``.
+class RadixCacheOver:
+    """Upstream ``RadixCache(CacheInitParams(...))`` over any ``allocator``, with our cache's constructor.
 
     ``allocator`` is any KV allocator with ``page_size``, ``size`` and ``free``, reached
     through :class:`FreeSegmentShim` (upstream's own ``free_segment`` for an upstream allocator).
@@ -267,3 +267,16 @@ class UpstreamRadixCache:
         queued = {n.id for n in self.inner.evictable_leaves}
         if queued != leaves:
             raise TreeInvariantError(self.pool_name, "evictable leaves", sorted(leaves), sorted(queued))
+
+
+def upstream_kv_allocator(size: int, page_size: int, device: str | torch.device = "cpu") -> TokenKV | PagedKV:
+    """Upstream's own KV allocator for ``size`` slots: the token allocator at page size 1, the paged one above."""
+    return TokenKV(size, device) if page_size == 1 else PagedKV(size, page_size, device)
+
+
+class RadixCache(RadixCacheOver):
+    """``prefix_cache``: upstream ``RadixCache`` over upstream's KV allocator, built as
+    ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
+
+    def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
+        super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

@@ -31,7 +31,14 @@ from typing import Any, ClassVar
 import torch
 
 from harness.upstream.loader import SUPPORTED_VERSION
-from harness.upstream.radix_adapters import FreeSegmentShim, TokenIds, UpstreamMatch, UpstreamRequestResult, token_list
+from harness.upstream.radix_adapters import (
+    FreeSegmentShim,
+    TokenIds,
+    UpstreamMatch,
+    UpstreamRequestResult,
+    token_list,
+    upstream_kv_allocator,
+)
 from harness.upstream.sglang_cache import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
 from pools.errors import TreeInvariantError, TreeNodeError
 
@@ -43,8 +50,8 @@ class RustNode:
     id: int
 
 
-class RustTreeCore:
-    """``prefix_cache``: the wheel's ``RustUnifiedTreeCoreBinding`` (FULL component) over ``allocator``."""
+class TreeCoreOver:
+    """The wheel's ``RustUnifiedTreeCoreBinding`` (FULL component) over any ``allocator``, with our cache's constructor."""
 
     poolfuzz_check_misuse: ClassVar[bool] = False
     upstream_class: ClassVar[str] = "RustUnifiedTreeCoreBinding"
@@ -194,3 +201,11 @@ class RustTreeCore:
             self.core.sanity_check([], [])
         except Exception as failure:  # noqa: BLE001 -- its failure type is not documented
             raise TreeInvariantError(self.pool_name, "Rust sanity_check", "passes", f"{type(failure).__name__}: {failure}") from failure
+
+
+class RustTreeCore(TreeCoreOver):
+    """``prefix_cache``: the Rust TreeCore over upstream's KV allocator, built as
+    ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
+
+    def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
+        super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

@@ -1,0 +1,177 @@
+"""Upstream SGLang 0.5.23's SWA allocators behind :mod:`pools.swa`'s constructors and API.
+
+``SWATokenToKVPoolAllocator`` and ``PureSWATokenToKVPoolAllocator`` (``mem_cache/allocator/swa.py``,
+loaded by :func:`harness.upstream.sglang_cache.load_sglang_cache`) compose the same
+``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` classes the ``token_kv`` and
+``paged_kv`` upstream targets fuzz.  The wrappers translate constructor signatures only
+(upstream also takes ``dtype`` and a ``kvcache``, here the buffer-less
+:class:`~harness.upstream.sglang_cache_stubs.SWAKVPoolFake` that holds the mapping) and
+forward every call unchanged, so the ``swa_kv`` family judges upstream's behaviour.
+``poolfuzz_check_misuse = False``: upstream does not validate, so the harness issues valid
+calls only.  The driver reads each side through upstream's sub-allocators themselves
+(``get_all_free_pages``, ``available_size``).
+
+``kernel="triton"`` on a CUDA device runs upstream's Triton kernels in the paged
+sub-allocators; anything else runs upstream's torch naive path, as on a CPU platform.
+``check_layout`` is accepted for signature compatibility: upstream checks no layout.
+Upstream's own ``sglang.srt.utils.invariants`` checks (off by default upstream) are
+evaluated by the stand-in and recorded, never raised: :meth:`SWAKV.invariant_hits`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from harness.upstream.loader import SUPPORTED_VERSION
+from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
+
+
+class _UpstreamSWA:
+    """The surface both SWA wrappers forward to ``inner`` (``pools.protocols.SWAKVAllocator``)."""
+
+    poolfuzz_check_misuse: ClassVar[bool] = False
+    upstream_class: ClassVar[str] = ""
+    upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    mods: SglangCacheModules
+    inner: Any
+    page_size: int
+    device: torch.device
+    need_sort: bool
+
+    def __repr__(self) -> str:
+        return (f"<upstream sglang=={self.upstream_version} {self.upstream_class} full={self.inner.size_full} "
+                f"swa={self.inner.size_swa} page_size={self.page_size}>")
+
+    @property
+    def full_to_swa_index_mapping(self) -> torch.Tensor:
+        return self.inner.full_to_swa_index_mapping  # type: ignore[no-any-return]
+
+    @property
+    def full_attn_allocator(self) -> Any:
+        return self.inner.full_attn_allocator
+
+    @property
+    def swa_attn_allocator(self) -> Any:
+        return self.inner.swa_attn_allocator
+
+    @property
+    def size(self) -> int:
+        return int(self.inner.size)
+
+    @property
+    def size_full(self) -> int:
+        return int(self.inner.size_full)
+
+    @property
+    def size_swa(self) -> int:
+        return int(self.inner.size_swa)
+
+    @property
+    def in_free_group(self) -> bool:
+        return self.full_attn_allocator.free_group is not None
+
+    def available_size(self) -> int:
+        return int(self.inner.available_size())
+
+    def full_available_size(self) -> int:
+        return int(self.inner.full_available_size())
+
+    def swa_available_size(self) -> int:
+        return int(self.inner.swa_available_size())
+
+    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
+        return self.inner.translate_loc_from_full_to_swa(kv_indices)  # type: ignore[no-any-return]
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+    ) -> torch.Tensor | None:
+        return self.inner.alloc_extend(  # type: ignore[no-any-return]
+            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
+        )
+
+    def alloc_extend_swa_tail(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        swa_tail_len: int,
+    ) -> torch.Tensor | None:
+        return self.inner.alloc_extend_swa_tail(  # type: ignore[no-any-return]
+            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens, swa_tail_len
+        )
+
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
+        return self.inner.alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[no-any-return]
+
+    def free(self, free_index: torch.Tensor) -> None:
+        self.inner.free(free_index)
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        self.inner.free_swa(free_index)
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        self.inner.free_full(free_index)
+
+    def free_group_begin(self) -> None:
+        self.inner.free_group_begin()
+
+    def free_group_end(self) -> None:
+        self.inner.free_group_end()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+    def invariant_hits(self) -> list[Any]:
+        """Upstream's own ``expect`` checks that failed since the last call (process-wide, drained)."""
+        return list(self.mods.signals.drain())
+
+
+class SWAKV(_UpstreamSWA):
+    """``swa_kv``: upstream ``SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, kvcache, need_sort)``."""
+
+    upstream_class = "SWATokenToKVPoolAllocator"
+
+    def __init__(
+        self,
+        size: int,
+        size_swa: int,
+        page_size: int,
+        device: str | torch.device = "cpu",
+        need_sort: bool = False,
+        kernel: str = "vectorized",
+        check_layout: bool | None = None,
+    ) -> None:
+        self.mods = load_sglang_cache()
+        self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
+        self.inner = self.mods.new_swa_allocator(size, size_swa, page_size, device=self.device, need_sort=need_sort)
+        self.kernel = "triton" if kernel == "triton" and self.device.type == "cuda" else "naive"
+        if page_size > 1:
+            for side in (self.inner.full_attn_allocator, self.inner.swa_attn_allocator):
+                side.use_triton_kernels = self.kernel == "triton"
+
+
+class PureSWAKV(_UpstreamSWA):
+    """``swa_kv`` (pure): upstream ``PureSWATokenToKVPoolAllocator(size_swa, page_size, dtype, device, kvcache, need_sort)``."""
+
+    upstream_class = "PureSWATokenToKVPoolAllocator"
+
+    def __init__(self, size_swa: int, page_size: int = 1, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
+        self.mods = load_sglang_cache()
+        self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
+        if page_size != 1:  # upstream asserts; say so before it does
+            raise ValueError(f"PureSWATokenToKVPoolAllocator supports page_size 1 only, got {page_size}")
+        self.inner = self.mods.new_pure_swa_allocator(size_swa, device=self.device, need_sort=need_sort)
