@@ -118,6 +118,25 @@ def test_a_double_free_drives_upstreams_ref_count_negative_silently() -> None:
         upstream.get_new_blocks(2)
 
 
+def test_after_a_double_free_a_touch_leaves_the_block_queued_and_it_gets_a_second_owner() -> None:
+    upstream, _ = both(3)
+    block = upstream.get_new_blocks(1)
+    upstream.cache_full_blocks(block, [9])
+    upstream.free_blocks(block)
+    upstream.free_blocks(block)
+    upstream.touch(block)  # a prefix hit: ref_cnt -1 -> 0, and the block is not taken off the queue
+    assert upstream.ref_counts()[1] == 0 and 1 in upstream.free_block_ids()
+    assert 1 in [b.block_id for b in upstream.get_new_blocks(2)]  # handed out while the hit still reads it
+
+
+def test_a_negative_block_id_slips_past_evict_blocks_assertion_and_evicts_the_last_block() -> None:
+    upstream, _ = both(4)
+    blocks = upstream.get_new_blocks(3)
+    upstream.cache_full_blocks(blocks, [1, 2, 3])
+    upstream.evict_blocks([-1])
+    assert upstream.cached_block_ids() == {1: [1], 2: [2]}
+
+
 def test_touching_a_free_uncached_block_takes_it_without_an_allocation() -> None:
     upstream, _ = both(3)
     upstream.touch([upstream.blocks[1]])

@@ -193,7 +193,6 @@ class BlockPoolDriver(Driver):
 
         breach = self.model.cache_breach(table, start, end)
         if breach is not None:
-            self.event("cache refused")
             return self.misuse(call, (BlockStateError, BadBatchError), f"{what}: {breach}")
         if not request.live:
             return SKIPPED  # its blocks may belong to others now: not a call to make
