@@ -54,6 +54,18 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
         "vLLM 0.33.0 BlockPool.evict_blocks drops a free block's hash but leaves the block where it was, among "
         "the cached blocks at the tail: still-valid cached blocks ahead of it are evicted first",
     ),
+    KnownFinding(
+        "swa-decode-keeps-one-side", "swa_kv", ("empty-pool-guard",),
+        "SWATokenToKVPoolAllocator.alloc_decode (page size > 1) allocates on the full side and then on the SWA "
+        "side without checking either first; when one side is short it returns None and keeps the page the other "
+        "side handed out, mapped to nothing: a page leaked per refused request",
+    ),
+    KnownFinding(
+        "rust-fifo-split-keeps-creation", "prefix_cache", ("evict-spares-locked",),
+        "The Rust TreeCore's FIFO/FILO order a node split off by a match or insert by the original node's "
+        "creation, the Python RadixCache (and our model) by the split's time: after a split the two upstream "
+        "caches evict different leaves",
+    ),
 )
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
@@ -63,7 +75,17 @@ _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
     "paged_kv": {"decode": lambda machine, args: machine.kv.page_size > 1},
     "mamba_slots": {"clear": lambda machine, args: not machine.window_open()},
     "block_pool": {"evict": lambda machine, args: not machine.evicts_a_cached_free_block(args["block_ids"])},
+    "swa_kv": {"decode": lambda machine, args: not _one_side_short(machine, args["handles"])},
 }
+
+
+def _one_side_short(machine: Any, handles: list[int]) -> bool:
+    """Whether a paged SWA decode of ``handles`` finds exactly one side short (finding ``swa-decode-keeps-one-side``)."""
+    model = machine.swa.model
+    if machine.swa.page_size == 1 or not all(model.is_live(h) for h in handles):
+        return False
+    need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
+    return (need > len(model.full.free)) != (need > len(model.swa.free))
 
 
 def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:
