@@ -3,11 +3,15 @@
 ``reqs`` holds live request handles and ``finished`` the freed ones, from which
 the double-free rule draws.  ``prefill`` is vLLM's path for a new request in one
 rule (prefix lookup and touch, the caller's free-count check, allocation,
-caching); the single-call rules interleave the same steps in any order.  Block
-ids are folded onto the pool from small picks.  The free-count check a
-scheduler makes before allocating is answered by the model, which every step
-has just compared with the pool.  Whether a call is valid is the driver's
-decision; misuse rules sit behind ``misuse_enabled``.
+caching, and for a short request its finish); ``share`` touches cached blocks
+by id, repeats included; the single-call rules (allocate, cache, free, slide,
+evict, reset) interleave the same steps in any order.  Block ids are folded
+onto the pool from small picks.  The free-count check a scheduler makes
+before allocating is answered by the model, which every step has just compared
+with the pool.  ``target()`` rewards full pools and the moments allocation and
+the prefix cache meet (cached blocks reused, evictable blocks touched back),
+where the ordering and ref-count bugs live.  Whether a call is valid is the
+driver's decision; misuse rules sit behind ``misuse_allowed()``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class BlockPoolMachine(PoolMachine):
     reqs = Bundle("reqs")
     finished = Bundle("finished")
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.just_misused = False
+
     @initialize(config=block_pool_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
@@ -36,10 +44,6 @@ class BlockPoolMachine(PoolMachine):
     @property
     def model(self) -> BlockPoolModel:
         return cast(BlockPoolDriver, self.driver).model
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.just_misused = False
 
     def occupancy(self) -> float:
         """Share of the usable blocks in use, scaled down below four of them: a one-block pool is full

@@ -12,6 +12,10 @@ are named by id in traces; the driver hands the pool its own block objects
 ``get_new_blocks(n)`` with ``n`` above the free count is a contract breach
 (vLLM raises ``ValueError``: callers check ``get_num_free_blocks()`` first).  With
 misuse checking off the driver plays the caller and makes no call.
+
+Block pools hold no tensors: traces record ``device`` like every family's, but
+the driver does not pass it on, so a target need not take it
+(:func:`build_block_pool`, the default target, accepts and ignores it).
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ class BlockPoolDriver(Driver):
     def __init__(self, factory: Callable[..., Any], config: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(_without_device(factory), config, **kwargs)
         self.model = BlockPoolModel(int(config["num_gpu_blocks"]), bool(config.get("enable_caching", True)))
+        # How often allocation and the prefix cache met (cached blocks reused, evictable ones touched back):
+        # what the machine's target() rewards.
         self.cache_pressure = 0
-        """How often allocation and the prefix cache met: cached blocks reused, evictable blocks touched back."""
 
     # ------------------------------------------------------------ helpers
     def blocks(self, ids: Sequence[int]) -> list[Any]:
