@@ -75,7 +75,10 @@ _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
     "paged_kv": {"decode": lambda machine, args: machine.kv.page_size > 1},
     "mamba_slots": {"clear": lambda machine, args: not machine.window_open()},
     "block_pool": {"evict": lambda machine, args: not machine.evicts_a_cached_free_block(args["block_ids"])},
-    "swa_kv": {"decode": lambda machine, args: not _one_side_short(machine, args["handles"])},
+    "swa_kv": {
+        "decode": lambda machine, args: not _one_side_short(machine, args["handles"]),
+        "free": lambda machine, args: not _frees_slots_without_peers(machine, args["handle"]),
+    },
 }
 
 
@@ -86,6 +89,14 @@ def _one_side_short(machine: Any, handles: list[int]) -> bool:
         return False
     need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
     return (need > len(model.full.free)) != (need > len(model.swa.free))
+
+
+def _frees_slots_without_peers(machine: Any, handle: int) -> bool:
+    """Not a finding: at page size 1 upstream's ``free`` requires every slot to have an SWA peer (its own
+    ``swa.peer_mapped`` check, "caller wants free_full"); its scheduler frees slots that left the window
+    with ``free_full_segment``.  Our ``free`` accepts them, so the ``swa_kv`` driver issues it."""
+    model = machine.swa.model
+    return machine.swa.page_size == 1 and model.is_live(handle) and bool(model.unwindowed_pages(handle))
 
 
 def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:

@@ -294,8 +294,8 @@ def load_rust_tree_core() -> RustTreeCoreBindings:
         spec = importlib.util.spec_from_file_location(_RUST_MODULE, path)
         if spec is None or spec.loader is None:
             raise UpstreamUnavailableError(f"cannot build an import spec for {path}")
-        module = importlib.util.module_from_spec(spec)
-        try:
+        try:  # an extension is dlopen()ed by module_from_spec: unresolved torch symbols fail there
+            module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         except (ImportError, OSError) as exc:
             raise UpstreamUnavailableError(
