@@ -325,6 +325,9 @@ class BlockPoolDriver(Driver):
               counted=count, queued=len(queue), expected=model.num_free)
         check(set(queue) == set(model.queue), "conservation", "the free queue holds other blocks than the model",
               missing=sorted(set(model.queue) - set(queue)), extra=sorted(set(queue) - set(model.queue)))
+        usage, expected_usage = pool.get_usage(), (1.0 - model.num_free / model.usable if model.usable else 0.0)
+        check(abs(usage - expected_usage) < 1e-9, "conservation",
+              "get_usage() is not the share of usable blocks in use", usage=usage, expected=expected_usage)
         refs = list(pool.ref_counts())
         wrong = {b: (refs[b], model.ref[b]) for b in range(1, model.num_gpu_blocks) if refs[b] != model.ref[b]}
         check(not wrong, "ref-count", "ref_cnt differs from the references handed out (actual, expected)", blocks=wrong)
