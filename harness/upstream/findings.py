@@ -62,9 +62,9 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
     ),
     KnownFinding(
         "rust-fifo-split-keeps-creation", "prefix_cache", ("evict-spares-locked",),
-        "The Rust TreeCore's FIFO/FILO order a node split off by a match or insert by the original node's "
-        "creation, the Python RadixCache (and our model) by the split's time: after a split the two upstream "
-        "caches evict different leaves",
+        "FIFO/FILO age the prefix a match or insert splits off: the Rust TreeCore (like upstream's Python "
+        "UnifiedTreeCore) gives it the original node's creation, the legacy Python RadixCache (and our pool and "
+        "model) the split's time, so the default UnifiedRadixCache and RadixCache evict different leaves",
     ),
 )
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
