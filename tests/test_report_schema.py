@@ -1,0 +1,96 @@
+"""``docs/report.schema.json`` describes the report a real ``fuzz`` run writes, field for field.
+
+One short real run (a planted leak next to a healthy target, with coverage, so
+failures, series and coverage are all filled in) must validate; the schema's
+objects are closed, so a field the runner adds without documenting it fails
+here.  Crash records come from the runner's own :class:`CrashRecord`, since
+crashing a worker would cost this file seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import cli
+from harness.fuzz.report import REPORT_SCHEMA, CrashRecord
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO / "docs" / "report.schema.json"
+LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
+
+
+@pytest.fixture(scope="module")
+def validator() -> Any:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("report")
+    report = tmp / "report.json"
+    code = cli.main(["fuzz", "--database", str(tmp / "db"), "--corpus", str(tmp / "corpus"), "--report", str(report),
+                     "--seed", "7", "--seconds", "3", "--workers", "1", "--steps", "20", "--coverage",
+                     "--series-every", "1", "--target", LEAKY, "--target", "decode_req_to_token"])
+    assert code == 1
+    data: dict[str, Any] = json.loads(report.read_text())
+    return data
+
+
+def errors(validator: Any, report: dict[str, Any]) -> list[str]:
+    return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(report)]
+
+
+def test_a_real_runs_report_matches_the_schema_with_every_section_filled(
+    validator: Any, real_report: dict[str, Any]
+) -> None:
+    assert errors(validator, real_report) == []
+    assert real_report["schema"] == REPORT_SCHEMA == validator.schema["properties"]["schema"]["const"]
+    leaky = next(t for t in real_report["targets"] if t["target"] == LEAKY)
+    assert leaky["failures"] and leaky["failures"][0]["replay"]  # failures were checked, not an empty list
+    assert all(len(t["series"]) >= 2 and t["coverage"] is not None for t in real_report["targets"])
+    assert real_report["coverage"]["files"]
+
+
+def test_crash_records_as_the_runner_writes_them_match_the_schema(
+    validator: Any, real_report: dict[str, Any]
+) -> None:
+    report = copy.deepcopy(real_report)
+    crash = CrashRecord(worker="w0", target=LEAKY, round=3, seed=12345, exit_code=-11, reason="killed by SIGSEGV",
+                        log="report.logs/w0.log", log_tail="Fatal Python error: Segmentation fault").to_json()
+    before_first_round = {**crash, "target": None, "round": None, "seed": None}
+    report["crashes"] = [crash, before_first_round]
+    report["targets"][0]["crashes"] = [crash]
+    assert errors(validator, report) == []
+
+
+@pytest.mark.parametrize("change", ["an undocumented field", "a missing field", "a wrong type"])
+def test_the_schema_rejects_a_report_that_drifts_from_it(
+    validator: Any, real_report: dict[str, Any], change: str
+) -> None:
+    report = copy.deepcopy(real_report)
+    sample = report["targets"][0]["series"][-1]
+    if change == "an undocumented field":
+        sample["memory_mb"] = 12
+    elif change == "a missing field":
+        del report["targets"][0]["failures"][0]["replay"]
+    else:
+        report["series_interval_s"] = "1"
+    assert errors(validator, report)
+
+
+def test_every_report_field_in_the_schema_is_explained_in_the_nightly_docs(validator: Any) -> None:
+    schema = validator.schema
+    docs = (REPO / "docs" / "nightly.md").read_text()
+    fields = set(schema["properties"]) | set(schema["$defs"]["target"]["properties"])
+    fields |= set(schema["$defs"]["sample"]["properties"]) | set(schema["$defs"]["failure"]["properties"])
+    missing = sorted(name for name in fields if f"`{name}`" not in docs and f"`{name}[]`" not in docs)
+    assert missing == []
