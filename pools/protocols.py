@@ -93,6 +93,34 @@ class PagedKVAllocator(TokenKVAllocator, Protocol):
 
 
 @runtime_checkable
+class PrefixCache(Protocol):
+    """``RadixCache`` over its KV allocator (``pools.prefix_cache.build_prefix_cache``): what the
+    ``prefix_cache`` family calls, and all it calls.
+
+    Nodes are opaque handles: the harness passes ``match_prefix(...).last_node`` back to
+    ``inc_lock_ref``/``dec_lock_ref`` and reads nothing from them.  ``match_prefix`` returns an
+    object with ``indices`` (a 1-D tensor), ``last_node`` and ``prefix_len``; ``insert`` returns
+    the length already cached, whose indices are the caller's duplicates to free; the lock calls
+    return the change in ``evictable_size()``; ``evict`` returns the number of tokens freed.
+    ``allocator`` needs ``size``, ``page_size``, ``alloc``, ``free``, ``available_size`` and
+    ``clear`` (and, when present, ``get_all_free_pages``); ``sanity_check`` is optional.
+    """
+
+    allocator: Any
+    page_size: int
+
+    def match_prefix(self, key: Sequence[int]) -> Any: ...
+    def insert(self, key: Sequence[int], value: torch.Tensor) -> int: ...
+    def inc_lock_ref(self, node: Any) -> int: ...
+    def dec_lock_ref(self, node: Any) -> int: ...
+    def evict(self, num_tokens: int) -> int: ...
+    def evictable_size(self) -> int: ...
+    def protected_size(self) -> int: ...
+    def total_size(self) -> int: ...
+    def reset(self) -> None: ...
+
+
+@runtime_checkable
 class BlockPoolLike(Protocol):
     """``BlockPool`` (vLLM v1 semantics): ref-counted blocks ``1..num_gpu_blocks-1``, null block 0, a prefix cache.
 

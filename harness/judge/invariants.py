@@ -97,6 +97,40 @@ _CATALOGUE = (
         "leaks and double frees across admit/extend/decode/retract/finish (SGLang #4977, #18694)",
     ),
     Invariant(
+        "cache-accounting",
+        "A prefix cache's evictable_size() + protected_size() == total_size() == the KV indices its tree holds, "
+        "each counted once.",
+        "sizes counted from the key instead of the value after page truncation (SGLang PR #10637); a shared page "
+        "counted twice in evictable_size() (SGLang #35270)",
+    ),
+    Invariant(
+        "lock-balance",
+        "No lock count goes negative (an unlock of a path nobody holds is refused), and protected_size() is exactly "
+        "the tokens on paths some live holder locked; each lock call moves exactly the newly (un)locked tokens.",
+        "dec_lock_ref without an underflow guard: lock_ref == -1 and the node evictable under a reader "
+        "(prefix-cache reference 1.2; SGLang PR #29291, #27147)",
+    ),
+    Invariant(
+        "evict-spares-locked",
+        "evict(n) frees exactly the unlocked leaves the policy orders first (whole leaves, parents they expose "
+        "included), never a locked path or an index a live request or the tree still holds.",
+        "eviction of a locked node, freeing KV a running request still reads (SGLang #27147, PR #38045)",
+    ),
+    Invariant(
+        "match-returns-inserted",
+        "match_prefix returns the longest cached page-aligned prefix and exactly the indices inserted for it; "
+        "insert reports exactly the length already cached.",
+        "matches reusing a partial page another prefix wrote (SGLang PR #28692, #35635); a wrong cached length "
+        "freeing live KV or leaking duplicates",
+    ),
+    Invariant(
+        "kv-accounting",
+        "SGLang's leak equation: available + evictable + protected + uncached == total KV slots, where uncached sums "
+        "ceil_align(row, page) - cache_protected_len over live requests; the allocator's free set is the model's.",
+        "release paths that leak insert duplicates or free the cached part of a row (SGLang's idle leak checker, "
+        "scheduler_components/invariant_checker.py)",
+    ),
+    Invariant(
         "ref-count",
         "A block's ref_cnt never goes negative and equals the references handed out (allocations, touches) minus "
         "those released; a non-null block is in the free queue iff its ref_cnt is 0 (a touch takes it off).",

@@ -1,0 +1,90 @@
+"""Prefix-cache inputs: cache configurations and prompts that share prefixes on purpose.
+
+Prompts are cut from a few fixed stems over a three-token alphabet and given a
+short random tail, so two draws usually share a prefix and diverge somewhere:
+at a page boundary, inside a page (a split falls on the boundary below) or not
+at all (a hit).  Lengths rarely land on a page boundary, so partial pages are
+the common case.  Pools are a handful of pages, so eviction and refusals happen
+within a few requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+Config = dict[str, Any]
+
+ALPHABET = (0, 1, 2)
+MAX_PROMPT = 12
+STEMS: tuple[tuple[int, ...], ...] = (
+    (0,) * MAX_PROMPT,
+    (0, 1) * (MAX_PROMPT // 2),
+    (0, 0, 1, 1, 2, 2) * (MAX_PROMPT // 6),
+    (1, 2, 0) * (MAX_PROMPT // 3),
+)
+"""Prefixes every prompt starts from: the first shares with the second and third, the fourth with none."""
+
+PAGE_SIZES = (1, 2, 4)
+POLICIES = ("lru", "mru", "fifo", "filo")
+
+
+def prefix_cache_configs(*, page_size: int | None = None) -> SearchStrategy[Config]:
+    """Configs for ``pools.prefix_cache.build_prefix_cache``; the machine adds ``device``.
+
+    ``size`` is 8 to 48 tokens rounded up to whole pages: a few prompts fill
+    it, so eviction and refusals come early while prompts still share what they
+    cached.  ``page_size`` pins the page size.
+    """
+    sizes = st.sampled_from(PAGE_SIZES) if page_size is None else st.just(page_size)
+
+    def for_page_size(ps: int) -> SearchStrategy[Config]:
+        return st.fixed_dictionaries({
+            "size": st.integers(min_value=8, max_value=48).map(lambda tokens: -(-tokens // ps) * ps),
+            "page_size": st.just(ps),
+            "eviction_policy": st.sampled_from(POLICIES),
+        })
+
+    return sizes.flatmap(for_page_size)
+
+
+TAILS: tuple[tuple[int, ...], ...] = ((), (2,), (1,), (0,), (2, 1), (1, 0, 2), (2, 2, 0, 1))
+
+
+def _prompt_table(min_size: int) -> tuple[tuple[int, ...], ...]:
+    """Every stem cut at every length with each tail, shortest first (hypothesis shrinks toward the front)."""
+    cut = {(stem[:n] + tail)[:MAX_PROMPT] for stem in STEMS for n in range(MAX_PROMPT + 1) for tail in TAILS}
+    return tuple(sorted((p for p in cut if len(p) >= min_size), key=lambda p: (len(p), p)))
+
+
+PROMPTS = _prompt_table(1)
+"""Prompts of 1 to 12 tokens: about 300, each one draw (a composite strategy made shrinking ten times slower)."""
+PROMPTS_OR_EMPTY = ((), *PROMPTS)
+GENERATED: tuple[tuple[int, ...], ...] = ((0,), (1,), (2, 0), (0, 1, 2), (1, 1, 1, 1), ())
+
+
+def tokens() -> SearchStrategy[list[int]]:
+    """Tokens a running request generates in one step (none to four)."""
+    return st.sampled_from(GENERATED).map(list)
+
+
+def prompts(*, min_size: int = 1) -> SearchStrategy[list[int]]:
+    """A stem cut anywhere, then a short tail of free tokens: shared prefixes, divergence anywhere."""
+    return st.sampled_from(PROMPTS if min_size else PROMPTS_OR_EMPTY).map(list)
+
+
+HANDLE_ACTIONS = ("extend", "checkpoint", "finish", "abort")
+"""What a step does to a live request: generate tokens, cache what it has, release it cached or not."""
+
+
+def picks() -> SearchStrategy[int]:
+    """Which holder a step names: an index into the eligible handles (taken modulo their count)."""
+    return st.integers(min_value=0, max_value=15)
+
+
+def evict_counts() -> SearchStrategy[int]:
+    """Tokens to evict: a leaf or two most often, sometimes everything, rarely -1 (misuse; skipped when
+    misuse is off)."""
+    return st.sampled_from((1, 2, 4, 0, 3, 8, 64, -1))
