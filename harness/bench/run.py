@@ -24,6 +24,7 @@ from harness.bench.baselines import (
     extend_inputs,
     extend_per_request_torch,
 )
+from harness.bench.prefix_cache import bench_prefix_cache
 from harness.bench.timing import (
     Budget,
     Section,
@@ -308,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = perf_counter()
     sections = []
     for run in (lambda: bench_rows(budget), lambda: bench_extend(budget, args.quick), lambda: bench_mamba(budget),
-                lambda: bench_harness(budget, args.quick), lambda: bench_cuda(args.quick)):
+                lambda: bench_harness(budget, args.quick), lambda: bench_prefix_cache(budget, args.quick),
+                lambda: bench_cuda(args.quick)):
         section = run()
         sections.append(section)
         print(to_text(section), end="\n\n", flush=True)

@@ -54,7 +54,7 @@ class CallRecorder:
                     setattr(obj, name, self._wrap(path, name, getattr(obj, name)))
                 except (AttributeError, TypeError):
                     return  # frozen or slotted: not ours to wrap
-        for name, value in vars(obj).items():
+        for name, value in getattr(obj, "__dict__", {}).items():  # slotted objects (tree nodes) have none
             if type(value).__module__.startswith("pools.") and not isinstance(value, Req):
                 self.attach(value, (*path, name))
 
