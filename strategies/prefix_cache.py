@@ -53,14 +53,14 @@ def prefix_cache_configs(*, page_size: int | None = None) -> SearchStrategy[Conf
 TAILS: tuple[tuple[int, ...], ...] = ((), (2,), (1,), (0,), (2, 1), (1, 0, 2), (2, 2, 0, 1))
 
 
-def _prompt_table(min_size: int) -> tuple[tuple[int, ...], ...]:
+def _prompt_table() -> tuple[tuple[int, ...], ...]:
     """Every stem cut at every length with each tail, shortest first (hypothesis shrinks toward the front)."""
     cut = {(stem[:n] + tail)[:MAX_PROMPT] for stem in STEMS for n in range(MAX_PROMPT + 1) for tail in TAILS}
-    return tuple(sorted((p for p in cut if len(p) >= min_size), key=lambda p: (len(p), p)))
+    return tuple(sorted((p for p in cut if p), key=lambda p: (len(p), p)))
 
 
-PROMPTS = _prompt_table(1)
-"""Prompts of 1 to 12 tokens: about 300, each one draw (a composite strategy made shrinking ten times slower)."""
+PROMPTS = _prompt_table()
+"""Prompts of 1 to 12 tokens: 225 of them, each one draw (a composite strategy made shrinking ten times slower)."""
 PROMPTS_OR_EMPTY = ((), *PROMPTS)
 GENERATED: tuple[tuple[int, ...], ...] = ((0,), (1,), (2, 0), (0, 1, 2), (1, 1, 1, 1), ())
 
@@ -70,9 +70,10 @@ def tokens() -> SearchStrategy[list[int]]:
     return st.sampled_from(GENERATED).map(list)
 
 
-def prompts(*, min_size: int = 1) -> SearchStrategy[list[int]]:
-    """A stem cut anywhere, then a short tail of free tokens: shared prefixes, divergence anywhere."""
-    return st.sampled_from(PROMPTS if min_size else PROMPTS_OR_EMPTY).map(list)
+def prompts(*, empty: bool = False) -> SearchStrategy[list[int]]:
+    """A stem cut anywhere, then a short tail of free tokens: shared prefixes, divergence anywhere.
+    ``empty`` lets the empty prompt in (a lock or match of nothing is the root)."""
+    return st.sampled_from(PROMPTS_OR_EMPTY if empty else PROMPTS).map(list)
 
 
 HANDLE_ACTIONS = ("extend", "checkpoint", "finish", "abort")

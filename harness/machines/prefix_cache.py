@@ -98,7 +98,7 @@ class PrefixCacheMachine(PoolMachine):
         else:
             self.do("finish", handle=handle, cache=action == "finish")
 
-    @rule(prompt=prompts(min_size=0))
+    @rule(prompt=prompts(empty=True))
     def lock(self, prompt: list[int]) -> None:
         """Lock a prefix for a waiting request; at :data:`MAX_LOCKS` bare locks the oldest is dropped first."""
         locks = self.cache.handles(request=False)
@@ -111,11 +111,11 @@ class PrefixCacheMachine(PoolMachine):
     def unlock(self, which: int) -> None:
         self.do("unlock", handle=self.pick(which, request=False))
 
-    @rule(prompt=prompts(min_size=0))
+    @rule(prompt=prompts(empty=True))
     def insert(self, prompt: list[int]) -> None:
         self.do("insert", prompt=prompt)
 
-    @rule(prompt=prompts(min_size=0))
+    @rule(prompt=prompts(empty=True))
     def match(self, prompt: list[int]) -> None:
         self.do("match", prompt=prompt)
 
