@@ -117,7 +117,9 @@ class TreeCoreOver:
         return UpstreamMatch(self.path_indices(node), node, int(result.device_prefix_len))
 
     def _insert(self, tokens: list[int], value: torch.Tensor, prev_prefix_len: int) -> Any:
-        result = self.core.insert(self.rust.insert_params(tokens, value, prev_prefix_len=prev_prefix_len))
+        """``prev_prefix_len`` doubles as ``inserted_len`` (hit counts), as the Python wrapper's request does."""
+        params = self.rust.insert_params(tokens, value, prev_prefix_len=prev_prefix_len, inserted_len=prev_prefix_len)
+        result = self.core.insert(params)
         frees = freed_by_actions(result.cache_actions)
         self.last_insert_frees = [int(i) for t in frees for i in t.tolist()]
         return result, frees
