@@ -121,6 +121,70 @@ class PrefixCache(Protocol):
 
 
 @runtime_checkable
+class KVSideView(Protocol):
+    """What the harness reads of one side of a hybrid KV pool: its free pages and their count."""
+
+    def available_size(self) -> int: ...
+    def get_all_free_pages(self) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class SWAKVAllocator(Protocol):
+    """``SWATokenToKVPoolAllocator`` (and ``PureSWATokenToKVPoolAllocator``): full and SWA KV in step.
+
+    Every index passed or returned is a *full* index; ``full_to_swa_index_mapping[f]`` is the
+    SWA slot of full slot ``f`` (0 without a peer, ``-1`` in the trailing entry).  The sides are
+    read only through :class:`KVSideView`.  Constructor: ``(size, size_swa, page_size, device,
+    need_sort, kernel, check_layout)`` (the pure variant: ``(size_swa, page_size, device, need_sort)``).
+    """
+
+    page_size: int
+    full_to_swa_index_mapping: torch.Tensor
+
+    @property
+    def full_attn_allocator(self) -> KVSideView: ...
+    @property
+    def swa_attn_allocator(self) -> KVSideView: ...
+
+    def available_size(self) -> int: ...
+    def full_available_size(self) -> int: ...
+    def swa_available_size(self) -> int: ...
+    def alloc(self, need_size: int) -> torch.Tensor | None: ...
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+    ) -> torch.Tensor | None: ...
+
+    def alloc_extend_swa_tail(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        swa_tail_len: int,
+    ) -> torch.Tensor | None: ...
+
+    def alloc_decode(
+        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+    ) -> torch.Tensor | None: ...
+
+    def free(self, free_index: torch.Tensor) -> None: ...
+    def free_swa(self, free_index: torch.Tensor) -> None: ...
+    def free_full(self, free_index: torch.Tensor) -> None: ...
+    def free_group_begin(self) -> None: ...
+    def free_group_end(self) -> None: ...
+    def clear(self) -> None: ...
+
+
+@runtime_checkable
 class BlockPoolLike(Protocol):
     """``BlockPool`` (vLLM v1 semantics): ref-counted blocks ``1..num_gpu_blocks-1``, null block 0, a prefix cache.
 

@@ -131,6 +131,15 @@ _CATALOGUE = (
         "scheduler_components/invariant_checker.py)",
     ),
     Invariant(
+        "swa-mapping",
+        "full_to_swa_index_mapping: a live full slot maps to its own live SWA slot while its token is in the window "
+        "and to 0 once it left it (or was allocated outside an SWA tail); a free or pending full slot maps to 0; no "
+        "SWA slot is mapped twice; a full page's peers lie in one SWA page at the same offsets; the trailing -1 stays.",
+        "stale entries freeing SWA pages twice or freeing a live one: non-tail slots of alloc_extend_swa_tail not "
+        "zeroed (SGLang #25805), a paged free unmapping only the named tokens (#27779), a tombstone's stale entry "
+        "(PR #27586)",
+    ),
+    Invariant(
         "ref-count",
         "A block's ref_cnt never goes negative and equals the references handed out (allocations, touches) minus "
         "those released; a non-null block is in the free queue iff its ref_cnt is 0 (a touch takes it off).",

@@ -1,0 +1,600 @@
+"""Driver for the ``swa_kv`` family: ``SWATokenToKVPoolAllocator`` on both page regimes.
+
+Handles name requests (one per new request of an ``extend`` or ``tail``, one per page-size-1
+``alloc``), issued in order as in :mod:`harness.judge.drivers.kv`.  At page size 1 the
+scheduler grows requests with ``alloc`` (``alloc_token_slots``), so ``extend`` and
+``decode`` call ``alloc(n)`` there and share every check with the paged calls; the paged
+calls at page size 1 and ``alloc`` above it are wrong-regime misuse.
+
+What the driver reads, and nothing else (``pools.protocols.SWAKVAllocator``): the returned
+full slots, ``full_to_swa_index_mapping`` (the new tokens' SWA slots, the freed pages'
+entries, the whole table in the audit), and each side's ``get_all_free_pages()`` and
+available sizes.  Each call is judged on both sides: the fresh full pages and fresh SWA
+pages must have been free on their side, pair page for page at the same offsets, and be
+exactly what left each side's free pages (``conservation``, per side).
+
+Valid-only calls with misuse off (upstream SGLang does not validate): a request whose last
+token left the window is continued only by an SWA tail; ``free_swa`` names pages that still
+have peers and ``free_full`` pages that have none.  The misuse probes (double, foreign and
+padding frees on all three free calls, out-of-window continuations, impossible tails, wrong
+regimes, group nesting) run only with ``check_misuse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.kv import TokenKVDriver
+from harness.judge.drivers.kv import ints as _ints
+from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
+from harness.judge.models.kv import KVModel
+from harness.judge.models.swa import Side, SWAModel
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
+
+FREE_CALLS = ("free", "free_swa", "free_full")
+SideState = tuple[tuple[int, ...], int, tuple[int, ...], int]
+"""``(full free pages, full_available_size(), SWA free pages, swa_available_size())``."""
+
+
+def _skipped() -> Any:
+    """:data:`SKIPPED`, typed for operations declared to return something else."""
+    return SKIPPED
+
+
+def _reject(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...],
+            what: str) -> Any:
+    """Issue misuse only while misuse checking is on (upstream does not validate)."""
+    if not driver.check_misuse:
+        return SKIPPED
+    driver.expect_rejected(call, error, what)
+    return None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One request's share of an allocating call: positions ``pre..seq``, SWA peers from ``window_from``."""
+
+    handle: int | None
+    pre: int
+    seq: int
+    last_loc: int
+    swa_last_loc: int
+    window_from: int
+
+
+class SWAKVDriver(Driver):
+    family = "swa_kv"
+
+    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(factory, config, **kwargs)
+        ps = self.page_size = int(config["page_size"])
+        self.model = SWAModel(int(config["size"]) // ps, int(config["size_swa"]) // ps, ps)
+        layout = config.get("check_layout")
+        self.layout_checked = torch.device(config["device"]).type == "cpu" if layout is None else bool(layout)
+
+    # ------------------------------------------------------------ helpers
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
+
+    def _peers(self, slots: list[int]) -> list[int]:
+        return _ints(self.pool.full_to_swa_index_mapping[self._tensor(slots)]) if slots else []
+
+    def _sides(self) -> SideState:
+        full, swa = self.pool.full_attn_allocator, self.pool.swa_attn_allocator
+        return (tuple(_ints(full.get_all_free_pages())), int(self.pool.full_available_size()),
+                tuple(_ints(swa.get_all_free_pages())), int(self.pool.swa_available_size()))
+
+    def _set_state(self) -> Hashable:
+        """The pool as a refusal must leave it; a merge of staged pages may reorder the free lists."""
+        full, full_avail, swa, swa_avail = self._sides()
+        return frozenset(full), full_avail, frozenset(swa), swa_avail, tuple(_ints(self.pool.full_to_swa_index_mapping))
+
+    def observe(self) -> Hashable:
+        return self._sides(), int(self.pool.available_size()), tuple(_ints(self.pool.full_to_swa_index_mapping))
+
+    def _sparse(self, slots: list[int]) -> list[int]:
+        """One token per page: a free must release (and unmap) the whole page (SGLang #27779)."""
+        return [s for i, s in enumerate(slots) if i == 0 or s // self.page_size != slots[i - 1] // self.page_size]
+
+    def _reject(self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str) -> Any:
+        return _reject(self, call, error, what)
+
+    # -------------------------------------------------------- allocations
+    def _grants(self, batch: list[list[int | None]]) -> list[Grant] | None:
+        """``[[handle or None, extend_len], ...]`` as grants; ``None`` for a batch no caller can send."""
+        named = [int(h) for h, _ in batch if h is not None]
+        if len(set(named)) != len(named) or not all(self.model.is_live(h) for h in named):
+            return None
+        grants = []
+        for h, extend_len in batch:
+            slots = self.model.slots[int(h)] if h is not None else []
+            last = slots[-1] if slots else -1
+            swa_last = self.model.swa_slot(last) if slots else -1
+            pre = len(slots)
+            grants.append(Grant(None if h is None else int(h), pre, pre + int(extend_len or 0), last, swa_last, pre))
+        return grants
+
+    def _allocate(self, what: str, grants: list[Grant], call: Callable[[], Any], need_full: int,
+                  need_swa: int) -> list[int]:
+        """Run an allocating call the model calls valid; returns the handles of the new requests."""
+        model = self.model
+        if model.pages_short(need_full, need_swa):
+            side = "full" if need_full > len(model.full.free) else "SWA"
+            self.expect_refused(call, f"{what} needing {need_full} full and {need_swa} SWA pages", state=self._set_state,
+                                crash_id="empty-pool-guard", full_free=len(model.full.free), swa_free=len(model.swa.free))
+            self.event(f"allocation refused: {side} side short")
+            return []
+        before = self._sides()
+        crash = "valid-call-accepted" if need_full or need_swa else "empty-pool-guard"
+        result = self.expect_accepted(call, what, crash_id=crash)
+        check(result is not None, "empty-pool-guard", f"{what} refused with {len(model.full.free)} full and "
+              f"{len(model.swa.free)} SWA pages free", need_full=need_full, need_swa=need_swa)
+        slots = _ints(result)
+        total = sum(g.seq - g.pre for g in grants)
+        check(len(slots) == total, "page-layout", f"{what} returned {len(slots)} slots for {total} tokens", slots=slots)
+        peers = self._peers(slots)
+        self._check_handed_out(slots, model.full_slots_end, "full", what)
+        self._check_handed_out([s for s in peers if s], model.swa_slots_end, "SWA", what)
+        taken: list[tuple[Grant, list[int], list[int], dict[int, int], list[int]]] = []
+        start = 0
+        for g in grants:
+            stop = start + g.seq - g.pre
+            taken.append((g, slots[start:stop], *self._judge_grant(g, slots[start:stop], peers[start:stop], what)))
+            start = stop
+        fresh_full = [p for _, _, pages, _, _ in taken for p in pages]
+        fresh_swa = [p for _, _, _, pairs, _ in taken for p in pairs.values()]
+        check(len(fresh_full) == need_full and len(fresh_swa) == need_swa, "page-layout",
+              f"{what} took the wrong number of fresh pages", full=fresh_full, swa=fresh_swa,
+              need_full=need_full, need_swa=need_swa)
+        self._check_taken(before, fresh_full, fresh_swa, what)
+        new_handles = []
+        for g, mine, pages, pairs, mapped in taken:
+            handle = g.handle
+            if handle is None:
+                handle = model.new_handle()
+                new_handles.append(handle)
+            model.take(handle, mine, pages, pairs, mapped)
+        if need_full and not model.full.free:
+            self.event("full side exactly full")
+        if need_swa and not model.swa.free:
+            self.event("SWA side exactly full")
+        return new_handles
+
+    def _check_handed_out(self, slots: list[int], end: int, side: str, what: str) -> None:
+        ps = self.page_size
+        for slot in slots:
+            check(not 0 <= slot < ps, "reserved-never-handed-out", f"{what} handed out {side} slot {slot} of page 0")
+            check(0 <= slot < end, "in-bounds", f"{what} handed out {side} slot {slot}", slots_end=end)
+        check_unique(slots, "no-double-allocation", f"{side} slots of {what}")
+
+    def _judge_grant(self, g: Grant, mine: list[int], peers: list[int],
+                     what: str) -> tuple[list[int], dict[int, int], list[int]]:
+        """Check one request's slots and their SWA peers; returns its fresh full pages, their SWA pages, its mapped slots."""
+        ps, model = self.page_size, self.model
+        check_slot_layout(mine, prefix=g.pre, last_loc=g.last_loc, page_size=ps, what=what, side="full")
+        first_new = -(-g.pre // ps) * ps
+        for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
+            if pos < g.window_from:
+                check(peer == 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) is outside the SWA tail "
+                      f"but maps to SWA slot {peer}", window_from=g.window_from)
+            else:
+                check(peer > 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) has no SWA peer", peer=peer)
+        windowed = [(pos, slot, peer) for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers) if pos >= g.window_from]
+        check_slot_layout([peer for _, _, peer in windowed], prefix=max(g.pre, g.window_from),
+                          last_loc=g.swa_last_loc, page_size=ps, what=what, side="SWA")
+        pages: dict[int, int] = {}
+        pairs: dict[int, int] = {}
+        for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
+            if pos < first_new:
+                continue
+            page = pages.setdefault(pos // ps, slot // ps)
+            check(slot // ps == page, "page-layout", f"{what}: position {pos} left its full page {page}", slot=slot)
+            if pos >= g.window_from:
+                swa_page = pairs.setdefault(page, peer // ps)
+                check(peer // ps == swa_page, "swa-mapping", f"{what}: full page {page} maps into two SWA pages",
+                      pages=sorted({swa_page, peer // ps}))
+        self._check_free_on(model.full, list(pages.values()), "full", what)
+        self._check_free_on(model.swa, list(pairs.values()), "SWA", what)
+        return list(pages.values()), pairs, [slot for _, slot, _ in windowed]
+
+    def _check_free_on(self, side: Side, pages: list[int], name: str, what: str) -> None:
+        check_unique(pages, "no-double-allocation", f"fresh {name} pages of {what}")
+        for page in pages:
+            check(page in side.free, "no-double-allocation", f"{what} took {name} page {page}, which is "
+                  f"{side.state(page)}")
+
+    def _check_taken(self, before: SideState, full_pages: list[int], swa_pages: list[int], what: str) -> None:
+        """Per side: exactly the fresh pages left the free pages, and the available size fell by them."""
+        self._check_side_change(before, self._sides(), -1, full_pages, swa_pages, "conservation", what)
+
+    def _check_side_change(self, before: SideState, after: SideState, sign: int, full_pages: list[int],
+                           swa_pages: list[int], invariant: str, what: str) -> None:
+        ps = self.page_size
+        for name, pages, old, old_avail, new, new_avail in (
+            ("full", full_pages, before[0], before[1], after[0], after[1]),
+            ("SWA", swa_pages, before[2], before[3], after[2], after[3]),
+        ):
+            expected = set(old) | set(pages) if sign > 0 else set(old) - set(pages)
+            check_unique(list(new), "no-double-allocation", f"{name} free pages after {what}")
+            check(set(new) == expected, invariant, f"{what} left the {name} side's free pages wrong", side=name,
+                  missing=sorted(expected - set(new)), extra=sorted(set(new) - expected))
+            check(new_avail == old_avail + sign * len(pages) * ps, invariant, f"{what} changed the {name} side's "
+                  "available size by the wrong amount", side=name, before=old_avail, after=new_avail,
+                  pages=sorted(pages))
+
+    # --------------------------------------------------------- operations
+    @operation
+    def alloc(self, need_size: int) -> int | None:
+        """Page size 1: a new request of ``need_size`` tokens, each with an SWA peer."""
+        what = f"alloc({need_size})"
+        if self.page_size != 1 or need_size < 0:
+            return self._reject(lambda: self.pool.alloc(need_size), BadSizeError, what)
+        made = self._allocate(what, [Grant(None, 0, need_size, -1, -1, 0)], lambda: self.pool.alloc(need_size),
+                              need_size, need_size)
+        return made[0] if made else None
+
+    @operation
+    def extend(self, batch: list[list[int | None]]) -> list[int]:
+        """``alloc_extend`` (``alloc`` at page size 1) for ``[[handle or None, extend_len], ...]``; returns new handles."""
+        grants = self._grants(batch)
+        if grants is None or any(g.seq < g.pre for g in grants):
+            return _skipped()
+        pres, seqs, lasts = [g.pre for g in grants], [g.seq for g in grants], [g.last_loc for g in grants]
+        total = sum(seqs) - sum(pres)
+        if self.page_size == 1:
+            return self._allocate(f"alloc({total}) for extend {batch}", grants, lambda: self.pool.alloc(total), total, total)
+        what = f"alloc_extend(prefix={pres}, seq={seqs}, last_loc={lasts})"
+        pre_cpu, seq_cpu = torch.tensor(pres, dtype=torch.int64), torch.tensor(seqs, dtype=torch.int64)
+
+        def call() -> Any:
+            return self.pool.alloc_extend(self._tensor(pres), pre_cpu, self._tensor(seqs), seq_cpu, self._tensor(lasts),
+                                          total)
+
+        need = sum(self.model.extend_pages_needed(g.pre, g.seq) for g in grants)
+        return self._paged(what, grants, call, need, need)
+
+    @operation
+    def decode(self, handles: list[int]) -> None:
+        """One decode step for each request (``alloc_decode``; ``alloc`` at page size 1)."""
+        grants = self._grants([[h, 1] for h in handles])
+        if not handles or grants is None:
+            return _skipped()
+        if self.page_size == 1:
+            self._allocate(f"alloc({len(handles)}) for decode {handles}", grants,
+                           lambda: self.pool.alloc(len(handles)), len(handles), len(handles))
+            return None
+        seqs, lasts = [g.seq for g in grants], [g.last_loc for g in grants]
+        seq_cpu = torch.tensor(seqs, dtype=torch.int64)
+
+        def call() -> Any:
+            return self.pool.alloc_decode(self._tensor(seqs), seq_cpu, self._tensor(lasts))
+
+        need = sum(self.model.decode_pages_needed(s) for s in seqs)
+        self._paged(f"alloc_decode(seq={seqs}, last_loc={lasts})", grants, call, need, need)
+        return None
+
+    def _paged(self, what: str, grants: list[Grant], call: Callable[[], Any], need_full: int, need_swa: int) -> Any:
+        """A paged extend or decode; a request whose last token left the window cannot be continued."""
+        stale = [g.handle for g in grants if g.handle is not None and not self.model.last_in_window(g.handle)]
+        if stale and (not self.layout_checked or not self.check_misuse):
+            return _skipped()  # unchecked, the SWA side would continue from slot 0: no caller may send it
+        if stale and not self.model.pages_short(need_full, need_swa):  # a short pool refuses before looking
+            return self._reject(call, BadBatchError, f"{what} continuing requests {stale} outside the window")
+        return self._allocate(what, grants, call, need_full, need_swa)
+
+    @operation
+    def tail(self, handle: int | None, extend_len: int, swa_tail_len: int) -> int | None:
+        """``alloc_extend_swa_tail`` for one request: full KV for the extend, SWA KV for its last ``swa_tail_len`` tokens."""
+        grants = self._grants([[handle, extend_len]])
+        if grants is None or extend_len < 0:
+            return _skipped()
+        g = grants[0]
+        what = f"alloc_extend_swa_tail(prefix={g.pre}, seq={g.seq}, last_loc={g.last_loc}, swa_tail_len={swa_tail_len})"
+        pre_cpu, seq_cpu = torch.tensor([g.pre], dtype=torch.int64), torch.tensor([g.seq], dtype=torch.int64)
+
+        def call() -> Any:
+            return self.pool.alloc_extend_swa_tail(self._tensor([g.pre]), pre_cpu, self._tensor([g.seq]), seq_cpu,
+                                                   self._tensor([g.last_loc]), extend_len, swa_tail_len)
+
+        if self.page_size == 1 or not 0 <= swa_tail_len <= extend_len or not self.model.tail_aligned(g.seq, swa_tail_len):
+            return self._reject(call, BadSizeError, what)
+        tail_grant = Grant(g.handle, g.pre, g.seq, g.last_loc, -1, g.seq - swa_tail_len)
+        made = self._allocate(what, [tail_grant], call, self.model.extend_pages_needed(g.pre, g.seq),
+                              self.model.tail_pages_needed(swa_tail_len))
+        if swa_tail_len < extend_len:
+            self.event("SWA tail shorter than the extend")
+        return made[0] if made else None
+
+    # --------------------------------------------------------------- frees
+    def _release(self, what: str, name: str, sent: list[int],
+                 apply: Callable[[], tuple[list[int], list[int]]], unmapped: list[int]) -> None:
+        """Run a valid free of ``sent``; ``apply`` updates the model and returns the (full, SWA) pages released.
+
+        The caller's tensor is zeroed afterwards, as a caller reusing its buffer would
+        (SGLang #34067): the pool must have taken the values, and the SWA peers, at the call.
+        """
+        before = self._sides()
+        indices = self._tensor(sent)
+        self.expect_accepted(lambda: getattr(self.pool, name)(indices), what)
+        indices.zero_()
+        full_pages, swa_pages = apply()
+        entries = self._peers(self.model.page_slots(unmapped))
+        stale = {s: e for s, e in zip(self.model.page_slots(unmapped), entries) if e}
+        check(not stale, "swa-mapping", f"{what} left entries of the pages it unmapped", entries=stale)
+        if self.model.group_open:
+            check(self._sides() == before, "group-window", f"{what} inside a free group released pages early")
+            self.event(f"{name} deferred by a free group")
+            return
+        self._check_side_change(before, self._sides(), +1, full_pages, swa_pages, "conservation", what)
+
+    @operation
+    def free(self, handle: int, sparse: bool = False) -> None:
+        """Free a whole request (``sparse``: one token per page), its tokens out of the window included."""
+        if not self.model.is_live(handle):
+            return _skipped()
+        slots = self.model.slots[handle]
+        if self.model.unwindowed_pages(handle) and self.model.windowed_pages(handle):
+            self.event("free of a request partly out of the window")
+        pages = self.model.pages_of(slots)
+        self._release(f"free(handle {handle})", "free", self._sparse(slots) if sparse else list(slots),
+                      lambda: self.model.release_full(handle), pages)
+        return None
+
+    @operation
+    def free_swa(self, handle: int, pages: int = 1, sparse: bool = False) -> None:
+        """The window slides: release the SWA peers of the request's oldest ``pages`` pages that still have them."""
+        if not self.model.is_live(handle) or not self.model.windowed_pages(handle):
+            return _skipped()
+        chosen = self.model.windowed_pages(handle)[: max(1, pages)]
+        slots = [s for s in self.model.slots[handle] if s // self.page_size in set(chosen)]
+        if chosen == self.model.windowed_pages(handle):
+            self.event("free_swa of a request's last SWA page")
+        self._release(f"free_swa(handle {handle}, pages {chosen})", "free_swa",
+                      self._sparse(slots) if sparse else slots, lambda: ([], self.model.release_window(chosen)), chosen)
+        return None
+
+    @operation
+    def free_full(self, handle: int) -> None:
+        """Free a request none of whose pages has an SWA peer left; with peers it is misuse (``free`` is the call)."""
+        if not self.model.is_live(handle):
+            return _skipped()
+        slots = list(self.model.slots[handle])
+        what = f"free_full(handle {handle})"
+        if self.model.windowed_pages(handle):
+            return self._reject(lambda: self.pool.free_full(self._tensor(slots)), BadBatchError, what)
+        self.event("free_full of a request wholly out of the window")
+        self._release(what, "free_full", slots, lambda: self.model.release_full(handle), [])
+        return None
+
+    @operation
+    def free_again(self, handle: int, call: str = "free") -> None:
+        """Free, ``free_swa`` or ``free_full`` again every slot ``handle`` released: a double free."""
+        released = self.model.released.get(handle, [])
+        if not released or call not in FREE_CALLS or any(
+                self.model.full.state(p) == "live" for p in self.model.pages_of(released)):
+            return _skipped()  # a page handed out anew: no pool can tell
+        return self._reject(lambda: getattr(self.pool, call)(self._tensor(released)), DoubleFreeError,
+                            f"{call} again of handle {handle}'s released slots")
+
+    @operation
+    def free_swa_again(self, handle: int) -> None:
+        """``free_swa`` of a live request's pages that have no SWA peer (left the window, or outside a tail)."""
+        if not self.model.is_live(handle) or not self.model.unwindowed_pages(handle):
+            return _skipped()
+        gone = set(self.model.unwindowed_pages(handle))
+        slots = [s for s in self.model.slots[handle] if s // self.page_size in gone]
+        return self._reject(lambda: self.pool.free_swa(self._tensor(slots)), DoubleFreeError,
+                            f"free_swa of handle {handle}'s pages without SWA peers {sorted(gone)}")
+
+    @operation
+    def free_indices(self, indices: list[int], call: str = "free") -> None:
+        """Raw full indices through ``call``; only misuse is issued (foreign, padding, not live, wrong side state)."""
+        if call not in FREE_CALLS:
+            return _skipped()
+        release = getattr(self.pool, call)
+        if not indices:
+            before = self.observe()
+            self.expect_accepted(lambda: release(self._tensor([])), f"{call} of an empty tensor")
+            check(self.observe() == before, "conservation", f"{call} of an empty tensor changed the pool")
+            return None
+        errors = self._free_errors(indices, call)
+        if not errors:
+            return _skipped()  # live pages in the right state: free/free_swa/free_full of a handle is the call
+        return self._reject(lambda: release(self._tensor(indices)), errors, f"{call}({indices})")
+
+    def _free_errors(self, indices: list[int], call: str) -> tuple[type[PoolError], ...]:
+        ps, end, model = self.page_size, self.model.full_slots_end, self.model
+        errors: list[type[PoolError]] = []
+        if any(i < 0 or i >= end for i in indices):
+            errors.append(ForeignIndexError)
+        if any(0 <= i < ps for i in indices):
+            errors.append(ReservedIndexError)
+        pages = [i // ps for i in indices if ps <= i < end]
+        live = [p for p in pages if model.full.state(p) == "live"]
+        if len(live) < len(pages) or (ps == 1 and len(set(indices)) != len(indices)):
+            errors.append(DoubleFreeError)
+        if call == "free_swa" and any(p not in model.peer for p in live):
+            errors.append(DoubleFreeError)
+        if call == "free_full" and any(p in model.peer for p in live):
+            errors.append(BadBatchError)
+        return tuple(dict.fromkeys(errors))
+
+    # -------------------------------------------------------------- groups
+    @operation
+    def group_begin(self) -> None:
+        if self.model.group_open:
+            return self._reject(self.pool.free_group_begin, GroupStateError, "nested free_group_begin()")
+        self.expect_accepted(self.pool.free_group_begin, "free_group_begin()")
+        self.model.begin_group()
+        return None
+
+    @operation
+    def group_end(self) -> None:
+        """Close the group: exactly the pages enqueued on each side are released, now, the SWA peers as captured."""
+        if not self.model.group_open:
+            return self._reject(self.pool.free_group_end, GroupStateError, "free_group_end() without begin")
+        before = self._sides()
+        self.expect_accepted(self.pool.free_group_end, "free_group_end()", crash_id="group-window")
+        full_pages, swa_pages = self.model.end_group()
+        self._check_side_change(before, self._sides(), +1, full_pages, swa_pages, "group-window", "free_group_end()")
+        if swa_pages:
+            self.event("free group released SWA pages")
+        return None
+
+    @operation
+    def clear(self) -> None:
+        """Both sides free, every entry 0 but the trailing -1, no group open (probed by a begin/end pair)."""
+        self.expect_accepted(self.pool.clear, "clear()", crash_id="clear-restores")
+        self.model.clear()
+        full, full_avail, swa, swa_avail = self._sides()
+        for name, pages, avail, side in (("full", full, full_avail, self.model.full), ("SWA", swa, swa_avail, self.model.swa)):
+            check(sorted(pages) == list(range(1, side.num_pages + 1)), "clear-restores", f"clear() left {name} pages out",
+                  free=sorted(pages))
+            check(avail == side.num_pages * self.page_size, "clear-restores", f"{name} available size after clear()",
+                  available=avail)
+        table = _ints(self.pool.full_to_swa_index_mapping)
+        check(not any(table[:-1]) and table[-1:] == [-1], "clear-restores", "clear() left mapping entries",
+              entries={i: v for i, v in enumerate(table[:-1]) if v})
+        self.expect_accepted(self.pool.free_group_begin, "free_group_begin() after clear()", crash_id="clear-restores")
+        self.expect_accepted(self.pool.free_group_end, "free_group_end() after clear()", crash_id="clear-restores")
+        return None
+
+    # -------------------------------------------------------------- audits
+    def audit(self) -> None:
+        self.model.self_check()
+        full, full_avail, swa, swa_avail = self._sides()
+        ps = self.page_size
+        for name, pages, avail, side in (("full", full, full_avail, self.model.full), ("SWA", swa, swa_avail, self.model.swa)):
+            check_unique(list(pages), "no-double-allocation", f"the {name} side's free pages")
+            check(0 not in pages, "reserved-never-handed-out", f"page 0 is among the {name} side's free pages")
+            outside = [p for p in pages if not 1 <= p <= side.num_pages]
+            check(not outside, "in-bounds", f"{name} free pages that do not exist", pages=outside)
+            check(set(pages) == side.free, "conservation", f"the {name} side's free pages differ from the model",
+                  side=name, missing=sorted(side.free - set(pages)), extra=sorted(set(pages) - side.free))
+            check(avail == len(side.free) * ps, "conservation", f"the {name} side's available size disagrees",
+                  side=name, available=avail, expected=len(side.free) * ps)
+        available = int(self.pool.available_size())
+        check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
+              available=available, full=full_avail, swa=swa_avail)
+        self._audit_mapping()
+
+    def _audit_mapping(self) -> None:
+        """The whole table against the model: one entry per full slot of pages 0..n, and the trailing -1."""
+        model = self.model
+        table = _ints(self.pool.full_to_swa_index_mapping)
+        check(len(table) == model.full_slots_end + 1, "swa-mapping", "the mapping must have size + page_size + 1 entries",
+              entries=len(table), expected=model.full_slots_end + 1)
+        check(table[-1] == -1, "swa-mapping", "the trailing entry is no longer -1", trailing=table[-1])
+        check_unique([v for v in table[:-1] if v], "swa-mapping", "the SWA slots the mapping names")
+        wrong = {f: (v, model.swa_slot(f)) for f, v in enumerate(table[:-1]) if v != model.swa_slot(f)}
+        if not wrong:
+            return
+        slot, (actual, expected) = next(iter(wrong.items()))
+        state = model.full.state(slot // self.page_size)
+        why = (f"{state} full slot {slot} maps to SWA slot {actual}" if state != "live" else
+               f"full slot {slot} has no SWA peer (out of the window) but maps to {actual}" if not expected else
+               f"full slot {slot} maps to SWA slot {actual}, its peer is {expected}")
+        raise InvariantViolation("swa-mapping", why, entries=dict(list(wrong.items())[:8]))
+
+
+class _FreeThrough:
+    """The pool with ``free`` routed to another of its free calls, so the token driver's
+    release checks judge that call unchanged."""
+
+    def __init__(self, pool: Any, call: str) -> None:
+        self._pool, self._call = pool, call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def free(self, indices: torch.Tensor) -> None:
+        getattr(self._pool, self._call)(indices)
+
+
+class PureSWAKVDriver(TokenKVDriver):
+    """``PureSWATokenToKVPoolAllocator``: one page-size-1 pool plays both sides.
+
+    The token driver's checks, on the pool's one side, plus the SWA surface: ``free_swa``
+    is ``free``; indices <= 0 are padding and dropped silently, the rest validated
+    strictly; ``free_full`` releases nothing (there is no full-attention pool); the
+    mapping is the identity with the trailing ``-1``; both sides report one available size.
+    """
+
+    family = "pure_swa_kv"
+
+    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        Driver.__init__(self, factory, config, **kwargs)  # the token driver's own __init__ reads ``size``
+        self.page_size = 1
+        self.model = KVModel(int(config["size_swa"]), 1, need_sort=bool(config.get("need_sort", False)),
+                             head_release=False)
+
+    def _free_state(self) -> tuple[list[int], int]:
+        return _ints(self.pool.swa_attn_allocator.get_all_free_pages()), int(self.pool.available_size())
+
+    def _free_through(self, call: str, handle: int, padding: list[int]) -> Any:
+        if not self.model.is_live(handle):
+            return _skipped()
+        slots = list(self.model.slots[handle])
+        pool, self.pool = self.pool, _FreeThrough(self.pool, call)
+        try:
+            self._free_valid(handle, slots, padding[:1] + slots + padding[1:], f"{call}(handle {handle}, padding {padding})")
+        finally:
+            self.pool = pool
+        self.model.retire(handle)
+        return None
+
+    @operation
+    def free_swa(self, handle: int) -> None:
+        """``free_swa`` of a whole allocation: the same release as ``free``."""
+        return self._free_through("free_swa", handle, [])
+
+    @operation
+    def free_padded(self, handle: int) -> None:
+        """``free`` of an allocation with the padding slots 0 and -1 around it: they are dropped."""
+        return self._free_through("free", handle, [0, -1])
+
+    @operation
+    def free_full(self, handle: int) -> None:
+        """``free_full`` of a live allocation changes nothing."""
+        if not self.model.is_live(handle):
+            return _skipped()
+        before = self.observe()
+        self.expect_accepted(lambda: self.pool.free_full(self._tensor(self.model.slots[handle])), f"free_full(handle {handle})")
+        check(self.observe() == before, "conservation", "free_full changed a pure SWA pool", before=before, after=self.observe())
+        return None
+
+    @operation
+    def merge(self) -> None:
+        """Not a call of the pure pool (its allocator merges inside ``alloc``)."""
+        return _skipped()
+
+    @operation
+    def free_indices(self, indices: list[int]) -> None:
+        """Raw indices: <= 0 are dropped as padding; foreign, free and repeated ones raise, changing nothing."""
+        end, kept = self.model.capacity_slots, [i for i in indices if i > 0]
+        expected: list[type[PoolError]] = []
+        if any(i >= end for i in kept):
+            expected.append(ForeignIndexError)
+        if {self.model.page_state(i) for i in kept if i < end} & {"free", "pending"} or len(set(kept)) != len(kept):
+            expected.append(DoubleFreeError)
+        if expected:
+            return _reject(self, lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})")
+        if kept:
+            return _skipped()  # live slots: free of a handle is the call
+        before = self.observe()
+        self.expect_accepted(lambda: self.pool.free(self._tensor(indices)), f"free({indices}) of padding only")
+        check(self.observe() == before, "conservation", f"free({indices}) of padding only changed the pool")
+        return None
+
+    def audit(self) -> None:
+        super().audit()
+        table, identity = _ints(self.pool.full_to_swa_index_mapping), [*range(self.model.num_pages + 1), -1]
+        check(table == identity, "swa-mapping", "the pure SWA mapping is not the identity plus the trailing -1",
+              entries={i: v for i, (v, e) in enumerate(zip(table, identity)) if v != e}, length=len(table))
+        sizes = (int(self.pool.full_available_size()), int(self.pool.swa_available_size()), int(self.pool.available_size()))
+        check(len(set(sizes)) == 1, "conservation", "the sides of a pure SWA pool report different sizes", sizes=sizes)
