@@ -38,9 +38,10 @@ TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items
 _ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
 _VLLM_ADAPTERS = ("VllmBlockPool",)
 """vLLM wrappers: resolving one loads ``vllm`` (:mod:`harness.upstream.vllm_loader`), not SGLang."""
-_CACHE_ADAPTERS = {"RadixCache": "radix_adapters", "RustTreeCore": "rust_core_adapter",
-                   "SWAKV": "swa_adapters", "PureSWAKV": "swa_adapters"}
-"""Prefix-cache and SWA wrappers -> their module (``harness.upstream.sglang_cache`` loads upstream)."""
+_CACHE_ADAPTERS = ("RadixCache", "RustTreeCore", "SWAKV", "PureSWAKV")
+"""Prefix-cache and SWA wrappers (``harness.upstream.sglang_cache`` loads upstream)."""
+_CACHE_MODULES = {"RadixCache": "radix_adapters", "RustTreeCore": "rust_core_adapter",
+                  "SWAKV": "swa_adapters", "PureSWAKV": "swa_adapters"}
 
 __all__ = [
     "INSTALL_HINT",
@@ -70,7 +71,7 @@ def __getattr__(name: str) -> Any:
         sglang_cache.load_sglang_cache()
         if name == "RustTreeCore":
             sglang_cache.load_rust_tree_core()
-        return getattr(importlib.import_module(f"harness.upstream.{_CACHE_ADAPTERS[name]}"), name)
+        return getattr(importlib.import_module(f"harness.upstream.{_CACHE_MODULES[name]}"), name)
     if name in _VLLM_ADAPTERS:
         from harness.upstream import vllm_adapters, vllm_loader
 

@@ -31,6 +31,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -85,7 +86,7 @@ class RecordingAllocator:
 
     size: int
     page_size: int
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     freed: list[list[int]] = field(default_factory=list)
 
     def free(self, indices: torch.Tensor) -> None:
@@ -271,6 +272,14 @@ def shrink(ops: list[Op], fails: Callable[[list[Op]], bool]) -> list[Op]:
     return current
 
 
+def _disagrees(ops: list[Op], *, page_size: int, policy: str, subjects: dict[str, Callable[..., Any]] | None) -> bool:
+    try:
+        run_sequence(ops, page_size=page_size, eviction_policy=policy, subjects=subjects)
+    except Disagreement:
+        return True
+    return False
+
+
 @dataclass
 class Budget:
     """What one budgeted run did."""
@@ -285,7 +294,8 @@ class Budget:
 
 
 def run_for(seconds: float, *, seed: int = 0, page_sizes: Sequence[int] = (1, 2, 4),
-            policies: Sequence[str] = POLICIES, ops_per_sequence: int = 150) -> Budget:
+            policies: Sequence[str] = POLICIES, ops_per_sequence: int = 150,
+            subjects: dict[str, Callable[..., Any]] | None = None) -> Budget:
     """Random sequences for ``seconds``, cycling page sizes and policies; stop at a disagreement and shrink it."""
     budget, rng, start = Budget(), random.Random(seed), time.monotonic()
     configs = [(ps, policy) for ps in page_sizes for policy in policies]
@@ -296,15 +306,9 @@ def run_for(seconds: float, *, seed: int = 0, page_sizes: Sequence[int] = (1, 2,
         key = f"page_size={page_size}/{policy}"
         budget.per_config[key] = budget.per_config.get(key, 0) + 1
         try:
-            budget.steps += run_sequence(ops, page_size=page_size, eviction_policy=policy)
+            budget.steps += run_sequence(ops, page_size=page_size, eviction_policy=policy, subjects=subjects)
         except Disagreement as found:
-            def fails(candidate: list[Op]) -> bool:
-                try:
-                    run_sequence(candidate, page_size=page_size, eviction_policy=policy)
-                except Disagreement:
-                    return True
-                return False
-
+            fails = partial(_disagrees, page_size=page_size, policy=policy, subjects=subjects)
             budget.disagreement, budget.shrunk, budget.config = found, shrink(ops[: found.step], fails), key
             break
     budget.seconds = time.monotonic() - start
@@ -317,14 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--page-sizes", default="1,2,4")
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--policies", default="lru,mru",
+                        help=f"of {', '.join(POLICIES)}; fifo and filo split the Rust core from the others")
+    parser.add_argument("--subjects", default=",".join(SUBJECTS), help="which of ours, python, rust to compare")
     args = parser.parse_args(argv)
+    subjects = {name: SUBJECTS[name] for name in args.subjects.split(",")}
     budget = run_for(args.seconds, seed=args.seed, page_sizes=[int(p) for p in args.page_sizes.split(",")],
-                     policies=args.policies.split(","))
+                     policies=args.policies.split(","), subjects=subjects)
     per_config = ", ".join(f"{key}: {count}" for key, count in sorted(budget.per_config.items()))
     print(f"{budget.sequences} sequences, {budget.steps} steps in {budget.seconds:.0f} s ({per_config})")
     if budget.disagreement is None:
-        print(f"no disagreement between {', '.join(SUBJECTS)}")
+        print(f"no disagreement between {', '.join(subjects)}")
         return 0
     print(f"DISAGREEMENT ({budget.config}): {budget.disagreement}")
     print("shrunk: " + "; ".join(op.describe() for op in budget.shrunk))

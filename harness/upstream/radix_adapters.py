@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 import torch
 
 from harness.upstream.adapters import PagedKV, TokenKV, _UpstreamKV
-from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
 from harness.upstream.loader import SUPPORTED_VERSION
+from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
 from pools.errors import TreeInvariantError, TreeNodeError
 
 TokenIds = Sequence[int] | torch.Tensor

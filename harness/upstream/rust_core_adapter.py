@@ -39,7 +39,12 @@ from harness.upstream.radix_adapters import (
     token_list,
     upstream_kv_allocator,
 )
-from harness.upstream.sglang_cache import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
+from harness.upstream.sglang_cache import (
+    RustTreeCoreBindings,
+    freed_by_actions,
+    load_rust_tree_core,
+    rust_evict_full,
+)
 from pools.errors import TreeInvariantError, TreeNodeError
 
 
@@ -201,7 +206,7 @@ class TreeCoreOver:
         """The core's own ``sanity_check`` ("tree-structure, leaf-set, LRU, size" invariants)."""
         try:
             self.core.sanity_check([], [])
-        except Exception as failure:  # noqa: BLE001 -- its failure type is not documented
+        except Exception as failure:  # its failure type is not documented
             raise TreeInvariantError(self.pool_name, "Rust sanity_check", "passes", f"{type(failure).__name__}: {failure}") from failure
 
 
