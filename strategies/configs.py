@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
@@ -21,3 +24,192 @@ def row_pool_configs(*, decode: bool = False) -> SearchStrategy[Config]:
     if not decode:
         return base
     return st.builds(lambda c, pre: {**c, "pre_alloc_size": pre}, base, st.integers(min_value=0, max_value=4))
+
+
+# ---------------------------------------------------------------- plain-random twins
+# The walk engine (``harness.fuzz.walk``) draws from the same tables without
+# hypothesis: one plain ``random.Random`` draw per value, so a driver step costs
+# microseconds, not the hundreds a hypothesis rule does.
+
+Step = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One kind of step a walk can take: ``draw(driver, rng)`` gives ``(op, args)``, or ``None`` when the
+    driver's state offers no such step.  ``corner`` names the rare state it aims at (counted as an event);
+    ``setup(driver, rng)``, when the state lacks what the corner needs, gives a step that builds it."""
+
+    name: str
+    weight: float
+    draw: Callable[[Any, random.Random], Step | None]
+    corner: str = ""
+    misuse: bool = False
+    setup: Callable[[Any, random.Random], Step | None] | None = None
+
+
+@dataclass(frozen=True)
+class Walk:
+    """A family's seeded random walk: pool configurations and the moves over them."""
+
+    configs: Callable[[random.Random], Config]
+    moves: tuple[Move, ...]
+
+    def move(self, name: str) -> Move:
+        return next(m for m in self.moves if m.name == name)
+
+
+MOVE_SEEDS = st.integers(min_value=0, max_value=255)
+"""What a machine rule draws to take a walk move: the seed of the move's own ``random.Random``."""
+
+
+def draw_move(move: Move, driver: Any, seed: int) -> Step | None:
+    """One draw of a walk move for a hypothesis rule (no setup), its corner label an event when it applies."""
+    step = move.draw(driver, random.Random(seed))
+    if step is not None and move.corner:
+        driver.event(move.corner)
+    return step
+
+
+def corner_steps(move: Move, driver: Any, seed: int, *, setups: int = 3) -> Iterator[Step]:
+    """A walk move for a hypothesis rule: up to ``setups`` setup steps, then the corner step (labelled as an event).
+
+    A generator: the caller runs each step before the next is drawn from the
+    state it left.  One rule thus reaches a corner that would otherwise need
+    several rules to line up, at the same rate in both engines.
+    """
+    rng = random.Random(seed)
+    for _ in range(setups + 1):
+        step = move.draw(driver, rng)
+        if step is not None:
+            if move.corner:
+                driver.event(move.corner)
+            yield step
+            return
+        step = move.setup(driver, rng) if move.setup is not None else None
+        if step is None:
+            return
+        yield step
+
+
+CORNER_REPEAT = "corner: an index repeated inside one call"
+CORNER_MIXED = "corner: a batch mixing requests that hold and that need"
+CORNER_EXACT = "corner: a request that exactly fits what is free"
+CORNER_SHORT = "corner: a request one short of what is free"
+
+
+def sample_pool_size(rng: random.Random, *, max_size: int = 12) -> int:
+    """Twin of :func:`pool_sizes`."""
+    return rng.choice((0, 1, 2, 3)) if rng.random() < 0.5 else rng.randint(1, max_size)
+
+
+def sample_row_pool_config(rng: random.Random, *, decode: bool = False) -> Config:
+    """Twin of :func:`row_pool_configs`."""
+    config: Config = {"size": sample_pool_size(rng), "max_context_len": rng.choice((4, 8, 16))}
+    if decode:
+        config["pre_alloc_size"] = rng.randint(0, 4)
+    return config
+
+
+def mixed_batch(holders: list[int], free: int, rng: random.Random) -> list[int | None]:
+    """A batch of some ``holders`` and new requests (``None``) sized around ``free``, in a shuffled order.
+
+    The new requests exactly fit the free rows, or are one more (the pool must
+    refuse) or one fewer; the holders make the batch longer than what is free.
+    """
+    new = max(0, free + rng.choice((0, 0, 1, -1)))
+    batch: list[int | None] = [*rng.sample(holders, rng.randint(1, min(3, len(holders)))), *([None] * min(new, 6))]
+    rng.shuffle(batch)
+    return batch
+
+
+def with_repeat(values: list[int], rng: random.Random) -> list[int]:
+    """``values`` with one of them named again, next to itself or with others between."""
+    repeated = rng.choice(values)
+    out = list(values)
+    out.insert(rng.randint(0, len(out)), repeated)
+    return out
+
+
+def _row_alloc(driver: Any, rng: random.Random) -> Step:
+    live = driver.live_handles()
+    reuse = rng.sample(live, min(len(live), rng.randint(0, 2)))
+    batch: list[int | None] = [*([None] * rng.randint(0, 3)), *reuse]
+    rng.shuffle(batch)
+    return "alloc", {"batch": batch}
+
+
+def _row_alloc_mixed(driver: Any, rng: random.Random) -> Step | None:
+    live = driver.live_handles()
+    return ("alloc", {"batch": mixed_batch(live, len(driver.model.free), rng)}) if live else None
+
+
+def _row_readmit(driver: Any, rng: random.Random) -> Step | None:
+    gone = [h for h in driver.reqs if driver.reqs[h].req_pool_idx is None]
+    return ("alloc", {"batch": [rng.choice(gone), *([None] * rng.randint(0, 2))]}) if gone else None
+
+
+def _row_free(driver: Any, rng: random.Random) -> Step | None:
+    live = driver.live_handles()
+    return ("free", {"handle": rng.choice(live)}) if live else None
+
+
+def _row_free_again(driver: Any, rng: random.Random) -> Step | None:
+    gone = [h for h in driver.reqs if driver.reqs[h].req_pool_idx is None]
+    return ("free", {"handle": rng.choice(gone)}) if gone else None
+
+
+def _beam_rows(driver: Any) -> list[int]:
+    return sorted(row for row, owner in driver.model.owner.items() if owner is None)
+
+
+def _row_alloc_rows(driver: Any, rng: random.Random) -> Step:
+    free = len(driver.model.free)
+    return "alloc_rows", {"need_size": rng.choice((0, 1, 2, free, free + 1, max(0, free - 1)))}
+
+
+def _row_free_rows(driver: Any, rng: random.Random) -> Step | None:
+    beam = _beam_rows(driver)
+    return ("free_rows", {"rows": rng.sample(beam, rng.randint(1, min(3, len(beam))))}) if beam else None
+
+
+def _row_free_rows_repeat(driver: Any, rng: random.Random) -> Step | None:
+    """Live rows freed with one named twice."""
+    live = sorted(driver.model.owner)
+    return ("free_rows", {"rows": with_repeat(rng.sample(live, min(len(live), rng.randint(1, 2))), rng)}) if live else None
+
+
+def _take_two_rows(driver: Any, rng: random.Random) -> Step:
+    return "alloc_rows", {"need_size": 2}
+
+
+def _row_free_rows_arbitrary(driver: Any, rng: random.Random) -> Step:
+    return "free_rows", {"rows": [rng.randint(-1, driver.model.num_rows + 2) for _ in range(rng.randint(1, 3))]}
+
+
+def _row_write(driver: Any, rng: random.Random) -> Step | None:
+    live = driver.live_handles()
+    if not live:
+        return None
+    return "write", {"handle": rng.choice(live), "start": rng.randint(0, 16), "length": rng.randint(0, 8)}
+
+
+def _row_clear(driver: Any, rng: random.Random) -> Step:
+    return "clear", {}
+
+
+def row_walk(*, decode: bool = False) -> Walk:
+    """The request-row families' walk: the machine's rules, plus mixed batches and repeats at a steady rate."""
+    return Walk(lambda rng: sample_row_pool_config(rng, decode=decode), (
+        Move("alloc", 4, _row_alloc),
+        Move("alloc mixed", 2, _row_alloc_mixed, CORNER_MIXED),
+        Move("readmit", 1, _row_readmit),
+        Move("free", 3, _row_free),
+        Move("free again", 0.5, _row_free_again, misuse=True),
+        Move("alloc_rows", 1.5, _row_alloc_rows),
+        Move("free_rows", 1, _row_free_rows),
+        Move("free_rows repeating", 1, _row_free_rows_repeat, CORNER_REPEAT, misuse=True, setup=_take_two_rows),
+        Move("free_rows arbitrary", 0.5, _row_free_rows_arbitrary, misuse=True),
+        Move("write", 1, _row_write),
+        Move("clear", 0.3, _row_clear),
+    ))

@@ -269,3 +269,19 @@ def decode_batches(
     """Decode batches, ``seq = prefix + 1`` (see :func:`page_batches`)."""
     return page_batches(page_size=page_size, triton=triton, max_batch=max_batch, huge=False, decode=True,
                         free_kinds=free_kinds)
+
+
+def edge_extend_lengths(prefix: int, page_size: int) -> list[int]:
+    """Extend lengths that put the end of a request of ``prefix`` tokens on, next to or pages past a page edge.
+
+    With ``to_edge`` the tokens left in the prefix's partial page: 0, 1,
+    ``to_edge`` and one either side, and ``to_edge`` plus one or two whole
+    pages (give or take a token).  An unaligned prefix with an extend that
+    spills whole pages meets three conditions at once (prefix alignment, pages
+    needed, remainder), which a uniform draw rarely does.
+    """
+    ps = page_size
+    to_edge = (ps - prefix % ps) % ps
+    lengths = {0, 1, to_edge, to_edge + 1, max(0, to_edge - 1), to_edge + ps, to_edge + ps - 1,
+               to_edge + ps + 1, to_edge + 2 * ps, ps}
+    return sorted(lengths)

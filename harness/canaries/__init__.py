@@ -21,10 +21,15 @@ from harness.judge.invariants import INVARIANTS
 from harness.machines.base import PoolMachine, make_machine
 
 
+EXTRA_MODULES: tuple[str, ...] = ("harness.canaries.combinations",)
+"""Canary modules spanning several families (read after the families' own)."""
+
+
 def _collect() -> dict[str, Canary]:
-    """Every family's ``CANARIES``, in registry order (a module shared by two families is read once)."""
+    """Every family's ``CANARIES``, in registry order (a module shared by two families is read once), then
+    :data:`EXTRA_MODULES`."""
     found: dict[str, Canary] = {}
-    for module in dict.fromkeys(f.canaries for f in FAMILIES.values() if f.canaries):
+    for module in dict.fromkeys([*(f.canaries for f in FAMILIES.values() if f.canaries), *EXTRA_MODULES]):
         for name, entry in importlib.import_module(module).CANARIES.items():
             assert name not in found, f"canary {name!r} is planted twice"
             found[name] = entry

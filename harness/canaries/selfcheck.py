@@ -1,17 +1,27 @@
-"""``python -m harness selfcheck``: prove the harness has teeth on every canary.
+"""``python -m harness selfcheck``: prove the harness has teeth on every canary, and time it.
 
-Each canary (:mod:`harness.canaries`) is fuzzed with the normal machine of its
-family through :func:`harness.machines.run.run_machine`, under a random (seeded,
-hence reproducible) settings profile, in chunks of examples until it is caught
-or its time budget is spent.  A probe wrapped around the machine counts driver
-steps and notes the moment of the first violation, so the report gives the
-time and steps to *detection*, separately from the time hypothesis then spends
-shrinking.
+Each canary (:mod:`harness.canaries`) is chased by the engines of a nightly
+worker, one seed each run: by default (``--engine mixed``) walk bursts
+(:mod:`harness.fuzz.walk`, the family's driver driven by a seeded random walk)
+alternate with chunks of hypothesis examples of the family's normal machine
+(:func:`harness.machines.run.run_machine`), the walk taking
+:data:`~harness.fuzz.walk.WALK_SHARE` of the time as in ``fuzz``.  ``--engine
+walk`` or ``hypothesis`` runs one alone.  Probes count driver steps, so the
+report gives the time and steps to *detection*, apart from shrinking.
 
-Exit status: 0 when every selected canary was caught by its expected invariant,
-1 when any was missed, caught by another invariant or crashed the harness, 2
-when none failed but some could not run because their family's machine is not
-available yet.
+The chase goes on until the canary's expected invariant is reported or the
+budget is spent: a violation of another invariant first (a bug often shows
+several ways) is noted in the ``first`` column and the chase continues, so the
+time to detect is the time to the expected invariant.
+
+``--seeds N`` chases every canary under seeds ``seed .. seed + N - 1``
+(without shrinking, which does not count towards detection) and reports the
+median and worst time to detect per canary and overall.
+
+Exit status: 0 when every selected canary was caught by its expected invariant
+(under every seed), 1 when any was missed, caught only by another invariant or
+crashed the harness, 2 when none failed but some could not run because their
+family's machine is not available yet.
 """
 
 from __future__ import annotations
@@ -23,35 +33,40 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity
-from hypothesis import settings as Settings
+from hypothesis import Phase
 
 from harness.canaries import CANARIES, Canary, canary_machine, machine_available
-from harness.judge.invariants import InvariantViolation
-from harness.machines.base import PoolMachine
-from harness.machines.run import failure_trace, run_machine, violation_of
+from harness.fuzz.walk import WALK_SHARE, Finding, WalkRun
 from harness.judge.families import UnknownTargetError
+from harness.judge.invariants import InvariantViolation
+from harness.machines import PoolMachine, build_settings, failure_trace, run_machine, violation_of
+from harness.traces.shrink import shrink_trace
 
 DEFAULT_SECONDS = 60.0
-CHUNK_EXAMPLES = 50
+CHUNK_EXAMPLES = 20
 STEPS_PER_EXAMPLE = 40
+ENGINES = ("mixed", "walk", "hypothesis")
+WALK_BURST_SECONDS = 1.0
+"""A walk burst between hypothesis chunks; a chunk takes about ``WALK_BURST_SECONDS / WALK_SHARE - 1``."""
+SHRINK_SECONDS = 10.0
 
 
 @dataclass
 class Probe:
-    """Counts driver steps across examples and remembers the first violation."""
+    """Counts driver steps across examples and remembers the first violation since :meth:`arm`."""
 
     started: float
     steps: int = 0
-    detected_at: float | None = None
-    detected_steps: int | None = None
-    first_invariant: str | None = None
+    armed_at: float | None = None
+    armed_steps: int | None = None
 
-    def hit(self, violation: InvariantViolation) -> None:
-        if self.detected_at is None:
-            self.detected_at = perf_counter() - self.started
-            self.detected_steps = self.steps
-            self.first_invariant = violation.invariant_id
+    def arm(self) -> None:
+        self.armed_at = self.armed_steps = None
+
+    def hit(self, violation: InvariantViolation | None = None) -> None:
+        if self.armed_at is None:
+            self.armed_at = perf_counter() - self.started
+            self.armed_steps = self.steps
 
 
 @dataclass
@@ -66,6 +81,8 @@ class Outcome:
     shrunk_steps: int | None = None
     seconds_total: float = 0.0
     examples: int = 0
+    engine: str = ""
+    """Which engine reported the expected invariant (``walk`` or ``hypothesis``)."""
     detail: str = ""
 
     @property
@@ -98,64 +115,101 @@ def probed(machine: type[PoolMachine], probe: Probe, seed: int) -> type[PoolMach
     return type(machine.__name__, (machine,), namespace)
 
 
-def fuzz_settings(*, examples: int = CHUNK_EXAMPLES, steps: int = STEPS_PER_EXAMPLE) -> Settings:
-    """Random generation (the seed fixes it), no database, quiet, shrinking on."""
-    return Settings(
-        database=None, derandomize=False, max_examples=examples, stateful_step_count=steps,
-        deadline=None, report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.target, Phase.shrink],
-    )
+def fuzz_settings(*, examples: int = CHUNK_EXAMPLES, steps: int = STEPS_PER_EXAMPLE, shrink: bool = True) -> Any:
+    """The ``selfcheck`` profile: random generation (the seed fixes it), no database, quiet."""
+    phases = [Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+    return build_settings("selfcheck", max_examples=examples, stateful_step_count=steps, phases=phases)
 
 
-def check_canary(name: str, *, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> Outcome:
-    """Fuzz one canary in chunks of :data:`CHUNK_EXAMPLES` examples until caught or out of time."""
-    canary = CANARIES[name]
-    outcome = Outcome(name, canary, "missed")
-    missing = machine_available(canary.family)
-    if missing is not None:
-        outcome.status, outcome.detail = "unavailable", missing
-        return outcome
-    started = perf_counter()
-    probe = Probe(started)
-    try:
-        base = canary_machine(name)
-    except UnknownTargetError as exc:
-        outcome.status, outcome.detail = "error", str(exc)
-        return outcome
-    chunk = 0
-    while perf_counter() - started < seconds:
-        machine = probed(base, probe, seed + chunk)
-        chunk += 1
+class Chase:
+    """One canary, one seed: alternate the engines until the expected invariant is reported or time is up."""
+
+    def __init__(self, name: str, *, seconds: float, seed: int, engine: str, shrink: bool) -> None:
+        self.canary = CANARIES[name]
+        self.outcome = Outcome(name, self.canary, "missed")
+        self.seconds, self.seed, self.engine, self.shrink = seconds, seed, engine, shrink
+        self.started = perf_counter()
+        self.probe = Probe(self.started)
+        self.chunks = 0
+
+    def left(self) -> float:
+        return self.seconds - (perf_counter() - self.started)
+
+    def run(self) -> Outcome:
+        outcome, canary = self.outcome, self.canary
+        missing = machine_available(canary.family)
+        if missing is not None:
+            outcome.status, outcome.detail = "unavailable", missing
+            return outcome
         try:
-            run_machine(machine, settings=fuzz_settings(), note=f"selfcheck canary {name}")
+            machine = canary_machine(outcome.name) if self.engine != "walk" else None
+            walk = None if self.engine == "hypothesis" else WalkRun(
+                canary.family, self.seed, spec=canary.spec, driver=canary.driver or "", shrink=False)
+        except UnknownTargetError as exc:
+            outcome.status, outcome.detail = "error", str(exc)
+            return outcome
+        while self.left() > 0 and outcome.status == "missed":
+            if walk is not None:
+                burst = self.left() if machine is None else min(self.left(), WALK_BURST_SECONDS)
+                self.walk_burst(walk, burst)
+            if machine is not None and outcome.status == "missed" and self.left() > 0:
+                self.hypothesis_chunk(machine)
+        outcome.examples = self.chunks * CHUNK_EXAMPLES + (walk.episodes if walk is not None else 0)
+        outcome.seconds_total = perf_counter() - self.started
+        if outcome.status == "missed":
+            outcome.status = "wrong-invariant" if outcome.first_invariant else "missed"
+            outcome.invariant = outcome.first_invariant
+            outcome.detail = f"not caught by {canary.invariant} in {outcome.seconds_total:.1f} s ({self.probe.steps} steps)"
+        return outcome
+
+    def walk_burst(self, walk: WalkRun, seconds: float) -> None:
+        before = walk.steps
+        finding = walk.run(seconds=seconds)
+        self.probe.steps += walk.steps - before
+        if finding is not None:
+            self.probe.arm()
+            self.probe.hit()
+            self.found(finding.error, "walk", finding)
+
+    def hypothesis_chunk(self, machine: type[PoolMachine]) -> None:
+        self.probe.arm()
+        chunk = probed(machine, self.probe, self.seed + self.chunks)
+        self.chunks += 1
+        try:
+            run_machine(chunk, settings=fuzz_settings(shrink=self.shrink), note=f"selfcheck canary {self.outcome.name}")
         except Exception as exc:  # noqa: BLE001 - the report says what it was
-            _record_failure(outcome, exc)
-            break
-    outcome.examples = chunk * CHUNK_EXAMPLES
-    outcome.seconds_total = perf_counter() - started
-    outcome.seconds_to_detect = probe.detected_at
-    outcome.steps_to_detect = probe.detected_steps
-    outcome.first_invariant = probe.first_invariant
-    if outcome.status == "missed":
-        outcome.detail = f"not caught in {outcome.seconds_total:.1f} s ({probe.steps} steps)"
-    return outcome
+            self.found(exc, "hypothesis")
+
+    def found(self, exc: BaseException, engine: str, finding: Finding | None = None) -> None:
+        """A failure: the end of the chase if it names the expected invariant (or is no violation at all)."""
+        outcome = self.outcome
+        violation = violation_of(exc)
+        if violation is None:
+            outcome.status, outcome.engine = "error", engine
+            outcome.detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return
+        outcome.first_invariant = outcome.first_invariant or violation.invariant_id
+        if violation.invariant_id != self.canary.invariant:
+            return
+        outcome.status, outcome.invariant, outcome.engine = "caught", violation.invariant_id, engine
+        outcome.seconds_to_detect, outcome.steps_to_detect = self.probe.armed_at, self.probe.armed_steps
+        outcome.detail = violation.detail
+        trace = finding.trace if finding is not None else failure_trace(exc)
+        if finding is not None and self.shrink:
+            trace = shrink_trace(finding.trace, invariant_id=violation.invariant_id, target=self.canary.spec,
+                                 max_seconds=SHRINK_SECONDS)
+        outcome.shrunk_steps = len(trace.steps) if trace is not None else None
 
 
-def _record_failure(outcome: Outcome, exc: BaseException) -> None:
-    violation = violation_of(exc)
-    if violation is None:
-        outcome.status, outcome.detail = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return
-    outcome.invariant = violation.invariant_id
-    expected = outcome.canary.invariant
-    outcome.status = "caught" if violation.invariant_id == expected else "wrong-invariant"
-    trace = failure_trace(exc)
-    outcome.shrunk_steps = len(trace.steps) if trace is not None else None
-    outcome.detail = violation.detail
+def check_canary(name: str, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, engine: str = "mixed",
+                 shrink: bool = True) -> Outcome:
+    """Chase one canary under one seed (see the module docstring)."""
+    return Chase(name, seconds=seconds, seed=seed, engine=engine, shrink=shrink).run()
 
 
-def run_selfcheck(names: Sequence[str], *, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> list[Outcome]:
-    return [check_canary(name, seconds=seconds, seed=seed) for name in names]
+def run_selfcheck(names: Sequence[str], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
+                  engine: str = "mixed") -> list[Outcome]:
+    return [check_canary(name, seconds=seconds, seed=seed, engine=engine) for name in names]
 
 
 def _fmt(value: float | int | None, spec: str = "") -> str:
@@ -167,14 +221,15 @@ def report(outcomes: Sequence[Outcome]) -> str:
     name_w = max([len("canary"), *(len(o.name) for o in outcomes)])
     fam_w = max([len("family"), *(len(o.canary.family) for o in outcomes)])
     header = (f"{'canary':{name_w}}  {'family':{fam_w}}  {'result':18}  {'invariant':26}  {'detect s':>8}  "
-              f"{'steps':>6}  {'shrunk':>6}  {'total s':>7}")
+              f"{'steps':>6}  {'shrunk':>6}  {'total s':>7}  engine      first")
     lines = [header, "-" * len(header)]
     for o in outcomes:
         result = o.status if o.status != "wrong-invariant" else f"wrong (want {o.canary.invariant})"
+        first = o.first_invariant if o.first_invariant not in (None, o.invariant) else ""
         lines.append(
             f"{o.name:{name_w}}  {o.canary.family:{fam_w}}  {result:18}  {o.invariant or '-':26}  "
             f"{_fmt(o.seconds_to_detect, '.2f'):>8}  {_fmt(o.steps_to_detect):>6}  {_fmt(o.shrunk_steps):>6}  "
-            f"{o.seconds_total:7.1f}"
+            f"{o.seconds_total:7.1f}  {o.engine or '-':10}  {first}".rstrip()
         )
         if o.status in ("missed", "error", "unavailable"):
             lines.append(f"{'':{name_w}}  {o.detail}")
@@ -182,6 +237,47 @@ def report(outcomes: Sequence[Outcome]) -> str:
     caught = sum(o.status == "caught" for o in outcomes)
     median = f", median time to detect {statistics.median(detected):.2f} s" if detected else ""
     lines.append(f"{caught}/{len(outcomes)} canaries caught by their expected invariant{median}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    """One canary across seeds: how many caught, and the median and worst time to detect."""
+
+    name: str
+    family: str
+    caught: int
+    seeds: int
+    median: float | None
+    worst: float | None
+    walk_share: float
+    """Fraction of the catches the walk made."""
+
+
+def summarise(name: str, outcomes: Sequence[Outcome]) -> SeedSummary:
+    times = [o.seconds_to_detect for o in outcomes if o.status == "caught" and o.seconds_to_detect is not None]
+    caught = sum(o.status == "caught" for o in outcomes)
+    by_walk = sum(o.engine == "walk" for o in outcomes if o.status == "caught")
+    worst = max(times) if times and caught == len(outcomes) else None
+    return SeedSummary(name, outcomes[0].canary.family, caught, len(outcomes),
+                       statistics.median(times) if times else None, worst, by_walk / caught if caught else 0.0)
+
+
+def seeds_report(summaries: Sequence[SeedSummary], outcomes: Sequence[Outcome], budget: float) -> str:
+    """Per canary: caught in how many seeds, median and worst time to detect; then the overall figures."""
+    name_w = max([len("canary"), *(len(s.name) for s in summaries)])
+    header = f"{'canary':{name_w}}  {'family':20}  {'caught':>7}  {'median s':>8}  {'worst s':>8}  {'by walk':>7}"
+    lines = [header, "-" * len(header)]
+    for s in summaries:
+        worst = _fmt(s.worst, ".2f") if s.caught == s.seeds else f">{budget:g}"
+        lines.append(f"{s.name:{name_w}}  {s.family:20}  {f'{s.caught}/{s.seeds}':>7}  {_fmt(s.median, '.2f'):>8}  "
+                     f"{worst:>8}  {s.walk_share:7.0%}")
+    times = [o.seconds_to_detect for o in outcomes if o.status == "caught" and o.seconds_to_detect is not None]
+    every = sum(s.caught == s.seeds for s in summaries)
+    if times:
+        lines.append(f"{every}/{len(summaries)} canaries caught by their expected invariant under every seed; "
+                     f"over all {len(outcomes)} chases median {statistics.median(times):.2f} s, "
+                     f"worst {max(times):.2f} s" + ("" if len(times) == len(outcomes) else f" (of {len(times)} caught)"))
     return "\n".join(lines)
 
 
@@ -194,10 +290,14 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness selfcheck", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds-per-canary", type=float, default=DEFAULT_SECONDS, metavar="N",
-                        help=f"fuzzing budget per canary (default {DEFAULT_SECONDS:g})")
+                        help=f"fuzzing budget per canary and seed (default {DEFAULT_SECONDS:g})")
     parser.add_argument("--canary", action="extend", nargs="+", default=[], metavar="NAME",
                         choices=sorted(CANARIES), help="check only these canaries (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first chunk (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="chase each canary under N seeds and report median and worst time to detect")
+    parser.add_argument("--engine", choices=ENGINES, default="mixed",
+                        help="walk bursts alternating with hypothesis chunks (default), or one engine alone")
     parser.add_argument("--list", action="store_true", help="list the canaries and exit")
     return parser
 
@@ -209,12 +309,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:32} {c.family:20} {c.invariant:26} {c.upstream}: {c.bug}")
         return 0
     names = args.canary or list(CANARIES)
-    outcomes = []
+    outcomes: list[Outcome] = []
+    summaries: list[SeedSummary] = []
     for name in names:
-        outcome = check_canary(name, seconds=args.seconds_per_canary, seed=args.seed)
-        outcomes.append(outcome)
-        print(f"  {name}: {outcome.status} ({outcome.seconds_total:.1f} s)", flush=True)
-    print(report(outcomes))
+        chases = []
+        for seed in range(args.seed, args.seed + max(1, args.seeds)):
+            outcome = check_canary(name, seconds=args.seconds_per_canary, seed=seed, engine=args.engine,
+                                   shrink=args.seeds <= 1)
+            chases.append(outcome)
+            print(f"  {name} (seed {seed}): {outcome.status} in {_fmt(outcome.seconds_to_detect, '.2f')} s "
+                  f"({outcome.seconds_total:.1f} s)", flush=True)
+        outcomes += chases
+        summaries.append(summarise(name, chases))
+    print(report(outcomes) if args.seeds <= 1 else seeds_report(summaries, outcomes, args.seconds_per_canary))
     return exit_status(outcomes)
 
 

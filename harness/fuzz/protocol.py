@@ -49,6 +49,8 @@ class WorkerPlan:
     log_path: str
     round_seconds: float = 2.0
     coverage_dir: str | None = None
+    walk_share: float | None = None
+    """Share of the worker's time given to walk rounds (:mod:`harness.fuzz.walk`); ``None``: the engine's default."""
 
     @property
     def name(self) -> str:
@@ -62,12 +64,15 @@ class Shared:
     ``go`` is set once every first-generation worker is ready, so all start
     together and the budget measures fuzzing, not interpreter start-up;
     ``stop`` at the deadline or on Ctrl-C; ``retired`` holds one byte per
-    target, set once that target failed (by the worker that saw it first).
+    target, set once that target failed (by the worker that saw it first);
+    ``shares`` one float per target, the share of fuzzing time the parent wants
+    it to get (:mod:`harness.fuzz.shares`), from which workers draw their next target.
     """
 
     go: Any
     stop: Any
     retired: Any
+    shares: Any = None
 
 
 class Terminated(KeyboardInterrupt):

@@ -66,9 +66,12 @@ from harness.fuzz.report import (
     versions,
 )
 from harness.fuzz.options import FuzzOptions
+from harness.fuzz.shares import ShareBook
 
 MAX_RESPAWNS = 3
 KILL_AFTER_TERM_S = 5.0
+SHARES_EVERY_S = 2.0
+"""How often the parent recomputes the targets' shares of fuzzing time from what they found."""
 STARTUP_TIMEOUT_S = 300.0
 INTERRUPT_GRACE_S = 3.0
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -102,9 +105,13 @@ class FuzzRun:
     def __init__(self, options: FuzzOptions, *, err: TextIO) -> None:
         self.options = options
         self.ctx = multiprocessing.get_context("spawn")
+        slots = max(1, len(options.targets))
         self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
-                             retired=self.ctx.Array("b", max(1, len(options.targets)), lock=False))
+                             retired=self.ctx.Array("b", slots, lock=False),
+                             shares=self.ctx.Array("d", [1.0 / slots] * slots, lock=False))
         self.retired = self.shared.retired
+        self.book = ShareBook([t.key for t in options.targets])
+        self.next_shares = 0.0
         arcs = possible_arcs() if options.coverage else None
         self.stats = {t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs) for t in options.targets}
         self.series_every = options.series_every or max(1.0, options.seconds / 100)
@@ -189,6 +196,21 @@ class FuzzRun:
         for stats in self.stats.values():
             stats.sample(now - self.fuzz_started)
         self.next_sample = now + self.series_every
+
+    def update_shares(self, now: float) -> None:
+        """Give more of the time to targets still finding new behaviour (:mod:`harness.fuzz.shares`)."""
+        if now < self.next_shares:
+            return
+        self.next_shares = now + SHARES_EVERY_S
+        for target in self.options.targets:
+            stats = self.stats[target.key]
+            if self.retired[target.index]:
+                self.book.retire(target.key)
+            behaviours = len(stats.events) + sum(len(arcs) for arcs in stats.arcs.values())
+            self.book.observe(target.key, behaviours=behaviours, seconds=stats.seconds)
+        shares = self.book.shares()
+        for target in self.options.targets:
+            self.shared.shares[target.index] = shares[target.key]
 
     def start_when_ready(self, *, anyway: bool = False) -> None:
         """Start the clock (and the workers) once every first-generation worker is ready or gone."""
@@ -335,6 +357,7 @@ class FuzzRun:
             if self.stop_reason is not None:
                 self.enforce_stop(now)
             self.sample(now)
+            self.update_shares(now)
             self.progress.tick(self.stats.values(), now=now)
 
     def install_signal_handlers(self) -> dict[int, Any]:

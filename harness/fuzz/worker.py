@@ -1,6 +1,12 @@
-"""Rounds of hypothesis inside one fuzz worker: counting, stopping, and reporting what was found.
+"""Rounds inside one fuzz worker: choosing target and engine, counting, stopping, reporting what was found.
 
-A worker cycles through its targets, one *round* at a time: one
+A worker draws its next target from the shares the parent publishes
+(:mod:`harness.fuzz.shares`: more time where new behaviour still turns up) and
+alternates two engines so that walk rounds take ``walk_share`` of its time
+(:data:`harness.fuzz.walk.WALK_SHARE` by default).  A *walk round* drives the
+target's driver from a seeded random walk (:class:`~harness.fuzz.walk.WalkRun`,
+one per target, resumed round after round), many times faster per step; a
+failing trace goes to the same shrinker and corpus.  A *hypothesis round* is one
 :func:`~harness.machines.run.run_machine` call with ``derandomize=False``, a seed
 derived from ``(--seed, worker, generation, round)`` and a ``max_examples``
 sized so the round lasts about ``round_seconds``.  All workers share one
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import time
 import traceback
 from collections import Counter
@@ -43,6 +50,8 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
+from harness.fuzz.shares import pick
+from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
@@ -133,6 +142,7 @@ class Worker:
         self.go = shared.go
         self.stop = shared.stop
         self.retired = shared.retired
+        self.shares = shared.shares
         self.terminate = terminate
         self.database = open_database(plan.database)
         self.machines: dict[str, type[PoolMachine]] = {}
@@ -149,6 +159,9 @@ class Worker:
         self.seed = 0
         self.poisoned = False
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
+        self.walks: dict[str, WalkRun] = {}
+        self.engine_seconds = {"walk": 0.0, "hypothesis": 0.0}
+        self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
     # ------------------------------------------------------------ reporting
     def send(self, message: Message) -> None:
@@ -229,13 +242,86 @@ class Worker:
             active = [t for t in self.plan.targets if not self.retired[t.index]]
             if not active:
                 break
-            target = active[(round_no + self.plan.worker) % len(active)]
+            target = self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
+            engine = self.next_engine()
+            started = time.monotonic()
             try:
-                self.run_round(target, round_no)
+                if engine == "walk":
+                    self.run_walk_round(target, round_no)
+                else:
+                    self.run_round(target, round_no)
             except Terminated:
                 break
+            finally:
+                self.engine_seconds[engine] += time.monotonic() - started
             round_no += 1
         self.flush()
+
+    def shared_shares(self) -> list[float]:
+        shares = self.shares
+        return [0.0] * len(self.plan.targets) if shares is None else list(shares)
+
+    def next_engine(self) -> str:
+        """``walk`` while walk rounds have had less than their share of this worker's time, else ``hypothesis``.
+
+        Hypothesis goes first: its first round replays the example database (failures of earlier runs).
+        """
+        share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
+        walk, hypothesis = self.engine_seconds["walk"], self.engine_seconds["hypothesis"]
+        return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"
+
+    def run_walk_round(self, target: TargetRef, round_no: int) -> None:
+        """Walk ``target``'s driver for about ``round_seconds * walk_share / (1 - walk_share)`` (see the module docstring)."""
+        walk = self.walks.get(target.key)
+        if walk is None:
+            walk = self.walks[target.key] = WalkRun(
+                target.family, round_seed(self.plan.seed, self.plan.worker, self.plan.generation, -2 - target.index),
+                spec=target.spec, device=self.plan.device, check_misuse=None if self.plan.misuse else False,
+                corpus=Path(self.plan.corpus))
+        share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
+        seconds = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
+        self.flush()
+        self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
+        self.seed = walk.seed
+        if self.coverage is not None:
+            self.coverage.switch_context(target.key)
+        self.send(RoundStarted(target=target.key, round=round_no, seed=walk.seed, examples=0, engine="walk"))
+        counted = {"steps": walk.steps, "episodes": walk.episodes}
+
+        def stop() -> bool:
+            self.steps += walk.steps - counted["steps"]
+            self.examples += walk.episodes - counted["episodes"]
+            counted.update(steps=walk.steps, episodes=walk.episodes)
+            self.events.update(walk.events)
+            walk.events.clear()
+            try:
+                self.poll()
+            except StopRound:
+                return True
+            return False
+
+        try:
+            finding = walk.run(seconds=seconds, stop=stop)
+            stop()
+        except StopRound:
+            finding = None
+        finally:
+            self.flush()
+            if self.coverage is not None:
+                self.sample_coverage(target)
+            self.target = None
+        if finding is not None:
+            where = {"round": round_no, "seed": walk.seed}
+            violation = finding.violation
+            message = str(finding.error) if violation is not None else (
+                "".join(traceback.format_exception_only(finding.error))
+                + "".join(traceback.format_exception(finding.error)[-12:-1])
+                + f"steps of the walk episode that raised:\n{finding.trace.steps_text()}\n")
+            if violation is not None:
+                message += f"\n  shrunk steps ({finding.found_steps} before shrinking):\n{finding.trace.steps_text()}"
+            self.poisoned = any(marker in message for marker in FATAL_CUDA)
+            self.found(target, violation, message, path=finding.trace_path, trace=finding.trace, shrunk=True,
+                       where=where)
 
     def machine_for(self, target: TargetRef) -> type[PoolMachine]:
         if target.key not in self.machines:

@@ -8,6 +8,12 @@ wholly freed handle out of its bundle; the double-free rule draws from
 valid is the driver's decision, from the model.  Driver events name the rare
 states (pool exactly full, refused for want of pages, frees deferred by a
 group, allocations while pages are staged); ``target()`` steers toward full pools.
+
+Corner rules take the walk's moves (:mod:`strategies.kv`) from a drawn seed, so
+both engines reach them at the same rate under the same event labels: a live
+slot named twice in one free, an unaligned prefix grown beside a request taking
+pages, a request filling exactly the free pages (or one more), and decode
+batches mixing requests that open a page with requests that do not.
 """
 
 from __future__ import annotations
@@ -19,7 +25,18 @@ from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondi
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.machines.base import PoolMachine
-from strategies.kv import alloc_sizes, extend_lengths, paged_kv_configs, token_indices, token_kv_configs
+from strategies.configs import MOVE_SEEDS, corner_steps
+from strategies.kv import (
+    alloc_sizes,
+    extend_lengths,
+    paged_kv_configs,
+    paged_kv_walk,
+    token_indices,
+    token_kv_configs,
+    token_kv_walk,
+)
+
+TOKEN_WALK, PAGED_WALK = token_kv_walk(), paged_kv_walk()
 
 
 class TokenKVMachine(PoolMachine):
@@ -75,6 +92,22 @@ class TokenKVMachine(PoolMachine):
     @rule(handle=freed)
     def free_again(self, handle: int) -> None:
         self.do("free_again", handle=handle)
+
+    def walk_move(self, name: str, seed: int) -> list[int]:
+        """Run the walk move ``name`` drawn from ``seed`` (setup steps included); the request handles it made."""
+        move = (TOKEN_WALK if self.family == "token_kv" else PAGED_WALK).move(name)
+        made: list[int] = []
+        for op, args in corner_steps(move, self.driver, seed):
+            result = self.do(op, **args)
+            if op == "extend" and result:
+                made += result
+        return made
+
+    @precondition(lambda self: self.misuse_enabled)
+    @rule(seed=MOVE_SEEDS)
+    def free_repeating(self, seed: int) -> None:
+        """Live slots of one allocation freed with one named twice (misuse for the token allocator)."""
+        self.walk_move("free repeating", seed)
 
     @precondition(lambda self: self.misuse_enabled and self._holds_pages())
     @rule(data=st.data())
@@ -144,6 +177,23 @@ class PagedKVMachine(TokenKVMachine):
     def extend(self, data: st.DataObject, new: int) -> Any:
         """Chunked prefill: live requests grow from their current length, new ones may join the batch."""
         return self._extend(data, self._live_requests(data, max_size=3), new)
+
+    @precondition(lambda self: self.kv.page_size > 1 or bool(self.kv.model.requests))
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def extend_unaligned(self, seed: int) -> Any:
+        """A request whose prefix ends mid-page grown within its page or by whole pages, beside a new one."""
+        return multiple(*self.walk_move("unaligned prefix", seed))
+
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def fill(self, seed: int) -> Any:
+        """One new request taking exactly the free pages, or one page more."""
+        return multiple(*self.walk_move("fill", seed))
+
+    @precondition(lambda self: self.kv.page_size > 1)
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def decode_mixed(self, seed: int) -> Any:
+        """Requests opening a page and requests mid-page decoded in one batch, in any order (admitting them first)."""
+        return multiple(*self.walk_move("decode mixed", seed))
 
     @rule(target=TokenKVMachine.freed, handle=consumes(reqs))
     def free_request(self, handle: int) -> int:

@@ -29,13 +29,18 @@ from harness.judge.drivers.hybrid import HybridDriver
 from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
 from harness.judge.models.mamba import SlotModel
+from strategies.configs import MOVE_SEEDS, Move, corner_steps
 from strategies.mamba import (
     group_sizes,
     hybrid_configs,
+    hybrid_walk,
     mamba_slot_configs,
+    mamba_slot_walk,
     raw_slots,
     slot_counts,
 )
+
+SLOT_WALK, HYBRID_WALK = mamba_slot_walk(), hybrid_walk()
 
 
 class _WindowMachine(PoolMachine):
@@ -62,6 +67,19 @@ class _WindowMachine(PoolMachine):
     def misuse(self, op: str, **args: Any) -> None:
         self.do(op, **args)
         self.just_misused = True
+
+    def walk_move(self, move: Move, seed: int) -> list[int]:
+        """Run a walk move drawn from ``seed`` (setup steps included, misuse through :meth:`misuse`);
+        the handles its allocations made."""
+        made: list[int] = []
+        for op, args in corner_steps(move, self.driver, seed):
+            if move.misuse and op != "alloc":
+                self.misuse(op, **args)
+                continue
+            result = self.do(op, **args)
+            if op == "alloc" and result:
+                made += result
+        return made
 
     def do(self, op: str, **args: Any) -> Any:
         self.just_misused = False
@@ -159,6 +177,17 @@ class MambaSlotMachine(_WindowMachine):
         self.misuse("free", handles=[handle])
 
     @precondition(lambda self: self.misuse_allowed())
+    @rule(seed=MOVE_SEEDS)
+    def free_repeating(self, seed: int) -> None:
+        """Live slots freed in one call with one named twice, next to itself or with others between."""
+        self.walk_move(SLOT_WALK.move("free repeating"), seed)
+
+    @rule(target=slots, seed=MOVE_SEEDS)
+    def alloc_in_window(self, seed: int) -> Any:
+        """``alloc`` of 1, 2, all or one more than the reservation left (opening or closing the window first)."""
+        return multiple(*self.walk_move(SLOT_WALK.move("alloc in a window"), seed))
+
+    @precondition(lambda self: self.misuse_allowed())
     @rule(handle=slots)
     def free_twice_in_one_call(self, handle: int) -> None:
         self.misuse("free", handles=[handle, handle])
@@ -213,6 +242,16 @@ class HybridMachine(_WindowMachine):
         handles = self.do("alloc", batch=[None] * admit) or []
         self.do("group_end")
         return multiple(*handles)
+
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def readmit_without_slot(self, seed: int) -> Any:
+        """A request holding its row but not its slot, readmitted beside new ones (a mixed batch)."""
+        return multiple(*self.walk_move(HYBRID_WALK.move("readmit without a slot"), seed))
+
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def alloc_to_capacity(self, seed: int) -> Any:
+        """New and known requests, as many new ones as the shorter side has room for (or one more)."""
+        return multiple(*self.walk_move(HYBRID_WALK.move("alloc"), seed))
 
     @rule(target=released, handle=consumes(reqs), cache_first=st.booleans())
     def finish(self, handle: int, cache_first: bool) -> int:

@@ -4,6 +4,11 @@ Bundles hold request handles and raw rows.  ``consumes`` moves a freed handle
 out of ``reqs`` into ``freed``, from which the double-free rule frees it again;
 ``alloc`` batches name known handles by index, so a freed request can re-enter.  Whether a call is valid is the
 driver's decision, from the model, so any interleaving is well-defined.
+
+Two rules take the walk's corner moves (:func:`strategies.configs.row_walk`) from a
+drawn seed, so both engines reach them at the same rate and label them with the
+same events: batches mixing live and new requests sized to the free rows, and
+frees that name a row twice.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
 
 from harness.machines.base import PoolMachine
-from strategies.configs import row_pool_configs
+from strategies.configs import MOVE_SEEDS, corner_steps, row_pool_configs, row_walk
+
+ROW_WALK = row_walk()
 
 
 class RowPoolMachine(PoolMachine):
@@ -38,6 +45,27 @@ class RowPoolMachine(PoolMachine):
         """A batch of new requests (``None``) and known ones: live ones reuse their row, freed ones re-enter."""
         batch = [self.known_handle(pick) for pick in picks]
         return multiple(*(self.do("alloc", batch=batch) or []))
+
+    @precondition(lambda self: bool(self.driver and self.driver.live_handles()))  # type: ignore[attr-defined]
+    @rule(target=reqs, seed=MOVE_SEEDS)
+    def alloc_mixed(self, seed: int) -> Any:
+        """Live requests beside new ones sized to the free rows (exact, one more, one fewer), shuffled."""
+        return multiple(*self.walk_move("alloc mixed", seed))
+
+    @precondition(lambda self: self.misuse_enabled)
+    @rule(seed=MOVE_SEEDS)
+    def free_rows_repeating(self, seed: int) -> None:
+        """Live rows freed in one call with one of them named twice."""
+        self.walk_move("free_rows repeating", seed)
+
+    def walk_move(self, name: str, seed: int) -> list[int]:
+        """Run the walk move ``name`` drawn from ``seed`` (setup steps included); the request handles it made."""
+        made: list[int] = []
+        for op, args in corner_steps(ROW_WALK.move(name), self.driver, seed):
+            result = self.do(op, **args)
+            if op == "alloc" and result:
+                made += result
+        return made
 
     @rule(target=freed, handle=consumes(reqs))
     def free(self, handle: int) -> int:

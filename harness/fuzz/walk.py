@@ -1,0 +1,218 @@
+"""The walk engine: a seeded random walk that drives a family's driver directly, without hypothesis.
+
+Under hypothesis a worker spends most of each step in the engine (choice
+sequences, bundles, rule selection): about 3,000 steps/s, while the drivers
+alone check 5,000-70,000.  A walk draws each step from a family's
+:class:`~strategies.configs.Walk` -- plain-``random`` twins of its strategies,
+with the corners (repeats inside one call, mixed batches, page-edge geometry,
+exact fits) drawn on purpose -- and calls :meth:`Driver.step` itself, so every
+per-call check and the audit schedule are exactly the machine's.
+
+Swarm testing: each episode (one fresh pool, as one hypothesis example)
+draws its configuration, enables a random half of the moves and a length, so
+some episodes hammer two or three kinds of step into the corners they share.
+
+A failure ends the walk: its trace goes to the same shrinker and corpus as
+hypothesis's (:func:`~harness.traces.shrink.shrink_trace`,
+:func:`~harness.traces.corpus.save_trace`).  A family without a walk here
+falls back to its registry bench walk over its bench configuration.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import itertools
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from harness.judge.drivers.base import Driver
+from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
+from harness.judge.invariants import InvariantViolation
+from harness.judge.trace import Trace, fill_provenance
+from harness.traces.corpus import save_trace
+from harness.traces.shrink import shrink_trace
+from strategies.configs import Move, Step, Walk, row_walk
+from strategies.kv import paged_kv_walk, token_kv_walk
+from strategies.mamba import hybrid_walk, mamba_slot_walk
+
+WALKS: dict[str, Callable[[], Walk]] = {
+    "req_to_token": row_walk,
+    "decode_req_to_token": partial(row_walk, decode=True),
+    "mamba_slots": mamba_slot_walk,
+    "hybrid_req_to_token": hybrid_walk,
+    "token_kv": token_kv_walk,
+    "paged_kv": paged_kv_walk,
+}
+"""Families with a corner walk; the rest walk their registry bench walk."""
+
+WALK_SHARE = 0.75
+"""The share of a worker's time (and of a ``selfcheck`` chase) the walk gets; hypothesis has the rest."""
+EPISODE_LENGTHS = (8, 20, 50, 100, 200)
+"""Steps per episode, drawn per episode: short ones try many configurations, long ones reach deep states."""
+POLL_EVERY = 32
+"""Steps between checks of the clock and the stop callback."""
+DRAW_TRIES = 4
+
+
+def bench_walk(name: str) -> Walk:
+    """A family's registry bench walk ``(driver, rng) -> (op, args)`` over its bench configuration."""
+    fam = family(name)
+    step = resolve(fam.bench)
+    config = {k: v for k, v in fam.bench_kwargs.items() if k != "device"}
+    return Walk(lambda rng: dict(config), (Move("bench walk", 1.0, step),))
+
+
+def walk_for(name: str) -> Walk:
+    return WALKS[name]() if name in WALKS else bench_walk(name)
+
+
+@dataclass
+class Finding:
+    """What ended a walk: a violation (with its shrunk trace) or another exception."""
+
+    error: BaseException
+    trace: Trace
+    found_steps: int
+    """Steps of the trace when found, before shrinking."""
+    trace_path: Path | None = None
+
+    @property
+    def violation(self) -> InvariantViolation | None:
+        return self.error if isinstance(self.error, InvariantViolation) else None
+
+
+@dataclass
+class WalkRun:
+    """One family's walk, resumable: each :meth:`run` call continues the same seeded sequence.
+
+    ``steps``, ``episodes`` and ``events`` accumulate over calls (the caller
+    may reset ``events`` after reading it).
+    """
+
+    family: str
+    seed: int
+    spec: str = ""
+    driver: str = ""
+    """A driver variant (``module:attr``), as a canary of the harness's own calls names; default the family's."""
+    device: str = "cpu"
+    check_misuse: bool | None = None
+    audit_period: int = 8
+    corpus: Path | None = None
+    shrink: bool = True
+    steps: int = 0
+    episodes: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.spec = self.spec or implementation_for(self.family)
+        self.factory = load_factory(self.spec)
+        self.driver_class: type[Driver] = resolve(self.driver or family(self.family).driver)
+        if self.check_misuse is None:
+            self.check_misuse = validates_input(self.factory)
+        self.walk = walk_for(self.family)
+        self.fit_args = self.family not in WALKS  # a bench walk may name keywords its driver no longer takes
+        self.moves = tuple(m for m in self.walk.moves if self.check_misuse or not m.misuse)
+        self.rng = random.Random(self.seed)
+
+    def run(self, *, seconds: float | None = None, max_steps: int | None = None,
+            stop: Callable[[], bool] | None = None) -> Finding | None:
+        """Walk episodes until a failure (returned), ``seconds`` pass, ``max_steps`` more steps run, or ``stop()``."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        limit = None if max_steps is None else self.steps + max_steps
+
+        def done() -> bool:
+            return ((deadline is not None and time.monotonic() >= deadline) or (limit is not None and self.steps >= limit)
+                    or (stop is not None and stop()))
+
+        while not done():
+            finding = self._episode(done, limit)
+            if finding is not None:
+                return finding
+        return None
+
+    # ------------------------------------------------------------ one episode
+    def _episode(self, done: Callable[[], bool], limit: int | None) -> Finding | None:
+        rng = self.rng
+        config = {**self.walk.configs(rng), "device": self.device}
+        enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
+        cumulative = list(itertools.accumulate(m.weight for m in enabled))
+        length = rng.choice(EPISODE_LENGTHS)
+        self.episodes += 1
+        driver: Driver | None = None
+        try:
+            driver = self.driver_class(self.factory, config, implementation=self.spec,
+                                       check_misuse=bool(self.check_misuse), audit_period=self.audit_period)
+            for taken in range(length):
+                if (taken % POLL_EVERY == POLL_EVERY - 1 and done()) or (limit is not None and self.steps >= limit):
+                    break
+                corner, (op, args) = self._draw(driver, enabled, cumulative)
+                self.steps += 1
+                driver.step(op, **(_accepted(driver, op, args) if self.fit_args else args))
+                if corner:
+                    driver.events.append(corner)
+                if driver.events:
+                    self.events.update(driver.events)
+                    driver.events.clear()
+            driver.teardown()
+        except Exception as exc:  # noqa: BLE001 - every exception is a finding, as under hypothesis
+            return self._found(exc, driver, config)
+        return None
+
+    def _draw(self, driver: Driver, enabled: list[Move], cumulative: list[float]) -> tuple[str, Step]:
+        """A step of an enabled move (or of its setup); the corner label it reaches, if any."""
+        rng = self.rng
+        for _ in range(DRAW_TRIES):
+            found = _step_of(enabled[bisect.bisect(cumulative, rng.random() * cumulative[-1])], driver, rng)
+            if found is not None:
+                return found
+        for move in rng.sample(self.moves, len(self.moves)):  # this state offers none of the enabled moves
+            found = _step_of(move, driver, rng)
+            if found is not None:
+                return found
+        raise AssertionError(f"no move of the {self.family} walk applies; every walk needs one that always does")
+
+    def _found(self, exc: BaseException, driver: Driver | None, config: dict[str, Any]) -> Finding:
+        trace = driver.trace if driver is not None else Trace(self.family, self.spec, config)
+        found = len(trace.steps)
+        violation = exc if isinstance(exc, InvariantViolation) else None
+        if violation is not None and self.shrink:
+            trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=self.spec, factory=self.factory,
+                                 check_misuse=self.check_misuse)
+            trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
+                            "implementation": trace.implementation}
+        fill_provenance(trace, seed=self.seed, note=f"found by the {self.family} walk (seed {self.seed}, "
+                                                   f"episode {self.episodes})")
+        path = save_trace(trace, self.corpus) if self.corpus is not None and violation is not None else None
+        return Finding(exc, trace, found, path)
+
+
+def _step_of(move: Move, driver: Driver, rng: random.Random) -> tuple[str, Step] | None:
+    """``move``'s step with its corner label, else its setup step (no label), else ``None``."""
+    step = move.draw(driver, rng)
+    if step is not None:
+        return move.corner, step
+    step = move.setup(driver, rng) if move.setup is not None else None
+    return None if step is None else ("", step)
+
+
+def _accepted(driver: Driver, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` without keywords the operation does not take (bench walks may lag their drivers)."""
+    names = _parameters(type(driver), op)
+    return args if all(k in names for k in args) else {k: v for k, v in args.items() if k in names}
+
+
+_PARAMETERS: dict[tuple[type, str], frozenset[str]] = {}
+
+
+def _parameters(cls: type, op: str) -> frozenset[str]:
+    key = (cls, op)
+    if key not in _PARAMETERS:
+        _PARAMETERS[key] = frozenset(inspect.signature(getattr(cls, op)).parameters) - {"self"}
+    return _PARAMETERS[key]
