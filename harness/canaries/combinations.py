@@ -16,11 +16,16 @@ None of these is an upstream bug report: they are the shapes such bugs take
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from harness.canaries.catalogue import Canary
+from pools.block_pool import BlockPool, KVCacheBlock
+from pools.prefix_cache import kv_allocator_for
+from pools.radix_cache import RadixCache
+from pools.radix_tree import RadixTree, TreeNode, Walk
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.mamba import _FREE, _LIVE, HybridReqToTokenPool, MambaSlotAllocator, _slot_list
 from pools.page_alloc import PageKernel
@@ -282,12 +287,94 @@ class DecodeRankByBatchPosition(_KernelSwap):
     decode_fn = staticmethod(decode_rank_by_batch_position)
 
 
+# ------------------------------------------------------------------ prefix cache
+class _LockDroppingTree(RadixTree):
+    """A radix tree whose split gives the new upper half no lock, and tells its cache to count it evictable."""
+
+    cache: SplitDropsTheLock
+
+    def split(self, walk: Walk) -> list[TreeNode]:
+        path = super().split(walk)
+        if walk.inside is not None and path[-1].lock_ref:
+            upper = path[-1]
+            self.cache._move_size(upper, to_protected=False)
+            upper.lock_ref = 0
+        return path
+
+
+class SplitDropsTheLock(RadixCache):
+    """Splitting a node makes the upper half a fresh, unlocked node (its lock count not copied).
+
+    Needs: a match or insert ending inside a cached node's key (a split), and
+    that node locked by a request.  The split-off prefix turns evictable while
+    the request still reads it.  Caught by ``lock-balance``.
+    """
+
+    def __init__(self, allocator: Any, **kwargs: Any) -> None:
+        super().__init__(allocator, **kwargs)
+        tree = _LockDroppingTree(self.page_size, self.eviction_policy, self._empty)
+        tree.cache = self
+        self._tree = tree
+
+
+def build_split_drops_the_lock(size: int, page_size: int, eviction_policy: str = "lru",
+                               device: str | torch.device = "cpu") -> RadixCache:
+    return SplitDropsTheLock(kv_allocator_for(size, page_size, device), eviction_policy=eviction_policy)
+
+
+# ------------------------------------------------------------------ block pool
+class FreeOrderByFirstBlock(BlockPool):
+    """``free_blocks`` queues every block it frees where the first one freed goes (front if unhashed, tail if hashed).
+
+    Needs: one call freeing to ``ref_cnt == 0`` both cached (hashed) and
+    uncached blocks.  The cached ones go to the front and are reused first, or
+    the uncached to the tail.  Caught by ``free-queue-order``.
+    """
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        blocks = list(ordered_blocks)
+        left = {b.block_id: b.ref_cnt for b in blocks}
+        freed: list[KVCacheBlock] = []
+        for block in blocks:
+            left[block.block_id] -= 1
+            if not block.is_null and left[block.block_id] == 0:
+                freed.append(block)
+        super().free_blocks(blocks)
+        if not freed:
+            return
+        to_tail = freed[0].block_hash is not None
+        moved = [b for b in freed if (b.block_hash is None) == to_tail]
+        for block in moved:
+            self.free_block_queue.remove(block)
+        (self.free_block_queue.append_n if to_tail else self.free_block_queue.prepend_n)(moved)
+
+
+class TouchRemovesPerName(BlockPool):
+    """``touch`` takes each free block it names off the queue once per name, counting before it adds references.
+
+    Needs: a ``touch`` naming one block twice, and that block free and cached
+    (a prefix hit on a block two table positions share).  The second removal
+    finds it unlinked and the pool asserts.  Caught by ``valid-call-accepted``.
+    """
+
+    def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
+        names = list(blocks)
+        free = [b for b in names if b.ref_cnt == 0 and not b.is_null and b.block_hash is not None]
+        if len(free) == len(set(free)):
+            super().touch(names)
+            return
+        for block in free:
+            self.free_block_queue.remove(block)
+        for block in names:
+            block.ref_cnt += 0 if block.is_null else 1
+
+
 _HERE = "harness.canaries.combinations"
 CANARIES: dict[str, Canary] = {
     "free-rows-checks-a-set": Canary(
         "req_to_token", f"{_HERE}:FreeRowsChecksASet",
         "free_rows validates set(rows) but appends the list: [r, r] of a live row puts r on the free list twice",
-        "combination: repeated index in one call (ReqToTokenPool.free_rows)", "misuse-rejected",
+        "combination: live row x named twice in one call (ReqToTokenPool.free_rows)", "misuse-rejected",
     ),
     "capacity-counts-whole-batch": Canary(
         "req_to_token", f"{_HERE}:CapacityCountsWholeBatch",
@@ -312,7 +399,7 @@ CANARIES: dict[str, Canary] = {
     "slots-counted-from-new-rows": Canary(
         "hybrid_req_to_token", f"{_HERE}:SlotsCountedFromNewRows",
         "slots taken per request needing a row: a row holder without a slot next to a new request gets slot 0",
-        "combination: mixed batch of kinds (HybridReqToTokenPool.alloc after free_mamba_cache)",
+        "combination: new request x row holder without a slot (HybridReqToTokenPool.alloc)",
         "reserved-never-handed-out",
     ),
     "all-or-nothing-on-the-sum": Canary(
@@ -339,5 +426,21 @@ CANARIES: dict[str, Canary] = {
         "paged_kv", f"{_HERE}:DecodeRankByBatchPosition",
         "decode kernel ranks by batch position: a mid-page request before a page-edge one reads too far",
         "combination: mixed decode batch x order (alloc_decode kernels, seed 002)", "valid-call-accepted",
+    ),
+    "split-drops-the-lock": Canary(
+        "prefix_cache", f"{_HERE}:build_split_drops_the_lock",
+        "a split node's upper half is created unlocked: a locked prefix turns evictable",
+        "combination: match ending inside a node x the node locked (RadixCache split, SGLang _split_node)",
+        "lock-balance",
+    ),
+    "free-order-by-first-block": Canary(
+        "block_pool", f"{_HERE}:FreeOrderByFirstBlock",
+        "free_blocks queues every freed block where the first one goes: cached and uncached mixed in one call",
+        "combination: hashed x unhashed blocks freed in one call (vLLM BlockPool.free_blocks)", "free-queue-order",
+    ),
+    "touch-removes-per-name": Canary(
+        "block_pool", f"{_HERE}:TouchRemovesPerName",
+        "touch removes a free cached block from the queue once per name: a block named twice is unlinked twice",
+        "combination: repeated block in one touch x free cached block (vLLM BlockPool.touch)", "valid-call-accepted",
     ),
 }

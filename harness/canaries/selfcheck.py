@@ -163,10 +163,14 @@ class Chase:
         return outcome
 
     def walk_burst(self, walk: WalkRun, seconds: float) -> None:
-        before = walk.steps
-        finding = walk.run(seconds=seconds)
-        self.probe.steps += walk.steps - before
-        if finding is not None:
+        """Walk for ``seconds``; a violation of another invariant ends only its episode."""
+        ends = perf_counter() + seconds
+        while self.outcome.status == "missed" and perf_counter() < ends:
+            before = walk.steps
+            finding = walk.run(seconds=ends - perf_counter())
+            self.probe.steps += walk.steps - before
+            if finding is None:
+                return
             self.probe.arm()
             self.probe.hit()
             self.found(finding.error, "walk", finding)
