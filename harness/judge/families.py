@@ -125,6 +125,20 @@ FAMILIES: dict[str, Family] = {
                _config(num_gpu_blocks=33, enable_caching=True, device="cpu"), ("harness.upstream:VllmBlockPool",),
                (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count", "free-queue-order",
                 "cache-map")),
+        Family("swa_kv", "full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
+               "pools:SWATokenToKVPoolAllocator", "harness.judge.drivers.swa:SWAKVDriver",
+               "harness.machines.swa:SWAKVMachine", "strategies.swa:swa_kv_configs", "harness.canaries.swa",
+               "harness.bench.swa_walk:swa_kv_workload", _config(size=256, size_swa=96, page_size=4, device="cpu"),
+               ("harness.upstream:SWAKV",),
+               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
+                "group-window", "clear-restores", "swa-mapping")),
+        Family("pure_swa_kv", "sliding-window KV only: one token pool, identity mapping, padding dropped",
+               "pools:PureSWATokenToKVPoolAllocator", "harness.judge.drivers.pure_swa:PureSWAKVDriver",
+               "harness.machines.swa:PureSWAKVMachine", "strategies.swa:pure_swa_kv_configs", "",
+               "harness.bench.swa_walk:pure_swa_kv_workload", _config(size_swa=64, device="cpu"),
+               ("harness.upstream:PureSWAKV",),
+               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
+                "clear-restores", "swa-mapping")),
     )
 }
 

@@ -29,25 +29,36 @@ from typing import Any
 import torch
 
 from harness.judge.drivers.base import SKIPPED, Driver, operation
-from harness.judge.drivers.kv import TokenKVDriver
-from harness.judge.drivers.kv import ints as _ints
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
-from harness.judge.models.kv import KVModel
+from harness.judge.drivers.kv import ints
+from harness.judge.invariants import (
+    InvariantViolation,
+    check,
+    check_slot_layout,
+    check_unique,
+)
 from harness.judge.models.swa import Side, SWAModel
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
+from pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
 
 FREE_CALLS = ("free", "free_swa", "free_full")
 SideState = tuple[tuple[int, ...], int, tuple[int, ...], int]
 """``(full free pages, full_available_size(), SWA free pages, swa_available_size())``."""
 
 
-def _skipped() -> Any:
+def skipped() -> Any:
     """:data:`SKIPPED`, typed for operations declared to return something else."""
     return SKIPPED
 
 
-def _reject(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...],
-            what: str) -> Any:
+def reject_misuse(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...],
+                  what: str) -> Any:
     """Issue misuse only while misuse checking is on (upstream does not validate)."""
     if not driver.check_misuse:
         return SKIPPED
@@ -82,27 +93,27 @@ class SWAKVDriver(Driver):
         return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
 
     def _peers(self, slots: list[int]) -> list[int]:
-        return _ints(self.pool.full_to_swa_index_mapping[self._tensor(slots)]) if slots else []
+        return ints(self.pool.full_to_swa_index_mapping[self._tensor(slots)]) if slots else []
 
     def _sides(self) -> SideState:
         full, swa = self.pool.full_attn_allocator, self.pool.swa_attn_allocator
-        return (tuple(_ints(full.get_all_free_pages())), int(self.pool.full_available_size()),
-                tuple(_ints(swa.get_all_free_pages())), int(self.pool.swa_available_size()))
+        return (tuple(ints(full.get_all_free_pages())), int(self.pool.full_available_size()),
+                tuple(ints(swa.get_all_free_pages())), int(self.pool.swa_available_size()))
 
     def _set_state(self) -> Hashable:
         """The pool as a refusal must leave it; a merge of staged pages may reorder the free lists."""
         full, full_avail, swa, swa_avail = self._sides()
-        return frozenset(full), full_avail, frozenset(swa), swa_avail, tuple(_ints(self.pool.full_to_swa_index_mapping))
+        return frozenset(full), full_avail, frozenset(swa), swa_avail, tuple(ints(self.pool.full_to_swa_index_mapping))
 
     def observe(self) -> Hashable:
-        return self._sides(), int(self.pool.available_size()), tuple(_ints(self.pool.full_to_swa_index_mapping))
+        return self._sides(), int(self.pool.available_size()), tuple(ints(self.pool.full_to_swa_index_mapping))
 
     def _sparse(self, slots: list[int]) -> list[int]:
         """One token per page: a free must release (and unmap) the whole page (SGLang #27779)."""
         return [s for i, s in enumerate(slots) if i == 0 or s // self.page_size != slots[i - 1] // self.page_size]
 
     def _reject(self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str) -> Any:
-        return _reject(self, call, error, what)
+        return reject_misuse(self, call, error, what)
 
     # -------------------------------------------------------- allocations
     def _grants(self, batch: list[list[int | None]]) -> list[Grant] | None:
@@ -134,18 +145,18 @@ class SWAKVDriver(Driver):
         result = self.expect_accepted(call, what, crash_id=crash)
         check(result is not None, "empty-pool-guard", f"{what} refused with {len(model.full.free)} full and "
               f"{len(model.swa.free)} SWA pages free", need_full=need_full, need_swa=need_swa)
-        slots = _ints(result)
+        slots = ints(result)
         total = sum(g.seq - g.pre for g in grants)
         check(len(slots) == total, "page-layout", f"{what} returned {len(slots)} slots for {total} tokens", slots=slots)
         peers = self._peers(slots)
-        self._check_handed_out(slots, model.full_slots_end, "full", what)
-        self._check_handed_out([s for s in peers if s], model.swa_slots_end, "SWA", what)
+        self._check_handed_out(slots, model.full_slots_end, "full", what, "no-double-allocation")
         taken: list[tuple[Grant, list[int], list[int], dict[int, int], list[int]]] = []
         start = 0
         for g in grants:
             stop = start + g.seq - g.pre
             taken.append((g, slots[start:stop], *self._judge_grant(g, slots[start:stop], peers[start:stop], what)))
             start = stop
+        self._check_handed_out([s for s in peers if s], model.swa_slots_end, "SWA", what, "swa-mapping")
         fresh_full = [p for _, _, pages, _, _ in taken for p in pages]
         fresh_swa = [p for _, _, _, pairs, _ in taken for p in pairs.values()]
         check(len(fresh_full) == need_full and len(fresh_swa) == need_swa, "page-layout",
@@ -165,12 +176,14 @@ class SWAKVDriver(Driver):
             self.event("SWA side exactly full")
         return new_handles
 
-    def _check_handed_out(self, slots: list[int], end: int, side: str, what: str) -> None:
+    def _check_handed_out(self, slots: list[int], end: int, side: str, what: str, twice: str) -> None:
+        """Off page 0, in bounds, unique (``twice`` names what a repeat breaks: a full slot handed out
+        twice, or an SWA slot mapped twice)."""
         ps = self.page_size
         for slot in slots:
             check(not 0 <= slot < ps, "reserved-never-handed-out", f"{what} handed out {side} slot {slot} of page 0")
             check(0 <= slot < end, "in-bounds", f"{what} handed out {side} slot {slot}", slots_end=end)
-        check_unique(slots, "no-double-allocation", f"{side} slots of {what}")
+        check_unique(slots, twice, f"{side} slots of {what}")
 
     def _judge_grant(self, g: Grant, mine: list[int], peers: list[int],
                      what: str) -> tuple[list[int], dict[int, int], list[int]]:
@@ -243,7 +256,7 @@ class SWAKVDriver(Driver):
         """``alloc_extend`` (``alloc`` at page size 1) for ``[[handle or None, extend_len], ...]``; returns new handles."""
         grants = self._grants(batch)
         if grants is None or any(g.seq < g.pre for g in grants):
-            return _skipped()
+            return skipped()
         pres, seqs, lasts = [g.pre for g in grants], [g.seq for g in grants], [g.last_loc for g in grants]
         total = sum(seqs) - sum(pres)
         if self.page_size == 1:
@@ -263,7 +276,7 @@ class SWAKVDriver(Driver):
         """One decode step for each request (``alloc_decode``; ``alloc`` at page size 1)."""
         grants = self._grants([[h, 1] for h in handles])
         if not handles or grants is None:
-            return _skipped()
+            return skipped()
         if self.page_size == 1:
             self._allocate(f"alloc({len(handles)}) for decode {handles}", grants,
                            lambda: self.pool.alloc(len(handles)), len(handles), len(handles))
@@ -282,7 +295,7 @@ class SWAKVDriver(Driver):
         """A paged extend or decode; a request whose last token left the window cannot be continued."""
         stale = [g.handle for g in grants if g.handle is not None and not self.model.last_in_window(g.handle)]
         if stale and (not self.layout_checked or not self.check_misuse):
-            return _skipped()  # unchecked, the SWA side would continue from slot 0: no caller may send it
+            return skipped()  # unchecked, the SWA side would continue from slot 0: no caller may send it
         if stale and not self.model.pages_short(need_full, need_swa):  # a short pool refuses before looking
             return self._reject(call, BadBatchError, f"{what} continuing requests {stale} outside the window")
         return self._allocate(what, grants, call, need_full, need_swa)
@@ -292,7 +305,7 @@ class SWAKVDriver(Driver):
         """``alloc_extend_swa_tail`` for one request: full KV for the extend, SWA KV for its last ``swa_tail_len`` tokens."""
         grants = self._grants([[handle, extend_len]])
         if grants is None or extend_len < 0:
-            return _skipped()
+            return skipped()
         g = grants[0]
         what = f"alloc_extend_swa_tail(prefix={g.pre}, seq={g.seq}, last_loc={g.last_loc}, swa_tail_len={swa_tail_len})"
         pre_cpu, seq_cpu = torch.tensor([g.pre], dtype=torch.int64), torch.tensor([g.seq], dtype=torch.int64)
@@ -336,7 +349,7 @@ class SWAKVDriver(Driver):
     def free(self, handle: int, sparse: bool = False) -> None:
         """Free a whole request (``sparse``: one token per page), its tokens out of the window included."""
         if not self.model.is_live(handle):
-            return _skipped()
+            return skipped()
         slots = self.model.slots[handle]
         if self.model.unwindowed_pages(handle) and self.model.windowed_pages(handle):
             self.event("free of a request partly out of the window")
@@ -349,7 +362,7 @@ class SWAKVDriver(Driver):
     def free_swa(self, handle: int, pages: int = 1, sparse: bool = False) -> None:
         """The window slides: release the SWA peers of the request's oldest ``pages`` pages that still have them."""
         if not self.model.is_live(handle) or not self.model.windowed_pages(handle):
-            return _skipped()
+            return skipped()
         chosen = self.model.windowed_pages(handle)[: max(1, pages)]
         slots = [s for s in self.model.slots[handle] if s // self.page_size in set(chosen)]
         if chosen == self.model.windowed_pages(handle):
@@ -362,7 +375,7 @@ class SWAKVDriver(Driver):
     def free_full(self, handle: int) -> None:
         """Free a request none of whose pages has an SWA peer left; with peers it is misuse (``free`` is the call)."""
         if not self.model.is_live(handle):
-            return _skipped()
+            return skipped()
         slots = list(self.model.slots[handle])
         what = f"free_full(handle {handle})"
         if self.model.windowed_pages(handle):
@@ -377,7 +390,7 @@ class SWAKVDriver(Driver):
         released = self.model.released.get(handle, [])
         if not released or call not in FREE_CALLS or any(
                 self.model.full.state(p) == "live" for p in self.model.pages_of(released)):
-            return _skipped()  # a page handed out anew: no pool can tell
+            return skipped()  # a page handed out anew: no pool can tell
         return self._reject(lambda: getattr(self.pool, call)(self._tensor(released)), DoubleFreeError,
                             f"{call} again of handle {handle}'s released slots")
 
@@ -385,7 +398,7 @@ class SWAKVDriver(Driver):
     def free_swa_again(self, handle: int) -> None:
         """``free_swa`` of a live request's pages that have no SWA peer (left the window, or outside a tail)."""
         if not self.model.is_live(handle) or not self.model.unwindowed_pages(handle):
-            return _skipped()
+            return skipped()
         gone = set(self.model.unwindowed_pages(handle))
         slots = [s for s in self.model.slots[handle] if s // self.page_size in gone]
         return self._reject(lambda: self.pool.free_swa(self._tensor(slots)), DoubleFreeError,
@@ -395,7 +408,7 @@ class SWAKVDriver(Driver):
     def free_indices(self, indices: list[int], call: str = "free") -> None:
         """Raw full indices through ``call``; only misuse is issued (foreign, padding, not live, wrong side state)."""
         if call not in FREE_CALLS:
-            return _skipped()
+            return skipped()
         release = getattr(self.pool, call)
         if not indices:
             before = self.observe()
@@ -404,7 +417,7 @@ class SWAKVDriver(Driver):
             return None
         errors = self._free_errors(indices, call)
         if not errors:
-            return _skipped()  # live pages in the right state: free/free_swa/free_full of a handle is the call
+            return skipped()  # live pages in the right state: free/free_swa/free_full of a handle is the call
         return self._reject(lambda: release(self._tensor(indices)), errors, f"{call}({indices})")
 
     def _free_errors(self, indices: list[int], call: str) -> tuple[type[PoolError], ...]:
@@ -457,12 +470,11 @@ class SWAKVDriver(Driver):
                   free=sorted(pages))
             check(avail == side.num_pages * self.page_size, "clear-restores", f"{name} available size after clear()",
                   available=avail)
-        table = _ints(self.pool.full_to_swa_index_mapping)
+        table = ints(self.pool.full_to_swa_index_mapping)
         check(not any(table[:-1]) and table[-1:] == [-1], "clear-restores", "clear() left mapping entries",
               entries={i: v for i, v in enumerate(table[:-1]) if v})
         self.expect_accepted(self.pool.free_group_begin, "free_group_begin() after clear()", crash_id="clear-restores")
         self.expect_accepted(self.pool.free_group_end, "free_group_end() after clear()", crash_id="clear-restores")
-        return None
 
     # -------------------------------------------------------------- audits
     def audit(self) -> None:
@@ -486,7 +498,7 @@ class SWAKVDriver(Driver):
     def _audit_mapping(self) -> None:
         """The whole table against the model: one entry per full slot of pages 0..n, and the trailing -1."""
         model = self.model
-        table = _ints(self.pool.full_to_swa_index_mapping)
+        table = ints(self.pool.full_to_swa_index_mapping)
         check(len(table) == model.full_slots_end + 1, "swa-mapping", "the mapping must have size + page_size + 1 entries",
               entries=len(table), expected=model.full_slots_end + 1)
         check(table[-1] == -1, "swa-mapping", "the trailing entry is no longer -1", trailing=table[-1])
@@ -500,101 +512,3 @@ class SWAKVDriver(Driver):
                f"full slot {slot} has no SWA peer (out of the window) but maps to {actual}" if not expected else
                f"full slot {slot} maps to SWA slot {actual}, its peer is {expected}")
         raise InvariantViolation("swa-mapping", why, entries=dict(list(wrong.items())[:8]))
-
-
-class _FreeThrough:
-    """The pool with ``free`` routed to another of its free calls, so the token driver's
-    release checks judge that call unchanged."""
-
-    def __init__(self, pool: Any, call: str) -> None:
-        self._pool, self._call = pool, call
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-    def free(self, indices: torch.Tensor) -> None:
-        getattr(self._pool, self._call)(indices)
-
-
-class PureSWAKVDriver(TokenKVDriver):
-    """``PureSWATokenToKVPoolAllocator``: one page-size-1 pool plays both sides.
-
-    The token driver's checks, on the pool's one side, plus the SWA surface: ``free_swa``
-    is ``free``; indices <= 0 are padding and dropped silently, the rest validated
-    strictly; ``free_full`` releases nothing (there is no full-attention pool); the
-    mapping is the identity with the trailing ``-1``; both sides report one available size.
-    """
-
-    family = "pure_swa_kv"
-
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
-        Driver.__init__(self, factory, config, **kwargs)  # the token driver's own __init__ reads ``size``
-        self.page_size = 1
-        self.model = KVModel(int(config["size_swa"]), 1, need_sort=bool(config.get("need_sort", False)),
-                             head_release=False)
-
-    def _free_state(self) -> tuple[list[int], int]:
-        return _ints(self.pool.swa_attn_allocator.get_all_free_pages()), int(self.pool.available_size())
-
-    def _free_through(self, call: str, handle: int, padding: list[int]) -> Any:
-        if not self.model.is_live(handle):
-            return _skipped()
-        slots = list(self.model.slots[handle])
-        pool, self.pool = self.pool, _FreeThrough(self.pool, call)
-        try:
-            self._free_valid(handle, slots, padding[:1] + slots + padding[1:], f"{call}(handle {handle}, padding {padding})")
-        finally:
-            self.pool = pool
-        self.model.retire(handle)
-        return None
-
-    @operation
-    def free_swa(self, handle: int) -> None:
-        """``free_swa`` of a whole allocation: the same release as ``free``."""
-        return self._free_through("free_swa", handle, [])
-
-    @operation
-    def free_padded(self, handle: int) -> None:
-        """``free`` of an allocation with the padding slots 0 and -1 around it: they are dropped."""
-        return self._free_through("free", handle, [0, -1])
-
-    @operation
-    def free_full(self, handle: int) -> None:
-        """``free_full`` of a live allocation changes nothing."""
-        if not self.model.is_live(handle):
-            return _skipped()
-        before = self.observe()
-        self.expect_accepted(lambda: self.pool.free_full(self._tensor(self.model.slots[handle])), f"free_full(handle {handle})")
-        check(self.observe() == before, "conservation", "free_full changed a pure SWA pool", before=before, after=self.observe())
-        return None
-
-    @operation
-    def merge(self) -> None:
-        """Not a call of the pure pool (its allocator merges inside ``alloc``)."""
-        return _skipped()
-
-    @operation
-    def free_indices(self, indices: list[int]) -> None:
-        """Raw indices: <= 0 are dropped as padding; foreign, free and repeated ones raise, changing nothing."""
-        end, kept = self.model.capacity_slots, [i for i in indices if i > 0]
-        expected: list[type[PoolError]] = []
-        if any(i >= end for i in kept):
-            expected.append(ForeignIndexError)
-        if {self.model.page_state(i) for i in kept if i < end} & {"free", "pending"} or len(set(kept)) != len(kept):
-            expected.append(DoubleFreeError)
-        if expected:
-            return _reject(self, lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})")
-        if kept:
-            return _skipped()  # live slots: free of a handle is the call
-        before = self.observe()
-        self.expect_accepted(lambda: self.pool.free(self._tensor(indices)), f"free({indices}) of padding only")
-        check(self.observe() == before, "conservation", f"free({indices}) of padding only changed the pool")
-        return None
-
-    def audit(self) -> None:
-        super().audit()
-        table, identity = _ints(self.pool.full_to_swa_index_mapping), [*range(self.model.num_pages + 1), -1]
-        check(table == identity, "swa-mapping", "the pure SWA mapping is not the identity plus the trailing -1",
-              entries={i: v for i, (v, e) in enumerate(zip(table, identity)) if v != e}, length=len(table))
-        sizes = (int(self.pool.full_available_size()), int(self.pool.swa_available_size()), int(self.pool.available_size()))
-        check(len(set(sizes)) == 1, "conservation", "the sides of a pure SWA pool report different sizes", sizes=sizes)

@@ -1,0 +1,234 @@
+"""The ``swa_kv`` and ``pure_swa_kv`` families: scripted driver runs, no hypothesis.
+
+Each historical bug (``harness/canaries/swa.py``) is caught by its invariant on a short
+script that passes on our pool; ``swa-mapping`` and per-side ``conservation`` are shown to
+trip by broken pools defined here; every misuse probe is rejected by our pool and skipped
+when misuse is off; the bench walk and the walk's sampled configurations run clean.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from harness.bench.swa_walk import pure_swa_kv_workload, swa_kv_workload
+from harness.canaries.swa import (
+    CANARIES,
+    NonAtomicDecode,
+    TailHeadKeepsOldEntries,
+    TombstoneKeepsItsEntry,
+    UnmapsOnlyNamedTokens,
+)
+from harness.judge.drivers.base import Driver
+from harness.judge.drivers.pure_swa import PureSWAKVDriver
+from harness.judge.drivers.swa import SWAKVDriver
+from harness.judge.invariants import InvariantViolation
+from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
+from strategies.swa import swa_kv_walk
+
+Steps = list[tuple[str, dict[str, Any]]]
+PS = 4
+PAGED = {"size": 8 * PS, "size_swa": 4 * PS, "page_size": PS}
+
+
+def drive(factory: Callable[..., Any], config: dict[str, Any], steps: Steps, *, check_misuse: bool = True,
+          driver_class: type[Driver] = SWAKVDriver) -> Driver:
+    driver = driver_class(factory, {**config, "device": "cpu"}, check_misuse=check_misuse)
+    for op, args in steps:
+        driver.step(op, **args)
+    driver.teardown()
+    return driver
+
+
+def tripped(factory: Callable[..., Any], config: dict[str, Any], steps: Steps, **kwargs: Any) -> InvariantViolation:
+    with pytest.raises(InvariantViolation) as caught:
+        drive(factory, config, steps, **kwargs)
+    return caught.value
+
+
+def new(*lengths: int) -> tuple[str, dict[str, Any]]:
+    return "extend", {"batch": [[None, n] for n in lengths]}
+
+
+# ----------------------------------------------------------------- canaries
+CANARY_SCRIPTS: dict[str, tuple[type[SWATokenToKVPoolAllocator], dict[str, Any], Steps]] = {
+    "swa-tail-head-keeps-old-entries": (TailHeadKeepsOldEntries, PAGED, [
+        new(PS), ("free", {"handle": 0}),
+        ("tail", {"handle": None, "extend_len": 2 * PS, "swa_tail_len": PS}),  # its head reuses the freed page
+    ]),
+    "swa-free-unmaps-only-named-tokens": (UnmapsOnlyNamedTokens, PAGED, [
+        new(2 * PS), ("free", {"handle": 0, "sparse": True}),
+    ]),
+    "swa-tombstone-keeps-its-entry": (TombstoneKeepsItsEntry, PAGED, [
+        new(2 * PS), ("free_swa", {"handle": 0, "pages": 1}),
+    ]),
+    "swa-non-atomic-decode": (NonAtomicDecode, {"size": 8 * PS, "size_swa": 2 * PS, "page_size": PS}, [
+        new(2 * PS), ("decode", {"handles": [0]}),  # the SWA side has no page left, the full side has six
+    ]),
+}
+
+
+def test_every_swa_canary_has_a_script() -> None:
+    assert set(CANARY_SCRIPTS) == set(CANARIES)
+
+
+@pytest.mark.parametrize("name", sorted(CANARY_SCRIPTS))
+def test_each_canary_is_caught_by_its_invariant_on_a_script_our_pool_passes(name: str) -> None:
+    canary, config, steps = CANARY_SCRIPTS[name]
+    drive(SWATokenToKVPoolAllocator, config, steps)
+    assert tripped(canary, config, steps).invariant_id == CANARIES[name].invariant
+
+
+# ------------------------------------------------------------ broken pools
+class FreeSwaKeepsTheSwaPage(SWATokenToKVPoolAllocator):
+    """``free_swa`` unmaps the pages but never gives their SWA pages back: an SWA-side leak."""
+
+    def _release_peers(self, slots: torch.Tensor, peers: torch.Tensor) -> None:
+        if self._in_free_swa:
+            self._clear_mapping(slots)
+        else:
+            super()._release_peers(slots, peers)
+
+    _in_free_swa = False
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        self._in_free_swa = True
+        try:
+            super().free_swa(free_index)
+        finally:
+            self._in_free_swa = False
+
+
+class FreeFullKeepsTheFullPages(SWATokenToKVPoolAllocator):
+    """``free_full`` validates and returns without releasing anything: a full-side leak."""
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        self._touched_slots(free_index)
+
+
+class MapsTwoTokensToOneSwaSlot(SWATokenToKVPoolAllocator):
+    """An extend maps its last token onto the SWA slot of the token a page before it (same offset):
+    an SWA slot mapped twice."""
+
+    def alloc_extend(self, *args: Any) -> torch.Tensor | None:
+        out = super().alloc_extend(*args)
+        if out is not None and len(out) > self.page_size:
+            self.full_to_swa_index_mapping[out[-1]] = self.full_to_swa_index_mapping[out[-1 - self.page_size]]
+        return out
+
+
+class PureWithoutTheIdentity(PureSWATokenToKVPoolAllocator):
+    """A pure pool whose mapping lost its identity entries past the first slot."""
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        self.full_to_swa_index_mapping[2:-1] = 0
+        return super().alloc(need_size)
+
+
+@pytest.mark.parametrize(("pool", "steps", "invariant", "side"), [
+    (FreeSwaKeepsTheSwaPage, [new(2 * PS), ("free_swa", {"handle": 0, "pages": 1})], "conservation", "SWA"),
+    (FreeFullKeepsTheFullPages, [new(PS), ("free_swa", {"handle": 0}), ("free_full", {"handle": 0})],
+     "conservation", "full"),
+    (MapsTwoTokensToOneSwaSlot, [new(2 * PS)], "swa-mapping", None),
+], ids=["swa-side-leak", "full-side-leak", "swa-slot-mapped-twice"])
+def test_a_broken_pool_trips_its_invariant_on_the_side_it_breaks(
+    pool: type[SWATokenToKVPoolAllocator], steps: Steps, invariant: str, side: str | None
+) -> None:
+    drive(SWATokenToKVPoolAllocator, PAGED, steps)
+    violation = tripped(pool, PAGED, steps)
+    assert violation.invariant_id == invariant
+    assert violation.numbers.get("side") == side
+
+
+def test_a_pure_pool_whose_mapping_is_not_the_identity_trips_swa_mapping() -> None:
+    steps: Steps = [("alloc", {"need_size": 3}), ("free_swa", {"handle": 0})]
+    drive(PureSWATokenToKVPoolAllocator, {"size_swa": 6}, steps, driver_class=PureSWAKVDriver)
+    violation = tripped(PureWithoutTheIdentity, {"size_swa": 6}, steps, driver_class=PureSWAKVDriver)
+    assert violation.invariant_id == "swa-mapping"
+
+
+# ------------------------------------------------------------------ misuse
+MISUSE: dict[str, tuple[dict[str, Any], Steps]] = {
+    "paged": (PAGED, [
+        new(2 * PS, 1), ("free_swa", {"handle": 0, "pages": 2}),
+        ("decode", {"handles": [0]}),  # its last token left the window
+        ("extend", {"batch": [[0, 1]]}),
+        ("free_swa_again", {"handle": 0}),
+        ("free_full", {"handle": 1}),  # still in the window
+        ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 2}),  # the tail would start mid-page
+        ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 6}),
+        ("alloc", {"need_size": PS}),  # the page-size-1 call
+        ("free", {"handle": 1}), ("free_again", {"handle": 1, "call": "free"}),
+        ("free_again", {"handle": 1, "call": "free_swa"}), ("free_again", {"handle": 1, "call": "free_full"}),
+        ("free_indices", {"indices": [1], "call": "free"}),  # page 0
+        ("free_indices", {"indices": [9 * PS], "call": "free_swa"}),  # past the pool
+        ("free_indices", {"indices": [-1], "call": "free_full"}),
+        ("group_end", {}), ("group_begin", {}), ("group_begin", {}), ("group_end", {}),
+    ]),
+    "page size 1": ({"size": 6, "size_swa": 4, "page_size": 1}, [
+        ("alloc", {"need_size": 2}), ("alloc", {"need_size": -1}),
+        ("tail", {"handle": None, "extend_len": 1, "swa_tail_len": 1}),  # the paged call
+        ("free_swa", {"handle": 0, "pages": 1}), ("free_swa_again", {"handle": 0}),
+        ("free_indices", {"indices": [2, 2], "call": "free"}),  # one slot named twice
+    ]),
+}
+
+
+@pytest.mark.parametrize("regime", sorted(MISUSE))
+def test_every_misuse_probe_is_rejected_by_our_pool_and_skipped_with_misuse_off(regime: str) -> None:
+    config, steps = MISUSE[regime]
+    checked = drive(SWATokenToKVPoolAllocator, config, steps)
+    unchecked = drive(SWATokenToKVPoolAllocator, config, steps, check_misuse=False)
+    assert len(checked.trace.steps) == len(steps)
+    assert len(unchecked.trace.steps) < len(steps)
+
+
+def test_a_free_of_a_request_partly_out_of_the_window_and_a_tail_over_a_prefix_stay_clean() -> None:
+    drive(SWATokenToKVPoolAllocator, PAGED, [
+        new(3 * PS - 1), ("free_swa", {"handle": 0, "pages": 1}),
+        ("decode", {"handles": [0]}), ("decode", {"handles": [0]}),  # the second opens a page on both sides
+        ("tail", {"handle": 0, "extend_len": PS + 1, "swa_tail_len": PS}),  # head continues the prefix's page
+        ("group_begin", {}), ("free", {"handle": 0, "sparse": True}), ("group_end", {}),
+    ])
+
+
+def test_the_pure_pool_drops_padding_and_its_free_full_changes_nothing() -> None:
+    drive(PureSWATokenToKVPoolAllocator, {"size_swa": 6, "need_sort": True}, [
+        ("alloc", {"need_size": 2}), ("alloc", {"need_size": 2}), ("free_full", {"handle": 0}),
+        ("free_padded", {"handle": 0}), ("free_indices", {"indices": [0, -1]}), ("free_indices", {"indices": [1]}),
+        ("free_swa", {"handle": 1}), ("alloc", {"need_size": 5}),
+    ], driver_class=PureSWAKVDriver)
+
+
+# -------------------------------------------------------------------- walks
+@pytest.mark.parametrize(("driver_class", "factory", "config", "workload"), [
+    (SWAKVDriver, SWATokenToKVPoolAllocator, {"size": 64 * PS, "size_swa": 24 * PS, "page_size": PS}, swa_kv_workload),
+    (PureSWAKVDriver, PureSWATokenToKVPoolAllocator, {"size_swa": 64}, pure_swa_kv_workload),
+], ids=["swa_kv", "pure_swa_kv"])
+def test_the_bench_walk_runs_clean_on_our_pools(driver_class: type[Driver], factory: Callable[..., Any],
+                                                config: dict[str, Any], workload: Callable[..., Any]) -> None:
+    driver = driver_class(factory, {**config, "device": "cpu"})
+    rng = random.Random(0)
+    for _ in range(300):
+        op, args = workload(driver, rng)
+        accepted = inspect.signature(getattr(driver, op)).parameters  # as the bench and the walk engine do
+        driver.step(op, **{k: v for k, v in args.items() if k in accepted})
+    driver.teardown()
+
+
+def test_the_walk_reaches_its_corners_on_sampled_configurations() -> None:
+    walk, rng = swa_kv_walk(), random.Random(1)
+    for _ in range(40):
+        driver = SWAKVDriver(SWATokenToKVPoolAllocator, {**walk.configs(rng), "device": "cpu"})
+        for _ in range(30):
+            for move in rng.sample(walk.moves, len(walk.moves)):
+                step = move.draw(driver, rng)
+                if step is not None:
+                    driver.step(step[0], **step[1])
+                    break
+        driver.teardown()
