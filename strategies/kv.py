@@ -358,12 +358,12 @@ def paged_kv_walk(*, triton_share: float = 0.0) -> Walk:
     """``paged_kv``: the token moves plus extend batches at page-edge geometries, fills and mixed decodes."""
     return Walk(lambda rng: sample_paged_kv_config(rng, triton_share=triton_share), (
         *_TOKEN_MOVES,
-        Move("admit", 2, _paged_admit),
-        Move("extend at page edges", 3, _paged_extend, "corner: extend batch at page-edge geometry"),
-        Move("unaligned prefix", 2, _paged_unaligned, "corner: an unaligned prefix grown by a remainder or whole pages",
+        Move("admit", 0.5, _paged_admit),
+        Move("extend at page edges", 1, _paged_extend, "corner: extend batch at page-edge geometry"),
+        Move("unaligned prefix", 1.5, _paged_unaligned, "corner: an unaligned prefix grown by a remainder or whole pages",
              setup=_admit_mid_page),
-        Move("fill", 1, _paged_fill, CORNER_EXACT),
-        Move("decode", 2, _paged_decode),
-        Move("decode mixed", 2, _paged_decode_mixed, CORNER_MIXED, setup=_admit_edge_and_mid),
-        Move("grow to a page edge", 1, _paged_to_edge),
+        Move("fill", 0.5, _paged_fill, CORNER_EXACT),
+        Move("decode", 1, _paged_decode),
+        Move("decode mixed", 1.5, _paged_decode_mixed, CORNER_MIXED, setup=_admit_edge_and_mid),
+        Move("grow to a page edge", 0.5, _paged_to_edge),
     ))

@@ -6,7 +6,9 @@ The tables go to stdout and to ``docs/benchmarks.md`` with the machine
 described; each target is marked met or missed, and a miss says why.
 A CUDA section (``torch.cuda.Event`` timing after warm-up) runs when a GPU is
 present and is skipped with a note otherwise.  ``--quick`` (under 30 s) is for
-smoke runs; its numbers are noisier.
+smoke runs; its numbers are noisier, and it leaves out the sections of
+:mod:`harness.bench.detect` (time to detect every canary, the fuzzing routes),
+which take minutes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from harness.bench.baselines import (
     extend_inputs,
     extend_per_request_torch,
 )
+from harness.bench.detect import bench_routes, bench_time_to_detect
 from harness.bench.prefix_cache import bench_prefix_cache
 from harness.bench.timing import (
     Budget,
@@ -310,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = []
     for run in (lambda: bench_rows(budget), lambda: bench_extend(budget, args.quick), lambda: bench_mamba(budget),
                 lambda: bench_harness(budget, args.quick), lambda: bench_prefix_cache(budget, args.quick),
+                *(() if args.quick else (lambda: bench_routes(False), lambda: bench_time_to_detect(False))),
                 lambda: bench_cuda(args.quick)):
         section = run()
         sections.append(section)

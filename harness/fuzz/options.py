@@ -23,6 +23,9 @@ class FuzzOptions:
     coverage: bool = False
     grace: float = 60.0
     round_seconds: float = 2.0
+    walk_share: float | None = None
+    """Share of each worker's time in walk rounds (:mod:`harness.fuzz.walk`); ``None``: the engine's default,
+    0: hypothesis only."""
     progress_every: float = 5.0
     series_every: float | None = None
     """Seconds between time-series samples; ``None``: about 100 samples over the budget, at least 1 s apart."""

@@ -148,7 +148,7 @@ class FuzzRun:
         plan = WorkerPlan(
             worker=index, generation=generation, targets=tuple(o.targets), seed=o.seed, deadline=deadline,
             steps=o.steps, misuse=o.misuse, device=o.device, corpus=str(o.corpus), database=o.database,
-            log_path=str(log), round_seconds=o.round_seconds,
+            log_path=str(log), round_seconds=o.round_seconds, walk_share=o.walk_share,
             coverage_dir=str(self.covdir) if self.covdir else None,
         )
         reader, writer = self.ctx.Pipe(duplex=False)
