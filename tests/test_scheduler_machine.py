@@ -1,11 +1,14 @@
-"""The scheduler machine: rows, Mamba slots and paged KV driven together, for each kernel.
+"""The scheduler machine: rows, Mamba slots and paged KV driven together, for each kernel and KV mode.
 
-Each run checks the pool invariants, the scheduler conservation equation after
-every step, and every extend/decode against the loop oracle on the same
-state.  Interpreted Triton is slow on CPU, so it gets a small example budget;
-on CUDA it runs compiled.  The last tests plant two historical leaks and show
-the machine reports them: the #4977 retract rule (a driver variant) and the
-#34067 free-group aliasing (a fake allocator).
+Each run checks the pool invariants, the scheduler conservation equation, and
+every extend/decode against the loop oracle on the same state.  Unpinned runs
+draw the KV mode (plain, prefix cache, sliding window); two runs pin the cache
+and the window so both regions are reached on every CI run.  Interpreted Triton
+is slow on CPU, so it gets a small example budget; on CUDA it runs compiled.
+The last tests plant two historical leaks in the plain mode, where they live,
+and show the machine reports them: the #4977 retract rule (a driver variant)
+and the #34067 free-group aliasing (a fake allocator).  Step-level tests of the
+cache and window options are in ``tests/test_scheduler_options.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 import torch
 from hypothesis import Phase
 
+from harness.canaries.scheduler import CeilRetractScheduler as CeilRetractDriver
 from harness.judge.drivers.scheduler import SchedulerDriver, SchedulerPools, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
 from harness.machines.scheduler import scheduler_machine
@@ -53,16 +57,17 @@ def test_the_scheduler_machine_finds_no_violation_over_hybrid_rows(device: str, 
     run_machine(scheduler_machine("vectorized", device=device, hybrid=True, overrides=target_overrides))
 
 
-class CeilRetractDriver(SchedulerDriver):
-    """A scheduler with the #4977 bug: retract frees from ``ceil(keep/ps)*ps``, leaking the partial page."""
-
-    def retract_free_start(self, keep: int) -> int:
-        return -(-keep // self.ps) * self.ps
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["prefix_cache", "sliding_window"])
+def test_the_scheduler_machine_finds_no_violation_with_each_kv_option(
+    mode: str, device: str, target_overrides: dict[str, str]
+) -> None:
+    run_machine(scheduler_machine("vectorized", device=device, mode=mode, overrides=target_overrides))
 
 
 def test_a_retract_that_frees_from_the_ceiling_is_reported_as_a_leak() -> None:
     # Generation only: shrinking a scheduler run costs ~10 s; the next test is the shrunk case.
-    machine = scheduler_machine("vectorized", driver=CeilRetractDriver)
+    machine = scheduler_machine("vectorized", mode="plain", driver=CeilRetractDriver)
     search = settings_for(max_examples=200, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
     with pytest.raises(InvariantViolation) as caught:
         run_machine(machine, settings=search)
@@ -120,7 +125,7 @@ def view_keeping_pools(**config: Any) -> SchedulerPools:
 
 def test_a_free_group_that_resolves_views_at_its_end_is_reported_as_a_leak() -> None:
     # finish() overwrites the freed row before free_group_end, as the row's next owner would.
-    machine = scheduler_machine("vectorized", spec=f"{__name__}:view_keeping_pools")
+    machine = scheduler_machine("vectorized", mode="plain", spec=f"{__name__}:view_keeping_pools")
     search = settings_for(max_examples=100, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
     with pytest.raises(InvariantViolation, match="scheduler-conservation"):
         run_machine(machine, settings=search)

@@ -4,7 +4,10 @@ Rules name live requests by *picks* (indices into the eligible handles), which
 the machine resolves against the model before calling the driver, so every
 step is valid and the trace stores concrete handles.  The kernel the allocator
 uses is part of the config: a machine can be pinned to one kernel (and to
-hybrid or plain rows) with :func:`scheduler_machine`.
+hybrid or plain rows, a page size, or one KV mode: plain, ``prefix_cache`` or
+``sliding_window``) with :func:`scheduler_machine`.  With the prefix cache on,
+admissions carry token ids drawn from shared stems, so later requests hit what
+earlier ones cached.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from harness.judge.drivers.scheduler import SchedulerDriver
 from harness.machines.base import PoolMachine, make_machine
 from pools.page_alloc import triton_available
-from strategies.scheduler import admissions, chunk_sizes, picks, retract_keeps, scheduler_configs
+from strategies.scheduler import admissions, chunk_sizes, picks, prompt_batches, retract_keeps, scheduler_configs
 
 
 CLEAR_EVERY = 10
@@ -31,6 +34,8 @@ class SchedulerMachine(PoolMachine):
     """Pinned allocator kernel; ``None`` draws one (interpreted Triton only when pinned, it is slow)."""
     hybrid: ClassVar[bool | None] = None
     page_size: ClassVar[int | None] = None
+    mode: ClassVar[str | None] = None
+    """Pinned KV mode (``strategies.scheduler.MODES``); ``None`` draws one."""
     driver_class: ClassVar[type[SchedulerDriver] | None] = None
     """A driver variant (a test planting a scheduler bug); ``None`` uses the family's driver."""
 
@@ -60,12 +65,13 @@ class SchedulerMachine(PoolMachine):
 
     @initialize(data=st.data())
     def init_pools(self, data: st.DataObject) -> None:
-        config = scheduler_configs(kernels=self.kernels(), hybrid=self.hybrid, page_size=self.page_size)
+        config = scheduler_configs(kernels=self.kernels(), hybrid=self.hybrid, page_size=self.page_size, mode=self.mode)
         self.start(data.draw(config, label="config"))
 
     def occupancy(self) -> float:
         model = self.sched.model
-        return 1.0 - len(model.free_pages) / max(1, model.num_pages)
+        full = 1.0 - len(model.free_pages) / max(1, model.num_pages)
+        return max(full, 1.0 - len(model.free_swa) / model.num_swa_pages) if model.num_swa_pages else full
 
     def eligible(self, **filters: Any) -> list[int]:
         return self.sched.model.handles(**filters)
@@ -77,9 +83,14 @@ class SchedulerMachine(PoolMachine):
     def running(self) -> list[int]:
         return self.eligible(prefilling=False, max_length=self.sched.max_len)
 
-    @rule(requests=admissions(), reserve_extra=st.integers(min_value=0, max_value=2))
-    def admit(self, requests: list[list[int]], reserve_extra: int) -> None:
-        self.do("admit", requests=requests, reserve_extra=reserve_extra)
+    @rule(requests=admissions(), reserve_extra=st.integers(min_value=0, max_value=2), prompts=prompt_batches())
+    def admit(self, requests: list[list[int]], reserve_extra: int, prompts: list[list[int]]) -> None:
+        if self.sched.cache is None:
+            self.do("admit", requests=requests, reserve_extra=reserve_extra)
+            return
+        tokens = [prompts[i % len(prompts)] for i in range(len(requests))]
+        self.do("admit", requests=[[len(t), chunk] for t, (_, chunk) in zip(tokens, requests)],
+                reserve_extra=reserve_extra, tokens=tokens)
 
     @precondition(lambda self: bool(self.eligible(prefilling=True)))
     @rule(which=picks(), chunk=chunk_sizes())
@@ -99,6 +110,14 @@ class SchedulerMachine(PoolMachine):
             handles = [h for h in self.choose(which, prefilling=False) if h in self.running()]
             if handles:
                 self.do("decode", handles=handles)
+
+    @precondition(lambda self: bool(self.running()))
+    @rule(steps=st.integers(min_value=1, max_value=4))
+    def decode_all(self, steps: int) -> None:
+        """The scheduler's usual step: the whole running batch decodes one token, ``steps`` times."""
+        for _ in range(steps):
+            if self.running():
+                self.do("decode", handles=self.running())
 
     @precondition(lambda self: bool(self.eligible()))
     @rule(which=picks(max_size=3))
@@ -125,12 +144,13 @@ class SchedulerMachine(PoolMachine):
 
 def scheduler_machine(
     kernel: str | None = None, *, device: str = "cpu", hybrid: bool | None = None, page_size: int | None = None,
-    driver: type[SchedulerDriver] | None = None, spec: str | None = None, overrides: dict[str, str] | None = None,
+    mode: str | None = None, driver: type[SchedulerDriver] | None = None, spec: str | None = None,
+    overrides: dict[str, str] | None = None,
 ) -> type[SchedulerMachine]:
-    """A scheduler machine pinned to ``kernel`` (and ``hybrid``, ``page_size``), optionally with a driver variant."""
+    """A scheduler machine pinned to ``kernel`` (and ``hybrid``, ``page_size``, ``mode``), optionally with a driver variant."""
     base = make_machine("scheduler", spec, overrides=overrides, device=device)
-    pins = f"kernel={kernel}, hybrid={hybrid}, page_size={page_size}{', ' + driver.__name__ if driver else ''}"
-    attrs = {"kernel": kernel, "hybrid": hybrid, "page_size": page_size, "driver_class": driver,
+    pins = f"kernel={kernel}, hybrid={hybrid}, page_size={page_size}, mode={mode}{', ' + driver.__name__ if driver else ''}"
+    attrs = {"kernel": kernel, "hybrid": hybrid, "page_size": page_size, "mode": mode, "driver_class": driver,
              "__module__": base.__module__}
     label = f"{base.__name__}[{pins}]"
     return type(label, (base,), attrs)  # type: ignore[return-value]

@@ -1,14 +1,13 @@
 """Driver for the ``scheduler`` family: request rows, Mamba slots and paged KV, driven as scheduler steps.
 
 One driver owns a request-row pool (``ReqToTokenPool``, or ``HybridReqToTokenPool``
-when ``hybrid``) and a ``PagedTokenToKVPoolAllocator`` together, built by
-:func:`build_scheduler_pools` (swap it with ``--target scheduler=module:attr``),
-and replays what SGLang's scheduler does with them:
+when ``hybrid``) and a KV allocator together, built by :func:`build_scheduler_pools`
+(swap it with ``--target scheduler=module:attr``), and replays what SGLang's
+scheduler does with them:
 
 * ``admit``: the Mamba group window opens around admission; rows and slots
-  come from ``alloc(reqs)``; KV for the first chunk from ``alloc_extend`` with
-  prefix 0; ``req_to_token[row, :chunk] = out``.  A KV shortage rolls the
-  admission back.
+  come from ``alloc(reqs)``; KV for the first chunk from ``alloc_extend``;
+  ``req_to_token[row, :chunk] = out``.  A KV shortage rolls the admission back.
 * ``prefill``: chunked prefill continues on the *same* row (``alloc`` reuses
   it, SGLang #17850), ``last_loc`` read from ``req_to_token``.
 * ``decode``: ``alloc_decode`` with ``last_loc = req_to_token[row, len-1]``.
@@ -17,10 +16,24 @@ and replays what SGLang's scheduler does with them:
 * ``retract``: free from the page boundary at or below ``keep`` (#4977).
 * ``abort``: mid-flight, no free group, row first.  ``clear``: reset everything.
 
+Two options, drawn by the config (``strategies.scheduler``), change the KV side;
+they are exclusive, as in SGLang 0.5.23, where a hybrid-SWA model with prefix
+sharing uses an SWA-aware cache rather than ``RadixCache``:
+
+* ``prefix_cache``: a ``RadixCache`` over the allocator.  Admission matches and
+  locks a cached prefix and extends only the rest, a short pool evicts before it
+  refuses, chunks are checkpointed, and finish/retract/abort go through
+  ``release_request`` (:mod:`harness.judge.drivers.scheduler_cache`).
+* ``sliding_window``: an ``SWATokenToKVPoolAllocator``; tokens that left the window
+  give their SWA slots back (``free_swa``) before each step
+  (:mod:`harness.judge.drivers.scheduler_swa`).
+
 Every extend/decode result is compared with the loop oracle run on the same
-pages and ``last_loc`` (``kernel-agreement``).  The scheduler's conservation
-equation (``scheduler-conservation``) is O(pool + live tokens), so it runs with
-the audit: every ``audit_period`` steps (4 for this machine) and at teardown.
+pages and ``last_loc`` (``kernel-agreement``; on the SWA side ``swa-mapping``).
+The page-level conservation (``scheduler-conservation``, or ``kv-accounting`` with
+the cache) is O(pool + live tokens), so it runs with the audit: every
+``audit_period`` steps (4 for this machine) and at teardown; the options' count
+equations are O(live requests) and run after every step.
 """
 
 from __future__ import annotations
@@ -32,37 +45,48 @@ from typing import Any
 import torch
 
 from harness.judge.drivers.base import SKIPPED, Driver, operation
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
+from harness.judge.drivers.scheduler_cache import CacheBook
+from harness.judge.drivers.scheduler_kv import KVStep, first_difference
+from harness.judge.drivers.scheduler_swa import WindowBook
+from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.scheduler import ReqState, SchedulerModel
+from harness.judge.models.scheduler_cache import PrefixCacheModel
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.mamba import HybridReqToTokenPool
-from pools.page_alloc import get_kernel
+from pools.radix_cache import RadixCache
 from pools.req_to_token import Req, ReqToTokenPool
+from pools.swa import SWATokenToKVPoolAllocator
 
 
 @dataclass
 class SchedulerPools:
-    """What a scheduler holds: the request-row pool and the KV allocator."""
+    """What a scheduler holds: the request-row pool, the KV allocator and, optionally, the prefix cache."""
 
     req_to_token_pool: Any
     token_to_kv_pool_allocator: Any
+    tree_cache: Any = None
 
 
 def build_scheduler_pools(
     *, size: int, max_context_len: int, page_size: int, kv_pages: int, hybrid: bool = False, mamba_size: int = 0,
-    need_sort: bool = False, kernel: str = "vectorized", device: str = "cpu",
+    need_sort: bool = False, kernel: str = "vectorized", device: str = "cpu", prefix_cache: bool = False,
+    eviction_policy: str = "lru", sliding_window: int | None = None, swa_pages: int = 0,
+    cache_type: type[RadixCache] = RadixCache, swa_type: type[SWATokenToKVPoolAllocator] = SWATokenToKVPoolAllocator,
 ) -> SchedulerPools:
-    """The default ``scheduler`` target: the pools of :mod:`pools`, sized by the config."""
+    """The default ``scheduler`` target: the pools of :mod:`pools`, sized by the config.
+
+    ``cache_type`` and ``swa_type`` let a variant (a canary) substitute its own class.
+    """
     rows: Any = (
         HybridReqToTokenPool(size, max_context_len, mamba_size, device=device) if hybrid
         else ReqToTokenPool(size, max_context_len, device=device)
     )
-    kv = PagedTokenToKVPoolAllocator(kv_pages * page_size, page_size, device=device, need_sort=need_sort, kernel=kernel)
-    return SchedulerPools(rows, kv)
-
-
-def _first_difference(expected: list[int], actual: list[int]) -> int:
-    return next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+    kv: Any = (
+        swa_type(kv_pages * page_size, swa_pages * page_size, page_size, device, need_sort, kernel) if sliding_window
+        else PagedTokenToKVPoolAllocator(kv_pages * page_size, page_size, device=device, need_sort=need_sort, kernel=kernel)
+    )
+    cache = cache_type(kv, eviction_policy=eviction_policy) if prefix_cache else None
+    return SchedulerPools(rows, kv, cache)
 
 
 class SchedulerDriver(Driver):
@@ -77,9 +101,21 @@ class SchedulerDriver(Driver):
         self.device = torch.device(c.get("device", "cpu"))
         self.ps = int(c["page_size"])
         self.max_len = int(c["max_context_len"])
-        self.model = SchedulerModel(int(c["size"]), int(c["kv_pages"]), self.ps, int(c.get("mamba_size", 0)), self.hybrid)
+        self.window = int(c.get("sliding_window") or 0)
+        self.full: Any = self.kv.full_attn_allocator if self.window else self.kv
+        """The allocator of the full-attention side (the only side without a window)."""
+        cached = bool(c.get("prefix_cache", False))
+        if cached and getattr(self.pool, "tree_cache", None) is None:
+            raise ValueError("the config asks for a prefix cache but the target built none (tree_cache is None)")
+        self.model = SchedulerModel(
+            int(c["size"]), int(c["kv_pages"]), self.ps, int(c.get("mamba_size", 0)), self.hybrid,
+            num_swa_pages=int(c.get("swa_pages", 0)) if self.window else 0,
+            cache=PrefixCacheModel(self.ps) if cached else None,
+        )
         self.reqs: dict[int, Req] = {}
-        self.oracle = get_kernel("loop")
+        self.kv_step = KVStep(self)
+        self.cache = CacheBook(self) if cached else None
+        self.swa = WindowBook(self) if self.window else None
 
     # ------------------------------------------------------------ policy
     def retract_free_start(self, keep: int) -> int:
@@ -87,119 +123,70 @@ class SchedulerDriver(Driver):
         return self.model.retract_start(keep)
 
     # ------------------------------------------------------------ helpers
-    def _i64(self, values: list[int], device: torch.device | str | None = None) -> torch.Tensor:
+    def i64(self, values: list[int], device: torch.device | str | None = None) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64, device=device or self.device)
 
-    def _free_pages(self) -> list[int]:
-        return list(self.kv.get_all_free_pages().tolist())
+    def free_pages(self, allocator: Any = None) -> list[int]:
+        """Every free page of ``allocator`` (the full side by default), staged ones included."""
+        return list((allocator or self.full).get_all_free_pages().tolist())
 
-    def _pages_to_take(self, count: int) -> list[int]:
-        """The head of the free list, merged and sorted first when it is short (the allocator contract)."""
-        head = self.kv.free_pages.tolist()
-        return list((head if count <= len(head) else sorted(self._free_pages()))[:count])
-
-    def _last_loc(self, states: list[ReqState]) -> torch.Tensor:
-        """``req_to_token[row, len - 1]`` read from the pool, ``-1`` for an empty request."""
-        rows = self._i64([s.row for s in states])
-        lens = self._i64([s.length for s in states])
-        read = self.rows.req_to_token[rows, (lens - 1).clamp(min=0)].to(torch.int64)
-        return torch.where(lens > 0, read, torch.full_like(read, -1))
-
-    def _check_fresh(self, values: list[int], free: set[int], what: str, reserved: str) -> None:
+    def check_fresh(self, values: list[int], free: set[int], what: str, reserved: str) -> None:
         check_unique(values, "no-double-allocation", what)
         for value in values:
             check(value != 0, "reserved-never-handed-out", f"{what} handed out {reserved} 0")
             check(value in free, "no-double-allocation", f"{what} handed out {value}, which is not free")
 
-    def _kv_step(self, states: list[ReqState], seqs: list[int], *, decode: bool) -> bool:
-        """One ``alloc_extend``/``alloc_decode`` for ``states`` growing to ``seqs``; False when KV is short."""
-        model, ps = self.model, self.ps
-        pres = [s.length for s in states]
-        per_request = [model.decode_pages(q) if decode else model.extend_pages(p, q) for p, q in zip(pres, seqs)]
-        need = sum(per_request)
-        enough = need <= len(model.free_pages)
-        pages = self._pages_to_take(need) if enough else []
-        before = self._free_pages()
-        last_loc = self._last_loc(states)
-        seq_t, pre_t = self._i64(seqs), self._i64(pres)
-        seq_cpu = seq_t.cpu()
-        what = f"alloc_{'decode' if decode else 'extend'}(prefix={pres}, seq={seqs})"
-        if decode:
-            result = self.expect_accepted(lambda: self.kv.alloc_decode(seq_t, seq_cpu, last_loc), what)
-        else:
-            total = sum(seqs) - sum(pres)
-            result = self.expect_accepted(
-                lambda: self.kv.alloc_extend(pre_t, pre_t.cpu(), seq_t, seq_cpu, last_loc, total), what)
-        if not enough:
-            check(result is None, "empty-pool-guard", f"{what} served with {len(model.free_pages)} free pages", need=need)
-            # A refusal may merge staged frees (need_sort) into the free list: same pages, new order.
-            check(sorted(self._free_pages()) == sorted(before), "empty-pool-guard", f"a refused {what} changed the free pages")
-            self.event(f"{'decode' if decode else 'extend'} refused: KV short")
-            return False
-        check(result is not None, "empty-pool-guard", f"{what} refused with {len(model.free_pages)} free pages", need=need)
-        if not decode and any(p % ps and q > p for p, q in zip(pres, seqs)):
-            self.event("extend continues a mid-page prefix")
-        if need == len(model.free_pages) and need:
-            self.event("KV exactly full")
-        out = result.tolist()
-        expected = self._oracle(pres, seqs, last_loc, pages, decode)
-        if out != expected:
-            i = _first_difference(expected, out)
-            raise InvariantViolation("kernel-agreement", f"{what} differs from the loop oracle at output {i}",
-                                     kernel=self.config.get("kernel"), expected=expected[i: i + 4], actual=out[i: i + 4])
-        self._check_fresh(pages, model.free_pages, what, "page")
-        after = self._free_pages()
-        check(sorted(after) == sorted(set(before) - set(pages)) and len(after) == len(before) - need, "page-layout",
-              f"{what} consumed other than its {need} counted pages", consumed=sorted(set(before) - set(after)))
-        start = 0
-        for state, pre, seq, last in zip(states, pres, seqs, last_loc.tolist()):
-            width = 1 if decode else seq - pre
-            slots = out[start: start + width]
-            check_slot_layout(slots, prefix=seq - width, last_loc=last, page_size=ps, what=what, handle=state.handle)
-            if width:
-                self.expect_accepted(lambda: self.rows.write(
-                    (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
-            model.grow(state.handle, slots)
-            start += width
-        return True
+    def sides(self) -> list[tuple[str, Any, set[int]]]:
+        """``(name, allocator, the model's free pages)`` of each KV side a step allocates on."""
+        sides = [("full", self.full, self.model.free_pages)]
+        if self.window:
+            sides.append(("SWA", self.kv.swa_attn_allocator, self.model.free_swa))
+        return sides
 
-    def _oracle(self, pres: list[int], seqs: list[int], last_loc: torch.Tensor, pages: list[int], decode: bool) -> list[int]:
-        """The loop kernel on the same pages and ``last_loc`` (CPU)."""
-        cpu = torch.device("cpu")
-        width = len(seqs) if decode else sum(seqs) - sum(pres)
-        out = torch.full((width,), -7777, dtype=torch.int64)
-        seq_t, loc, free = self._i64(seqs, cpu), last_loc.cpu(), self._i64(pages, cpu)
-        if decode:
-            self.oracle.decode(seq_t, loc, free, out, self.ps)
-        else:
-            self.oracle.extend(self._i64(pres, cpu), seq_t, loc, free, out, self.ps)
-        return list(out.tolist())
-
-    def _release(self, state: ReqState, *, grouped: bool) -> None:
-        """Free one request's KV, Mamba slot and row (a finish inside a free group, or an abort)."""
+    def _release(self, state: ReqState, *, group: bool, insert: bool = False, row_first: bool | None = None) -> None:
+        """Free one request's KV, Mamba slot and row: a finish inside a free group (``insert`` caches its
+        tokens), an abort (row first), or a retract or rollback through the cache's release path."""
         req = self.reqs.pop(state.handle)
         row, length = state.row, state.length
+        row_first = not group if row_first is None else row_first
         kv_slots = self.rows.req_to_token[row, :length]  # a view: the allocator must copy it (#34067)
-        if not grouped:
+        if row_first:
             kv_slots = kv_slots.clone()
             self.expect_accepted(lambda: self.rows.free(req), f"free(row {row})")
-        if length:
+        if self.cache is not None:
+            self.cache.release(state, kv_slots, insert=insert)
+        elif length:
             self.expect_accepted(lambda: self.kv.free(kv_slots), f"free(KV of request {state.handle})")
         if self.hybrid:
             self.expect_accepted(lambda: self.rows.free_mamba_cache(req), f"free_mamba_cache(request {state.handle})")
-        if grouped:
+        if not row_first:
             self.expect_accepted(lambda: self.rows.free(req), f"free(row {row})")
-            self.rows.req_to_token[row, :length] = 0  # the row's next owner overwrites it before the group ends
-        self.model.release(state.handle)
+            if group:
+                self.rows.req_to_token[row, :length] = 0  # the row's next owner overwrites it before the group ends
+        if self.cache is None:
+            self.model.release(state.handle)
+
+    def _ledgers(self) -> None:
+        """The options' count equations, after every step (O(live requests))."""
+        if self.cache is not None:
+            self.cache.check_ledger()
+        if self.swa is not None:
+            self.swa.check_ledger()
 
     # --------------------------------------------------------- operations
     @operation
-    def admit(self, requests: list[list[int]], reserve_extra: int = 0) -> list[int]:
-        """Admit ``[prompt, first_chunk]`` requests as one batch; returns their handles ([] if refused)."""
-        batch = [(min(prompt, self.max_len), min(chunk, prompt, self.max_len)) for prompt, chunk in requests]
+    def admit(self, requests: list[list[int]], reserve_extra: int = 0, tokens: list[list[int]] | None = None) -> list[int]:
+        """Admit ``[prompt, first_chunk]`` requests as one batch; returns their handles ([] if refused).
+
+        ``tokens`` are the prompts' token ids (padded with 0 to the prompt length); the
+        first chunk extends ``first_chunk`` tokens past whatever prefix the cache matched.
+        """
+        batch = [(min(prompt, self.max_len), chunk) for prompt, chunk in requests]
         if not batch:
             return SKIPPED  # type: ignore[return-value]
         model = self.model
+        prompts = [((tokens[i] if tokens and i < len(tokens) else []) + [0] * prompt)[:prompt]
+                   for i, (prompt, _) in enumerate(batch)]
         mamba: Any = self.rows.mamba_allocator if self.hybrid else None
         reqs = [Req(rid=f"req-{model.next_handle + i}") for i in range(len(batch))]
         if self.hybrid:
@@ -213,22 +200,27 @@ class SchedulerDriver(Driver):
             rows = self.expect_accepted(lambda: self.rows.alloc(reqs), f"alloc({len(reqs)} requests)")
             check(rows is not None and len(rows) == len(batch), "empty-pool-guard", "admission refused with room",
                   free_rows=len(model.free_rows), free_mamba=len(model.free_mamba))
-            self._check_fresh(list(rows), model.free_rows, "alloc(reqs)", "row")
+            self.check_fresh(list(rows), model.free_rows, "alloc(reqs)", "row")
             slots = [req.mamba_pool_idx for req in reqs]
             if self.hybrid:
-                self._check_fresh([int(s or 0) for s in slots], model.free_mamba, "alloc(reqs)", "mamba slot")
-            states = [model.admit(row, slot, prompt) for row, slot, (prompt, _) in zip(rows, slots, batch)]
+                self.check_fresh([int(s or 0) for s in slots], model.free_mamba, "alloc(reqs)", "mamba slot")
+            states = [model.admit(row, slot, prompt, toks) for row, slot, (prompt, _), toks in zip(rows, slots, batch, prompts)]
             for state, req in zip(states, reqs):
                 self.reqs[state.handle] = req
-            if self._kv_step(states, [chunk for _, chunk in batch], decode=False):
+            prefixes = self.cache.match_and_lock(states) if self.cache is not None else [0] * len(states)
+            if self.kv_step(states, [min(pre + chunk, s.target) for pre, s, (_, chunk) in zip(prefixes, states, batch)],
+                             decode=False):
                 handles = [s.handle for s in states]
+                if self.cache is not None:
+                    self.cache.checkpoint([s for s in states if s.prefilling])
             else:
                 for state in states:
-                    self._release(state, grouped=False)
+                    self._release(state, group=False)
                 self.event("admission rolled back: KV short")
         if self.hybrid:
             self.expect_accepted(mamba.alloc_group_end, "alloc_group_end")
             check(not mamba.group_open, "group-window", "the Mamba group window stayed open after admission")
+        self._ledgers()
         return handles
 
     @operation
@@ -242,7 +234,9 @@ class SchedulerDriver(Driver):
         rows = self.expect_accepted(lambda: self.rows.alloc([self.reqs[s.handle] for s in states]), "alloc(continuing)")
         check(rows == [s.row for s in states] and self.observe() == before, "valid-call-accepted",
               "continuing requests did not keep their rows", rows=rows, expected=[s.row for s in states])
-        self._kv_step(states, [min(s.length + chunk, s.target) for s in states], decode=False)
+        if self.kv_step(states, [min(s.length + chunk, s.target) for s in states], decode=False) and self.cache is not None:
+            self.cache.checkpoint([s for s in states if s.prefilling])
+        self._ledgers()
 
     @operation
     def decode(self, handles: list[int]) -> None:
@@ -251,78 +245,110 @@ class SchedulerDriver(Driver):
         states = [s for s in states if not s.prefilling and s.length < self.max_len]
         if not states:
             return SKIPPED  # type: ignore[return-value]
-        self._kv_step(states, [s.length + 1 for s in states], decode=True)
+        self.kv_step(states, [s.length + 1 for s in states], decode=True)
+        self._ledgers()
 
     @operation
     def finish(self, handles: list[int]) -> None:
-        """Release finished requests: KV inside one free group, then Mamba slots, then rows."""
+        """Release finished requests: KV inside one free group (cached first, with a cache), then Mamba slots, then rows."""
         states = [self.model.live[h] for h in dict.fromkeys(handles) if h in self.model.live]
         if not states:
             return SKIPPED  # type: ignore[return-value]
-        available = self.kv.available_size()
+        available = self.available()
         self.expect_accepted(self.kv.free_group_begin, "free_group_begin")
         for state in states:
-            self._release(state, grouped=True)
-        check(self.kv.available_size() == available, "group-window", "frees inside a free group took effect early")
+            self._release(state, group=True, insert=True)
+        check(self.available() == available, "group-window", "frees inside a free group took effect early")
         self.expect_accepted(self.kv.free_group_end, "free_group_end")
+        self._ledgers()
 
     @operation
     def abort(self, handle: int) -> None:
         """Abort a request mid-flight: row first, then Mamba slot and KV, no free group."""
         if handle not in self.model.live:
             return SKIPPED  # type: ignore[return-value]
-        self._release(self.model.live[handle], grouped=False)
+        self._release(self.model.live[handle], group=False)
+        self._ledgers()
 
     @operation
     def retract(self, handle: int, keep: int) -> None:
-        """Shrink a request to the page boundary at or below ``keep``; it must prefill the rest again."""
+        """Shrink a request to the page boundary at or below ``keep``; it must prefill the rest again.
+
+        With a cache, retract is SGLang 0.5.23's: the whole request goes back through the
+        release path (nothing inserted) and back to the queue; ``keep`` is unused.  With a
+        window, a kept prefix must end inside it, else the request restarts from 0.
+        """
         state = self.model.live.get(handle)
         if state is None or state.length == 0:
             return SKIPPED  # type: ignore[return-value]
+        if self.cache is not None:
+            self._release(state, group=False, row_first=False)
+            self.event("retract released through the cache")
+            self._ledgers()
+            return
         keep, length = min(keep, state.length), state.length
-        start = self.retract_free_start(keep)
+        start, model_start = self.retract_free_start(keep), self.model.retract_start(keep)
+        if self.swa is not None:
+            start, model_start = self.swa.retract_bounds(state, start, model_start)
         if start < length:
             tail = self.rows.req_to_token[state.row, start:length]
             self.expect_accepted(lambda: self.kv.free(tail), f"free(tokens {start}..{length} of request {handle})")
-        self.model.truncate(handle, self.model.retract_start(keep))
+        self.model.truncate(handle, model_start)
         state.target = max(state.target, length)
         if keep % self.ps:
             self.event("retract mid-page")
+        self._ledgers()
 
     @operation
     def clear(self) -> None:
-        """Reset both pools; every request is dropped."""
+        """Reset the pools (the cache forgets its tree first, as ``flush_cache`` does); every request is dropped."""
         self.expect_accepted(self.rows.clear, "req_to_token_pool.clear()")
+        if self.cache is not None:
+            self.expect_accepted(self.cache.tree.reset, "tree_cache.reset()")
         self.expect_accepted(self.kv.clear, "allocator.clear()")
         self.model.clear()
         self.reqs.clear()
         check(self.rows.available_size() == self.model.num_rows, "clear-restores", "rows still allocated after clear")
-        check(self.kv.available_size() == self.model.num_pages * self.ps and not self.kv.in_free_group,
+        check(self.full.available_size() == self.model.num_pages * self.ps and not self.kv.in_free_group,
               "clear-restores", "KV pages still allocated (or a free group open) after clear")
+        if self.cache is not None:
+            self.cache.forget()
+        self._ledgers()
 
     # ------------------------------------------------------------- audits
+    def available(self) -> tuple[int, ...]:
+        """Free tokens on each KV side."""
+        return tuple(alloc.available_size() for _, alloc, _ in self.sides())
+
     def observe(self) -> Hashable:
         mamba = getattr(self.rows, "mamba_allocator", None)
-        return (tuple(self.rows.free_slots), tuple(self._free_pages()),
-                tuple(mamba.free_slots.tolist()) if mamba is not None else ())
+        sides = tuple(tuple(self.free_pages(alloc)) for _, alloc, _ in self.sides())
+        cache = self.cache.sizes() if self.cache is not None else ()
+        return (tuple(self.rows.free_slots), sides, tuple(mamba.free_slots.tolist()) if mamba is not None else (), cache)
 
     def check_equation(self) -> None:
         """The scheduler conservation equation, from the pools' own state.
 
-        Every KV page is on the allocator's free list or in ``req_to_token[row, :len]`` of
-        exactly one live request; every row and Mamba slot is free or held by exactly one.
+        Every KV page is on the allocator's free list, or in ``req_to_token[row, cached:len]``
+        of exactly one live request, or (with a cache) held once by the cache, whose pages
+        the first ``cached`` slots of any number of rows may share (``kv-accounting``
+        then); every row and Mamba slot is free or held by exactly one.
         """
         model = self.model
         held: dict[int, list[int]] = {}
         for handle, state in model.live.items():
-            held[handle] = self.rows.req_to_token[state.row, : state.length].tolist()
-            if held[handle] != state.slots:
-                i = _first_difference(state.slots, held[handle])
+            row = self.rows.req_to_token[state.row, : state.length].tolist()
+            if row != state.slots:
+                i = first_difference(state.slots, row)
                 raise InvariantViolation("scheduler-conservation", "req_to_token[row, :len] is not the request's slots",
                                          handle=handle, row=state.row, position=i,
-                                         expected=state.slots[i: i + 4], actual=held[handle][i: i + 4])
-        problems = model.ownership_problems(self._free_pages(), held)
-        check(not problems, "scheduler-conservation", "a KV page is not free-or-owned-once", **problems)
+                                         expected=state.slots[i: i + 4], actual=row[i: i + 4])
+            held[handle] = row[state.cached:]
+        if self.cache is not None:
+            held[-1] = self.cache.held_slots()
+        problems = model.ownership_problems(self.free_pages(), held)
+        check(not problems, "kv-accounting" if self.cache is not None else "scheduler-conservation",
+              "a KV page is not free-or-owned-once", **problems)
         self._check_partition("rows", list(self.rows.free_slots), [s.row for s in model.live.values()], model.num_rows)
         mamba = getattr(self.rows, "mamba_allocator", None)
         if self.hybrid and mamba is not None:
@@ -339,12 +365,12 @@ class SchedulerDriver(Driver):
         """Pools against the model: the conservation equation, free sets, handles, mapping, row 0, closed groups."""
         model = self.model
         self.check_equation()
-        free_pages = self._free_pages()
+        free_pages = self.free_pages()
         check_unique(free_pages, "no-double-allocation", "the KV free list")
         check(set(free_pages) == model.free_pages, "conservation", "KV free pages differ from the model",
               missing=sorted(model.free_pages - set(free_pages)), extra=sorted(set(free_pages) - model.free_pages))
-        check(self.kv.available_size() == len(model.free_pages) * self.ps, "conservation", "KV available_size()",
-              available=self.kv.available_size(), expected=len(model.free_pages) * self.ps)
+        check(self.full.available_size() == len(model.free_pages) * self.ps, "conservation", "KV available_size()",
+              available=self.full.available_size(), expected=len(model.free_pages) * self.ps)
         check(not self.kv.in_free_group, "group-window", "a free group is open between steps")
         check(set(self.rows.free_slots) == model.free_rows, "conservation", "free rows differ from the model",
               pool=sorted(self.rows.free_slots), model=sorted(model.free_rows))
@@ -364,3 +390,7 @@ class SchedulerDriver(Driver):
                 expected[state.row] = int(state.mamba or 0)
             check(mapping == expected, "conservation", "req_index_to_mamba_index_mapping differs from the live requests",
                   mapping=mapping, expected=expected)
+        if self.cache is not None:
+            self.cache.audit()
+        if self.swa is not None:
+            self.swa.audit()
