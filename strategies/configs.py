@@ -92,6 +92,21 @@ def corner_steps(move: Move, driver: Any, seed: int, *, setups: int = 3) -> Iter
         yield step
 
 
+def config_corners(config: Config) -> list[str]:
+    """Event labels for the corners a pool starts in: page size 1, large pages, an empty pool, a pool of one."""
+    labels = []
+    page_size = int(config.get("page_size", 0))
+    if page_size == 1:
+        labels.append("corner: page size 1")
+    elif page_size >= 16:
+        labels.append("corner: large pages")
+    if "size" in config:
+        units = int(config["size"]) // max(1, page_size)
+        if units <= 1:
+            labels.append("corner: an empty pool" if units == 0 else "corner: a pool of one")
+    return labels
+
+
 CORNER_REPEAT = "corner: an index repeated inside one call"
 CORNER_MIXED = "corner: a batch mixing requests that hold and that need"
 CORNER_EXACT = "corner: a request that exactly fits what is free"

@@ -291,9 +291,11 @@ def _paged_unaligned(driver: Any, rng: random.Random) -> Step | None:
 
 
 def _admit_mid_page(driver: Any, rng: random.Random) -> Step | None:
-    """Admit a request ending mid-page (none exists at page size 1)."""
-    ps = driver.page_size
-    return ("extend", {"batch": [[None, rng.randint(1, ps - 1) + ps * rng.randint(0, 1)]]}) if ps > 1 else None
+    """Admit a request ending mid-page, if a page is free (none exists at page size 1)."""
+    ps, room = driver.page_size, driver.model.available_pages()
+    if ps == 1 or not room:
+        return None
+    return "extend", {"batch": [[None, rng.randint(1, ps - 1) + ps * rng.randint(0, min(1, room - 1))]]}
 
 
 def _paged_admit(driver: Any, rng: random.Random) -> Step:
@@ -351,7 +353,9 @@ def _admit_edge_and_mid(driver: Any, rng: random.Random) -> Step | None:
     edge, mid = _edges_and_mids(driver)
     if not mid:
         return _admit_mid_page(driver, rng)
-    return ("extend", {"batch": [[None, driver.page_size * rng.randint(0, 1)]]}) if not edge else None
+    if edge:
+        return None
+    return "extend", {"batch": [[None, driver.page_size * rng.randint(0, min(1, driver.model.available_pages()))]]}
 
 
 def paged_kv_walk(*, triton_share: float = 0.0) -> Walk:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Shared, TargetRef, WorkerPlan
 from harness.fuzz.shares import FLOOR, ShareBook, pick
 from harness.fuzz.walk import WALKS, WalkRun, bench_walk
+from harness.fuzz.worker import Worker
 from harness.judge.families import FAMILIES
 from harness.traces.schema import load_trace
 from harness.traces.replay import replay_trace
@@ -125,3 +128,59 @@ def test_workers_draw_targets_in_proportion_to_their_shares_and_uniformly_before
 def test_a_floor_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError):
         ShareBook(["a"], floor=1.5)
+
+
+# ------------------------------------------------------------------ the worker's walk rounds
+class _Pipe:
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+
+class _Flag:
+    def is_set(self) -> bool:
+        return False
+
+
+def walk_worker(tmp_path: Path, spec: str, *, walk_share: float | None = None) -> tuple[Worker, _Pipe, TargetRef]:
+    target = TargetRef(index=0, family="req_to_token", spec=spec, key="req_to_token")
+    plan = WorkerPlan(worker=0, generation=0, targets=(target,), seed=1, deadline=time.time() + 60, steps=50,
+                      misuse=True, device="cpu", corpus=str(tmp_path / "corpus"), database="none",
+                      log_path=str(tmp_path / "log"), round_seconds=0.2, walk_share=walk_share)
+    pipe = _Pipe()
+    shared = Shared(go=_Flag(), stop=_Flag(), retired=[0], shares=[1.0])
+    return Worker(plan, pipe, shared, {"now": False}), pipe, target
+
+
+def test_a_walk_round_reports_its_finding_with_the_shrunk_trace_saved(tmp_path: Path) -> None:
+    worker, pipe, target = walk_worker(tmp_path, "harness.canaries.combinations:FreeRowsChecksASet")
+    worker.run_walk_round(target, 0)
+    started = [m for m in pipe.sent if isinstance(m, RoundStarted)]
+    failures = [m for m in pipe.sent if isinstance(m, FailureFound)]
+    assert started and started[0].engine == "walk"
+    assert len(failures) == 1 and failures[0].invariant == "misuse-rejected" and failures[0].shrunk
+    assert failures[0].trace is not None and Path(failures[0].trace).exists()
+    assert worker.retired[0] == 1
+
+
+def test_a_clean_walk_round_counts_steps_episodes_and_events(tmp_path: Path) -> None:
+    worker, pipe, target = walk_worker(tmp_path, "pools:ReqToTokenPool")
+    worker.run_walk_round(target, 0)
+    progress = [m for m in pipe.sent if isinstance(m, ProgressReport)]
+    assert not [m for m in pipe.sent if isinstance(m, FailureFound)]
+    assert sum(m.steps for m in progress) == worker.steps > 0 and worker.examples > 0
+    assert any(label.startswith("corner: ") for m in progress for label in m.events)
+
+
+def test_walk_rounds_take_their_share_of_the_time_after_a_first_hypothesis_round(tmp_path: Path) -> None:
+    worker, _, _ = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.75)
+    assert worker.next_engine() == "hypothesis"
+    worker.engine_seconds.update(hypothesis=1.0, walk=2.0)
+    assert worker.next_engine() == "walk"
+    worker.engine_seconds.update(walk=3.0)
+    assert worker.next_engine() == "hypothesis"
+    never, _, _ = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.0)
+    never.engine_seconds.update(hypothesis=5.0)
+    assert never.next_engine() == "hypothesis"

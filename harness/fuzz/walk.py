@@ -38,7 +38,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.traces.corpus import save_trace
 from harness.traces.shrink import shrink_trace
-from strategies.configs import Move, Step, Walk, row_walk
+from strategies.configs import Move, Step, Walk, config_corners, row_walk
 from strategies.kv import paged_kv_walk, token_kv_walk
 from strategies.mamba import hybrid_walk, mamba_slot_walk
 
@@ -141,6 +141,7 @@ class WalkRun:
     def _episode(self, done: Callable[[], bool], limit: int | None) -> Finding | None:
         rng = self.rng
         config = {**self.walk.configs(rng), "device": self.device}
+        self.events.update(config_corners(config))
         enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
         cumulative = list(itertools.accumulate(m.weight for m in enabled))
         length = rng.choice(EPISODE_LENGTHS)

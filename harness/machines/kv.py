@@ -25,7 +25,7 @@ from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondi
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.machines.base import PoolMachine
-from strategies.configs import MOVE_SEEDS, corner_steps
+from strategies.configs import MOVE_SEEDS, config_corners, corner_steps
 from strategies.kv import (
     alloc_sizes,
     extend_lengths,
@@ -47,6 +47,8 @@ class TokenKVMachine(PoolMachine):
     @initialize(config=token_kv_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
 
     @property
     def kv(self) -> TokenKVDriver:
@@ -153,6 +155,8 @@ class PagedKVMachine(TokenKVMachine):
     @initialize(config=paged_kv_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
 
     def _extend(self, data: st.DataObject, existing: list[int], new: int) -> Any:
         lengths = extend_lengths(page_size=self.kv.page_size)

@@ -29,7 +29,7 @@ from harness.judge.drivers.hybrid import HybridDriver
 from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
 from harness.judge.models.mamba import SlotModel
-from strategies.configs import MOVE_SEEDS, Move, corner_steps
+from strategies.configs import MOVE_SEEDS, Move, config_corners, corner_steps
 from strategies.mamba import (
     group_sizes,
     hybrid_configs,
@@ -132,6 +132,8 @@ class MambaSlotMachine(_WindowMachine):
     @initialize(config=mamba_slot_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
 
     def slot_model(self) -> SlotModel:
         return cast(MambaSlotDriver, self.driver).model
@@ -212,6 +214,8 @@ class HybridMachine(_WindowMachine):
     @initialize(config=hybrid_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
 
     @property
     def hybrid(self) -> HybridDriver:

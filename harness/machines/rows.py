@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
 
 from harness.machines.base import PoolMachine
-from strategies.configs import MOVE_SEEDS, corner_steps, row_pool_configs, row_walk
+from strategies.configs import MOVE_SEEDS, config_corners, corner_steps, row_pool_configs, row_walk
 
 ROW_WALK = row_walk()
 
@@ -33,6 +33,8 @@ class RowPoolMachine(PoolMachine):
     @initialize(config=row_pool_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
 
     def occupancy(self) -> float:
         model = self.driver.model  # type: ignore[union-attr]
@@ -112,3 +114,5 @@ class DecodeRowPoolMachine(RowPoolMachine):
     @initialize(config=row_pool_configs(decode=True))
     def init_pool(self, config: dict[str, Any]) -> None:
         self.start(config)
+        for label in config_corners(config):
+            self.driver.event(label)  # type: ignore[union-attr]
