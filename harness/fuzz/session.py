@@ -24,6 +24,12 @@ How a run ends:
   replaced: its CUDA context is unusable.
 * A target is fuzzed until its first failure in this run; then it is retired
   for every worker, and the report says so.
+
+Targets do not get equal time: every :data:`SHARES_EVERY_S` the parent turns
+each target's behaviours so far (distinct event labels, and branch arcs under
+``--coverage``) into shares of the fuzzing time (:mod:`harness.fuzz.shares`:
+more to targets still finding new behaviour, a floor for all), and workers
+draw their next target from them.
 """
 
 from __future__ import annotations
