@@ -83,11 +83,12 @@ class SchedulerMachine(PoolMachine):
     def running(self) -> list[int]:
         return self.eligible(prefilling=False, max_length=self.sched.max_len)
 
-    @rule(requests=admissions(), reserve_extra=st.integers(min_value=0, max_value=2), prompts=prompt_batches())
-    def admit(self, requests: list[list[int]], reserve_extra: int, prompts: list[list[int]]) -> None:
+    @rule(requests=admissions(), reserve_extra=st.integers(min_value=0, max_value=2), data=st.data())
+    def admit(self, requests: list[list[int]], reserve_extra: int, data: st.DataObject) -> None:
         if self.sched.cache is None:
             self.do("admit", requests=requests, reserve_extra=reserve_extra)
             return
+        prompts = data.draw(prompt_batches(), label="prompts")  # only with a cache: no entropy spent elsewhere
         tokens = [prompts[i % len(prompts)] for i in range(len(requests))]
         self.do("admit", requests=[[len(t), chunk] for t, (_, chunk) in zip(tokens, requests)],
                 reserve_extra=reserve_extra, tokens=tokens)
