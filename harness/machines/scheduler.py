@@ -20,8 +20,14 @@ from hypothesis.stateful import initialize, precondition, rule
 from harness.judge.drivers.scheduler import SchedulerDriver
 from harness.machines.base import PoolMachine, make_machine
 from pools.page_alloc import triton_available
-from strategies.scheduler import admissions, chunk_sizes, picks, prompt_batches, retract_keeps, scheduler_configs
-
+from strategies.scheduler import (
+    admissions,
+    chunk_sizes,
+    picks,
+    prompt_batches,
+    retract_keeps,
+    scheduler_configs,
+)
 
 CLEAR_EVERY = 10
 """Steps between resets: a reset any time would keep the pools nearly empty."""

@@ -29,6 +29,7 @@ Checks, each the cheapest place it can run:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -72,20 +73,20 @@ class CacheBook:
         for state in states:
             key = state.tokens[: max(0, state.target - 1)]
             expected = self.model.match(key)
-            found = d.expect_accepted(lambda: self.tree.match_prefix(key), f"match_prefix(request {state.handle})")
+            found = d.expect_accepted(partial(self.tree.match_prefix, key), f"match_prefix(request {state.handle})")
             indices = found.indices.tolist()
             check(found.prefix_len == expected and indices == self.model.slots(state.tokens, expected),
                   "match-returns-inserted", "match_prefix at admission returned other than was cached",
                   handle=state.handle, prefix_len=found.prefix_len, expected=expected)
             protected = self.model.protected_tokens()
             d.model.attach_prefix(state.handle, expected)
-            delta = d.expect_accepted(lambda: self.tree.inc_lock_ref(found.last_node), f"inc_lock_ref(request {state.handle})")
+            delta = d.expect_accepted(partial(self.tree.inc_lock_ref, found.last_node), f"inc_lock_ref(request {state.handle})")
             check(delta == protected - self.model.protected_tokens(), "lock-balance",
                   "inc_lock_ref moved other than the newly locked tokens", delta=delta,
                   expected=protected - self.model.protected_tokens())
             self.locks[state.handle] = found.last_node
             if expected:
-                d.expect_accepted(lambda: d.rows.write((state.row, slice(0, expected)), found.indices.to(torch.int32)),
+                d.expect_accepted(partial(d.rows.write, (state.row, slice(0, expected)), found.indices.to(torch.int32)),
                                   "write(cached prefix)")
                 d.event("cache hit at admission")
                 if -delta < expected:
@@ -120,7 +121,7 @@ class CacheBook:
         for state in states:
             view = d.rows.req_to_token[state.row, : state.length]  # rewritten in place where it duplicates the cache
             tokens, lock, cached = state.tokens[: state.length], self.locks[state.handle], state.cached
-            result = d.expect_accepted(lambda: self.tree.checkpoint(tokens, view, lock, cached, prompt_len=state.target),
+            result = d.expect_accepted(partial(self.tree.checkpoint, tokens, view, lock, cached, prompt_len=state.target),
                                        f"checkpoint(request {state.handle})")
             self._compare(result, d.model.settle(state.handle, insert=True, release=False), f"checkpoint(request {state.handle})")
             self.locks[state.handle] = result.last_node
@@ -172,7 +173,7 @@ class CacheBook:
         d = self.driver
         for handle, state in d.model.live.items():
             node = self.locks[handle]
-            path = d.expect_accepted(lambda: self.tree.path_indices(node), f"path_indices(lock of request {handle})",
+            path = d.expect_accepted(partial(self.tree.path_indices, node), f"path_indices(lock of request {handle})",
                                      crash_id="lock-balance")
             check(path.tolist() == state.slots[: state.cached] and (node is self.tree.root or node.lock_ref >= 1),
                   "lock-balance", "a request's cached prefix is not the path of the node it locks",

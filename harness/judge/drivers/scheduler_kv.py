@@ -17,6 +17,7 @@ cache).  Then:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -111,8 +112,8 @@ class KVStep:
             for slots, lasts in zip(per_side, last_locs):
                 check_slot_layout(slots, prefix=seq - width, last_loc=lasts[i], page_size=ps, what=what, handle=state.handle)
             if width:
-                d.expect_accepted(lambda: d.rows.write(
-                    (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
+                d.expect_accepted(partial(
+                    d.rows.write, (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
             model.grow(state.handle, per_side[0], per_side[1] if d.swa is not None else None)
             start += width
         return True

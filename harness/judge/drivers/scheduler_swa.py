@@ -18,6 +18,7 @@ live request's in-window tokens, and the mapping of each row is the model's
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from harness.judge.invariants import check
@@ -45,7 +46,7 @@ class WindowBook:
         d.expect_accepted(self.kv.free_group_begin, "free_group_begin")
         for state, start in moving:
             gone = d.rows.req_to_token[state.row, state.swa_evicted:start]
-            d.expect_accepted(lambda: self.kv.free_swa(gone),
+            d.expect_accepted(partial(self.kv.free_swa, gone),
                               f"free_swa(tokens {state.swa_evicted}..{start} of request {state.handle})")
             model.leave_window(state.handle, start)
         d.expect_accepted(self.kv.free_group_end, "free_group_end")
