@@ -6,11 +6,14 @@ What SGLang 0.5.23's scheduler does with its ``RadixCache``, one request at a ti
   ``Req.init_next_round_input`` does), locks the matched node, writes the cached
   indices into ``req_to_token[row, :prefix]`` and extends only the rest;
 * a KV allocation the free pages cannot serve first evicts the shortfall
-  (``evict_to_free_tokens``), and is refused only if that is not enough;
+  (``evict_to_free_tokens``), and is refused only if that is not enough.  Upstream
+  sizes the shortfall from a demand over-estimated by a page per request; here it
+  is the exact page demand, so an eviction that falls one page short is seen;
 * a request still prefilling after a chunk is checkpointed (``cache_unfinished_req``);
-* finish releases with insertion, retract and abort without (``release_kv_cache``);
-  either way the cache frees the uncached tail and drops the lock, the scheduler
-  frees the row.
+* finish releases with insertion (``release_kv_cache(checkpoint=True)``), retract
+  and abort without (``checkpoint=False``, as ``ScheduleBatch.release_req`` does for
+  a retract); either way the cache frees the uncached tail and drops the lock, the
+  scheduler frees the row.
 
 Checks, each the cheapest place it can run:
 
