@@ -60,8 +60,8 @@ def bench_time_to_detect(quick: bool) -> Section:
     section.notes.append(f"Target: median time to detect at most {MEDIAN_TARGET_S:g} s: {median:.2f} s, "
                          f"{verdict(median <= MEDIAN_TARGET_S)}.")
     section.notes.append(
-        "Each chase alternates walk bursts (1 s) with chunks of 20 hypothesis examples, as a worker alternates "
-        f"its rounds (walk share {WALK_SHARE:.0%}); a violation of another invariant first does not end it, so "
+        "Each chase alternates walk bursts (0.25 s, 0.5 s, then 1 s) with chunks of 20 hypothesis examples, as a "
+        "worker alternates its rounds; a violation of another invariant first does not end it, so "
         "the time is to the canary's own invariant.  No shrinking: it does not count towards detection.  "
         "`by walk` is the share of seeds in which the walk, not hypothesis, reported it.")
     return section

@@ -4,8 +4,9 @@ Each canary (:mod:`harness.canaries`) is chased by the engines of a nightly
 worker, one seed each run: by default (``--engine mixed``) walk bursts
 (:mod:`harness.fuzz.walk`, the family's driver driven by a seeded random walk)
 alternate with chunks of hypothesis examples of the family's normal machine
-(:func:`harness.machines.run.run_machine`), the walk taking
-:data:`~harness.fuzz.walk.WALK_SHARE` of the time as in ``fuzz``.  ``--engine
+(:func:`harness.machines.run.run_machine`), the walk bursts growing from a
+quarter to one second (:data:`WALK_BURSTS`) so a bug only hypothesis reaches
+is not kept waiting.  ``--engine
 walk`` or ``hypothesis`` runs one alone.  Probes count driver steps, so the
 report gives the time and steps to *detection*, apart from shrinking.
 
@@ -36,7 +37,7 @@ from typing import Any
 from hypothesis import Phase
 
 from harness.canaries import CANARIES, Canary, canary_machine, machine_available
-from harness.fuzz.walk import WALK_SHARE, Finding, WalkRun
+from harness.fuzz.walk import Finding, WalkRun
 from harness.judge.families import UnknownTargetError
 from harness.judge.invariants import InvariantViolation
 from harness.machines import PoolMachine, build_settings, failure_trace, run_machine, violation_of
@@ -46,8 +47,8 @@ DEFAULT_SECONDS = 60.0
 CHUNK_EXAMPLES = 20
 STEPS_PER_EXAMPLE = 40
 ENGINES = ("mixed", "walk", "hypothesis")
-WALK_BURST_SECONDS = 1.0
-"""A walk burst between hypothesis chunks; a chunk takes about ``WALK_BURST_SECONDS / WALK_SHARE - 1``."""
+WALK_BURSTS = (0.25, 0.5, 1.0)
+"""Walk bursts between hypothesis chunks, growing to the last: a bug only hypothesis reaches waits little."""
 SHRINK_SECONDS = 10.0
 
 
@@ -130,7 +131,7 @@ class Chase:
         self.seconds, self.seed, self.engine, self.shrink = seconds, seed, engine, shrink
         self.started = perf_counter()
         self.probe = Probe(self.started)
-        self.chunks = 0
+        self.chunks = self.bursts = 0
 
     def left(self) -> float:
         return self.seconds - (perf_counter() - self.started)
@@ -150,8 +151,9 @@ class Chase:
             return outcome
         while self.left() > 0 and outcome.status == "missed":
             if walk is not None:
-                burst = self.left() if machine is None else min(self.left(), WALK_BURST_SECONDS)
-                self.walk_burst(walk, burst)
+                burst = WALK_BURSTS[min(self.bursts, len(WALK_BURSTS) - 1)]
+                self.bursts += 1
+                self.walk_burst(walk, self.left() if machine is None else min(self.left(), burst))
             if machine is not None and outcome.status == "missed" and self.left() > 0:
                 self.hypothesis_chunk(machine)
         outcome.examples = self.chunks * CHUNK_EXAMPLES + (walk.episodes if walk is not None else 0)

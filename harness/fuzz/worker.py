@@ -160,6 +160,7 @@ class Worker:
         self.poisoned = False
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
         self.walks: dict[str, WalkRun] = {}
+        self.walk_rounds: Counter[str] = Counter()
         self.engine_seconds = {"walk": 0.0, "hypothesis": 0.0}
         self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
@@ -271,7 +272,9 @@ class Worker:
         return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"
 
     def run_walk_round(self, target: TargetRef, round_no: int) -> None:
-        """Walk ``target``'s driver for about ``round_seconds * walk_share / (1 - walk_share)`` (see the module docstring)."""
+        """Walk ``target``'s driver for a round: half ``round_seconds`` at first, doubling up to
+        ``round_seconds * walk_share / (1 - walk_share)`` (at most three), so a target whose bugs only
+        hypothesis reaches loses little to the walk."""
         walk = self.walks.get(target.key)
         if walk is None:
             walk = self.walks[target.key] = WalkRun(
@@ -279,7 +282,9 @@ class Worker:
                 spec=target.spec, device=self.plan.device, check_misuse=None if self.plan.misuse else False,
                 corpus=Path(self.plan.corpus))
         share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
-        seconds = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
+        longest = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
+        seconds = min(longest, self.plan.round_seconds / 2 * 2 ** self.walk_rounds[target.key])
+        self.walk_rounds[target.key] += 1
         self.flush()
         self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
         self.seed = walk.seed
