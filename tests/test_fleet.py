@@ -3,7 +3,9 @@
 A real ``redis-server`` on loopback is the fleet's example database.  Machine A
 (its own working directory and corpus) fuzzes a planted leak until it finds it;
 machine B, another process with an empty corpus, must then hit the same failure
-in its very first round, from hypothesis's database replay (``Phase.reuse``).
+in its very first round, from the database: hypothesis's replay (``Phase.reuse``)
+when a hypothesis round found it, the saved walk trace
+(:mod:`harness.fuzz.saved_walks`) when a walk round did.
 
 Why that proves a replay rather than luck: B runs with A's ``--seed``, so B's
 round 0 would *generate* exactly the examples A's round 0 generated on an empty

@@ -1,8 +1,10 @@
 """Rounds inside one fuzz worker: choosing target and engine, counting, stopping, reporting what was found.
 
-A worker draws its next target from the shares the parent publishes
-(:mod:`harness.fuzz.shares`: more time where new behaviour still turns up) and
-alternates two engines so that walk rounds take ``walk_share`` of its time
+A worker takes each target once under each engine first, then draws its next target from the
+shares the parent publishes (:mod:`harness.fuzz.shares`: more time where new
+behaviour still turns up).  Before a target's first round it replays the walk
+failures the example database holds for it (:mod:`harness.fuzz.saved_walks`),
+and it alternates two engines so that walk rounds take ``walk_share`` of its time
 (:data:`harness.fuzz.walk.WALK_SHARE` by default).  A *walk round* drives the
 target's driver from a seeded random walk (:class:`~harness.fuzz.walk.WalkRun`,
 one per target, resumed round after round), many times faster per step; a
@@ -10,8 +12,8 @@ failing trace goes to the same shrinker and corpus.  A *hypothesis round* is one
 :func:`~harness.machines.run.run_machine` call with ``derandomize=False``, a seed
 derived from ``(--seed, worker, generation, round)`` and a ``max_examples``
 sized so the round lasts about ``round_seconds``.  All workers share one
-example database, so a failure found in one round is replayed first in the
-next, and shrinking progress survives rounds, workers and nights.
+example database, so a failure found in one round (by either engine) is
+replayed first in the next, and shrinking progress survives rounds, workers and nights.
 
 The machine is subclassed with :class:`Counted`, which counts steps, examples
 and driver events (the labels drivers pass to ``hypothesis.event``) and checks,
@@ -50,6 +52,7 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
+from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
 from harness.fuzz.shares import pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
@@ -162,6 +165,8 @@ class Worker:
         self.walks: dict[str, WalkRun] = {}
         self.walk_rounds: Counter[str] = Counter()
         self.engine_seconds = {"walk": 0.0, "hypothesis": 0.0}
+        self.visited: set[tuple[str, str]] = set()  # (target, engine) pairs this worker has run
+        self.replayed: set[str] = set()  # targets whose saved walk failures this worker has replayed
         self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
     # ------------------------------------------------------------ reporting
@@ -243,8 +248,13 @@ class Worker:
             active = [t for t in self.plan.targets if not self.retired[t.index]]
             if not active:
                 break
-            target = self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
             engine = self.next_engine()
+            target = self.next_target(active, engine)
+            if target.key not in self.replayed:
+                self.replayed.add(target.key)
+                if self.replay_saved_walks(target, round_no):
+                    round_no += 1
+                    continue
             started = time.monotonic()
             try:
                 if engine == "walk":
@@ -257,6 +267,35 @@ class Worker:
                 self.engine_seconds[engine] += time.monotonic() - started
             round_no += 1
         self.flush()
+
+    def next_target(self, active: list[TargetRef], engine: str) -> TargetRef:
+        """Each target once under each engine first (workers starting at different ones), then drawn by the shares.
+
+        A short run must not leave a target unfuzzed, or unwalked, because the draw favoured another.
+        """
+        unvisited = [t for t in active if (t.key, engine) not in self.visited]
+        target = (unvisited[self.plan.worker % len(unvisited)] if unvisited
+                  else self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)])
+        self.visited.add((target.key, engine))
+        return target
+
+    def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
+        """Replay the walk failures the database holds for ``target`` (:mod:`harness.fuzz.saved_walks`);
+        True when one still fails and was reported as this round's finding."""
+        saved = replay_walk_failures(self.database, target.key, spec=target.spec,
+                                     check_misuse=None if self.plan.misuse else False)
+        if saved is None:
+            return False
+        trace, result = saved.trace, saved.result
+        seed = trace.provenance.get("seed")
+        seed = seed if isinstance(seed, int) else 0
+        self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=0, engine="replay"))
+        path = save_trace(trace, Path(self.plan.corpus))
+        message = (f"{result.describe()}\n  replayed from a walk failure in the example database "
+                   f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}")
+        self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True,
+                   where={"round": round_no, "seed": seed})
+        return True
 
     def shared_shares(self) -> list[float]:
         shares = self.shares
@@ -325,8 +364,10 @@ class Worker:
             if violation is not None:
                 message += f"\n  shrunk steps ({finding.found_steps} before shrinking):\n{finding.trace.steps_text()}"
             self.poisoned = any(marker in message for marker in FATAL_CUDA)
-            self.found(target, violation, message, path=finding.trace_path, trace=finding.trace, shrunk=True,
-                       where=where)
+            if violation is not None:
+                save_walk_failure(self.database, target.key, finding.trace)
+            self.found(target, violation.invariant_id if violation is not None else None, message,
+                       path=finding.trace_path, trace=finding.trace, shrunk=True, where=where)
 
     def machine_for(self, target: TargetRef) -> type[PoolMachine]:
         if target.key not in self.machines:
@@ -386,7 +427,8 @@ class Worker:
         self.poisoned = any(marker in message for marker in FATAL_CUDA)
         trace = failure_trace(exc)
         path = violation.trace_path if violation is not None else None
-        self.found(target, violation, message, path=path, trace=trace, shrunk=True, where=where)
+        self.found(target, violation.invariant_id if violation is not None else None, message, path=path, trace=trace,
+                   shrunk=True, where=where)
 
     def save_partial(self, target: TargetRef, where: dict[str, int]) -> None:
         """Stopped while shrinking: save the smallest failing trace seen so far."""
@@ -399,16 +441,16 @@ class Worker:
             "partially shrunk: the run ended while shrinking"
         ))
         path = save_trace(trace, Path(self.plan.corpus))
-        self.found(target, violation, str(violation), path=path, trace=trace, shrunk=False, where=where)
+        self.found(target, violation.invariant_id, str(violation), path=path, trace=trace, shrunk=False, where=where)
 
-    def found(self, target: TargetRef, violation: InvariantViolation | None, message: str, *, path: Path | None,
+    def found(self, target: TargetRef, invariant: str | None, message: str, *, path: Path | None,
               trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
         """Retire ``target`` for every worker and tell the parent what was found."""
         self.retired[target.index] = 1
         self.send(FailureFound(
             target=target.key, family=target.family, implementation=target.spec,
-            kind="violation" if violation is not None else "error",
-            invariant=violation.invariant_id if violation is not None else None,
+            kind="violation" if invariant is not None else "error",
+            invariant=invariant,
             trace=str(path) if path is not None else None,
             steps=len(trace.steps) if trace is not None else None,
             message=message, shrunk=shrunk, round=where["round"], seed=where["seed"],
