@@ -34,6 +34,11 @@ The page-level conservation (``scheduler-conservation``, or ``kv-accounting`` wi
 the cache) is O(pool + live tokens), so it runs with the audit: every
 ``audit_period`` steps (4 for this machine) and at teardown; the options' count
 equations are O(live requests) and run after every step.
+
+The pools, the model and the queries the step parts share live in
+:class:`~harness.judge.drivers.scheduler_base.SchedulerDriverBase`; the KV step
+(:mod:`harness.judge.drivers.scheduler_kv`) and the two books take that base, so
+this module imports them and none of them imports it.
 """
 
 from __future__ import annotations
@@ -42,15 +47,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.base import SKIPPED, operation
+from harness.judge.drivers.scheduler_base import SchedulerDriverBase
 from harness.judge.drivers.scheduler_cache import CacheBook
 from harness.judge.drivers.scheduler_kv import KVStep, first_difference
 from harness.judge.drivers.scheduler_swa import WindowBook
 from harness.judge.invariants import InvariantViolation, check, check_unique
-from harness.judge.models.scheduler import ReqState, SchedulerModel
-from harness.judge.models.scheduler_cache import PrefixCacheModel
+from harness.judge.models.scheduler import ReqState
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.mamba import HybridReqToTokenPool
 from pools.radix_cache import RadixCache
@@ -89,33 +92,14 @@ def build_scheduler_pools(
     return SchedulerPools(rows, kv, cache)
 
 
-class SchedulerDriver(Driver):
+class SchedulerDriver(SchedulerDriverBase):
     family = "scheduler"
 
     def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        c = self.config
-        self.rows = self.pool.req_to_token_pool
-        self.kv = self.pool.token_to_kv_pool_allocator
-        self.hybrid = bool(c.get("hybrid", False))
-        self.device = torch.device(c.get("device", "cpu"))
-        self.ps = int(c["page_size"])
-        self.max_len = int(c["max_context_len"])
-        self.window = int(c.get("sliding_window") or 0)
-        self.full: Any = self.kv.full_attn_allocator if self.window else self.kv
-        """The allocator of the full-attention side (the only side without a window)."""
-        cached = bool(c.get("prefix_cache", False))
-        if cached and getattr(self.pool, "tree_cache", None) is None:
-            raise ValueError("the config asks for a prefix cache but the target built none (tree_cache is None)")
-        self.model = SchedulerModel(
-            int(c["size"]), int(c["kv_pages"]), self.ps, int(c.get("mamba_size", 0)), self.hybrid,
-            num_swa_pages=int(c.get("swa_pages", 0)) if self.window else 0,
-            cache=PrefixCacheModel(self.ps) if cached else None,
-        )
-        self.reqs: dict[int, Req] = {}
-        self.kv_step = KVStep(self)
-        self.cache = CacheBook(self) if cached else None
+        self.cache = CacheBook(self) if self.model.cache is not None else None
         self.swa = WindowBook(self) if self.window else None
+        self.kv_step = KVStep(self, cache=self.cache, swa=self.swa)
 
     # ------------------------------------------------------------ policy
     def retract_free_start(self, keep: int) -> int:
@@ -123,26 +107,6 @@ class SchedulerDriver(Driver):
         return self.model.retract_start(keep)
 
     # ------------------------------------------------------------ helpers
-    def i64(self, values: list[int], device: torch.device | str | None = None) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=device or self.device)
-
-    def free_pages(self, allocator: Any = None) -> list[int]:
-        """Every free page of ``allocator`` (the full side by default), staged ones included."""
-        return list((allocator or self.full).get_all_free_pages().tolist())
-
-    def check_fresh(self, values: list[int], free: set[int], what: str, reserved: str) -> None:
-        check_unique(values, "no-double-allocation", what)
-        for value in values:
-            check(value != 0, "reserved-never-handed-out", f"{what} handed out {reserved} 0")
-            check(value in free, "no-double-allocation", f"{what} handed out {value}, which is not free")
-
-    def sides(self) -> list[tuple[str, Any, set[int]]]:
-        """``(name, allocator, the model's free pages)`` of each KV side a step allocates on."""
-        sides = [("full", self.full, self.model.free_pages)]
-        if self.window:
-            sides.append(("SWA", self.kv.swa_attn_allocator, self.model.free_swa))
-        return sides
-
     def _release(self, state: ReqState, *, group: bool, insert: bool = False, row_first: bool | None = None) -> None:
         """Free one request's KV, Mamba slot and row: a finish inside a free group (``insert`` caches its
         tokens), an abort (row first), or a retract or rollback through the cache's release path."""

@@ -33,23 +33,21 @@ Checks, each the cheapest place it can run:
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from harness.judge.drivers.scheduler_base import SchedulerDriverBase
 from harness.judge.invariants import check
 from harness.judge.models.scheduler import ReqState, Settlement
 from harness.judge.models.scheduler_cache import PrefixCacheModel
 from pools.radix_tree import TreeNode
 
-if TYPE_CHECKING:
-    from harness.judge.drivers.scheduler import SchedulerDriver
-
 
 class CacheBook:
     """The driver's view of its ``RadixCache``: the lock node each live request holds, and the checks."""
 
-    def __init__(self, driver: SchedulerDriver) -> None:
+    def __init__(self, driver: SchedulerDriverBase) -> None:
         self.driver = driver
         self.tree: Any = driver.pool.tree_cache
         self.locks: dict[int, TreeNode] = {}

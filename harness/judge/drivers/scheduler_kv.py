@@ -18,16 +18,16 @@ cache).  Then:
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from harness.judge.drivers.scheduler_base import SchedulerDriverBase
+from harness.judge.drivers.scheduler_cache import CacheBook
+from harness.judge.drivers.scheduler_swa import WindowBook
 from harness.judge.invariants import InvariantViolation, check, check_slot_layout
 from harness.judge.models.scheduler import ReqState
 from pools.page_alloc import get_kernel
-
-if TYPE_CHECKING:
-    from harness.judge.drivers.scheduler import SchedulerDriver
 
 
 def first_difference(expected: list[int], actual: list[int]) -> int:
@@ -35,10 +35,15 @@ def first_difference(expected: list[int], actual: list[int]) -> int:
 
 
 class KVStep:
-    """``KVStep(driver)(states, seqs, decode=...)``: grow ``states`` to ``seqs``; False when KV is short."""
+    """``KVStep(driver, cache=..., swa=...)(states, seqs, decode=...)``: grow ``states`` to ``seqs``; False when KV is short.
 
-    def __init__(self, driver: SchedulerDriver) -> None:
+    ``cache`` and ``swa`` are the driver's books for its options (``None`` when off).
+    """
+
+    def __init__(self, driver: SchedulerDriverBase, *, cache: CacheBook | None, swa: WindowBook | None) -> None:
         self.driver = driver
+        self.cache = cache
+        self.swa = swa
         self.oracle = get_kernel("loop")
 
     def _pages_to_take(self, allocator: Any, count: int) -> list[int]:
@@ -57,12 +62,12 @@ class KVStep:
     def __call__(self, states: list[ReqState], seqs: list[int], *, decode: bool) -> bool:
         d = self.driver
         model, ps = d.model, d.ps
-        if d.swa is not None:
-            d.swa.leave_window(states)
+        if self.swa is not None:
+            self.swa.leave_window(states)
         pres = [s.length for s in states]
         need = sum(model.decode_pages(q) if decode else model.extend_pages(p, q) for p, q in zip(pres, seqs))
-        if d.cache is not None and need > len(model.free_pages):
-            d.cache.evict_for(need)
+        if self.cache is not None and need > len(model.free_pages):
+            self.cache.evict_for(need)
         sides = d.sides()
         enough = all(need <= len(free) for _, _, free in sides)
         plans = [(self._pages_to_take(alloc, need) if enough else [], d.free_pages(alloc)) for _, alloc, _ in sides]
@@ -91,7 +96,7 @@ class KVStep:
             d.event("KV exactly full")
         outputs = [result.tolist()]
         last_locs = [last_loc.tolist()]
-        if d.swa is not None:
+        if self.swa is not None:
             outputs.append(d.kv.translate_loc_from_full_to_swa(result).tolist())
             last_locs.append([s.swa[s.length - 1] if s.length else -1 for s in states])
         for (name, alloc, free), (pages, before), out, lasts in zip(sides, plans, outputs, last_locs):
@@ -114,7 +119,7 @@ class KVStep:
             if width:
                 d.expect_accepted(partial(
                     d.rows.write, (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
-            model.grow(state.handle, per_side[0], per_side[1] if d.swa is not None else None)
+            model.grow(state.handle, per_side[0], per_side[1] if self.swa is not None else None)
             start += width
         return True
 

@@ -19,19 +19,17 @@ live request's in-window tokens, and the mapping of each row is the model's
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.judge.drivers.scheduler_base import SchedulerDriverBase
 from harness.judge.invariants import check
 from harness.judge.models.scheduler import ReqState
-
-if TYPE_CHECKING:
-    from harness.judge.drivers.scheduler import SchedulerDriver
 
 
 class WindowBook:
     """Out-of-window releases and the SWA side's checks for one driver."""
 
-    def __init__(self, driver: SchedulerDriver) -> None:
+    def __init__(self, driver: SchedulerDriverBase) -> None:
         self.driver = driver
         self.kv: Any = driver.kv
         self.window = driver.window
