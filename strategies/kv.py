@@ -103,10 +103,17 @@ def alloc_sizes(*, page_size: int, misuse: bool) -> SearchStrategy[int]:
 
 
 def extend_lengths(*, page_size: int) -> SearchStrategy[int]:
-    """A few tokens, or one or two pages give or take a token."""
-    near_edge = st.builds(lambda pages, delta: max(0, pages * page_size + delta),
-                          st.integers(min_value=1, max_value=2), st.integers(min_value=-1, max_value=1))
-    return st.one_of(st.integers(min_value=0, max_value=3), near_edge)
+    """A few tokens, one or two pages give or take a token, or a long prefill of three to eight pages.
+
+    The long ones are what a real prefill chunk is: SGLang #9271's kernel wrote
+    only a compile-time number of whole-page tokens, and extends of a page or two
+    never reach past such a bound.
+    """
+    def pages_give_or_take(low: int, high: int) -> SearchStrategy[int]:
+        return st.builds(lambda pages, delta: max(0, pages * page_size + delta),
+                         st.integers(min_value=low, max_value=high), st.integers(min_value=-1, max_value=1))
+
+    return st.one_of(st.integers(min_value=0, max_value=3), pages_give_or_take(1, 2), pages_give_or_take(3, 8))
 
 
 def token_indices(*, page_size: int, num_pages: int) -> SearchStrategy[list[int]]:

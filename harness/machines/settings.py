@@ -12,11 +12,19 @@ Select one with ``HYPOTHESIS_PROFILE`` or ``pytest --hypothesis-profile``.
 Deadlines are off everywhere: torch and Triton pay cold-start costs that make
 timing-based failures flaky (pytorch/FBGEMM#5932).  ``report_multiple_bugs`` is
 off so a failure is one exception with one shrunk trace.
+
+A derandomised run is reproducible only if every poolfuzz module is imported
+first (:func:`import_every_module`): Hypothesis mixes literal constants mined
+from every *local* module in ``sys.modules`` into what it generates, so without
+this the examples a ``ci`` test draws depend on which modules earlier tests in
+the same process happened to import.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 
 from typing import Any
 
@@ -91,8 +99,42 @@ def pinned_settings(**overrides: Any) -> settings:
 
     For checks whose expected outcome is fixed (which invariant catches a planted
     bug): under a random profile the search may reach another violation first.
+    Imports every poolfuzz module first (:func:`import_every_module`).
     """
+    import_every_module()
     return build_settings("ci", **overrides)
+
+
+PACKAGES = ("pools", "strategies", "harness")
+"""The packages whose modules Hypothesis mines for constants (its "local" code)."""
+_imported = False
+
+
+def import_every_module() -> None:
+    """Import every module of :data:`PACKAGES` once, so Hypothesis's constant pool no longer depends on history.
+
+    Hypothesis (6.131 and later) extracts the literal constants of every local
+    module in ``sys.modules`` (``hypothesis.internal.constants_ast``) and
+    draws from them now and then, derandomised or not; the pool grows as modules
+    are imported.  A pinned canary check under ``pytest -n auto`` found its bug or
+    not depending on whether an earlier test in the same worker had imported
+    ``harness.bench.run``.  With every module loaded up front the pool is the
+    same in every process.  Optional extras that cannot be imported here (Triton,
+    Redis) are skipped, as they are skipped everywhere else in such a process.
+    """
+    global _imported
+    if _imported:
+        return
+    _imported = True
+    for name in PACKAGES:
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if info.name.rsplit(".", 1)[-1] == "__main__":
+                continue
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                pass
 
 
 def settings_for(**overrides: Any) -> settings:
@@ -106,6 +148,8 @@ def default_profile_name() -> str:
 
 
 def load_default_profile() -> str:
+    """Load the default profile (see :func:`default_profile_name`); every poolfuzz module is imported first."""
+    import_every_module()
     name = default_profile_name()
     settings.load_profile(name)
     return name
