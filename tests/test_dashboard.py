@@ -324,6 +324,14 @@ def test_strings_from_a_report_cannot_inject_markup(tmp_path: Path) -> None:
     assert hostile not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
+def test_a_redis_password_in_an_older_report_is_shown_as_stars(tmp_path: Path) -> None:
+    report = night_report(1)
+    report["run"]["database"] = ".hypothesis/poolfuzz,readonly:redis://fuzz:hunter2@fleet-db:6379/0"
+    html = without_plotly_js(dashboard_of(tmp_path, report))
+    assert "hunter2" not in html
+    assert "database .hypothesis/poolfuzz,readonly:redis://fuzz:***@fleet-db:6379/0" in html
+
+
 def test_the_same_reports_give_the_same_bytes(three_nights: Path, tmp_path: Path) -> None:
     first = build_dashboard([three_nights], tmp_path / "a.html").read_bytes()
     assert build_dashboard([three_nights], tmp_path / "b.html").read_bytes() == first

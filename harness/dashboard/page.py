@@ -61,6 +61,8 @@ def run_context(run: Run) -> str:
     if run.workers is not None:
         parts.append(f"{run.workers} worker{'s' if run.workers != 1 else ''}")
     parts.append(f"device {run.device}")
+    if run.database is not None:
+        parts.append(f"database {run.database}")
     if run.seed is not None:
         parts.append(f"seed {run.seed}")
     host = _text(run.report, "machine", "hostname")

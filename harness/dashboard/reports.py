@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.fuzz.database import redacted
+
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2)
 
@@ -136,6 +138,9 @@ class Run:
     seed: int | None
     workers: int | None
     device: str
+    database: str | None
+    """``run.database`` :func:`~harness.fuzz.database.redacted`: reports written before the runner redacted it
+    carry a Redis password verbatim, and the page must not show it."""
     cwd: str | None
     coverage: float | None
     targets: tuple[TargetRun, ...]
@@ -284,11 +289,13 @@ def parse_report(report: Any, source: Path) -> Run:
     coverage = report.get("coverage")
     percent = read.optional_number(read.mapping(coverage, "coverage"), "percent", "coverage.") if coverage else None
     skipped = [read.mapping(s, f"skipped[{i}]") for i, s in enumerate(report.get("skipped") or [])]
+    database = read.optional_text(run, "database", "run.")
     return Run(
         source=source, report=report, schema=schema, started=_started(read, report),
         duration_s=read.number(report, "duration_s", ""), interrupted=bool(report.get("interrupted", False)),
         seed=read.optional_integer(run, "seed", "run."), workers=read.optional_integer(run, "workers", "run."),
-        device=read.text(run, "device", "run."), cwd=read.optional_text(run, "cwd", "run."), coverage=percent,
+        device=read.text(run, "device", "run."), database=None if database is None else redacted(database),
+        cwd=read.optional_text(run, "cwd", "run."), coverage=percent,
         targets=tuple(_target(read, t, f"targets[{i}]", schema)
                       for i, t in enumerate(read.array(report, "targets", ""))),
         skipped=tuple(f"{s.get('family', '?')}: {s.get('reason', '')}" for s in skipped),

@@ -17,15 +17,23 @@ layers:
 Several layers form a :class:`~hypothesis.database.MultiplexedDatabase`: examples are
 read from all of them, and saved to every writable one.  The usual developer set-up
 is ``.hypothesis/poolfuzz,readonly:redis://fleet-db:6379/0``.
+
+A Redis layer may carry a password (``redis://:secret@host:6379/0``,
+``redis://user:secret@host/0`` or ``?password=secret``); whatever shows a spec to a
+person or writes it down (the report, the progress line, the dashboard, these
+errors) shows :func:`redacted` instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 DEFAULT_DATABASE = ".hypothesis/poolfuzz"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 READ_ONLY = "readonly:"
+HIDDEN = "***"
+PASSWORD_QUERY_KEY = "password"
 
 
 class DatabaseError(ValueError):
@@ -34,6 +42,43 @@ class DatabaseError(ValueError):
 
 def is_redis(spec: str) -> bool:
     return spec.startswith(REDIS_SCHEMES)
+
+
+def redacted(spec: str) -> str:
+    """``spec`` with the password of every Redis layer replaced by ``***``; everything else kept as written.
+
+    A password is what redis-py's ``from_url`` authenticates with: the part of the
+    user information after ``:`` (``redis://user:***@host``, ``redis://:***@host``)
+    and a ``password`` query parameter.  A bare ``redis://name@host`` is a user
+    name to redis-py and is kept.  Directory layers, ``none`` and text that is not
+    a URL pass through unchanged, so this never fails on a spec :func:`layers` rejects.
+    """
+    parts = []
+    for part in spec.split(","):
+        layer = part.strip()
+        if layer.startswith(READ_ONLY):
+            layer = layer[len(READ_ONLY):].strip()
+        parts.append(part.replace(layer, _redacted_url(layer), 1) if is_redis(layer) else part)
+    return ",".join(parts)
+
+
+def _redacted_url(url: str) -> str:
+    try:
+        scheme, netloc, path, query, fragment = urlsplit(url)
+    except ValueError:  # not a URL redis-py could open either; hide everything after the scheme
+        return url[:url.index("://") + 3] + HIDDEN
+    user_info, at, host = netloc.rpartition("@")
+    user, colon, password = user_info.partition(":")
+    if colon and password:
+        netloc = f"{user}:{HIDDEN}{at}{host}"
+    if query:
+        query = "&".join(_hide_password_parameter(parameter) for parameter in query.split("&"))
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
+def _hide_password_parameter(parameter: str) -> str:
+    key = parameter.partition("=")[0]
+    return f"{key}={HIDDEN}" if unquote_plus(key) == PASSWORD_QUERY_KEY else parameter
 
 
 def layers(spec: str) -> list[tuple[str, bool]]:
@@ -45,7 +90,7 @@ def layers(spec: str) -> list[tuple[str, bool]]:
         read_only = part.startswith(READ_ONLY)
         layer = part[len(READ_ONLY):].strip() if read_only else part
         if not layer or layer.lower() == "none":
-            raise DatabaseError(f"--database {spec}: empty or 'none' layer {part!r} among several")
+            raise DatabaseError(f"--database {redacted(spec)}: empty or 'none' layer {redacted(part)!r} among several")
         found.append((layer, read_only))
     return found
 
@@ -70,14 +115,14 @@ def _open_layer(spec: str) -> Any:
         import redis
     except ImportError:
         raise DatabaseError(
-            f"--database {spec}: the redis package is not installed (pip install 'poolfuzz[redis]')"
+            f"--database {redacted(spec)}: the redis package is not installed (pip install 'poolfuzz[redis]')"
         ) from None
     from hypothesis.extra.redis import RedisExampleDatabase
 
     try:
         client = redis.Redis.from_url(spec, socket_connect_timeout=5, socket_timeout=30)
     except ValueError as exc:
-        raise DatabaseError(f"--database {spec}: {exc}") from None
+        raise DatabaseError(f"--database {redacted(spec)}: {exc}") from None
     return RedisExampleDatabase(client)
 
 
@@ -92,4 +137,4 @@ def check_database(spec: str) -> None:
         try:
             database.redis.ping()
         except redis.exceptions.RedisError as exc:
-            raise DatabaseError(f"--database {layer}: cannot reach the server: {exc}") from None
+            raise DatabaseError(f"--database {redacted(layer)}: cannot reach the server: {exc}") from None

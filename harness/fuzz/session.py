@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.fuzz.database import redacted
 from harness.fuzz.process import worker_main
 from harness.fuzz.progress import Progress
 from harness.fuzz.protocol import (
@@ -316,8 +317,7 @@ class FuzzRun:
     def run(self) -> dict[str, Any]:
         """Fuzz until the budget is spent or the run is interrupted; the JSON report (see :class:`RunReport`)."""
         o = self.options
-        self.progress.note(f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for "
-                           f"{o.seconds:g} s, seed {o.seed}, device {o.device}, database {o.database}")
+        self.progress.note(opening_line(o))
         handlers = self.install_signal_handlers()
         try:
             for index in range(o.workers):
@@ -392,8 +392,8 @@ class FuzzRun:
             exit_status=exit_status(found, interrupted),
             run={
                 "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
-                "steps_per_example": o.steps, "misuse": o.misuse, "database": o.database, "corpus": str(o.corpus),
-                "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
+                "steps_per_example": o.steps, "misuse": o.misuse, "database": redacted(o.database),
+                "corpus": str(o.corpus), "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
                 "logs": str(self.logdir) if self.crashes else None,
             },
             machine={**machine_info(), "accelerators": devices},
@@ -406,6 +406,12 @@ class FuzzRun:
             skipped=tuple(o.skipped),
             coverage=combine_coverage(self.covdir) if self.covdir is not None else None,
         )
+
+
+def opening_line(o: FuzzOptions) -> str:
+    """The progress line that starts a run; the database is :func:`redacted`, as in the report."""
+    return (f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for {o.seconds:g} s, "
+            f"seed {o.seed}, device {o.device}, database {redacted(o.database)}")
 
 
 def exit_status(found: bool, interrupted: bool) -> int:
