@@ -11,7 +11,8 @@ full slots, ``full_to_swa_index_mapping`` (the new tokens' SWA slots, the freed 
 entries, the whole table in the audit), and each side's ``get_all_free_pages()`` and
 available sizes.  Each call is judged on both sides: the fresh full pages and fresh SWA
 pages must have been free on their side, pair page for page at the same offsets, and be
-exactly what left each side's free pages (``conservation``, per side).
+exactly what left each side's free pages (``conservation``, per side).  Those checks, and the
+audit of the mapping table, are the pure functions of :mod:`harness.judge.drivers.swa_checks`.
 
 Valid-only calls with misuse off (upstream SGLang does not validate): a request whose last
 token left the window is continued only by an SWA tail; ``free_swa`` names pages that still
@@ -23,59 +24,35 @@ regimes, group nesting) run only with ``check_misuse``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.base import Driver, operation
 from harness.judge.drivers.kv import ints
-from harness.judge.invariants import (
-    InvariantViolation,
-    check,
-    check_slot_layout,
-    check_unique,
+from harness.judge.drivers.swa_checks import (
+    Grant,
+    SideState,
+    audit_mapping,
+    check_handed_out,
+    check_side_change,
+    judge_grant,
 )
-from harness.judge.models.swa import Side, SWAModel
+from harness.judge.drivers.swa_misuse import (
+    FREE_CALLS,
+    free_errors,
+    reject_misuse,
+    skipped,
+)
+from harness.judge.invariants import check, check_unique
+from harness.judge.models.swa import SWAModel
 from pools.errors import (
     BadBatchError,
     BadSizeError,
     DoubleFreeError,
-    ForeignIndexError,
     GroupStateError,
     PoolError,
-    ReservedIndexError,
 )
-
-FREE_CALLS = ("free", "free_swa", "free_full")
-SideState = tuple[tuple[int, ...], int, tuple[int, ...], int]
-"""``(full free pages, full_available_size(), SWA free pages, swa_available_size())``."""
-
-
-def skipped() -> Any:
-    """:data:`SKIPPED`, typed for operations declared to return something else."""
-    return SKIPPED
-
-
-def reject_misuse(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...],
-                  what: str) -> Any:
-    """Issue misuse only while misuse checking is on (upstream does not validate)."""
-    if not driver.check_misuse:
-        return SKIPPED
-    driver.expect_rejected(call, error, what)
-    return None
-
-
-@dataclass(frozen=True)
-class Grant:
-    """One request's share of an allocating call: positions ``pre..seq``, SWA peers from ``window_from``."""
-
-    handle: int | None
-    pre: int
-    seq: int
-    last_loc: int
-    swa_last_loc: int
-    window_from: int
 
 
 class SWAKVDriver(Driver):
@@ -149,20 +126,20 @@ class SWAKVDriver(Driver):
         total = sum(g.seq - g.pre for g in grants)
         check(len(slots) == total, "page-layout", f"{what} returned {len(slots)} slots for {total} tokens", slots=slots)
         peers = self._peers(slots)
-        self._check_handed_out(slots, model.full_slots_end, "full", what, "no-double-allocation")
+        check_handed_out(slots, model.full_slots_end, "full", what, "no-double-allocation", self.page_size)
         taken: list[tuple[Grant, list[int], list[int], dict[int, int], list[int]]] = []
         start = 0
         for g in grants:
             stop = start + g.seq - g.pre
-            taken.append((g, slots[start:stop], *self._judge_grant(g, slots[start:stop], peers[start:stop], what)))
+            taken.append((g, slots[start:stop], *judge_grant(model, g, slots[start:stop], peers[start:stop], what)))
             start = stop
-        self._check_handed_out([s for s in peers if s], model.swa_slots_end, "SWA", what, "swa-mapping")
+        check_handed_out([s for s in peers if s], model.swa_slots_end, "SWA", what, "swa-mapping", self.page_size)
         fresh_full = [p for _, _, pages, _, _ in taken for p in pages]
         fresh_swa = [p for _, _, _, pairs, _ in taken for p in pairs.values()]
         check(len(fresh_full) == need_full and len(fresh_swa) == need_swa, "page-layout",
               f"{what} took the wrong number of fresh pages", full=fresh_full, swa=fresh_swa,
               need_full=need_full, need_swa=need_swa)
-        self._check_taken(before, fresh_full, fresh_swa, what)
+        check_side_change(before, self._sides(), -1, fresh_full, fresh_swa, "conservation", what, self.page_size)
         new_handles = []
         for g, mine, pages, pairs, mapped in taken:
             handle = g.handle
@@ -175,70 +152,6 @@ class SWAKVDriver(Driver):
         if need_swa and not model.swa.free:
             self.event("SWA side exactly full")
         return new_handles
-
-    def _check_handed_out(self, slots: list[int], end: int, side: str, what: str, twice: str) -> None:
-        """Off page 0, in bounds, unique (``twice`` names what a repeat breaks: a full slot handed out
-        twice, or an SWA slot mapped twice)."""
-        ps = self.page_size
-        for slot in slots:
-            check(not 0 <= slot < ps, "reserved-never-handed-out", f"{what} handed out {side} slot {slot} of page 0")
-            check(0 <= slot < end, "in-bounds", f"{what} handed out {side} slot {slot}", slots_end=end)
-        check_unique(slots, twice, f"{side} slots of {what}")
-
-    def _judge_grant(self, g: Grant, mine: list[int], peers: list[int],
-                     what: str) -> tuple[list[int], dict[int, int], list[int]]:
-        """Check one request's slots and their SWA peers; returns its fresh full pages, their SWA pages, its mapped slots."""
-        ps, model = self.page_size, self.model
-        check_slot_layout(mine, prefix=g.pre, last_loc=g.last_loc, page_size=ps, what=what, side="full")
-        first_new = -(-g.pre // ps) * ps
-        for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
-            if pos < g.window_from:
-                check(peer == 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) is outside the SWA tail "
-                      f"but maps to SWA slot {peer}", window_from=g.window_from)
-            else:
-                check(peer > 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) has no SWA peer", peer=peer)
-        windowed = [(pos, slot, peer) for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers) if pos >= g.window_from]
-        check_slot_layout([peer for _, _, peer in windowed], prefix=max(g.pre, g.window_from),
-                          last_loc=g.swa_last_loc, page_size=ps, what=what, side="SWA")
-        pages: dict[int, int] = {}
-        pairs: dict[int, int] = {}
-        for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
-            if pos < first_new:
-                continue
-            page = pages.setdefault(pos // ps, slot // ps)
-            check(slot // ps == page, "page-layout", f"{what}: position {pos} left its full page {page}", slot=slot)
-            if pos >= g.window_from:
-                swa_page = pairs.setdefault(page, peer // ps)
-                check(peer // ps == swa_page, "swa-mapping", f"{what}: full page {page} maps into two SWA pages",
-                      pages=sorted({swa_page, peer // ps}))
-        self._check_free_on(model.full, list(pages.values()), "full", what)
-        self._check_free_on(model.swa, list(pairs.values()), "SWA", what)
-        return list(pages.values()), pairs, [slot for _, slot, _ in windowed]
-
-    def _check_free_on(self, side: Side, pages: list[int], name: str, what: str) -> None:
-        check_unique(pages, "no-double-allocation", f"fresh {name} pages of {what}")
-        for page in pages:
-            check(page in side.free, "no-double-allocation", f"{what} took {name} page {page}, which is "
-                  f"{side.state(page)}")
-
-    def _check_taken(self, before: SideState, full_pages: list[int], swa_pages: list[int], what: str) -> None:
-        """Per side: exactly the fresh pages left the free pages, and the available size fell by them."""
-        self._check_side_change(before, self._sides(), -1, full_pages, swa_pages, "conservation", what)
-
-    def _check_side_change(self, before: SideState, after: SideState, sign: int, full_pages: list[int],
-                           swa_pages: list[int], invariant: str, what: str) -> None:
-        ps = self.page_size
-        for name, pages, old, old_avail, new, new_avail in (
-            ("full", full_pages, before[0], before[1], after[0], after[1]),
-            ("SWA", swa_pages, before[2], before[3], after[2], after[3]),
-        ):
-            expected = set(old) | set(pages) if sign > 0 else set(old) - set(pages)
-            check_unique(list(new), "no-double-allocation", f"{name} free pages after {what}")
-            check(set(new) == expected, invariant, f"{what} left the {name} side's free pages wrong", side=name,
-                  missing=sorted(expected - set(new)), extra=sorted(set(new) - expected))
-            check(new_avail == old_avail + sign * len(pages) * ps, invariant, f"{what} changed the {name} side's "
-                  "available size by the wrong amount", side=name, before=old_avail, after=new_avail,
-                  pages=sorted(pages))
 
     # --------------------------------------------------------- operations
     @operation
@@ -343,7 +256,7 @@ class SWAKVDriver(Driver):
             check(self._sides() == before, "group-window", f"{what} inside a free group released pages early")
             self.event(f"{name} deferred by a free group")
             return
-        self._check_side_change(before, self._sides(), +1, full_pages, swa_pages, "conservation", what)
+        check_side_change(before, self._sides(), +1, full_pages, swa_pages, "conservation", what, self.page_size)
 
     @operation
     def free(self, handle: int, sparse: bool = False) -> None:
@@ -415,27 +328,10 @@ class SWAKVDriver(Driver):
             self.expect_accepted(lambda: release(self._tensor([])), f"{call} of an empty tensor")
             check(self.observe() == before, "conservation", f"{call} of an empty tensor changed the pool")
             return None
-        errors = self._free_errors(indices, call)
+        errors = free_errors(self.model, indices, call)
         if not errors:
             return skipped()  # live pages in the right state: free/free_swa/free_full of a handle is the call
         return self._reject(lambda: release(self._tensor(indices)), errors, f"{call}({indices})")
-
-    def _free_errors(self, indices: list[int], call: str) -> tuple[type[PoolError], ...]:
-        ps, end, model = self.page_size, self.model.full_slots_end, self.model
-        errors: list[type[PoolError]] = []
-        if any(i < 0 or i >= end for i in indices):
-            errors.append(ForeignIndexError)
-        if any(0 <= i < ps for i in indices):
-            errors.append(ReservedIndexError)
-        pages = [i // ps for i in indices if ps <= i < end]
-        live = [p for p in pages if model.full.state(p) == "live"]
-        if len(live) < len(pages) or (ps == 1 and len(set(indices)) != len(indices)):
-            errors.append(DoubleFreeError)
-        if call == "free_swa" and any(p not in model.peer for p in live):
-            errors.append(DoubleFreeError)
-        if call == "free_full" and any(p in model.peer for p in live):
-            errors.append(BadBatchError)
-        return tuple(dict.fromkeys(errors))
 
     # -------------------------------------------------------------- groups
     @operation
@@ -454,7 +350,8 @@ class SWAKVDriver(Driver):
         before = self._sides()
         self.expect_accepted(self.pool.free_group_end, "free_group_end()", crash_id="group-window")
         full_pages, swa_pages = self.model.end_group()
-        self._check_side_change(before, self._sides(), +1, full_pages, swa_pages, "group-window", "free_group_end()")
+        check_side_change(before, self._sides(), +1, full_pages, swa_pages, "group-window", "free_group_end()",
+                          self.page_size)
         if swa_pages:
             self.event("free group released SWA pages")
         return None
@@ -493,22 +390,4 @@ class SWAKVDriver(Driver):
         available = int(self.pool.available_size())
         check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
               available=available, full=full_avail, swa=swa_avail)
-        self._audit_mapping()
-
-    def _audit_mapping(self) -> None:
-        """The whole table against the model: one entry per full slot of pages 0..n, and the trailing -1."""
-        model = self.model
-        table = ints(self.pool.full_to_swa_index_mapping)
-        check(len(table) == model.full_slots_end + 1, "swa-mapping", "the mapping must have size + page_size + 1 entries",
-              entries=len(table), expected=model.full_slots_end + 1)
-        check(table[-1] == -1, "swa-mapping", "the trailing entry is no longer -1", trailing=table[-1])
-        check_unique([v for v in table[:-1] if v], "swa-mapping", "the SWA slots the mapping names")
-        wrong = {f: (v, model.swa_slot(f)) for f, v in enumerate(table[:-1]) if v != model.swa_slot(f)}
-        if not wrong:
-            return
-        slot, (actual, expected) = next(iter(wrong.items()))
-        state = model.full.state(slot // self.page_size)
-        why = (f"{state} full slot {slot} maps to SWA slot {actual}" if state != "live" else
-               f"full slot {slot} has no SWA peer (out of the window) but maps to {actual}" if not expected else
-               f"full slot {slot} maps to SWA slot {actual}, its peer is {expected}")
-        raise InvariantViolation("swa-mapping", why, entries=dict(list(wrong.items())[:8]))
+        audit_mapping(self.model, ints(self.pool.full_to_swa_index_mapping))
