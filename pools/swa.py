@@ -1,5 +1,4 @@
-"""Sliding-window (SWA) hybrid KV allocators: ``SWATokenToKVPoolAllocator`` and
-``PureSWATokenToKVPoolAllocator``.
+"""Sliding-window (SWA) hybrid KV allocator: ``SWATokenToKVPoolAllocator``.
 
 Semantics follow SGLang 0.5.23 (``mem_cache/allocator/swa.py``; sglang-pools.md
 section 2.8).  A hybrid model keeps two KV pools: the full-attention pool holds
@@ -35,6 +34,9 @@ Upstream hazards fixed here:
 Not implemented: the per-request SWA ring mode (``swa_req_ring_size``), segment
 frees (``free_segment``, ``free_swa_segment``), ``resize``, the KV-data hooks
 (``get_cpu_copy``...) and the scheduler budget hooks.
+
+``PureSWATokenToKVPoolAllocator`` (every layer sliding-window, no mapping to keep)
+lives in :mod:`pools.pure_swa` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStat
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import get_num_new_pages
 from pools.page_alloc.counting import check_page_size
+from pools.pure_swa import PureSWATokenToKVPoolAllocator
+
+__all__ = ["PureSWATokenToKVPoolAllocator", "SWATokenToKVPoolAllocator", "SubAllocator"]
 
 SubAllocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
@@ -369,83 +374,3 @@ class SWATokenToKVPoolAllocator:
             raise GroupStateError(self.pool_name, "free", "free_group_end without free_group_begin")
         self.swa_attn_allocator.free_group_end()
         self.full_attn_allocator.free_group_end()
-
-
-class PureSWATokenToKVPoolAllocator:
-    """Every layer is sliding-window: one page-size-1 allocator plays both sides.
-
-    ``full_to_swa_index_mapping`` is the identity plus the trailing ``-1``.  As upstream,
-    :meth:`free` and :meth:`free_swa` are the same call and drop indices <= 0 (padding);
-    the rest are validated strictly.  :meth:`free_full` does nothing: there is no
-    full-attention pool to release.  The paged calls raise :class:`BadSizeError`.
-    """
-
-    pool_name = "PureSWATokenToKVPoolAllocator"
-
-    def __init__(self, size_swa: int, page_size: int = 1, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
-        if page_size != 1:
-            raise BadSizeError(self.pool_name, "page_size", page_size, "must be 1")
-        self.device = torch.device(device)
-        self.page_size = page_size
-        self.need_sort = need_sort
-        self.swa_attn_allocator = TokenToKVPoolAllocator(size_swa, device, need_sort)
-        self.swa_attn_allocator.pool_name = self.pool_name
-        self.full_attn_allocator = self.swa_attn_allocator
-        self.size_full = self.size_swa = size_swa
-        self.full_to_swa_index_mapping = torch.cat([
-            torch.arange(size_swa + page_size, dtype=torch.int64, device=self.device),
-            torch.full((1,), -1, dtype=torch.int64, device=self.device),
-        ])
-
-    @property
-    def size(self) -> int:
-        return self.size_swa
-
-    def available_size(self) -> int:
-        return self.swa_attn_allocator.available_size()
-
-    full_available_size = swa_available_size = available_size
-
-    def new_pages_available(self, num_full_pages: int, num_swa_pages: int) -> bool:
-        return max(num_full_pages, num_swa_pages) <= self.available_size()
-
-    @property
-    def in_free_group(self) -> bool:
-        return self.swa_attn_allocator.in_free_group
-
-    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
-        return kv_indices
-
-    def clear(self) -> None:
-        self.swa_attn_allocator.clear()
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        return self.swa_attn_allocator.alloc(need_size)
-
-    def _no_paged_calls(self, call: str) -> BadSizeError:
-        return BadSizeError(self.pool_name, "page_size", self.page_size, f"{call} needs page_size > 1; use alloc")
-
-    def alloc_extend(self, *args: object, **kwargs: object) -> torch.Tensor | None:
-        raise self._no_paged_calls("alloc_extend")
-
-    def alloc_extend_swa_tail(self, *args: object, **kwargs: object) -> torch.Tensor | None:
-        raise self._no_paged_calls("alloc_extend_swa_tail")
-
-    def alloc_decode(self, *args: object, **kwargs: object) -> torch.Tensor | None:
-        raise self._no_paged_calls("alloc_decode")
-
-    def free(self, free_index: torch.Tensor) -> None:
-        if isinstance(free_index, torch.Tensor) and free_index.numel():
-            free_index = free_index[free_index > 0]
-        self.swa_attn_allocator.free(free_index)
-
-    free_swa = free
-
-    def free_full(self, free_index: torch.Tensor) -> None:
-        return None
-
-    def free_group_begin(self) -> None:
-        self.swa_attn_allocator.free_group_begin()
-
-    def free_group_end(self) -> None:
-        self.swa_attn_allocator.free_group_end()
