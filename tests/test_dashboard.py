@@ -324,6 +324,30 @@ def test_strings_from_a_report_cannot_inject_markup(tmp_path: Path) -> None:
     assert hostile not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
+def never_ran(report: dict[str, Any], index: int) -> dict[str, Any]:
+    """Target ``index`` as a runner before the fix wrote one that got no round: ``ok``, 0 steps, 0.0% coverage."""
+    entry = report["targets"][index]
+    entry.update(examples=0, steps=0, steps_per_second=0.0, events={}, coverage=0.0)
+    entry["series"] = [{**sample, "steps": 0, "examples": 0, "events": 0, "coverage": 0.0}
+                       for sample in entry["series"]]
+    return report
+
+
+def target_row(html: str, key: str) -> str:
+    """The targets table's row of ``key`` (a hover title may hold newlines)."""
+    return re.findall(rf'<tr><td class="key"><span[^>]*></span><code>{re.escape(key)}</code>.*?</tr>', html, re.S)[0]
+
+
+def test_a_target_that_never_ran_is_not_reached_instead_of_ok_at_zero_percent(tmp_path: Path) -> None:
+    html = dashboard_of(tmp_path, never_ran(night_report(1), 3))
+    row = target_row(html, "scheduler")
+    assert '<span class="pill other">not reached</span>' in row
+    assert "0.0%" not in row and ">ok<" not in row
+    assert '<div class="value">1</div><div class="label">target not reached (no step ran)</div>' in html
+    assert ">ok<" in target_row(html, "req_to_token")  # a target that ran keeps its status and its number
+    assert parsed(never_ran(night_report(1), 3)).targets[3].coverage is None
+
+
 def test_a_redis_password_in_an_older_report_is_shown_as_stars(tmp_path: Path) -> None:
     report = night_report(1)
     report["run"]["database"] = ".hypothesis/poolfuzz,readonly:redis://fuzz:hunter2@fleet-db:6379/0"

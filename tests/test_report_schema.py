@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.fuzz.report import REPORT_SCHEMA, CrashRecord
+from harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
 
@@ -69,6 +69,17 @@ def test_crash_records_as_the_runner_writes_them_match_the_schema(
     before_first_round = {**crash, "target": None, "round": None, "seed": None}
     report["crashes"] = [crash, before_first_round]
     report["targets"][0]["crashes"] = [crash]
+    assert errors(validator, report) == []
+
+
+def test_a_target_that_never_ran_is_written_with_null_coverage_and_matches_the_schema(
+    validator: Any, real_report: dict[str, Any]
+) -> None:
+    report = copy.deepcopy(real_report)
+    unreached = TargetStats("mamba_slots", "mamba_slots", "pools:MambaSlotAllocator", possible_arcs=possible_arcs())
+    unreached.sample(0.0)
+    report["targets"].append(unreached.to_json())
+    assert report["targets"][-1]["coverage"] is None and report["targets"][-1]["series"][0]["coverage"] is None
     assert errors(validator, report) == []
 
 

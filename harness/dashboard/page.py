@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.dashboard import figures
-from harness.dashboard.reports import Run, TargetRun, latest_by_target, load_runs
+from harness.dashboard.reports import NOT_REACHED, Run, TargetRun, latest_by_target, load_runs
 from harness.dashboard.style import CSS, ERROR_CATCHER
 
-STATUS_ORDER = {"failed": 0, "crashed": 1, "ok": 3}
+STATUS_ORDER = {"failed": 0, "crashed": 1, NOT_REACHED: 2, "ok": 3}
+PILL_TONES = {"ok": "ok", "failed": "failed", "crashed": "crashed"}
 
 
 # ----------------------------------------------------------------- wording
@@ -95,6 +96,7 @@ def notes(latest_runs: Sequence[Run]) -> list[str]:
 def cards(rows: Sequence[tuple[Run, TargetRun]], nights: int) -> str:
     failing = sum(1 for _, t in rows if t.failures)
     crashed = sum(t.crashes for _, t in rows)
+    unreached = sum(1 for _, t in rows if t.shown_status == NOT_REACHED)
     items = [
         (str(len(rows)), "targets", ""),
         (str(failing), "targets failing" if failing != 1 else "target failing", "bad" if failing else "good"),
@@ -104,14 +106,23 @@ def cards(rows: Sequence[tuple[Run, TargetRun]], nights: int) -> str:
     ]
     if crashed:
         items.insert(2, (str(crashed), "worker crashes", "bad"))
+    if unreached:
+        items.insert(2, (str(unreached), "targets not reached (no step ran)" if unreached != 1
+                         else "target not reached (no step ran)", "bad"))
     return '<div class="cards">' + "".join(
         f'<div class="card {tone}"><div class="value">{esc(value)}</div><div class="label">{esc(label)}</div></div>'
         for value, label, tone in items) + "</div>"
 
 
 def _pill(status: str) -> str:
-    tone = status if status in STATUS_ORDER else "other"
+    tone = PILL_TONES.get(status, "other")
     return f'<span class="pill {tone}">{esc(status)}</span>'
+
+
+def _coverage_cell(target: TargetRun) -> str:
+    if not target.reached:
+        return esc(NOT_REACHED)
+    return "—" if target.coverage is None else f"{target.coverage:.1f}%"
 
 
 def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
@@ -130,18 +141,18 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
     out = ['<table class="targets"><thead><tr>']
     out += [f'<th class="{"num" if h in numeric else ""}" title="{esc(titles.get(h, ""))}">{esc(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
-    for run, t in sorted(rows, key=lambda row: STATUS_ORDER.get(row[1].status, 2)):
+    for run, t in sorted(rows, key=lambda row: STATUS_ORDER.get(row[1].shown_status, 2)):
         quiet = t.quiet_seconds()
         events = "\n".join(f"{label}: {count:,}" for label, count in t.events.items()) or "none reached"
         cells = [
             f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span>'
             f"<code>{esc(t.key)}</code></td>",
             f"<td>{esc(t.family)}</td>", f'<td class="impl mono">{esc(t.implementation)}</td>',
-            f"<td>{_pill(t.status)}</td>",
+            f"<td>{_pill(t.shown_status)}</td>",
             f'<td class="num">{t.examples:,}</td>', f'<td class="num">{t.steps:,}</td>',
             f'<td class="num">{t.steps_per_second:,.0f}</td>',
             f'<td class="num" title="{esc(events)}">{len(t.events)}</td>',
-            f'<td class="num">{"—" if t.coverage is None else f"{t.coverage:.1f}%"}</td>',
+            f'<td class="num">{_coverage_cell(t)}</td>',
             f'<td class="num{" bad" if t.failures else ""}">{len(t.failures)}</td>',
             f'<td class="num">{"—" if quiet is None else esc(duration(quiet))}</td>',
         ]
@@ -151,7 +162,9 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
     out.append("</tbody></table>")
     out.append('<p class="legend"><em>No new behaviour for</em>: time since the last new event label or newly covered '
                "branch, up to the end of this target's fuzzing (its failure, or the end of the run). "
-               "Long means the strategies have stopped finding anything new here.</p>")
+               "Long means the strategies have stopped finding anything new here. "
+               "<em>Not reached</em>: the target ran no step in that run (the run ended before a worker got to it), "
+               "so nothing about it was checked or measured.</p>")
     return "".join(out)
 
 

@@ -27,6 +27,7 @@ from harness.fuzz.database import redacted
 
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2)
+NOT_REACHED = "not reached"
 
 
 class DashboardError(ValueError):
@@ -102,15 +103,26 @@ class TargetRun:
     crashes: int
     series: tuple[Sample, ...] | None
 
+    @property
+    def reached(self) -> bool:
+        """Whether any step of this target ran; one that never ran is *not reached*, never ``ok``."""
+        return self.steps > 0
+
+    @property
+    def shown_status(self) -> str:
+        """``status``, except ``not reached`` for an ``ok`` target that ran no step (as the text summary says)."""
+        return NOT_REACHED if self.status == "ok" and not self.reached else self.status
+
     def quiet_seconds(self) -> float | None:
         """Fuzzing time at the end of the run in which nothing new was reached.
 
         New behaviour is a sample with more distinct event labels or more branch
         coverage than the one before it.  The quiet time ends at the last sample
         whose step count still grew, so a target retired by a failure is not
-        counted as quiet for the rest of the night.  ``None`` without a series.
+        counted as quiet for the rest of the night.  ``None`` without a series,
+        and for a target that never ran.
         """
-        if not self.series:
+        if not self.series or not self.reached:
             return None
         last_new = 0.0
         active_until = self.series[0].t
@@ -242,12 +254,19 @@ def _failure(read: _Reader, raw: Any, where: str, target: str) -> Failure:
     )
 
 
+def _measured(coverage: float | None, steps: int) -> float | None:
+    """Coverage as measured: runners before ``TargetStats.coverage`` returned ``None`` wrote 0.0 for no steps."""
+    return coverage if steps > 0 else None
+
+
 def _sample(read: _Reader, raw: Any, where: str) -> Sample:
     s = read.mapping(raw, where)
     where += "."
-    return Sample(t=read.number(s, "t", where), steps=read.integer(s, "steps", where),
+    steps = read.integer(s, "steps", where)
+    return Sample(t=read.number(s, "t", where), steps=steps,
                   examples=read.integer(s, "examples", where), events=read.integer(s, "events", where),
-                  coverage=read.optional_number(s, "coverage", where), failures=read.integer(s, "failures", where))
+                  coverage=_measured(read.optional_number(s, "coverage", where), steps),
+                  failures=read.integer(s, "failures", where))
 
 
 def _target(read: _Reader, raw: Any, where: str, schema: int) -> TargetRun:
@@ -266,11 +285,12 @@ def _target(read: _Reader, raw: Any, where: str, schema: int) -> TargetRun:
         series = tuple(_sample(read, s, f"{where}series[{i}]") for i, s in enumerate(read.array(t, "series", where)))
         read.field(t, "coverage", where)
         coverage = read.optional_number(t, "coverage", where)
+    steps = read.integer(t, "steps", where)
     return TargetRun(
         key=key, family=read.text(t, "family", where), implementation=read.text(t, "implementation", where),
         status=read.text(t, "status", where), examples=read.integer(t, "examples", where),
-        steps=read.integer(t, "steps", where), steps_per_second=read.number(t, "steps_per_second", where),
-        events=dict(events), coverage=coverage, failures=failures,
+        steps=steps, steps_per_second=read.number(t, "steps_per_second", where),
+        events=dict(events), coverage=_measured(coverage, steps), failures=failures,
         crashes=len(read.array(t, "crashes", where)), series=series,
     )
 

@@ -123,6 +123,10 @@ class TargetStats:
 
     @property
     def status(self) -> str:
+        """``failed``, ``crashed`` or ``ok`` (nothing went wrong, which says nothing of how much ran).
+
+        People are shown :func:`shown_status`, which tells an ``ok`` target that ran no step apart.
+        """
         if self.failures:
             return "failed"
         if self.crashes:
@@ -133,11 +137,15 @@ class TargetStats:
     def coverage(self) -> float | None:
         """Branch (arc) coverage, in percent, of the ``pools/`` modules this target's machine reached.
 
-        ``None`` without ``--coverage``.  The denominator is every arc of each module
-        the target executed at least once, so a target is measured against the pool
-        code it exercises, not against the other families' modules.
+        ``None`` without ``--coverage``, and ``None`` while there is nothing to
+        measure: the target ran no step, or none of its arcs lies in a ``pools/``
+        module.  A target that never ran is *not reached*, which a 0.0 would pass
+        off as a measurement (the dashboard showed such a target as ok at 0.0%).
+        The denominator is every arc of each module the target executed at least
+        once, so a target is measured against the pool code it exercises, not
+        against the other families' modules.
         """
-        if self.possible_arcs is None:
+        if self.possible_arcs is None or self.steps == 0:
             return None
         possible = executed = 0
         for name, arcs in self.arcs.items():
@@ -145,7 +153,7 @@ class TargetStats:
             if known:
                 possible += len(known)
                 executed += len(arcs & known)
-        return round(100.0 * executed / possible, 2) if possible else 0.0
+        return round(100.0 * executed / possible, 2) if possible else None
 
     def add_arcs(self, arcs: frozenset[tuple[str, int, int]]) -> None:
         for name, a, b in arcs:
@@ -326,6 +334,18 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
+NOT_REACHED = "not reached"
+
+
+def shown_status(target: dict[str, Any]) -> str:
+    """A report target's ``status`` as a person reads it: ``not reached`` for an ``ok`` target that ran no step.
+
+    Such a target (the run ended, or every worker was busy elsewhere, before it got
+    a round) was never checked: ``ok`` would claim it passed.
+    """
+    return NOT_REACHED if target["status"] == "ok" and target["steps"] == 0 else str(target["status"])
+
+
 def summary_text(report: dict[str, Any]) -> str:
     """The end-of-run summary: one row per target, then failures, crashes, events and coverage."""
     run = report["run"]
@@ -338,7 +358,7 @@ def summary_text(report: dict[str, Any]) -> str:
     for t in targets:
         ids = ",".join(sorted({f["invariant"] or f["kind"] for f in t["failures"]})) or "-"
         rows.append([t["target"], f"{t['examples']:,}", f"{t['steps']:,}", _rate(t["steps_per_second"]),
-                     str(len(t["events"])), ids, t["status"]])
+                     str(len(t["events"])), ids, shown_status(t)])
     total = report["totals"]
     rows.append(["total", f"{total['examples']:,}", f"{total['steps']:,}", _rate(total["steps_per_second"]), "",
                  str(failures), ""])
