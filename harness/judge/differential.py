@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from harness.judge.invariants import InvariantViolation, check, check_slot_layout
+from harness.judge.page_batch import PageBatch
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel, triton_available
-from strategies.page_alloc import PageBatch
 
 POISON = -7777
 """Written into ``out_indices`` before each run: no real slot is negative."""
