@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
 import math
 import re
@@ -28,6 +29,7 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard
 from harness.dashboard import (  # noqa: E402 - after the plotly skip
     NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run,
 )
+from harness.dashboard.nights import target_nights  # noqa: E402
 from harness.dashboard.reports import TOOL, Run, parse_report  # noqa: E402
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
@@ -124,6 +126,13 @@ def schema_1(report: dict[str, Any]) -> dict[str, Any]:
         for failure in target["failures"]:
             del failure["replay"]
     return old
+
+
+def on_box(report: dict[str, Any], host: str, started: str) -> dict[str, Any]:
+    """``report`` as fleet box ``host`` wrote it, started at ``started`` (ISO 8601, any offset)."""
+    report["machine"]["hostname"] = host
+    report["started"] = started
+    return report
 
 
 def write(folder: Path, name: str, report: Any) -> Path:
@@ -253,8 +262,50 @@ def test_a_target_without_series_has_no_quiet_time() -> None:
     assert parsed(night_report(0, schema=1)).targets[0].quiet_seconds() is None
 
 
-def test_nights_keeps_the_most_recent_start_times(three_nights: Path) -> None:
+def test_nights_keeps_the_most_recent_start_dates(three_nights: Path) -> None:
     assert [r.started.day for r in load_runs([three_nights], nights=2)] == [2, 3]
+
+
+def test_a_night_is_a_utc_start_date_so_every_box_of_the_last_night_is_kept(tmp_path: Path) -> None:
+    write(tmp_path, "a-jan2.json", on_box(night_report(1), "fuzzbox-1", "2026-01-02T22:00:03+00:00"))
+    write(tmp_path, "b-jan2.json", on_box(night_report(1), "fuzzbox-2", "2026-01-02T22:07:41+00:00"))
+    # 00:30 in UTC+2 is 22:30 UTC the day before: the same night as the two above, not the next one
+    write(tmp_path, "c-jan2.json", on_box(night_report(1), "fuzzbox-3", "2026-01-03T00:30:00+02:00"))
+    write(tmp_path, "d-jan1.json", on_box(night_report(0), "fuzzbox-1", "2026-01-01T22:00:03+00:00"))
+    kept = load_runs([tmp_path], nights=1)
+    assert sorted(r.source.name for r in kept) == ["a-jan2.json", "b-jan2.json", "c-jan2.json"]
+    assert {r.night for r in kept} == {datetime.date(2026, 1, 2)}
+    assert len(load_runs([tmp_path], nights=2)) == 4
+
+
+def test_two_boxes_on_one_night_are_one_night_and_the_page_says_how_nights_are_counted(tmp_path: Path) -> None:
+    html = dashboard_of(tmp_path, on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+                        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:01:15+00:00"))
+    assert '<div class="value">1</div><div class="label">night loaded (UTC start date)</div>' in html
+    assert "Only one night loaded (one UTC start date" in html and 'id="trend-plot"' not in html
+    assert "a report's night is the UTC date it started on" in html
+
+
+def test_the_trend_has_one_category_per_utc_date(tmp_path: Path) -> None:
+    html = dashboard_of(tmp_path, night_report(0), night_report(1),
+                        on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+                        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:59+00:00"))
+    assert '"categoryarray":["2026-01-01","2026-01-02","2026-01-03"]' in html
+    assert "A night is the UTC date a report started on" in html
+
+
+def test_a_target_fuzzed_by_several_boxes_in_one_night_is_one_combined_trend_point() -> None:
+    first, second = night_report(2, failing=("paged_kv",)), night_report(2, failing=("paged_kv",))
+    first["targets"][2].update(events={"pool exactly full": 3, "double free rejected": 1}, coverage=61.5,
+                               steps=1000, steps_per_second=100.0)
+    second["targets"][2].update(events={"pool exactly full": 9, "alloc refused: pool short": 2}, coverage=64.0,
+                                steps=3000, steps_per_second=300.0)
+    runs = [parse_report(on_box(first, "fuzzbox-1", "2026-01-03T22:00:03+00:00"), Path("a.json")),
+            parse_report(on_box(second, "fuzzbox-2", "2026-01-03T22:00:30+00:00"), Path("b.json"))]
+    [point] = target_nights(runs, "paged_kv")
+    assert point.night == datetime.date(2026, 1, 3) and len(point.runs) == 2
+    assert (point.events, point.coverage, point.failures) == (3, 64.0, 2)
+    assert point.steps_per_second == 4000 / (10 + 10)  # all steps over all fuzzing seconds
 
 
 # ------------------------------------------------------------------- page

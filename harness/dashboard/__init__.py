@@ -8,6 +8,7 @@ and per-target trends when several nights are given.  Plots use plotly (the
 ``dashboard`` extra); its JavaScript is inlined once, so the page opens offline.
 
 * :mod:`~harness.dashboard.reports` -- finding, validating and typing reports.
+* :mod:`~harness.dashboard.nights` -- reports grouped into nights (UTC start dates, every box).
 * :mod:`~harness.dashboard.figures` -- the plotly figures.
 * :mod:`~harness.dashboard.page` -- the HTML page.
 * :mod:`~harness.dashboard.command` -- the CLI subcommand's two halves.

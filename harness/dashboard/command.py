@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT, metavar="FILE.html",
                         help=f"where to write the page (default {DEFAULT_OUTPUT}); self-contained, opens offline")
     parser.add_argument("--nights", type=_nights, metavar="N",
-                        help="only the reports of the N most recent nights (distinct start times; default all)")
+                        help="only the reports of the N most recent nights: a night is every report started on one "
+                             "UTC date, from any box (default all)")
 
 
 def run(args: argparse.Namespace) -> int:

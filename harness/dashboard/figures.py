@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.dashboard.nights import night_label, nights_of, target_nights
 from harness.dashboard.reports import Run, TargetRun
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
@@ -137,45 +138,44 @@ TREND_PANELS = (
 )
 
 
-def night_label(run: Run) -> str:
-    return run.started.strftime("%Y-%m-%d %H:%M")
-
-
 def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str, str], div_id: str) -> str:
-    """Per target and night: events reached, coverage, steps/s and failures; the x axis is one category a night."""
+    """Per target and night: events reached, coverage, steps/s and failures; the x axis is one category a night.
+
+    A night is a UTC start date; the reports of several boxes that night are one point
+    per target (:class:`~harness.dashboard.nights.TargetNight`).
+    """
     _plotly()
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    nights = list(dict.fromkeys(night_label(run) for run in runs))
+    categories = [night_label(night) for night in nights_of(runs)]
     figure = make_subplots(rows=2, cols=2, subplot_titles=[title for title, _ in TREND_PANELS],
                            vertical_spacing=0.16, horizontal_spacing=0.08)
     any_coverage = any_failure = False
     for key in keys:
-        points = [(night_label(run), target) for run in runs if (target := run.target(key)) is not None]
-        x = [label for label, _ in points]
-        common = {"legendgroup": key, "name": key, "x": x}
+        points = target_nights(runs, key)
+        common = {"legendgroup": key, "name": key, "x": [night_label(point.night) for point in points]}
         line = {"mode": "lines+markers", "line": {"color": colours[key], "width": 2}, "marker": {"size": 8}}
         values: list[tuple[list[Any], str]] = [
-            ([len(t.events) for _, t in points], "%{y} distinct events"),
-            ([t.coverage for _, t in points], "%{y:.1f}% of branches"),
-            ([t.steps_per_second for _, t in points], "%{y:,.0f} steps/s"),
+            ([point.events for point in points], "%{y} distinct events"),
+            ([point.coverage for point in points], "%{y:.1f}% of branches"),
+            ([point.steps_per_second for point in points], "%{y:,.0f} steps/s"),
         ]
         any_coverage = any_coverage or any(v is not None for v in values[1][0])
         for panel, (ys, what) in enumerate(values):
             figure.add_trace(go.Scatter(y=ys, showlegend=panel == 0, **common, **line,
                                         hovertemplate=f"{key}<br>%{{x}}: {what}<extra></extra>"),
                              row=panel // 2 + 1, col=panel % 2 + 1)
-        any_failure = any_failure or any(t.failures for _, t in points)
-        figure.add_trace(go.Bar(y=[len(t.failures) for _, t in points], marker_color=colours[key], showlegend=False,
+        any_failure = any_failure or any(point.failures for point in points)
+        figure.add_trace(go.Bar(y=[point.failures for point in points], marker_color=colours[key], showlegend=False,
                                 hovertemplate=f"{key}<br>%{{x}}: %{{y}} failure(s)<extra></extra>", **common),
                          row=2, col=2)
     for panel, (_, unit) in enumerate(TREND_PANELS):
         row, col = panel // 2 + 1, panel % 2 + 1
-        figure.update_xaxes(type="category", categoryorder="array", categoryarray=nights, row=row, col=col)
+        figure.update_xaxes(type="category", categoryorder="array", categoryarray=categories, row=row, col=col)
         figure.update_yaxes(title_text=unit, rangemode="tozero" if panel != 1 else "normal", row=row, col=col)
     figure.update_yaxes(dtick=1, row=2, col=2)
-    figure.update_xaxes(title_text="night (UTC start)", row=2)
+    figure.update_xaxes(title_text="night (UTC start date)", row=2)
     for empty, text, axes in ((not any_coverage, "not measured (fuzz with --coverage)", "2"),
                               (not any_failure, "no failures on any night", "4")):
         if empty:

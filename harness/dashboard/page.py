@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.dashboard import figures
+from harness.dashboard.nights import night_label, nights_of
 from harness.dashboard.reports import NOT_REACHED, Run, TargetRun, latest_by_target, load_runs
 from harness.dashboard.style import CSS, ERROR_CATCHER
 
@@ -102,7 +103,7 @@ def cards(rows: Sequence[tuple[Run, TargetRun]], nights: int) -> str:
         (str(failing), "targets failing" if failing != 1 else "target failing", "bad" if failing else "good"),
         (big_number(sum(t.steps for _, t in rows)), "steps fuzzed", ""),
         (big_number(sum(t.examples for _, t in rows)), "examples", ""),
-        (str(nights), "nights loaded" if nights != 1 else "night loaded", ""),
+        (str(nights), "nights loaded (UTC start dates)" if nights != 1 else "night loaded (UTC start date)", ""),
     ]
     if crashed:
         items.insert(2, (str(crashed), "worker crashes", "bad"))
@@ -215,18 +216,23 @@ def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, 
 
 
 def trend_section(runs: Sequence[Run], keys: Sequence[str], colours: dict[str, str]) -> str:
-    if len({run.started for run in runs}) < 2:
-        return ('<div class="note">Only one night loaded: pass several nights\' reports (or the folder that holds '
-                "them) to see each target's trend.</div>")
-    return ('<p class="explain">One point per target and night (UTC start time). Coverage is per target and needs '
-            "schema-2 reports from runs with <code>--coverage</code>.</p>"
+    if len(nights_of(runs)) < 2:
+        return ('<div class="note">Only one night loaded (one UTC start date, however many boxes reported it): '
+                "pass several nights' reports (or the folder that holds them) to see each target's trend.</div>")
+    return ('<p class="explain">One point per target and night. A night is the UTC date a report started on: '
+            "every report started that date, from any box, is the same night, so a target several boxes fuzzed is "
+            "one point: the event labels any of them reached, the best coverage, their steps over their fuzzing "
+            "time, and all their failures. Coverage is per target and needs schema-2 reports from runs with "
+            "<code>--coverage</code>.</p>"
             f'<div class="plot">{figures.trend_figure(runs, keys, colours, "trend-plot")}</div>')
 
 
 def sources_footer(runs: Sequence[Run]) -> str:
-    rows = "".join(f"<tr><td>{esc(when(r.started))}</td><td>schema {r.schema}</td><td>{len(r.targets)} targets</td>"
+    rows = "".join(f"<tr><td>night {esc(night_label(r.night))}</td><td>started {esc(when(r.started))}</td>"
+                   f"<td>schema {r.schema}</td><td>{len(r.targets)} targets</td>"
                    f"<td><code>{esc(r.source)}</code></td></tr>" for r in reversed(runs))
-    return f"<footer><div>Reports loaded, newest first:</div><table>{rows}</table></footer>"
+    return ("<footer><div>Reports loaded, newest first (a report's night is the UTC date it started on):</div>"
+            f"<table>{rows}</table></footer>")
 
 
 # -------------------------------------------------------------------- page
@@ -236,8 +242,8 @@ def render(runs: Sequence[Run]) -> str:
     rows = list(latest.values())
     colours = figures.target_colours(list(latest))
     latest_runs = list({id(run): run for run, _ in rows}.values())
-    newest = max(run.started for run in runs)
-    nights = len({run.started for run in runs})
+    newest = max(run.night for run in runs)
+    nights = len(nights_of(runs))
     plots = nights > 1 or any(t.series for _, t in rows)
     contexts = "".join(f'<div class="context">{run_context(run)}</div>' for run in latest_runs)
     body = [
@@ -256,7 +262,7 @@ def render(runs: Sequence[Run]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>poolfuzz nightly — {esc(newest.strftime('%Y-%m-%d'))}</title><style>{CSS}</style></head><body>"
+        f"<title>poolfuzz nightly — {esc(night_label(newest))}</title><style>{CSS}</style></head><body>"
         f'<div id="script-errors" hidden></div><script>{ERROR_CATCHER}</script>{plotly_js}'
         f"<main>{''.join(body)}</main></body></html>\n"
     )

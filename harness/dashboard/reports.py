@@ -139,7 +139,7 @@ class TargetRun:
 
 @dataclass(frozen=True)
 class Run:
-    """One report file: a night (or one shard of a night)."""
+    """One report file: a night of one box, or one shard of a night (see :attr:`night`)."""
 
     source: Path
     report: dict[str, Any]
@@ -157,6 +157,16 @@ class Run:
     coverage: float | None
     targets: tuple[TargetRun, ...]
     skipped: tuple[str, ...]
+
+    @property
+    def night(self) -> datetime.date:
+        """The night this report belongs to: the UTC date it started on (``started`` is UTC).
+
+        Every report that started on one date, from any box, is one night; the
+        page, its trend and ``--nights`` all count nights this way, so boxes that
+        start seconds apart are one night, not several.
+        """
+        return self.started.date()
 
     @property
     def has_series(self) -> bool:
@@ -354,8 +364,8 @@ def load_runs(sources: Sequence[Path], *, nights: int | None = None) -> list[Run
     A file named directly must be a report.  Inside a folder, JSON that is not a
     poolfuzz report (corpus traces, other tools' output) is passed over, but a
     corrupt file or an unknown report schema is still an error: a night must not
-    silently vanish from the trend.  ``nights`` keeps the reports of the N most
-    recent distinct ``started`` times.
+    silently vanish from the trend.  ``nights`` keeps every report of the N most
+    recent nights (:attr:`Run.night`: UTC start dates), however many boxes wrote them.
     """
     runs: dict[Path, Run] = {}
     for path, named in _candidates(sources):
@@ -369,8 +379,8 @@ def load_runs(sources: Sequence[Path], *, nights: int | None = None) -> list[Run
         raise NoReportsError(sources)
     ordered = sorted(runs.values(), key=lambda r: (r.started, str(r.source)))
     if nights is not None:
-        kept = sorted({r.started for r in ordered})[-nights:]
-        ordered = [r for r in ordered if r.started in kept]
+        kept = set(sorted({r.night for r in ordered})[-nights:])
+        ordered = [r for r in ordered if r.night in kept]
     return ordered
 
 
