@@ -28,7 +28,8 @@ import pytest
 from harness import cli
 from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
 from harness.fuzz.progress import Progress, clock, compact
-from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, EventLog, next_round_size, round_seed
+from harness.fuzz.counted import EventLog
+from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.report import FailureRecord, TargetStats, summary_text
 from harness.judge.families import FAMILIES, Family, UnknownTargetError
 from harness.traces.schema import load_trace

@@ -56,12 +56,13 @@ def replay_walk_failures(database: Any, target_key: str, *, spec: str,
     if database is None:
         return None
     key = walk_key(target_key)
-    for value in list(database.fetch(key)):
+    traces: list[tuple[bytes, Trace]] = []
+    for value in sorted(database.fetch(key)):  # sorted: a database's own order may differ run to run
         try:
-            trace = loads_trace(value.decode(), source=f"database entry {key.decode()}")
+            traces.append((value, loads_trace(value.decode(), source=f"database entry {key.decode()}")))
         except (TraceError, UnicodeDecodeError):
             database.delete(key, value)
-            continue
+    for value, trace in traces:
         result = replay_trace(trace, target=spec, check_misuse=check_misuse)
         if result.outcome == "violation":
             database.save(key, value)  # into every writable layer, as hypothesis keeps a replayed failure

@@ -15,7 +15,7 @@ sized so the round lasts about ``round_seconds``.  All workers share one
 example database, so a failure found in one round (by either engine) is
 replayed first in the next, and shrinking progress survives rounds, workers and nights.
 
-The machine is subclassed with :class:`Counted`, which counts steps, examples
+The machine is subclassed with :class:`~harness.fuzz.counted.Counted`, which counts steps, examples
 and driver events (the labels drivers pass to ``hypothesis.event``) and checks,
 every few steps, whether the round must end: the deadline passed, the parent set
 the stop event, or another worker retired the target.  It then raises
@@ -35,8 +35,9 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.fuzz.counted import Counted
 from harness.fuzz.database import open_database
 from harness.fuzz.protocol import (
     FLUSH_SECONDS,
@@ -81,56 +82,6 @@ def next_round_size(examples: int, seconds: float, target_seconds: float) -> int
         return FIRST_ROUND_EXAMPLES
     rate = examples / seconds
     return max(5, min(MAX_ROUND_EXAMPLES, int(rate * target_seconds)))
-
-
-class EventLog(list[str]):
-    """A driver's ``events`` list that also counts every label into the worker's tally."""
-
-    def __init__(self, counts: Counter[str]) -> None:
-        super().__init__()
-        self.counts = counts
-
-    def append(self, label: str) -> None:
-        self.counts[label] += 1
-        super().append(label)
-
-
-class Counted(PoolMachine):
-    """Mixin over a family machine: counts into :attr:`worker` and lets it end the round."""
-
-    worker: ClassVar[Worker]
-
-    def start(self, config: dict[str, Any]) -> None:
-        super().start(config)
-        assert self.driver is not None
-        self.driver.events = EventLog(self.worker.events)
-        self.driver.trace.provenance["seed"] = self.worker.seed
-
-    def do(self, op: str, **args: Any) -> Any:
-        worker = self.worker
-        worker.steps += 1
-        if worker.steps % 16 == 0:
-            worker.poll()
-        try:
-            return super().do(op, **args)
-        except InvariantViolation as violation:
-            worker.saw(violation)
-            raise
-        except Exception:
-            worker.error_trace = self.driver.trace if self.driver is not None else None
-            raise
-
-    def teardown(self) -> None:
-        worker = self.worker
-        worker.examples += 1
-        if worker.abandoning or worker.terminate["now"]:
-            return
-        try:
-            super().teardown()
-        except InvariantViolation as violation:
-            worker.saw(violation)
-            raise
-        worker.poll()
 
 
 class Worker:

@@ -89,9 +89,15 @@ PROFILES = ("ci", "dev", "nightly", "debug")
 
 
 def build_settings(profile: str | None = None, **overrides: Any) -> settings:
-    """Profile ``profile`` (default: the active one) with ``overrides``; the only settings constructor in poolfuzz."""
+    """Profile ``profile`` (default: the active one) with ``overrides``; the only settings constructor in poolfuzz.
+
+    Derandomised settings import every poolfuzz module first (:func:`import_every_module`).
+    """
     base = settings() if profile is None else settings.get_profile(profile)
-    return settings(base, **overrides)
+    built = settings(base, **overrides)
+    if built.derandomize:
+        import_every_module()
+    return built
 
 
 def pinned_settings(**overrides: Any) -> settings:
@@ -99,9 +105,7 @@ def pinned_settings(**overrides: Any) -> settings:
 
     For checks whose expected outcome is fixed (which invariant catches a planted
     bug): under a random profile the search may reach another violation first.
-    Imports every poolfuzz module first (:func:`import_every_module`).
     """
-    import_every_module()
     return build_settings("ci", **overrides)
 
 
