@@ -159,6 +159,8 @@ def test_each_finding_still_breaks_upstream_and_passes_on_our_pools(path: Path) 
     trace: Trace = load_trace(path)
     assert trace.expect["implementation"] == trace.implementation, "a finding names the upstream target it broke"
     on_upstream = replay_trace(trace)
+    if on_upstream.outcome == "unavailable":  # e.g. a vLLM finding where only SGLang is installed
+        pytest.skip(on_upstream.describe())
     assert (on_upstream.outcome, on_upstream.invariant) == ("violation", trace.expect["invariant"]), on_upstream.describe()
     ours = replay_trace(trace, target=family(trace.family).default)
     assert ours.outcome == "pass", ours.describe()

@@ -1,4 +1,4 @@
-"""Fuzz upstream SGLang's own allocators: ``sglang==0.5.23`` loaded on CPU without its package.
+"""Fuzz upstream SGLang's and vLLM's own allocators and caches (``sglang==0.5.23``, ``vllm==0.33.0``) on CPU without their packages.
 
 Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they found):
 
@@ -9,7 +9,7 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``prefix_cache=harness.upstream:RadixCache`` -- the Python ``RadixCache``
 * ``prefix_cache=harness.upstream:RustTreeCore`` -- the wheel's Rust TreeCore (full attention)
 * ``swa_kv=harness.upstream:SWAKV`` -- ``SWATokenToKVPoolAllocator``
-* ``swa_kv=harness.upstream:PureSWAKV`` -- ``PureSWATokenToKVPoolAllocator``
+* ``pure_swa_kv=harness.upstream:PureSWAKV`` -- ``PureSWATokenToKVPoolAllocator``
 
 Resolving one of these names loads upstream first, so a missing or different
 ``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
