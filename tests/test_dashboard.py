@@ -29,7 +29,7 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard
 from harness.dashboard import (  # noqa: E402 - after the plotly skip
     NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run,
 )
-from harness.dashboard.nights import target_nights  # noqa: E402
+from harness.dashboard.nights import latest_rows, target_nights  # noqa: E402
 from harness.dashboard.reports import TOOL, Run, parse_report  # noqa: E402
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
@@ -337,8 +337,51 @@ def test_every_target_has_a_row_and_the_failure_shows_its_id_trace_and_replay_co
 
 def test_a_night_without_failures_says_so(tmp_path: Path) -> None:
     html = dashboard_of(tmp_path, night_report(1))
-    assert "No failures: no invariant violation or error in the latest run of any target." in html
+    assert "No failures: no invariant violation or error in the latest night of any target, on any box." in html
     assert 'class="failure"' not in html
+
+
+def fleet_night(tmp_path: Path) -> str:
+    """Night 2 on two boxes: fuzzbox-1 found the paged_kv violation, fuzzbox-2 (whose report is read last) did not;
+    night 1 on fuzzbox-1 only, where the scheduler also failed."""
+    return dashboard_of(
+        tmp_path, on_box(night_report(1, failing=("scheduler",)), "fuzzbox-1", "2026-01-02T22:00:03+00:00"),
+        on_box(night_report(2, failing=("paged_kv",)), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:41+00:00"))
+
+
+def test_every_boxs_failure_of_the_latest_night_is_shown_even_when_another_box_reported_the_target_later(
+        tmp_path: Path) -> None:
+    html = without_plotly_js(fleet_night(tmp_path))
+    assert html.count('class="failure"') == 1 and "on fuzzbox-1, in the run started 2026-01-03 22:00 UTC" in html
+    assert '<div class="value">1</div><div class="label">target failing</div>' in html
+    assert '<div class="value">4</div><div class="label">targets</div>' in html  # a target on two boxes is one
+
+
+def test_every_box_of_the_latest_night_has_its_row_run_line_and_curve(tmp_path: Path) -> None:
+    html = fleet_night(tmp_path)
+    paged_kv = re.findall(r'<tr><td class="key"><span[^>]*></span><code>paged_kv</code>.*?</tr>', html, re.S)
+    assert len(paged_kv) == 2
+    assert ">failed<" in paged_kv[0] and '<td class="box">fuzzbox-1</td>' in paged_kv[0]
+    assert ">ok<" in paged_kv[1] and '<td class="box">fuzzbox-2</td>' in paged_kv[1]
+    order = re.findall(r'<tr><td class="key"><span[^>]*></span><code>([^<]*)</code>', html)
+    assert order == [key for key in ("paged_kv", "req_to_token", "mamba_slots", "scheduler") for _ in range(2)]
+    assert "host fuzzbox-1" in html and "host fuzzbox-2" in html
+    assert all(f'"name":{json.dumps(f"paged_kv · {box}")}' in html for box in ("fuzzbox-1", "fuzzbox-2"))
+    table = html[html.index('<table class="targets"'):]
+    table = table[:table.index("</table>")]
+    assert table.count('<tr><td class="key">') == 8  # four targets on each box of the latest night
+    assert "2026-01-02" not in table  # the older night is in the trend, not in the table
+
+
+def test_a_target_the_latest_night_did_not_fuzz_keeps_the_rows_of_its_own_latest_night() -> None:
+    older = on_box(night_report(1), "fuzzbox-1", "2026-01-02T22:00:03+00:00")
+    sharded = [on_box(night_report(2), box, f"2026-01-03T22:00:0{i}+00:00") for i, box in enumerate(("a", "b"))]
+    for report in sharded:
+        report["targets"] = [t for t in report["targets"] if t["target"] != "req_to_token"]
+    rows = latest_rows([parsed(older), parsed(sharded[0]), parsed(sharded[1])])
+    assert [(run.box, t.key) for run, t in rows] == [("fuzzbox-1", "req_to_token")] + [
+        (box, key) for key in ("mamba_slots", "paged_kv", "scheduler") for box in ("a", "b")]
 
 
 def test_several_nights_draw_a_trend_and_a_single_night_says_how_to_get_one(page: str, tmp_path: Path) -> None:

@@ -87,39 +87,49 @@ def _failure_points(target: TargetRun) -> list[tuple[float, int, str]]:
     return points
 
 
-def behaviour_figure(targets: Sequence[TargetRun], colours: Mapping[str, str], div_id: str) -> str:
-    """Distinct event labels, and branch coverage when measured, against fuzzing time; one line per target."""
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+"""Line styles of one target's curves when several boxes fuzzed it the same night (one colour per target)."""
+
+
+def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[str, str], div_id: str) -> str:
+    """Distinct event labels, and branch coverage when measured, against fuzzing time.
+
+    One line per ``(name, target)``: a target's colour is its own, and a second
+    report of the same target (another box, that night) gets the next dash style.
+    """
     _plotly()
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    with_series = [t for t in targets if t.series]
-    covered = any(s.coverage is not None for t in with_series for s in t.series or ())
-    scale, unit = time_unit(max((t.series[-1].t for t in with_series if t.series), default=0.0))
+    with_series = [(name, t) for name, t in lines if t.series]
+    covered = any(s.coverage is not None for _, t in with_series for s in t.series or ())
+    scale, unit = time_unit(max((t.series[-1].t for _, t in with_series if t.series), default=0.0))
     titles = ("Distinct events reached", "Branch coverage of pools/ (%)") if covered else ("Distinct events reached",)
     figure = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
-    for target in with_series:
+    drawn: dict[str, int] = {}
+    for name, target in with_series:
         assert target.series
-        colour = colours[target.key]
+        dash = DASHES[drawn.get(target.key, 0) % len(DASHES)]
+        drawn[target.key] = drawn.get(target.key, 0) + 1
         times = [s.t / scale for s in target.series]
-        common = {"mode": "lines", "line": {"color": colour, "width": 2, "shape": "hv"},
-                  "legendgroup": target.key, "name": target.key}
+        common = {"mode": "lines", "line": {"color": colours[target.key], "width": 2, "shape": "hv", "dash": dash},
+                  "legendgroup": name, "name": name}
         figure.add_trace(go.Scatter(
             x=times, y=[s.events for s in target.series], showlegend=True,
-            hovertemplate=f"{target.key}<br>%{{x:.2f}} {unit}: %{{y}} distinct events<extra></extra>", **common,
+            hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y}} distinct events<extra></extra>", **common,
         ), row=1, col=1)
         if covered:
             figure.add_trace(go.Scatter(
                 x=times, y=[s.coverage for s in target.series], showlegend=False, connectgaps=False,
-                hovertemplate=f"{target.key}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches<extra></extra>", **common,
+                hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches<extra></extra>", **common,
             ), row=1, col=2)
         if target.failures:
             points = _failure_points(target)
             figure.add_trace(go.Scatter(
                 x=[t / scale for t, _, _ in points], y=[events for _, events, _ in points], mode="markers",
                 marker={"symbol": "x", "size": 13, "color": "#c62828", "line": {"width": 1, "color": "#7f0000"}},
-                legendgroup=target.key, showlegend=False, name=f"{target.key} failure",
-                hovertemplate=[f"{target.key}<br>failure: {label}<br>after %{{x:.2f}} {unit}<extra></extra>"
+                legendgroup=name, showlegend=False, name=f"{name} failure",
+                hovertemplate=[f"{name}<br>failure: {label}<br>after %{{x:.2f}} {unit}<extra></extra>"
                                for _, _, label in points],
             ), row=1, col=1)
     figure.update_xaxes(title_text=f"fuzzing time ({unit})", rangemode="tozero")

@@ -70,3 +70,19 @@ def target_nights(runs: Sequence[Run], key: str) -> list[TargetNight]:
         if target is not None:
             by_night.setdefault(run.night, []).append(target)
     return [TargetNight(key, night, tuple(found)) for night, found in sorted(by_night.items())]
+
+
+def latest_rows(runs: Sequence[Run]) -> list[tuple[Run, TargetRun]]:
+    """Each target in every report of the most recent night that fuzzed it: a row per box, none dropped.
+
+    Targets come in first-seen order, each target's rows in start order.  A night
+    is a UTC start date, so when several boxes fuzzed a target that night each
+    box's entry is a row (its failures among them), not just the last report read.
+    """
+    ordered = sorted(runs, key=lambda r: (r.started, str(r.source)))
+    last_night: dict[str, datetime.date] = {}
+    for run in ordered:
+        for target in run.targets:
+            last_night[target.key] = run.night
+    return [(run, entry) for key, night in last_night.items()
+            for run in ordered if run.night == night and (entry := run.target(key)) is not None]

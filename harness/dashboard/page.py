@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime
 import html
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.dashboard import figures
-from harness.dashboard.nights import night_label, nights_of
-from harness.dashboard.reports import NOT_REACHED, Run, TargetRun, latest_by_target, load_runs
+from harness.dashboard.nights import latest_rows, night_label, nights_of
+from harness.dashboard.reports import NOT_REACHED, Run, TargetRun, load_runs
 from harness.dashboard.style import CSS, ERROR_CATCHER
 
 STATUS_ORDER = {"failed": 0, "crashed": 1, NOT_REACHED: 2, "ok": 3}
@@ -59,7 +60,9 @@ def _text(mapping: Any, *keys: str) -> str | None:
 # ---------------------------------------------------------------- sections
 def run_context(run: Run) -> str:
     """One line naming how a run was made: when, how long, where, with what."""
-    parts = [f"started {when(run.started)}", f"fuzzed {duration(run.duration_s)}"]
+    host = _text(run.report, "machine", "hostname")
+    parts = [f"host {host}"] if host else []
+    parts += [f"started {when(run.started)}", f"fuzzed {duration(run.duration_s)}"]
     if run.workers is not None:
         parts.append(f"{run.workers} worker{'s' if run.workers != 1 else ''}")
     parts.append(f"device {run.device}")
@@ -67,9 +70,6 @@ def run_context(run: Run) -> str:
         parts.append(f"database {run.database}")
     if run.seed is not None:
         parts.append(f"seed {run.seed}")
-    host = _text(run.report, "machine", "hostname")
-    if host:
-        parts.append(f"host {host}")
     for dist in ("poolfuzz", "torch", "hypothesis"):
         version = _text(run.report, "versions", dist)
         if version:
@@ -95,11 +95,13 @@ def notes(latest_runs: Sequence[Run]) -> list[str]:
 
 
 def cards(rows: Sequence[tuple[Run, TargetRun]], nights: int) -> str:
-    failing = sum(1 for _, t in rows if t.failures)
+    """Counts over the targets (a target several boxes fuzzed is one), sums over every row."""
+    keys = {t.key for _, t in rows}
+    failing = len({t.key for _, t in rows if t.failures})
     crashed = sum(t.crashes for _, t in rows)
-    unreached = sum(1 for _, t in rows if t.shown_status == NOT_REACHED)
+    unreached = len(keys - {t.key for _, t in rows if t.reached})
     items = [
-        (str(len(rows)), "targets", ""),
+        (str(len(keys)), "targets", ""),
         (str(failing), "targets failing" if failing != 1 else "target failing", "bad" if failing else "good"),
         (big_number(sum(t.steps for _, t in rows)), "steps fuzzed", ""),
         (big_number(sum(t.examples for _, t in rows)), "examples", ""),
@@ -126,10 +128,20 @@ def _coverage_cell(target: TargetRun) -> str:
     return "—" if target.coverage is None else f"{target.coverage:.1f}%"
 
 
+def worst_first(rows: Sequence[tuple[Run, TargetRun]]) -> list[tuple[Run, TargetRun]]:
+    """Targets by their worst row (failed, crashed, not reached, ok), each target's rows (boxes) kept together."""
+    worst: dict[str, int] = {}
+    for _, t in rows:
+        rank = STATUS_ORDER.get(t.shown_status, 2)
+        worst[t.key] = min(rank, worst.get(t.key, rank))
+    first_seen = {key: i for i, key in enumerate(worst)}
+    return sorted(rows, key=lambda row: (worst[row[1].key], first_seen[row[1].key]))
+
+
 def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
     several_runs = len({run.source for run, _ in rows}) > 1
     head = ["target", "family", "implementation", "status", "examples", "steps", "steps/s", "distinct events",
-            "branch coverage", "failures", "no new behaviour for"] + (["run started"] if several_runs else [])
+            "branch coverage", "failures", "no new behaviour for"] + (["box", "run started"] if several_runs else [])
     numeric = {"examples", "steps", "steps/s", "distinct events", "branch coverage", "failures",
                "no new behaviour for"}
     titles = {
@@ -142,7 +154,7 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
     out = ['<table class="targets"><thead><tr>']
     out += [f'<th class="{"num" if h in numeric else ""}" title="{esc(titles.get(h, ""))}">{esc(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
-    for run, t in sorted(rows, key=lambda row: STATUS_ORDER.get(row[1].shown_status, 2)):
+    for run, t in worst_first(rows):
         quiet = t.quiet_seconds()
         events = "\n".join(f"{label}: {count:,}" for label, count in t.events.items()) or "none reached"
         cells = [
@@ -158,7 +170,9 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
             f'<td class="num">{"—" if quiet is None else esc(duration(quiet))}</td>',
         ]
         if several_runs:
-            cells.append(f"<td>{esc(when(run.started))}</td>")
+            cells += [f'<td class="box">{esc(run.box)}</td>',  # the date may wrap above the time, nothing else
+                      f'<td><span class="nowrap">{run.started:%Y-%m-%d}</span> '
+                      f'<span class="nowrap">{run.started:%H:%M} UTC</span></td>']
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     out.append('<p class="legend"><em>No new behaviour for</em>: time since the last new event label or newly covered '
@@ -185,7 +199,7 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]]) -> str:
                 where = f' <span class="context">from <code>{esc(run.cwd)}</code></span>' if run.cwd else ""
                 facts.append(("replay", f'<code class="command">{esc(f.replay)}</code>{where}'))
             found = f", after {duration(f.found_after_s)} of fuzzing" if f.found_after_s is not None else ""
-            facts.append(("found", esc(f"in the run started {when(run.started)}{found}")))
+            facts.append(("found", esc(f"on {run.box}, in the run started {when(run.started)}{found}")))
             items.append(
                 f'<div class="failure"><div class="title"><code>{esc(target.key)}</code> · '
                 f'<span class="invariant">{esc(what)}</span></div>'
@@ -193,22 +207,33 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]]) -> str:
                 + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
                 + f"</dl><details><summary>full message</summary><pre>{esc(f.message.strip())}</pre></details></div>")
     if not items:
-        return '<div class="empty">No failures: no invariant violation or error in the latest run of any target.</div>'
+        return ('<div class="empty">No failures: no invariant violation or error in the latest night of any target, '
+                "on any box.</div>")
     return "".join(items)
 
 
+def row_names(rows: Sequence[tuple[Run, TargetRun]]) -> list[str]:
+    """Each row's name in the plots: its target, with the box when several reports of the night fuzzed it."""
+    repeated = {key for key, count in Counter(t.key for _, t in rows).items() if count > 1}
+    names = [f"{t.key} · {run.box}" if t.key in repeated else t.key for run, t in rows]
+    clashing = {name for name, count in Counter(names).items() if count > 1}  # one box, two runs that night
+    return [f"{name} {run.started:%H:%M}" if name in clashing else name for name, (run, _) in zip(names, rows)]
+
+
 def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
-    plotted = [t for _, t in rows if t.series]
-    missing = [t.key for run, t in rows if not run.has_series]
+    named = list(zip(row_names(rows), rows))
+    plotted = [(name, t) for name, (_, t) in named if t.series]
+    missing = [name for name, (run, _) in named if not run.has_series]
     parts = ['<p class="explain">Distinct event labels (rare pool states the drivers flag, such as '
-             "<em>pool exactly full</em>) and branch coverage of <code>pools/</code> reached so far in the latest run, "
-             "against fuzzing time. A curve that flattens early means the strategies stopped reaching new states; "
+             "<em>pool exactly full</em>) and branch coverage of <code>pools/</code> reached so far in each report "
+             "of the latest night, against fuzzing time; a target several boxes fuzzed has a line per box. "
+             "A curve that flattens early means the strategies stopped reaching new states; "
              "a red ✕ marks a failure (the target is not fuzzed after it).</p>"]
     if missing:
         parts.append(f'<div class="note">No curve for {esc(", ".join(missing))}: their report has no time series '
                      "(schema 1).</div>")
     if plotted:
-        if all(s.coverage is None for t in plotted for s in t.series or ()):
+        if all(s.coverage is None for _, t in plotted for s in t.series or ()):
             parts.append('<p class="explain">Branch coverage was not measured in this run (fuzz with '
                          "<code>--coverage</code> to add it).</p>")
         parts.append(f'<div class="plot">{figures.behaviour_figure(plotted, colours, "behaviour-plot")}</div>')
@@ -238,10 +263,10 @@ def sources_footer(runs: Sequence[Run]) -> str:
 # -------------------------------------------------------------------- page
 def render(runs: Sequence[Run]) -> str:
     """The whole page for ``runs`` (oldest first, as :func:`load_runs` returns them)."""
-    latest = latest_by_target(runs)
-    rows = list(latest.values())
-    colours = figures.target_colours(list(latest))
-    latest_runs = list({id(run): run for run, _ in rows}.values())
+    rows = latest_rows(runs)
+    keys = list(dict.fromkeys(t.key for _, t in rows))
+    colours = figures.target_colours(keys)
+    latest_runs = sorted({id(run): run for run, _ in rows}.values(), key=lambda run: (run.started, str(run.source)))
     newest = max(run.night for run in runs)
     nights = len(nights_of(runs))
     plots = nights > 1 or any(t.series for _, t in rows)
@@ -252,10 +277,13 @@ def render(runs: Sequence[Run]) -> str:
         "implementation checked step by step against its model; a failure is an invariant violation with a "
         "shrunk, replayable trace.</p>",
         contexts, cards(rows, nights), *notes(latest_runs),
-        "<h2>Targets in the latest run</h2>", targets_table(rows, colours),
+        "<h2>Targets in the latest night</h2>",
+        '<p class="explain">Each target in every report of the most recent night that fuzzed it (a night is a UTC '
+        "start date): a row per box when several boxes fuzzed it that night.</p>",
+        targets_table(rows, colours),
         "<h2>Failures</h2>", failure_list(rows),
-        "<h2>Behaviour over the latest run</h2>", behaviour_section(rows, colours),
-        "<h2>Across nights</h2>", trend_section(runs, list(latest), colours),
+        "<h2>Behaviour over the latest night</h2>", behaviour_section(rows, colours),
+        "<h2>Across nights</h2>", trend_section(runs, keys, colours),
         sources_footer(runs),
     ]
     plotly_js = f"<script>{figures.plotly_js()}</script>" if plots else ""

@@ -169,6 +169,13 @@ class Run:
         return self.started.date()
 
     @property
+    def box(self) -> str:
+        """The machine that wrote the report (``machine.hostname``), else the report file's name."""
+        machine = self.report.get("machine")
+        host = machine.get("hostname") if isinstance(machine, dict) else None
+        return host if isinstance(host, str) and host else self.source.stem
+
+    @property
     def has_series(self) -> bool:
         return self.schema >= 2
 
@@ -387,12 +394,3 @@ def load_runs(sources: Sequence[Path], *, nights: int | None = None) -> list[Run
 def load_reports(sources: Sequence[Path]) -> list[dict[str, Any]]:
     """The validated report dicts of :func:`load_runs`, oldest first."""
     return [run.report for run in load_runs(sources)]
-
-
-def latest_by_target(runs: Sequence[Run]) -> dict[str, tuple[Run, TargetRun]]:
-    """Each target's most recent run, in first-seen order of the targets."""
-    latest: dict[str, tuple[Run, TargetRun]] = {}
-    for run in runs:
-        for target in run.targets:
-            latest[target.key] = (run, target)
-    return latest

@@ -50,7 +50,7 @@ table.targets th { font-size: 13px; color: var(--muted); font-weight: 600; backg
 table.targets td.num, table.targets th.num { text-align: right; }
 table.targets tr:hover td { background: #fafbfc; }
 table.targets td.impl { color: var(--muted); font-size: 12px; overflow-wrap: anywhere; }
-table.targets td.key { white-space: nowrap; }
+table.targets td.key, table.targets td.box, table.targets .nowrap { white-space: nowrap; }
 table.targets td.bad { color: var(--bad); font-weight: 700; }
 p.legend { color: var(--muted); font-size: 13px; margin: 6px 0 0; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 7px; }
