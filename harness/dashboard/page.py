@@ -170,7 +170,8 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
             f'<td class="num">{"—" if quiet is None else esc(duration(quiet))}</td>',
         ]
         if several_runs:
-            cells += [f'<td class="box">{esc(run.box)}</td>',  # the date may wrap above the time, nothing else
+            # only the start's date and time may go on two lines, so the table fits the page
+            cells += [f'<td class="box">{esc(run.box)}</td>',
                       f'<td><span class="nowrap">{run.started:%Y-%m-%d}</span> '
                       f'<span class="nowrap">{run.started:%H:%M} UTC</span></td>']
         out.append("<tr>" + "".join(cells) + "</tr>")
