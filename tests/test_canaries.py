@@ -2,7 +2,10 @@
 
 Each canary runs through :func:`harness.machines.run.run_machine` under the ``ci``
 profile (derandomised, so the outcome is the same on every run) with a
-100-example, 20-step budget: enough for the slowest canary to be found.  The
+400-example, 20-step budget.  The margin matters: hypothesis mixes constants
+mined from our modules' source into its draws, so an unrelated edit moves them;
+at 100 examples, moving the block-pool combination canaries into their own
+module left one paged_kv canary unfound.  The
 check is on the *first* failing example, unshrunk: the invariant a bug trips
 when the fuzzer meets it is what a user sees, and shrinking took nine tenths
 of this file's time (45 s for one canary).  Shrinking is checked where it is
@@ -27,7 +30,7 @@ NAMES = sorted(CANARIES)
 
 
 def ci_budget() -> settings:
-    return pinned_settings(max_examples=100, stateful_step_count=20,
+    return pinned_settings(max_examples=400, stateful_step_count=20,
                            phases=[Phase.explicit, Phase.generate, Phase.target])
 
 

@@ -14,11 +14,13 @@ import pytest
 
 from harness.canaries import CANARIES, selfcheck
 from harness.canaries.catalogue import Canary
-from harness.canaries.combinations import CANARIES as COMBINATIONS
+from harness.canaries.combinations import CANARIES as ROW_COMBINATIONS
+from harness.canaries.combinations_caches import CANARIES as CACHE_COMBINATIONS
 from harness.canaries.selfcheck import Outcome, SeedSummary, seeds_report, summarise
 from harness.fuzz.walk import WalkRun
 from harness.judge.families import family
 
+COMBINATIONS = {**ROW_COMBINATIONS, **CACHE_COMBINATIONS}
 STEP_BUDGET = 5_000
 """Walk steps (seed 0) within which every combination canary must be caught; the slowest needs about 3,600."""
 

@@ -21,7 +21,7 @@ from harness.judge.invariants import INVARIANTS
 from harness.machines.base import PoolMachine, make_machine
 
 
-EXTRA_MODULES: tuple[str, ...] = ("harness.canaries.combinations",)
+EXTRA_MODULES: tuple[str, ...] = ("harness.canaries.combinations", "harness.canaries.combinations_caches")
 """Canary modules spanning several families (read after the families' own)."""
 
 
