@@ -61,8 +61,6 @@ def canary_machine(name: str, *, device: str = "cpu") -> type[PoolMachine]:
     machine = make_machine(entry.family, entry.spec, device=device)
     if entry.driver is None:
         return machine
-    if not hasattr(machine, "driver_class"):
-        raise UnknownTargetError(f"the {entry.family} machine cannot take a driver variant ({entry.driver})")
     attrs = {"driver_class": resolve(entry.driver), "__module__": machine.__module__}
     return type(f"{machine.__name__}[{entry.driver}]", (machine,), attrs)
 

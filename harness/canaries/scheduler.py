@@ -2,7 +2,7 @@
 
 The ``scheduler`` family's pools are the production ones; ``retract-frees-from-ceil``
 changes how the scheduler (the driver) calls them, so it is a driver variant, bound
-with :attr:`harness.machines.scheduler.SchedulerMachine.driver_class`.  The others
+with :attr:`harness.machines.base.PoolMachine.driver_class`.  The others
 are target factories (``--target scheduler=module:attr``) that build the scheduler's
 pools with one component swapped for a broken subclass, so
 ``python -m harness.canaries.seeding`` can seed their traces into the corpus.  Each

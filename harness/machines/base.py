@@ -26,6 +26,8 @@ class PoolMachine(RuleBasedStateMachine):
     check_misuse: ClassVar[bool] = True
     audit_period: ClassVar[int] = 8
     device: ClassVar[str] = "cpu"
+    driver_class: ClassVar[type[Driver] | None] = None
+    """A driver variant (a canary or test planting a bug in the harness's own calls); ``None``: the family's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,7 +36,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.failed = False
 
     def start(self, config: dict[str, Any]) -> None:
-        driver_cls = resolve(family(self.family).driver)
+        driver_cls = self.driver_class or resolve(family(self.family).driver)
         self.driver = driver_cls(
             type(self).factory,
             {**config, "device": self.device},

@@ -9,7 +9,7 @@ are capped, the oldest released first, so the pool keeps turning over.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
@@ -33,21 +33,9 @@ MAX_LOCKS = 2
 class PrefixCacheMachine(PoolMachine):
     family = "prefix_cache"
     audit_period = 4
-    driver_class: ClassVar[type[PrefixCacheDriver] | None] = None
-    """A driver variant (a canary planting a bug in the release path); ``None`` uses the family's driver."""
-
     def __init__(self) -> None:
         super().__init__()
         self.last_reset = 0
-
-    def start(self, config: dict[str, Any]) -> None:
-        if self.driver_class is None:
-            super().start(config)
-            return
-        self.driver = self.driver_class(
-            type(self).factory, {**config, "device": self.device}, implementation=self.implementation,
-            check_misuse=self.check_misuse, audit_period=self.audit_period,
-        )
 
     @property
     def cache(self) -> PrefixCacheDriver:

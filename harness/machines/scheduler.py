@@ -42,21 +42,10 @@ class SchedulerMachine(PoolMachine):
     page_size: ClassVar[int | None] = None
     mode: ClassVar[str | None] = None
     """Pinned KV mode (``strategies.scheduler.MODES``); ``None`` draws one."""
-    driver_class: ClassVar[type[SchedulerDriver] | None] = None
-    """A driver variant (a test planting a scheduler bug); ``None`` uses the family's driver."""
 
     def __init__(self) -> None:
         super().__init__()
         self.last_clear = 0
-
-    def start(self, config: dict[str, Any]) -> None:
-        if self.driver_class is None:
-            super().start(config)
-            return
-        self.driver = self.driver_class(
-            type(self).factory, {**config, "device": self.device}, implementation=self.implementation,
-            check_misuse=self.check_misuse, audit_period=self.audit_period,
-        )
 
     @property
     def sched(self) -> SchedulerDriver:
