@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.fuzz.database import redacted
+from harness.fuzz.report import SeriesPoint
 
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2)
@@ -55,18 +56,6 @@ class NoReportsError(DashboardError):
 
 
 # ------------------------------------------------------------------ records
-@dataclass(frozen=True)
-class Sample:
-    """One point of a target's schema-2 time series; all counts are cumulative since fuzzing started."""
-
-    t: float
-    steps: int
-    examples: int
-    events: int
-    coverage: float | None
-    failures: int
-
-
 @dataclass(frozen=True)
 class Failure:
     target: str
@@ -101,7 +90,7 @@ class TargetRun:
     coverage: float | None
     failures: tuple[Failure, ...]
     crashes: int
-    series: tuple[Sample, ...] | None
+    series: tuple[SeriesPoint, ...] | None
 
     @property
     def reached(self) -> bool:
@@ -276,11 +265,11 @@ def _measured(coverage: float | None, steps: int) -> float | None:
     return coverage if steps > 0 else None
 
 
-def _sample(read: _Reader, raw: Any, where: str) -> Sample:
+def _sample(read: _Reader, raw: Any, where: str) -> SeriesPoint:
     s = read.mapping(raw, where)
     where += "."
     steps = read.integer(s, "steps", where)
-    return Sample(t=read.number(s, "t", where), steps=steps,
+    return SeriesPoint(t=read.number(s, "t", where), steps=steps,
                   examples=read.integer(s, "examples", where), events=read.integer(s, "events", where),
                   coverage=_measured(read.optional_number(s, "coverage", where), steps),
                   failures=read.integer(s, "failures", where))
@@ -296,7 +285,7 @@ def _target(read: _Reader, raw: Any, where: str, schema: int) -> TargetRun:
             read.fail(f"{where}events.{label}", f"expected an integer count, got {_json_type(count)}")
     failures = tuple(_failure(read, f, f"{where}failures[{i}]", key)
                      for i, f in enumerate(read.array(t, "failures", where)))
-    series: tuple[Sample, ...] | None = None
+    series: tuple[SeriesPoint, ...] | None = None
     coverage: float | None = None
     if schema >= 2:
         series = tuple(_sample(read, s, f"{where}series[{i}]") for i, s in enumerate(read.array(t, "series", where)))

@@ -29,37 +29,21 @@ REPORT_SCHEMA = 2
 
 
 @dataclass(frozen=True)
-class FailureRecord:
-    """One failure in the report: what a worker found, where, and how to reproduce it."""
+class FailureRecord(FailureFound):
+    """One failure in the report: what a worker found (the :class:`FailureFound` it sent), which
+    worker found it, when, and how to reproduce it."""
 
-    target: str
-    family: str
-    implementation: str
-    kind: str
-    invariant: str | None
-    trace: str | None
-    steps: int | None
-    message: str
-    shrunk: bool
-    round: int
-    seed: int
     worker: str
     found_after_s: float
 
     @classmethod
     def of(cls, found: FailureFound, *, worker: str, found_after_s: float) -> FailureRecord:
-        return cls(**{f: getattr(found, f) for f in FailureFound.__dataclass_fields__},
-                   worker=worker, found_after_s=round(found_after_s, 1))
+        return cls(**dataclasses.asdict(found), worker=worker, found_after_s=round(found_after_s, 1))
 
     @property
     def replay(self) -> str | None:
         """The command that reproduces this failure without hypothesis."""
         return f"python -m harness replay {shlex.quote(self.trace)}" if self.trace else None
-
-    @property
-    def first_line(self) -> str:
-        text = self.message.strip()
-        return text.splitlines()[0] if text else self.kind
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "replay": self.replay}
