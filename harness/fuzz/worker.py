@@ -116,8 +116,7 @@ class Worker:
         self.walks: dict[str, WalkRun] = {}
         self.walk_rounds: Counter[str] = Counter()
         self.engine_seconds = {"walk": 0.0, "hypothesis": 0.0}
-        self.visited: set[tuple[str, str]] = set()  # (target, engine) pairs this worker has run
-        self.replayed: set[str] = set()  # targets whose saved walk failures this worker has replayed
+        self.engines_run: dict[str, set[str]] = {}  # target key -> the engines this worker has run it under
         self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
     # ------------------------------------------------------------ reporting
@@ -201,11 +200,11 @@ class Worker:
                 break
             engine = self.next_engine()
             target = self.next_target(active, engine)
-            if target.key not in self.replayed:
-                self.replayed.add(target.key)
-                if self.replay_saved_walks(target, round_no):
-                    round_no += 1
-                    continue
+            first_visit = target.key not in self.engines_run
+            self.engines_run.setdefault(target.key, set()).add(engine)
+            if first_visit and self.replay_saved_walks(target, round_no):
+                round_no += 1
+                continue
             started = time.monotonic()
             try:
                 if engine == "walk":
@@ -224,11 +223,10 @@ class Worker:
 
         A short run must not leave a target unfuzzed, or unwalked, because the draw favoured another.
         """
-        unvisited = [t for t in active if (t.key, engine) not in self.visited]
-        target = (unvisited[self.plan.worker % len(unvisited)] if unvisited
-                  else self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)])
-        self.visited.add((target.key, engine))
-        return target
+        unvisited = [t for t in active if engine not in self.engines_run.get(t.key, ())]
+        if unvisited:
+            return unvisited[self.plan.worker % len(unvisited)]
+        return self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
 
     def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
         """Replay the walk failures the database holds for ``target`` (:mod:`harness.fuzz.saved_walks`);

@@ -152,8 +152,9 @@ def default_profile_name() -> str:
 
 
 def load_default_profile() -> str:
-    """Load the default profile (see :func:`default_profile_name`); every poolfuzz module is imported first."""
-    import_every_module()
+    """Load the default profile (see :func:`default_profile_name`); a derandomised one imports every module first."""
     name = default_profile_name()
+    if settings.get_profile(name).derandomize:
+        import_every_module()
     settings.load_profile(name)
     return name
