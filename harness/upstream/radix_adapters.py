@@ -96,16 +96,42 @@ class _RequestRows:
         self.req_to_token[where] = values.to(self.req_to_token.dtype)
 
 
-class RadixCacheOver:
-    """Upstream ``RadixCache(CacheInitParams(...))`` over any ``allocator``, with our cache's constructor.
+class UpstreamCacheOver:
+    """What the upstream prefix-cache wrappers share: our cache's constructor over any ``allocator``.
 
     ``allocator`` is any KV allocator with ``page_size``, ``size`` and ``free``, reached
     through :class:`FreeSegmentShim` (upstream's own ``free_segment`` for an upstream allocator).
+    Upstream does not validate its input, so these get valid calls only.
     """
 
     poolfuzz_check_misuse: ClassVar[bool] = False
-    upstream_class: ClassVar[str] = "RadixCache"
+    upstream_class: ClassVar[str] = ""
     upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    pool_name = ""
+
+    def __init__(
+        self,
+        allocator: Any,
+        *,
+        page_size: int | None = None,
+        eviction_policy: str = "lru",
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.allocator = allocator
+        self.page_size = int(allocator.page_size) if page_size is None else page_size
+        self.eviction_policy = eviction_policy.lower()
+        self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
+        self._shim = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+
+    def __repr__(self) -> str:
+        name = self.pool_name.removeprefix("upstream ")
+        return f"<upstream sglang=={self.upstream_version} {name} page_size={self.page_size} {self.eviction_policy}>"
+
+
+class RadixCacheOver(UpstreamCacheOver):
+    """Upstream ``RadixCache(CacheInitParams(...))`` over any ``allocator``, with our cache's constructor."""
+
+    upstream_class: ClassVar[str] = "RadixCache"
     pool_name = "upstream RadixCache"
 
     def __init__(
@@ -117,15 +143,8 @@ class RadixCacheOver:
         device: str | torch.device | None = None,
     ) -> None:
         self.mods: SglangCacheModules = load_sglang_cache()
-        self.allocator = allocator
-        self.page_size = int(allocator.page_size) if page_size is None else page_size
-        self.eviction_policy = eviction_policy.lower()
-        self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
-        self._shim = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+        super().__init__(allocator, page_size=page_size, eviction_policy=eviction_policy, device=device)
         self.inner = self.mods.new_radix_cache(self._shim, page_size=self.page_size, eviction_policy=self.eviction_policy)
-
-    def __repr__(self) -> str:
-        return f"<upstream sglang=={self.upstream_version} RadixCache page_size={self.page_size} {self.eviction_policy}>"
 
     # ------------------------------------------------------------ state
     def reset(self) -> None:

@@ -30,11 +30,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.upstream.loader import SUPPORTED_VERSION
 from harness.upstream.radix_adapters import (
-    FreeSegmentShim,
     TokenIds,
     UpstreamMatch,
+    UpstreamCacheOver,
     UpstreamRequestResult,
     token_list,
     upstream_kv_allocator,
@@ -55,12 +54,10 @@ class RustNode:
     id: int
 
 
-class TreeCoreOver:
+class TreeCoreOver(UpstreamCacheOver):
     """The wheel's ``RustUnifiedTreeCoreBinding`` (FULL component) over any ``allocator``, with our cache's constructor."""
 
-    poolfuzz_check_misuse: ClassVar[bool] = False
     upstream_class: ClassVar[str] = "RustUnifiedTreeCoreBinding"
-    upstream_version: ClassVar[str] = SUPPORTED_VERSION
     pool_name = "upstream Rust TreeCore"
 
     def __init__(
@@ -72,18 +69,11 @@ class TreeCoreOver:
         device: str | torch.device | None = None,
     ) -> None:
         self.rust: RustTreeCoreBindings = load_rust_tree_core()
-        self.allocator = allocator
-        self.page_size = int(allocator.page_size) if page_size is None else page_size
-        self.eviction_policy = eviction_policy.lower()
-        self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
-        self._freer = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+        super().__init__(allocator, page_size=page_size, eviction_policy=eviction_policy, device=device)
         self.core = self.rust.new_core(self.page_size, self.eviction_policy)
         self._receipts: dict[int, list[Any]] = {}
         self.last_insert_frees: list[int] = []
         """What the last :meth:`insert` told its caller to free (``free_device_kv``), for the differential."""
-
-    def __repr__(self) -> str:
-        return f"<upstream sglang=={self.upstream_version} Rust TreeCore page_size={self.page_size} {self.eviction_policy}>"
 
     # ------------------------------------------------------------ state
     def reset(self) -> None:
@@ -156,7 +146,7 @@ class TreeCoreOver:
     def evict(self, num_tokens: int) -> int:
         eviction = rust_evict_full(self.core, num_tokens)
         for value in eviction.freed:
-            self._freer.free_segment(value, start_pos=0)
+            self._shim.free_segment(value, start_pos=0)
         return eviction.evicted
 
     # ------------------------------------------------------------ request paths
@@ -169,7 +159,7 @@ class TreeCoreOver:
         values = kv_indices[:aligned].to(self.device, torch.int64, copy=True)
         result, frees = self._insert(tokens[:aligned], values, cpl)
         for value in frees:
-            self._freer.free_segment(value, start_pos=0)
+            self._shim.free_segment(value, start_pos=0)
         prompt = (len(tokens) if prompt_len is None else prompt_len) // ps * ps
         if 0 < prompt < aligned:
             self._insert(tokens[:prompt], values[:prompt], prompt)
@@ -194,11 +184,11 @@ class TreeCoreOver:
         ps = int(self.allocator.page_size)
         over = -(-len(tokens) // ps) * ps
         tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
-        self._freer.free_segment(tail[0], start_pos=cpl)
+        self._shim.free_segment(tail[0], start_pos=cpl)
         if node.id != self.root.id or self._receipts.get(node.id):
             self.dec_lock_ref(node)
         if over < len(kv_indices):
-            self._freer.free_segment(tail[1], start_pos=over)
+            self._shim.free_segment(tail[1], start_pos=over)
         return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
 
     # ------------------------------------------------------------ audit
