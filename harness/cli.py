@@ -1,7 +1,7 @@
-"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | dashboard | replay | selfcheck | bench.
+"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
 
 ``fuzz``, ``list`` and ``dashboard`` are parsed here; ``replay``, ``selfcheck``,
-``seed-corpus`` and ``bench`` are handed their remaining arguments
+``seed-corpus``, ``bench`` and ``mutate`` are handed their remaining arguments
 (``<module>.main(argv)``), imported only when asked for.  Every failure to start is one line on stderr and exit
 status 2, never a traceback.
 
@@ -27,6 +27,7 @@ DISPATCHED = {
     "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
     "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
     "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
+    "mutate": ("harness.mutate.command", "plant mutants in pools/ and report which ones the machines kill"),
 }
 EXIT_USAGE = 2
 

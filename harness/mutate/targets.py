@@ -1,0 +1,116 @@
+"""The killers: the state machines the machine tests run, by name; how one run is made and traced.
+
+One *target* per family machine (``tests/test_machines.py`` runs each with misuse
+rules on), and for the scheduler the pinned variants ``tests/test_scheduler_machine.py``
+runs on CPU: each CPU kernel, page size 1, hybrid rows, the prefix cache and the
+sliding window (interpreted Triton is left out: it is the slow CPU stand-in for
+a GPU kernel, and :mod:`pools.page_alloc.triton` is not mutated by default).
+
+Every run uses the machine tests' pinned settings (the derandomised ``ci``
+profile, no example database) without the shrink phase: shrinking only starts
+after a failure, so leaving it out changes nothing about *whether* a mutant is
+killed, only how long a kill takes.  The same settings record which lines each
+target executes (:func:`trace_target`); since the runs are derandomised, a
+mutant on a line the unmutated run never executes cannot change that run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from harness.machines.base import PoolMachine
+
+SCHEDULER_PINS: dict[str, dict[str, Any]] = {
+    "scheduler[loop]": {"kernel": "loop"},
+    "scheduler[vectorized]": {"kernel": "vectorized"},
+    "scheduler[page_size=1]": {"kernel": "vectorized", "page_size": 1},
+    "scheduler[hybrid]": {"kernel": "vectorized", "hybrid": True},
+    "scheduler[prefix_cache]": {"kernel": "vectorized", "mode": "prefix_cache"},
+    "scheduler[sliding_window]": {"kernel": "vectorized", "mode": "sliding_window"},
+}
+"""The scheduler machine's CPU variants, as its tests pin them."""
+
+LineHits = dict[str, dict[int, int]]
+"""``path -> line -> times executed`` for the mutated files."""
+
+
+def family_of(target: str) -> str:
+    return target.split("[", 1)[0]
+
+
+def target_names(families: Sequence[str] = ()) -> list[str]:
+    """Every target, or those of ``families``, in registry order."""
+    from harness.judge.families import FAMILIES
+
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)} "
+                         f"(known: {', '.join(FAMILIES)})")
+    names: list[str] = []
+    for family in FAMILIES:
+        if families and family not in families:
+            continue
+        names.extend(SCHEDULER_PINS if family == "scheduler" else [family])
+    return names
+
+
+def build_machine(target: str) -> type[PoolMachine]:
+    from harness.machines import make_machine
+    from harness.machines.scheduler import scheduler_machine
+
+    if target in SCHEDULER_PINS:
+        return scheduler_machine(**SCHEDULER_PINS[target])
+    return make_machine(target)
+
+
+def mutation_settings(examples: int | None = None) -> Settings:
+    """The machine tests' pinned ``ci`` settings without shrinking; ``examples`` raises the example budget."""
+    from hypothesis import Phase
+
+    from harness.machines.settings import pinned_settings
+
+    overrides: dict[str, Any] = {"database": None, "phases": [Phase.explicit, Phase.generate, Phase.target]}
+    if examples is not None:
+        overrides["max_examples"] = examples
+    return pinned_settings(**overrides)
+
+
+def run_target(machine: type[PoolMachine], settings: Settings) -> None:
+    """One derandomised run of ``machine``; raises whatever the machine raises (a violation or any error)."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(machine, settings=settings)
+
+
+def trace_target(machine: type[PoolMachine], settings: Settings, files: dict[str, str]) -> tuple[float, LineHits]:
+    """Run ``machine`` once under a line tracer over ``files`` (absolute file -> reported path).
+
+    Returns the traced run's seconds (two to three times an untraced run's) and
+    the hit count of every executed line of those files.
+    """
+    hits: LineHits = {path: {} for path in files.values()}
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line":
+            lines = hits[files[frame.f_code.co_filename]]
+            lines[frame.f_lineno] = lines.get(frame.f_lineno, 0) + 1
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        return local if frame.f_code.co_filename in files else None
+
+    started = time.perf_counter()
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        run_target(machine, settings)
+    finally:
+        sys.settrace(previous)
+    return time.perf_counter() - started, hits
