@@ -21,8 +21,11 @@ Semantics follow SGLang 0.5.23 (``mem_cache/allocator/{base,token,paged}.py``):
 
 Hazards fixed here: upstream ``free`` neither validates nor deduplicates, so a
 double free puts a page on the free list twice and it is later handed to two
-requests.  These allocators keep a per-page state table on the device and raise
-a typed error instead; the check costs one host read per ``free`` call on CUDA.
+requests.  These allocators keep a per-page state table
+(:mod:`pools.page_states`) and raise a typed error instead.  The table is read
+through NumPy on a CPU pool and costs one host read per ``free`` on a device.
+The free list is a :class:`~pools.free_list.PageFreeList`: same order of reuse
+as upstream's tensor, but a free costs O(pages freed), not an O(pool) ``torch.cat``.
 Nested free groups raise (0.5.23 asserts), and the decode page count uses the
 predicate ``(seq - 1) % page_size == 0``, which is also right for page size 1.
 """
@@ -32,13 +35,15 @@ from __future__ import annotations
 import torch
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError
-from pools.page_alloc import PageKernel, get_kernel, get_num_new_pages
+from pools.free_list import PageFreeList
+from pools.page_alloc import PageKernel, get_kernel
+from pools.page_states import FREE as _FREE
+from pools.page_states import LIVE as _LIVE
+from pools.page_states import PENDING as _PENDING
+from pools.page_states import PageStateTable
+from pools.paged_checks import PagedBatchChecker, is_int_tensor
 
-_LIVE, _FREE, _PENDING = 0, 1, 2
-
-
-def _is_int_tensor(t: object) -> bool:
-    return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
+__all__ = ["PagedTokenToKVPoolAllocator", "TokenToKVPoolAllocator"]
 
 
 class _KVAllocatorBase:
@@ -56,16 +61,22 @@ class _KVAllocatorBase:
         self.num_pages = size // page_size
         self.device = torch.device(device)
         self.need_sort = need_sort
-        self.free_pages = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._free_list = PageFreeList(self.device)
         self._staged: list[torch.Tensor] = []
         self._num_staged = 0
         self._free_group: list[torch.Tensor] | None = None
-        self._page_state = torch.empty(self.num_pages + 1, dtype=torch.int8, device=self.device)
+        self._states = PageStateTable(self.num_pages, self.device)
+        self._page_state = self._states.states
         self.clear()
 
     # ------------------------------------------------------------------ queries
+    @property
+    def free_pages(self) -> torch.Tensor:
+        """The free list, head (next handed out) first; a view, valid until the next call that changes the pool."""
+        return self._free_list.view()
+
     def available_size(self) -> int:
-        return (len(self.free_pages) + self._num_staged) * self.page_size
+        return (len(self._free_list) + self._num_staged) * self.page_size
 
     def get_all_free_pages(self) -> torch.Tensor:
         return torch.cat([self.free_pages, *self._staged])
@@ -81,37 +92,48 @@ class _KVAllocatorBase:
     # ------------------------------------------------------------------- state
     def clear(self) -> None:
         """Every page free, nothing staged, no group open."""
-        self.free_pages = torch.arange(1, self.num_pages + 1, dtype=torch.int64, device=self.device)
+        self._free_list.replace(torch.arange(1, self.num_pages + 1, dtype=torch.int64, device=self.device))
         self._staged = []
         self._num_staged = 0
         self._free_group = None
-        self._page_state.fill_(_FREE)
-        self._page_state[0] = _LIVE  # the padding page is never free
+        self._states.reset()
 
     def merge_and_sort_free(self) -> None:
         if self._staged:
-            self.free_pages = torch.sort(torch.cat([self.free_pages, *self._staged])).values
+            self._free_list.replace(torch.sort(torch.cat([self.free_pages, *self._staged])).values)
             self._staged = []
             self._num_staged = 0
 
     def _take_pages(self, num_pages: int) -> torch.Tensor | None:
         """The first ``num_pages`` free pages, merged first if short; ``None`` if still short."""
-        if num_pages > len(self.free_pages):
+        if num_pages > len(self._free_list):
             self.merge_and_sort_free()
-        if num_pages > len(self.free_pages):
+        if num_pages > len(self._free_list):
             return None
-        return self.free_pages[:num_pages]
+        return self._free_list.take(num_pages)
 
     def _consume(self, num_pages: int) -> None:
-        self._page_state[self.free_pages[:num_pages]] = _LIVE
-        self.free_pages = self.free_pages[num_pages:]
+        self._states.mark(self._free_list.take(num_pages), _LIVE)
+        self._free_list.pop(num_pages)
 
     # ------------------------------------------------------------------- frees
     def _pages_of(self, indices: torch.Tensor) -> torch.Tensor:
-        """Validated page ids named by token ``indices``; raises before any change."""
-        if not _is_int_tensor(indices) or indices.dim() != 1:
+        """Validated page ids named by token ``indices``; raises before any change.
+
+        One clipped gather of the state table proves every id is in range, not
+        reserved and handed out (:meth:`PageStateTable.all_live`); only when it
+        fails does :meth:`_explain_free` find which rule broke.
+        """
+        if not is_int_tensor(indices) or indices.dim() != 1:
             raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
         indices = indices.to(self.device, torch.int64)
+        pages = indices // self.page_size if self.page_size > 1 else indices
+        if not self._states.all_live(pages):
+            self._explain_free(indices)
+        return self._dedup_pages(pages)
+
+    def _explain_free(self, indices: torch.Tensor) -> None:
+        """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
         low, high = int(indices.min()), int(indices.max())
         last = (self.num_pages + 1) * self.page_size - 1
         if low < 0 or high > last:
@@ -121,9 +143,7 @@ class _KVAllocatorBase:
             raise ReservedIndexError(self.pool_name, low, "token index (page 0)")
         pages = self._dedup_pages(indices // self.page_size)
         not_live = self._page_state[pages] != _LIVE
-        if bool(not_live.any()):
-            raise DoubleFreeError(self.pool_name, pages[not_live].tolist(), "page")
-        return pages
+        raise DoubleFreeError(self.pool_name, pages[not_live].tolist(), "page")
 
     def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -137,16 +157,16 @@ class _KVAllocatorBase:
             return
         pages = self._pages_of(indices)
         if self._free_group is not None:
-            self._page_state[pages] = _PENDING
+            self._states.mark(pages, _PENDING)
             self._free_group.append(pages.clone())
             return
         self._free_now(pages)
 
     def _free_now(self, pages: torch.Tensor) -> None:
         """Mark validated ``pages`` free: staged under ``need_sort``, else back on the free list."""
-        self._page_state[pages] = _FREE
+        self._states.mark(pages, _FREE)
         if self.need_sort:
-            self._staged.append(pages)
+            self._staged.append(pages.clone())  # page size 1 passes the caller's tensor itself
             self._num_staged += len(pages)
         else:
             self._release(pages)
@@ -162,7 +182,7 @@ class _KVAllocatorBase:
         pending, self._free_group = self._free_group, None
         if pending:
             pages = torch.cat(pending)
-            self._page_state[pages] = _LIVE
+            self._states.mark(pages, _LIVE)
             self.free(self._token_of(pages))
 
     def _token_of(self, pages: torch.Tensor) -> torch.Tensor:
@@ -187,13 +207,13 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
         return taken
 
     def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
-        if len(torch.unique(pages)) != len(pages):
+        if self._states.repeats(pages):
             values, counts = torch.unique(pages, return_counts=True)
             raise DoubleFreeError(self.pool_name, values[counts > 1].tolist(), "slot (twice in one call)")
         return pages
 
     def _release(self, pages: torch.Tensor) -> None:
-        self.free_pages = torch.cat([self.free_pages, pages])
+        self._free_list.append(pages)
 
 
 class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
@@ -222,6 +242,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
             raise BadSizeError(self.pool_name, "page_size", page_size, "the triton kernel needs a power of two")
         super().__init__(size, page_size, device, need_sort)
         self.check_layout = self.device.type == "cpu" if check_layout is None else check_layout
+        self._batches = PagedBatchChecker(self.pool_name, page_size, self._states, self.check_layout)
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         ps = self.page_size
@@ -236,27 +257,12 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         return out
 
     def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
-        return torch.unique(pages)
+        return self._states.unique(pages)
 
     def _release(self, pages: torch.Tensor) -> None:
-        self.free_pages = torch.cat([pages, self.free_pages])
+        self._free_list.prepend(pages)
 
     # ------------------------------------------------------------ extend/decode
-    def _check_lengths(self, name: str, device_t: torch.Tensor, cpu_t: torch.Tensor, bs: int) -> None:
-        for label, t in ((name, device_t), (f"{name}_cpu", cpu_t)):
-            if not _is_int_tensor(t) or t.dim() != 1 or len(t) != bs:
-                raise BadBatchError(self.pool_name, f"{label} must be a 1-D integer tensor of length {bs}, got {t!r}")
-        if cpu_t.device.type != "cpu":
-            raise BadBatchError(self.pool_name, f"{name}_cpu must live on the CPU")
-
-    def _check_live_tail(self, last_loc: torch.Tensor, continues: torch.Tensor, call: str) -> None:
-        """The page holding ``last_loc`` must be handed out where the batch continues it."""
-        pages = torch.div(last_loc[continues], self.page_size, rounding_mode="floor")
-        if pages.numel() and (int(pages.min()) < 1 or int(pages.max()) > self.num_pages):
-            raise BadBatchError(self.pool_name, f"{call}: last_loc {last_loc.tolist()} points outside the pool")
-        if bool((self._page_state[pages] != _LIVE).any()):
-            raise BadBatchError(self.pool_name, f"{call}: last_loc {last_loc.tolist()} continues a page that is not allocated")
-
     def alloc_extend(
         self,
         prefix_lens: torch.Tensor,
@@ -266,41 +272,19 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         last_loc: torch.Tensor,
         extend_num_tokens: int,
     ) -> torch.Tensor | None:
-        """Slots for tokens ``prefix_lens[i]..seq_lens[i]`` of each request, or ``None`` if short."""
-        bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
-        self._check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)
-        self._check_lengths("prefix_lens", prefix_lens, prefix_lens_cpu, bs)
-        if not _is_int_tensor(last_loc) or last_loc.shape != (bs,):
-            raise BadBatchError(self.pool_name, f"last_loc must be an integer tensor of shape ({bs},)")
-        if bs and int(prefix_lens_cpu.min()) < 0:
-            raise BadBatchError(self.pool_name, f"negative prefix length in {prefix_lens_cpu.tolist()}")
-        bad = (seq_lens_cpu < prefix_lens_cpu).nonzero()
-        if len(bad):
-            i = int(bad[0])
-            raise BadBatchError(self.pool_name, f"seq_len {int(seq_lens_cpu[i])} < prefix_len {int(prefix_lens_cpu[i])}", position=i)
-        total = int((seq_lens_cpu - prefix_lens_cpu).sum()) if bs else 0
-        if extend_num_tokens != total:
-            raise BadBatchError(self.pool_name, f"extend_num_tokens={extend_num_tokens} but the lengths sum to {total}")
-        ps = self.page_size
-        if self.check_layout and bs:
-            loc = last_loc.cpu()
-            expect = torch.where(prefix_lens_cpu > 0, (loc + 1) % ps, torch.zeros_like(loc))
-            wrong = ((expect != prefix_lens_cpu % ps) | ((prefix_lens_cpu == 0) & (loc != -1))
-                     | ((prefix_lens_cpu > 0) & (loc < 0))).nonzero()  # a page-aligned prefix still names its slot
-            if len(wrong):
-                i = int(wrong[0])
-                raise BadBatchError(
-                    self.pool_name,
-                    f"last_loc {int(loc[i])} does not end prefix {int(prefix_lens_cpu[i])} at page size {ps}",
-                    position=i,
-                )
-            self._check_live_tail(loc, (prefix_lens_cpu % ps != 0) & (seq_lens_cpu > prefix_lens_cpu), "alloc_extend")
-        num_new_pages = get_num_new_pages(seq_lens_cpu, ps, prefix_lens_cpu)
+        """Slots for tokens ``prefix_lens[i]..seq_lens[i]`` of each request, or ``None`` if short.
+
+        The batch is checked (:mod:`pools.paged_checks`) and its pages counted on
+        the CPU lengths before the kernel reads ``free_pages`` (#34399).
+        """
+        num_new_pages = self._batches.extend_pages(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
+                                                   extend_num_tokens)
         pages = self._take_pages(num_new_pages)
         if pages is None:
             return None
         out = torch.empty(extend_num_tokens, dtype=torch.int64, device=self.device)
-        self.kernel.extend(prefix_lens.to(torch.int64), seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out, ps)
+        self.kernel.extend(prefix_lens.to(torch.int64), seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out,
+                           self.page_size)
         self._consume(num_new_pages)
         return out
 
@@ -308,29 +292,11 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
     ) -> torch.Tensor | None:
         """One slot per request for token ``seq_lens[i] - 1`` (post-step lengths), or ``None``."""
-        bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
-        self._check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)
-        if not _is_int_tensor(last_loc) or last_loc.shape != (bs,):
-            raise BadBatchError(self.pool_name, f"last_loc must be an integer tensor of shape ({bs},)")
-        if bs and int(seq_lens_cpu.min()) < 1:
-            raise BadBatchError(self.pool_name, f"decode needs seq_lens >= 1, got {seq_lens_cpu.tolist()}")
-        ps = self.page_size
-        if self.check_layout and bs:
-            loc = last_loc.cpu()
-            wrong = ((loc + 2) % ps != seq_lens_cpu % ps).nonzero()
-            if len(wrong):
-                i = int(wrong[0])
-                raise BadBatchError(
-                    self.pool_name,
-                    f"last_loc {int(loc[i])} does not precede token {int(seq_lens_cpu[i]) - 1} at page size {ps}",
-                    position=i,
-                )
-            self._check_live_tail(loc, (seq_lens_cpu - 1) % ps != 0, "alloc_decode")
-        num_new_pages = get_num_new_pages(seq_lens_cpu, ps, decode=True)
+        num_new_pages = self._batches.decode_pages(seq_lens, seq_lens_cpu, last_loc)
         pages = self._take_pages(num_new_pages)
         if pages is None:
             return None
-        out = torch.empty(bs, dtype=torch.int64, device=self.device)
-        self.kernel.decode(seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out, ps)
+        out = torch.empty(len(seq_lens_cpu), dtype=torch.int64, device=self.device)
+        self.kernel.decode(seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out, self.page_size)
         self._consume(num_new_pages)
         return out

@@ -179,8 +179,8 @@ class SWATokenToKVPoolAllocator:
         """New pages the batch needs on each side; raises on malformed CPU lengths first."""
         full, _ = self._paged_sides("alloc_extend")
         bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
-        full._check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)  # the paged allocator's own shape check
-        full._check_lengths("prefix_lens", prefix_lens, prefix_lens_cpu, bs)
+        full._batches.check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)  # the paged allocator's own shape check
+        full._batches.check_lengths("prefix_lens", prefix_lens, prefix_lens_cpu, bs)
         bad = ((prefix_lens_cpu < 0) | (seq_lens_cpu < prefix_lens_cpu)).nonzero()
         if len(bad):
             i = int(bad[0])
@@ -291,7 +291,7 @@ class SWATokenToKVPoolAllocator:
         an SWA peer, or ``None`` with *neither* side consumed."""
         full, swa = self._paged_sides("alloc_decode")
         bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
-        full._check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)
+        full._batches.check_lengths("seq_lens", seq_lens, seq_lens_cpu, bs)
         if bs and int(seq_lens_cpu.min()) < 1:
             raise BadBatchError(self.pool_name, f"decode needs seq_lens >= 1, got {seq_lens_cpu.tolist()}")
         num_new_pages = get_num_new_pages(seq_lens_cpu, self.page_size, decode=True)

@@ -16,6 +16,7 @@ import torch
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel, triton_available
+from pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (with numpy for its interpreter) is not installed")
@@ -24,8 +25,12 @@ KERNELS = ["loop", "vectorized", pytest.param("triton", marks=needs_triton)]
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
 
-@pytest.fixture(params=DEVICES)
-def device(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=[*DEVICES, "cpu with the device code path"])
+def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each device, plus the CPU running the torch checks a device pool uses (one host read per call)."""
+    if request.param == "cpu with the device code path":
+        monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
+        return "cpu"
     return str(request.param)
 
 

@@ -1,0 +1,87 @@
+"""The free list of a KV allocator: page ids in a buffer with slack at both ends.
+
+SGLang 0.5.23 keeps ``free_pages`` as a plain tensor and rebuilds it on every
+free: ``torch.cat((free_pages, freed))`` for the token allocator (tail append),
+``torch.cat((freed, free_pages))`` for the paged one (head prepend).  Each free
+therefore copies the whole free list, O(pool) per call however few pages it
+returns: about 15 us for a 65,536-slot pool on one CPU thread, most of what an
+alloc plus free costs there.
+
+:class:`PageFreeList` keeps the same sequence (same order of reuse, same head
+pop) in a buffer with room before and after it, so pop, append and prepend
+cost O(pages moved).  When one end runs out of room the live part moves to a
+*new* buffer with slack proportional to its length, so the copies amortise to
+O(1) per page and no memory already handed out is ever rewritten in place:
+
+* memory before ``head`` was handed out (``take``) and is never written again
+  by an append;
+* a prepend writes just before ``head``, into pages taken earlier.  The paged
+  allocator only passes ``take`` views to a kernel within the same call, so
+  nothing outside still reads them; :attr:`view` is documented as valid until
+  the next mutating call for the same reason.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PageFreeList"]
+
+_MIN_SLACK = 64
+"""Room left at the growing end after a move, so small frees do not move the buffer every call."""
+
+
+class PageFreeList:
+    """An ordered sequence of free page ids with O(k) ``pop``, ``append`` and ``prepend``.
+
+    ``view()`` is the sequence as a tensor view (no copy).  The tensor backing
+    it is replaced, never rewritten, when an end runs out of room.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._buf = torch.empty(0, dtype=torch.int64, device=device)
+        self.head = 0
+        self.tail = 0
+
+    def __len__(self) -> int:
+        return self.tail - self.head
+
+    def view(self) -> Tensor:
+        """The free pages, head first: a view, valid until the next ``append``/``prepend``/``replace``."""
+        return self._buf[self.head:self.tail]
+
+    def take(self, num_pages: int) -> Tensor:
+        """A view of the first ``num_pages`` pages (the caller checked there are that many)."""
+        return self._buf[self.head:self.head + num_pages]
+
+    def pop(self, num_pages: int) -> None:
+        """Drop the first ``num_pages`` pages (the caller checked there are that many)."""
+        self.head += num_pages
+
+    def replace(self, pages: Tensor) -> None:
+        """Make ``pages`` (copied) the whole sequence, with room to append behind it."""
+        self._move(pages, front=0, back=max(len(pages), _MIN_SLACK))
+
+    def append(self, pages: Tensor) -> None:
+        """Put ``pages`` at the tail (reused last)."""
+        count = len(pages)
+        if self.tail + count > len(self._buf):
+            self._move(self.view(), front=0, back=max(count, len(self), _MIN_SLACK))
+        self._buf[self.tail:self.tail + count] = pages
+        self.tail += count
+
+    def prepend(self, pages: Tensor) -> None:
+        """Put ``pages`` at the head (reused first), keeping their order."""
+        count = len(pages)
+        if count > self.head:
+            self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
+        self._buf[self.head - count:self.head] = pages
+        self.head -= count
+
+    def _move(self, pages: Tensor, *, front: int, back: int) -> None:
+        size = len(pages)
+        buf = torch.empty(front + size + back, dtype=torch.int64, device=self.device)
+        buf[front:front + size] = pages
+        self._buf, self.head, self.tail = buf, front, front + size
