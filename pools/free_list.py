@@ -23,6 +23,7 @@ O(1) per page and no memory already handed out is ever rewritten in place:
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,7 +42,10 @@ class PageFreeList:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self._on_host = device.type == "cpu"
         self._buf = torch.empty(0, dtype=torch.int64, device=device)
+        self._host = self._buf.numpy() if self._on_host else None
+        self._capacity = 0
         self.head = 0
         self.tail = 0
 
@@ -54,7 +58,15 @@ class PageFreeList:
 
     def take(self, num_pages: int) -> Tensor:
         """A view of the first ``num_pages`` pages (the caller checked there are that many)."""
+        if self._host is not None:
+            return torch.from_numpy(self._host[self.head:self.head + num_pages])  # a third of a torch slice's cost
         return self._buf[self.head:self.head + num_pages]
+
+    def take_host(self, num_pages: int) -> np.ndarray:
+        """The first ``num_pages`` pages as NumPy values: a view on the CPU, one host sync on a device."""
+        if self._host is not None:
+            return self._host[self.head:self.head + num_pages]
+        return self._buf[self.head:self.head + num_pages].cpu().numpy()
 
     def pop(self, num_pages: int) -> None:
         """Drop the first ``num_pages`` pages (the caller checked there are that many)."""
@@ -64,12 +76,16 @@ class PageFreeList:
         """Make ``pages`` (copied) the whole sequence, with room to append behind it."""
         self._move(pages, front=0, back=max(len(pages), _MIN_SLACK))
 
-    def append(self, pages: Tensor) -> None:
-        """Put ``pages`` at the tail (reused last)."""
+    def append(self, pages: Tensor | np.ndarray | list[int]) -> None:
+        """Put ``pages`` at the tail (reused last); host values (NumPy or a list) only on a CPU list."""
         count = len(pages)
-        if self.tail + count > len(self._buf):
+        if self.tail + count > self._capacity:
             self._move(self.view(), front=0, back=max(count, len(self), _MIN_SLACK))
-        self._buf[self.tail:self.tail + count] = pages
+        if isinstance(pages, Tensor):
+            self._buf[self.tail:self.tail + count] = pages
+        else:
+            assert self._host is not None, "host values go to a CPU free list only"
+            self._host[self.tail:self.tail + count] = pages
         self.tail += count
 
     def prepend(self, pages: Tensor) -> None:
@@ -85,3 +101,5 @@ class PageFreeList:
         buf = torch.empty(front + size + back, dtype=torch.int64, device=self.device)
         buf[front:front + size] = pages
         self._buf, self.head, self.tail = buf, front, front + size
+        self._host = buf.numpy() if self._on_host else None
+        self._capacity = front + size + back

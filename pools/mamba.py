@@ -18,14 +18,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError
 from pools.errors import ReservedIndexError
+from pools.free_list import PageFreeList
+from pools.page_states import RepeatFinder
 from pools.req_to_token import Req, ReqToTokenPool
 
 # Per-slot states of MambaSlotAllocator._state.
 _FREE, _RESERVED, _LIVE, _PADDING = 0, 1, 2, 3
+_INT_DTYPES = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8})
 
 
 def _check_count(pool: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -64,9 +68,14 @@ class MambaSlotAllocator:
     Invariant: every slot in ``1..size`` is in exactly one place: the free list,
     the open group's unconsumed reservation, or live (handed out, not freed).
     ``available_size()`` counts the free list only, as upstream: inside a group
-    window add ``reserved_size()`` for the true room.  ``_state`` mirrors
-    ownership on the CPU so ``free`` validates in O(len(indices)); keeping it
-    costs one ``.tolist()`` per call, a host sync when the pool is on CUDA.
+    window add ``reserved_size()`` for the true room.
+
+    ``_state`` mirrors ownership in a NumPy table on the host, with slot 0 and
+    a sentinel past ``size`` marked padding, so one clipped gather checks a
+    whole ``free`` (range, padding, ownership); the exact error is worked out
+    only when it fails.  On CUDA reading the slot ids costs one host sync per
+    ``alloc``/``free``.  The free list is a :class:`~pools.free_list.PageFreeList`:
+    a free costs O(slots freed), not upstream's O(pool) ``torch.cat``.
     """
 
     pool_name = "MambaSlotAllocator"
@@ -74,16 +83,24 @@ class MambaSlotAllocator:
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
         self.size = _check_count(self.pool_name, "size", size)
         self.device = torch.device(device)
-        self.free_slots: torch.Tensor
-        self._state: bytearray
+        self._on_host = self.device.type == "cpu"
+        self._free_list = PageFreeList(self.device)
+        self._state = bytearray(self.size + 2)  # read slot by slot from Python; [0] and [-1] are padding
+        self._state_np = np.frombuffer(self._state, dtype=np.int8)  # the same bytes, read whole-call
+        self._repeats = RepeatFinder(self.size + 2)
         self._reserved: torch.Tensor  # the open group's reservation; [_cursor:] is unconsumed
-        self._reserved_ids: list[int]  # its CPU mirror
+        self._reserved_ids: list[int]  # its host mirror
         self._group_open, self._cursor = False, 0
         self.clear()
 
+    @property
+    def free_slots(self) -> torch.Tensor:
+        """The free list, head first; a view, valid until the next call that changes the pool."""
+        return self._free_list.view()
+
     def available_size(self) -> int:
         """Length of the free list; excludes the unconsumed group reservation."""
-        return len(self.free_slots)
+        return len(self._free_list)
 
     def reserved_size(self) -> int:
         """Reserved slots of the open group that ``alloc(1)`` has not handed out yet."""
@@ -97,16 +114,15 @@ class MambaSlotAllocator:
         """True when ``slot`` is handed out and not yet freed."""
         return 0 < slot <= self.size and self._state[slot] == _LIVE
 
-    def _do_alloc(self, need_size: int, mark: int = _LIVE) -> tuple[torch.Tensor, list[int]] | None:
+    def _do_alloc(self, need_size: int, mark: int = _LIVE) -> tuple[torch.Tensor, np.ndarray] | None:
         """Take the head ``need_size`` slots (FIFO), or ``None`` with nothing changed."""
-        if need_size > len(self.free_slots):
+        free_list = self._free_list
+        if need_size > free_list.tail - free_list.head:
             return None
-        taken = self.free_slots[:need_size]
-        slots = taken.tolist()
-        self.free_slots = self.free_slots[need_size:]
-        for slot in slots:
-            self._state[slot] = mark
-        return taken, slots
+        taken, ids = self._free_list.take(need_size), self._free_list.take_host(need_size)
+        self._state_np[ids] = mark
+        self._free_list.pop(need_size)
+        return taken, ids
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         """Hand out ``need_size`` slots as an int64 tensor, or ``None`` if short.
@@ -114,10 +130,11 @@ class MambaSlotAllocator:
         Inside an open group ``alloc(1)`` returns the next reserved slot; other
         sizes, or an exhausted reservation, take the normal path.  ``alloc(0)``
         is empty, never the whole list (the negative-zero slice of seed 000)."""
-        _check_count(self.pool_name, "need_size", need_size)
+        if type(need_size) is not int or need_size < 0:
+            _check_count(self.pool_name, "need_size", need_size)
         if need_size == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
-        if need_size == 1 and self.reserved_size() > 0:
+        if need_size == 1 and self._cursor < len(self._reserved_ids):
             slot = self._reserved[self._cursor : self._cursor + 1]
             self._state[self._reserved_ids[self._cursor]] = _LIVE
             self._cursor += 1
@@ -131,19 +148,32 @@ class MambaSlotAllocator:
         Raises ReservedIndexError (slot 0), ForeignIndexError (outside 1..size)
         or DoubleFreeError (a duplicate, a free or an unconsumed reserved slot)
         before any change: upstream appended blindly, giving a slot two owners."""
-        slots = _slot_list(self.pool_name, indices, self.size)
+        kind = indices.dtype if isinstance(indices, torch.Tensor) else None
+        if kind not in _INT_DTYPES:
+            raise BadBatchError(self.pool_name, f"indices must be an integer tensor, got {type(indices).__name__}")
+        count = indices.numel()
+        if count == 0:
+            return
+        flat = indices if indices.dim() == 1 else indices.reshape(-1)
+        ids = (flat if flat.is_cpu else flat.cpu()).numpy()  # one host sync on a device
+        if ids.dtype != np.int64:
+            ids = ids.astype(np.int64)
+        if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count or self._repeats(ids):
+            self._explain_free(ids.tolist())
+        self._state_np[ids] = _FREE
+        self._free_list.append(ids if self._on_host else indices.reshape(-1).to(self.device, torch.int64))
+
+    def _explain_free(self, slots: list[int]) -> None:
+        """Raise the error for the first slot ``free`` may not release, in call order."""
+        for slot in slots:
+            _check_slot(self.pool_name, slot, self.size)
         seen: set[int] = set()
         for slot in slots:
             if slot in seen or self._state[slot] != _LIVE:
                 what = "reserved (unconsumed) mamba slot" if self._state[slot] == _RESERVED else "mamba slot"
                 raise DoubleFreeError(self.pool_name, [slot], what)
             seen.add(slot)
-        if not slots:
-            return
-        for slot in slots:
-            self._state[slot] = _FREE
-        tail = indices.reshape(-1).to(device=self.device, dtype=torch.int64)
-        self.free_slots = torch.cat((self.free_slots, tail))
+        raise AssertionError(f"free of {slots} failed the fast check but breaks no rule")
 
     def alloc_group_begin(self, num_reqs: int) -> None:
         """Open a group window, reserving ``num_reqs`` slots up front if the pool has them.
@@ -159,15 +189,16 @@ class MambaSlotAllocator:
         taken = self._do_alloc(num_reqs, _RESERVED) if num_reqs > 0 else None
         self._group_open = True
         if taken is not None:
-            self._reserved, self._reserved_ids = taken
+            self._reserved, self._reserved_ids = taken[0], taken[1].tolist()
 
     def alloc_group_end(self) -> None:
         """Give exactly the unconsumed reserved slots back (tail) and close the window."""
         if not self._group_open:
             raise GroupStateError(self.pool_name, "alloc", "end without a matching begin")
-        for slot in self._reserved_ids[self._cursor :]:
-            self._state[slot] = _FREE
-        self.free_slots = torch.cat((self.free_slots, self._reserved[self._cursor :]))
+        unconsumed = self._reserved_ids[self._cursor :]
+        if unconsumed:
+            self._state_np[unconsumed] = _FREE
+            self._free_list.append(self._reserved[self._cursor :])
         self._close_group()
 
     def _close_group(self) -> None:
@@ -177,10 +208,11 @@ class MambaSlotAllocator:
         self._cursor = 0
 
     def clear(self) -> None:
-        """Free every slot and close any open group (upstream kept the group
+        """Free every slot and close any group (upstream kept the group
         iterator, so reserved slots already back on the free list were issued twice)."""
-        self.free_slots = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
-        self._state = bytearray([_PADDING]) + bytearray(self.size)
+        self._free_list.replace(torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device))
+        self._state_np.fill(_FREE)
+        self._state[0] = self._state[-1] = _PADDING
         self._close_group()
 
 

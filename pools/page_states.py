@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["DEVICE_PATH_ON_CPU", "FREE", "LIVE", "PENDING", "RESERVED", "PageStateTable", "host_tables"]
+__all__ = ["DEVICE_PATH_ON_CPU", "FREE", "LIVE", "PENDING", "RESERVED", "PageStateTable", "RepeatFinder", "host_tables"]
 
 LIVE, FREE, PENDING, RESERVED = 0, 1, 2, 3
 
@@ -55,9 +55,7 @@ class PageStateTable:
         self.states = torch.empty(num_pages + 2, dtype=torch.int8, device=device)
         """The table itself (canaries and tests may index it like any tensor)."""
         self._host: np.ndarray | None = self.states.numpy() if host_tables(device) else None
-        self._stamp: Tensor | None = None
-        self._positions = torch.empty(0, dtype=torch.int64)
-        self._stamp_host = self._positions_host = np.empty(0, dtype=np.int64)
+        self._repeats: RepeatFinder | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -76,17 +74,10 @@ class PageStateTable:
     def all_live(self, pages: Tensor) -> bool:
         """Whether every id in ``pages`` is a page in the pool that is handed out (one host read on a device)."""
         if self._host is not None:
-            return np.count_nonzero(np.take(self._host, pages.numpy(), mode="clip")) == 0  # LIVE is 0
+            found = self._host.take(pages.numpy(), mode="clip")
+            return found.tobytes().count(LIVE) == len(found)
         clipped = pages.clamp(0, self.num_pages + 1)
         return not bool((self.states[clipped] != LIVE).any())
-
-    def live_where(self, pages: Tensor, wanted: Tensor) -> bool:
-        """Whether ``pages[i]`` is handed out for every ``i`` where ``wanted[i]`` (CPU bool or device bool)."""
-        if self._host is not None:
-            found = np.take(self._host, pages.numpy(), mode="clip")
-            return np.count_nonzero((found != LIVE) & wanted.numpy()) == 0
-        clipped = pages.clamp(0, self.num_pages + 1)
-        return not bool(((self.states[clipped] != LIVE) & wanted).any())
 
     def unique(self, pages: Tensor) -> Tensor:
         """``torch.unique(pages)`` (ascending); through NumPy on a CPU pool, where it costs a third."""
@@ -101,26 +92,40 @@ class PageStateTable:
         return torch.from_numpy(values)
 
     def repeats(self, pages: Tensor) -> bool:
-        """Whether some page id occurs twice in ``pages`` (valid ids), in O(len(pages)).
+        """Whether some page id occurs twice in ``pages`` (valid ids), in O(len(pages))."""
+        if pages.shape[0] < 2:
+            return False
+        if self._repeats is None:
+            self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
+        return self._repeats(pages.numpy() if self._host is not None else pages)
 
-        A short call goes through a Python set.  A long one stamps each id
-        with its position: an id written twice keeps only one position, so
-        the read-back differs at the other.
-        """
-        count = pages.shape[0]
+
+class RepeatFinder:
+    """Finds a repeated id among valid ids ``0..bound-1`` in O(count), on the host or on a device.
+
+    A short host call goes through a Python set.  Otherwise each id is stamped
+    with its position in a scratch table: an id written twice keeps only one
+    position, so the read-back differs at the other.
+    """
+
+    def __init__(self, bound: int, device: torch.device | None = None) -> None:
+        device = device or torch.device("cpu")
+        self._stamp = torch.zeros(bound, dtype=torch.int64, device=device)
+        self._positions = torch.arange(bound, device=device)
+        self._stamp_host = self._stamp.numpy() if device.type == "cpu" else None
+        self._positions_host = self._positions.numpy() if device.type == "cpu" else None
+
+    def __call__(self, ids: np.ndarray | Tensor) -> bool:
+        count = ids.shape[0]
         if count < 2:
             return False
-        if self._host is not None and count <= _SET_AT_MOST:
-            return len(set(pages.numpy().tolist())) < count
-        if self._stamp is None:
-            self._stamp = torch.zeros(self.num_pages + 2, dtype=torch.int64, device=self.states.device)
-            self._positions = torch.arange(self.num_pages + 2, device=self.states.device)
-            if self._host is not None:
-                self._stamp_host, self._positions_host = self._stamp.numpy(), self._positions.numpy()
-        if self._host is not None:
-            ids, order = pages.numpy(), self._positions_host[:count]
+        if isinstance(ids, np.ndarray):
+            if count <= _SET_AT_MOST:
+                return len(set(ids.tolist())) < count
+            assert self._stamp_host is not None and self._positions_host is not None, "host ids need a host table"
+            order = self._positions_host[:count]
             self._stamp_host[ids] = order
             return bool(np.count_nonzero(self._stamp_host[ids] - order))
         order_t = self._positions[:count]
-        self._stamp[pages] = order_t
-        return bool((self._stamp[pages] != order_t).any())
+        self._stamp[ids] = order_t
+        return bool((self._stamp[ids] != order_t).any())

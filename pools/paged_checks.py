@@ -66,7 +66,7 @@ class PagedBatchChecker:
         for label, t in ((name, device_t), (f"{name}_cpu", cpu_t)):
             if not is_int_tensor(t) or t.dim() != 1 or len(t) != bs:
                 raise BadBatchError(self.pool_name, f"{label} must be a 1-D integer tensor of length {bs}, got {t!r}")
-        if cpu_t.device.type != "cpu":
+        if not cpu_t.is_cpu:
             raise BadBatchError(self.pool_name, f"{name}_cpu must live on the CPU")
 
     def check_shapes(self, named: tuple[tuple[str, Tensor, Tensor], ...], last_loc: Tensor, bs: int) -> None:
@@ -139,7 +139,7 @@ class PagedBatchChecker:
         if self._host_table:
             pre, ext = host
             loc = _host(last_loc.cpu())
-            not_live = np.take(self.states.states.numpy(), loc // ps, mode="clip") != LIVE
+            not_live = self.states.states.numpy().take(loc // ps, mode="clip") != LIVE
             bad = _misplaced(pre, loc, ps, decode) | (not_live & _continues(pre, ext, ps))
             return not bool(bad.any())
         pre_d, ext_d = device()

@@ -102,7 +102,7 @@ class NeighbourDuplicateCheck(MambaSlotAllocator):
             return
         for slot in slots:
             self._state[slot] = _FREE
-        self.free_slots = torch.cat((self.free_slots, indices.reshape(-1).to(self.device, torch.int64)))
+        self._free_list.append(indices.reshape(-1).to(self.device, torch.int64))
 
 
 class MultiSlotAllocFromWindow(MambaSlotAllocator):

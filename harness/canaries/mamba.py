@@ -70,7 +70,7 @@ class SilentDoubleFreeSlots(MambaSlotAllocator):
             if 0 < slot <= self.size:
                 self._state[slot] = _FREE
         if slots:
-            self.free_slots = torch.cat((self.free_slots, indices.reshape(-1).to(self.device, torch.int64)))
+            self._free_list.append(indices.reshape(-1).to(self.device, torch.int64))
 
 
 class MappingSizedByMambaSize(HybridReqToTokenPool):
