@@ -127,7 +127,7 @@ class _KVAllocatorBase:
         if not is_int_tensor(indices) or indices.dim() != 1:
             raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
         indices = indices.to(self.device, torch.int64)
-        pages = indices // self.page_size if self.page_size > 1 else indices
+        pages = self._states.page_ids(indices, self.page_size)
         if not self._states.all_live(pages):
             self._explain_free(indices)
         return self._dedup_pages(pages)
@@ -293,6 +293,9 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
     ) -> torch.Tensor | None:
         """One slot per request for token ``seq_lens[i] - 1`` (post-step lengths), or ``None``."""
         num_new_pages = self._batches.decode_pages(seq_lens, seq_lens_cpu, last_loc)
+        if num_new_pages == 0:
+            # Every request continues its page (checked on the CPU lengths): the kernels' answer, as upstream.
+            return last_loc.to(self.device, torch.int64) + 1
         pages = self._take_pages(num_new_pages)
         if pages is None:
             return None

@@ -71,6 +71,14 @@ class PageStateTable:
         else:
             self.states[pages] = state
 
+    def page_ids(self, indices: Tensor, page_size: int) -> Tensor:
+        """``indices // page_size`` (``indices`` itself at page size 1), through NumPy on a CPU pool."""
+        if page_size == 1:
+            return indices
+        if self._host is not None:
+            return torch.from_numpy(indices.numpy() // page_size)
+        return indices // page_size
+
     def all_live(self, pages: Tensor) -> bool:
         """Whether every id in ``pages`` is a page in the pool that is handed out (one host read on a device)."""
         if self._host is not None:

@@ -59,12 +59,13 @@ class PagedBatchChecker:
         self.states = states
         self.check_layout = check_layout
         self._host_table = host_tables(states.states.device)
+        self._host_states = states.states.numpy() if self._host_table else None
 
     # ------------------------------------------------------------- shapes
     def check_lengths(self, name: str, device_t: Tensor, cpu_t: Tensor, bs: int) -> None:
         """``name`` and ``name_cpu`` are 1-D integer tensors of length ``bs``, the second on the CPU."""
         for label, t in ((name, device_t), (f"{name}_cpu", cpu_t)):
-            if not is_int_tensor(t) or t.dim() != 1 or len(t) != bs:
+            if not is_int_tensor(t) or t.dim() != 1 or t.shape[0] != bs:
                 raise BadBatchError(self.pool_name, f"{label} must be a 1-D integer tensor of length {bs}, got {t!r}")
         if not cpu_t.is_cpu:
             raise BadBatchError(self.pool_name, f"{name}_cpu must live on the CPU")
@@ -110,8 +111,13 @@ class PagedBatchChecker:
 
     # ------------------------------------------------------------- decode
     def decode_pages(self, seq_lens: Tensor, seq_lens_cpu: Tensor, last_loc: Tensor) -> int:
-        """New pages a decode batch needs; :class:`BadBatchError` if it breaks a rule."""
-        bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
+        """New pages a decode batch needs; :class:`BadBatchError` if it breaks a rule.
+
+        A decode step continues a prefix of ``seq - 1`` tokens by one token, which
+        opens a page where ``(seq - 1) % ps == 0`` and continues ``last_loc``'s page
+        elsewhere (upstream counts ``seq % ps == 1``, zero at page size 1).
+        """
+        bs = seq_lens_cpu.shape[0] if isinstance(seq_lens_cpu, torch.Tensor) and seq_lens_cpu.dim() == 1 else -1
         self.check_shapes((("seq_lens", seq_lens, seq_lens_cpu),), last_loc, bs)
         if bs == 0:
             return 0
@@ -119,13 +125,20 @@ class PagedBatchChecker:
         if int(seq.min()) < 1:
             raise BadBatchError(self.pool_name, f"decode needs seq_lens >= 1, got {seq.tolist()}")
         ps = self.page_size
+        offset = (seq - 1) % ps  # 0 where the new token opens a page
         if self.check_layout:
-            # A decode step continues a prefix of seq - 1 tokens by one token.
-            pre, ext = seq - 1, np.ones_like(seq)
-            if not self._layout_ok((pre, ext), lambda: ((seq_lens - 1).to(torch.int64), torch.ones_like(seq_lens)),
-                                   last_loc, decode=True):
-                self._explain_layout(pre, ext, last_loc, decode=True)
-        return int(((seq - 1) % ps == 0).sum())
+            if self._host_table:
+                loc = _host(last_loc if last_loc.is_cpu else last_loc.cpu())
+                assert self._host_states is not None, "a host table has a NumPy view"
+                not_live = self._host_states.take(loc // ps, mode="clip") != LIVE
+                ok = not np.count_nonzero(((loc + 2 - seq) % ps != 0) | (not_live & (offset != 0)))
+            else:
+                ok = self._layout_ok((seq - 1, np.ones_like(seq)),
+                                     lambda: ((seq_lens - 1).to(torch.int64), torch.ones_like(seq_lens)),
+                                     last_loc, decode=True)
+            if not ok:
+                self._explain_layout(seq - 1, np.ones_like(seq), last_loc, decode=True)
+        return bs - int(np.count_nonzero(offset))
 
     # ------------------------------------------------------------- layout
     def _layout_ok(self, host: tuple[np.ndarray, np.ndarray], device: Callable[[], tuple[Tensor, Tensor]],

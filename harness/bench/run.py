@@ -28,6 +28,7 @@ from harness.bench.baselines import (
 )
 from harness.bench.detect import bench_routes, bench_time_to_detect
 from harness.bench.prefix_cache import bench_prefix_cache
+from harness.bench.versus_upstream import bench_versus_upstream
 from harness.bench.timing import (
     Budget,
     Section,
@@ -311,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = Budget.of(args.quick)
     started = perf_counter()
     sections = []
-    for run in (lambda: bench_rows(budget), lambda: bench_extend(budget, args.quick), lambda: bench_mamba(budget),
+    for run in (lambda: bench_versus_upstream(budget),
+                lambda: bench_rows(budget), lambda: bench_extend(budget, args.quick), lambda: bench_mamba(budget),
                 lambda: bench_harness(budget, args.quick), lambda: bench_prefix_cache(budget, args.quick),
                 *(() if args.quick else (lambda: bench_routes(False), lambda: bench_time_to_detect(False))),
                 lambda: bench_cuda(args.quick)):

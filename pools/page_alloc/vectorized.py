@@ -122,11 +122,11 @@ def alloc_decode_vectorized(
     if seq_lens.numel() == 0:
         return
     need = (seq_lens - 1) % ps == 0
-    continued = last_loc + 1
     if free_pages.numel() == 0:
         assert not bool(need.any()), f"{_POOL}: free_pages is empty but a request needs a new page"
-        out_indices.copy_(continued)
+        out_indices.copy_(last_loc + 1)
         return
-    need_i64 = need.to(torch.int64)
-    rank = (torch.cumsum(need_i64, 0) - need_i64).clamp(max=free_pages.numel() - 1)
-    out_indices.copy_(torch.where(need, free_pages[rank] * ps, continued))
+    # Requests that need a page take them in batch order; a dead lane's rank (-1 before the first
+    # such request) is clamped into range, since torch.where evaluates both branches.
+    rank = (torch.cumsum(need, 0) - 1).clamp_(min=0)
+    torch.where(need, free_pages[rank] * ps, last_loc + 1, out=out_indices)
