@@ -10,9 +10,10 @@ qualified name and first line).  Everything that refers to the function (a
 class attribute, a ``property``, an alias imported into another module, a bound
 method) then runs the mutant, and restoring is one assignment back.
 
-A mutant whose code needs other free variables than the original (removing the
-only ``super()`` call drops the ``__class__`` cell) cannot be assigned: that is
-:class:`NotSwappable`, reported as *not run*.  ``functools`` caches of the module
+A function that calls ``super()`` keeps its ``__class__`` cell even when the
+mutant deletes that call (a dead ``if False: __class__`` is appended).  A mutant
+whose code still needs other free variables than the original cannot be
+assigned: that is :class:`NotSwappable`, reported as *not run*.  ``functools`` caches of the module
 are cleared around each swap so a mutant's cached result cannot outlive it.
 """
 
@@ -50,6 +51,8 @@ def mutated_code(source: ModuleSource, mutant: Mutant) -> CodeType:
     else:
         raise NotSwappable(f"{mutant.id}: node {mutant.index} not found in {unit.qualname}")
     clone.decorator_list = []
+    if _uses_class_cell(unit.node):
+        clone.body.append(_keep_class_cell(clone))
     statement: ast.stmt = clone
     for name in reversed(unit.classes):
         statement = ast.ClassDef(name=name, bases=[], keywords=[], body=[statement], decorator_list=[])
@@ -63,6 +66,25 @@ def mutated_code(source: ModuleSource, mutant: Mutant) -> CodeType:
     if found is None:
         raise NotSwappable(f"no code object {unit.qualname} in the compiled mutant")
     return found
+
+
+def _uses_class_cell(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in ("super", "__class__") for n in ast.walk(node))
+
+
+def _keep_class_cell(function: ast.AST) -> ast.stmt:
+    """``if False: __class__``, dead code that keeps the ``__class__`` cell when a mutant deletes ``super()``.
+
+    The symbol table is built before dead branches are dropped, so the cell (and
+    with it the free variables the original function object carries) survives.
+    """
+    line = getattr(function, "end_lineno", None) or getattr(function, "lineno", 1)
+    reference = ast.Expr(value=ast.Name(id="__class__", ctx=ast.Load()))
+    guard = ast.If(test=ast.Constant(value=False), body=[reference], orelse=[])
+    for node in ast.walk(guard):
+        node.lineno = node.end_lineno = line  # type: ignore[attr-defined]
+        node.col_offset = node.end_col_offset = 0  # type: ignore[attr-defined]
+    return guard
 
 
 def _find_code(code: CodeType, qualname: str) -> CodeType | None:
