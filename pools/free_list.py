@@ -88,6 +88,16 @@ class PageFreeList:
             self._host[self.tail:self.tail + count] = pages
         self.tail += count
 
+    def append_one(self, page: int) -> None:
+        """Put one page at the tail: :meth:`append` without building a tensor for it."""
+        if self.tail == self._capacity:
+            self._move(self.view(), front=0, back=max(len(self), _MIN_SLACK))
+        if self._host is not None:
+            self._host[self.tail] = page
+        else:
+            self._buf[self.tail] = page
+        self.tail += 1
+
     def prepend(self, pages: Tensor) -> None:
         """Put ``pages`` at the head (reused first), keeping their order."""
         count = len(pages)

@@ -24,12 +24,13 @@ import torch
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError
 from pools.errors import ReservedIndexError
 from pools.free_list import PageFreeList
-from pools.page_states import RepeatFinder
 from pools.req_to_token import Req, ReqToTokenPool
 
 # Per-slot states of MambaSlotAllocator._state.
 _FREE, _RESERVED, _LIVE, _PADDING = 0, 1, 2, 3
 _INT_DTYPES = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8})
+_SET_AT_MOST = 64
+"""A free of at most this many slots looks for a repeat in a Python set; a longer one counts live slots."""
 
 
 def _check_count(pool: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -87,8 +88,8 @@ class MambaSlotAllocator:
         self._free_list = PageFreeList(self.device)
         self._state = bytearray(self.size + 2)  # read slot by slot from Python; [0] and [-1] are padding
         self._state_np = np.frombuffer(self._state, dtype=np.int8)  # the same bytes, read whole-call
-        self._repeats = RepeatFinder(self.size + 2)
         self._reserved: torch.Tensor  # the open group's reservation; [_cursor:] is unconsumed
+        self._reserved_slots: tuple[torch.Tensor, ...]  # the same, one single-slot view each (alloc(1) returns one)
         self._reserved_ids: list[int]  # its host mirror
         self._group_open, self._cursor = False, 0
         self.clear()
@@ -135,7 +136,7 @@ class MambaSlotAllocator:
         if need_size == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         if need_size == 1 and self._cursor < len(self._reserved_ids):
-            slot = self._reserved[self._cursor : self._cursor + 1]
+            slot = self._reserved_slots[self._cursor]
             self._state[self._reserved_ids[self._cursor]] = _LIVE
             self._cursor += 1
             return slot
@@ -154,13 +155,31 @@ class MambaSlotAllocator:
         count = indices.numel()
         if count == 0:
             return
+        if count == 1:  # a finished request's slot: the common call, checked in Python
+            slot = int(indices.item())  # one host sync on a device
+            if not 0 < slot <= self.size or self._state[slot] != _LIVE:
+                self._explain_free([slot])
+            self._state[slot] = _FREE
+            self._free_list.append_one(slot)
+            return
         flat = indices if indices.dim() == 1 else indices.reshape(-1)
         ids = (flat if flat.is_cpu else flat.cpu()).numpy()  # one host sync on a device
         if ids.dtype != np.int64:
             ids = ids.astype(np.int64)
-        if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count or self._repeats(ids):
-            self._explain_free(ids.tolist())
-        self._state_np[ids] = _FREE
+        if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count:
+            self._explain_free(ids.tolist())  # foreign, padding, free or reserved
+        if count <= _SET_AT_MOST:
+            if count > 1 and len(set(ids.tolist())) < count:
+                self._explain_free(ids.tolist())  # a slot named twice
+            self._state_np[ids] = _FREE
+        else:
+            # Every slot named is live, so freeing them ends exactly `count` live slots unless
+            # one is named twice; counting the table's bytes is cheaper than looking for the repeat.
+            live = self._state.count(_LIVE)
+            self._state_np[ids] = _FREE
+            if live - self._state.count(_LIVE) != count:
+                self._state_np[ids] = _LIVE
+                self._explain_free(ids.tolist())
         self._free_list.append(ids if self._on_host else indices.reshape(-1).to(self.device, torch.int64))
 
     def _explain_free(self, slots: list[int]) -> None:
@@ -190,6 +209,7 @@ class MambaSlotAllocator:
         self._group_open = True
         if taken is not None:
             self._reserved, self._reserved_ids = taken[0], taken[1].tolist()
+            self._reserved_slots = taken[0].split(1)
 
     def alloc_group_end(self) -> None:
         """Give exactly the unconsumed reserved slots back (tail) and close the window."""
@@ -204,6 +224,7 @@ class MambaSlotAllocator:
     def _close_group(self) -> None:
         self._group_open = False
         self._reserved = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._reserved_slots = ()
         self._reserved_ids = []
         self._cursor = 0
 

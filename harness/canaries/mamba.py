@@ -38,9 +38,10 @@ class ClearLeavesGroupOpen(MambaSlotAllocator):
         if not self._group_open:
             super().clear()
             return
-        reserved, reserved_ids, cursor = self._reserved, self._reserved_ids, self._cursor
+        window = self._reserved, self._reserved_slots, self._reserved_ids, self._cursor
         super().clear()
-        self._reserved, self._reserved_ids, self._cursor, self._group_open = reserved, reserved_ids, cursor, True
+        self._reserved, self._reserved_slots, self._reserved_ids, self._cursor = window
+        self._group_open = True
 
 
 class NestedGroupDropsReservation(MambaSlotAllocator):
