@@ -18,9 +18,14 @@ def pool_sizes(*, max_size: int = 12) -> SearchStrategy[int]:
     return st.one_of(st.sampled_from([0, 1, 2, 3]), st.integers(min_value=1, max_value=max_size))
 
 
+LARGE_ROW_POOL = 20
+"""A pool large enough for ``alloc_rows`` of more than 16 rows at once (the pools' vectorised path)."""
+
+
 def row_pool_configs(*, decode: bool = False) -> SearchStrategy[Config]:
-    """Configs for the request-row pools; the machine adds ``device``."""
-    base = st.fixed_dictionaries({"size": pool_sizes(), "max_context_len": st.sampled_from([4, 8, 16])})
+    """Configs for the request-row pools; the machine adds ``device``.  One draw in ten is a large pool."""
+    sizes = st.one_of(st.sampled_from([0, 1, 2, 3, LARGE_ROW_POOL]), st.integers(min_value=1, max_value=12))
+    base = st.fixed_dictionaries({"size": sizes, "max_context_len": st.sampled_from([4, 8, 16])})
     if not decode:
         return base
     return st.builds(lambda c, pre: {**c, "pre_alloc_size": pre}, base, st.integers(min_value=0, max_value=4))
@@ -120,7 +125,8 @@ def sample_pool_size(rng: random.Random, *, max_size: int = 12) -> int:
 
 def sample_row_pool_config(rng: random.Random, *, decode: bool = False) -> Config:
     """Twin of :func:`row_pool_configs`."""
-    config: Config = {"size": sample_pool_size(rng), "max_context_len": rng.choice((4, 8, 16))}
+    size = rng.choice((0, 1, 2, 3, LARGE_ROW_POOL)) if rng.random() < 0.5 else rng.randint(1, 12)
+    config: Config = {"size": size, "max_context_len": rng.choice((4, 8, 16))}
     if decode:
         config["pre_alloc_size"] = rng.randint(0, 4)
     return config
@@ -213,9 +219,54 @@ def _row_clear(driver: Any, rng: random.Random) -> Step:
     return "clear", {}
 
 
+def _one_live(driver: Any, rng: random.Random) -> Step:
+    return "alloc", {"batch": [None]}
+
+
+def _claiming(claim: str) -> Callable[[Any, random.Random], Step | None]:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        live = driver.live_handles()
+        return ("alloc_claiming", {"handle": rng.choice(live), "claim": claim}) if live else None
+    return draw
+
+
+def _write_rows(padding: bool) -> Callable[[Any, random.Random], Step | None]:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        live = driver.live_handles()
+        return ("write_rows", {"handles": rng.sample(live, min(len(live), 2)), "padding": padding}) if live else None
+    return draw
+
+
+def _fixed(op: str, **args: Any) -> Callable[[Any, random.Random], Step]:
+    return lambda driver, rng: (op, dict(args))
+
+
+ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
+"""What a forged request claims in ``alloc_claiming`` (the driver's ``CLAIMS``)."""
+
+
+def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
+    """Every kind of misuse a request-row pool must reject, and its corners, one move each."""
+    constructors: list[Config] = [{"size": -1}, {"max_context_len": 0}] + ([{"pre_alloc_size": -1}] if decode else [])
+    return (
+        Move("alloc_rows of every free row", 0.3, lambda driver, rng: ("alloc_rows", {"need_size": len(driver.model.free)})),
+        Move("write through a tensor of rows", 0.2, _write_rows(False), setup=_one_live),
+        Move("write through an empty tensor of rows", 0.05, _fixed("write_rows", handles=[], padding=False)),
+        Move("free_rows of no row", 0.05, _fixed("free_rows", rows=[])),
+        Move("alloc_rows of a float", 0.05, _fixed("alloc_rows_non_int", need_size=1.5), misuse=True),
+        Move("alloc_rows of a bool", 0.05, _fixed("alloc_rows_non_int", need_size=True), misuse=True),
+        Move("free_rows of a non-integer row", 0.1, _fixed("free_rows", rows=[1.0]), misuse=True),
+        Move("tensor write naming row 0", 0.1, _write_rows(True), misuse=True, setup=_one_live),
+        *(Move(f"alloc with a forged request claiming {claim}", 0.05, _claiming(claim), misuse=True, setup=_one_live)
+          for claim in ROW_CLAIMS),
+        *(Move(f"malformed constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True) for c in constructors),
+    )
+
+
 def row_walk(*, decode: bool = False) -> Walk:
     """The request-row families' walk: the machine's rules, plus mixed batches and repeats at a steady rate."""
     return Walk(lambda rng: sample_row_pool_config(rng, decode=decode), (
+        *row_catalogue(decode=decode),
         Move("alloc", 4, _row_alloc),
         Move("alloc mixed", 2, _row_alloc_mixed, CORNER_MIXED),
         Move("readmit", 1, _row_readmit),

@@ -18,6 +18,7 @@ from hypothesis.strategies import SearchStrategy
 
 from pools.page_alloc import triton_available
 from strategies.configs import CORNER_EXACT, CORNER_MIXED, CORNER_REPEAT, Config, Move, Step, Walk, with_repeat
+from strategies.kv_misuse import paged_catalogue, token_catalogue
 from strategies.page_alloc import edge_extend_lengths
 
 PAGE_SIZES = (2, 4, 3, 8, 16, 64, 5, 7)
@@ -246,8 +247,8 @@ _TOKEN_MOVES = (
 
 
 def token_kv_walk() -> Walk:
-    """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees."""
-    return Walk(sample_token_kv_config, _TOKEN_MOVES)
+    """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
+    return Walk(sample_token_kv_config, (*_TOKEN_MOVES, *token_catalogue()))
 
 
 def _requests(driver: Any) -> list[int]:
@@ -377,4 +378,5 @@ def paged_kv_walk(*, triton_share: float = 0.0) -> Walk:
         Move("decode", 1, _paged_decode),
         Move("decode mixed", 1.5, _paged_decode_mixed, CORNER_MIXED, setup=_admit_edge_and_mid),
         Move("grow to a page edge", 0.5, _paged_to_edge),
+        *paged_catalogue(),
     ))

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from strategies.mamba_catalogue import hybrid_catalogue, mamba_slot_catalogue
 from strategies.configs import CORNER_MIXED, CORNER_REPEAT, Config, Move, Step, Walk, pool_sizes, sample_pool_size, with_repeat
 
 
@@ -161,6 +162,7 @@ def mamba_slot_walk() -> Walk:
         Move("free again", 0.5, _slot_free_again, misuse=True),
         Move("free raw slots", 0.5, _slot_free_raw, misuse=True),
         Move("clear", 0.3, _slot_clear),
+        *mamba_slot_catalogue(),
     ))
 
 
@@ -242,4 +244,5 @@ def hybrid_walk() -> Walk:
         Move("free again", 0.5, _hybrid_free_again, misuse=True),
         Move("write", 1, _hybrid_write),
         Move("clear", 0.3, _hybrid_clear),
+        *hybrid_catalogue(),
     ))

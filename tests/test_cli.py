@@ -65,7 +65,7 @@ def test_list_shows_driver_operations_and_an_active_override(capsys: pytest.Capt
     code, out, _ = run_cli(capsys, "list", "--target", "req_to_token=tests.fuzz_planted:ForgetfulFree")
     assert code == 0
     assert "tests.fuzz_planted:ForgetfulFree  override, default pools:ReqToTokenPool" in out
-    assert "operations: alloc, alloc_rows, clear, free, free_rows, write" in out
+    assert "operations: alloc, alloc_claiming, alloc_rows, alloc_rows_non_int, clear, construct, free, free_rows, write, write_rows" in out
 
 
 def test_list_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,8 +34,8 @@ class StagedFreeSkipsDuplicates(TokenToKVPoolAllocator):
     Caught by ``misuse-rejected``.
     """
 
-    def _dedup_pages(self, pages: Tensor) -> Tensor:
-        return pages if self.need_sort else super()._dedup_pages(pages)
+    def _refuses_repeats(self) -> bool:
+        return not self.need_sort
 
 
 class ConsumesExtendLengthPages(PagedTokenToKVPoolAllocator):
@@ -59,7 +59,8 @@ class ConsumesExtendLengthPages(PagedTokenToKVPoolAllocator):
     def alloc_extend(self, prefix_lens: Tensor, prefix_lens_cpu: Tensor, seq_lens: Tensor, seq_lens_cpu: Tensor,
                      last_loc: Tensor, extend_num_tokens: int) -> Tensor | None:
         ps = self.page_size
-        if isinstance(seq_lens_cpu, Tensor) and isinstance(prefix_lens_cpu, Tensor):
+        if isinstance(seq_lens_cpu, Tensor) and isinstance(prefix_lens_cpu, Tensor) \
+                and seq_lens_cpu.shape == prefix_lens_cpu.shape:  # a malformed batch is the pool's to reject
             self._extend_pages = int(((seq_lens_cpu - prefix_lens_cpu + ps - 1) // ps).sum())
         try:
             return super().alloc_extend(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
@@ -171,6 +172,8 @@ class FreeOrderByFirstBlock(BlockPool):
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         blocks = list(ordered_blocks)
+        for position, block in enumerate(blocks):  # the pool's own validation first: the bug is in the order only
+            self._check_block(block, position)
         left = {b.block_id: b.ref_cnt for b in blocks}
         freed: list[KVCacheBlock] = []
         for block in blocks:
@@ -197,6 +200,8 @@ class TouchRemovesPerName(BlockPool):
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         names = list(blocks)
+        for position, block in enumerate(names):  # the pool's own validation first: the bug is in the removal only
+            self._check_block(block, position)
         free = [b for b in names if b.ref_cnt == 0 and not b.is_null and b.block_hash is not None]
         if len(free) == len(set(free)):
             super().touch(names)

@@ -3,6 +3,15 @@
 Rules draw small arguments and call :meth:`PoolMachine.do`, which runs one
 driver step.  Everything a machine knows about correctness lives in its driver,
 so replaying a trace runs exactly the checks a fuzz run ran.
+
+Every machine also has the ``run_catalogue`` rule: the family's catalogue
+(:attr:`PoolMachine.catalogue`, walk moves from :mod:`strategies`, one per kind
+of misuse its pool must reject and per corner it must serve) run in order, each
+move from its own seed with its setup steps.  Search alone reaches a rare kind
+in a 30-step example only by luck; the catalogue issues every kind on purpose,
+at a deliberate rate: at most once per :data:`CATALOGUE_SPACING` driver steps per
+catalogue entry, so in long runs it is about a third of the steps (misuse steps
+are cheap: validation, then nothing changes).
 """
 
 from __future__ import annotations
@@ -11,10 +20,16 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hypothesis import event, target
-from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.judge.drivers.base import Driver
 from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
+from strategies.configs import MOVE_SEEDS, Move, corner_steps
+
+CATALOGUE_SPACING = 2
+"""Driver steps between two catalogue runs, per catalogue entry."""
+CATALOGUE_SETUPS = 8
+"""Setup steps a catalogue move may take toward its state (a block shared under one hash takes six)."""
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -28,12 +43,15 @@ class PoolMachine(RuleBasedStateMachine):
     device: ClassVar[str] = "cpu"
     driver_class: ClassVar[type[Driver] | None] = None
     """A driver variant (a canary or test planting a bug in the harness's own calls); ``None``: the family's."""
+    catalogue: ClassVar[tuple[Move, ...]] = ()
+    """One walk move per kind of misuse and corner of the family; misuse ones run only with misuse checking on."""
 
     def __init__(self) -> None:
         super().__init__()
         self.driver: Driver | None = None
         self.peak_occupancy = 0.0
         self.failed = False
+        self.next_catalogue = 0
 
     def start(self, config: dict[str, Any]) -> None:
         driver_cls = self.driver_class or resolve(family(self.family).driver)
@@ -62,6 +80,25 @@ class PoolMachine(RuleBasedStateMachine):
         self.peak_occupancy = max(self.peak_occupancy, self.occupancy())
         return result
 
+    def catalogue_due(self) -> bool:
+        return bool(self.catalogue) and self.driver is not None and self.driver.steps >= self.next_catalogue
+
+    @precondition(lambda self: self.catalogue_due())
+    @rule(seed=MOVE_SEEDS)
+    def run_catalogue(self, seed: int) -> None:
+        """Every move of :attr:`catalogue` once, in order, each from its own seed (its setup steps first).
+
+        A full audit runs first: a pool the steps so far broke is named by the
+        invariant they broke, not by the first catalogue call to trip over it.
+        """
+        assert self.driver is not None
+        self.driver.audit_now()
+        moves = [m for m in self.catalogue if self.misuse_enabled or not m.misuse]
+        for index, move in enumerate(moves):
+            for op, args in corner_steps(move, self.driver, seed * 1_000 + index, setups=CATALOGUE_SETUPS):
+                self.do(op, **args)
+        self.next_catalogue = self.driver.steps + CATALOGUE_SPACING * len(moves)
+
     def known_handle(self, pick: int | None) -> int | None:
         """``None`` (a new request), or the ``pick``-th handle ever created, modulo their number.
 
@@ -78,8 +115,11 @@ class PoolMachine(RuleBasedStateMachine):
         return 0.0
 
     def teardown(self) -> None:
+        """The catalogue once more on the final state (so every example issues it), then the final audit."""
         if self.driver is not None and not self.failed:
             target(self.peak_occupancy, label="peak occupancy")
+            if self.catalogue:
+                self.run_catalogue(self.driver.steps % 256)
             self.driver.teardown()
 
 

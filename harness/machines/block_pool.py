@@ -25,11 +25,12 @@ from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondi
 from harness.judge.drivers.block_pool import BlockPoolDriver
 from harness.judge.models.block_pool import BlockPoolModel
 from harness.machines.base import PoolMachine
-from strategies.block_pool import block_counts, block_picks, block_pool_configs, prompts, raw_block_ids
+from strategies.block_pool import block_counts, block_picks, block_pool_catalogue, block_pool_configs, prompts, raw_block_ids
 
 
 class BlockPoolMachine(PoolMachine):
     family = "block_pool"
+    catalogue = block_pool_catalogue()
     reqs = Bundle("reqs")
     finished = Bundle("finished")
 

@@ -18,14 +18,15 @@ batches mixing requests that open a page with requests that do not.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.machines.base import PoolMachine
-from strategies.configs import MOVE_SEEDS, config_corners, corner_steps
+from strategies.configs import MOVE_SEEDS, Walk, config_corners, corner_steps
+from strategies.kv_misuse import paged_catalogue, token_catalogue
 from strategies.kv import (
     alloc_sizes,
     extend_lengths,
@@ -43,6 +44,8 @@ class TokenKVMachine(PoolMachine):
     family = "token_kv"
     allocs = Bundle("allocs")
     freed = Bundle("freed")
+    walk: ClassVar[Walk] = TOKEN_WALK
+    catalogue = token_catalogue()
 
     @initialize(config=token_kv_configs())
     def init_pool(self, config: dict[str, Any]) -> None:
@@ -97,7 +100,7 @@ class TokenKVMachine(PoolMachine):
 
     def walk_move(self, name: str, seed: int) -> list[int]:
         """Run the walk move ``name`` drawn from ``seed`` (setup steps included); the request handles it made."""
-        move = (TOKEN_WALK if self.family == "token_kv" else PAGED_WALK).move(name)
+        move = self.walk.move(name)
         made: list[int] = []
         for op, args in corner_steps(move, self.driver, seed):
             result = self.do(op, **args)
@@ -151,6 +154,8 @@ class TokenKVMachine(PoolMachine):
 class PagedKVMachine(TokenKVMachine):
     family = "paged_kv"
     reqs = Bundle("reqs")
+    walk = PAGED_WALK
+    catalogue = paged_catalogue()
 
     @initialize(config=paged_kv_configs())
     def init_pool(self, config: dict[str, Any]) -> None:

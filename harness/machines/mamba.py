@@ -30,6 +30,7 @@ from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
 from harness.judge.models.mamba import SlotModel
 from strategies.configs import MOVE_SEEDS, Move, config_corners, corner_steps
+from strategies.mamba_catalogue import hybrid_catalogue, mamba_slot_catalogue
 from strategies.mamba import (
     group_sizes,
     hybrid_configs,
@@ -126,6 +127,7 @@ class _WindowMachine(PoolMachine):
 
 class MambaSlotMachine(_WindowMachine):
     family = "mamba_slots"
+    catalogue = mamba_slot_catalogue()
     slots = Bundle("slots")
     freed = Bundle("freed")
 
@@ -208,6 +210,7 @@ class MambaSlotMachine(_WindowMachine):
 
 class HybridMachine(_WindowMachine):
     family = "hybrid_req_to_token"
+    catalogue = hybrid_catalogue()
     reqs = Bundle("reqs")
     released = Bundle("released")
 

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondition, rule
 
 from harness.machines.base import PoolMachine
-from strategies.configs import MOVE_SEEDS, config_corners, corner_steps, row_pool_configs, row_walk
+from strategies.configs import MOVE_SEEDS, config_corners, corner_steps, row_catalogue, row_pool_configs, row_walk
 
 ROW_WALK = row_walk()
 
 
 class RowPoolMachine(PoolMachine):
     family = "req_to_token"
+    catalogue = row_catalogue()
     reqs = Bundle("reqs")
     freed = Bundle("freed")
     rows = Bundle("rows")
@@ -110,6 +111,7 @@ class RowPoolMachine(PoolMachine):
 
 class DecodeRowPoolMachine(RowPoolMachine):
     family = "decode_req_to_token"
+    catalogue = row_catalogue(decode=True)
 
     @initialize(config=row_pool_configs(decode=True))
     def init_pool(self, config: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from harness.judge.drivers.pure_swa import PureSWAKVDriver
 from harness.judge.drivers.swa import SWAKVDriver
 from harness.machines.base import PoolMachine
 from harness.machines.kv import TokenKVMachine
+from strategies.kv_misuse import pure_swa_catalogue
 from strategies.swa import pure_swa_kv_configs, swa_kv_configs, swa_kv_walk
 
 SWA_WALK = swa_kv_walk()
@@ -169,6 +170,7 @@ class PureSWAKVMachine(TokenKVMachine):
     """The token machine on ``PureSWATokenToKVPoolAllocator``, plus ``free_swa``, ``free_full`` and padded frees."""
 
     family = "pure_swa_kv"
+    catalogue = pure_swa_catalogue()
 
     @initialize(config=pure_swa_kv_configs())
     def init_pool(self, config: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ class Driver:
         self.steps = 0
         self.trace = Trace(family=self.family, implementation=implementation, config=self.config,
                            audit_period=self.audit_period)
+        self.factory = factory
         self.pool = factory(**self.config)
         self.events: list[str] = []
 
@@ -86,6 +87,13 @@ class Driver:
             raise self._annotate(violation)
         return result
 
+    def audit_now(self) -> None:
+        """A full audit between steps (before a burst of catalogue steps), violations annotated with the step."""
+        try:
+            self.audit()
+        except InvariantViolation as violation:
+            raise self._annotate(violation)
+
     def teardown(self) -> None:
         """The final full audit; also where leaks that no single step shows surface."""
         try:
@@ -103,6 +111,26 @@ class Driver:
     def event(self, label: str) -> None:
         """A rare state reached; machines forward these to ``hypothesis.event``."""
         self.events.append(label)
+
+    @operation
+    def construct(self, overrides: dict[str, Any]) -> Any:
+        """Build another pool from this config with ``overrides``: a malformed configuration must be refused.
+
+        Misuse only: :meth:`constructor_errors` names the typed errors the contract
+        allows for it.  A configuration it finds valid, a family that models none,
+        or a target that does not validate its input is not a call to make.
+        """
+        config = {**self.config, **overrides}
+        errors = self.constructor_errors(config)
+        if not errors or not self.check_misuse:
+            return SKIPPED
+        self.expect_rejected(lambda: self.factory(**config), errors, f"constructor with {overrides}")
+        self.event(f"misuse: malformed constructor ({', '.join(sorted(overrides))})")
+        return None
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """The errors a constructor must raise for ``config``; empty when it is valid or not modelled."""
+        return ()
 
     # --------------------------------------------------------- contract helpers
     def observe(self) -> Hashable:
@@ -123,7 +151,7 @@ class Driver:
             call()
         except error:
             pass
-        except PoolError as other:
+        except Exception as other:  # noqa: BLE001 - another PoolError, or a crash instead of a typed rejection
             raise InvariantViolation(
                 "misuse-rejected", f"{what} raised {type(other).__name__}, expected {names}", error=str(other)
             ) from other

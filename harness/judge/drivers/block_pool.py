@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.block_pool_misuse import BlockPoolMisuse
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.block_pool import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
 from pools.block_pool import BlockPool
@@ -54,7 +55,7 @@ def _without_device(factory: Callable[..., Any]) -> Callable[..., Any]:
     return build
 
 
-class BlockPoolDriver(Driver):
+class BlockPoolDriver(Driver, BlockPoolMisuse):
     family = "block_pool"
 
     def __init__(self, factory: Callable[..., Any], config: dict[str, Any], **kwargs: Any) -> None:
@@ -83,6 +84,11 @@ class BlockPoolDriver(Driver):
             return SKIPPED
         self.expect_rejected(call, error, what)
         return None
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """``num_gpu_blocks`` an int >= 1 (block 0 is the null block)."""
+        count = config.get("num_gpu_blocks")
+        return () if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else (BadSizeError,)
 
     def check_free_count(self, what: str, invariant: str = "conservation") -> None:
         """O(1): ``get_num_free_blocks()`` is the model's."""
@@ -201,6 +207,8 @@ class BlockPoolDriver(Driver):
             return self.misuse(call, (BlockStateError, BadBatchError), f"{what}: {breach}")
         if not request.live:
             return SKIPPED  # its blocks may belong to others now: not a call to make
+        if NULL_BLOCK in table[start:end]:
+            self.event("corner: caching a table a sliding window nulled")
         self.expect_accepted(call, what)
         for position in self.model.cache(table, hashes, start, end):
             block = self.pool.blocks[table[position]]

@@ -11,19 +11,26 @@ from collections.abc import Hashable
 from typing import Any
 
 from harness.judge.drivers.base import SKIPPED, operation
-from harness.judge.drivers.mamba import SlotWindowDriver, as_int
+from harness.judge.drivers.mamba import SlotWindowDriver, as_int, bad_count
+from harness.judge.drivers.mamba_state import MambaStateOps
 from harness.judge.drivers.rows import RowPoolDriver
 from harness.judge.invariants import check
 from harness.judge.models.mamba import Claim, HybridModel, SlotModel
 from pools.errors import (
     BadBatchError,
+    BadSizeError,
     DoubleFreeError,
+    PoolError,
 )
 from pools.req_to_token import Req
 
+SLOT_CLAIMS = ("a live slot twice", "a slot not handed out", "a non-integer slot", "slot 0", "a slot past the pool")
+"""What a forged request's ``mamba_pool_idx`` claims in ``alloc_claiming`` (beside the row claims)."""
 
-class HybridDriver(RowPoolDriver, SlotWindowDriver):
-    """Rows (checked as :class:`RowPoolDriver` does) plus one Mamba slot per request, all-or-nothing."""
+
+class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
+    """Rows (checked as :class:`RowPoolDriver` does) plus one Mamba slot per request, all-or-nothing;
+    the Mamba state calls are :class:`~harness.judge.drivers.mamba_state.MambaStateOps`."""
 
     family = "hybrid_req_to_token"
 
@@ -39,6 +46,27 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver):
     @property
     def slot_model(self) -> SlotModel:
         return self.hybrid.slots
+
+    # ------------------------------------------------------------ misuse
+    def _forged(self, handle: int, claim: str) -> Req | None:
+        """Row claims as :class:`RowPoolDriver` forges them; slot claims (:data:`SLOT_CLAIMS`) with no row."""
+        if claim not in SLOT_CLAIMS:
+            return super()._forged(handle, claim)
+        slots = self.hybrid.slots
+        own = self.hybrid.claims[handle].slot if handle in self.hybrid.claims and self.hybrid.holds_slot(handle) else None
+        idle = sorted(set(range(1, slots.size + 1)) - set(slots.live))
+        value = {"a live slot twice": own, "a slot not handed out": idle[0] if idle else None,
+                 "a non-integer slot": 1.0, "slot 0": 0, "a slot past the pool": slots.size + 1}[claim]
+        if claim == "a live slot twice" and (own is None or not self._holds_live_row(handle)):
+            return None  # the owner must be in the batch with its row, so only the slot is claimed twice
+        return None if value is None else Req(rid=-2, mamba_pool_idx=value)
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """Rows as :class:`RowPoolDriver` says; ``mamba_size`` and state dimensions >= 0, ``num_layers`` >= 1."""
+        dims = [*config.get("conv_shape", ()), *config.get("temporal_shape", ())]
+        if bad_count(config.get("mamba_size")) or bad_count(config.get("num_layers", 1) - 1) or any(map(bad_count, dims)):
+            return (BadSizeError,)
+        return super().constructor_errors(config)
 
     # ------------------------------------------------------------ checks
     def _check_mapping_shape(self) -> None:

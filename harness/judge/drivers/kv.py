@@ -26,17 +26,30 @@ from harness.judge.drivers.base import SKIPPED, Driver, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.kv import KVModel
 from pools.errors import (
+    BadBatchError,
     BadSizeError,
     DoubleFreeError,
     ForeignIndexError,
     GroupStateError,
     PoolError,
     ReservedIndexError,
+    UnknownKernelError,
 )
+from pools.kv_allocator import PagedTokenToKVPoolAllocator
+from pools.page_alloc import KERNEL_NAMES, triton_available
 
 
 def ints(tensor: torch.Tensor) -> list[int]:
     return [int(v) for v in tensor.tolist()]
+
+
+def is_int(value: Any) -> bool:
+    """A plain ``int`` (``bool`` is not a size)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+MALFORMED_FREES = ("list", "float tensor", "2-D tensor")
+"""What ``free_malformed`` passes instead of a 1-D integer tensor."""
 
 
 class TokenKVDriver(Driver):
@@ -129,16 +142,16 @@ class TokenKVDriver(Driver):
 
     # --------------------------------------------------------- operations
     @operation
-    def alloc(self, need_size: int) -> int | None:
+    def alloc(self, need_size: float | bool) -> int | None:
         """``alloc(need_size)``; returns the new allocation's handle, or ``None`` if refused."""
         ps = self.page_size
-        what = f"alloc({need_size})"
-        if need_size < 0 or need_size % ps:
+        what = f"alloc({need_size!r})"
+        if not is_int(need_size) or need_size < 0 or need_size % ps:
             if not self.check_misuse:
                 return SKIPPED  # type: ignore[return-value]
             self.expect_rejected(lambda: self.pool.alloc(need_size), BadSizeError, what)
             return None
-        num_pages = need_size // ps
+        num_pages = int(need_size) // ps
         heads = self.model.heads(num_pages)
         if not heads:
             self.expect_refused(lambda: self.pool.alloc(need_size), what, state=self._free_set_state,
@@ -224,6 +237,42 @@ class TokenKVDriver(Driver):
         self.expect_rejected(lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})")
 
     @operation
+    def free_malformed(self, form: str) -> None:
+        """A free of a live allocation's slots as a :data:`MALFORMED_FREES` form: ``BadBatchError``, nothing freed."""
+        live = sorted(h for h, slots in self.model.slots.items() if slots)
+        values = self.model.slots[live[0]] if live else [self.page_size]
+        indices: Any = {"list": list(values), "float tensor": torch.tensor(values, dtype=torch.float32),
+                        "2-D tensor": self._tensor(values).reshape(1, -1)}.get(form)
+        if indices is None or form not in self.malformed_frees or not self.check_misuse:
+            return SKIPPED  # type: ignore[return-value]
+        self.expect_rejected(lambda: self.pool.free(indices), BadBatchError, f"free of a {form} {values}")
+        self.event(f"misuse: free of a {form}")
+
+    malformed_frees: tuple[str, ...] = MALFORMED_FREES
+    """The forms this family's ``free`` must reject."""
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """``size`` a non-negative multiple of ``page_size`` (>= 1); a known kernel, Triton at powers of two only."""
+        ps, size = config.get("page_size", 1), config.get("size")
+        kernel = config.get("kernel", "vectorized")
+        if kernel != self.config.get("kernel", "vectorized") and not self._kernel_by_name():
+            return ()  # a target that fixes its own kernel (a canary) does not read the name
+        errors: list[type[PoolError]] = []
+        if self.paged and kernel not in KERNEL_NAMES:
+            errors.append(UnknownKernelError)
+        if self.paged and kernel == "triton" and not triton_available():
+            return ()  # the import fails first: not the contract's business
+        bad_page = not is_int(ps) or ps < 1 or (self.paged and kernel == "triton" and ps & (ps - 1))
+        if bad_page or not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size % ps:
+            errors.append(BadSizeError)
+        return tuple(errors)
+
+    def _kernel_by_name(self) -> bool:
+        """Whether the target's constructor is the paged allocator's own, which picks its kernel by name."""
+        init = getattr(type(self.pool), "__init__", None)
+        return init is PagedTokenToKVPoolAllocator.__init__
+
+    @operation
     def group_begin(self) -> None:
         if self.model.group_open:
             if not self.check_misuse:
@@ -282,6 +331,12 @@ class TokenKVDriver(Driver):
 
     def audit(self) -> None:
         self.model.self_check()
+        pending = getattr(self.pool, "pending_free_pages", None)
+        if pending is not None:
+            enqueued = sorted(set(ints(pending())))
+            check(enqueued == sorted(set(self.model.pending_pages())), "group-window",
+                  "pending_free_pages() differs from the pages the open group enqueued", pending=enqueued,
+                  expected=sorted(set(self.model.pending_pages())))
         free, available = self._free_state()
         check_unique(free, "no-double-allocation", "the pool's free pages")
         check(0 not in free, "reserved-never-handed-out", "page 0 is among the free pages")

@@ -22,6 +22,7 @@ from harness.judge.drivers.base import SKIPPED, Driver, operation
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.mamba import SlotModel
 from pools.errors import (
+    BadBatchError,
     BadSizeError,
     DoubleFreeError,
     ForeignIndexError,
@@ -34,6 +35,15 @@ from pools.errors import (
 def as_int(value: Any) -> int | None:
     """A request field as a plain int (upstream stores 0-d tensors), or ``None``."""
     return None if value is None else int(value)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def bad_count(value: Any) -> bool:
+    """A count (``need_size``, ``num_reqs``, ``size``) that is not an int >= 0: ``BadSizeError``."""
+    return not is_int(value) or value < 0
 
 
 class SlotWindowDriver(Driver):
@@ -104,23 +114,23 @@ class SlotWindowDriver(Driver):
         if from_reservation and not self.slot_model.unconsumed:
             self.event("group reservation exhausted")
 
-    def release_slots(self, slots: list[int], what: str) -> None:
+    def release_slots(self, slots: list[int], what: str, dtype: torch.dtype = torch.int64) -> None:
         """A valid ``free``: the slots go back, the counts follow."""
-        self.expect_accepted(lambda: self.slot_allocator.free(self.slot_tensor(slots)), what)
+        self.expect_accepted(lambda: self.slot_allocator.free(self.slot_tensor(slots).to(dtype)), what)
         for slot in slots:
             self.slot_model.release(slot)
         self.check_slot_counts(what)
 
     # ------------------------------------------------------------ group windows
     @operation
-    def group_begin(self, num_reqs: int) -> Any:
+    def group_begin(self, num_reqs: float | bool) -> Any:
         allocator, model = self.slot_allocator, self.slot_model
         what = f"alloc_group_begin({num_reqs})"
         if model.group_open:
             self.event("nested group begin")
             nested = f"{what} in an open window"
             return self.misuse(lambda: allocator.alloc_group_begin(num_reqs), GroupStateError, nested)
-        if num_reqs < 0:
+        if bad_count(num_reqs):
             return self.misuse(lambda: allocator.alloc_group_begin(num_reqs), BadSizeError, what)
         before = self.free_list()
         self.check_free_list(before, f"before {what}")
@@ -211,10 +221,10 @@ class MambaSlotDriver(SlotWindowDriver):
         return self.model
 
     @operation
-    def alloc(self, need_size: int) -> Any:
+    def alloc(self, need_size: float | bool) -> Any:
         """``alloc(need_size)``; inside a window ``alloc(1)`` takes the next reserved slot."""
-        model, what = self.model, f"alloc({need_size})"
-        if need_size < 0:
+        model, what = self.model, f"alloc({need_size!r})"
+        if bad_count(need_size):
             return self.misuse(lambda: self.pool.alloc(need_size), BadSizeError, what)
         next_reserved = model.next_reserved() if need_size == 1 else None
         reserved = [] if next_reserved is None else [next_reserved]
@@ -254,8 +264,9 @@ class MambaSlotDriver(SlotWindowDriver):
         return None
 
     @operation
-    def free_slots(self, slots: list[int]) -> Any:
-        """Free raw slot numbers: padding, foreign, free, reserved or repeated ones are misuse."""
+    def free_slots(self, slots: list[int], int32: bool = False) -> Any:
+        """Free raw slot numbers (as an int32 tensor with ``int32``): padding, foreign, free, reserved or
+        repeated ones are misuse."""
         model, what = self.model, f"free(slots {slots})"
         expected: list[type[PoolError]] = []
         if 0 in slots:
@@ -266,8 +277,25 @@ class MambaSlotDriver(SlotWindowDriver):
             expected.append(DoubleFreeError)
         if expected:
             return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), tuple(expected), what)
-        self.release_slots(slots, what)  # their handles go stale
+        self.release_slots(slots, what, torch.int32 if int32 else torch.int64)  # their handles go stale
+        if not slots or int32:
+            self.event("corner: free of an empty tensor" if not slots else "corner: free of an int32 tensor")
         return None
+
+    @operation
+    def free_malformed(self, form: str) -> Any:
+        """``free`` of a list or a float tensor instead of an integer tensor: ``BadBatchError``."""
+        slots = sorted(self.model.live)[:1] or [1]
+        indices: Any = {"list": slots, "float tensor": torch.tensor(slots, dtype=torch.float32)}.get(form)
+        if indices is None:
+            return SKIPPED
+        result = self.misuse(lambda: self.pool.free(indices), BadBatchError, f"free of a {form} {slots}")
+        if result is not SKIPPED:
+            self.event(f"misuse: free of a {form}")
+        return result
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        return (BadSizeError,) if bad_count(config.get("size")) else ()
 
     @operation
     def clear(self) -> None:

@@ -4,6 +4,12 @@ Each extend or decode call is judged against the model's free list and the loop
 oracle (:mod:`pools.page_alloc.loop`): the short-pool guard, the slot layout of
 every request (page 0 never, continuation of ``last_loc``, one page per page
 index), fresh pages taken from the head of the free list, and the page count.
+
+Misuse (with ``check_misuse``): ``extend_malformed`` / ``decode_malformed`` send a
+batch of live requests with one defect of :mod:`harness.judge.drivers.kv_batches`
+(``BadBatchError``, nothing taken); ``kernel_call`` calls the pool's page kernel
+directly with a case of :mod:`harness.judge.drivers.page_kernel` (a malformed
+batch its contract rejects, or a corner it must serve as the loop oracle does).
 """
 
 from __future__ import annotations
@@ -15,7 +21,18 @@ import torch
 
 from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.drivers.kv import TokenKVDriver, ints
+from harness.judge.drivers.kv_batches import (
+    DECODE_DEFECTS,
+    EXTEND_DEFECTS,
+    BatchArgs,
+    apply_defect,
+    decode_call_args,
+    extend_call_args,
+)
+from harness.judge.drivers.page_kernel import CASES, kernel_case
 from harness.judge.invariants import check, check_slot_layout
+from pools.errors import BadBatchError
+from pools.page_alloc import PageKernel
 from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 
 Lengths = tuple[list[int], list[int], list[int]]
@@ -32,6 +49,11 @@ class PagedKVDriver(TokenKVDriver):
         """``(length, last_loc)`` of a request: ``last_loc`` is the slot of its last token, or -1."""
         slots = self.model.slots[handle] if handle is not None else []
         return len(slots), (slots[-1] if slots else -1)
+
+    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(factory, config, **kwargs)
+        layout = config.get("check_layout")
+        self.layout_checked = torch.device(config["device"]).type == "cpu" if layout is None else bool(layout)
 
     def _batch_ok(self, handles: list[int]) -> bool:
         """Distinct live requests: the same request twice in one batch is a caller bug no pool can see."""
@@ -65,9 +87,11 @@ class PagedKVDriver(TokenKVDriver):
 
     @operation
     def decode(self, handles: list[int]) -> None:
-        """One decode step for each request: ``seq_lens`` are the post-step lengths."""
-        if not handles or not self._batch_ok(handles):
+        """One decode step for each request: ``seq_lens`` are the post-step lengths; no request is an empty batch."""
+        if not self._batch_ok(handles):
             return SKIPPED  # type: ignore[return-value]
+        if not handles:
+            self.event("corner: an empty decode batch")
         tails = [self._request_tail(h) for h in handles]
         pres = [length for length, _ in tails]
         seqs = [p + 1 for p in pres]
@@ -88,6 +112,64 @@ class PagedKVDriver(TokenKVDriver):
             self.event("decode at page size 1")
         for h, p, slot in zip(handles, pres, out):
             self._take_request(h, p, [slot])
+
+    # ------------------------------------------------------------ misuse
+    def _batch_args(self, handles: list[int | None], *, decode: bool) -> BatchArgs | None:
+        """The well-formed batch of ``handles`` (``None``: a new request, extend only) a defect then breaks."""
+        named = [int(h) for h in handles if h is not None]
+        if not self._batch_ok(named) or (decode and len(named) != len(handles)):
+            return None
+        tails = [self._request_tail(h) for h in handles]
+        pres = [length for length, _ in tails]
+        seqs = [p + 1 for p in pres] if decode else [p + self.page_size + 1 for p in pres]
+        held = set(self.model.owner)
+        free = [p for p in range(1, self.model.num_pages + 1) if p not in held]
+        return BatchArgs(pres, seqs, [last for _, last in tails], self.page_size, self.model.num_pages, free)
+
+    @operation
+    def extend_malformed(self, handles: list[int | None], defect: str) -> None:
+        """``alloc_extend`` of ``handles`` (each grown by a page and a token) with one defect: ``BadBatchError``."""
+        args = self._batch_args(handles, decode=False)
+        if args is None or not self.check_misuse or not apply_defect(
+                EXTEND_DEFECTS, defect, args, layout_checked=self.layout_checked):
+            return SKIPPED  # type: ignore[return-value]
+        call = extend_call_args(args, self.config["device"])
+        self.expect_rejected(lambda: self.pool.alloc_extend(**call), BadBatchError,
+                             f"alloc_extend(prefix={args.pres}, seq={args.seqs}, last_loc={args.lasts}) with {defect}")
+        self.event(f"misuse: malformed extend ({defect})")
+
+    @operation
+    def decode_malformed(self, handles: list[int], defect: str) -> None:
+        """``alloc_decode`` of live requests with one defect: ``BadBatchError``, nothing taken."""
+        args = self._batch_args(list(handles), decode=True)
+        if not handles or args is None or not self.check_misuse or not apply_defect(
+                DECODE_DEFECTS, defect, args, layout_checked=self.layout_checked):
+            return SKIPPED  # type: ignore[return-value]
+        call = decode_call_args(args, self.config["device"])
+        self.expect_rejected(lambda: self.pool.alloc_decode(**call), BadBatchError,
+                             f"alloc_decode(seq={args.seqs}, last_loc={args.lasts}) with {defect}")
+        self.event(f"misuse: malformed decode ({defect})")
+
+    @operation
+    def kernel_call(self, case: str) -> None:
+        """The pool's page kernel called directly with a :data:`~harness.judge.drivers.page_kernel.CASES` case."""
+        kernel = getattr(self.pool, "kernel", None)  # pools' own allocators only: a target may name its kernel otherwise
+        if not isinstance(kernel, PageKernel) or case not in CASES:
+            return SKIPPED  # type: ignore[return-value]
+        found = kernel_case(kernel, self.page_size, case, self.config["device"])
+        if found is None or (found.error is not None and not self.check_misuse):
+            return SKIPPED  # type: ignore[return-value]
+        what = f"{kernel.name} kernel, {case}, page size {self.page_size}"
+        if found.error is None:
+            self.expect_accepted(found.call, what)
+            check(ints(found.out) == found.expected, "kernel-agreement", f"{what} differs from the loop oracle",
+                  slots=ints(found.out), oracle=found.expected)
+            self.event(f"corner: kernel {case}")
+            return
+        before = ints(found.out)
+        self.expect_rejected(found.call, found.error, what)
+        check(ints(found.out) == before, "misuse-rejected", f"{what} raised but wrote out_indices")
+        self.event(f"misuse: kernel {case}")
 
     # ------------------------------------------------------------ judging
     def _take_request(self, handle: int, pre: int, slots: list[int]) -> None:

@@ -18,7 +18,10 @@ from harness.judge.drivers.kv import TokenKVDriver, ints
 from harness.judge.drivers.swa import reject_misuse, skipped
 from harness.judge.invariants import check
 from harness.judge.models.kv import KVModel
-from pools.errors import DoubleFreeError, ForeignIndexError, PoolError
+from pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, PoolError
+
+PAGED_CALLS = ("alloc_extend", "alloc_extend_swa_tail", "alloc_decode")
+"""The SWA allocator's paged calls: a pure pool has page size 1 and refuses them."""
 
 
 class _FreeThrough:
@@ -45,6 +48,7 @@ class PureSWAKVDriver(TokenKVDriver):
     """
 
     family = "pure_swa_kv"
+    malformed_frees: tuple[str, ...] = ("list", "float tensor")  # the padding filter flattens a 2-D tensor, as upstream
 
     def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
         Driver.__init__(self, factory, config, **kwargs)  # the token driver's own __init__ reads ``size``
@@ -88,6 +92,29 @@ class PureSWAKVDriver(TokenKVDriver):
         return None
 
     @operation
+    def paged_call(self, call: str) -> None:
+        """One of :data:`PAGED_CALLS` with a one-request batch: ``BadSizeError`` (page size 1 allocates with ``alloc``)."""
+        if call not in PAGED_CALLS:
+            return skipped()
+        one, none = self._tensor([1]), self._tensor([0])
+        args: dict[str, Any] = {"seq_lens": one, "seq_lens_cpu": one.cpu(), "last_loc": self._tensor([-1])}
+        if call != "alloc_decode":
+            args.update(prefix_lens=none, prefix_lens_cpu=none.cpu(), extend_num_tokens=1)
+        if call == "alloc_extend_swa_tail":
+            args["swa_tail_len"] = 1
+        result = reject_misuse(self, lambda: getattr(self.pool, call)(**args), BadSizeError, f"{call} on a pure SWA pool")
+        if result is None:
+            self.event(f"misuse: {call} on a pure SWA pool")
+        return result  # type: ignore[no-any-return]
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """``page_size`` must be 1 and ``size_swa`` a non-negative size."""
+        size, ps = config.get("size_swa"), config.get("page_size", 1)
+        if ps != 1 or not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size % 1:
+            return (BadSizeError,)
+        return ()
+
+    @operation
     def merge(self) -> None:
         """Not a call of the pure pool (its allocator merges inside ``alloc``)."""
         return skipped()
@@ -112,6 +139,17 @@ class PureSWAKVDriver(TokenKVDriver):
 
     def audit(self) -> None:
         super().audit()
+        pool, pages = self.pool, self.model.num_pages
+        check(pool.size == pages and pool.in_free_group == self.model.group_open, "conservation",
+              "a pure SWA pool's size or free-group state disagrees", size=pool.size, group=pool.in_free_group)
+        probe = self._tensor([1, -1])
+        check(ints(pool.translate_loc_from_full_to_swa(probe)) == [1, -1], "swa-mapping",
+              "translate_loc_from_full_to_swa is not the identity on a pure SWA pool")
+        room = getattr(pool, "new_pages_available", None)  # a query beyond the protocol, where the pool has it
+        if room is not None:
+            free = self.model.available_pages()
+            check(room(free, free) and not room(free + 1, 0), "conservation",
+                  "new_pages_available() disagrees with the free pages", free=free)
         table, identity = ints(self.pool.full_to_swa_index_mapping), [*range(self.model.num_pages + 1), -1]
         check(table == identity, "swa-mapping", "the pure SWA mapping is not the identity plus the trailing -1",
               entries={i: v for i, (v, e) in enumerate(zip(table, identity)) if v != e}, length=len(table))

@@ -2,6 +2,11 @@
 
 Requests are named by integer handles the driver hands out in order, so a trace
 that says ``free(handle=3)`` means the same request on every replay.
+
+Misuse (with ``check_misuse``) besides double and foreign frees: sizes and rows
+that are not ints, a batch with a forged request claiming a row (a live one
+twice, row 0, one past the pool, a non-integer one: :data:`CLAIMS`), a tensor
+write naming padding row 0, and malformed constructors.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from pools.errors import (
     ReservedIndexError,
 )
 from pools.req_to_token import Req
+
+CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
+"""What a forged request in an ``alloc`` batch claims (``alloc_claiming``)."""
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class RowPoolDriver(Driver):
@@ -120,11 +132,22 @@ class RowPoolDriver(Driver):
             check(req.req_pool_idx is None, "valid-call-accepted", "free left req_pool_idx set", row=row)
             assert row is not None
             self.model.release(row)
+            available = self.pool.available_size()
+            check(available == len(self.model.free), "conservation", f"free(request {handle}) did not give row {row} back",
+                  available=available, expected=len(self.model.free))
             return
         if not self._row_is_free(handle) or not self.check_misuse:
             # The stale row now belongs to someone else: no pool can tell. Not a call to make.
             return SKIPPED  # type: ignore[return-value]
         self.expect_rejected(lambda: self.pool.free(req), DoubleFreeError, f"free(request {handle}) of a row it does not hold")
+
+    @operation
+    def alloc_rows_non_int(self, need_size: float | bool | str) -> None:
+        """``alloc_rows`` of a size that is not an int (a float, a bool, a string): ``BadSizeError``."""
+        if is_int(need_size) or not self.check_misuse:
+            return SKIPPED  # type: ignore[return-value]
+        self.expect_rejected(lambda: self.pool.alloc_rows(need_size), BadSizeError, f"alloc_rows({need_size!r})")
+        self.event(f"misuse: alloc_rows of a {type(need_size).__name__}")
 
     @operation
     def alloc_rows(self, need_size: int) -> list[int]:
@@ -144,10 +167,21 @@ class RowPoolDriver(Driver):
         self._check_fresh_rows(list(rows), f"alloc_rows({need_size})")
         for row in rows:
             self.model.bind(row, None)
+        if need_size > 16:
+            self.event("corner: alloc_rows of more than 16 rows at once")
         return list(rows)
 
     @operation
-    def free_rows(self, rows: list[int]) -> None:
+    def free_rows(self, rows: list[float | bool]) -> None:
+        if not all(is_int(r) for r in rows):
+            if not self.check_misuse:
+                return SKIPPED  # type: ignore[return-value]
+            self.expect_rejected(lambda: self.pool.free_rows(rows), BadBatchError, f"free_rows({rows})")
+            self.event("misuse: free_rows of a row that is not an int")
+            return
+        self._free_int_rows([int(r) for r in rows])
+
+    def _free_int_rows(self, rows: list[int]) -> None:
         expected: list[type[PoolError]] = []
         if any(r == 0 for r in rows):
             expected.append(ReservedIndexError)
@@ -165,6 +199,52 @@ class RowPoolDriver(Driver):
         self.expect_accepted(lambda: self.pool.free_rows(rows), f"free_rows({rows})")
         for row in rows:
             self.model.release(row)
+
+    def _forged(self, handle: int, claim: str) -> Req | None:
+        """A request the driver never admitted, claiming a row as :data:`CLAIMS` says; ``None`` if n/a."""
+        row = self.reqs[handle].req_pool_idx if handle in self.reqs and self._holds_live_row(handle) else None
+        claims: dict[str, Any] = {"a live row twice": row, "a non-integer row": None if row is None else float(row),
+                                  "row 0": 0, "a row past the pool": self.model.num_rows + 1}
+        value = claims.get(claim)
+        return None if value is None else Req(rid=-2, req_pool_idx=value)
+
+    @operation
+    def alloc_claiming(self, handle: int, claim: str) -> Any:
+        """``alloc([request handle, forged, new])``: the forged request's claim (:data:`CLAIMS`) must be refused."""
+        forged = self._forged(handle, claim)
+        if forged is None or not self.check_misuse:
+            return SKIPPED
+        batch = [self.reqs[handle], forged, Req(rid=-3)] if claim.endswith("twice") else [forged, Req(rid=-3)]
+        error = {"row 0": ReservedIndexError, "slot 0": ReservedIndexError, "a row past the pool": ForeignIndexError,
+                 "a slot past the pool": ForeignIndexError}.get(claim, BadBatchError)
+        self.expect_rejected(lambda: self.pool.alloc(batch), error, f"alloc with a request claiming {claim}")
+        self.event(f"misuse: alloc with a forged request claiming {claim}")
+        return None
+
+    @operation
+    def write_rows(self, handles: list[int], padding: bool) -> Any:
+        """``write`` through a tensor of the requests' rows (and padding row 0: ``ReservedIndexError``)."""
+        rows = [self.reqs[h].req_pool_idx for h in handles if h in self.reqs and self._holds_live_row(h)]
+        if padding:
+            rows.append(0)
+        if (handles and not rows) or (padding and not self.check_misuse):
+            return SKIPPED
+        index = torch.tensor(rows, dtype=torch.int64)
+        values = torch.ones(len(rows), 2, dtype=torch.int32)
+        call = lambda: self.pool.write((index, slice(0, 2)), values)
+        if padding:
+            self.expect_rejected(call, ReservedIndexError, f"write(rows {rows}) naming padding row 0")
+            self.event("misuse: a tensor write naming padding row 0")
+        else:
+            self.expect_accepted(call, f"write(rows {rows})")
+            self.event("corner: a write through a tensor of rows" if rows else "corner: a write through an empty tensor")
+        return None
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """``size`` and ``pre_alloc_size`` >= 0, ``max_context_len`` > 0."""
+        if config.get("size", 0) < 0 or config.get("pre_alloc_size", 0) < 0 or config.get("max_context_len", 1) <= 0:
+            return (BadSizeError,)
+        return ()
 
     @operation
     def clear(self) -> None:
@@ -203,6 +283,10 @@ class RowPoolDriver(Driver):
         available = self.pool.available_size()
         check(available == len(self.model.free), "conservation", "available_size() disagrees",
               available=available, expected=len(self.model.free))
+        is_free = getattr(self.pool, "is_free", None)  # a query beyond the protocol, where the pool has it
+        if is_free is not None:
+            wrong = [r for r in range(self.model.num_rows + 2) if is_free(r) != (r in self.model.free)]
+            check(not wrong, "conservation", "is_free() disagrees with the free rows", rows=wrong)
         table = self.pool.req_to_token
         check(table.shape[0] == self.model.num_rows + 1, "in-bounds", "req_to_token rows must be num_rows + 1",
               shape=tuple(table.shape), rows=self.model.num_rows)

@@ -1,0 +1,128 @@
+"""The KV allocators' catalogues: one walk move per misuse kind and per corner the families must serve.
+
+A catalogue move draws one step from the driver's state with a plain
+``random.Random`` (:class:`strategies.configs.Move`): the walk engine takes
+them at a small weight each, and a machine's ``catalogue`` rule
+(:class:`harness.machines.base.PoolMachine`) runs every one of them in turn,
+so each kind is issued on purpose in every run, whatever the search favours.
+Which defects and kernel cases exist, and which error each must raise, is the
+judge's (:mod:`harness.judge.drivers.kv_batches`, :mod:`harness.judge.drivers.page_kernel`);
+the moves only shape the steps.  Every step is labelled by the driver with an
+event naming its kind (``misuse: ...`` or ``corner: ...``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from harness.judge.drivers.kv import MALFORMED_FREES
+from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS
+from harness.judge.drivers.page_kernel import CASES
+from harness.judge.drivers.pure_swa import PAGED_CALLS
+from strategies.configs import Config, Move, Step
+
+TOKEN_KV_MALFORMED: tuple[Config, ...] = ({"size": -1}, {"size": 2.5})
+"""Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
+PAGED_KV_MALFORMED: tuple[Config, ...] = (
+    {"page_size": 0},
+    {"page_size": 4, "size": 6},
+    {"page_size": 4, "size": -4},
+    {"kernel": "gpu"},
+    {"kernel": "triton", "page_size": 3, "size": 9},
+)
+"""Constructor overrides ``PagedTokenToKVPoolAllocator`` must refuse: a page size below 1, a size that is not a
+non-negative multiple of it, an unknown kernel, Triton at a page size that is not a power of two."""
+NON_INTEGER_SIZES = (1.5, True, "page")
+"""``alloc`` sizes that are not ints: a float, a bool, and a float of exactly one page (``"page"``)."""
+
+Draw = Callable[[Any, random.Random], "Step | None"]
+
+
+def _requests(driver: Any) -> list[int]:
+    """Live requests holding at least one token (a defect needs a prefix to break)."""
+    model = driver.model
+    return sorted(h for h in model.requests if model.slots.get(h))
+
+
+def _malformed_extend(defect: str) -> Draw:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        reqs = _requests(driver)
+        if not reqs:
+            return None
+        handles: list[int | None] = [*rng.sample(reqs, rng.randint(1, min(2, len(reqs)))), *[None] * rng.randint(0, 1)]
+        rng.shuffle(handles)
+        return "extend_malformed", {"handles": handles, "defect": defect}
+    return draw
+
+
+def _malformed_decode(defect: str) -> Draw:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        reqs = _requests(driver)
+        if not reqs:
+            return None
+        return "decode_malformed", {"handles": rng.sample(reqs, rng.randint(1, min(3, len(reqs)))), "defect": defect}
+    return draw
+
+
+def admit_mid_page(driver: Any, rng: random.Random) -> Step | None:
+    """Admit a request ending mid-page (a page and a token at page size 1) if a page is free."""
+    ps, room = driver.page_size, driver.model.available_pages()
+    if not room:
+        return None
+    length = ps + 1 if ps == 1 else rng.randint(1, ps - 1) + ps * rng.randint(0, min(1, room - 1))
+    return "extend", {"batch": [[None, length]]}
+
+
+def _step(op: str, **args: Any) -> Draw:
+    return lambda driver, rng: (op, dict(args))
+
+
+def _non_integer_alloc(size: Any) -> Draw:
+    return lambda driver, rng: ("alloc", {"need_size": float(driver.page_size) if size == "page" else size})
+
+
+def _moves(prefix: str, kinds: dict[str, Draw], weight: float, *, misuse: bool = True,
+           setup: Draw | None = None) -> tuple[Move, ...]:
+    """One move per kind, sharing ``weight`` in the walk."""
+    share = weight / max(1, len(kinds))
+    return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
+
+
+def token_catalogue(constructors: tuple[Config, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:
+    """Misuse every KV allocator must reject: malformed frees, sizes that are not ints, malformed constructors."""
+    return (
+        *_moves("free of a malformed tensor", {form: _step("free_malformed", form=form) for form in MALFORMED_FREES}, 0.2),
+        *_moves("alloc of a non-integer size", {str(size): _non_integer_alloc(size) for size in NON_INTEGER_SIZES}, 0.1),
+        *_moves("malformed constructor", {str(c): _step("construct", overrides=c) for c in constructors}, 0.1),
+    )
+
+
+PURE_SWA_MALFORMED: tuple[Config, ...] = ({"page_size": 2}, {"size_swa": -1}, {"size_swa": 2.5})
+"""Constructor overrides ``PureSWATokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
+
+
+def pure_swa_catalogue() -> tuple[Move, ...]:
+    """The token catalogue on a pure SWA pool (its constructor, its free forms) plus the paged calls it refuses."""
+    frees = {form: _step("free_malformed", form=form) for form in MALFORMED_FREES if form != "2-D tensor"}
+    return (
+        *_moves("free of a malformed tensor", frees, 0.2),
+        *_moves("alloc of a non-integer size", {str(size): _non_integer_alloc(size) for size in NON_INTEGER_SIZES}, 0.1),
+        *_moves("malformed constructor", {str(c): _step("construct", overrides=c) for c in PURE_SWA_MALFORMED}, 0.1),
+        *_moves("paged call", {call: _step("paged_call", call=call) for call in PAGED_CALLS}, 0.1),
+    )
+
+
+def paged_catalogue() -> tuple[Move, ...]:
+    """The token catalogue (paged constructors), malformed extend and decode batches, and the page kernel's cases."""
+    kernel_misuse = {case: _step("kernel_call", case=case) for case, (_, error) in CASES.items() if error is not None}
+    kernel_corners = {case: _step("kernel_call", case=case) for case, (_, error) in CASES.items() if error is None}
+    return (
+        *token_catalogue(PAGED_KV_MALFORMED),
+        *_moves("malformed extend", {d: _malformed_extend(d) for d in EXTEND_DEFECTS}, 0.6, setup=admit_mid_page),
+        *_moves("malformed decode", {d: _malformed_decode(d) for d in DECODE_DEFECTS}, 0.4, setup=admit_mid_page),
+        *_moves("page kernel", kernel_misuse, 0.3),
+        *_moves("page kernel", kernel_corners, 0.1, misuse=False),
+        Move("empty decode batch", 0.05, _step("decode", handles=[])),
+    )
