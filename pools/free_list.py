@@ -57,20 +57,22 @@ class PageFreeList:
         return self._buf[self.head:self.tail]
 
     def take(self, num_pages: int) -> Tensor:
-        """A view of the first ``num_pages`` pages (the caller checked there are that many)."""
+        """A view of the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
+        end = min(self.head + num_pages, self.tail)
         if self._host is not None:
-            return torch.from_numpy(self._host[self.head:self.head + num_pages])  # a third of a torch slice's cost
-        return self._buf[self.head:self.head + num_pages]
+            return torch.from_numpy(self._host[self.head:end])  # a third of a torch slice's cost
+        return self._buf[self.head:end]
 
     def take_host(self, num_pages: int) -> np.ndarray:
         """The first ``num_pages`` pages as NumPy values: a view on the CPU, one host sync on a device."""
+        end = min(self.head + num_pages, self.tail)
         if self._host is not None:
-            return self._host[self.head:self.head + num_pages]
-        return self._buf[self.head:self.head + num_pages].cpu().numpy()
+            return self._host[self.head:end]
+        return self._buf[self.head:end].cpu().numpy()
 
     def pop(self, num_pages: int) -> None:
-        """Drop the first ``num_pages`` pages (the caller checked there are that many)."""
-        self.head += num_pages
+        """Drop the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
+        self.head = min(self.head + num_pages, self.tail)
 
     def replace(self, pages: Tensor) -> None:
         """Make ``pages`` (copied) the whole sequence, with room to append behind it."""

@@ -128,9 +128,13 @@ class _KVAllocatorBase:
             raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
         indices = indices.to(self.device, torch.int64)
         pages = self._states.page_ids(indices, self.page_size)
-        if not self._states.all_live(pages):
+        if not self._states.valid_free(pages, distinct=self._refuses_repeats()):
             self._explain_free(indices)
         return self._dedup_pages(pages)
+
+    def _refuses_repeats(self) -> bool:
+        """Whether naming one page twice in a ``free`` is an error (token slots) or routine (a paged request's slots)."""
+        return False
 
     def _explain_free(self, indices: torch.Tensor) -> None:
         """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
@@ -141,12 +145,17 @@ class _KVAllocatorBase:
             raise ForeignIndexError(self.pool_name, bad, self.page_size, last, "token index")
         if low < self.page_size:
             raise ReservedIndexError(self.pool_name, low, "token index (page 0)")
-        pages = self._dedup_pages(indices // self.page_size)
+        pages = indices // self.page_size
+        values, counts = torch.unique(pages, return_counts=True)
+        if self._refuses_repeats() and bool((counts > 1).any()):
+            raise DoubleFreeError(self.pool_name, values[counts > 1].tolist(), "slot (twice in one call)")
+        pages = self._dedup_pages(pages)
         not_live = self._page_state[pages] != _LIVE
         raise DoubleFreeError(self.pool_name, pages[not_live].tolist(), "page")
 
     def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The validated ``pages`` of one ``free``, each once, in the order they are released."""
+        return pages
 
     def _release(self, pages: torch.Tensor) -> None:
         raise NotImplementedError
@@ -206,11 +215,8 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
         self._consume(need_size)
         return taken
 
-    def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
-        if self._states.repeats(pages):
-            values, counts = torch.unique(pages, return_counts=True)
-            raise DoubleFreeError(self.pool_name, values[counts > 1].tolist(), "slot (twice in one call)")
-        return pages
+    def _refuses_repeats(self) -> bool:
+        return True
 
     def _release(self, pages: torch.Tensor) -> None:
         self._free_list.append(pages)

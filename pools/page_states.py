@@ -79,6 +79,21 @@ class PageStateTable:
             return torch.from_numpy(indices.numpy() // page_size)
         return indices // page_size
 
+    def valid_free(self, pages: Tensor, *, distinct: bool) -> bool:
+        """Whether a ``free`` of ``pages`` is valid: each handed out and, with ``distinct``, named once.
+
+        On a device the two checks are one count, read once.
+        """
+        if self._host is not None:
+            return self.all_live(pages) and not (distinct and self.repeats(pages))
+        clipped = pages.clamp(0, self.num_pages + 1)
+        bad = (self.states[clipped] != LIVE).sum()
+        if distinct and pages.shape[0] > 1:
+            if self._repeats is None:
+                self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
+            bad = bad + self._repeats.misplaced(clipped)
+        return int(bad) == 0
+
     def all_live(self, pages: Tensor) -> bool:
         """Whether every id in ``pages`` is a page in the pool that is handed out (one host read on a device)."""
         if self._host is not None:
@@ -134,6 +149,10 @@ class RepeatFinder:
             order = self._positions_host[:count]
             self._stamp_host[ids] = order
             return bool(np.count_nonzero(self._stamp_host[ids] - order))
-        order_t = self._positions[:count]
-        self._stamp[ids] = order_t
-        return bool((self._stamp[ids] != order_t).any())
+        return bool(self.misplaced(ids))
+
+    def misplaced(self, ids: Tensor) -> Tensor:
+        """The number of positions whose stamp was overwritten (0-d, not read: a device caller fuses it)."""
+        order = self._positions[:ids.shape[0]]
+        self._stamp[ids] = order
+        return (self._stamp[ids] != order).sum()
