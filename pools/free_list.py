@@ -105,7 +105,10 @@ class PageFreeList:
         count = len(pages)
         if count > self.head:
             self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
-        self._buf[self.head - count:self.head] = pages
+        if self._host is not None and pages.is_cpu:
+            self._host[self.head - count:self.head] = pages.numpy()
+        else:
+            self._buf[self.head - count:self.head] = pages
         self.head -= count
 
     def _move(self, pages: Tensor, *, front: int, back: int) -> None:

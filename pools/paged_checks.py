@@ -128,10 +128,11 @@ class PagedBatchChecker:
         offset = (seq - 1) % ps  # 0 where the new token opens a page
         if self.check_layout:
             if self._host_table:
-                loc = _host(last_loc if last_loc.is_cpu else last_loc.cpu())
                 assert self._host_states is not None, "a host table has a NumPy view"
-                not_live = self._host_states.take(loc // ps, mode="clip") != LIVE
-                ok = not np.count_nonzero(((loc + 2 - seq) % ps != 0) | (not_live & (offset != 0)))
+                loc = _host(last_loc if last_loc.is_cpu else last_loc.cpu())
+                # LIVE is 0, so state x offset is nonzero exactly where a continued page is not handed out.
+                ok = (not np.count_nonzero((loc - seq + 2) % ps)
+                      and not np.count_nonzero(self._host_states.take(loc // ps, mode="clip") * offset))
             else:
                 ok = self._layout_ok((seq - 1, np.ones_like(seq)),
                                      lambda: ((seq_lens - 1).to(torch.int64), torch.ones_like(seq_lens)),

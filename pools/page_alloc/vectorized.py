@@ -113,8 +113,8 @@ def alloc_decode_vectorized(
 
     A request needs a page iff ``(seq - 1) % ps == 0``; its page is
     ``free_pages[rank]`` with ``rank`` the exclusive count of earlier requests
-    that need one.  The rank is clamped for the dead branch; an empty
-    ``free_pages`` never gathers and asserts that nobody needed a page.
+    that need one (``masked_scatter_`` hands the source out in mask order).  An
+    empty ``free_pages`` is never read; it asserts that nobody needed a page.
     """
     check_page_size(_POOL, page_size)
     _check_batch(("seq_lens", seq_lens), ("last_loc", last_loc), ("out_indices", out_indices))
@@ -126,7 +126,6 @@ def alloc_decode_vectorized(
         assert not bool(need.any()), f"{_POOL}: free_pages is empty but a request needs a new page"
         out_indices.copy_(last_loc + 1)
         return
-    # Requests that need a page take them in batch order; a dead lane's rank (-1 before the first
-    # such request) is clamped into range, since torch.where evaluates both branches.
-    rank = (torch.cumsum(need, 0) - 1).clamp_(min=0)
-    torch.where(need, free_pages[rank] * ps, last_loc + 1, out=out_indices)
+    # The k-th request that needs a page takes free_pages[k]: exactly what masked_scatter_ does, with no sync.
+    out_indices.copy_(last_loc + 1)
+    out_indices.masked_scatter_(need, free_pages * ps)
