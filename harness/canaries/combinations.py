@@ -24,13 +24,8 @@ from torch import Tensor
 
 from harness.canaries.catalogue import Canary
 from pools.errors import DoubleFreeError
-from pools.mamba import (
-    _FREE,
-    _LIVE,
-    HybridReqToTokenPool,
-    MambaSlotAllocator,
-    _slot_list,
-)
+from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
+from pools.mamba_slots import _FREE, _LIVE, _slot_list
 from pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from pools.mamba import _FREE, HybridReqToTokenPool, MambaSlotAllocator
+from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
+from pools.mamba_slots import _FREE
 from harness.canaries.catalogue import Canary
 
 
