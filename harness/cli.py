@@ -28,6 +28,7 @@ DISPATCHED = {
     "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
     "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
     "mutate": ("harness.mutate.command", "plant mutants in pools/ and report which ones the machines kill"),
+    "coverage": ("harness.bench.coverage", "branch coverage of pools/ reached by the machine tests alone"),
 }
 EXIT_USAGE = 2
 

@@ -61,14 +61,14 @@ class PageFreeList:
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
             return torch.from_numpy(self._host[self.head:end])  # a third of a torch slice's cost
-        return self._buf[self.head:end]
+        return self._buf[self.head:end]  # pragma: no cover - a free list on a CUDA device (no host view)
 
     def take_host(self, num_pages: int) -> np.ndarray:
         """The first ``num_pages`` pages as NumPy values: a view on the CPU, one host sync on a device."""
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
             return self._host[self.head:end]
-        return self._buf[self.head:end].cpu().numpy()
+        return self._buf[self.head:end].cpu().numpy()  # pragma: no cover - a free list on a CUDA device
 
     def pop(self, num_pages: int) -> None:
         """Drop the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
@@ -96,7 +96,7 @@ class PageFreeList:
             self._move(self.view(), front=0, back=max(len(self), _MIN_SLACK))
         if self._host is not None:
             self._host[self.tail] = page
-        else:
+        else:  # pragma: no cover - a free list on a CUDA device (no host view)
             self._buf[self.tail] = page
         self.tail += 1
 
@@ -107,7 +107,7 @@ class PageFreeList:
             self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
         if self._host is not None and pages.is_cpu:
             self._host[self.head - count:self.head] = pages.numpy()
-        else:
+        else:  # pragma: no cover - a CUDA free list, or CUDA pages: the CPU pools free CPU pages
             self._buf[self.head - count:self.head] = pages
         self.head -= count
 

@@ -67,8 +67,8 @@ class PagedBatchChecker:
         for label, t in ((name, device_t), (f"{name}_cpu", cpu_t)):
             if not is_int_tensor(t) or t.dim() != 1 or t.shape[0] != bs:
                 raise BadBatchError(self.pool_name, f"{label} must be a 1-D integer tensor of length {bs}, got {t!r}")
-        if not cpu_t.is_cpu:
-            raise BadBatchError(self.pool_name, f"{name}_cpu must live on the CPU")
+        if not cpu_t.is_cpu:  # only a CUDA tensor is off the CPU
+            raise BadBatchError(self.pool_name, f"{name}_cpu must live on the CPU")  # pragma: no cover
 
     def check_shapes(self, named: tuple[tuple[str, Tensor, Tensor], ...], last_loc: Tensor, bs: int) -> None:
         """Each ``(name, device_t, cpu_t)`` triple (:meth:`check_lengths`), then ``last_loc``."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from harness.judge.drivers.block_pool_misuse import CACHE_MISUSE, FOREIGN_BLOCKS
+from harness.judge.models.block_pool import chain_hashes as model_hashes
 from strategies.configs import Config, Move, Step
 
 ALPHABET = 3
@@ -128,15 +129,15 @@ def _toward_a_shared_hash(driver: Any, rng: random.Random) -> Step | None:
     model = driver.model
     if not model.enable_caching:
         return None
-    twins = [h for h in _live(driver) if model.requests[h].hashes == model.requests[h].hashes[:1]
-             and len(model.requests[h].hashes) == 1 and model.requests[h].num_cached == 0]
-    holding = [h for h in twins if model.requests[h].table]
+    key = model_hashes([UNSHARED + 2])
+    twins = [h for h in _live(driver) if model.requests[h].hashes == key]
     if len(twins) < 2:
-        return ("admit", {"tokens": [UNSHARED + 2]}) if model.num_free >= 2 - len(holding) else None
+        return ("admit", {"tokens": [UNSHARED + 2]}) if model.num_free >= 2 - len(twins) else None
     empty = [h for h in twins if not model.requests[h].table]
     if empty:
         return "allocate", {"handle": empty[0], "num_blocks": 1}
-    return "cache", {"handle": twins[0], "num_full": 1}
+    uncached = [h for h in twins if model.requests[h].num_cached == 0]
+    return ("cache", {"handle": uncached[0], "num_full": 1}) if uncached else None
 
 
 def _toward_reset(driver: Any, rng: random.Random) -> Step | None:
@@ -152,6 +153,12 @@ def _reset_cached(driver: Any, rng: random.Random) -> Step | None:
     return ("reset", {}) if model.hash_of and model.num_free == model.usable else None
 
 
+def _touch_free_uncached(driver: Any, rng: random.Random) -> Step | None:
+    model = driver.model
+    idle = [b for b in range(1, model.num_gpu_blocks) if model.is_free(b) and b not in model.hash_of]
+    return ("touch", {"block_ids": idle[:1]}) if idle else None
+
+
 def block_pool_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse ``BlockPool`` must reject beyond double frees, and the null-block caching corner."""
     constructors: tuple[Config, ...] = ({"num_gpu_blocks": 0}, {"num_gpu_blocks": 2.5}, {"num_gpu_blocks": True})
@@ -165,5 +172,6 @@ def block_pool_catalogue() -> tuple[Move, ...]:
         *(Move(f"{call} of {kind}", 0.03, _fixed("foreign_block", call=call, kind=kind), misuse=True)
           for call in ("touch", "free_blocks", "cache_full_blocks") for kind in FOREIGN_BLOCKS),
         Move("evict of a float id", 0.03, _fixed("evict_non_int", block_id=1.5), misuse=True),
+        Move("touch of a free uncached block", 0.03, _touch_free_uncached, misuse=True),
         *(Move(f"malformed constructor {c}", 0.02, _fixed("construct", overrides=c), misuse=True) for c in constructors),
     )

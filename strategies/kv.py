@@ -39,9 +39,15 @@ def page_counts(*, max_pages: int) -> SearchStrategy[int]:
     return st.one_of(st.sampled_from([3, 1, 2, 0]), st.integers(min_value=0, max_value=max_pages))
 
 
+MANY_PAGES = 80
+"""A pool large enough for one call to free more than 64 pages (the pools' table-based duplicate check)."""
+
+
 def token_kv_configs(*, max_size: int = 16) -> SearchStrategy[Config]:
-    """``TokenToKVPoolAllocator(size, device, need_sort)`` without ``device`` (the machine adds it)."""
-    return st.fixed_dictionaries({"size": page_counts(max_pages=max_size), "need_sort": st.booleans()})
+    """``TokenToKVPoolAllocator(size, device, need_sort)`` without ``device`` (the machine adds it); one draw
+    in ten is a pool of :data:`MANY_PAGES`."""
+    sizes = st.one_of(st.sampled_from([3, 1, 2, 0, MANY_PAGES]), st.integers(min_value=0, max_value=max_size))
+    return st.fixed_dictionaries({"size": sizes, "need_sort": st.booleans()})
 
 
 def kernels_for(*, page_size: int, allow_triton: bool = True) -> SearchStrategy[str]:
@@ -52,16 +58,19 @@ def kernels_for(*, page_size: int, allow_triton: bool = True) -> SearchStrategy[
     return st.sampled_from(names)
 
 
-CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "roomy", "one page", "empty pool", "any")
+CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "roomy", "one page", "empty pool", "any",
+                  "many pages")
 """Regions of the paged configuration space; each example or walk episode keeps to one (swarm testing over
 configurations), so page size 1, large pages, empty and full pools each get a steady share of the examples."""
-REGION_PAGE_SIZES = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7), "large pages": (16, 64)}
+REGION_PAGE_SIZES = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7), "large pages": (16, 64),
+                     "many pages": (1, 2)}
 """Page sizes a region draws from; the other regions draw :func:`page_sizes`."""
 
 
 def region_pages(region: str, max_pages: int) -> tuple[int, int] | None:
     """Bounds of a region's pool size in pages; ``None``: :func:`page_counts`."""
-    return {"empty pool": (0, 0), "one page": (1, 1), "roomy": (max_pages, 3 * max_pages)}.get(region)
+    return {"empty pool": (0, 0), "one page": (1, 1), "roomy": (max_pages, 3 * max_pages),
+            "many pages": (MANY_PAGES - 10, MANY_PAGES)}.get(region)
 
 
 def paged_kv_configs(
@@ -71,7 +80,8 @@ def paged_kv_configs(
 
     A :data:`CONFIG_REGIONS` region is drawn first, then the page size and the
     pool size within it.  ``sizes_of_pages`` replaces the page-size draw, e.g.
-    ``st.just(1)`` to fuzz one size only.
+    ``st.just(1)`` to fuzz one size only.  In the ``any`` region the pool may
+    skip its ``last_loc`` layout checks (``check_layout=False``, the CUDA default).
     """
 
     def build(page_size: int, region: str) -> SearchStrategy[Config]:
@@ -82,7 +92,7 @@ def paged_kv_configs(
             "page_size": st.just(page_size),
             "need_sort": st.booleans(),
             "kernel": kernels_for(page_size=page_size, allow_triton=allow_triton),
-        })
+        }, optional={"check_layout": st.just(False)} if region == "any" else {})
 
     def in_region(region: str) -> SearchStrategy[Config]:
         if sizes_of_pages is not None:
@@ -132,7 +142,8 @@ def sample_page_count(rng: random.Random, *, max_pages: int) -> int:
 
 def sample_token_kv_config(rng: random.Random, *, max_size: int = 16) -> Config:
     """Twin of :func:`token_kv_configs`."""
-    return {"size": sample_page_count(rng, max_pages=max_size), "need_sort": rng.random() < 0.5}
+    size = MANY_PAGES if rng.random() < 0.1 else sample_page_count(rng, max_pages=max_size)
+    return {"size": size, "need_sort": rng.random() < 0.5}
 
 
 def sample_paged_kv_config(rng: random.Random, *, max_pages: int = 10, triton_share: float = 0.0) -> Config:
@@ -150,7 +161,10 @@ def sample_paged_kv_config(rng: random.Random, *, max_pages: int = 10, triton_sh
     kernel = rng.choice(("vectorized", "vectorized", "loop", "loop", "vectorized"))
     if ps & (ps - 1) == 0 and rng.random() < triton_share and triton_available():
         kernel = "triton"
-    return {"size": pages * ps, "page_size": ps, "need_sort": rng.random() < 0.5, "kernel": kernel}
+    config: Config = {"size": pages * ps, "page_size": ps, "need_sort": rng.random() < 0.5, "kernel": kernel}
+    if region == "any" and rng.random() < 0.5:
+        config["check_layout"] = False
+    return config
 
 
 def _live(driver: Any) -> list[int]:

@@ -90,9 +90,31 @@ def _moves(prefix: str, kinds: dict[str, Draw], weight: float, *, misuse: bool =
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
 
 
+def _free_many(driver: Any, rng: random.Random) -> Step | None:
+    """Free an allocation of more than 64 pages in one call (the pools' table-based duplicate check)."""
+    model = driver.model
+    big = [h for h, slots in model.slots.items() if len(model.pages_of(slots)) > 64 and h not in model.requests]
+    return ("free", {"handle": big[0]}) if big else None
+
+
+def _free_many_repeating(driver: Any, rng: random.Random) -> Step | None:
+    """Live slots of more than 64 pages in one free, one of them named twice (a double free for the token pool)."""
+    model = driver.model
+    big = [slots for h, slots in model.slots.items() if len(slots) > 64 and h not in model.requests]
+    return ("free_indices", {"indices": [*big[0], big[0][len(big[0]) // 2]]}) if big else None
+
+
+def _take_many(driver: Any, rng: random.Random) -> Step | None:
+    free = driver.model.available_pages()
+    return ("alloc", {"need_size": free * driver.page_size}) if free > 64 else None
+
+
 def token_catalogue(constructors: tuple[Config, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:
-    """Misuse every KV allocator must reject: malformed frees, sizes that are not ints, malformed constructors."""
+    """Misuse every KV allocator must reject: malformed frees, sizes that are not ints, malformed constructors;
+    and a free of more than 64 pages at once where the pool has them."""
     return (
+        Move("free of more than 64 pages at once", 0.05, _free_many, setup=_take_many),
+        Move("free of more than 64 slots, one named twice", 0.03, _free_many_repeating, misuse=True, setup=_take_many),
         *_moves("free of a malformed tensor", {form: _step("free_malformed", form=form) for form in MALFORMED_FREES}, 0.2),
         *_moves("alloc of a non-integer size", {str(size): _non_integer_alloc(size) for size in NON_INTEGER_SIZES}, 0.1),
         *_moves("malformed constructor", {str(c): _step("construct", overrides=c) for c in constructors}, 0.1),
@@ -121,6 +143,8 @@ def paged_catalogue() -> tuple[Move, ...]:
     return (
         *token_catalogue(PAGED_KV_MALFORMED),
         *_moves("malformed extend", {d: _malformed_extend(d) for d in EXTEND_DEFECTS}, 0.6, setup=admit_mid_page),
+        Move("malformed extend (an empty batch counting a token)", 0.02,
+             _step("extend_malformed", handles=[], defect="extend_num_tokens off by one"), misuse=True),
         *_moves("malformed decode", {d: _malformed_decode(d) for d in DECODE_DEFECTS}, 0.4, setup=admit_mid_page),
         *_moves("page kernel", kernel_misuse, 0.3),
         *_moves("page kernel", kernel_corners, 0.1, misuse=False),

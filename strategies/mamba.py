@@ -20,10 +20,15 @@ from strategies.mamba_catalogue import hybrid_catalogue, mamba_slot_catalogue
 from strategies.configs import CORNER_MIXED, CORNER_REPEAT, Config, Move, Step, Walk, pool_sizes, sample_pool_size, with_repeat
 
 
+MANY_SLOTS = 70
+"""A pool large enough for one ``free`` of more than 64 slots (the allocator's counting path)."""
+
+
 def mamba_slot_configs(*, max_size: int = 10) -> SearchStrategy[Config]:
     """``MambaSlotAllocator(size, device)`` without ``device`` (the machine adds it); mostly room for a
     reservation of a few slots, often the tiny and boundary sizes."""
-    sizes = st.one_of(st.integers(min_value=2, max_value=6), pool_sizes(max_size=max_size))
+    sizes = st.one_of(st.integers(min_value=2, max_value=6), pool_sizes(max_size=max_size),
+                      st.sampled_from([2, 3, 4, MANY_SLOTS]))  # a large pool one draw in sixteen
     return st.fixed_dictionaries({"size": sizes})
 
 
@@ -57,6 +62,8 @@ def raw_slots(*, max_slot: int = 13) -> SearchStrategy[list[int]]:
 # ---------------------------------------------------------------- plain-random twins
 def sample_mamba_slot_config(rng: random.Random, *, max_size: int = 10) -> Config:
     """Twin of :func:`mamba_slot_configs`."""
+    if rng.random() < 0.1:
+        return {"size": MANY_SLOTS}
     return {"size": rng.randint(2, 6) if rng.random() < 0.5 else sample_pool_size(rng, max_size=max_size)}
 
 

@@ -29,9 +29,27 @@ def _int32_free(driver: Any, rng: random.Random) -> Step | None:
     return ("free_slots", {"slots": live[:2], "int32": True}) if live else None
 
 
+def _free_many(driver: Any, rng: random.Random) -> Step | None:
+    live = sorted(driver.model.live)
+    return ("free_slots", {"slots": live}) if len(live) > 64 else None
+
+
+def _free_many_repeating(driver: Any, rng: random.Random) -> Step | None:
+    live = sorted(driver.model.live)
+    return ("free_slots", {"slots": [*live, live[len(live) // 2]]}) if len(live) > 64 else None
+
+
+def _take_many(driver: Any, rng: random.Random) -> Step | None:
+    free = len(driver.model.free)
+    return ("alloc", {"need_size": free}) if free > 64 else None
+
+
 def mamba_slot_catalogue() -> tuple[Move, ...]:
     constructors: tuple[Config, ...] = ({"size": -1}, {"size": 1.5})
     return (
+        Move("free of more than 64 slots at once", 0.05, _free_many, setup=_take_many),
+        Move("free of more than 64 slots, one named twice", 0.03, _free_many_repeating, misuse=True,
+             setup=_take_many),
         Move("free of an empty tensor", 0.1, _fixed("free_slots", slots=[])),
         Move("free of an int32 tensor", 0.1, _int32_free, setup=_fixed("alloc", need_size=1)),
         Move("alloc of a float", 0.05, _fixed("alloc", need_size=1.5), misuse=True),

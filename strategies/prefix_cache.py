@@ -10,10 +10,14 @@ within a few requests.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
+
+from harness.judge.drivers.prefix_cache_misuse import INSERT_MISUSE, RELEASE_MISUSE
+from strategies.configs import Move
 
 Config = dict[str, Any]
 
@@ -89,3 +93,59 @@ def evict_counts() -> SearchStrategy[int]:
     """Tokens to evict: a leaf or two most often, sometimes everything, rarely -1 (misuse; skipped when
     misuse is off)."""
     return st.sampled_from((1, 2, 4, 0, 3, 8, 64, -1))
+
+
+# ---------------------------------------------------------------- the catalogue
+def _fixed(op: str, **args: Any) -> Any:
+    return lambda driver, rng: (op, dict(args))
+
+
+def _live_requests(driver: Any) -> list[int]:
+    return driver.handles(request=True)
+
+
+def _release_misuse(kind: str) -> Any:
+    def draw(driver: Any, rng: random.Random) -> Any:
+        ready = [h for h in _live_requests(driver) if driver.release_args(h, kind) is not None]
+        return ("release_malformed", {"handle": rng.choice(ready), "kind": kind}) if ready else None
+    return draw
+
+
+def _toward_a_release(driver: Any, rng: random.Random) -> Any:
+    """A cached prompt (its nodes unlocked), then requests sharing part of it, each with an uncached tail."""
+    if not driver.model.held_pages():
+        return "insert", {"prompt": list(STEMS[1][:8])}
+    if len(_live_requests(driver)) < 2:
+        return "request", {"prompt": [*STEMS[1][: 3 + 2 * len(_live_requests(driver))], 2]}
+    return None
+
+
+def _node_of_a_holder(driver: Any, rng: random.Random) -> Any:
+    live = driver.handles()
+    return ("node_lookup", {"handle": rng.choice(live)}) if live else None
+
+
+def _rematch(driver: Any, rng: random.Random) -> Any:
+    prompt = list(STEMS[2][:6])
+    return ("rematch", {"prompt": prompt, "times": 70}) if driver.model.match(tuple(prompt)).prefix_len else None
+
+
+def prefix_cache_catalogue() -> tuple[Any, ...]:
+    """Every kind of misuse ``RadixCache`` must reject beyond the machine's rules, and its rarer corners."""
+    constructors: tuple[Config, ...] = ({"eviction_policy": "most-recent"}, {"page_size": 0}, {"size": -8})
+    return (
+        Move("node of a holder", 0.1, _node_of_a_holder, setup=_fixed("lock", prompt=[0, 0])),
+        Move("one prefix matched many times", 0.05, _rematch, setup=_fixed("insert", prompt=list(STEMS[2][:6]))),
+        Move("node of an id never handed out", 0.03, _fixed("node_lookup", handle=None), misuse=True),
+        *(Move(f"insert with {kind}", 0.03, _fixed("insert_malformed", kind=kind), misuse=True) for kind in INSERT_MISUSE),
+        *(Move(f"release_request with {kind}", 0.03, _release_misuse(kind), misuse=True, setup=_toward_a_release)
+          for kind in RELEASE_MISUSE),
+        Move("a cache of page size 0 over the allocator", 0.02, _fixed("cache_over", page_size=0, eviction_policy="lru"),
+             misuse=True),
+        Move("a cache of another page size over the allocator", 0.02,
+             lambda driver, rng: ("cache_over", {"page_size": driver.ps + 1, "eviction_policy": "lru"}) if driver.ps > 1
+             else None, misuse=True),
+        Move("a cache with an unknown policy over the allocator", 0.02,
+             lambda driver, rng: ("cache_over", {"page_size": driver.ps, "eviction_policy": "nope"}), misuse=True),
+        *(Move(f"malformed constructor {c}", 0.02, _fixed("construct", overrides=c), misuse=True) for c in constructors),
+    )

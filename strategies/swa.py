@@ -269,4 +269,78 @@ _SWA_MOVES = (
 
 def swa_kv_walk() -> Walk:
     """``swa_kv``: admissions and tails sized to page edges, decodes, the window sliding, frees on both sides."""
-    return Walk(sample_swa_kv_config, _SWA_MOVES)
+    return Walk(sample_swa_kv_config, (*_SWA_MOVES, *swa_catalogue()))
+
+
+# ---------------------------------------------------------------- the catalogue
+def _fixed(op: str, **args: Any) -> Any:
+    return lambda driver, rng: (op, dict(args))
+
+
+def _continuable(driver: Any) -> list[int]:
+    return [h for h in _handles(driver, continuable=True) if driver.model.slots[h]]
+
+
+def _malformed(op: str, defect: str) -> Any:
+    """A batch of one or two requests still in the window (extend: maybe a new one too) with ``defect``."""
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        live = _continuable(driver)
+        if driver.page_size == 1 or not live:
+            return None
+        handles: list[int | None] = list(rng.sample(live, min(len(live), rng.randint(1, 2))))
+        if op == "extend_malformed" and rng.random() < 0.5:
+            handles.insert(rng.randint(0, len(handles)), None)
+        return op, {"handles": handles, "defect": defect}
+    return draw
+
+
+def _admit_mid_page(driver: Any, rng: random.Random) -> Step | None:
+    ps = driver.page_size
+    return ("extend", {"batch": [[None, ps + 1]]}) if ps > 1 else None
+
+
+def _nested_begin(driver: Any, rng: random.Random) -> Step | None:
+    return ("group_begin", {}) if driver.model.group_open else None
+
+
+def _toward_a_slid_window(driver: Any, rng: random.Random) -> Step | None:
+    """Admit a request of two pages, then slide the window past its first."""
+    if not driver.model.slots:
+        return "extend", {"batch": [[None, 2 * driver.page_size]]}
+    return _slide(driver, rng)
+
+
+def _tail_misuse(kind: str) -> Any:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        ps = driver.page_size
+        if ps == 1:
+            return None
+        tail = ps + 1 if kind == "longer than the extend" else 1
+        return "tail", {"handle": None, "extend_len": ps if tail > ps else 2 * ps, "swa_tail_len": tail}
+    return draw
+
+
+def swa_catalogue() -> tuple[Move, ...]:
+    """Every kind of misuse ``SWATokenToKVPoolAllocator`` must reject, one move each, and its empty-call corners."""
+    from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS
+
+    constructors: tuple[Config, ...] = ({"page_size": 0}, {"size": -4}, {"size_swa": 2.5}, {"kernel": "gpu"})
+    return (
+        Move("empty extend batch", 0.05, _fixed("extend", batch=[])),
+        *(Move(f"{call} of no index", 0.03, _fixed("free_indices", indices=[], call=call)) for call in FREE_CALLS),
+        *(Move(f"malformed extend ({d})", 0.03, _malformed("extend_malformed", d), misuse=True, setup=_admit_mid_page)
+          for d in EXTEND_DEFECTS),
+        *(Move(f"malformed decode ({d})", 0.03, _malformed("decode_malformed", d), misuse=True, setup=_admit_mid_page)
+          for d in DECODE_DEFECTS),
+        Move("a tail of two requests", 0.05, _fixed("tail_of_two"), misuse=True),
+        *(Move(f"a tail {kind}", 0.03, _tail_misuse(kind), misuse=True)
+          for kind in ("longer than the extend", "not starting on a page boundary")),
+        Move("free_swa of pages out of the window", 0.05, _free_swa_gone, misuse=True, setup=_toward_a_slid_window),
+        Move("alloc of a float", 0.03, _fixed("alloc_non_int", need_size=1.5), misuse=True),
+        Move("a call of the other page regime", 0.05, _wrong_regime, misuse=True),
+        Move("nested free group", 0.03, _nested_begin, misuse=True, setup=_fixed("group_begin")),
+        Move("free group end without a begin", 0.03,
+             lambda driver, rng: None if driver.model.group_open else ("group_end", {}), misuse=True,
+             setup=_fixed("group_end")),
+        *(Move(f"malformed constructor {c}", 0.02, _fixed("construct", overrides=c), misuse=True) for c in constructors),
+    )

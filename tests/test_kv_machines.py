@@ -19,9 +19,20 @@ from hypothesis.stateful import initialize
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.judge.drivers.paged_kv import PagedKVDriver
-from harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
+from harness.machines import (
+    PoolMachine,
+    make_machine,
+    pinned_settings,
+    run_machine,
+    violation_of,
+)
 from pools.errors import GroupStateError
-from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from pools.kv_allocator import (
+    _LIVE,
+    _PENDING,
+    PagedTokenToKVPoolAllocator,
+    TokenToKVPoolAllocator,
+)
 from pools.page_alloc import PageKernel, get_kernel
 from strategies.kv import paged_kv_configs
 
@@ -55,7 +66,7 @@ class FreeGroupKeepsCallersTensor(PagedTokenToKVPoolAllocator):
     """SGLang #34067: the free group stores the caller's tensor, not a copy, and reads it at group end."""
 
     def free(self, indices: torch.Tensor) -> None:
-        if self._free_group is not None and indices.numel():
+        if self._free_group is not None and isinstance(indices, torch.Tensor) and indices.numel():  # misuse: the pool's
             self._page_state[self._pages_of(indices)] = _PENDING
             self._free_group.append(indices)  # token indices, by reference
             return

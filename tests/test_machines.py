@@ -1,11 +1,17 @@
-"""Every family's state machine, on every available device, under the active profile."""
+"""Every family's state machine, on every available device, under the active profile.
+
+The KV families also run with the device path of their checks forced on the CPU
+(``POOLFUZZ_DEVICE_PATH_ON_CPU``): the torch-op checks a CUDA pool runs instead
+of the NumPy ones, judged by the same machines on a machine without a GPU.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.machines import make_machine, run_machine
 from harness.judge.families import FAMILIES
+from harness.machines import make_machine, run_machine
+from pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
 
 # The scheduler machine has its own tests, pinned per kernel and page size.
@@ -21,3 +27,11 @@ def test_machine_finds_no_violation(family: str, device: str, target_overrides: 
 @pytest.mark.parametrize("family", POOL_FAMILIES)
 def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(family: str) -> None:
     run_machine(make_machine(family, check_misuse=False))
+
+
+@pytest.mark.parametrize("family", ["token_kv", "paged_kv", "swa_kv", "prefix_cache"])
+def test_the_kv_machines_find_no_violation_on_the_device_path_of_the_checks(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
+    run_machine(make_machine(family))

@@ -20,6 +20,7 @@ from strategies.prefix_cache import (
     HANDLE_ACTIONS,
     evict_counts,
     picks,
+    prefix_cache_catalogue,
     prefix_cache_configs,
     prompts,
     tokens,
@@ -33,6 +34,7 @@ MAX_LOCKS = 2
 class PrefixCacheMachine(PoolMachine):
     family = "prefix_cache"
     audit_period = 4
+    catalogue = prefix_cache_catalogue()
     def __init__(self) -> None:
         super().__init__()
         self.last_reset = 0

@@ -20,6 +20,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from harness.judge.drivers.scheduler import SchedulerDriver
 from harness.machines.base import PoolMachine, make_machine
 from pools.page_alloc import triton_available
+from strategies.configs import Move
 from strategies.scheduler import (
     admissions,
     chunk_sizes,
@@ -33,8 +34,20 @@ CLEAR_EVERY = 10
 """Steps between resets: a reset any time would keep the pools nearly empty."""
 
 
+SCHEDULER_MALFORMED: tuple[dict[str, Any], ...] = (
+    {"kv_pages": -1}, {"size": -1}, {"page_size": 0}, {"kernel": "gpu"},
+    {"prefix_cache": True, "sliding_window": None, "eviction_policy": "newest"},
+)
+"""Scheduler configurations one of whose pools must refuse to be built."""
+
+
+def _construct(overrides: dict[str, Any]) -> Any:
+    return lambda driver, rng: ("construct", {"overrides": dict(overrides)})
+
+
 class SchedulerMachine(PoolMachine):
     family = "scheduler"
+    catalogue = tuple(Move(f"malformed constructor {c}", 0.02, _construct(c), misuse=True) for c in SCHEDULER_MALFORMED)
     audit_period = 4
     kernel: ClassVar[str | None] = None
     """Pinned allocator kernel; ``None`` draws one (interpreted Triton only when pinned, it is slow)."""

@@ -25,7 +25,12 @@ from harness.judge.drivers.swa import SWAKVDriver
 from harness.machines.base import PoolMachine
 from harness.machines.kv import TokenKVMachine
 from strategies.kv_misuse import pure_swa_catalogue
-from strategies.swa import pure_swa_kv_configs, swa_kv_configs, swa_kv_walk
+from strategies.swa import (
+    pure_swa_kv_configs,
+    swa_catalogue,
+    swa_kv_configs,
+    swa_kv_walk,
+)
 
 SWA_WALK = swa_kv_walk()
 MOVE_SEEDS = st.integers(min_value=0, max_value=255)
@@ -36,6 +41,7 @@ CORNER_STEPS = 4
 
 class SWAKVMachine(PoolMachine):
     family = "swa_kv"
+    catalogue = swa_catalogue()
 
     def __init__(self) -> None:
         super().__init__()

@@ -185,8 +185,8 @@ def _check_batch(out_indices: Tensor, free_pages: Tensor, *named: tuple[str, Ten
             raise BadBatchError(_POOL, f"{name} must be 1-D, got shape {tuple(t.shape)}")
         if t.dtype != torch.int64:
             raise BadBatchError(_POOL, f"{name} must be int64, got {t.dtype}")
-        if t.device != out_indices.device:
-            raise BadBatchError(_POOL, f"{name} is on {t.device}, out_indices on {out_indices.device}")
+        if t.device != out_indices.device:  # two devices: a CUDA one and the CPU at least
+            raise BadBatchError(_POOL, f"{name} is on {t.device}, out_indices on {out_indices.device}")  # pragma: no cover
     for name, t in named:
         if t.numel() != first.numel():
             raise BadBatchError(_POOL, f"{name} has {t.numel()} entries, {first_name} has {first.numel()}")

@@ -151,7 +151,7 @@ class Driver:
             call()
         except error:
             pass
-        except Exception as other:  # noqa: BLE001 - another PoolError, or a crash instead of a typed rejection
+        except Exception as other:  # another PoolError, or a crash instead of a typed rejection
             raise InvariantViolation(
                 "misuse-rejected", f"{what} raised {type(other).__name__}, expected {names}", error=str(other)
             ) from other

@@ -254,9 +254,8 @@ class TokenKVDriver(Driver):
     def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
         """``size`` a non-negative multiple of ``page_size`` (>= 1); a known kernel, Triton at powers of two only."""
         ps, size = config.get("page_size", 1), config.get("size")
-        kernel = config.get("kernel", "vectorized")
-        if kernel != self.config.get("kernel", "vectorized") and not self._kernel_by_name():
-            return ()  # a target that fixes its own kernel (a canary) does not read the name
+        by_name = self._kernel_by_name()  # a target that fixes its own kernel (a canary) does not read the name
+        kernel = config.get("kernel", "vectorized") if by_name else "vectorized"
         errors: list[type[PoolError]] = []
         if self.paged and kernel not in KERNEL_NAMES:
             errors.append(UnknownKernelError)

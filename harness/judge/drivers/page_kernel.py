@@ -106,6 +106,10 @@ def _damage(batch: _Batch, case: str, ps: int) -> tuple[dict[str, Any], int] | N
         b.pages.append(b.pages[-1] + 1 if b.pages else 40)
     elif what == "empty batch":
         b = _Batch([], [], [], [], 0)
+    elif what == "no request opens a page":
+        if ps == 1:
+            return None  # at page size 1 every decode token opens a page
+        b = _Batch([ps + 1, 2 * ps + 1], [ps + 2, 2 * ps + 2], [4 * ps, 9 * ps], [], 2)
     elif what != "strided out_indices":
         raise KeyError(case)
     return {"b": b, "shapes": shapes}, page_size
@@ -131,6 +135,7 @@ CASES: dict[str, tuple[tuple[str, ...], type[PoolError] | None]] = {
     "decode: free_pages one short": (("loop",), BadBatchError),
     "decode: free_pages one long": (("loop",), BadBatchError),
     "decode: empty batch": (ALL, None),
+    "decode: no request opens a page": (ALL, None),
     "decode: strided out_indices": (ALL, None),
     "count: decode with prefix_lens": (ALL, BadBatchError),
     "count: decode post-step length 0": (ALL, BadBatchError),

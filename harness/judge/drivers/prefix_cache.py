@@ -30,21 +30,37 @@ negative lock, ``cache-accounting`` for a page counted twice).
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.drivers.prefix_cache_calls import Holder, PrefixCacheCalls
+from harness.judge.drivers.prefix_cache_misuse import PrefixCacheMisuse
 from harness.judge.invariants import InvariantViolation, check
 from pools.errors import (
     AlreadyCachedError,
     BadSizeError,
     KeyValueMismatchError,
     LockStateError,
+    PoolError,
+    UnknownEvictionPolicyError,
 )
+from pools.radix_tree import EVICTION_POLICIES
 
 __all__ = ["Holder", "PrefixCacheDriver"]
 
 
-class PrefixCacheDriver(PrefixCacheCalls):
+class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
     family = "prefix_cache"
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """``page_size`` >= 1 and ``size`` a non-negative multiple of it (the allocator's), a known policy."""
+        ps, size, policy = config.get("page_size"), config.get("size"), config.get("eviction_policy", "lru")
+        errors: list[type[PoolError]] = []
+        if not isinstance(ps, int) or isinstance(ps, bool) or ps < 1 or not isinstance(size, int) or size < 0 or size % ps:
+            errors.append(BadSizeError)
+        if not isinstance(policy, str) or policy.lower() not in EVICTION_POLICIES:
+            errors.append(UnknownEvictionPolicyError)
+        return tuple(errors)
 
     # ------------------------------------------------------------ policy
     def release_free_start(self, holder: Holder) -> int:

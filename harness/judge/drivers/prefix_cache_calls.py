@@ -206,6 +206,12 @@ class PrefixCacheCalls(Driver):
         if free is not None:
             check(free == self.model.free, "kv-accounting", "the allocator's free pages differ from the model",
                   missing=sorted(self.model.free - free), extra=sorted(free - self.model.free))
+        leaves = getattr(self.pool, "evictable_leaves", None)  # a query beyond the protocol, where the pool has it
+        if leaves is not None:
+            found = leaves()
+            check(len(found) == len(self.model.evictable_leaves()) and all(n.lock_ref == 0 for n in found),
+                  "evict-spares-locked", "evictable_leaves() differs from the unlocked leaves cached",
+                  found=len(found), expected=len(self.model.evictable_leaves()))
         sanity = getattr(self.pool, "sanity_check", None)
         if sanity is not None:
             try:

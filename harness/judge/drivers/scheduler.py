@@ -54,9 +54,17 @@ from harness.judge.drivers.scheduler_kv import KVStep, first_difference
 from harness.judge.drivers.scheduler_swa import WindowBook
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.scheduler import ReqState
+from pools.errors import (
+    BadSizeError,
+    PoolError,
+    UnknownEvictionPolicyError,
+    UnknownKernelError,
+)
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.mamba import HybridReqToTokenPool
+from pools.page_alloc import KERNEL_NAMES
 from pools.radix_cache import RadixCache
+from pools.radix_tree import EVICTION_POLICIES
 from pools.req_to_token import Req, ReqToTokenPool
 from pools.swa import SWATokenToKVPoolAllocator
 
@@ -94,6 +102,21 @@ def build_scheduler_pools(
 
 class SchedulerDriver(SchedulerDriverBase):
     family = "scheduler"
+
+    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+        """The component pools' own: row and KV sizes >= 0, a page size >= 1, a known kernel and eviction policy."""
+        errors: list[type[PoolError]] = []
+        for name in ("size", "kv_pages", "mamba_size", "swa_pages"):
+            if int(config.get(name, 0)) < 0:
+                errors.append(BadSizeError)
+        if int(config.get("page_size", 1)) < 1 or int(config.get("max_context_len", 1)) <= 0:
+            errors.append(BadSizeError)
+        token_sides = bool(config.get("sliding_window")) and int(config.get("page_size", 1)) == 1  # no page kernel
+        if config.get("kernel", "vectorized") not in KERNEL_NAMES and not token_sides:
+            errors.append(UnknownKernelError)
+        if config.get("prefix_cache") and str(config.get("eviction_policy", "lru")).lower() not in EVICTION_POLICIES:
+            errors.append(UnknownEvictionPolicyError)
+        return tuple(dict.fromkeys(errors))
 
     def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)

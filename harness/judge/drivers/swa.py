@@ -30,6 +30,7 @@ import torch
 
 from harness.judge.drivers.base import Driver, operation
 from harness.judge.drivers.kv import ints
+from harness.judge.drivers.swa_batches import SWABatchMisuse
 from harness.judge.drivers.swa_checks import (
     Grant,
     SideState,
@@ -55,7 +56,7 @@ from pools.errors import (
 )
 
 
-class SWAKVDriver(Driver):
+class SWAKVDriver(Driver, SWABatchMisuse):
     family = "swa_kv"
 
     def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
@@ -390,4 +391,7 @@ class SWAKVDriver(Driver):
         available = int(self.pool.available_size())
         check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
               available=available, full=full_avail, swa=swa_avail)
+        size = int(self.pool.size)
+        check(size == min(self.model.full_pages, self.model.swa_pages) * ps, "conservation",
+              "size is not the smaller side's", size=size)
         audit_mapping(self.model, ints(self.pool.full_to_swa_index_mapping))
