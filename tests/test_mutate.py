@@ -65,9 +65,27 @@ class Box:
             raise ValueError(f"{needs}: {n * 2}")
         return n + 1
 
+    def checked(self, n):
+        return self._check("n", n)
+
+    def _check(self, what, n):
+        if n < 0:
+            raise ValueError(f"{what} is negative")
+        return n
+
 
 def label(n) -> str:
     return f"#{n + 1}"
+
+
+def check_count(pool, name, value):
+    if value < 0:
+        raise ValueError(f"{pool}: {name}={value} is negative")
+    return value
+
+
+def make(n):
+    return check_count("Box", "n", n + 0)
 '''
 
 SWAPPABLE = '''\
@@ -141,6 +159,10 @@ def test_error_text_and_fields_are_message_only_while_whether_and_what_is_raised
     assert not by(mutants, "Box.take", "Gt->GtE", "if n > 3").message_only
     assert not by(mutants, "Box.take", "stmt-pass", "raise SampleError").message_only
     assert not by(mutants, "Box.take", "Add->Sub", "return n + 1").message_only
+    names = [m for m in mutants if m.function == "make" and m.operator == "str"]
+    assert len(names) == 2 and all(m.message_only for m in names), "a helper reads these only in its raise"
+    assert not by(mutants, "make", "Add->Sub").message_only, "the helper compares this one"
+    assert by(mutants, "Box.checked", "str").message_only, "the same through a self. method"
 
 
 @pytest.fixture

@@ -12,7 +12,11 @@ describe a failure rather than decide one:
   a string literal, ``str()``/``repr()``/``format()``, ``.join``/``.format``, ``%`` or
   ``+`` on text);
 * the value of a local variable read only inside such places (``needs = "..."``
-  followed by ``raise ImportError(f"{needs}: ...")``).
+  followed by ``raise ImportError(f"{needs}: ...")``), and an argument of a call to a
+  module-level function (of the same module, or imported by name from a sibling)
+  that reads that parameter only inside such places (the ``"size"`` of
+  ``_check_count(pool, "size", size)``); the same for ``self.method(...)`` calls to a
+  method of the module's classes.
 
 Deleting such an assignment, or the ``raise`` itself, stays *behavioural*: the
 first raises ``NameError`` instead, the second stops raising.  Everything not
@@ -23,6 +27,7 @@ test classifies exactly like a pool.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 _MESSAGE_METHODS = frozenset({"__repr__", "__str__", "__format__"})
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
@@ -32,6 +37,8 @@ _TEXT_CALLS = frozenset({"str", "repr", "format"})
 _TEXT_METHODS = frozenset({"join", "format"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+Resolver = Callable[[str], "ast.Module | None"]
+"""A dotted module name to its parsed tree, ``None`` if it is not ours to read."""
 
 
 def _base_name(base: ast.expr) -> str:
@@ -149,8 +156,12 @@ def _mark_message_locals(func: Function, marked: set[int]) -> None:
                 changed = True
 
 
-def message_nodes(tree: ast.Module) -> set[int]:
-    """``id()`` of every node of ``tree`` that is message-only (valid while ``tree`` lives)."""
+def message_nodes(tree: ast.Module, resolve: Resolver | None = None) -> set[int]:
+    """``id()`` of every node of ``tree`` that is message-only (valid while ``tree`` lives).
+
+    ``resolve`` maps a dotted module name to its parsed tree (or ``None``), so that
+    helpers imported with ``from module import helper`` are judged too (one level deep).
+    """
     marked: set[int] = set()
     errors = exception_classes(tree)
     functions: list[Function] = []
@@ -167,6 +178,87 @@ def message_nodes(tree: ast.Module) -> set[int]:
                     _mark(marked, inner)
         for part in _message_contexts(node):
             _mark(marked, part)
-    for func in functions:
-        _mark_message_locals(func, marked)
-    return marked
+    local = _module_functions(tree)
+    imported = _imported_parameters(tree, resolve) if resolve is not None else {}
+    while True:
+        before = len(marked)
+        for func in functions:
+            _mark_message_locals(func, marked)
+        parameters = {**imported, **{name: _message_parameters(func, marked) for name, func in local.items()}}
+        _mark_message_arguments(tree, parameters, marked)
+        methods = {name: _message_parameters(func, marked, method=True) for name, func in _methods(tree).items()}
+        _mark_message_arguments(tree, methods, marked, on_self=True)
+        if len(marked) == before:
+            return marked
+
+
+def _module_functions(tree: ast.Module) -> dict[str, Function]:
+    return {stmt.name: stmt for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _methods(tree: ast.Module) -> dict[str, Function]:
+    """Methods of the module's classes by name, leaving out names that two classes define differently."""
+    found: dict[str, Function] = {}
+    clashes: set[str] = set()
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for stmt in cls.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if stmt.name in found:
+                    clashes.add(stmt.name)
+                found[stmt.name] = stmt
+    return {name: func for name, func in found.items() if name not in clashes}
+
+
+def _imported_parameters(tree: ast.Module, resolve: Resolver) -> dict[str, tuple[set[int], set[str]]]:
+    """Message-only parameters of the functions ``tree`` imports by name from modules ``resolve`` finds."""
+    found: dict[str, tuple[set[int], set[str]]] = {}
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0):
+            continue
+        other = resolve(stmt.module)
+        if other is None:
+            continue
+        other_marked = message_nodes(other)
+        functions = _module_functions(other)
+        for alias in stmt.names:
+            if alias.name in functions:
+                found[alias.asname or alias.name] = _message_parameters(functions[alias.name], other_marked)
+    return found
+
+
+def _message_parameters(func: Function, marked: set[int], *, method: bool = False) -> tuple[set[int], set[str]]:
+    """Positions (as a caller counts them) and names of ``func``'s parameters it reads only inside marked nodes."""
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1 if method else 0:]
+    names = [*positional, *(a.arg for a in func.args.kwonlyargs)]
+    reads: dict[str, list[ast.Name]] = {name: [] for name in names}
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in reads:
+            reads[node.id].append(node)
+    textual = {name for name, loads in reads.items() if loads and all(id(load) in marked for load in loads)}
+    return {i for i, name in enumerate(positional) if name in textual}, textual
+
+
+def _called(call: ast.Call, on_self: bool) -> str:
+    """The name a call names: ``f`` of ``f(...)``, or ``m`` of ``self.m(...)`` when ``on_self``."""
+    func = call.func
+    if on_self:
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            return func.attr
+        return ""
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _mark_message_arguments(tree: ast.Module, parameters: dict[str, tuple[set[int], set[str]]],
+                            marked: set[int], *, on_self: bool = False) -> None:
+    """Mark the arguments of calls to the functions of ``parameters`` (``self.`` methods if ``on_self``)
+    that use that parameter only in messages."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _called(node, on_self) in parameters):
+            continue
+        positions, names = parameters[_called(node, on_self)]
+        for position, argument in enumerate(node.args):
+            if position in positions and not isinstance(argument, ast.Starred):
+                _mark(marked, argument)
+        for keyword in node.keywords:
+            if keyword.arg in names:
+                _mark(marked, keyword.value)

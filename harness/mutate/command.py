@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 import time
 from collections import Counter
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run only this family's machines (repeatable; default: all)")
     parser.add_argument("--match", action="append", default=[], metavar="TEXT",
                         help="only mutants whose id contains TEXT (repeatable: any of them)")
+    parser.add_argument("--rerun", type=Path, metavar="PATH",
+                        help="only the behavioural mutants a previous --json run left alive (survived or not "
+                             "reached), by id; ids of lines that have since moved are not found")
     parser.add_argument("--limit", type=_positive(int), metavar="N", help="only the first N mutants (quick runs)")
     parser.add_argument("--workers", type=_positive(int), default=usable_cores(), metavar="N",
                         help="worker processes (default: usable cores)")
@@ -98,8 +102,21 @@ def select_modules(paths: Sequence[str]) -> list[ModuleSource]:
     return [ModuleSource.load(f, ROOT) for f in dict.fromkeys(files)]
 
 
-def select_mutants(modules: Sequence[ModuleSource], match: Sequence[str], limit: int | None) -> list[Mutant]:
+def alive_in(path: Path) -> set[str]:
+    """Ids of the behavioural mutants that survived (or were not reached) in a previous ``--json`` file."""
+    try:
+        document = json.loads(path.read_text())
+        return {m["id"] for m in document["mutants"]
+                if m["kind"] == "behavioural" and m["status"] in ("survived", "not-reached")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--rerun {path}: not a mutation JSON file ({exc})") from None
+
+
+def select_mutants(modules: Sequence[ModuleSource], match: Sequence[str], limit: int | None,
+                   only: set[str] | None = None) -> list[Mutant]:
     mutants = [m for module in modules for m in generate(module)]
+    if only is not None:
+        mutants = [m for m in mutants if m.id in only]
     if match:
         mutants = [m for m in mutants if any(text in m.id for text in match)]
     return mutants[:limit] if limit else mutants
@@ -180,10 +197,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         modules = select_modules(args.module)
         targets = target_names(args.family)
+        only = alive_in(args.rerun) if args.rerun is not None else None
     except ValueError as exc:
         print(f"poolfuzz mutate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    mutants = select_mutants(modules, args.match, args.limit)
+    mutants = select_mutants(modules, args.match, args.limit, only)
+    if only is not None and len(mutants) < len(only) and not (args.match or args.limit):
+        print(f"[mutate] --rerun: {len(only) - len(mutants)} of {len(only)} ids are no longer generated from the "
+              "selected modules (their lines moved or the modules were not selected)", file=sys.stderr)
     if args.list:
         for m in mutants:
             print(f"{m.id}  [{m.kind}]  {m.description}")

@@ -26,6 +26,7 @@ import copy
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,8 @@ class ModuleSource:
     text: str
     tree: ast.Module
     future_flags: int
+    root: str = ""
+    """The directory dotted names are relative to ("" for a module parsed from text)."""
 
     @classmethod
     def load(cls, file: Path, root: Path) -> ModuleSource:
@@ -82,17 +85,28 @@ class ModuleSource:
         parts = list(relative.with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        return cls.parse(resolved.read_text(), name=".".join(parts), path=relative.as_posix(), file=str(resolved))
+        return cls.parse(resolved.read_text(), name=".".join(parts), path=relative.as_posix(), file=str(resolved),
+                         root=str(root.resolve()))
 
     @classmethod
-    def parse(cls, text: str, *, name: str, path: str, file: str) -> ModuleSource:
+    def parse(cls, text: str, *, name: str, path: str, file: str, root: str = "") -> ModuleSource:
         tree = ast.parse(text, filename=file)
         flags = 0
         for stmt in tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
                 for alias in stmt.names:
                     flags |= getattr(__future__, alias.name).compiler_flag
-        return cls(name, path, file, text, tree, flags)
+        return cls(name, path, file, text, tree, flags, root)
+
+    def sibling(self, name: str) -> ast.Module | None:
+        """The parsed tree of module ``name`` under the same root, if it is a file there."""
+        if not self.root:
+            return None
+        base = Path(self.root, *name.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return _parse_file(str(candidate))
+        return None
 
     @property
     def digest(self) -> str:
@@ -137,6 +151,11 @@ class Mutant:
         return {"id": self.id, "module": self.module, "path": self.path, "function": self.function,
                 "line": self.line, "col": self.col, "operator": self.operator, "kind": self.kind,
                 "description": self.description, "source": self.source}
+
+
+@lru_cache(maxsize=64)
+def _parse_file(file: str) -> ast.Module:
+    return ast.parse(Path(file).read_text(), filename=file)
 
 
 def _first_line(node: Function) -> int:
@@ -221,7 +240,7 @@ def describe(before: ast.AST, after: ast.AST) -> str:
 
 def generate(module: ModuleSource) -> list[Mutant]:
     """Every mutant of ``module``, in source order of units and depth-first within each."""
-    message = message_nodes(module.tree)
+    message = message_nodes(module.tree, module.sibling)
     lines = module.text.splitlines()
     mutants: list[Mutant] = []
     seen: set[str] = set()
