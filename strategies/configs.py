@@ -241,6 +241,24 @@ def _fixed(op: str, **args: Any) -> Callable[[Any, random.Random], Step]:
     return lambda driver, rng: (op, dict(args))
 
 
+def _rebind_many(driver: Any, rng: random.Random) -> Step | None:
+    """``alloc_rows`` of more than 16 free rows that were all bound before (their generations rise again)."""
+    model = driver.model
+    free = sorted(model.free)
+    if len(free) > 16 and all(model.generation[row] for row in free):
+        return "alloc_rows", {"need_size": len(free)}
+    return None
+
+
+def _toward_rebinding(driver: Any, rng: random.Random) -> Step | None:
+    """Take every free row of a large pool with ``alloc_rows``, then give them back with ``free_rows``."""
+    model = driver.model
+    beam = _beam_rows(driver)
+    if len(beam) > 16:
+        return "free_rows", {"rows": beam}
+    return ("alloc_rows", {"need_size": len(model.free)}) if len(model.free) > 16 else None
+
+
 ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
 """What a forged request claims in ``alloc_claiming`` (the driver's ``CLAIMS``)."""
 
@@ -250,6 +268,7 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
     constructors: list[Config] = [{"size": -1}, {"max_context_len": 0}] + ([{"pre_alloc_size": -1}] if decode else [])
     return (
         Move("alloc_rows of every free row", 0.3, lambda driver, rng: ("alloc_rows", {"need_size": len(driver.model.free)})),
+        Move("more than 16 rows bound a second time at once", 0.05, _rebind_many, setup=_toward_rebinding),
         Move("write through a tensor of rows", 0.2, _write_rows(False), setup=_one_live),
         Move("write through an empty tensor of rows", 0.05, _fixed("write_rows", handles=[], padding=False)),
         Move("free_rows of no row", 0.05, _fixed("free_rows", rows=[])),
