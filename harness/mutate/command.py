@@ -4,8 +4,9 @@ Order of a run: generate the mutants (parent, AST only); start the workers;
 trace every target once, unmutated (abort if any fails); run every reached
 mutant in the workers under the watchdog; print the table and the survivors;
 write ``--json``.  Exit status: 0 the run completed (whatever survived), 1 the
-baseline failed or a worker could not start, 2 usage error, 130 interrupted
-(the mutants judged so far are still reported).
+baseline failed or a worker could not start (when a replacement worker fails
+mid-run, the mutants judged so far are still reported), 2 usage error, 130
+interrupted (the mutants judged so far are still reported).
 """
 
 from __future__ import annotations
@@ -158,9 +159,9 @@ def run_baseline(pool: WorkerPool, targets: list[str]) -> Baseline:
     return baseline
 
 
-def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline,
-                timeout: float | None) -> dict[str, Outcome]:
-    outcomes: dict[str, Outcome] = {}
+def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline, timeout: float | None,
+                outcomes: dict[str, Outcome]) -> None:
+    """Judge ``mutants`` into ``outcomes`` (filled as they finish, so an interrupted run keeps what it judged)."""
     jobs = []
     for mutant in mutants:
         reaching = baseline.reaching(mutant)
@@ -184,12 +185,8 @@ def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline,
 
     try:
         pool.run(jobs, finished)
-    except KeyboardInterrupt:
-        print("[mutate] interrupted: reporting the mutants judged so far", file=sys.stderr)
-        raise
     finally:
         pool.close()
-    return outcomes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,18 +214,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = WorkerPool(setup, args.workers)
     started = time.monotonic()
     outcomes: dict[str, Outcome] = {}
-    baseline: Baseline | None = None
     status = 0
     try:
         print(f"[mutate] baseline: tracing {len(targets)} machine(s), unmutated", file=sys.stderr, flush=True)
         baseline = run_baseline(pool, targets)
         print(f"[mutate] baseline clean in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-        outcomes = run_mutants(pool, mutants, baseline, args.timeout)
-    except (BaselineFailed, WorkerFailed) as exc:
+    except (BaselineFailed, WorkerFailed, KeyboardInterrupt) as exc:
         pool.close()
+        if isinstance(exc, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
         print(f"poolfuzz mutate: error: {exc}", file=sys.stderr)
         return EXIT_BASELINE
+    try:
+        run_mutants(pool, mutants, baseline, args.timeout, outcomes)
+    except WorkerFailed as exc:  # a replacement worker could not start (a mutated file changed on disk, say)
+        print(f"poolfuzz mutate: error: {exc}\n[mutate] reporting the {len(outcomes)} mutants judged before",
+              file=sys.stderr)
+        status = EXIT_BASELINE
     except KeyboardInterrupt:
+        print(f"[mutate] interrupted: reporting the {len(outcomes)} mutants judged so far", file=sys.stderr)
         status = EXIT_INTERRUPTED
     wall = time.monotonic() - started
     pairs = [(m, outcomes[m.id]) for m in mutants if m.id in outcomes]
@@ -246,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "modules": [mod.path for mod in modules], "targets": targets, "workers": args.workers,
                "examples": args.examples, "timeout": args.timeout, "wall_seconds": round(wall, 1),
-               "baseline_seconds": {t: round(s, 2) for t, s in baseline.seconds.items()} if baseline else {},
+               "baseline_seconds": {t: round(s, 2) for t, s in baseline.seconds.items()},
                "complete": status == 0, "worker_restarts": pool.restarts}
         write_json(to_json(pairs, run), args.json)
         print(f"json: {args.json}")
