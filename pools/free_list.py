@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pools.page_states import host_tables
+
 __all__ = ["PageFreeList"]
 
 _MIN_SLACK = 64
@@ -42,12 +44,17 @@ class PageFreeList:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self._on_host = device.type == "cpu"
+        self._on_host = host_tables(device)  # a CPU list can be told to take the device path, for tests
         self._buf = torch.empty(0, dtype=torch.int64, device=device)
         self._host = self._buf.numpy() if self._on_host else None
         self._capacity = 0
         self.head = 0
         self.tail = 0
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the list is read and written through a NumPy view (a CPU list) or with torch ops."""
+        return self._on_host
 
     def __len__(self) -> int:
         return self.tail - self.head
@@ -61,14 +68,14 @@ class PageFreeList:
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
             return torch.from_numpy(self._host[self.head:end])  # a third of a torch slice's cost
-        return self._buf[self.head:end]  # pragma: no cover - a free list on a CUDA device (no host view)
+        return self._buf[self.head:end]
 
     def take_host(self, num_pages: int) -> np.ndarray:
         """The first ``num_pages`` pages as NumPy values: a view on the CPU, one host sync on a device."""
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
             return self._host[self.head:end]
-        return self._buf[self.head:end].cpu().numpy()  # pragma: no cover - a free list on a CUDA device
+        return self._buf[self.head:end].cpu().numpy()
 
     def pop(self, num_pages: int) -> None:
         """Drop the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
@@ -96,7 +103,7 @@ class PageFreeList:
             self._move(self.view(), front=0, back=max(len(self), _MIN_SLACK))
         if self._host is not None:
             self._host[self.tail] = page
-        else:  # pragma: no cover - a free list on a CUDA device (no host view)
+        else:
             self._buf[self.tail] = page
         self.tail += 1
 
@@ -107,7 +114,7 @@ class PageFreeList:
             self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
         if self._host is not None and pages.is_cpu:
             self._host[self.head - count:self.head] = pages.numpy()
-        else:  # pragma: no cover - a CUDA free list, or CUDA pages: the CPU pools free CPU pages
+        else:
             self._buf[self.head - count:self.head] = pages
         self.head -= count
 

@@ -82,8 +82,8 @@ class MambaSlotAllocator:
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
         self.size = _check_count(self.pool_name, "size", size)
         self.device = torch.device(device)
-        self._on_host = self.device.type == "cpu"
         self._free_list = PageFreeList(self.device)
+        self._on_host = self._free_list.on_host
         self._state = bytearray(self.size + 2)  # read slot by slot from Python; [0] and [-1] are padding
         self._state_np = np.frombuffer(self._state, dtype=np.int8)  # the same bytes, read whole-call
         self._reserved: torch.Tensor  # the open group's reservation; [_cursor:] is unconsumed
