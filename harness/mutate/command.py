@@ -213,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = WorkerSetup(str(ROOT), tuple((mod.path, mod.digest) for mod in modules if mod.path in used), args.examples)
     pool = WorkerPool(setup, args.workers)
     started = time.monotonic()
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     outcomes: dict[str, Outcome] = {}
     status = 0
     try:
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{len(pairs)} of {len(mutants)} mutants judged in {wall / 60:.1f} min on {args.workers} worker(s) "
           f"({pool.restarts} worker restart(s))")
     if args.json is not None:
-        run = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        run = {"started": stamp,
                "modules": [mod.path for mod in modules], "targets": targets, "workers": args.workers,
                "examples": args.examples, "timeout": args.timeout, "wall_seconds": round(wall, 1),
                "baseline_seconds": {t: round(s, 2) for t, s in baseline.seconds.items()},

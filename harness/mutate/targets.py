@@ -1,10 +1,13 @@
 """The killers: the state machines the machine tests run, by name; how one run is made and traced.
 
 One *target* per family machine (``tests/test_machines.py`` runs each with misuse
-rules on), and for the scheduler the pinned variants ``tests/test_scheduler_machine.py``
-runs on CPU: each CPU kernel, page size 1, hybrid rows, the prefix cache and the
+rules on, and the KV families once more on the device path of the pools' checks),
+and for the scheduler the pinned variants ``tests/test_scheduler_machine.py`` runs
+on CPU: each CPU kernel, page size 1, hybrid rows, the prefix cache and the
 sliding window (interpreted Triton is left out: it is the slow CPU stand-in for
 a GPU kernel, and :mod:`pools.page_alloc.triton` is not mutated by default).
+The misuse-off runs of the machine tests are left out: they issue a subset of
+the same calls.
 
 Every run uses the machine tests' pinned settings (the derandomised ``ci``
 profile, no example database) without the shrink phase: shrinking only starts
@@ -16,9 +19,11 @@ mutant on a line the unmutated run never executes cannot change that run.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +42,32 @@ SCHEDULER_PINS: dict[str, dict[str, Any]] = {
 }
 """The scheduler machine's CPU variants, as its tests pin them."""
 
+DEVICE_PATH = "[device-path]"
+DEVICE_PATH_FAMILIES = ("token_kv", "paged_kv", "swa_kv", "prefix_cache")
+"""Families ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
+(:data:`pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
+_DEVICE_PATH_ENV = "POOLFUZZ_DEVICE_PATH_ON_CPU"
+
 LineHits = dict[str, dict[int, int]]
 """``path -> line -> times executed`` for the mutated files."""
 
 
 def family_of(target: str) -> str:
     return target.split("[", 1)[0]
+
+
+@contextmanager
+def environment(target: str) -> Iterator[None]:
+    """The process environment ``target`` runs in: the device-path variants set the variable, others clear it."""
+    previous = os.environ.pop(_DEVICE_PATH_ENV, None)
+    if target.endswith(DEVICE_PATH):
+        os.environ[_DEVICE_PATH_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(_DEVICE_PATH_ENV, None)
+        if previous is not None:
+            os.environ[_DEVICE_PATH_ENV] = previous
 
 
 def target_names(families: Sequence[str] = ()) -> list[str]:
@@ -58,6 +83,7 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
         if families and family not in families:
             continue
         names.extend(SCHEDULER_PINS if family == "scheduler" else [family])
+    names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
     return names
 
 
@@ -67,7 +93,7 @@ def build_machine(target: str) -> type[PoolMachine]:
 
     if target in SCHEDULER_PINS:
         return scheduler_machine(**SCHEDULER_PINS[target])
-    return make_machine(target)
+    return make_machine(family_of(target))
 
 
 def mutation_settings(examples: int | None = None) -> Settings:
@@ -82,15 +108,17 @@ def mutation_settings(examples: int | None = None) -> Settings:
     return pinned_settings(**overrides)
 
 
-def run_target(machine: type[PoolMachine], settings: Settings) -> None:
-    """One derandomised run of ``machine``; raises whatever the machine raises (a violation or any error)."""
+def run_target(target: str, machine: type[PoolMachine], settings: Settings) -> None:
+    """One derandomised run of ``machine`` (built for ``target``); raises whatever the machine raises."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    run_state_machine_as_test(machine, settings=settings)
+    with environment(target):
+        run_state_machine_as_test(machine, settings=settings)
 
 
-def trace_target(machine: type[PoolMachine], settings: Settings, files: dict[str, str]) -> tuple[float, LineHits]:
-    """Run ``machine`` once under a line tracer over ``files`` (absolute file -> reported path).
+def trace_target(target: str, machine: type[PoolMachine], settings: Settings,
+                 files: dict[str, str]) -> tuple[float, LineHits]:
+    """Run ``machine`` (built for ``target``) once under a line tracer over ``files`` (absolute file -> path).
 
     Returns the traced run's seconds (two to three times an untraced run's) and
     the hit count of every executed line of those files.
@@ -110,7 +138,7 @@ def trace_target(machine: type[PoolMachine], settings: Settings, files: dict[str
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        run_target(machine, settings)
+        run_target(target, machine, settings)
     finally:
         sys.settrace(previous)
     return time.perf_counter() - started, hits

@@ -112,7 +112,7 @@ class MutantLab:
 
     def trace(self, target: str) -> tuple[float, LineHits]:
         files = {source.file: source.path for source in self.sources}
-        return trace_target(self.machine(target), self.settings, files)
+        return trace_target(target, self.machine(target), self.settings, files)
 
     def run(self, mutant_id: str, targets: Sequence[str]) -> Outcome:
         """Swap the mutant in, run ``targets`` in order until one fails, swap it out."""
@@ -131,7 +131,7 @@ class MutantLab:
             ran.append(target)
             with swapped(live, functions, code):
                 try:
-                    run_target(machine, self.settings)
+                    run_target(target, machine, self.settings)
                 except BaseException as exc:  # noqa: BLE001 - any failure with the mutant in is a kill
                     return Outcome(mutant_id, "killed", target, describe_failure(exc),
                                    time.perf_counter() - started, tuple(ran))
