@@ -219,8 +219,9 @@ def _row_clear(driver: Any, rng: random.Random) -> Step:
     return "clear", {}
 
 
-def _one_live(driver: Any, rng: random.Random) -> Step:
-    return "alloc", {"batch": [None]}
+def _one_live(driver: Any, rng: random.Random) -> Step | None:
+    """Admit one request, if a row is free (a refused admission builds nothing)."""
+    return ("alloc", {"batch": [None]}) if driver.model.free else None
 
 
 def _claiming(claim: str) -> Callable[[Any, random.Random], Step | None]:

@@ -66,8 +66,10 @@ def _slot_holders(driver: Any) -> list[int]:
     return sorted(h for h in hm.claims if hm.holds_slot(h))
 
 
-def _admit_two(driver: Any, rng: random.Random) -> Step:
-    return "alloc", {"batch": [None, None]}
+def _admit_two(driver: Any, rng: random.Random) -> Step | None:
+    """Admit two requests, if both sides have room for them (a refused admission builds nothing)."""
+    hm = driver.hybrid
+    return ("alloc", {"batch": [None, None]}) if len(hm.free) >= 2 and hm.slots.capacity >= 2 else None
 
 
 def _with_holders(count: int, make: Callable[[list[int], random.Random], Step]) -> Draw:

@@ -113,10 +113,11 @@ def _release_misuse(kind: str) -> Any:
 
 def _toward_a_release(driver: Any, rng: random.Random) -> Any:
     """A cached prompt (its nodes unlocked), then requests sharing part of it, each with an uncached tail."""
+    live = _live_requests(driver)
     if not driver.model.held_pages():
-        return "insert", {"prompt": list(STEMS[1][:8])}
-    if len(_live_requests(driver)) < 2:
-        return "request", {"prompt": [*STEMS[1][: 3 + 2 * len(_live_requests(driver))], 2]}
+        return ("insert", {"prompt": list(STEMS[1][:8])}) if driver.model.free else None
+    if len(live) < 2 and len(driver.model.free) * driver.ps >= 8:
+        return "request", {"prompt": [*STEMS[1][: 3 + 2 * len(live)], 2]}
     return None
 
 

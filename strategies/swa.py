@@ -295,8 +295,8 @@ def _malformed(op: str, defect: str) -> Any:
 
 
 def _admit_mid_page(driver: Any, rng: random.Random) -> Step | None:
-    ps = driver.page_size
-    return ("extend", {"batch": [[None, ps + 1]]}) if ps > 1 else None
+    ps, model = driver.page_size, driver.model
+    return ("extend", {"batch": [[None, ps + 1]]}) if ps > 1 and not model.pages_short(2, 2) else None
 
 
 def _nested_begin(driver: Any, rng: random.Random) -> Step | None:
@@ -306,7 +306,7 @@ def _nested_begin(driver: Any, rng: random.Random) -> Step | None:
 def _toward_a_slid_window(driver: Any, rng: random.Random) -> Step | None:
     """Admit a request of two pages, then slide the window past its first."""
     if not driver.model.slots:
-        return "extend", {"batch": [[None, 2 * driver.page_size]]}
+        return None if driver.model.pages_short(2, 2) else ("extend", {"batch": [[None, 2 * driver.page_size]]})
     return _slide(driver, rng)
 
 

@@ -38,7 +38,7 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("report")
     report = tmp / "report.json"
     code = cli.main(["fuzz", "--database", str(tmp / "db"), "--corpus", str(tmp / "corpus"), "--report", str(report),
-                     "--seed", "7", "--seconds", "3", "--workers", "1", "--steps", "20", "--coverage",
+                     "--seed", "7", "--seconds", "3", "--workers", "2", "--steps", "20", "--coverage",
                      "--series-every", "1", "--target", LEAKY, "--target", "decode_req_to_token"])
     assert code == 1
     data: dict[str, Any] = json.loads(report.read_text())
