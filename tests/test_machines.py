@@ -1,8 +1,8 @@
 """Every family's state machine, on every available device, under the active profile.
 
-The KV families also run with the device path of their checks forced on the CPU
-(``POOLFUZZ_DEVICE_PATH_ON_CPU``): the torch-op checks a CUDA pool runs instead
-of the NumPy ones, judged by the same machines on a machine without a GPU.
+The KV and Mamba families also run with the device path of their checks and free
+lists forced on the CPU (``POOLFUZZ_DEVICE_PATH_ON_CPU``): the torch-op code a CUDA
+pool runs instead of the NumPy one, judged by the same machines without a GPU.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(f
     run_machine(make_machine(family, check_misuse=False))
 
 
-@pytest.mark.parametrize("family", ["token_kv", "paged_kv", "swa_kv", "prefix_cache"])
-def test_the_kv_machines_find_no_violation_on_the_device_path_of_the_checks(
+@pytest.mark.parametrize("family", ["token_kv", "paged_kv", "swa_kv", "prefix_cache", "mamba_slots", "hybrid_req_to_token"])
+def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_checks(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
