@@ -208,11 +208,20 @@ class PageSize1DecodeConsumesNothing(PagedTokenToKVPoolAllocator):
 
     def _decode_kernel(self, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor,
                        page_size: int) -> None:
-        whole = self.free_pages if page_size == 1 else free_pages
-        alloc_decode_vectorized(seq_lens, last_loc, whole, out_indices, page_size)
+        if page_size != 1:
+            alloc_decode_vectorized(seq_lens, last_loc, free_pages, out_indices, page_size)
+            return
+        # Like the Triton kernel: request i reads the whole free list at its rank, however short the slice.
+        whole = self.free_pages
+        if whole.numel() == 0:
+            out_indices.copy_(last_loc + 1)
+            return
+        rank = torch.arange(len(seq_lens), device=whole.device).clamp(max=whole.numel() - 1)
+        out_indices.copy_(whole[rank])
 
     def _buggy(self) -> bool:
-        return self._decoding and self.page_size == 1
+        # With nothing free the miscount is moot: the pool refuses, as upstream would once it read past the end.
+        return self._decoding and self.page_size == 1 and len(self.free_pages) > 0
 
     def _take_pages(self, num_pages: int) -> Tensor | None:
         return self.free_pages[:0] if self._buggy() else super()._take_pages(num_pages)
