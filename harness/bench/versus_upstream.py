@@ -88,9 +88,11 @@ def _mamba_pool(side: Side, up: UpstreamModules, device: torch.device) -> Any:
 
 
 # ------------------------------------------------------------------ steps
-def _token_alloc_free(k: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
+def _alloc_free(make: Callable[[Side, UpstreamModules, torch.device], Any], k: int,
+                ) -> Callable[[Side, UpstreamModules, torch.device], Step]:
+    """``alloc(k)`` then ``free`` of those slots, on the pool ``make`` builds."""
     def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
-        pool = _token_pool(side, up, device)
+        pool = make(side, up, device)
 
         def step() -> None:
             pool.free(pool.alloc(k))
@@ -151,18 +153,6 @@ def _paged_decode(bs: int, opens_pages: bool) -> Callable[[Side, UpstreamModules
     return build
 
 
-def _mamba_alloc_free(k: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
-    def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
-        pool = _mamba_pool(side, up, device)
-
-        def step() -> None:
-            pool.free(pool.alloc(k))
-
-        return step
-
-    return build
-
-
 def _mamba_admission(n: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
     """A scheduler's use: a window reserves for the queue of ``n``, half are admitted (one slot each),
     the window's end returns the rest in one call, and each admitted request later frees its own slot."""
@@ -184,7 +174,7 @@ def _mamba_admission(n: int) -> Callable[[Side, UpstreamModules, torch.device], 
 def steps() -> list[Workload]:
     """Every row of the table, in order."""
     rows = [Workload("TokenToKVPoolAllocator alloc + free", f"{k} slot(s), {TOKEN_POOL:,}-slot pool",
-                     _token_alloc_free(k)) for k in (1, 16, 256)]
+                     _alloc_free(_token_pool, k)) for k in (1, 16, 256)]
     where = f"page {PAGE_SIZE}, {PAGED_POOL:,}-slot pool"
     rows += [Workload("PagedTokenToKVPoolAllocator alloc_extend + free", f"bs {bs}, {EXTEND_TOKENS} tokens each, {where}",
                       _paged_extend(bs, 0)) for bs in (1, 8, 64)]
@@ -194,12 +184,12 @@ def steps() -> list[Workload]:
     rows += [Workload("alloc_decode opening a page + free", f"bs {bs}, {where}", _paged_decode(bs, True))
              for bs in (1, 8, 64)]
     rows += [Workload("alloc_decode inside pages", f"bs {bs}, {where}", _paged_decode(bs, False)) for bs in (1, 8, 64)]
-    rows += [Workload("MambaSlotAllocator alloc + free", f"1 slot, {MAMBA_POOL:,}-slot pool", _mamba_alloc_free(1))]
+    rows += [Workload("MambaSlotAllocator alloc + free", f"1 slot, {MAMBA_POOL:,}-slot pool", _alloc_free(_mamba_pool, 1))]
     rows += [Workload("MambaSlotAllocator admission round, then each request's free",
                       f"{n} queued, {n // 2} admitted, {MAMBA_POOL:,}-slot pool", _mamba_admission(n))
              for n in (16, 256)]
     rows += [Workload("MambaSlotAllocator alloc + free (not a scheduler path)", f"{k} slots, {MAMBA_POOL:,}-slot pool",
-                      _mamba_alloc_free(k), scheduler_path=False) for k in (16, 256)]
+                      _alloc_free(_mamba_pool, k), scheduler_path=False) for k in (16, 256)]
     return rows
 
 

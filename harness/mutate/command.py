@@ -44,21 +44,10 @@ BASELINE_LIMIT = 600.0
 EXIT_BASELINE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
-def _positive(kind: type) -> Any:
-    def parse(value: str) -> Any:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}") from None
-        if number <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}")
-        return number
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.cli import usable_cores
+    from harness.cli import _positive, usable_cores
 
     parser = argparse.ArgumentParser(
         prog="python -m harness mutate",
