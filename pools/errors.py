@@ -17,6 +17,7 @@ and traces can name them without parsing the message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def _preview(values: Sequence[int], limit: int = 8) -> str:
@@ -76,6 +77,19 @@ class BadSizeError(PoolError):
         self.value = value
         self.requirement = requirement
         super().__init__(pool, f"{name}={value} is invalid: {requirement}")
+
+
+def check_count(pool: str, name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) of at least ``minimum``, else :class:`BadSizeError`.
+
+    A float size reached ``torch.zeros`` and failed there with torch's own
+    ``TypeError``, naming neither the pool nor the argument.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadSizeError(pool, name, value, "must be an int")
+    if value < minimum:
+        raise BadSizeError(pool, name, value, f"must be >= {minimum}")
+    return value
 
 
 class BadBatchError(PoolError):

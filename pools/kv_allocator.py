@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError
+from pools.errors import check_count
 from pools.free_list import PageFreeList
 from pools.page_alloc import PageKernel, get_kernel
 from pools.page_states import FREE as _FREE
@@ -52,10 +53,9 @@ class _KVAllocatorBase:
     pool_name = "KVAllocator"
 
     def __init__(self, size: int, page_size: int, device: str | torch.device, need_sort: bool) -> None:
-        if page_size < 1:
-            raise BadSizeError(self.pool_name, "page_size", page_size, "must be >= 1")
-        if size < 0 or size % page_size:
-            raise BadSizeError(self.pool_name, "size", size, f"must be >= 0 and a multiple of page_size={page_size}")
+        check_count(self.pool_name, "page_size", page_size, 1)
+        if check_count(self.pool_name, "size", size) % page_size:
+            raise BadSizeError(self.pool_name, "size", size, f"must be a multiple of page_size={page_size}")
         self.size = size
         self.page_size = page_size
         self.num_pages = size // page_size
@@ -244,9 +244,9 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         check_layout: bool | None = None,
     ) -> None:
         self.kernel: PageKernel = get_kernel(kernel)
+        super().__init__(size, page_size, device, need_sort)
         if kernel == "triton" and page_size & (page_size - 1):
             raise BadSizeError(self.pool_name, "page_size", page_size, "the triton kernel needs a power of two")
-        super().__init__(size, page_size, device, need_sort)
         self.check_layout = self.device.type == "cpu" if check_layout is None else check_layout
         self._batches = PagedBatchChecker(self.pool_name, page_size, self._states, self.check_layout)
 

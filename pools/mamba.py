@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from pools.errors import BadBatchError, DoubleFreeError
-from pools.mamba_slots import MambaSlotAllocator, _check_count, _check_slot, _slot_list
+from pools.errors import check_count
+from pools.mamba_slots import MambaSlotAllocator, _check_slot, _slot_list
 from pools.req_to_token import Req, ReqToTokenPool
 
 __all__ = ["HybridReqToTokenPool", "MambaPool", "MambaSlotAllocator"]
@@ -33,11 +34,11 @@ class MambaPool:
         self, size: int, num_layers: int, conv_shape: tuple[int, ...], temporal_shape: tuple[int, ...],
         dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
     ) -> None:  # fmt: skip
-        self.size = _check_count(self.pool_name, "size", size)
-        self.num_layers = _check_count(self.pool_name, "num_layers", num_layers, 1)
+        self.size = check_count(self.pool_name, "size", size)
+        self.num_layers = check_count(self.pool_name, "num_layers", num_layers, 1)
         for name, shape in (("conv_shape", conv_shape), ("temporal_shape", temporal_shape)):
             for dim in shape:
-                _check_count(self.pool_name, name, dim)
+                check_count(self.pool_name, name, dim)
         self.device = torch.device(device)
         self.conv = torch.zeros((num_layers, size + 1, *conv_shape), dtype=dtype, device=self.device)
         self.temporal = torch.zeros((num_layers, size + 1, *temporal_shape), dtype=dtype, device=self.device)

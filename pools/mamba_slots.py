@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError
-from pools.errors import ReservedIndexError
+from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError
+from pools.errors import check_count
 from pools.free_list import PageFreeList
 
 __all__ = ["MambaSlotAllocator"]
@@ -29,14 +29,6 @@ _FREE, _RESERVED, _LIVE, _PADDING = 0, 1, 2, 3
 _INT_DTYPES = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8})
 _SET_AT_MOST = 64
 """A free of at most this many slots looks for a repeat in a Python set; a longer one counts live slots."""
-
-
-def _check_count(pool: str, name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadSizeError(pool, name, value, "must be an int")
-    if value < minimum:
-        raise BadSizeError(pool, name, value, f"must be >= {minimum}")
-    return value
 
 
 def _check_slot(pool: str, slot: Any, size: int) -> int:
@@ -80,7 +72,7 @@ class MambaSlotAllocator:
     pool_name = "MambaSlotAllocator"
 
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
-        self.size = _check_count(self.pool_name, "size", size)
+        self.size = check_count(self.pool_name, "size", size)
         self.device = torch.device(device)
         self._free_list = PageFreeList(self.device)
         self._on_host = self._free_list.on_host
@@ -130,7 +122,7 @@ class MambaSlotAllocator:
         sizes, or an exhausted reservation, take the normal path.  ``alloc(0)``
         is empty, never the whole list (the negative-zero slice of seed 000)."""
         if type(need_size) is not int or need_size < 0:
-            _check_count(self.pool_name, "need_size", need_size)
+            check_count(self.pool_name, "need_size", need_size)
         if need_size == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         if need_size == 1 and self._cursor < len(self._reserved_ids):
@@ -202,7 +194,7 @@ class MambaSlotAllocator:
         if self._group_open:
             unconsumed = f"begin while open ({self.reserved_size()} reserved slot(s) unconsumed)"
             raise GroupStateError(self.pool_name, "alloc", unconsumed)
-        _check_count(self.pool_name, "num_reqs", num_reqs)
+        check_count(self.pool_name, "num_reqs", num_reqs)
         taken = self._do_alloc(num_reqs, _RESERVED) if num_reqs > 0 else None
         self._group_open = True
         if taken is not None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, ReservedIndexError
+from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, ReservedIndexError, check_count
 
 
 @dataclass(eq=False)
@@ -52,11 +52,8 @@ class _RowPool:
     pool_name = "ReqToTokenPool"
 
     def __init__(self, usable_rows: int, max_context_len: int, device: str | torch.device) -> None:
-        if usable_rows < 0:
-            raise BadSizeError(self.pool_name, "size", usable_rows, "must be >= 0")
-        if max_context_len <= 0:
-            raise BadSizeError(self.pool_name, "max_context_len", max_context_len, "must be > 0")
-        self.max_context_len = max_context_len
+        check_count(self.pool_name, "size", usable_rows)
+        self.max_context_len = check_count(self.pool_name, "max_context_len", max_context_len, 1)
         self.device = torch.device(device)
         self._alloc_size = usable_rows + 1
         self.req_to_token = torch.zeros((self._alloc_size, max_context_len), dtype=torch.int32, device=self.device)
@@ -104,10 +101,8 @@ class _RowPool:
 
     def alloc_rows(self, need_size: int) -> list[int] | None:
         """Take ``need_size`` rows, or return ``None`` (and change nothing) if short."""
-        if isinstance(need_size, bool) or not isinstance(need_size, int):
-            raise BadSizeError(self.pool_name, "need_size", need_size, "must be an int")  # type: ignore[arg-type]
-        if need_size < 0:
-            raise BadSizeError(self.pool_name, "need_size", need_size, "must be >= 0")
+        if type(need_size) is not int or need_size < 0:
+            check_count(self.pool_name, "need_size", need_size)
         if need_size > len(self.free_slots):
             return None
         if need_size == 0:
@@ -192,14 +187,36 @@ class _RowPool:
         self._is_free = bytearray(b"\x00" + b"\x01" * (self._alloc_size - 1))
 
     def write(self, indices: Any, values: Any) -> None:
-        """``req_to_token[indices] = values``; writing into row 0 is refused."""
-        row = indices[0] if isinstance(indices, tuple) else indices
-        if isinstance(row, int) and not isinstance(row, bool):
-            self._check_row(row)
-        elif isinstance(row, torch.Tensor) and row.device.type == "cpu" and row.numel() > 0:
-            if bool((row == 0).any()):
-                raise ReservedIndexError(self.pool_name, 0, "row")
+        """``req_to_token[indices] = values``; a row selector that reaches row 0 is refused.
+
+        The rows are ``indices`` itself or, for a tuple, its first element: an
+        int or a list of ints naming rows ``1..num_rows``, an integer tensor of
+        them (a CUDA tensor is not read back: that would be a sync per write),
+        or a forward slice that does not start at row 0.
+        """
+        self._check_write_rows(indices[0] if isinstance(indices, tuple) else indices)
         self.req_to_token[indices] = values
+
+    def _check_write_rows(self, rows: Any) -> None:
+        if isinstance(rows, int) and not isinstance(rows, bool):
+            self._check_row(rows)
+        elif isinstance(rows, torch.Tensor):
+            if rows.dtype == torch.bool or rows.is_floating_point() or rows.is_complex():
+                raise BadBatchError(self.pool_name, f"write rows must be an integer tensor, got {rows.dtype}")
+            if rows.device.type == "cpu" and bool(((rows <= 0) | (rows >= self._alloc_size)).any()):
+                for row in rows.reshape(-1).tolist():
+                    self._check_row(row)
+        elif isinstance(rows, slice):
+            start, stop, step = rows.indices(self._alloc_size)
+            if step < 1:
+                raise BadBatchError(self.pool_name, f"write rows {rows} must step forward")
+            if start == 0 and stop > 0:
+                raise ReservedIndexError(self.pool_name, 0, "row")
+        elif isinstance(rows, list):
+            for row in rows:
+                self._check_row(row)
+        else:
+            raise BadBatchError(self.pool_name, f"write rows {rows!r} are not an int, slice, list or tensor")
 
 
 class ReqToTokenPool(_RowPool):
@@ -233,12 +250,8 @@ class DecodeReqToTokenPool(_RowPool):
     def __init__(
         self, size: int, max_context_len: int, device: str | torch.device = "cpu", pre_alloc_size: int = 0
     ) -> None:
-        if pre_alloc_size < 0:
-            raise BadSizeError(self.pool_name, "pre_alloc_size", pre_alloc_size, "must be >= 0")
-        if size < 0:
-            raise BadSizeError(self.pool_name, "size", size, "must be >= 0")
-        self.size = size
-        self.pre_alloc_size = pre_alloc_size
+        self.pre_alloc_size = check_count(self.pool_name, "pre_alloc_size", pre_alloc_size)
+        self.size = check_count(self.pool_name, "size", size)
         super().__init__(size + pre_alloc_size, max_context_len, device)
 
     def _take_rows(self, need: int) -> list[int]:

@@ -264,9 +264,25 @@ ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the 
 """What a forged request claims in ``alloc_claiming`` (the driver's ``CLAIMS``)."""
 
 
+WRITE_SELECTORS_VALID = ("an int row", "a slice of one row", "a list of rows", "an open slice from row 1")
+WRITE_SELECTORS_MISUSE = ("int row 0", "an int row past the pool", "a negative int row", "a bool row",
+                          "a slice from row 0", "the whole table", "a backward slice", "a list naming row 0",
+                          "a list naming a row past the pool", "a float tensor", "a bool tensor",
+                          "a tensor naming a row past the pool", "a tensor naming a negative row", "no row at all")
+"""How ``write_selecting`` names rows (the driver's ``WRITE_SELECTORS``): valid selectors, then misuse."""
+
+
+def _write_selecting(selector: str) -> Callable[[Any, random.Random], Step | None]:
+    def draw(driver: Any, rng: random.Random) -> Step | None:
+        live = driver.live_handles()
+        return ("write_selecting", {"handle": rng.choice(live), "selector": selector}) if live else None
+    return draw
+
+
 def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
     """Every kind of misuse a request-row pool must reject, and its corners, one move each."""
-    constructors: list[Config] = [{"size": -1}, {"max_context_len": 0}] + ([{"pre_alloc_size": -1}] if decode else [])
+    constructors: list[Config] = [{"size": -1}, {"max_context_len": 0}, {"size": 2.0}, {"max_context_len": 4.5}]
+    constructors += [{"pre_alloc_size": -1}, {"pre_alloc_size": 1.0}] if decode else []
     return (
         Move("alloc_rows of every free row", 0.3, lambda driver, rng: ("alloc_rows", {"need_size": len(driver.model.free)})),
         Move("more than 16 rows bound a second time at once", 0.05, _rebind_many, setup=_toward_rebinding),
@@ -279,6 +295,10 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
         Move("tensor write naming row 0", 0.1, _write_rows(True), misuse=True, setup=_one_live),
         *(Move(f"alloc with a forged request claiming {claim}", 0.05, _claiming(claim), misuse=True, setup=_one_live)
           for claim in ROW_CLAIMS),
+        *(Move(f"write through {selector}", 0.03, _write_selecting(selector), setup=_one_live)
+          for selector in WRITE_SELECTORS_VALID),
+        *(Move(f"write through {selector}", 0.02, _write_selecting(selector), misuse=True, setup=_one_live)
+          for selector in WRITE_SELECTORS_MISUSE),
         *(Move(f"malformed constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True) for c in constructors),
     )
 

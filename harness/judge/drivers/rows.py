@@ -11,7 +11,7 @@ write naming padding row 0, and malformed constructors.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -31,6 +31,30 @@ from pools.req_to_token import Req
 
 CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
 """What a forged request in an ``alloc`` batch claims (``alloc_claiming``)."""
+
+WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError], ...]]] = {
+    "an int row": (lambda row, rows: row, ()),
+    "a slice of one row": (lambda row, rows: slice(row, row + 1), ()),
+    "a list of rows": (lambda row, rows: [row, row], ()),
+    "an open slice from row 1": (lambda row, rows: slice(1, None), ()),
+    "int row 0": (lambda row, rows: 0, (ReservedIndexError,)),
+    "an int row past the pool": (lambda row, rows: rows + 1, (ForeignIndexError,)),
+    "a negative int row": (lambda row, rows: -1, (ForeignIndexError,)),
+    "a bool row": (lambda row, rows: True, (BadBatchError,)),
+    "a slice from row 0": (lambda row, rows: slice(0, row + 1), (ReservedIndexError,)),
+    "the whole table": (lambda row, rows: slice(None), (ReservedIndexError,)),
+    "a backward slice": (lambda row, rows: slice(row, None, -1), (BadBatchError,)),
+    "a list naming row 0": (lambda row, rows: [row, 0], (ReservedIndexError,)),
+    "a list naming a row past the pool": (lambda row, rows: [rows + 1], (ForeignIndexError,)),
+    "a float tensor": (lambda row, rows: torch.tensor([float(row)]), (BadBatchError,)),
+    "a bool tensor": (lambda row, rows: torch.zeros(rows + 1, dtype=torch.bool), (BadBatchError,)),
+    "a tensor naming a row past the pool": (lambda row, rows: torch.tensor([row, rows + 1]), (ForeignIndexError,)),
+    "a tensor naming a negative row": (lambda row, rows: torch.tensor([row, -rows - 1]), (ForeignIndexError,)),
+    "no row at all": (lambda row, rows: None, (BadBatchError,)),
+}
+"""How ``write_selecting`` names rows of ``req_to_token`` (from a live ``row``, in a pool of ``rows``), and
+the errors each must raise: none for a selector of real rows, a typed error for one reaching row 0, a row
+past the table, or what is not a row selector."""
 
 
 def is_int(value: Any) -> bool:
@@ -240,9 +264,33 @@ class RowPoolDriver(Driver):
             self.event("corner: a write through a tensor of rows" if rows else "corner: a write through an empty tensor")
         return None
 
+    @operation
+    def write_selecting(self, handle: int, selector: str) -> Any:
+        """``write((rows, 0), 7)`` with rows named as :data:`WRITE_SELECTORS` says; each cell it names then holds 7."""
+        if not self._holds_live_row(handle):
+            return SKIPPED
+        build, errors = WRITE_SELECTORS[selector]
+        rows = build(int(self.reqs[handle].req_pool_idx), self.model.num_rows)  # type: ignore[arg-type]
+        call = lambda: self.pool.write((rows, 0), 7)
+        if errors:
+            if not self.check_misuse:
+                return SKIPPED
+            self.expect_rejected(call, errors, f"write through {selector} ({rows!r})")
+            self.event(f"misuse: a write through {selector}")
+            return None
+        self.expect_accepted(call, f"write through {selector} ({rows!r})")
+        written = self.pool.req_to_token[rows, 0].reshape(-1).tolist()
+        check(written and all(v == 7 for v in written), "valid-call-accepted", f"write through {selector} did not land",
+              rows=repr(rows), written=written)
+        self.event(f"corner: a write through {selector}")
+        return None
+
     def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
-        """``size`` and ``pre_alloc_size`` >= 0, ``max_context_len`` > 0."""
-        if config.get("size", 0) < 0 or config.get("pre_alloc_size", 0) < 0 or config.get("max_context_len", 1) <= 0:
+        """``size`` and ``pre_alloc_size`` ints >= 0, ``max_context_len`` an int > 0."""
+        counts = [config.get("size", 0), config.get("pre_alloc_size", 0), config.get("max_context_len", 1)]
+        if not all(is_int(n) for n in counts):
+            return (BadSizeError,)
+        if counts[0] < 0 or counts[1] < 0 or counts[2] <= 0:
             return (BadSizeError,)
         return ()
 
@@ -265,6 +313,9 @@ class RowPoolDriver(Driver):
         stop = min(start + length, width)
         values = torch.arange(start, stop, dtype=torch.int32) + 1
         self.expect_accepted(lambda: self.pool.write((row, slice(start, stop)), values), f"write(row {row})")
+        written = self.pool.req_to_token[row, start:stop]
+        check(bool(torch.equal(written, values)), "valid-call-accepted", f"write(row {row}) did not land",
+              expected=values.tolist(), written=written.tolist())
 
     # ------------------------------------------------------------- audits
     def observe(self) -> Hashable:
