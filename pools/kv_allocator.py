@@ -32,6 +32,8 @@ predicate ``(seq - 1) % page_size == 0``, which is also right for page size 1.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError
@@ -47,10 +49,12 @@ from pools.paged_checks import PagedBatchChecker, is_int_tensor
 __all__ = ["PagedTokenToKVPoolAllocator", "TokenToKVPoolAllocator"]
 
 
-class _KVAllocatorBase:
+class _KVAllocatorBase(ABC):
     """Free-list, staging, free-group and page-state bookkeeping shared by both allocators."""
 
     pool_name = "KVAllocator"
+    refuses_repeats: bool = False
+    """Whether naming one page twice in a ``free`` is an error (token slots) or routine (a paged request's slots)."""
 
     def __init__(self, size: int, page_size: int, device: str | torch.device, need_sort: bool) -> None:
         check_count(self.pool_name, "page_size", page_size, 1)
@@ -62,9 +66,9 @@ class _KVAllocatorBase:
         self.device = torch.device(device)
         self.need_sort = need_sort
         self._free_list = PageFreeList(self.device)
-        self._staged: list[torch.Tensor] = []
-        self._num_staged = 0
-        self._free_group: list[torch.Tensor] | None = None
+        self._staged: list[torch.Tensor]  # need_sort frees not yet merged into the free list
+        self._num_staged: int
+        self._free_group: list[torch.Tensor] | None  # pages enqueued in the open free group
         self._states = PageStateTable(self.num_pages, self.device)
         self._page_state = self._states.states
         self.clear()
@@ -128,13 +132,10 @@ class _KVAllocatorBase:
             raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
         indices = indices.to(self.device, torch.int64)
         pages = self._states.page_ids(indices, self.page_size)
-        if not self._states.valid_free(pages, distinct=self._refuses_repeats()):
+        if not self._states.valid_free(pages, distinct=self.refuses_repeats):
             self._explain_free(indices)
         return self._dedup_pages(pages)
 
-    def _refuses_repeats(self) -> bool:
-        """Whether naming one page twice in a ``free`` is an error (token slots) or routine (a paged request's slots)."""
-        return False
 
     def _explain_free(self, indices: torch.Tensor) -> None:
         """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
@@ -147,7 +148,7 @@ class _KVAllocatorBase:
             raise ReservedIndexError(self.pool_name, low, "token index (page 0)")
         pages = indices // self.page_size
         values, counts = torch.unique(pages, return_counts=True)
-        if self._refuses_repeats() and bool((counts > 1).any()):
+        if self.refuses_repeats and bool((counts > 1).any()):
             raise DoubleFreeError(self.pool_name, values[counts > 1].tolist(), "slot (twice in one call)")
         pages = self._dedup_pages(pages)
         not_live = self._page_state[pages] != _LIVE
@@ -157,8 +158,9 @@ class _KVAllocatorBase:
         """The validated ``pages`` of one ``free``, each once, in the order they are released."""
         return pages
 
+    @abstractmethod
     def _release(self, pages: torch.Tensor) -> None:
-        raise NotImplementedError
+        """Put validated, freed ``pages`` back on the free list, at the end the allocator reuses from."""
 
     def free(self, indices: torch.Tensor) -> None:
         """Release the pages of ``indices``: now, staged (``need_sort``) or at group end."""
@@ -202,6 +204,7 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
     """Page-size-1 allocator: slots ``1..size``, head pop, tail append."""
 
     pool_name = "TokenToKVPoolAllocator"
+    refuses_repeats = True
 
     def __init__(self, size: int, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
         super().__init__(size, 1, device, need_sort)
@@ -215,8 +218,6 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
         self._consume(need_size)
         return taken
 
-    def _refuses_repeats(self) -> bool:
-        return True
 
     def _release(self, pages: torch.Tensor) -> None:
         self._free_list.append(pages)

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from pools.errors import BadBatchError, DoubleFreeError
-from pools.errors import check_count
+from pools.errors import BadBatchError, DoubleFreeError, check_count
 from pools.mamba_slots import MambaSlotAllocator, _check_slot, _slot_list
 from pools.req_to_token import Req, ReqToTokenPool
 
@@ -36,9 +35,10 @@ class MambaPool:
     ) -> None:  # fmt: skip
         self.size = check_count(self.pool_name, "size", size)
         self.num_layers = check_count(self.pool_name, "num_layers", num_layers, 1)
-        for name, shape in (("conv_shape", conv_shape), ("temporal_shape", temporal_shape)):
-            for dim in shape:
-                check_count(self.pool_name, name, dim)
+        for dim in conv_shape:
+            check_count(self.pool_name, "conv_shape", dim)
+        for dim in temporal_shape:
+            check_count(self.pool_name, "temporal_shape", dim)
         self.device = torch.device(device)
         self.conv = torch.zeros((num_layers, size + 1, *conv_shape), dtype=dtype, device=self.device)
         self.temporal = torch.zeros((num_layers, size + 1, *temporal_shape), dtype=dtype, device=self.device)
@@ -48,27 +48,22 @@ class MambaPool:
 
     def clear_slots(self, indices: torch.Tensor) -> None:
         """Zero the conv and temporal state of ``indices`` (slots ``1..size``)."""
-        slots = _slot_list(self.pool_name, indices, self.size)
-        if not slots:
-            return
-        index = self._index(slots)
+        index = self._index(_slot_list(self.pool_name, indices, self.size))
         for state in (self.conv, self.temporal):
             state.index_fill_(1, index, 0)
 
     def copy_from(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy state ``src[i] -> dst[i]``: same lengths, ``dst`` without duplicates, and
         disjoint (upstream's fused kernel works in place and only debug-asserts this)."""
-        if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.numel() != dst.numel():
-            raise BadBatchError(self.pool_name, "copy_from needs src and dst tensors of the same length")
         src_slots = _slot_list(self.pool_name, src, self.size, "src")
         dst_slots = _slot_list(self.pool_name, dst, self.size, "dst")
+        if len(src_slots) != len(dst_slots):
+            raise BadBatchError(self.pool_name, f"copy_from of {len(src_slots)} src slot(s) onto {len(dst_slots)}")
         if len(set(dst_slots)) != len(dst_slots):
             raise BadBatchError(self.pool_name, "copy_from dst has duplicate slots")
         shared = sorted(set(src_slots) & set(dst_slots))
         if shared:
             raise BadBatchError(self.pool_name, f"copy_from src and dst overlap at {shared[:8]}")
-        if not dst_slots:
-            return
         src_index, dst_index = self._index(src_slots), self._index(dst_slots)
         for state in (self.conv, self.temporal):
             state.index_copy_(1, dst_index, state.index_select(1, src_index))
@@ -97,11 +92,9 @@ class HybridReqToTokenPool(ReqToTokenPool):
     ) -> None:  # fmt: skip
         self.mamba_allocator = MambaSlotAllocator(mamba_size, device)
         self.mamba_pool = MambaPool(mamba_size, num_layers, conv_shape, temporal_shape, dtype, device)
-        # Placeholder: the base __init__ calls clear(); the real size needs req_to_token.
-        self.req_index_to_mamba_index_mapping = torch.zeros(0, dtype=torch.int64)
+        rows = check_count(self.pool_name, "size", size) + 1  # as many as req_to_token: the mapping is indexed by row
+        self.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int64, device=torch.device(device))
         super().__init__(size, max_context_len, device)
-        rows = self.req_to_token.shape[0]
-        self.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int64, device=self.device)
 
     def mamba_available_size(self) -> int:
         """Free Mamba slots, excluding an open group's unconsumed reservation."""
@@ -151,10 +144,9 @@ class HybridReqToTokenPool(ReqToTokenPool):
             if req.mamba_pool_idx is None:
                 req.mamba_pool_idx = next(new_slots)
                 req.mamba_needs_clear = True
-        if reqs:
-            row_index = torch.tensor(bound, dtype=torch.int64, device=self.device)
-            slot_values = torch.tensor([req.mamba_pool_idx for req in reqs], dtype=torch.int64, device=self.device)
-            self.req_index_to_mamba_index_mapping[row_index] = slot_values
+        row_index = torch.tensor(bound, dtype=torch.int64, device=self.device)
+        slot_values = torch.tensor([req.mamba_pool_idx for req in reqs], dtype=torch.int64, device=self.device)
+        self.req_index_to_mamba_index_mapping[row_index] = slot_values
         return bound
 
     def free_mamba_cache(self, req: Req) -> None:
@@ -164,10 +156,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
             raise DoubleFreeError(self.pool_name, [], f"mamba slot of request {req.rid!r} (it holds none)")
         _check_slot(self.pool_name, slot, self.mamba_allocator.size)
         self.mamba_allocator.free(torch.tensor([slot], dtype=torch.int64, device=self.device))
-        row = req.req_pool_idx
-        if isinstance(row, int) and 0 < row < self._alloc_size:
-            entry = self.req_index_to_mamba_index_mapping[row : row + 1]
-            entry.masked_fill_(entry == slot, 0)
+        mapping = self.req_index_to_mamba_index_mapping  # whichever row names the slot: no host read of the row
+        mapping.masked_fill_(mapping == slot, 0)
         req.mamba_pool_idx = None
         req.mamba_needs_clear = False
 
@@ -181,8 +171,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
     def free_rows(self, indices: Iterable[int]) -> None:
         rows = list(indices)
         super().free_rows(rows)
-        if rows:
-            self.req_index_to_mamba_index_mapping[torch.tensor(rows, dtype=torch.int64, device=self.device)] = 0
+        self.req_index_to_mamba_index_mapping[torch.tensor(rows, dtype=torch.int64, device=self.device)] = 0
 
     def clear(self) -> None:
         """Free every row and slot, close any group window and zero the mapping.  State

@@ -25,21 +25,20 @@ from pools.free_list import PageFreeList
 __all__ = ["MambaSlotAllocator"]
 
 # Per-slot states of MambaSlotAllocator._state.
-_FREE, _RESERVED, _LIVE, _PADDING = 0, 1, 2, 3
+_FREE, _RESERVED, _LIVE = 0, 1, 2
 _INT_DTYPES = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8})
 _SET_AT_MOST = 64
 """A free of at most this many slots looks for a repeat in a Python set; a longer one counts live slots."""
 
 
-def _check_slot(pool: str, slot: Any, size: int) -> int:
+def _check_slot(pool: str, slot: Any, size: int) -> None:
     """Slot 0 is padding (ReservedIndexError); usable slots are ``1..size``."""
     if isinstance(slot, bool) or not isinstance(slot, int):
         raise BadBatchError(pool, f"mamba slot {slot!r} is not an int")
     if slot == 0:
         raise ReservedIndexError(pool, 0, "mamba slot")
-    if not 0 < slot <= size:
+    if not 1 <= slot <= size:
         raise ForeignIndexError(pool, [slot], 1, size, "mamba slot")
-    return slot
 
 
 def _slot_list(pool: str, indices: Any, size: int, name: str = "indices") -> list[int]:
@@ -61,9 +60,9 @@ class MambaSlotAllocator:
     ``available_size()`` counts the free list only, as upstream: inside a group
     window add ``reserved_size()`` for the true room.
 
-    ``_state`` mirrors ownership in a NumPy table on the host, with slot 0 and
-    a sentinel past ``size`` marked padding, so one clipped gather checks a
-    whole ``free`` (range, padding, ownership); the exact error is worked out
+    ``_state`` mirrors ownership in a NumPy table on the host.  Slot 0 and a
+    sentinel past ``size`` are never live, so one clipped gather counting live
+    slots checks a whole ``free`` (range, padding, ownership); the exact error is worked out
     only when it fails.  On CUDA reading the slot ids costs one host sync per
     ``alloc``/``free``.  The free list is a :class:`~pools.free_list.PageFreeList`:
     a free costs O(slots freed), not upstream's O(pool) ``torch.cat``.
@@ -76,12 +75,13 @@ class MambaSlotAllocator:
         self.device = torch.device(device)
         self._free_list = PageFreeList(self.device)
         self._on_host = self._free_list.on_host
-        self._state = bytearray(self.size + 2)  # read slot by slot from Python; [0] and [-1] are padding
+        self._state = bytearray(self.size + 2)  # read slot by slot from Python; [0] and [-1] are never live
         self._state_np = np.frombuffer(self._state, dtype=np.int8)  # the same bytes, read whole-call
         self._reserved: torch.Tensor  # the open group's reservation; [_cursor:] is unconsumed
         self._reserved_slots: tuple[torch.Tensor, ...]  # the same, one single-slot view each (alloc(1) returns one)
-        self._reserved_ids: list[int]  # its host mirror
-        self._group_open, self._cursor = False, 0
+        self._reserved_ids: list[int]  # its host mirror; the two above are read only while this is non-empty
+        self._group_open: bool
+        self._cursor: int
         self.clear()
 
     @property
@@ -103,7 +103,7 @@ class MambaSlotAllocator:
 
     def is_live(self, slot: int) -> bool:
         """True when ``slot`` is handed out and not yet freed."""
-        return 0 < slot <= self.size and self._state[slot] == _LIVE
+        return 1 <= slot <= self.size and self._state[slot] == _LIVE
 
     def _do_alloc(self, need_size: int, mark: int = _LIVE) -> tuple[torch.Tensor, np.ndarray] | None:
         """Take the head ``need_size`` slots (FIFO), or ``None`` with nothing changed."""
@@ -123,8 +123,6 @@ class MambaSlotAllocator:
         is empty, never the whole list (the negative-zero slice of seed 000)."""
         if type(need_size) is not int or need_size < 0:
             check_count(self.pool_name, "need_size", need_size)
-        if need_size == 0:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
         if need_size == 1 and self._cursor < len(self._reserved_ids):
             slot = self._reserved_slots[self._cursor]
             self._state[self._reserved_ids[self._cursor]] = _LIVE
@@ -143,23 +141,19 @@ class MambaSlotAllocator:
         if kind not in _INT_DTYPES:
             raise BadBatchError(self.pool_name, f"indices must be an integer tensor, got {type(indices).__name__}")
         count = indices.numel()
-        if count == 0:
-            return
         if count == 1:  # a finished request's slot: the common call, checked in Python
             slot = int(indices.item())  # one host sync on a device
-            if not 0 < slot <= self.size or self._state[slot] != _LIVE:
+            if not 1 <= slot <= self.size or self._state[slot] != _LIVE:
                 self._explain_free([slot])
             self._state[slot] = _FREE
             self._free_list.append_one(slot)
             return
-        flat = indices if indices.dim() == 1 else indices.reshape(-1)
-        ids = (flat if flat.is_cpu else flat.cpu()).numpy()  # one host sync on a device
-        if ids.dtype != np.int64:
-            ids = ids.astype(np.int64)
+        flat = indices.reshape(-1)
+        ids = flat.cpu().numpy()  # one host sync on a device; no copy on the host
         if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count:
             self._explain_free(ids.tolist())  # foreign, padding, free or reserved
         if count <= _SET_AT_MOST:
-            if count > 1 and len(set(ids.tolist())) < count:
+            if len(set(ids.tolist())) < count:
                 self._explain_free(ids.tolist())  # a slot named twice
             self._state_np[ids] = _FREE
         else:
@@ -170,7 +164,7 @@ class MambaSlotAllocator:
             if live - self._state.count(_LIVE) != count:
                 self._state_np[ids] = _LIVE
                 self._explain_free(ids.tolist())
-        self._free_list.append(ids if self._on_host else indices.reshape(-1).to(self.device, torch.int64))
+        self._free_list.append(ids if self._on_host else flat.to(self.device, torch.int64))
 
     def _explain_free(self, slots: list[int]) -> None:
         """Raise the error for the first slot ``free`` may not release, in call order."""
@@ -195,7 +189,7 @@ class MambaSlotAllocator:
             unconsumed = f"begin while open ({self.reserved_size()} reserved slot(s) unconsumed)"
             raise GroupStateError(self.pool_name, "alloc", unconsumed)
         check_count(self.pool_name, "num_reqs", num_reqs)
-        taken = self._do_alloc(num_reqs, _RESERVED) if num_reqs > 0 else None
+        taken = self._do_alloc(num_reqs, _RESERVED)
         self._group_open = True
         if taken is not None:
             self._reserved, self._reserved_ids = taken[0], taken[1].tolist()
@@ -213,8 +207,6 @@ class MambaSlotAllocator:
 
     def _close_group(self) -> None:
         self._group_open = False
-        self._reserved = torch.empty(0, dtype=torch.int64, device=self.device)
-        self._reserved_slots = ()
         self._reserved_ids = []
         self._cursor = 0
 
@@ -222,6 +214,5 @@ class MambaSlotAllocator:
         """Free every slot and close any group (upstream kept the group
         iterator, so reserved slots already back on the free list were issued twice)."""
         self._free_list.replace(torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device))
-        self._state_np.fill(_FREE)
-        self._state[0] = self._state[-1] = _PADDING
+        self._state_np.fill(_FREE)  # slot 0 and the sentinel too: never live is all a free checks
         self._close_group()

@@ -22,6 +22,7 @@ free-membership table and raise :class:`~pools.errors.DoubleFreeError` instead.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ class Req:
     kv_allocated_len: int = 0
 
 
-class _RowPool:
+class _RowPool(ABC):
     """Shared machinery of the two request-row pools; subclasses choose the pop end."""
 
     pool_name = "ReqToTokenPool"
@@ -61,8 +62,8 @@ class _RowPool:
         # A numpy view sharing the tensor's CPU storage: bumping a handful of
         # generations through it costs well under 1 us, through torch indexing ~10 us.
         self._generation_view = self.req_generation.numpy()
-        self.free_slots: list[int] = []
-        self._is_free = bytearray(self._alloc_size)
+        self.free_slots: list[int]
+        self._is_free: bytearray  # 1 for a free row, by row
         self.clear()
 
     # ------------------------------------------------------------------ queries
@@ -75,7 +76,7 @@ class _RowPool:
         return len(self.free_slots)
 
     def is_free(self, row: int) -> bool:
-        return 0 < row < self._alloc_size and bool(self._is_free[row])
+        return 1 <= row < self._alloc_size and bool(self._is_free[row])
 
     # --------------------------------------------------------------- validation
     def _check_row(self, row: Any) -> int:
@@ -83,7 +84,7 @@ class _RowPool:
             raise BadBatchError(self.pool_name, f"row {row!r} is not an int")
         if row == 0:
             raise ReservedIndexError(self.pool_name, 0, "row")
-        if not 0 < row < self._alloc_size:
+        if not 1 <= row < self._alloc_size:
             raise ForeignIndexError(self.pool_name, [row], 1, self.num_rows, "row")
         return row
 
@@ -96,8 +97,9 @@ class _RowPool:
             seen.add(row)
 
     # ---------------------------------------------------------------- mutation
+    @abstractmethod
     def _take_rows(self, need: int) -> list[int]:
-        raise NotImplementedError
+        """Remove ``need`` rows (``0 < need <= available_size()``) from the free list and return them."""
 
     def alloc_rows(self, need_size: int) -> list[int] | None:
         """Take ``need_size`` rows, or return ``None`` (and change nothing) if short."""

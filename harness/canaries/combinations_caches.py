@@ -34,8 +34,9 @@ class StagedFreeSkipsDuplicates(TokenToKVPoolAllocator):
     Caught by ``misuse-rejected``.
     """
 
-    def _refuses_repeats(self) -> bool:
-        return not self.need_sort
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refuses_repeats = not self.need_sort
 
 
 class ConsumesExtendLengthPages(PagedTokenToKVPoolAllocator):

@@ -36,7 +36,7 @@ class ClearLeavesGroupOpen(MambaSlotAllocator):
     """
 
     def clear(self) -> None:
-        if not self._group_open:
+        if not getattr(self, "_group_open", False):  # the constructor's clear() runs before any window exists
             super().clear()
             return
         window = self._reserved, self._reserved_slots, self._reserved_ids, self._cursor
