@@ -19,6 +19,9 @@ from pools.req_to_token import Req
 class RequestRowPool(Protocol):
     """``ReqToTokenPool`` / ``DecodeReqToTokenPool``: rows ``1..N`` of ``req_to_token``, row 0 padding."""
 
+    size: int
+    max_context_len: int
+    pre_alloc_size: int
     req_to_token: torch.Tensor
     req_generation: torch.Tensor
     free_slots: list[int]

@@ -51,6 +51,9 @@ class _RowPool(ABC):
     """Shared machinery of the two request-row pools; subclasses choose the pop end."""
 
     pool_name = "ReqToTokenPool"
+    size: int
+    pre_alloc_size: int = 0
+    """Rows held back for in-transfer decode requests (``DecodeReqToTokenPool``); 0 otherwise, as upstream."""
 
     def __init__(self, usable_rows: int, max_context_len: int, device: str | torch.device) -> None:
         check_count(self.pool_name, "size", usable_rows)

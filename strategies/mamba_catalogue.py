@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from harness.judge.drivers.hybrid import SLOT_CLAIMS
+from harness.judge.drivers.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
 from harness.judge.drivers.mamba_state import STATE_MISUSE
 from strategies.configs import Config, Move, Step, row_catalogue
 
@@ -30,8 +30,9 @@ def _int32_free(driver: Any, rng: random.Random) -> Step | None:
 
 
 def _free_many(driver: Any, rng: random.Random) -> Step | None:
+    """More than 64 live slots freed at once, one left live (so what the call ends is not every live slot)."""
     live = sorted(driver.model.live)
-    return ("free_slots", {"slots": live}) if len(live) > 64 else None
+    return ("free_slots", {"slots": live[1:]}) if len(live) > 65 else None
 
 
 def _free_many_repeating(driver: Any, rng: random.Random) -> Step | None:
@@ -112,6 +113,9 @@ def hybrid_catalogue() -> tuple[Move, ...]:
         *(Move(f"Mamba state: {kind}", 0.03, _state_misuse(kind), misuse=True, setup=_admit_two) for kind in STATE_MISUSE),
         *(Move(f"alloc with a forged request claiming {claim}", 0.03, _claiming(claim), misuse=True, setup=_admit_two)
           for claim in SLOT_CLAIMS),
+        *(Move(f"free_mamba_cache of a request holding {form}", 0.03,
+               _with_holders(1, lambda h, rng, form=form: ("free_mamba_cache_forged", {"handle": h[0], "form": form})),
+               misuse=True, setup=_admit_two) for form in FORGED_SLOT_FORMS),
         *(Move(f"malformed hybrid constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True)
           for c in constructors),
     )

@@ -11,6 +11,7 @@ import pytest
 
 from harness.judge.families import FAMILIES
 from harness.machines import make_machine, run_machine
+from harness.mutate.targets import DEVICE_PATH_FAMILIES
 from pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
 
@@ -29,7 +30,7 @@ def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(f
     run_machine(make_machine(family, check_misuse=False))
 
 
-@pytest.mark.parametrize("family", ["token_kv", "paged_kv", "swa_kv", "prefix_cache", "mamba_slots", "hybrid_req_to_token"])
+@pytest.mark.parametrize("family", DEVICE_PATH_FAMILIES)
 def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_checks(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

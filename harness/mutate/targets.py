@@ -43,7 +43,7 @@ SCHEDULER_PINS: dict[str, dict[str, Any]] = {
 """The scheduler machine's CPU variants, as its tests pin them."""
 
 DEVICE_PATH = "[device-path]"
-DEVICE_PATH_FAMILIES = ("token_kv", "paged_kv", "swa_kv", "prefix_cache")
+DEVICE_PATH_FAMILIES = ("token_kv", "paged_kv", "swa_kv", "prefix_cache", "mamba_slots", "hybrid_req_to_token")
 """Families ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
 (:data:`pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
 _DEVICE_PATH_ENV = "POOLFUZZ_DEVICE_PATH_ON_CPU"

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar
 
 from harness.judge.invariants import InvariantViolation, check
 from harness.judge.trace import Trace
-from pools.errors import PoolError
+from pools.errors import PoolError, ReservedIndexError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +35,13 @@ def operation(fn: F) -> F:
     """Mark a driver method as a replayable operation."""
     fn.__poolfuzz_operation__ = True  # type: ignore[attr-defined]
     return fn
+
+
+def error_numbers(error: PoolError) -> list[int]:
+    """The indices a typed error names: ``indices`` (double free, foreign index) or ``index`` (reserved index)."""
+    if isinstance(error, ReservedIndexError):
+        return [error.index]
+    return list(getattr(error, "indices", []))
 
 
 class Driver:
@@ -142,15 +149,25 @@ class Driver:
         raise NotImplementedError
 
     def expect_rejected(
-        self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str
+        self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str,
+        *, offending: Callable[[PoolError, int], bool] | None = None,
     ) -> None:
-        """Run a call the contract forbids: it must raise ``error`` (or one of them) and change nothing."""
+        """Run a call the contract forbids: it must raise ``error`` (or one of them) and change nothing.
+
+        With ``offending``, the error must also carry the numbers that broke the
+        contract: at least one, and each one ``offending(error, number)`` accepts
+        (a double free naming a live slot, or nothing, points whoever reads it
+        at the wrong index).
+        """
         names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
         before = self.observe()
         try:
             call()
-        except error:
-            pass
+        except error as raised:
+            if offending is not None:
+                named = error_numbers(raised)
+                check(bool(named) and all(offending(raised, n) for n in named), "misuse-rejected",
+                      f"{what} raised {type(raised).__name__} naming {named}, not the numbers that broke the contract")
         except Exception as other:  # another PoolError, or a crash instead of a typed rejection
             raise InvariantViolation(
                 "misuse-rejected", f"{what} raised {type(other).__name__}, expected {names}", error=str(other)

@@ -27,6 +27,9 @@ from pools.req_to_token import Req
 SLOT_CLAIMS = ("a live slot twice", "a slot not handed out", "a non-integer slot", "slot 0", "a slot past the pool")
 """What a forged request's ``mamba_pool_idx`` claims in ``alloc_claiming`` (beside the row claims)."""
 
+FORGED_SLOT_FORMS = ("a float slot", "a bool slot")
+"""How ``free_mamba_cache_forged`` names a live slot in a forged request's ``mamba_pool_idx``."""
+
 
 class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
     """Rows (checked as :class:`RowPoolDriver` does) plus one Mamba slot per request, all-or-nothing;
@@ -190,10 +193,27 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         hm.slots.release(slot)
         claim.slot = None
         self._check_fields([handle], what)
+        check(not req.mamba_needs_clear, "valid-call-accepted", f"after {what}, a request holding no slot still "
+              "carries mamba_needs_clear (a later clear would name a slot it does not own)")
         if row is not None and hm.holds_row(handle):
             self._check_mapping([row], what)
         self._check_counts(what)
         return None
+
+    @operation
+    def free_mamba_cache_forged(self, handle: int, form: str) -> Any:
+        """``free_mamba_cache`` of a forged request naming the live slot of ``handle`` as a float or a bool
+        (:data:`FORGED_SLOT_FORMS`): ``BadBatchError``; a tensor built from it would free a live slot."""
+        hm = self.hybrid
+        if handle not in hm.claims or not hm.holds_slot(handle) or form not in FORGED_SLOT_FORMS:
+            return SKIPPED
+        slot = int(hm.claims[handle].slot)  # type: ignore[arg-type]
+        forged = Req(rid=-2, mamba_pool_idx=float(slot) if form == "a float slot" else slot == 1)
+        result = self.misuse(lambda: self.pool.free_mamba_cache(forged), BadBatchError,
+                             f"free_mamba_cache of a request holding {form} ({forged.mamba_pool_idx!r})")
+        if result is not SKIPPED:
+            self.event(f"misuse: free_mamba_cache of a request holding {form}")
+        return None if result is not SKIPPED else SKIPPED
 
     @operation
     def clear(self) -> None:

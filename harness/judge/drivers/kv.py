@@ -211,7 +211,7 @@ class TokenKVDriver(Driver):
         if not released or not self.check_misuse or any(self.model.page_state(p) == "live" for p in pages):
             return SKIPPED  # type: ignore[return-value]  # a re-allocated page: no pool can tell
         self.expect_rejected(lambda: self.pool.free(self._tensor(released)), DoubleFreeError,
-                             f"second free of handle {handle}'s slots")
+                             f"second free of handle {handle}'s slots", offending=self._offends(released))
         self.event("double free rejected" + (" inside a free group" if self.model.group_open else ""))
 
     @operation
@@ -234,7 +234,26 @@ class TokenKVDriver(Driver):
             expected.append(DoubleFreeError)
         if not expected or not self.check_misuse:
             return SKIPPED  # type: ignore[return-value]  # live pages: free/free_part is the call
-        self.expect_rejected(lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})")
+        self.expect_rejected(lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})",
+                             offending=self._offends(indices))
+
+    def _offends(self, indices: list[int]) -> Any:
+        """What a rejected ``free(indices)`` may name: foreign token indices, a page-0 index, or pages it may not free.
+
+        A double free names pages (token slots on the page-size-1 allocator): each
+        one not live, or (token slots) named twice in the call.
+        """
+        ps, cap = self.page_size, self.model.capacity_slots
+        repeated = set() if self.paged else {i for i in indices if indices.count(i) > 1}
+
+        def offends(error: PoolError, number: int) -> bool:
+            if isinstance(error, ForeignIndexError):
+                return number in indices and not 0 <= number < cap
+            if isinstance(error, ReservedIndexError):
+                return number in indices and 0 <= number < ps
+            pages = {i // ps for i in indices if ps <= i < cap}
+            return number in pages and (number in repeated or self.model.page_state(number) in ("free", "pending"))
+        return offends
 
     @operation
     def free_malformed(self, form: str) -> None:

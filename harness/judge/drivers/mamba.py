@@ -63,12 +63,25 @@ class SlotWindowDriver(Driver):
     def free_list(self) -> list[int]:
         return [int(s) for s in self.slot_allocator.free_slots.reshape(-1).tolist()]
 
-    def misuse(self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str) -> Any:
+    def misuse(self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str,
+               offending: Callable[[PoolError, int], bool] | None = None) -> Any:
         """Expect the typed rejection, or skip the call for a target that does not validate input."""
         if not self.check_misuse:
             return SKIPPED
-        self.expect_rejected(call, error, what)
+        self.expect_rejected(call, error, what, offending=offending)
         return []
+
+    def offends(self, slots: list[int]) -> Callable[[PoolError, int], bool]:
+        """What a rejected ``free(slots)`` may name: slot 0, slots past the pool, or slots named twice or not live."""
+        model = self.slot_model
+
+        def offends(error: PoolError, slot: int) -> bool:
+            if isinstance(error, ReservedIndexError):
+                return slot == 0
+            if isinstance(error, ForeignIndexError):
+                return slot in slots and slot != 0 and not model.in_range(slot)
+            return slot in slots and (slots.count(slot) > 1 or slot not in model.live)
+        return offends
 
     # ------------------------------------------------------------ per-call checks
     def check_handed_out(self, slots: list[int], what: str, reserved: list[int]) -> None:
@@ -257,7 +270,7 @@ class MambaSlotDriver(SlotWindowDriver):
         slots = [self.handles[h] for h in handles]
         what = f"free(slots {slots} of handles {handles})"
         if len(set(slots)) != len(slots) or any(s not in model.live for s in slots):
-            return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), DoubleFreeError, what)
+            return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), DoubleFreeError, what, self.offends(slots))
         if any(model.live[s] != h for h, s in zip(handles, slots)):
             return SKIPPED  # a stale handle whose slot is live again under another owner: no pool can tell
         self.release_slots(slots, what)
@@ -276,7 +289,7 @@ class MambaSlotDriver(SlotWindowDriver):
         if len(set(slots)) != len(slots) or any(model.in_range(s) and s not in model.live for s in slots):
             expected.append(DoubleFreeError)
         if expected:
-            return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), tuple(expected), what)
+            return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), tuple(expected), what, self.offends(slots))
         self.release_slots(slots, what, torch.int32 if int32 else torch.int64)  # their handles go stale
         if not slots or int32:
             self.event("corner: free of an empty tensor" if not slots else "corner: free of an int32 tensor")

@@ -29,7 +29,10 @@ STATE_MISUSE: dict[str, type[PoolError]] = {
     "copy onto itself": BadBatchError,
     "copy naming a destination twice": BadBatchError,
     "copy of unequal lengths": BadBatchError,
+    "copy of one source onto two distinct destinations": BadBatchError,
     "copy from a list": BadBatchError,
+    "copy into a list": BadBatchError,
+    "clear through a list": BadBatchError,
     "copy into padding slot 0": ReservedIndexError,
 }
 """State calls the pool must refuse, and the error each must raise."""
@@ -131,9 +134,10 @@ class MambaStateOps:
         if error is None or not slots or not self.check_misuse:
             return SKIPPED
         pool, size = self.pool.mamba_pool, self.hybrid.slots.size
-        other = next((slot for slot in range(1, size + 1) if slot != slots[0]), None)
-        if kind == "copy naming a destination twice" and other is None:
-            return SKIPPED  # a pool of one slot has no second slot to name twice
+        others = [slot for slot in range(1, size + 1) if slot != slots[0]]
+        other = others[0] if others else None
+        if (kind == "copy naming a destination twice" and other is None) or (kind.startswith("copy of one") and len(others) < 2):
+            return SKIPPED  # a pool this small has no other slot(s) to name
         calls: dict[str, Callable[[], None]] = {
             "clear of padding slot 0": lambda: pool.clear_slots(self._index([*slots, 0])),
             "clear of a slot past the pool": lambda: pool.clear_slots(self._index([*slots, size + 1])),
@@ -142,7 +146,11 @@ class MambaStateOps:
             "copy naming a destination twice": lambda: pool.copy_from(self._index(slots[:1] * 2),
                                                                       self._index([other or 0] * 2)),
             "copy of unequal lengths": lambda: pool.copy_from(self._index(slots), self._index([*slots, *slots])),
+            "copy of one source onto two distinct destinations": lambda: pool.copy_from(self._index(slots[:1]),
+                                                                                         self._index(others[:2])),
             "copy from a list": lambda: pool.copy_from(slots, self._index(slots)),
+            "copy into a list": lambda: pool.copy_from(self._index(slots[:1]), [other]),
+            "clear through a list": lambda: pool.clear_slots(slots),
             "copy into padding slot 0": lambda: pool.copy_from(self._index(slots[:1]), self._index([0])),
         }
         self.expect_rejected(calls[kind], error, f"Mamba state: {kind} (slots {slots})")

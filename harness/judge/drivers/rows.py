@@ -216,13 +216,22 @@ class RowPoolDriver(Driver):
         if expected:
             if not self.check_misuse:
                 return SKIPPED  # type: ignore[return-value]
-            self.expect_rejected(lambda: self.pool.free_rows(rows), tuple(expected), f"free_rows({rows})")  # type: ignore[arg-type]
+            self.expect_rejected(lambda: self.pool.free_rows(rows), tuple(expected), f"free_rows({rows})",  # type: ignore[arg-type]
+                                 offending=lambda error, row: self._offends(error, row, rows))
             return
         if any(self.model.owner.get(r) is not None for r in rows):
             return SKIPPED  # type: ignore[return-value]  # a request's row: free(req) is the call
         self.expect_accepted(lambda: self.pool.free_rows(rows), f"free_rows({rows})")
         for row in rows:
             self.model.release(row)
+
+    def _offends(self, error: PoolError, row: int, rows: list[int]) -> bool:
+        """What a rejected ``free_rows(rows)`` may name: row 0, rows past the pool, rows named twice or free."""
+        if isinstance(error, ReservedIndexError):
+            return row == 0
+        if isinstance(error, ForeignIndexError):
+            return row in rows and row != 0 and not self.model.in_range(row)
+        return row in rows and (rows.count(row) > 1 or row in self.model.free)
 
     def _forged(self, handle: int, claim: str) -> Req | None:
         """A request the driver never admitted, claiming a row as :data:`CLAIMS` says; ``None`` if n/a."""
@@ -322,7 +331,20 @@ class RowPoolDriver(Driver):
         return (tuple(self.pool.free_slots), tuple(self.pool.req_generation.tolist()), self.pool.available_size(),
                 tuple(self.reqs[h].req_pool_idx for h in sorted(self.reqs)))
 
+    def _check_sizes(self) -> None:
+        """The sizes a scheduler reads off the pool are the ones it was built with (and ``num_rows``, where the
+        pool has it, counts every row it can hand out)."""
+        config, pool = self.config, self.pool
+        expected = (config["size"], config["max_context_len"], config.get("pre_alloc_size", 0))
+        actual = (pool.size, pool.max_context_len, pool.pre_alloc_size)
+        check(actual == expected, "in-bounds", "(size, max_context_len, pre_alloc_size) differ from the configuration",
+              actual=actual, expected=expected)
+        if hasattr(type(pool), "num_rows"):  # beyond the protocol: this project's pools have it
+            check(pool.num_rows == self.model.num_rows, "in-bounds", "num_rows differs from the rows handed out",
+                  num_rows=pool.num_rows, expected=self.model.num_rows)
+
     def audit(self) -> None:
+        self._check_sizes()
         free_slots = list(self.pool.free_slots)
         check_unique(free_slots, "no-double-allocation", "free_slots")
         check(0 not in free_slots, "reserved-never-handed-out", "row 0 is on the free list")
