@@ -98,6 +98,10 @@ def _beam_rows(driver: Any, rng: random.Random) -> Step | None:
     return ("free_rows", {"rows": beam[:2]}) if beam else None
 
 
+def _forged_free(form: str) -> Draw:
+    return _with_holders(1, lambda held, rng: ("free_mamba_cache_forged", {"handle": held[0], "form": form}))
+
+
 def hybrid_catalogue() -> tuple[Move, ...]:
     constructors: tuple[Config, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]})
     return (
@@ -113,9 +117,8 @@ def hybrid_catalogue() -> tuple[Move, ...]:
         *(Move(f"Mamba state: {kind}", 0.03, _state_misuse(kind), misuse=True, setup=_admit_two) for kind in STATE_MISUSE),
         *(Move(f"alloc with a forged request claiming {claim}", 0.03, _claiming(claim), misuse=True, setup=_admit_two)
           for claim in SLOT_CLAIMS),
-        *(Move(f"free_mamba_cache of a request holding {form}", 0.03,
-               _with_holders(1, lambda h, rng, form=form: ("free_mamba_cache_forged", {"handle": h[0], "form": form})),
-               misuse=True, setup=_admit_two) for form in FORGED_SLOT_FORMS),
+        *(Move(f"free_mamba_cache of a request holding {form}", 0.03, _forged_free(form), misuse=True,
+               setup=_admit_two) for form in FORGED_SLOT_FORMS),
         *(Move(f"malformed hybrid constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True)
           for c in constructors),
     )

@@ -208,7 +208,8 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         if handle not in hm.claims or not hm.holds_slot(handle) or form not in FORGED_SLOT_FORMS:
             return SKIPPED
         slot = int(hm.claims[handle].slot)  # type: ignore[arg-type]
-        forged = Req(rid=-2, mamba_pool_idx=float(slot) if form == "a float slot" else slot == 1)
+        value: Any = float(slot) if form == "a float slot" else slot == 1
+        forged = Req(rid=-2, mamba_pool_idx=value)
         result = self.misuse(lambda: self.pool.free_mamba_cache(forged), BadBatchError,
                              f"free_mamba_cache of a request holding {form} ({forged.mamba_pool_idx!r})")
         if result is not SKIPPED:
