@@ -208,13 +208,16 @@ class _RowPool(ABC):
         elif isinstance(rows, torch.Tensor):
             if rows.dtype == torch.bool or rows.is_floating_point() or rows.is_complex():
                 raise BadBatchError(self.pool_name, f"write rows must be an integer tensor, got {rows.dtype}")
-            if rows.device.type == "cpu" and bool(((rows <= 0) | (rows >= self._alloc_size)).any()):
-                for row in rows.reshape(-1).tolist():
-                    self._check_row(row)
+            if rows.device.type == "cpu":
+                outside = rows[(rows <= 0) | (rows >= self._alloc_size)].tolist()
+                if 0 in outside:
+                    raise ReservedIndexError(self.pool_name, 0, "row")
+                if outside:
+                    raise ForeignIndexError(self.pool_name, outside, 1, self.num_rows, "row")
         elif isinstance(rows, slice):
-            start, stop, step = rows.indices(self._alloc_size)
-            if step < 1:
+            if rows.step is not None and (not isinstance(rows.step, int) or rows.step < 1):
                 raise BadBatchError(self.pool_name, f"write rows {rows} must step forward")
+            start, stop, _ = rows.indices(self._alloc_size)
             if start == 0 and stop > 0:
                 raise ReservedIndexError(self.pool_name, 0, "row")
         elif isinstance(rows, list):

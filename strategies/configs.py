@@ -264,18 +264,22 @@ ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the 
 """What a forged request claims in ``alloc_claiming`` (the driver's ``CLAIMS``)."""
 
 
-WRITE_SELECTORS_VALID = ("an int row", "a slice of one row", "a list of rows", "an open slice from row 1")
+WRITE_SELECTORS_VALID = ("an int row", "a slice of one row", "a list of rows", "an open slice from row 1",
+                         "an empty slice at row 0")
 WRITE_SELECTORS_MISUSE = ("int row 0", "an int row past the pool", "a negative int row", "a bool row",
-                          "a slice from row 0", "the whole table", "a backward slice", "a list naming row 0",
+                          "a slice from row 0", "the whole table", "a backward slice", "a slice of step 0",
+                          "row 0 alone as a slice", "a list naming row 0",
                           "a list naming a row past the pool", "a float tensor", "a bool tensor",
                           "a tensor naming a row past the pool", "a tensor naming a negative row", "no row at all")
 """How ``write_selecting`` names rows (the driver's ``WRITE_SELECTORS``): valid selectors, then misuse."""
 
 
-def _write_selecting(selector: str) -> Callable[[Any, random.Random], Step | None]:
+def _write_selecting(selector: str, *, whole_rows: bool = False) -> Callable[[Any, random.Random], Step | None]:
     def draw(driver: Any, rng: random.Random) -> Step | None:
         live = driver.live_handles()
-        return ("write_selecting", {"handle": rng.choice(live), "selector": selector}) if live else None
+        if not live:
+            return None
+        return "write_selecting", {"handle": rng.choice(live), "selector": selector, "whole_rows": whole_rows}
     return draw
 
 
@@ -299,6 +303,9 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
           for selector in WRITE_SELECTORS_VALID),
         *(Move(f"write through {selector}", 0.02, _write_selecting(selector), misuse=True, setup=_one_live)
           for selector in WRITE_SELECTORS_MISUSE),
+        Move("write whole rows through an int", 0.03, _write_selecting("an int row", whole_rows=True), setup=_one_live),
+        Move("write whole rows through a list naming row 0", 0.02, _write_selecting("a list naming row 0", whole_rows=True),
+             misuse=True, setup=_one_live),
         *(Move(f"malformed constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True) for c in constructors),
     )
 

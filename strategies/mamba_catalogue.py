@@ -103,7 +103,8 @@ def _forged_free(form: str) -> Draw:
 
 
 def hybrid_catalogue() -> tuple[Move, ...]:
-    constructors: tuple[Config, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]})
+    constructors: tuple[Config, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]},
+                                        {"temporal_shape": [-1]}, {"conv_shape": [1.5]}, {"temporal_shape": [2, 0.5]})
     return (
         *row_catalogue(),
         Move("beam rows given back", 0.2, _beam_rows, setup=_fixed("alloc_rows", need_size=2)),

@@ -15,7 +15,7 @@ describe a failure rather than decide one:
   followed by ``raise ImportError(f"{needs}: ...")``), and an argument of a call to a
   module-level function (of the same module, or imported by name from a sibling)
   that reads that parameter only inside such places (the ``"size"`` of
-  ``_check_count(pool, "size", size)``); the same for ``self.method(...)`` calls to a
+  ``check_count(pool, "size", size)``); the same for ``self.method(...)`` calls to a
   method of the module's classes.
 
 Deleting such an assignment, or the ``raise`` itself, stays *behavioural*: the

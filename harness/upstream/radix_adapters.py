@@ -122,6 +122,11 @@ class UpstreamCacheOver:
         self.eviction_policy = eviction_policy.lower()
         self.device = torch.device(device if device is not None else getattr(allocator, "device", "cpu"))
         self._shim = FreeSegmentShim(allocator, self.device, int(allocator.page_size))
+        self._attach()
+
+    def _attach(self) -> None:
+        """Build the upstream object over ``self._shim`` once the shared fields are set."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         name = self.pool_name.removeprefix("upstream ")
@@ -134,16 +139,8 @@ class RadixCacheOver(UpstreamCacheOver):
     upstream_class: ClassVar[str] = "RadixCache"
     pool_name = "upstream RadixCache"
 
-    def __init__(
-        self,
-        allocator: Any,
-        *,
-        page_size: int | None = None,
-        eviction_policy: str = "lru",
-        device: str | torch.device | None = None,
-    ) -> None:
+    def _attach(self) -> None:
         self.mods: SglangCacheModules = load_sglang_cache()
-        super().__init__(allocator, page_size=page_size, eviction_policy=eviction_policy, device=device)
         self.inner = self.mods.new_radix_cache(self._shim, page_size=self.page_size, eviction_policy=self.eviction_policy)
 
     # ------------------------------------------------------------ state

@@ -60,16 +60,8 @@ class TreeCoreOver(UpstreamCacheOver):
     upstream_class: ClassVar[str] = "RustUnifiedTreeCoreBinding"
     pool_name = "upstream Rust TreeCore"
 
-    def __init__(
-        self,
-        allocator: Any,
-        *,
-        page_size: int | None = None,
-        eviction_policy: str = "lru",
-        device: str | torch.device | None = None,
-    ) -> None:
+    def _attach(self) -> None:
         self.rust: RustTreeCoreBindings = load_rust_tree_core()
-        super().__init__(allocator, page_size=page_size, eviction_policy=eviction_policy, device=device)
         self.core = self.rust.new_core(self.page_size, self.eviction_policy)
         self._receipts: dict[int, list[Any]] = {}
         self.last_insert_frees: list[int] = []

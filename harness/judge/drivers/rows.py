@@ -43,7 +43,10 @@ WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError
     "a bool row": (lambda row, rows: True, (BadBatchError,)),
     "a slice from row 0": (lambda row, rows: slice(0, row + 1), (ReservedIndexError,)),
     "the whole table": (lambda row, rows: slice(None), (ReservedIndexError,)),
+    "an empty slice at row 0": (lambda row, rows: slice(0, 0), ()),
     "a backward slice": (lambda row, rows: slice(row, None, -1), (BadBatchError,)),
+    "a slice of step 0": (lambda row, rows: slice(row, None, 0), (BadBatchError,)),
+    "row 0 alone as a slice": (lambda row, rows: slice(0, 1), (ReservedIndexError,)),
     "a list naming row 0": (lambda row, rows: [row, 0], (ReservedIndexError,)),
     "a list naming a row past the pool": (lambda row, rows: [rows + 1], (ForeignIndexError,)),
     "a float tensor": (lambda row, rows: torch.tensor([float(row)]), (BadBatchError,)),
@@ -274,13 +277,15 @@ class RowPoolDriver(Driver):
         return None
 
     @operation
-    def write_selecting(self, handle: int, selector: str) -> Any:
-        """``write((rows, 0), 7)`` with rows named as :data:`WRITE_SELECTORS` says; each cell it names then holds 7."""
+    def write_selecting(self, handle: int, selector: str, whole_rows: bool = False) -> Any:
+        """``write((rows, 0), 7)`` (``write(rows, 7)`` with ``whole_rows``) with rows named as
+        :data:`WRITE_SELECTORS` says; each cell it names then holds 7."""
         if not self._holds_live_row(handle):
             return SKIPPED
         build, errors = WRITE_SELECTORS[selector]
         rows = build(int(self.reqs[handle].req_pool_idx), self.model.num_rows)  # type: ignore[arg-type]
-        call = lambda: self.pool.write((rows, 0), 7)
+        index = rows if whole_rows else (rows, 0)
+        call = lambda: self.pool.write(index, 7)
         if errors:
             if not self.check_misuse:
                 return SKIPPED
@@ -288,9 +293,9 @@ class RowPoolDriver(Driver):
             self.event(f"misuse: a write through {selector}")
             return None
         self.expect_accepted(call, f"write through {selector} ({rows!r})")
-        written = self.pool.req_to_token[rows, 0].reshape(-1).tolist()
-        check(written and all(v == 7 for v in written), "valid-call-accepted", f"write through {selector} did not land",
-              rows=repr(rows), written=written)
+        written = self.pool.req_to_token[index].reshape(-1).tolist()
+        landed = all(v == 7 for v in written) and bool(written) != selector.startswith("an empty")
+        check(landed, "valid-call-accepted", f"write through {selector} did not land", rows=repr(rows), written=written)
         self.event(f"corner: a write through {selector}")
         return None
 
