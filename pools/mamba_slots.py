@@ -148,7 +148,7 @@ class MambaSlotAllocator:
             self._state[slot] = _FREE
             self._free_list.append_one(slot)
             return
-        flat = indices.reshape(-1)
+        flat = indices if indices.dim() == 1 else indices.reshape(-1)  # a reshape costs more than the check
         ids = flat.cpu().numpy()  # one host sync on a device; no copy on the host
         if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count:
             self._explain_free(ids.tolist())  # foreign, padding, free or reserved
