@@ -138,8 +138,9 @@ class MambaSlotAllocator:
         or DoubleFreeError (a duplicate, a free or an unconsumed reserved slot)
         before any change: upstream appended blindly, giving a slot two owners."""
         kind = indices.dtype if isinstance(indices, torch.Tensor) else None
-        if kind not in _INT_DTYPES:
-            raise BadBatchError(self.pool_name, f"indices must be an integer tensor, got {type(indices).__name__}")
+        if kind not in _INT_DTYPES or indices.dim() != 1:
+            got = f"{indices.dim()}-D {kind}" if kind is not None else type(indices).__name__
+            raise BadBatchError(self.pool_name, f"indices must be a 1-D integer tensor, got {got}")
         count = indices.numel()
         if count == 1:  # a finished request's slot: the common call, checked in Python
             slot = int(indices.item())  # one host sync on a device
@@ -148,8 +149,7 @@ class MambaSlotAllocator:
             self._state[slot] = _FREE
             self._free_list.append_one(slot)
             return
-        flat = indices if indices.dim() == 1 else indices.reshape(-1)  # a reshape costs more than the check
-        ids = flat.cpu().numpy()  # one host sync on a device; no copy on the host
+        ids = indices.cpu().numpy()  # one host sync on a device; no copy on the host
         if self._state_np.take(ids, mode="clip").tobytes().count(_LIVE) != count:
             self._explain_free(ids.tolist())  # foreign, padding, free or reserved
         if count <= _SET_AT_MOST:
@@ -164,7 +164,7 @@ class MambaSlotAllocator:
             if live - self._state.count(_LIVE) != count:
                 self._state_np[ids] = _LIVE
                 self._explain_free(ids.tolist())
-        self._free_list.append(ids if self._on_host else flat.to(self.device, torch.int64))
+        self._free_list.append(ids if self._on_host else indices.to(self.device, torch.int64))
 
     def _explain_free(self, slots: list[int]) -> None:
         """Raise the error for the first slot ``free`` may not release, in call order."""

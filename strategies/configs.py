@@ -265,10 +265,10 @@ ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the 
 
 
 WRITE_SELECTORS_VALID = ("an int row", "a slice of one row", "a list of rows", "an open slice from row 1",
-                         "an empty slice at row 0")
+                         "every other row from row 1", "an empty slice at row 0")
 WRITE_SELECTORS_MISUSE = ("int row 0", "an int row past the pool", "a negative int row", "a bool row",
                           "a slice from row 0", "the whole table", "a backward slice", "a slice of step 0",
-                          "row 0 alone as a slice", "a list naming row 0",
+                          "a slice of a float step", "row 0 alone as a slice", "a list naming row 0",
                           "a list naming a row past the pool", "a float tensor", "a bool tensor",
                           "a tensor naming a row past the pool", "a tensor naming a negative row", "no row at all")
 """How ``write_selecting`` names rows (the driver's ``WRITE_SELECTORS``): valid selectors, then misuse."""

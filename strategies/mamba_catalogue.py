@@ -29,11 +29,6 @@ def _int32_free(driver: Any, rng: random.Random) -> Step | None:
     return ("free_slots", {"slots": live[:2], "int32": True}) if live else None
 
 
-def _two_d_free(driver: Any, rng: random.Random) -> Step | None:
-    live = sorted(driver.model.live)
-    return ("free_slots", {"slots": live[:3], "two_d": True}) if len(live) >= 2 else None
-
-
 def _free_many(driver: Any, rng: random.Random) -> Step | None:
     """More than 64 live slots freed at once, one left live (so what the call ends is not every live slot)."""
     live = sorted(driver.model.live)
@@ -58,12 +53,13 @@ def mamba_slot_catalogue() -> tuple[Move, ...]:
              setup=_take_many),
         Move("free of an empty tensor", 0.1, _fixed("free_slots", slots=[])),
         Move("free of an int32 tensor", 0.1, _int32_free, setup=_fixed("alloc", need_size=1)),
-        Move("free of a 2-D tensor", 0.05, _two_d_free, setup=_fixed("alloc", need_size=2)),
         Move("alloc of a float", 0.05, _fixed("alloc", need_size=1.5), misuse=True),
         Move("alloc of a bool", 0.05, _fixed("alloc", need_size=True), misuse=True),
         Move("group begin of a float", 0.05, _fixed("group_begin", num_reqs=2.0), misuse=True),
         Move("free of a list", 0.05, _fixed("free_malformed", form="list"), misuse=True),
         Move("free of a float tensor", 0.05, _fixed("free_malformed", form="float tensor"), misuse=True),
+        Move("free of a 2-D tensor", 0.05, _fixed("free_malformed", form="2-D tensor"), misuse=True),
+        Move("free of a 0-d tensor", 0.05, _fixed("free_malformed", form="0-d tensor"), misuse=True),
         *(Move(f"malformed constructor {c}", 0.03, _fixed("construct", overrides=c), misuse=True) for c in constructors),
     )
 

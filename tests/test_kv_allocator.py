@@ -328,13 +328,16 @@ def test_misuse_raises_its_typed_error_and_leaves_the_allocator_unchanged(
     assert snapshot(alloc) == before
 
 
-def test_constructors_reject_impossible_sizes() -> None:
+@pytest.mark.parametrize(
+    "build",
+    [lambda: PagedTokenToKVPoolAllocator(10, 4), lambda: PagedTokenToKVPoolAllocator(0, 0),
+     lambda: TokenToKVPoolAllocator(-1), lambda: TokenToKVPoolAllocator(8.0),  # type: ignore[arg-type]
+     lambda: PagedTokenToKVPoolAllocator(8, 2.0), lambda: PagedTokenToKVPoolAllocator(True, 1)],  # type: ignore[arg-type]
+    ids=["unaligned", "page-size-0", "negative", "float-size", "float-page-size", "bool-size"],
+)
+def test_constructors_reject_impossible_sizes_with_bad_size(build: Callable[[], Any]) -> None:
     with pytest.raises(BadSizeError):
-        PagedTokenToKVPoolAllocator(10, 4)
-    with pytest.raises(BadSizeError):
-        PagedTokenToKVPoolAllocator(0, 0)
-    with pytest.raises(BadSizeError):
-        TokenToKVPoolAllocator(-1)
+        build()
 
 
 @needs_triton

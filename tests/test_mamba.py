@@ -184,6 +184,8 @@ def test_short_pool_opens_the_group_with_no_reservation(allocator: Any) -> None:
         (False, lambda a, live, res, dev: a.free(idx([live[0], 2], dev)), DoubleFreeError),
         (False, lambda a, live, res, dev: a.free(idx([live[0], live[0]], dev)), DoubleFreeError),
         (False, lambda a, live, res, dev: a.free(torch.tensor([1.0], device=dev)), BadBatchError),
+        (False, lambda a, live, res, dev: a.free(idx(live[:2], dev).reshape(1, -1)), BadBatchError),
+        (False, lambda a, live, res, dev: a.free(idx(live[:1], dev).reshape(())), BadBatchError),
         (False, lambda a, live, res, dev: a.alloc_group_end(), GroupStateError),
         (False, lambda a, live, res, dev: a.alloc_group_begin(-1), BadSizeError),
         (True, lambda a, live, res, dev: a.free(idx([live[1], res[0]], dev)), DoubleFreeError),
@@ -192,7 +194,7 @@ def test_short_pool_opens_the_group_with_no_reservation(allocator: Any) -> None:
     ],
     ids=[
         "negative-alloc", "float-alloc", "slot-zero", "foreign-slot", "negative-slot", "free-slot",
-        "duplicate-in-call", "float-indices", "end-without-begin", "negative-group", "unconsumed-reserved-slot",
+        "duplicate-in-call", "float-indices", "2-d-indices", "0-d-indices", "end-without-begin", "negative-group", "unconsumed-reserved-slot",
         "nested-begin", "negative-alloc-in-group",
     ],
 )

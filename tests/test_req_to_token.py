@@ -175,8 +175,33 @@ def test_writing_row_zero_is_refused_and_other_rows_are_written(pool: RowPool) -
     assert not pool.req_to_token[0].any()
 
 
-@pytest.mark.parametrize("bad", [dict(size=-1), dict(max_context_len=0)])
-def test_impossible_constructor_sizes_raise_bad_size(bad: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        (slice(None), ReservedIndexError), (slice(0, 2), ReservedIndexError), ([1, 0], ReservedIndexError),
+        (torch.tensor([-5]), ForeignIndexError), (torch.tensor([1, 5]), ForeignIndexError), (-1, ForeignIndexError),
+        ([5], ForeignIndexError), (True, BadBatchError), (torch.ones(5, dtype=torch.bool), BadBatchError),
+        (torch.tensor([1.0]), BadBatchError), (slice(2, None, -1), BadBatchError), (slice(1, None, 0), BadBatchError),
+        (None, BadBatchError),
+    ],
+    ids=["whole-table", "slice-from-0", "list-with-0", "tensor-wrapping-to-0", "tensor-past-end", "negative-int",
+         "list-past-end", "bool", "bool-mask", "float-tensor", "backward-slice", "step-0-slice", "none"],
+)
+def test_a_write_whose_rows_reach_row_0_or_past_the_table_is_refused(rows: Any, error: type[PoolError]) -> None:
+    pool = ReqToTokenPool(4, 8)
+    pool.alloc_rows(4)
+    assert_rejected_unchanged(pool, error, lambda: pool.write((rows, 0), 7))
+
+
+def test_slices_lists_and_tensors_of_real_rows_are_written() -> None:
+    pool = ReqToTokenPool(4, 8)
+    for rows in (slice(1, None, 2), [2, 4], torch.tensor([3]), slice(0, 0)):
+        pool.write((rows, 0), 7)
+    assert pool.req_to_token[:, 0].tolist() == [0, 7, 7, 7, 7]
+
+
+@pytest.mark.parametrize("bad", [dict(size=-1), dict(max_context_len=0), dict(size=2.0), dict(max_context_len=4.5)])
+def test_impossible_constructor_sizes_raise_bad_size(bad: dict[str, Any]) -> None:
     kwargs = {"size": 2, "max_context_len": 4, **bad}
     with pytest.raises(BadSizeError):
         ReqToTokenPool(kwargs["size"], kwargs["max_context_len"])

@@ -127,11 +127,9 @@ class SlotWindowDriver(Driver):
         if from_reservation and not self.slot_model.unconsumed:
             self.event("group reservation exhausted")
 
-    def release_slots(self, slots: list[int], what: str, dtype: torch.dtype = torch.int64, two_d: bool = False) -> None:
-        """A valid ``free`` (of a one-row 2-D tensor with ``two_d``): the slots go back, the counts follow."""
-        indices = self.slot_tensor(slots).to(dtype)
-        indices = indices.reshape(1, -1) if two_d else indices
-        self.expect_accepted(lambda: self.slot_allocator.free(indices), what)
+    def release_slots(self, slots: list[int], what: str, dtype: torch.dtype = torch.int64) -> None:
+        """A valid ``free``: the slots go back, the counts follow."""
+        self.expect_accepted(lambda: self.slot_allocator.free(self.slot_tensor(slots).to(dtype)), what)
         for slot in slots:
             self.slot_model.release(slot)
         self.check_slot_counts(what)
@@ -279,9 +277,9 @@ class MambaSlotDriver(SlotWindowDriver):
         return None
 
     @operation
-    def free_slots(self, slots: list[int], int32: bool = False, two_d: bool = False) -> Any:
-        """Free raw slot numbers (as an int32 tensor with ``int32``, a one-row 2-D one with ``two_d``):
-        padding, foreign, free, reserved or repeated ones are misuse."""
+    def free_slots(self, slots: list[int], int32: bool = False) -> Any:
+        """Free raw slot numbers (as an int32 tensor with ``int32``): padding, foreign, free, reserved or
+        repeated ones are misuse."""
         model, what = self.model, f"free(slots {slots})"
         expected: list[type[PoolError]] = []
         if 0 in slots:
@@ -292,17 +290,18 @@ class MambaSlotDriver(SlotWindowDriver):
             expected.append(DoubleFreeError)
         if expected:
             return self.misuse(lambda: self.pool.free(self.slot_tensor(slots)), tuple(expected), what, self.offends(slots))
-        self.release_slots(slots, what, torch.int32 if int32 else torch.int64, two_d)  # their handles go stale
-        if not slots or int32 or two_d:
-            self.event("corner: free of an empty tensor" if not slots else
-                       "corner: free of an int32 tensor" if int32 else "corner: free of a 2-D tensor")
+        self.release_slots(slots, what, torch.int32 if int32 else torch.int64)  # their handles go stale
+        if not slots or int32:
+            self.event("corner: free of an empty tensor" if not slots else "corner: free of an int32 tensor")
         return None
 
     @operation
     def free_malformed(self, form: str) -> Any:
-        """``free`` of a list or a float tensor instead of an integer tensor: ``BadBatchError``."""
-        slots = sorted(self.model.live)[:1] or [1]
-        indices: Any = {"list": slots, "float tensor": torch.tensor(slots, dtype=torch.float32)}.get(form)
+        """``free`` of a list, a float tensor, or a 2-D or 0-d one, instead of a 1-D integer tensor: ``BadBatchError``."""
+        slots = sorted(self.model.live)[:2] or [1]
+        indices: Any = {"list": slots, "float tensor": torch.tensor(slots, dtype=torch.float32),
+                        "2-D tensor": self.slot_tensor(slots).reshape(1, -1),
+                        "0-d tensor": self.slot_tensor(slots[:1]).reshape(())}.get(form)
         if indices is None:
             return SKIPPED
         result = self.misuse(lambda: self.pool.free(indices), BadBatchError, f"free of a {form} {slots}")

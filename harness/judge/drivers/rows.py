@@ -34,7 +34,8 @@ CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool
 
 WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError], ...]]] = {
     "an int row": (lambda row, rows: row, ()),
-    "a slice of one row": (lambda row, rows: slice(row, row + 1), ()),
+    "a slice of one row": (lambda row, rows: slice(row, row + 1, 1), ()),
+    "every other row from row 1": (lambda row, rows: slice(1, None, 2), ()),
     "a list of rows": (lambda row, rows: [row, row], ()),
     "an open slice from row 1": (lambda row, rows: slice(1, None), ()),
     "int row 0": (lambda row, rows: 0, (ReservedIndexError,)),
@@ -46,6 +47,7 @@ WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError
     "an empty slice at row 0": (lambda row, rows: slice(0, 0), ()),
     "a backward slice": (lambda row, rows: slice(row, None, -1), (BadBatchError,)),
     "a slice of step 0": (lambda row, rows: slice(row, None, 0), (BadBatchError,)),
+    "a slice of a float step": (lambda row, rows: slice(row, None, 1.5), (BadBatchError,)),
     "row 0 alone as a slice": (lambda row, rows: slice(0, 1), (ReservedIndexError,)),
     "a list naming row 0": (lambda row, rows: [row, 0], (ReservedIndexError,)),
     "a list naming a row past the pool": (lambda row, rows: [rows + 1], (ForeignIndexError,)),
