@@ -117,7 +117,8 @@ class _KVAllocatorBase(ABC):
         return self._free_list.take(num_pages)
 
     def _consume(self, num_pages: int) -> None:
-        self._states.mark(self._free_list.take(num_pages), _LIVE)
+        free = self._free_list  # host ids on a CPU pool: no tensor built just to be read back
+        self._states.mark(free.take_host(num_pages) if free.on_host else free.take(num_pages), _LIVE)
         self._free_list.pop(num_pages)
 
     # ------------------------------------------------------------------- frees

@@ -64,10 +64,10 @@ class PageStateTable:
         self.states[0] = RESERVED
         self.states[-1] = RESERVED
 
-    def mark(self, pages: Tensor, state: int) -> None:
-        """Set ``pages`` (valid page ids) to ``state``."""
+    def mark(self, pages: Tensor | np.ndarray, state: int) -> None:
+        """Set ``pages`` (valid page ids; NumPy ones on a CPU pool only) to ``state``."""
         if self._host is not None:
-            self._host[pages.numpy()] = state
+            self._host[pages if isinstance(pages, np.ndarray) else pages.numpy()] = state
         else:
             self.states[pages] = state
 
@@ -85,13 +85,14 @@ class PageStateTable:
         On a device the two checks are one count, read once.
         """
         if self._host is not None:
-            return self.all_live(pages) and not (distinct and self.repeats(pages))
+            ids = pages.numpy()  # once: each conversion costs more than the check on a few hundred ids
+            if self._host.take(ids, mode="clip").tobytes().count(LIVE) != len(ids):
+                return False
+            return not (distinct and len(ids) > 1 and self._repeat_finder()(ids))
         clipped = pages.clamp(0, self.num_pages + 1)
         bad = (self.states[clipped] != LIVE).sum()
         if distinct and pages.shape[0] > 1:
-            if self._repeats is None:
-                self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
-            bad = bad + self._repeats.misplaced(clipped)
+            bad = bad + self._repeat_finder().misplaced(clipped)
         return int(bad) == 0
 
     def all_live(self, pages: Tensor) -> bool:
@@ -118,9 +119,12 @@ class PageStateTable:
         """Whether some page id occurs twice in ``pages`` (valid ids), in O(len(pages))."""
         if pages.shape[0] < 2:
             return False
+        return self._repeat_finder()(pages.numpy() if self._host is not None else pages)
+
+    def _repeat_finder(self) -> RepeatFinder:
         if self._repeats is None:
             self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
-        return self._repeats(pages.numpy() if self._host is not None else pages)
+        return self._repeats
 
 
 class RepeatFinder:
