@@ -119,7 +119,7 @@ class _KVAllocatorBase(ABC):
     def _consume(self, num_pages: int) -> None:
         free = self._free_list  # host ids on a CPU pool: no tensor built just to be read back
         self._states.mark(free.take_host(num_pages) if free.on_host else free.take(num_pages), _LIVE)
-        self._free_list.pop(num_pages)
+        free.pop(num_pages)
 
     # ------------------------------------------------------------------- frees
     def _pages_of(self, indices: torch.Tensor) -> torch.Tensor:
@@ -136,7 +136,6 @@ class _KVAllocatorBase(ABC):
         if not self._states.valid_free(pages, distinct=self.refuses_repeats):
             self._explain_free(indices)
         return self._dedup_pages(pages)
-
 
     def _explain_free(self, indices: torch.Tensor) -> None:
         """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
@@ -218,7 +217,6 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
             return None
         self._consume(need_size)
         return taken
-
 
     def _release(self, pages: torch.Tensor) -> None:
         self._free_list.append(pages)

@@ -10,6 +10,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from harness.judge.drivers.rows import CLAIMS, WRITE_SELECTORS
+
 Config = dict[str, Any]
 
 
@@ -260,18 +262,13 @@ def _toward_rebinding(driver: Any, rng: random.Random) -> Step | None:
     return ("alloc_rows", {"need_size": len(model.free)}) if len(model.free) > 16 else None
 
 
-ROW_CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
-"""What a forged request claims in ``alloc_claiming`` (the driver's ``CLAIMS``)."""
+ROW_CLAIMS = CLAIMS
+"""What a forged request claims in ``alloc_claiming`` (the driver's :data:`CLAIMS`)."""
 
 
-WRITE_SELECTORS_VALID = ("an int row", "a slice of one row", "a list of rows", "an open slice from row 1",
-                         "every other row from row 1", "an empty slice at row 0")
-WRITE_SELECTORS_MISUSE = ("int row 0", "an int row past the pool", "a negative int row", "a bool row",
-                          "a slice from row 0", "the whole table", "a backward slice", "a slice of step 0",
-                          "a slice of a float step", "row 0 alone as a slice", "a list naming row 0",
-                          "a list naming a row past the pool", "a float tensor", "a bool tensor",
-                          "a tensor naming a row past the pool", "a tensor naming a negative row", "no row at all")
-"""How ``write_selecting`` names rows (the driver's ``WRITE_SELECTORS``): valid selectors, then misuse."""
+WRITE_SELECTORS_VALID = tuple(name for name, (_, errors) in WRITE_SELECTORS.items() if not errors)
+WRITE_SELECTORS_MISUSE = tuple(name for name, (_, errors) in WRITE_SELECTORS.items() if errors)
+"""How ``write_selecting`` names rows (the driver's :data:`WRITE_SELECTORS`): valid selectors, then misuse."""
 
 
 def _write_selecting(selector: str, *, whole_rows: bool = False) -> Callable[[Any, random.Random], Step | None]:

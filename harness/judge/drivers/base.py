@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar
 
 from harness.judge.invariants import InvariantViolation, check
 from harness.judge.trace import Trace
-from pools.errors import PoolError, ReservedIndexError
+from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +42,21 @@ def error_numbers(error: PoolError) -> list[int]:
     if isinstance(error, ReservedIndexError):
         return [error.index]
     return list(getattr(error, "indices", []))
+
+
+def offends_free(named: list[int], in_range: Callable[[int], bool],
+                 releasable: Callable[[int], bool]) -> Callable[[PoolError, int], bool]:
+    """What a rejected free of ``named`` ids (0 the padding id) may name, for ``expect_rejected(offending=...)``:
+    0 for a reserved index, named ids out of range for a foreign one, and named ids repeated in the call
+    or not ``releasable`` for a double free."""
+
+    def offends(error: PoolError, number: int) -> bool:
+        if isinstance(error, ReservedIndexError):
+            return number == 0
+        if isinstance(error, ForeignIndexError):
+            return number in named and number != 0 and not in_range(number)
+        return number in named and (named.count(number) > 1 or not releasable(number))
+    return offends
 
 
 class Driver:

@@ -212,9 +212,10 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         forged = Req(rid=-2, mamba_pool_idx=value)
         result = self.misuse(lambda: self.pool.free_mamba_cache(forged), BadBatchError,
                              f"free_mamba_cache of a request holding {form} ({forged.mamba_pool_idx!r})")
-        if result is not SKIPPED:
-            self.event(f"misuse: free_mamba_cache of a request holding {form}")
-        return None if result is not SKIPPED else SKIPPED
+        if result is SKIPPED:
+            return SKIPPED
+        self.event(f"misuse: free_mamba_cache of a request holding {form}")
+        return None
 
     @operation
     def clear(self) -> None:

@@ -245,13 +245,13 @@ class TokenKVDriver(Driver):
         """
         ps, cap = self.page_size, self.model.capacity_slots
         repeated = set() if self.paged else {i for i in indices if indices.count(i) > 1}
+        pages = {i // ps for i in indices if ps <= i < cap}
 
         def offends(error: PoolError, number: int) -> bool:
             if isinstance(error, ForeignIndexError):
                 return number in indices and not 0 <= number < cap
             if isinstance(error, ReservedIndexError):
                 return number in indices and 0 <= number < ps
-            pages = {i // ps for i in indices if ps <= i < cap}
             return number in pages and (number in repeated or self.model.page_state(number) in ("free", "pending"))
         return offends
 

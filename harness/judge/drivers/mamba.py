@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.base import SKIPPED, Driver, offends_free, operation
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.mamba import SlotModel
 from pools.errors import (
@@ -74,14 +74,7 @@ class SlotWindowDriver(Driver):
     def offends(self, slots: list[int]) -> Callable[[PoolError, int], bool]:
         """What a rejected ``free(slots)`` may name: slot 0, slots past the pool, or slots named twice or not live."""
         model = self.slot_model
-
-        def offends(error: PoolError, slot: int) -> bool:
-            if isinstance(error, ReservedIndexError):
-                return slot == 0
-            if isinstance(error, ForeignIndexError):
-                return slot in slots and slot != 0 and not model.in_range(slot)
-            return slot in slots and (slots.count(slot) > 1 or slot not in model.live)
-        return offends
+        return offends_free(slots, model.in_range, lambda slot: slot in model.live)
 
     # ------------------------------------------------------------ per-call checks
     def check_handed_out(self, slots: list[int], what: str, reserved: list[int]) -> None:

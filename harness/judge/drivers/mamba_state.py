@@ -37,6 +37,9 @@ STATE_MISUSE: dict[str, type[PoolError]] = {
 }
 """State calls the pool must refuse, and the error each must raise."""
 
+OTHER_SLOTS_NEEDED = {"copy naming a destination twice": 1, "copy of one source onto two distinct destinations": 2}
+"""Misuse that names slots besides the request's own: how many the pool must have."""
+
 
 class MambaStateOps:
     """Operations on ``pool.mamba_pool`` for a driver with ``pool``, ``hybrid`` (its model) and ``config``."""
@@ -136,7 +139,7 @@ class MambaStateOps:
         pool, size = self.pool.mamba_pool, self.hybrid.slots.size
         others = [slot for slot in range(1, size + 1) if slot != slots[0]]
         other = others[0] if others else None
-        if (kind == "copy naming a destination twice" and other is None) or (kind.startswith("copy of one") and len(others) < 2):
+        if len(others) < OTHER_SLOTS_NEEDED.get(kind, 0):
             return SKIPPED  # a pool this small has no other slot(s) to name
         calls: dict[str, Callable[[], None]] = {
             "clear of padding slot 0": lambda: pool.clear_slots(self._index([*slots, 0])),

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.drivers.base import SKIPPED, Driver, operation
+from harness.judge.drivers.base import SKIPPED, Driver, offends_free, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.rows import RowModel
 from pools.errors import (
@@ -35,16 +35,16 @@ CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool
 WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError], ...]]] = {
     "an int row": (lambda row, rows: row, ()),
     "a slice of one row": (lambda row, rows: slice(row, row + 1, 1), ()),
-    "every other row from row 1": (lambda row, rows: slice(1, None, 2), ()),
     "a list of rows": (lambda row, rows: [row, row], ()),
     "an open slice from row 1": (lambda row, rows: slice(1, None), ()),
+    "every other row from row 1": (lambda row, rows: slice(1, None, 2), ()),
+    "an empty slice at row 0": (lambda row, rows: slice(0, 0), ()),
     "int row 0": (lambda row, rows: 0, (ReservedIndexError,)),
     "an int row past the pool": (lambda row, rows: rows + 1, (ForeignIndexError,)),
     "a negative int row": (lambda row, rows: -1, (ForeignIndexError,)),
     "a bool row": (lambda row, rows: True, (BadBatchError,)),
     "a slice from row 0": (lambda row, rows: slice(0, row + 1), (ReservedIndexError,)),
     "the whole table": (lambda row, rows: slice(None), (ReservedIndexError,)),
-    "an empty slice at row 0": (lambda row, rows: slice(0, 0), ()),
     "a backward slice": (lambda row, rows: slice(row, None, -1), (BadBatchError,)),
     "a slice of step 0": (lambda row, rows: slice(row, None, 0), (BadBatchError,)),
     "a slice of a float step": (lambda row, rows: slice(row, None, 1.5), (BadBatchError,)),
@@ -222,21 +222,13 @@ class RowPoolDriver(Driver):
             if not self.check_misuse:
                 return SKIPPED  # type: ignore[return-value]
             self.expect_rejected(lambda: self.pool.free_rows(rows), tuple(expected), f"free_rows({rows})",  # type: ignore[arg-type]
-                                 offending=lambda error, row: self._offends(error, row, rows))
+                                 offending=offends_free(rows, self.model.in_range, lambda row: row not in self.model.free))
             return
         if any(self.model.owner.get(r) is not None for r in rows):
             return SKIPPED  # type: ignore[return-value]  # a request's row: free(req) is the call
         self.expect_accepted(lambda: self.pool.free_rows(rows), f"free_rows({rows})")
         for row in rows:
             self.model.release(row)
-
-    def _offends(self, error: PoolError, row: int, rows: list[int]) -> bool:
-        """What a rejected ``free_rows(rows)`` may name: row 0, rows past the pool, rows named twice or free."""
-        if isinstance(error, ReservedIndexError):
-            return row == 0
-        if isinstance(error, ForeignIndexError):
-            return row in rows and row != 0 and not self.model.in_range(row)
-        return row in rows and (rows.count(row) > 1 or row in self.model.free)
 
     def _forged(self, handle: int, claim: str) -> Req | None:
         """A request the driver never admitted, claiming a row as :data:`CLAIMS` says; ``None`` if n/a."""
