@@ -1,12 +1,13 @@
-"""``python -m harness`` (also installed as ``poolfuzz``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
+"""``poolfuzz`` (also ``python -m harness``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
 
 ``fuzz``, ``list`` and ``dashboard`` are parsed here; ``replay``, ``selfcheck``,
 ``seed-corpus``, ``bench`` and ``mutate`` are handed their remaining arguments
 (``<module>.main(argv)``), imported only when asked for.  Every failure to start is one line on stderr and exit
-status 2, never a traceback.
+status 2, never a traceback.  Every help text names the program :data:`PROG` (``poolfuzz COMMAND``).
 
 Exit status of ``fuzz``: 0 nothing found, 1 a counterexample (or a crashed
-worker) was found, 2 usage error, 130 interrupted before anything was found.
+worker) was found, 2 usage error, 130 interrupted (Ctrl-C) and 143 terminated
+(SIGTERM) before anything was found.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.helptext import PROG
+
 DISPATCHED = {
     "replay": ("harness.traces.replay", "replay corpus traces through the drivers, without hypothesis"),
     "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
@@ -31,6 +34,7 @@ DISPATCHED = {
     "coverage": ("harness.bench.coverage", "branch coverage of pools/ reached by the machine tests alone"),
 }
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(ValueError):
@@ -77,7 +81,8 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="fuzz this family (repeatable), optionally with another implementation; "
                            "default: every family whose machine imports")
     budget = fuzz.add_mutually_exclusive_group()
-    budget.add_argument("--seconds", type=_positive(float), metavar="N", help="time budget in seconds (default 60)")
+    budget.add_argument("--seconds", type=_positive(float), metavar="N",
+                        help="fuzzing time in seconds, counted once the workers have started (default 60)")
     budget.add_argument("--minutes", type=_positive(float), metavar="N", help="time budget in minutes")
     fuzz.add_argument("--workers", type=_workers, default="auto", metavar="N|auto",
                       help="worker processes (default auto: one per usable core)")
@@ -110,17 +115,30 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help=argparse.SUPPRESS)
 
 
+def version() -> str:
+    """The installed distribution's version (the checkout's pyproject when run uninstalled)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("poolfuzz")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m harness",
-        description="poolfuzz: invariant checking and stateful fuzzing of LLM-serving memory pools.",
-        epilog="Run 'python -m harness COMMAND --help' for a command's options.",
+        prog=PROG,
+        description="poolfuzz: invariant checking and stateful fuzzing of LLM-serving memory pools "
+                    "(also run as 'python -m harness').",
+        epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fuzz = commands.add_parser("fuzz", help="fuzz every target for a time budget, on all cores, and report",
                                description="Fuzz pool implementations for a time budget and write a report. "
                                            "Exit 0: nothing found; 1: counterexample or crashed worker; "
-                                           "2: usage error; 130: interrupted.")
+                                           "2: usage error; 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).")
     _add_fuzz_arguments(fuzz)
     listing = commands.add_parser("list", help="families, implementations, operations, invariants and kernels")
     listing.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
@@ -140,7 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return run_command(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling (imports, start-up)
+        print("poolfuzz: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def run_command(args_list: list[str]) -> int:
     if args_list and args_list[0] in DISPATCHED:
         return dispatch(args_list[0], args_list[1:])
     try:
@@ -148,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     from harness.fuzz.database import DatabaseError
+    from harness.fuzz.outputs import OutputError
     from harness.judge.families import UnknownTargetError
 
     try:
@@ -158,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_dashboard(args)
         return cmd_fuzz(args)
-    except (UnknownTargetError, DatabaseError, UsageError) as exc:
+    except (UnknownTargetError, DatabaseError, OutputError, UsageError) as exc:
         print(f"poolfuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -242,9 +268,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------- fuzz
+def check_outputs(args: argparse.Namespace, report: Path) -> None:
+    """Every place the run writes, checked before any worker starts: a found counterexample must
+    have somewhere to go (:mod:`harness.fuzz.outputs`)."""
+    from harness.fuzz.database import check_database
+    from harness.fuzz.outputs import check_file, check_folder
+
+    check_folder(args.corpus, "--corpus")
+    check_file(report, "--report")
+    if args.dashboard is not None:
+        check_file(args.dashboard, "--dashboard")
+    check_database(args.database)
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.fuzz import FuzzOptions, FuzzRun, select_targets
-    from harness.fuzz.database import check_database
     from harness.fuzz.report import summary_text, write_report
 
     targets, skipped = select_targets(args.target)
@@ -262,16 +300,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             import coverage  # noqa: F401
         except ImportError:
             raise UsageError("--coverage needs coverage.py (pip install 'poolfuzz[test]')") from None
-    check_database(args.database)
     seconds = args.seconds if args.seconds is not None else (args.minutes * 60 if args.minutes else 60.0)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
     live = sys.stderr.isatty() and not args.plain
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     report_path = args.report or Path("reports") / f"poolfuzz-{stamp}-seed{seed}.json"
-    try:
-        report_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--report {report_path}: cannot create its folder: {exc}") from None
+    check_outputs(args, report_path)
     options = FuzzOptions(
         targets=targets, seconds=seconds, workers=args.workers, seed=seed, device=args.device, corpus=args.corpus,
         database=args.database, steps=args.steps, misuse=args.misuse, coverage=args.coverage, grace=args.grace,

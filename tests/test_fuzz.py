@@ -30,7 +30,7 @@ from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, sel
 from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.counted import EventLog
 from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
-from harness.fuzz.report import FailureRecord, TargetStats, summary_text
+from harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
 from harness.judge.families import FAMILIES, Family, UnknownTargetError
 from harness.traces.schema import load_trace
 
@@ -133,12 +133,24 @@ def stats() -> list[TargetStats]:
 def test_plain_progress_is_one_line_with_totals_and_every_target() -> None:
     stream = io.StringIO()
     progress = Progress(stream, live=False, every=5.0, started=100.0, deadline=130.0)
+    progress.fuzzing_from(100.0, 130.0)
     progress.tick(stats(), now=110.0)
     progress.tick(stats(), now=111.0)
     (line,) = stream.getvalue().splitlines()
     assert "0:00:10 elapsed, 0:00:20 left" in line
     assert "steps 54.4k" in line and "failures 1" in line
     assert f"{LEAKY} 40!" in line and "\x1b" not in line
+
+
+def test_the_elapsed_clock_never_goes_back_when_start_up_ends() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, live=False, every=0.1, started=100.0, deadline=120.0)
+    progress.tick([], now=104.0)
+    progress.fuzzing_from(105.0, 125.0)
+    progress.tick([], now=106.0)
+    starting, fuzzing = stream.getvalue().splitlines()
+    assert "0:00:04 elapsed, 0:00:20 left, starting workers" in starting
+    assert "0:00:06 elapsed, 0:00:19 left, fuzzing, start-up 5.0 s" in fuzzing
 
 
 def test_the_live_table_redraws_in_place_and_keeps_announcements() -> None:
@@ -151,6 +163,17 @@ def test_the_live_table_redraws_in_place_and_keeps_announcements() -> None:
     assert text.count("\x1b[5F\x1b[J") == 1  # the note erased the 5-line table once; the redraw follows it
     assert "FAILURE something\n" in text
     assert "54,321" in text and "5,432" in text  # steps and steps/s of the busy target
+
+
+def test_the_events_summary_lists_the_most_frequent_labels_within_100_columns() -> None:
+    labels = {f"label {n:02d} " + "x" * (120 if n == 0 else 0): 1000 - n for n in range(12)}
+    target = {"target": "paged_kv", "events": labels}
+    lines = events_summary([target, {"target": "quiet", "events": {}}])
+    assert lines[2] == "  paged_kv: 12 distinct, 11,934 in all"
+    assert lines[3].startswith("    1,000  label 00 x") and lines[3].endswith("…")
+    assert [line.split("  ")[-1] for line in lines[4:11]] == [f"label {n:02d} " for n in range(1, 8)]
+    assert lines[11].strip() == "and 4 more (3,962 in all)"
+    assert len(lines) == 12 and all(len(line) <= 100 for line in lines)
 
 
 def test_clock_and_compact_numbers_read_well() -> None:
@@ -169,7 +192,7 @@ def test_the_summary_names_failures_with_their_trace_and_how_to_replay_it() -> N
     assert "1 failure(s)" in text
     assert f"{LEAKY}: [conservation] free rows differ from the model" in text
     assert "python -m harness replay corpus/found/req_to_token/x.json" in text
-    assert "pool exactly full (3)" in text
+    assert "    3  pool exactly full" in text.splitlines()
 
 
 # ------------------------------------------------------------------ real runs

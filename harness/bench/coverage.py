@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+from harness.helptext import prog, summary
 
 ROOT = Path(harness.__file__).resolve().parent.parent
 MACHINE_TESTS = ("tests/test_scheduler_machine.py", "tests/test_machines.py")
@@ -159,7 +160,7 @@ def _file_coverage(path: str, entry: dict[str, Any]) -> FileCoverage | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness coverage", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("coverage"), description=summary(__doc__))
     parser.add_argument("--jobs", type=int, default=2, help="test files run at once (default 2)")
     parser.add_argument("--missing", action="store_true", help="list the missed lines and arcs of each file")
     parser.add_argument("--fail-under", type=float, default=None, metavar="PERCENT",

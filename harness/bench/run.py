@@ -41,6 +41,7 @@ from harness.bench.timing import (
     verdict,
 )
 from harness.bench.workloads import checked_and_bare, workloads
+from harness.helptext import prog, summary
 from pools.mamba import MambaSlotAllocator
 from pools.page_alloc import get_kernel, triton_available
 from pools.req_to_token import ReqToTokenPool
@@ -300,7 +301,7 @@ def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog("bench"), description=summary(__doc__))
     parser.add_argument("--quick", action="store_true", help="short run (under 30 s), noisier numbers")
     parser.add_argument("--output", type=Path, default=DOC, help=f"markdown file to write (default {DOC})")
     parser.add_argument("--no-write", action="store_true", help="print the tables only")

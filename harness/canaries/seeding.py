@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hypothesis import settings as Settings
 
+from harness.helptext import prog, summary
 from harness.judge.families import UnknownTargetError, family, parse_overrides
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import build_settings, failure_trace, make_machine, run_machine, violation_of
@@ -98,7 +99,7 @@ def seed_trace(family_name: str, canary: str, note: str, *, corpus: Path = DEFAU
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.canaries.seeding [NAME | FAMILY=module:attr ...] [--corpus DIR] [--note TEXT]``."""
-    parser = argparse.ArgumentParser(prog="python -m harness.canaries.seeding", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("seed-corpus"), description=summary(__doc__))
     parser.add_argument("seeds", nargs="*", metavar="NAME|FAMILY=module:attr",
                         help=f"canary names from harness.canaries (default: {', '.join(SEEDS)}) or explicit specs")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)

@@ -36,6 +36,7 @@ from typing import Any
 
 from hypothesis import Phase
 
+from harness.helptext import prog, summary
 from harness.canaries import CANARIES, Canary, canary_machine, machine_available
 from harness.fuzz.walk import Finding, WalkRun
 from harness.judge.families import UnknownTargetError
@@ -294,7 +295,7 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness selfcheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog("selfcheck"), description=summary(__doc__))
     parser.add_argument("--seconds-per-canary", type=float, default=DEFAULT_SECONDS, metavar="N",
                         help=f"fuzzing budget per canary and seed (default {DEFAULT_SECONDS:g})")
     parser.add_argument("--canary", action="extend", nargs="+", default=[], metavar="NAME",

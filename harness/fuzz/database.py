@@ -26,8 +26,11 @@ errors) shows :func:`redacted` instead.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
+
+from harness.fuzz.outputs import OutputError, check_folder
 
 DEFAULT_DATABASE = ".hypothesis/poolfuzz"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -127,8 +130,21 @@ def _open_layer(spec: str) -> Any:
 
 
 def check_database(spec: str) -> None:
-    """Open every layer of ``spec`` once in the parent, so a bad value is a usage error before any worker starts."""
+    """Open every layer of ``spec`` once in the parent, so a bad value is a usage error before any worker starts.
+
+    A layer that looks like a URL must use a scheme redis-py opens (``bogus://x`` is not a folder
+    named ``bogus:``); a directory layer must be a folder that exists or can be made and written.
+    """
     for layer, _ in layers(spec):
+        if "://" in layer and not is_redis(layer):
+            scheme = layer.split("://", 1)[0]
+            raise DatabaseError(f"--database {redacted(spec)}: unknown scheme {scheme + '://'!r}; "
+                                f"a layer is a folder or one of {', '.join(REDIS_SCHEMES)}")
+        if not is_redis(layer):
+            try:
+                check_folder(Path(layer), "--database")
+            except OutputError as exc:
+                raise DatabaseError(str(exc)) from None
         database = _open_layer(layer)
         if not is_redis(layer):
             continue

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.fuzz.protocol import TargetRef
-from harness.judge.families import FAMILIES, UnknownTargetError, family, implementation_for, load_factory, resolve
+from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, resolve
 
 
 @dataclass
@@ -43,7 +43,9 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
     implementation instead.  Naming a family whose machine or implementation
     does not import is an :class:`UnknownTargetError`, and so is a
     ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
-    every registered family is tried and defaults that do not import are skipped.
+    every registered family is tried and defaults that do not import are skipped.  A substitute
+    that does not fit its family (:func:`~harness.judge.families.check_target`: another family's
+    constructor, missing protocol methods) is an :class:`UnknownTargetError` too, not a finding.
     """
     explicit = bool(items)
     wanted: list[tuple[str, str]] = []
@@ -58,10 +60,11 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
     for name, spec in dict.fromkeys(wanted):
         try:
             resolve(family(name).machine)
-            load_factory(spec)
+            check_target(name, spec)
         except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
             if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env
-                raise UnknownTargetError(f"target {name}={spec}: {exc}") from None
+                message = str(exc) if isinstance(exc, UnknownTargetError) else f"target {name}={spec}: {exc}"
+                raise UnknownTargetError(message) from None
             skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
             continue
         key = name if spec == family(name).default else f"{name}={spec}"

@@ -40,10 +40,18 @@ class Progress:
         self.live = live
         self.every = every
         self.started = started
+        """When the command started: the elapsed clock counts from here and never goes back."""
+        self.fuzz_started: float | None = None
+        """When the workers were all ready and fuzzing began (``None`` while they start)."""
+        self.budget = deadline - started
         self.deadline = deadline
         self.last = 0.0
         self.drawn = 0
-        self.status = "fuzzing"
+        self.status = "starting workers"
+
+    def fuzzing_from(self, when: float, deadline: float) -> None:
+        """Start-up is over: the budget runs from ``when`` to ``deadline``."""
+        self.fuzz_started, self.deadline, self.status = when, deadline, "fuzzing"
 
     def note(self, line: str) -> None:
         """An announcement that must stay visible (failures, crashes, stopping)."""
@@ -78,32 +86,38 @@ class Progress:
             self.drawn = 0
 
     # ------------------------------------------------------------- renderings
-    def _times(self, now: float) -> tuple[float, float]:
-        if self.status == "starting workers":
-            return now - self.started, self.deadline - self.started
-        return now - self.started, max(0.0, self.deadline - now)
+    def _times(self, now: float) -> tuple[str, float, float]:
+        """The status with the start-up phase's length once it is over, seconds fuzzed, seconds left.
+
+        The elapsed clock (``now - started``) counts from the command's start and never goes back;
+        the budget counts from the end of start-up, which the status shows as its own phase.
+        """
+        if self.fuzz_started is None:
+            return self.status, 0.0, self.budget
+        status = f"{self.status}, start-up {self.fuzz_started - self.started:.1f} s"
+        return status, now - self.fuzz_started, max(0.0, self.deadline - now)
 
     def line(self, rows: list[TargetStats], now: float) -> str:
-        elapsed, left = self._times(now)
+        status, fuzzed, left = self._times(now)
         steps = sum(r.steps for r in rows)
         examples = sum(r.examples for r in rows)
         failures = sum(len(r.failures) + len(r.crashes) for r in rows)
         parts = ", ".join(f"{r.key} {compact(r.steps)}" + ("!" if r.failures or r.crashes else "") for r in rows)
-        rate = steps / elapsed if elapsed > 0 else 0.0
-        return (f"[poolfuzz {clock(elapsed)} elapsed, {clock(left)} left, {self.status}] steps {compact(steps)} "
+        rate = steps / fuzzed if fuzzed > 0 else 0.0
+        return (f"[poolfuzz {clock(now - self.started)} elapsed, {clock(left)} left, {status}] steps {compact(steps)} "
                 f"({compact(rate)}/s) examples {compact(examples)} failures {failures} | {parts}")
 
     def table(self, rows: list[TargetStats], now: float) -> list[str]:
-        elapsed, left = self._times(now)
+        status, fuzzed, left = self._times(now)
         width = max([len("target")] + [len(r.key) for r in rows])
         header = f"{'target':<{width}}  {'examples':>9}  {'steps':>10}  {'steps/s':>8}  {'events':>6}  {'failures':>8}"
-        lines = [f"poolfuzz  {self.status}  elapsed {clock(elapsed)}  left {clock(left)}", header]
+        lines = [f"poolfuzz  {status}  elapsed {clock(now - self.started)}  left {clock(left)}", header]
         for r in rows:
             failed = len(r.failures) + len(r.crashes)
             lines.append(f"{r.key:<{width}}  {r.examples:>9,}  {r.steps:>10,}  {r.steps_per_second:>8,.0f}  "
                          f"{len(r.events):>6}  {failed:>8}")
         steps = sum(r.steps for r in rows)
-        rate = steps / elapsed if elapsed > 0 else 0.0
+        rate = steps / fuzzed if fuzzed > 0 else 0.0
         total_failed = sum(len(r.failures) + len(r.crashes) for r in rows)
         lines.append(f"{'total':<{width}}  {sum(r.examples for r in rows):>9,}  {steps:>10,}  {rate:>8,.0f}  "
                      f"{'':>6}  {total_failed:>8}")

@@ -128,6 +128,33 @@ class CoverageSample:
 
 
 @dataclass(frozen=True)
+class FailureSeen:
+    """The first failing step on ``target``, sent before shrinking starts: its unshrunk trace is on disk.
+
+    Shrinking can take a minute, and a run can be killed during it; the parent prints this at
+    once (invariant, message, trace, replay command), and it is the report's record of the failure
+    if no :class:`FailureFound` follows.
+    """
+
+    target: str
+    family: str
+    implementation: str
+    invariant: str
+    trace: str | None
+    steps: int
+    message: str
+    round: int
+    seed: int
+    problem: str = ""
+    """Why the trace is not under ``--corpus`` (it went to a temporary folder), if it is not."""
+
+    @property
+    def first_line(self) -> str:
+        text = self.message.strip()
+        return text.splitlines()[0] if text else self.invariant
+
+
+@dataclass(frozen=True)
 class FailureFound:
     """A failure on ``target``: an invariant violation (with its saved trace) or any other error."""
 
@@ -154,4 +181,4 @@ class Bye:
     """The worker's last message: everything worth keeping has been sent."""
 
 
-Message = Hello | RoundStarted | ProgressReport | CoverageSample | FailureFound | Bye
+Message = Hello | RoundStarted | ProgressReport | CoverageSample | FailureSeen | FailureFound | Bye

@@ -35,18 +35,32 @@ class FailureRecord(FailureFound):
 
     worker: str
     found_after_s: float
+    """Seconds from the start of fuzzing to the report of the shrunk failure."""
+    first_seen_after_s: float | None = None
+    """Seconds from the start of fuzzing to the first failing step, before shrinking (``None``: not
+    reported apart, as for errors and failures replayed from the database)."""
+    unshrunk_steps: int | None = None
+    """Length of the trace at the first failing step."""
 
     @classmethod
-    def of(cls, found: FailureFound, *, worker: str, found_after_s: float) -> FailureRecord:
-        return cls(**dataclasses.asdict(found), worker=worker, found_after_s=round(found_after_s, 1))
+    def of(cls, found: FailureFound, *, worker: str, found_after_s: float, first_seen_after_s: float | None = None,
+           unshrunk_steps: int | None = None) -> FailureRecord:
+        first = round(first_seen_after_s, 2) if first_seen_after_s is not None else None
+        return cls(**dataclasses.asdict(found), worker=worker, found_after_s=round(found_after_s, 1),
+                   first_seen_after_s=first, unshrunk_steps=unshrunk_steps)
 
     @property
     def replay(self) -> str | None:
         """The command that reproduces this failure without hypothesis."""
-        return f"python -m harness replay {shlex.quote(self.trace)}" if self.trace else None
+        return replay_command(self.trace) if self.trace else None
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "replay": self.replay}
+
+
+def replay_command(trace: str) -> str:
+    """The command that replays a saved trace, ready to paste."""
+    return f"python -m harness replay {shlex.quote(trace)}"
 
 
 @dataclass(frozen=True)
@@ -361,12 +375,7 @@ def summary_text(report: dict[str, Any]) -> str:
         lines += ["", "crashed workers (their target is not fuzzed further in this run):"]
         for c in report["crashes"]:
             lines.append(f"  {c['worker']} on {c['target'] or '(no target yet)'}: {c['reason']}  log: {c['log']}")
-    reached = [t for t in targets if t["events"]]
-    if reached:
-        lines += ["", "events reached:"]
-        for t in reached:
-            shown = ", ".join(f"{label} ({count:,})" for label, count in t["events"].items())
-            lines.append(f"  {t['target']}: {shown}")
+    lines += events_summary(targets)
     if report.get("skipped"):
         lines += ["", "skipped families:"] + [f"  {s['family']}: {s['reason']}" for s in report["skipped"]]
     coverage = report.get("coverage")
@@ -375,6 +384,32 @@ def summary_text(report: dict[str, Any]) -> str:
         lines += ["  " + line for line in _table(
             [[name, f"{entry['percent']:.1f}%"] for name, entry in coverage["files"].items()], right={1})]
     return "\n".join(lines)
+
+
+SUMMARY_WIDTH = 100
+TOP_EVENTS = 8
+
+
+def events_summary(targets: list[dict[str, Any]], *, top: int = TOP_EVENTS, width: int = SUMMARY_WIDTH) -> list[str]:
+    """The events block, as hypothesis's statistics show them: per target, its most frequent labels
+    with their counts, one a line, cut to ``width`` columns; the rest counted, not listed (the
+    report's ``targets[].events`` has them all)."""
+    reached = [t for t in targets if t["events"]]
+    if not reached:
+        return []
+    lines = ["", f"events (the {top} most frequent per target; all of them are in the JSON report):"]
+    for t in reached:
+        ranked = sorted(t["events"].items(), key=lambda item: (-item[1], item[0]))
+        total = sum(count for _, count in ranked)
+        lines.append(f"  {t['target']}: {len(ranked)} distinct, {total:,} in all")
+        digits = len(f"{ranked[0][1]:,}")
+        for label, count in ranked[:top]:
+            line = f"    {count:>{digits},}  {label}"
+            lines.append(line if len(line) <= width else line[:width - 1] + "…")
+        if len(ranked) > top:
+            rest = sum(count for _, count in ranked[top:])
+            lines.append(f"    {'':>{digits}}  and {len(ranked) - top} more ({rest:,} in all)")
+    return lines
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:

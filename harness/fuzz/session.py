@@ -54,6 +54,7 @@ from harness.fuzz.protocol import (
     Bye,
     CoverageSample,
     FailureFound,
+    FailureSeen,
     Hello,
     Message,
     ProgressReport,
@@ -69,6 +70,7 @@ from harness.fuzz.report import (
     combine_coverage,
     machine_info,
     possible_arcs,
+    replay_command,
     utc_now,
     versions,
 )
@@ -129,9 +131,13 @@ class FuzzRun:
         self.crashes: list[CrashRecord] = []
         self.handlers: dict[type, Any] = {
             Hello: self.on_hello, RoundStarted: self.on_round, ProgressReport: self.on_progress,
-            CoverageSample: self.on_coverage, FailureFound: self.on_failure, Bye: self.on_bye,
+            CoverageSample: self.on_coverage, FailureSeen: self.on_seen, FailureFound: self.on_failure,
+            Bye: self.on_bye,
         }
+        self.seen: dict[str, tuple[FailureSeen, str, float]] = {}
+        """Per target: its first failing step (the message, the worker, seconds into fuzzing), before shrinking."""
         self.interrupts = 0
+        self.signal: int | None = None
         self.stop_reason: str | None = None
         self.term_at = self.kill_at = float("inf")
         self.termed = False
@@ -144,7 +150,6 @@ class FuzzRun:
         self.deadline = float("inf")  # set when the workers are ready (start_when_ready)
         self.progress = Progress(err, live=options.live, every=options.progress_every, started=self.started,
                                  deadline=self.started + options.seconds)
-        self.progress.status = "starting workers"
 
     # ------------------------------------------------------------ workers
     def spawn(self, index: int, generation: int) -> None:
@@ -183,15 +188,54 @@ class FuzzRun:
     def on_coverage(self, slot: Slot, message: CoverageSample) -> None:
         self.stats[message.target].add_arcs(message.arcs)
 
+    def on_seen(self, slot: Slot, message: FailureSeen) -> None:
+        """A first failing step: print it at once, with the unshrunk trace and its replay command."""
+        self.retired[self.by_key[message.target].index] = 1
+        if message.target in self.seen:
+            return
+        after = time.time() - self.fuzz_started
+        self.seen[message.target] = (message, slot.name, after)
+        lines = [f"FAILURE {message.target} after {after:.1f} s: {message.first_line}"]
+        if message.trace:
+            lines += [f"  unshrunk trace ({message.steps} steps): {message.trace}",
+                      f"  replay: {replay_command(message.trace)}"]
+        if message.problem:
+            lines.append(f"  ({message.problem})")
+        lines.append("  shrinking it now; no more fuzzing of this target in this run")
+        self.progress.note("\n".join(lines))
+
     def on_failure(self, slot: Slot, message: FailureFound) -> None:
         stats = self.stats[message.target]
         self.retired[self.by_key[message.target].index] = 1
         if any((f.invariant, f.trace) == (message.invariant, message.trace) for f in stats.failures):
             return
-        stats.failures.append(FailureRecord.of(message, worker=slot.name, found_after_s=time.time() - self.fuzz_started))
-        where = f"; trace {message.trace}" if message.trace else ""
-        self.progress.note(f"FAILURE {message.target}: {message.first_line}{where} "
-                           "(no more fuzzing of this target in this run)")
+        seen = self.seen.get(message.target)
+        first_seen = seen[2] if seen is not None and seen[0].invariant == message.invariant else None
+        stats.failures.append(FailureRecord.of(
+            message, worker=slot.name, found_after_s=time.time() - self.fuzz_started, first_seen_after_s=first_seen,
+            unshrunk_steps=seen[0].steps if first_seen is not None and seen is not None else None))
+        if message.trace:
+            shrunk = "shrunk" if message.shrunk else "partially shrunk"
+            where = f"\n  {shrunk} trace ({message.steps} steps): {message.trace}\n  replay: {replay_command(message.trace)}"
+        else:
+            where = ""
+        self.progress.note(f"FAILURE {message.target}: {message.first_line}{where}"
+                           + ("" if seen is not None else "\n  no more fuzzing of this target in this run"))
+
+    def unreported_sightings(self) -> None:
+        """Failures seen but never reported shrunk (the worker was killed while shrinking): their
+        unshrunk traces are the report's record of them, so the run still exits 1."""
+        for target, (seen, worker, after) in self.seen.items():
+            stats = self.stats[target]
+            if any(f.invariant == seen.invariant for f in stats.failures):
+                continue
+            found = FailureFound(
+                target=seen.target, family=seen.family, implementation=seen.implementation, kind="violation",
+                invariant=seen.invariant, trace=seen.trace, steps=seen.steps,
+                message=seen.message + "\n  (unshrunk: the worker ended before shrinking finished)", shrunk=False,
+                round=seen.round, seed=seen.seed)
+            stats.failures.append(FailureRecord.of(found, worker=worker, found_after_s=after, first_seen_after_s=after,
+                                                   unshrunk_steps=seen.steps))
 
     def on_bye(self, slot: Slot, message: Bye) -> None:
         slot.said_bye = True
@@ -228,8 +272,7 @@ class FuzzRun:
             return
         self.fuzz_started = time.time()
         self.deadline = self.fuzz_started + self.options.seconds
-        self.progress.started, self.progress.deadline = self.fuzz_started, self.deadline
-        self.progress.status = "fuzzing"
+        self.progress.fuzzing_from(self.fuzz_started, self.deadline)
         self.next_sample = self.fuzz_started
         self.shared.go.set()
 
@@ -312,6 +355,7 @@ class FuzzRun:
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
+        self.signal = signum
 
     # ---------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
@@ -329,6 +373,7 @@ class FuzzRun:
                 if slot.process.is_alive():
                     slot.process.kill()
                 slot.process.join()
+        self.unreported_sightings()
         if self.deadline != float("inf"):
             self.sample(time.time(), force=True)
         self.progress.tick(self.stats.values(), force=True)
@@ -389,7 +434,7 @@ class FuzzRun:
             startup_s=self.fuzz_started - self.started,
             interrupted=interrupted,
             ended_because=self.stop_reason or "every worker finished (all targets retired)",
-            exit_status=exit_status(found, interrupted),
+            exit_status=exit_status(found, interrupted, self.signal),
             run={
                 "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
                 "steps_per_example": o.steps, "misuse": o.misuse, "database": redacted(o.database),
@@ -414,8 +459,11 @@ def opening_line(o: FuzzOptions) -> str:
             f"seed {o.seed}, device {o.device}, database {redacted(o.database)}")
 
 
-def exit_status(found: bool, interrupted: bool) -> int:
-    """1 when anything was found (even if interrupted), 130 when interrupted clean, else 0."""
+def exit_status(found: bool, interrupted: bool, signum: int | None = None) -> int:
+    """1 when anything was found (even if interrupted); interrupted clean, 128 + the signal's number
+    (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process the signal ended; else 0."""
     if found:
         return EXIT_FOUND
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if not interrupted:
+        return EXIT_OK
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED

@@ -36,7 +36,7 @@ from harness.judge.drivers.base import Driver
 from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
-from harness.traces.corpus import save_trace
+from harness.traces.keep import keep_trace
 from harness.traces.shrink import shrink_trace
 from strategies.configs import Move, Step, Walk, config_corners, row_walk
 from strategies.kv import paged_kv_walk, token_kv_walk
@@ -82,6 +82,8 @@ class Finding:
     found_steps: int
     """Steps of the trace when found, before shrinking."""
     trace_path: Path | None = None
+    trace_problem: str = ""
+    """Why the trace is not in the corpus asked for (:func:`~harness.traces.keep.keep_trace`), if it is not."""
 
     @property
     def violation(self) -> InvariantViolation | None:
@@ -106,6 +108,8 @@ class WalkRun:
     audit_period: int = 8
     corpus: Path | None = None
     shrink: bool = True
+    on_found: Callable[[InvariantViolation, Trace], None] | None = None
+    """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
     steps: int = 0
     episodes: int = 0
     events: Counter[str] = field(default_factory=Counter)
@@ -183,6 +187,8 @@ class WalkRun:
         trace = driver.trace if driver is not None else Trace(self.family, self.spec, config)
         found = len(trace.steps)
         violation = exc if isinstance(exc, InvariantViolation) else None
+        if violation is not None and self.on_found is not None:
+            self.on_found(violation, trace)
         if violation is not None and self.shrink:
             trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=self.spec, factory=self.factory,
                                  check_misuse=self.check_misuse)
@@ -190,8 +196,10 @@ class WalkRun:
                             "implementation": trace.implementation}
         fill_provenance(trace, seed=self.seed, note=f"found by the {self.family} walk (seed {self.seed}, "
                                                    f"episode {self.episodes})")
-        path = save_trace(trace, self.corpus) if self.corpus is not None and violation is not None else None
-        return Finding(exc, trace, found, path)
+        if self.corpus is None or violation is None:
+            return Finding(exc, trace, found)
+        kept = keep_trace(trace, self.corpus)
+        return Finding(exc, trace, found, kept.path, kept.problem)
 
 
 def _step_of(move: Move, driver: Driver, rng: random.Random) -> tuple[str, Step] | None:

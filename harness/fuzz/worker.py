@@ -28,6 +28,7 @@ false``), so a counterexample is never lost to the clock.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import random
@@ -43,6 +44,7 @@ from harness.fuzz.protocol import (
     FLUSH_SECONDS,
     CoverageSample,
     FailureFound,
+    FailureSeen,
     Hello,
     Message,
     ProgressReport,
@@ -59,7 +61,7 @@ from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
-from harness.traces.corpus import save_trace
+from harness.traces.keep import Kept, discard, keep_trace
 
 #: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
 FIRST_ROUND_EXAMPLES = 10
@@ -111,6 +113,8 @@ class Worker:
         self.abandoning = False
         self.pending: tuple[InvariantViolation, Trace] | None = None
         self.seed = 0
+        self.round_no = 0
+        self.unshrunk: Kept | None = None  # the first failing trace of this round, written before shrinking
         self.poisoned = False
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
         self.walks: dict[str, WalkRun] = {}
@@ -180,8 +184,32 @@ class Worker:
             self.pending = (violation, trace)
             if self.target is not None:
                 self.retired[self.target.index] = 1
+            self.first_sighting(violation, trace)
         elif violation.invariant_id == self.pending[0].invariant_id and len(trace.steps) <= len(self.pending[1].steps):
             self.pending = (violation, trace)
+
+    def first_sighting(self, violation: InvariantViolation, trace: Trace) -> None:
+        """Write the unshrunk failing trace now and tell the parent, before any shrinking.
+
+        Shrinking may take longer than the run has left, and the process may be killed during it;
+        the finding must not depend on it finishing.  :meth:`found` removes this file once the
+        shrunk trace that replaces it is on disk.
+        """
+        target = self.target
+        if target is None:
+            return
+        unshrunk = copy.deepcopy(trace)
+        unshrunk.expect = {"outcome": "violation", "invariant": violation.invariant_id,
+                           "implementation": unshrunk.implementation}
+        fill_provenance(unshrunk, seed=self.seed, note=(
+            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
+            "unshrunk: saved the moment it was found"))
+        self.unshrunk = kept = keep_trace(unshrunk, Path(self.plan.corpus))
+        self.send(FailureSeen(
+            target=target.key, family=target.family, implementation=target.spec, invariant=violation.invariant_id,
+            trace=str(kept.path) if kept.path is not None else None, steps=len(unshrunk.steps),
+            message=str(violation), round=self.round_no, seed=self.seed, problem=kept.problem,
+        ))
 
     # --------------------------------------------------------------- rounds
     def run(self) -> None:
@@ -239,9 +267,11 @@ class Worker:
         seed = trace.provenance.get("seed")
         seed = seed if isinstance(seed, int) else 0
         self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=0, engine="replay"))
-        path = save_trace(trace, Path(self.plan.corpus))
+        kept = keep_trace(trace, Path(self.plan.corpus))
+        path = kept.path
         message = (f"{result.describe()}\n  replayed from a walk failure in the example database "
-                   f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}")
+                   f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}"
+                   + (f"\n  ({kept.problem})" if kept.problem else ""))
         self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True,
                    where={"round": round_no, "seed": seed})
         return True
@@ -268,14 +298,14 @@ class Worker:
             walk = self.walks[target.key] = WalkRun(
                 target.family, round_seed(self.plan.seed, self.plan.worker, self.plan.generation, -2 - target.index),
                 spec=target.spec, device=self.plan.device, check_misuse=None if self.plan.misuse else False,
-                corpus=Path(self.plan.corpus))
+                corpus=Path(self.plan.corpus), on_found=self.first_sighting)
         share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
         longest = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
         seconds = min(longest, self.plan.round_seconds / 2 * 2 ** self.walk_rounds[target.key])
         self.walk_rounds[target.key] += 1
         self.flush()
         self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
-        self.seed = walk.seed
+        self.seed, self.round_no, self.unshrunk = walk.seed, round_no, None
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
         self.send(RoundStarted(target=target.key, round=round_no, seed=walk.seed, examples=0, engine="walk"))
@@ -312,6 +342,7 @@ class Worker:
                 + f"steps of the walk episode that raised:\n{finding.trace.steps_text()}\n")
             if violation is not None:
                 message += f"\n  shrunk steps ({finding.found_steps} before shrinking):\n{finding.trace.steps_text()}"
+                message += f"\n  ({finding.trace_problem})" if finding.trace_problem else ""
             self.poisoned = any(marker in message for marker in FATAL_CUDA)
             if violation is not None:
                 save_walk_failure(self.database, target.key, finding.trace)
@@ -335,6 +366,7 @@ class Worker:
         size = self.round_size.get(target.key, FIRST_ROUND_EXAMPLES)
         self.flush()
         self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
+        self.round_no, self.unshrunk = round_no, None
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
         self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=size))
@@ -389,12 +421,14 @@ class Worker:
             f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); "
             "partially shrunk: the run ended while shrinking"
         ))
-        path = save_trace(trace, Path(self.plan.corpus))
-        self.found(target, violation.invariant_id, str(violation), path=path, trace=trace, shrunk=False, where=where)
+        kept = keep_trace(trace, Path(self.plan.corpus))
+        message = str(violation) + (f"\n  ({kept.problem})" if kept.problem else "")
+        self.found(target, violation.invariant_id, message, path=kept.path, trace=trace, shrunk=False, where=where)
 
     def found(self, target: TargetRef, invariant: str | None, message: str, *, path: Path | None,
               trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
-        """Retire ``target`` for every worker and tell the parent what was found."""
+        """Retire ``target`` for every worker and tell the parent what was found; the unshrunk trace
+        written at the first sighting gives way to ``path`` once that is on disk."""
         self.retired[target.index] = 1
         self.send(FailureFound(
             target=target.key, family=target.family, implementation=target.spec,
@@ -404,3 +438,6 @@ class Worker:
             steps=len(trace.steps) if trace is not None else None,
             message=message, shrunk=shrunk, round=where["round"], seed=where["seed"],
         ))
+        if self.unshrunk is not None:
+            discard(self.unshrunk, keep=path)
+            self.unshrunk = None

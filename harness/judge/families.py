@@ -13,6 +13,7 @@ attribute ``poolfuzz_check_misuse = False``; its machines then issue valid calls
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ class Family:
     """Target specs of upstream implementations of this family (``harness.upstream``)."""
     invariants: tuple[str, ...] = ()
     """The invariant ids this family's driver checks (``harness list`` shows them)."""
+    protocol: str = ""
+    """The ``typing.Protocol`` (``pools.protocols``) a pool class of this family satisfies: a
+    substitute class lacking one of its methods is refused before anything is built."""
 
     @property
     def bench_kwargs(self) -> dict[str, Any]:
@@ -78,29 +82,35 @@ FAMILIES: dict[str, Family] = {
         Family("req_to_token", "request rows, tail pop", "pools:ReqToTokenPool",
                "harness.judge.drivers.rows:RowPoolDriver", "harness.machines.rows:RowPoolMachine",
                "strategies.configs:row_pool_configs", "harness.canaries.rows", f"{_WALKS}:rows_workload",
-               _config(size=32, max_context_len=16, device="cpu"), (), _ROWS),
+               _config(size=32, max_context_len=16, device="cpu"), (), _ROWS,
+               protocol="pools.protocols:RequestRowPool"),
         Family("decode_req_to_token", "decode request rows with pre-allocation, head pop",
                "pools:DecodeReqToTokenPool", "harness.judge.drivers.rows:DecodeRowPoolDriver",
                "harness.machines.rows:DecodeRowPoolMachine", "strategies.configs:row_pool_configs",
                "harness.canaries.rows", f"{_WALKS}:rows_workload",
-               _config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"), (), _ROWS),
+               _config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"), (), _ROWS,
+               protocol="pools.protocols:RequestRowPool"),
         Family("mamba_slots", "Mamba state slots with group windows", "pools:MambaSlotAllocator",
                "harness.judge.drivers.mamba:MambaSlotDriver", "harness.machines.mamba:MambaSlotMachine",
                "strategies.mamba:mamba_slot_configs", "harness.canaries.mamba", f"{_WALKS}:mamba_workload",
-               _config(size=16, device="cpu"), ("harness.upstream:MambaSlots",), _MAMBA),
+               _config(size=16, device="cpu"), ("harness.upstream:MambaSlots",), _MAMBA,
+               protocol="pools.protocols:MambaSlotPool"),
         Family("hybrid_req_to_token", "request rows plus Mamba slots, all-or-nothing", "pools:HybridReqToTokenPool",
                "harness.judge.drivers.hybrid:HybridDriver", "harness.machines.mamba:HybridMachine",
                "strategies.mamba:hybrid_configs", "harness.canaries.mamba", f"{_WALKS}:hybrid_workload",
-               _config(size=12, max_context_len=16, mamba_size=8, device="cpu"), (), (*_ROWS, "group-window")),
+               _config(size=12, max_context_len=16, mamba_size=8, device="cpu"), (), (*_ROWS, "group-window"),
+               protocol="pools.protocols:HybridRowPool"),
         Family("token_kv", "KV token slots, page size 1", "pools:TokenToKVPoolAllocator",
                "harness.judge.drivers.kv:TokenKVDriver", "harness.machines.kv:TokenKVMachine",
                "strategies.kv:token_kv_configs", "harness.canaries.kv", f"{_WALKS}:token_kv_workload",
-               _config(size=64, device="cpu"), ("harness.upstream:TokenKV",), _KV),
+               _config(size=64, device="cpu"), ("harness.upstream:TokenKV",), _KV,
+               protocol="pools.protocols:TokenKVAllocator"),
         Family("paged_kv", "paged KV allocator: alloc, free groups, extend, decode",
                "pools:PagedTokenToKVPoolAllocator", "harness.judge.drivers.paged_kv:PagedKVDriver",
                "harness.machines.kv:PagedKVMachine", "strategies.kv:paged_kv_configs", "harness.canaries.kv",
                f"{_WALKS}:paged_kv_workload", _config(size=256, page_size=4, device="cpu"),
-               ("harness.upstream:PagedKV",), _KV),
+               ("harness.upstream:PagedKV",), _KV,
+               protocol="pools.protocols:PagedKVAllocator"),
         Family("scheduler", "rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
                "harness.judge.drivers.scheduler:build_scheduler_pools",
                "harness.judge.drivers.scheduler:SchedulerDriver", "harness.machines.scheduler:SchedulerMachine",
@@ -119,28 +129,32 @@ FAMILIES: dict[str, Family] = {
                ("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
                ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
                 "no-double-allocation", "page-layout", "cache-accounting", "lock-balance", "evict-spares-locked",
-                "match-returns-inserted", "kv-accounting")),
+                "match-returns-inserted", "kv-accounting"),
+               protocol="pools.protocols:PrefixCache"),
         Family("block_pool", "vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
                "harness.judge.drivers.block_pool:build_block_pool", "harness.judge.drivers.block_pool:BlockPoolDriver",
                "harness.machines.block_pool:BlockPoolMachine", "strategies.block_pool:block_pool_configs",
                "harness.canaries.block_pool", "harness.bench.block_pool_walk:block_pool_workload",
                _config(num_gpu_blocks=33, enable_caching=True, device="cpu"), ("harness.upstream:VllmBlockPool",),
                (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count", "free-queue-order",
-                "cache-map")),
+                "cache-map"),
+               protocol="pools.protocols:BlockPoolLike"),
         Family("swa_kv", "full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
                "pools:SWATokenToKVPoolAllocator", "harness.judge.drivers.swa:SWAKVDriver",
                "harness.machines.swa:SWAKVMachine", "strategies.swa:swa_kv_configs", "harness.canaries.swa",
                "harness.bench.swa_walk:swa_kv_workload", _config(size=256, size_swa=96, page_size=4, device="cpu"),
                ("harness.upstream:SWAKV",),
                (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
-                "group-window", "clear-restores", "swa-mapping")),
+                "group-window", "clear-restores", "swa-mapping"),
+               protocol="pools.protocols:SWAKVAllocator"),
         Family("pure_swa_kv", "sliding-window KV only: one token pool, identity mapping, padding dropped",
                "pools:PureSWATokenToKVPoolAllocator", "harness.judge.drivers.pure_swa:PureSWAKVDriver",
                "harness.machines.swa:PureSWAKVMachine", "strategies.swa:pure_swa_kv_configs", "",
                "harness.bench.swa_walk:pure_swa_kv_workload", _config(size_swa=64, device="cpu"),
                ("harness.upstream:PureSWAKV",),
                (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
-                "clear-restores", "swa-mapping")),
+                "clear-restores", "swa-mapping"),
+               protocol="pools.protocols:SWAKVAllocator"),
     )
 }
 
@@ -201,6 +215,62 @@ def load_factory(spec: str) -> Callable[..., Any]:
     if not callable(factory):
         raise UnknownTargetError(f"target {spec!r} is not callable")
     return factory  # type: ignore[no-any-return]
+
+
+#: Constructor arguments a target need not take: the driver records them and passes only what is accepted.
+OPTIONAL_ARGUMENTS = frozenset({"device"})
+
+
+def check_target(name: str, spec: str) -> Callable[..., Any]:
+    """The factory ``spec`` names, once it is known to fit family ``name``; else :class:`UnknownTargetError`.
+
+    A substitute takes the family's configuration (its constructor binds the family's
+    ``bench_config``, ``device`` optional) and, when it is a class, has every method of the
+    family's protocol.  Without this check ``--target paged_kv=pools:ReqToTokenPool`` builds
+    nothing, raises ``TypeError`` inside the first example and is reported as a *finding*.
+    """
+    fam = family(name)
+    factory = load_factory(spec)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C extension without a signature: nothing to check
+        signature = None
+    if signature is not None:
+        accepted = _accepted_keywords(signature)
+        config = {k: v for k, v in fam.bench_kwargs.items()
+                  if k not in OPTIONAL_ARGUMENTS or accepted is None or k in accepted}
+        try:
+            signature.bind(**config)
+        except TypeError as exc:
+            raise UnknownTargetError(f"target {name}={spec} does not take {name}'s configuration "
+                                     f"({', '.join(sorted(config))}): {exc}") from None
+    if fam.protocol and isinstance(factory, type):
+        missing = [m for m in protocol_methods(resolve(fam.protocol)) if not hasattr(factory, m)]
+        if missing:
+            raise UnknownTargetError(f"target {name}={spec} is not a {name} pool: it lacks "
+                                     f"{', '.join(missing)} of {fam.protocol}")
+    return factory
+
+
+def _accepted_keywords(signature: inspect.Signature) -> set[str] | None:
+    """Names a call may pass by keyword; ``None`` when ``**kwargs`` takes any."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        return None
+    return {p.name for p in signature.parameters.values() if p.kind in kinds}
+
+
+def protocol_methods(protocol: type) -> list[str]:
+    """The public methods a ``typing.Protocol`` declares, its bases' included (a property may be an
+    instance attribute of the implementation, so only plain methods are required of the class)."""
+    names: dict[str, None] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass is object or not getattr(klass, "_is_protocol", False):
+            continue
+        for attr, value in vars(klass).items():
+            if not attr.startswith("_") and inspect.isfunction(value):
+                names[attr] = None
+    return list(names)
 
 
 def validates_input(factory: Any) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.traces.corpus import save_trace
+from harness.traces.keep import keep_trace
 from harness.judge.invariants import InvariantViolation
 from harness.machines.base import PoolMachine
 from harness.traces.shrink import shrink_trace
@@ -50,7 +50,11 @@ def run_machine(
     corpus: Path | str | None = None,
     note: str = "",
 ) -> None:
-    """Fuzz ``machine``; on a violation print the shrunk steps, save the trace, re-raise."""
+    """Fuzz ``machine``; on a violation print the shrunk steps, save the trace, re-raise.
+
+    The trace is kept even when ``corpus`` cannot be written (:func:`~harness.traces.keep.keep_trace`
+    falls back to a temporary folder and the message says where).
+    """
     try:
         run_state_machine_as_test(machine, settings=settings)
     except BaseException as exc:
@@ -68,9 +72,10 @@ def run_machine(
         violation.trace = trace
         saved = ""
         if corpus is not None:
-            path = save_trace(trace, Path(corpus))
-            violation.trace_path = path
-            saved = f"\n  saved to {path}"
+            kept = keep_trace(trace, Path(corpus))
+            violation.trace_path = kept.path
+            saved = f"\n  saved to {kept.path}" if kept.path is not None else ""
+            saved += f"\n  ({kept.problem})" if kept.problem else ""
         steps = trace.steps_text()
         violation.args = (f"{violation.args[0]}\n  shrunk steps ({found} before replay shrinking):\n{steps}{saved}",)
         raise

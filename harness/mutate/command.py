@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+from harness.helptext import prog
 from harness.mutate.mutants import ModuleSource, Mutant, generate
 from harness.mutate.plan import Baseline, BaselineFailed
 from harness.mutate.report import (
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import _positive, usable_cores
 
     parser = argparse.ArgumentParser(
-        prog="python -m harness mutate",
+        prog=prog("mutate"),
         description="Plant mutants in the pools and report which ones the fuzzer's state machines kill "
                     "(only the machines count as killers; docs/mutation.md).")
     parser.add_argument("--module", action="append", default=[], metavar="PATH",

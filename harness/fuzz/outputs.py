@@ -1,0 +1,42 @@
+"""Where a fuzz run writes, checked before any worker starts.
+
+A run that finds a bug and then cannot write its trace has lost the counterexample: on main
+before this check, ``--corpus notes.txt`` (an existing file) was accepted, and the run ended
+in ``NotADirectoryError`` the moment there was a trace to save.  Every folder a run writes to
+(the corpus, the report's folder, the dashboard's, a directory database layer) must exist or
+be creatable, and must take a file; anything else is a usage error (exit 2, one line) before
+a second is spent fuzzing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+class OutputError(ValueError):
+    """A path a run would write to that cannot be written: ``--corpus``, ``--report``, ``--dashboard``, ``--database``."""
+
+
+def check_folder(path: Path, flag: str) -> None:
+    """``path`` is a folder this process can create files in; it is made if missing."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{flag} {path}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".poolfuzz-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+def check_file(path: Path, flag: str) -> None:
+    """``path`` can be written as a file: not a folder, in a folder :func:`check_folder` accepts."""
+    if path.is_dir():
+        raise OutputError(f"{flag} {path}: is a folder, not a file")
+    try:
+        check_folder(path.parent, flag)
+    except OutputError as exc:
+        raise OutputError(f"{flag} {path}: its folder {str(exc).removeprefix(f'{flag} ')}") from None
