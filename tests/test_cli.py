@@ -90,6 +90,61 @@ def test_a_target_that_does_not_resolve_is_a_one_line_usage_error(
     assert_one_line_usage_error(code, err, fragment)
 
 
+@pytest.mark.parametrize(("target", "fragment"), [
+    ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
+    ("token_kv=pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
+])
+def test_a_class_of_another_family_is_a_usage_error_not_a_finding(
+    capsys: pytest.CaptureFixture[str], target: str, fragment: str
+) -> None:
+    code, _, err = run_cli(capsys, "fuzz", "--target", target, "--seconds", "1")
+    assert_one_line_usage_error(code, err, fragment)
+
+
+def existing_file(tmp_path: Path) -> Path:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a folder\n")
+    return notes
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--corpus", "{notes}", "exists and is not a folder"),
+    ("--corpus", "{notes}/found", "cannot write there"),
+    ("--report", "{tmp}", "is a folder, not a file"),
+    ("--report", "{notes}/report.json", "its folder"),
+    ("--dashboard", "{tmp}", "is a folder, not a file"),
+    ("--database", "{notes}", "exists and is not a folder"),
+    ("--database", "bogus://x", "unknown scheme 'bogus://'"),
+    ("--database", "{tmp}/db,readonly:ftp://fleet", "unknown scheme 'ftp://'"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_worker_starts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    flag: str, value: str, fragment: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = value.format(notes=existing_file(tmp_path), tmp=tmp_path)
+    code, _, err = run_cli(capsys, "fuzz", "--target", "req_to_token", "--seconds", "1", flag, path)
+    assert_one_line_usage_error(code, err, flag, fragment)
+    assert not (tmp_path / "bogus:").exists() and not (tmp_path / "reports").exists()
+
+
+def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.build_parser().parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"poolfuzz {version('poolfuzz')}"
+
+
+@pytest.mark.parametrize("command", ["fuzz", "list", "dashboard", *cli.DISPATCHED])
+def test_every_help_names_one_program_in_plain_words(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, _ = run_cli(capsys, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: poolfuzz {command}"), out[:80]
+    assert "``" not in out and ":func:" not in out and ":class:" not in out and "python -m harness." not in out
+
+
 @pytest.mark.parametrize("argv", [
     ["fuzz", "--workers", "zero"], ["fuzz", "--workers", "0"], ["fuzz", "--seconds", "-1"],
     ["fuzz", "--seconds", "1", "--minutes", "1"], ["fuzz", "--device", "tpu"], ["no-such-command"], [],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Shared, TargetRef, WorkerPlan
-from harness.fuzz.shares import FLOOR, ShareBook, pick
+from harness.fuzz.shares import FLOOR, WALK_SHARE_BOUNDS, EngineBook, ShareBook, pick
 from harness.fuzz.walk import WALKS, WalkRun, bench_walk
 from harness.fuzz.worker import Worker
 from harness.judge.families import FAMILIES
@@ -174,13 +174,37 @@ def test_a_clean_walk_round_counts_steps_episodes_and_events(tmp_path: Path) -> 
     assert any(label.startswith("corner: ") for m in progress for label in m.events)
 
 
-def test_walk_rounds_take_their_share_of_the_time_after_a_first_hypothesis_round(tmp_path: Path) -> None:
-    worker, _, _ = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.75)
-    assert worker.next_engine() == "hypothesis"
-    worker.engine_seconds.update(hypothesis=1.0, walk=2.0)
-    assert worker.next_engine() == "walk"
-    worker.engine_seconds.update(walk=3.0)
-    assert worker.next_engine() == "hypothesis"
-    never, _, _ = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.0)
-    never.engine_seconds.update(hypothesis=5.0)
-    assert never.next_engine() == "hypothesis"
+def test_a_fixed_walk_share_splits_each_targets_time_after_a_first_hypothesis_round(tmp_path: Path) -> None:
+    worker, _, target = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.75)
+    book = worker.engines
+    assert book.next_engine(target.key) == "hypothesis"
+    book.meet(target.key, "hypothesis")
+    book.observe(target.key, "hypothesis", seconds=1.0, labels={"a"})
+    assert book.next_engine(target.key) == "walk"
+    book.meet(target.key, "walk")
+    book.observe(target.key, "walk", seconds=2.0, labels={"a"})
+    assert book.next_engine(target.key) == "walk"  # 2 s of walk against 1 s of hypothesis: under 3:1
+    book.observe(target.key, "walk", seconds=1.0, labels=set())
+    assert book.next_engine(target.key) == "hypothesis"
+    never, _, target = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.0)
+    never.engines.meet(target.key, "hypothesis")
+    never.engines.observe(target.key, "hypothesis", seconds=5.0, labels=set())
+    assert never.engines.next_engine(target.key) == "hypothesis"
+
+
+def test_the_measured_walk_share_follows_the_engine_still_finding_new_behaviour() -> None:
+    book = EngineBook(0.75)
+    book.observe("t", "hypothesis", seconds=1.0, labels={"a", "b"})
+    book.observe("t", "walk", seconds=3.0, labels={"a", "b"})
+    # the walk found nothing new in 3 s (rate 1/(3+5)), hypothesis found both labels just now (1/5)
+    assert book.walk_share("t") == pytest.approx((0.75 / 8) / (0.75 / 8 + 0.25 / 5))
+    for _ in range(10):  # the walk settles while hypothesis keeps finding labels the walk never showed
+        book.observe("t", "walk", seconds=3.0, labels={"a"})
+        book.observe("t", "hypothesis", seconds=1.0, labels={f"new {book.records['t', 'hypothesis'].seconds}"})
+    assert book.walk_share("t") < 0.5
+    book.observe("t", "walk", seconds=1.0, labels={"walk only"})
+    assert book.walk_share("t") > 0.5
+    assert WALK_SHARE_BOUNDS[0] <= book.walk_share("t") <= WALK_SHARE_BOUNDS[1]
+    assert EngineBook(0.75, fixed=True).walk_share("t") == 0.75
+
+

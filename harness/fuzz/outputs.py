@@ -20,12 +20,17 @@ class OutputError(ValueError):
 
 
 def check_folder(path: Path, flag: str) -> None:
-    """``path`` is a folder this process can create files in; it is made if missing."""
+    """``path`` is a folder this process can create files in, or one it can make (nothing is made:
+    a refused run leaves no folders behind; the writers make theirs when they first write)."""
     if path.exists() and not path.is_dir():
         raise OutputError(f"{flag} {path}: exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"{flag} {path}: cannot write there ({existing} is not a folder)")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".poolfuzz-probe-")
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".poolfuzz-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

@@ -15,8 +15,11 @@ How a run ends:
   they are shrinking a failure, which may go on for ``grace`` seconds.  Then
   the parent sends SIGTERM (a worker saves its smallest failing trace so far)
   and, 5 s later, SIGKILL.
-* Ctrl-C (or SIGTERM to the parent) does the same with at most 3 s of grace; a
-  second Ctrl-C terminates the workers at once.  The report is still written.
+* Ctrl-C (or SIGTERM to the parent) does the same within a second: half a second of
+  grace, then SIGTERM, then SIGKILL half a second later; a second Ctrl-C terminates the
+  workers at once.  A failure being shrunk is not lost: its unshrunk trace was written
+  the moment it was found.  The report is still written; the exit status is 130 for
+  SIGINT and 143 for SIGTERM unless something was found (1).
 * A worker that dies on its own (segfault, CUDA abort, OOM kill) is reported
   with its exit code and log; the target it was on is retired, and a
   replacement worker carries on with the others.  A worker whose failure was a
@@ -82,7 +85,10 @@ KILL_AFTER_TERM_S = 5.0
 SHARES_EVERY_S = 2.0
 """How often the parent recomputes the targets' shares of fuzzing time from what they found."""
 STARTUP_TIMEOUT_S = 300.0
-INTERRUPT_GRACE_S = 3.0
+INTERRUPT_GRACE_S = 0.5
+"""How long a worker shrinking a failure may go on after Ctrl-C or SIGTERM: the unshrunk trace is
+already on disk (written at the first failing step), so an interrupt is honoured within a second."""
+KILL_AFTER_INTERRUPT_S = 0.5
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -343,7 +349,7 @@ class FuzzRun:
     def enforce_stop(self, now: float) -> None:
         if now >= self.term_at and not self.termed:
             self.termed = True
-            self.kill_at = now + KILL_AFTER_TERM_S
+            self.kill_at = now + (KILL_AFTER_INTERRUPT_S if self.stop_reason == "interrupted" else KILL_AFTER_TERM_S)
             for slot in self.slots:
                 slot.asked_to_stop = True
                 if slot.process.is_alive():

@@ -85,3 +85,65 @@ def pick(active: Sequence[int], shares: Sequence[float], rng: random.Random) -> 
     if sum(weights) <= 0:
         return rng.choice(list(active))
     return rng.choices(list(active), weights)[0]
+
+
+ENGINES = ("hypothesis", "walk")
+"""A worker's two engines, in the order a target first meets them (hypothesis replays the database first)."""
+WALK_SHARE_BOUNDS = (0.1, 0.9)
+"""However lopsided the measured rates, each engine keeps at least a tenth of a target's time:
+a bug one engine reaches alone is still reached."""
+
+
+class EngineBook:
+    """Per target, how a worker splits its time between the walk and hypothesis, from what each finds.
+
+    Each (target, engine) pair is a :class:`Discovery` record over that engine's own seconds on the
+    target: its behaviours are the distinct event labels that engine showed *first* on the target.
+    The walk's share of a target is the prior ``walk_share`` tilted by the two discovery rates, so an
+    engine still turning up new behaviour gets more of the target's time and a settled one less
+    (on main before this, the walk took 0.75 of every target's time, including ``swa_kv`` where it
+    ran fewer checked steps a second than hypothesis).  ``fixed`` turns the measurement off and
+    keeps the prior (``FuzzOptions.walk_share``: 0 is hypothesis only).
+    """
+
+    def __init__(self, prior: float, *, fixed: bool = False, settle: float = SETTLE_SECONDS) -> None:
+        self.prior, self.fixed, self.settle = prior, fixed, settle
+        self.records: dict[tuple[str, str], Discovery] = {}
+        self.labels: dict[str, set[str]] = {}
+        self.met: dict[str, set[str]] = {}
+        """Per target, the engines a round has started it under."""
+
+    def meet(self, key: str, engine: str) -> None:
+        self.met.setdefault(key, set()).add(engine)
+
+    def observe(self, key: str, engine: str, *, seconds: float, labels: set[str]) -> None:
+        """A round of ``engine`` on ``key`` took ``seconds`` and showed ``labels``."""
+        seen = self.labels.setdefault(key, set())
+        new = labels - seen
+        seen |= new
+        record = self.records.setdefault((key, engine), Discovery())
+        record.seconds += seconds
+        if new:
+            record.behaviours += len(new)
+            record.last_new_at = record.seconds
+
+    def _record(self, key: str, engine: str) -> Discovery:
+        return self.records.get((key, engine)) or Discovery()
+
+    def walk_share(self, key: str) -> float:
+        """The walk's share of ``key``'s time: the prior, tilted by the engines' discovery rates."""
+        if self.fixed or self.prior <= 0.0 or self.prior >= 1.0:
+            return self.prior
+        walk = self.prior * self._record(key, "walk").rate(self.settle)
+        hypothesis = (1.0 - self.prior) * self._record(key, "hypothesis").rate(self.settle)
+        low, high = WALK_SHARE_BOUNDS
+        return min(high, max(low, walk / (walk + hypothesis)))
+
+    def next_engine(self, key: str) -> str:
+        """An engine ``key`` has not met yet (hypothesis first), else the one behind its share."""
+        share = self.walk_share(key)
+        for engine in ENGINES:
+            if engine not in self.met.get(key, ()) and (engine == "hypothesis" or share > 0.0):
+                return engine
+        walk, hypothesis = self._record(key, "walk").seconds, self._record(key, "hypothesis").seconds
+        return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"

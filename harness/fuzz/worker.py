@@ -4,8 +4,9 @@ A worker takes each target once under each engine first, then draws its next tar
 shares the parent publishes (:mod:`harness.fuzz.shares`: more time where new
 behaviour still turns up).  Before a target's first round it replays the walk
 failures the example database holds for it (:mod:`harness.fuzz.saved_walks`),
-and it alternates two engines so that walk rounds take ``walk_share`` of its time
-(:data:`harness.fuzz.walk.WALK_SHARE` by default).  A *walk round* drives the
+and it alternates two engines on each target, the walk's share of the target's time
+measured from what each engine finds (:class:`~harness.fuzz.shares.EngineBook`; the prior is
+:data:`harness.fuzz.walk.WALK_SHARE`, and a fixed ``walk_share`` overrides it).  A *walk round* drives the
 target's driver from a seeded random walk (:class:`~harness.fuzz.walk.WalkRun`,
 one per target, resumed round after round), many times faster per step; a
 failing trace goes to the same shrinker and corpus.  A *hypothesis round* is one
@@ -23,7 +24,9 @@ the stop event, or another worker retired the target.  It then raises
 shrinking anything.  While a violation is being shrunk the round is *not*
 abandoned; the parent lets it finish for ``--grace`` seconds, then sends
 SIGTERM, and the smallest failing trace seen so far is saved (``shrunk:
-false``), so a counterexample is never lost to the clock.
+false``).  Before any of that, the first failing step of a round is written
+to the corpus unshrunk and announced (:meth:`Worker.first_sighting`), so a
+counterexample is never lost to the clock, a signal or a kill.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from harness.fuzz.protocol import (
     WorkerPlan,
 )
 from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
-from harness.fuzz.shares import pick
+from harness.fuzz.shares import EngineBook, pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
@@ -119,8 +122,9 @@ class Worker:
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
         self.walks: dict[str, WalkRun] = {}
         self.walk_rounds: Counter[str] = Counter()
-        self.engine_seconds = {"walk": 0.0, "hypothesis": 0.0}
-        self.engines_run: dict[str, set[str]] = {}  # target key -> the engines this worker has run it under
+        self.engines = EngineBook(WALK_SHARE if plan.walk_share is None else plan.walk_share,
+                                  fixed=plan.walk_share is not None)
+        self.round_labels: set[str] = set()  # the event labels of the round in progress, for the engine book
         self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
     # ------------------------------------------------------------ reporting
@@ -142,6 +146,7 @@ class Worker:
             ))
             if self.coverage is not None and now - self.last_coverage_sample >= COVERAGE_SAMPLE_SECONDS:
                 self.sample_coverage(self.target)
+        self.round_labels.update(self.events)
         self.events.clear()
         self.flushed_steps, self.flushed_examples, self.last_flush = self.steps, self.examples, now
 
@@ -226,14 +231,15 @@ class Worker:
             active = [t for t in self.plan.targets if not self.retired[t.index]]
             if not active:
                 break
-            engine = self.next_engine()
-            target = self.next_target(active, engine)
-            first_visit = target.key not in self.engines_run
-            self.engines_run.setdefault(target.key, set()).add(engine)
+            target = self.next_target(active)
+            engine = self.engines.next_engine(target.key)
+            first_visit = target.key not in self.engines.met
+            self.engines.meet(target.key, engine)
             if first_visit and self.replay_saved_walks(target, round_no):
                 round_no += 1
                 continue
             started = time.monotonic()
+            self.round_labels = set()
             try:
                 if engine == "walk":
                     self.run_walk_round(target, round_no)
@@ -242,18 +248,20 @@ class Worker:
             except Terminated:
                 break
             finally:
-                self.engine_seconds[engine] += time.monotonic() - started
+                self.engines.observe(target.key, engine, seconds=time.monotonic() - started, labels=self.round_labels)
             round_no += 1
         self.flush()
 
-    def next_target(self, active: list[TargetRef], engine: str) -> TargetRef:
-        """Each target once under each engine first (workers starting at different ones), then drawn by the shares.
+    def next_target(self, active: list[TargetRef]) -> TargetRef:
+        """Every target under hypothesis first, then every target under the walk (workers starting at
+        different ones), then drawn by the shares.
 
         A short run must not leave a target unfuzzed, or unwalked, because the draw favoured another.
         """
-        unvisited = [t for t in active if engine not in self.engines_run.get(t.key, ())]
-        if unvisited:
-            return unvisited[self.plan.worker % len(unvisited)]
+        for engine in ("hypothesis", "walk") if self.engines.prior > 0 else ("hypothesis",):
+            unvisited = [t for t in active if engine not in self.engines.met.get(t.key, ())]
+            if unvisited:
+                return unvisited[self.plan.worker % len(unvisited)]
         return self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
 
     def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
@@ -280,15 +288,6 @@ class Worker:
         shares = self.shares
         return [0.0] * len(self.plan.targets) if shares is None else list(shares)
 
-    def next_engine(self) -> str:
-        """``walk`` while walk rounds have had less than their share of this worker's time, else ``hypothesis``.
-
-        Hypothesis goes first: its first round replays the example database (failures of earlier runs).
-        """
-        share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
-        walk, hypothesis = self.engine_seconds["walk"], self.engine_seconds["hypothesis"]
-        return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"
-
     def run_walk_round(self, target: TargetRef, round_no: int) -> None:
         """Walk ``target``'s driver for a round: half ``round_seconds`` at first, doubling up to
         ``round_seconds * walk_share / (1 - walk_share)`` (at most three), so a target whose bugs only
@@ -299,7 +298,7 @@ class Worker:
                 target.family, round_seed(self.plan.seed, self.plan.worker, self.plan.generation, -2 - target.index),
                 spec=target.spec, device=self.plan.device, check_misuse=None if self.plan.misuse else False,
                 corpus=Path(self.plan.corpus), on_found=self.first_sighting)
-        share = WALK_SHARE if self.plan.walk_share is None else self.plan.walk_share
+        share = self.engines.walk_share(target.key)
         longest = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
         seconds = min(longest, self.plan.round_seconds / 2 * 2 ** self.walk_rounds[target.key])
         self.walk_rounds[target.key] += 1
