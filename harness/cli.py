@@ -108,7 +108,8 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="progress interval (default 0.5 on a terminal, 5 otherwise)")
     fuzz.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     fuzz.add_argument("--dashboard", type=Path, metavar="FILE.html",
-                      help="also build the HTML dashboard of this run's report (needs the dashboard extra)")
+                      help="keep an HTML dashboard of this run: rewritten every few seconds while it runs (the page "
+                           "reloads itself), final when it ends (needs the dashboard extra)")
     fuzz.add_argument("--series-every", type=_positive(float), metavar="SECONDS",
                       help="time-series sampling interval of the report (default: budget/100, at least 1 s)")
     fuzz.add_argument("--round-seconds", type=_positive(float), default=2.0, metavar="SECONDS",
@@ -147,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.dashboard import add_arguments as add_dashboard_arguments
 
     dashboard = commands.add_parser("dashboard", help="one self-contained HTML page of fuzz reports",
-                                    description="Build one offline HTML page from nightly fuzz reports: targets, "
-                                                "failures with replay commands, behaviour curves, trends across nights.")
+                                    description="Build one offline HTML page from fuzz reports: targets, failures "
+                                                "with replay commands, behaviour curves, trends across runs "
+                                                "(or nights, with --by-night).")
     add_dashboard_arguments(dashboard)
     for name, (_, summary) in DISPATCHED.items():
         sub = commands.add_parser(name, help=summary, add_help=False)
@@ -312,15 +314,29 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         round_seconds=args.round_seconds, progress_every=args.progress_every or (0.5 if live else 5.0), live=live,
         logs=report_path.with_suffix(".logs"), skipped=skipped, series_every=args.series_every,
     )
-    report = FuzzRun(options, err=sys.stderr).run()
+    live = live_dashboard(args.dashboard, report_path)
+    report = FuzzRun(options, err=sys.stderr, live=live.update if live is not None else None).run()
     write_report(report, report_path)
     print(summary_text(report))
     print(f"\nreport: {report_path}")
-    if args.dashboard is not None:
-        from harness.dashboard import DashboardError, build_dashboard
-
+    if live is not None:
         try:
-            print(f"dashboard: {build_dashboard([report_path], args.dashboard)}")
-        except (DashboardError, ImportError) as exc:
-            print(f"poolfuzz: warning: no dashboard: {exc}", file=sys.stderr)
+            live.finish(report)
+            print(f"dashboard: {args.dashboard}")
+        except Exception as exc:  # noqa: BLE001 - the run's result stands without its page
+            print(f"poolfuzz: warning: no dashboard: {type(exc).__name__}: {exc}", file=sys.stderr)
     return int(report["exit_status"])
+
+
+def live_dashboard(path: Path | None, report_path: Path) -> Any:
+    """The live page of ``fuzz --dashboard FILE`` (rewritten every few seconds while the run goes on,
+    reloading itself; final when it ends), or ``None`` without one or without plotly (a warning)."""
+    if path is None:
+        return None
+    try:
+        from harness.dashboard import LiveDashboard
+
+        return LiveDashboard(path, report_path=report_path)
+    except ImportError as exc:
+        print(f"poolfuzz: warning: no dashboard: {exc}", file=sys.stderr)
+        return None

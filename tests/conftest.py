@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +13,24 @@ load_default_profile()
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.cuda])]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A ``--target`` that does not resolve, or does not fit its family, stops the run at once with one
+    line (as ``harness fuzz --target`` and ``--poolfuzz-target`` do), not after the whole suite ran."""
+    from harness.judge.families import UnknownTargetError
+    from harness.pytest_plugin import validate_targets
+
+    try:
+        validate_targets(config.getoption("--target"))
+    except UnknownTargetError as exc:
+        raise pytest.UsageError(f"--target: {exc}") from None
+
+
+@pytest.fixture(scope="session")
+def found_corpus(request: pytest.FixtureRequest) -> Path:
+    """Where the machine tests save the shrunk trace of a counterexample (named in the failure)."""
+    return request.config.rootpath / "corpus" / "found"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

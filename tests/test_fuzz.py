@@ -27,6 +27,8 @@ import pytest
 
 from harness import cli
 from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
+from harness.fuzz.options import FuzzOptions
+from harness.fuzz.session import FuzzRun
 from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.counted import EventLog
 from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
@@ -358,3 +360,21 @@ def test_an_unreachable_redis_is_a_usage_error(capsys: pytest.CaptureFixture[str
     assert code == 2
     assert err.startswith("poolfuzz: error: --database redis://127.0.0.1:") and "cannot reach" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_live_page_gets_the_report_so_far_and_a_broken_page_never_ends_the_run(tmp_path: Path) -> None:
+    targets, _ = select_targets(["req_to_token"])
+    pages: list[dict[str, Any]] = []
+    run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO(),
+                  live=pages.append, live_every=5.0)
+    run.update_live(100.0)
+    run.update_live(101.0)  # not due yet
+    run.update_live(105.0)
+    assert len(pages) == 2 and pages[0]["targets"][0]["target"] == "req_to_token"
+
+    def broken(report: dict[str, Any]) -> None:
+        raise OSError("disk full")
+
+    run.live, run.next_live = broken, 0.0
+    run.update_live(200.0)
+    assert run.live is None and "the live dashboard stopped: OSError: disk full" in run.progress.stream.getvalue()

@@ -7,6 +7,8 @@ pool runs instead of the NumPy one, judged by the same machines without a GPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.judge.families import FAMILIES
@@ -21,8 +23,9 @@ POOL_FAMILIES = [name for name in FAMILIES if name != "scheduler"]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", POOL_FAMILIES)
-def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str]) -> None:
-    run_machine(make_machine(family, overrides=target_overrides, device=device))
+def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str],
+                                    found_corpus: Path) -> None:
+    run_machine(make_machine(family, overrides=target_overrides, device=device), corpus=found_corpus)
 
 
 @pytest.mark.parametrize("family", POOL_FAMILIES)

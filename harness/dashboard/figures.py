@@ -1,10 +1,22 @@
-"""The dashboard's plots (plotly): behaviour over one run, and each target across nights.
+"""The dashboard's plots (plotly): behaviour over the latest run, and each target across runs (or nights).
 
-Every function returns an HTML fragment (a ``div`` and the script that draws
-it) without plotly's JavaScript: the page inlines that bundle once
-(:func:`plotly_js`), so a page with five plots is not five copies of 4 MB.
-Every target keeps one colour in every plot (:func:`target_colours`), and
-clicking a legend entry hides that target in all panels of a plot.
+Every function returns a :class:`Plot`: an HTML fragment (a ``div`` and the
+script that draws it) without plotly's JavaScript, and the trace types it
+draws, from which the page picks the smallest bundle that draws them all
+(:func:`~harness.dashboard.bundle.bundle_for`) and includes it once.  Every
+target keeps one colour in every plot (:func:`target_colours`), and clicking a
+legend entry hides that target in all panels of a plot.
+
+Curves of what was reached *so far* are running maxima by construction
+(:func:`~harness.dashboard.reports.so_far`), so they never fall even where
+the runner's samples do.
+
+Layout (:func:`_style`): the legend sits at the bottom of the figure with
+``yref="container"``, which makes plotly *reserve* its height as margin and
+push the axis titles and tick labels above it, at any width; panels carry
+their subject in their title, not in a y-axis title squeezed between panels.
+``tests/test_dashboard.py`` measures, in Chromium at 1400 and 800 px, that no
+legend, title or tick label overlaps another.
 
 plotly is imported here only, so ``harness.dashboard`` imports (and the CLI
 lists the command) without it.
@@ -12,11 +24,14 @@ lists the command) without it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from harness.dashboard.nights import night_label, nights_of, target_nights
-from harness.dashboard.reports import Run, TargetRun
+from harness.dashboard.groups import Grouping, target_groups
+from harness.dashboard.reports import Run, TargetRun, so_far
+from harness.fuzz.report import SeriesPoint
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 FONT = "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif"
@@ -37,12 +52,12 @@ def _plotly() -> Any:
     return plotly
 
 
-def plotly_js() -> str:
-    """plotly.js, minified, for one inline ``<script>`` per page (no network when the page is viewed)."""
-    _plotly()
-    from plotly.offline import get_plotlyjs
+@dataclass(frozen=True)
+class Plot:
+    """One figure for the page: its ``div`` and drawing script, and the plotly trace types it uses."""
 
-    return str(get_plotlyjs())
+    html: str
+    trace_types: frozenset[str]
 
 
 def target_colours(keys: Sequence[str]) -> dict[str, str]:
@@ -62,69 +77,109 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def _html(figure: Any, div_id: str) -> str:
-    return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG))
+TEMPLATE = "plotly_white"
+
+
+@functools.cache
+def _template() -> dict[str, Any]:
+    """The figures' template as plain JSON, validated once per process."""
+    import plotly.io as pio
+
+    return dict(pio.templates[TEMPLATE].to_plotly_json())
+
+
+def _figure(**subplots: Any) -> Any:
+    """``make_subplots`` on a figure without a template: the template is added as JSON by :func:`_plot`.
+
+    Assigning a template to a plotly figure validates and deep-copies all of it,
+    which was two thirds of a live update's time; the page draws the same.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    return make_subplots(figure=go.Figure(layout={"template": {}}), **subplots)
+
+
+def _plot(figure: Any, div_id: str) -> Plot:
+    import plotly.io as pio
+
+    drawn = figure.to_dict()
+    drawn["layout"]["template"] = _template()
+    html = str(pio.to_html(drawn, validate=False, full_html=False, include_plotlyjs=False, div_id=div_id,
+                           config=PLOT_CONFIG))
+    return Plot(html, frozenset(str(trace.get("type", "scatter")) for trace in drawn["data"]))
+
+
+LEGEND = {"orientation": "h", "xref": "paper", "x": 0, "xanchor": "left",
+          "yref": "container", "y": 0, "yanchor": "bottom"}
+"""Below everything: ``yref="container"`` reserves the legend's height (however many rows it wraps to) as
+bottom margin, so the x-axis titles are laid out above it instead of under it."""
 
 
 def _style(figure: Any, *, height: int) -> None:
     figure.update_layout(
-        template="plotly_white", height=height, font={"family": FONT, "size": 13},
-        margin={"l": 60, "r": 20, "t": 50, "b": 40}, hovermode="closest",
-        legend={"orientation": "h", "yanchor": "top", "y": -0.14, "xanchor": "left", "x": 0},
+        height=height, font={"family": FONT, "size": 13},
+        margin={"l": 50, "r": 20, "t": 50, "b": 10}, hovermode="closest", legend=LEGEND,
     )
+    figure.update_xaxes(automargin=True)
+    figure.update_yaxes(automargin=True)
     figure.update_annotations(font_size=15)  # the subplot titles
 
 
-def _failure_points(target: TargetRun) -> list[tuple[float, int, str]]:
-    """``(t, events then, label)`` for each failure of a target with a series."""
-    assert target.series
+def _failure_points(series: Sequence[SeriesPoint], target: TargetRun) -> list[tuple[float, int, str]]:
+    """``(t, events reached by then, label)`` for each failure of a target, on its *so far* curve."""
     points = []
-    first_failing = next((s.t for s in target.series if s.failures > 0), target.series[-1].t)
+    first_failing = next((s.t for s in series if s.failures > 0), series[-1].t)
     for failure in target.failures:
         t = failure.found_after_s if failure.found_after_s is not None else first_failing
-        before = [s for s in target.series if s.t <= t] or [target.series[0]]
+        before = [s for s in series if s.t <= t] or [series[0]]
         points.append((t, before[-1].events, failure.invariant or failure.kind))
     return points
 
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
-"""Line styles of one target's curves when several boxes fuzzed it the same night (one colour per target)."""
+"""Line styles of one target's curves when several reports of the step fuzzed it (one colour per target)."""
+
+BEHAVIOUR_TITLES = ("Distinct event labels reached so far", "Branch coverage of pools/, best so far")
 
 
-def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[str, str], div_id: str) -> str:
-    """Distinct event labels, and branch coverage when measured, against fuzzing time.
+def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[str, str], div_id: str) -> Plot:
+    """Distinct event labels, and branch coverage when measured, reached so far against fuzzing time.
 
     One line per ``(name, target)``: a target's colour is its own, and a second
-    report of the same target (another box, that night) gets the next dash style.
+    report of the same target (another box) gets the next dash style.  Both
+    curves are :func:`~harness.dashboard.reports.so_far`: running maxima that
+    never fall; a coverage point below the best so far says so in its hover.
     """
     _plotly()
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    with_series = [(name, t) for name, t in lines if t.series]
-    covered = any(s.coverage is not None for _, t in with_series for s in t.series or ())
-    scale, unit = time_unit(max((t.series[-1].t for _, t in with_series if t.series), default=0.0))
-    titles = ("Distinct events reached", "Branch coverage of pools/ (%)") if covered else ("Distinct events reached",)
-    figure = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    with_series = [(name, t, so_far(t.series)) for name, t in lines if t.series]
+    covered = any(s.coverage is not None for _, _, series in with_series for s in series)
+    scale, unit = time_unit(max((series[-1].t for _, _, series in with_series), default=0.0))
+    titles = BEHAVIOUR_TITLES if covered else BEHAVIOUR_TITLES[:1]
+    figure = _figure(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.1)
     drawn: dict[str, int] = {}
-    for name, target in with_series:
+    for name, target, series in with_series:
         assert target.series
         dash = DASHES[drawn.get(target.key, 0) % len(DASHES)]
         drawn[target.key] = drawn.get(target.key, 0) + 1
-        times = [s.t / scale for s in target.series]
+        times = [s.t / scale for s in series]
         common = {"mode": "lines", "line": {"color": colours[target.key], "width": 2, "shape": "hv", "dash": dash},
                   "legendgroup": name, "name": name}
         figure.add_trace(go.Scatter(
-            x=times, y=[s.events for s in target.series], showlegend=True,
-            hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y}} distinct events<extra></extra>", **common,
+            x=times, y=[s.events for s in series], showlegend=True,
+            hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y}} distinct events so far<extra></extra>", **common,
         ), row=1, col=1)
         if covered:
             figure.add_trace(go.Scatter(
-                x=times, y=[s.coverage for s in target.series], showlegend=False, connectgaps=False,
-                hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches<extra></extra>", **common,
+                x=times, y=[s.coverage for s in series], showlegend=False, connectgaps=False,
+                customdata=[_measured_note(raw.coverage, best.coverage) for raw, best in zip(target.series, series)],
+                hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches, best so far"
+                              "%{customdata}<extra></extra>", **common,
             ), row=1, col=2)
         if target.failures:
-            points = _failure_points(target)
+            points = _failure_points(series, target)
             figure.add_trace(go.Scatter(
                 x=[t / scale for t, _, _ in points], y=[events for _, events, _ in points], mode="markers",
                 marker={"symbol": "x", "size": 13, "color": "#c62828", "line": {"width": 1, "color": "#7f0000"}},
@@ -133,38 +188,45 @@ def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[st
                                for _, _, label in points],
             ), row=1, col=1)
     figure.update_xaxes(title_text=f"fuzzing time ({unit})", rangemode="tozero")
-    figure.update_yaxes(title_text="distinct event labels", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero", row=1, col=1)
     if covered:
-        figure.update_yaxes(title_text="branches covered (%)", ticksuffix="%", row=1, col=2)
-    _style(figure, height=440)
-    return _html(figure, div_id)
+        figure.update_yaxes(ticksuffix="%", row=1, col=2)
+    _style(figure, height=460)
+    return _plot(figure, div_id)
 
 
-TREND_PANELS = (
-    ("Distinct events reached", "event labels"),
-    ("Branch coverage of pools/ (%)", "branches covered (%)"),
-    ("Fuzzing speed (steps per second)", "steps/s"),
-    ("Failures per night", "failures"),
-)
+def _measured_note(measured: float | None, best: float | None) -> str:
+    """Hover text for a coverage sample below the best so far (the runner's denominator grew)."""
+    if measured is None or best is None or measured >= best:
+        return ""
+    return f"<br>(measured {measured:.1f}%: a newly reached module added its branches)"
 
 
-def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str, str], div_id: str) -> str:
-    """Per target and night: events reached, coverage, steps/s and failures; the x axis is one category a night.
+TREND_PANELS = ("Distinct event labels reached", "Branch coverage of pools/ (%)",
+                "Fuzzing speed (steps per second)", "Failures")
 
-    A night is a UTC start date; the reports of several boxes that night are one point
-    per target (:class:`~harness.dashboard.nights.TargetNight`).
+
+def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str, str], div_id: str,
+                 grouping: Grouping) -> Plot:
+    """Per target and step (run, or night): events reached, coverage, steps/s and failures; one category a step.
+
+    The four panels share their x axis, so only the bottom row names the steps
+    (long run labels rotated there never run into the panels above).  By night,
+    the reports of several boxes that night are one point per target
+    (:class:`~harness.dashboard.groups.TargetGroup`).
     """
     _plotly()
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    categories = [night_label(night) for night in nights_of(runs)]
-    figure = make_subplots(rows=2, cols=2, subplot_titles=[title for title, _ in TREND_PANELS],
-                           vertical_spacing=0.16, horizontal_spacing=0.08)
+    labels = grouping.labels(runs)
+    if not grouping.by_night:  # "2026-01-03 22:00 fuzzbox-1" as two lines under its point: the date, then the rest
+        labels = {key: label.replace(" ", "<br>", 1) for key, label in labels.items()}
+    figure = _figure(rows=2, cols=2, subplot_titles=TREND_PANELS, shared_xaxes=True,
+                     vertical_spacing=0.1, horizontal_spacing=0.1)
     any_coverage = any_failure = False
     for key in keys:
-        points = target_nights(runs, key)
-        common = {"legendgroup": key, "name": key, "x": [night_label(point.night) for point in points]}
+        points = target_groups(runs, key, grouping)
+        common = {"legendgroup": key, "name": key, "x": [labels[point.group] for point in points]}
         line = {"mode": "lines+markers", "line": {"color": colours[key], "width": 2}, "marker": {"size": 8}}
         values: list[tuple[list[Any], str]] = [
             ([point.events for point in points], "%{y} distinct events"),
@@ -180,17 +242,20 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
         figure.add_trace(go.Bar(y=[point.failures for point in points], marker_color=colours[key], showlegend=False,
                                 hovertemplate=f"{key}<br>%{{x}}: %{{y}} failure(s)<extra></extra>", **common),
                          row=2, col=2)
-    for panel, (_, unit) in enumerate(TREND_PANELS):
+    categories = list(labels.values())
+    for panel in range(4):
         row, col = panel // 2 + 1, panel % 2 + 1
         figure.update_xaxes(type="category", categoryorder="array", categoryarray=categories, row=row, col=col)
-        figure.update_yaxes(title_text=unit, rangemode="tozero" if panel != 1 else "normal", row=row, col=col)
+        figure.update_yaxes(rangemode="tozero" if panel != 1 else "normal", row=row, col=col)
+    figure.update_yaxes(ticksuffix="%", row=1, col=2)
     figure.update_yaxes(dtick=1, row=2, col=2)
-    figure.update_xaxes(title_text="night (UTC start date)", row=2)
+    what = "night (UTC start date)" if grouping.by_night else "run (start, UTC)"
+    figure.update_xaxes(title_text=what, row=2)
     for empty, text, axes in ((not any_coverage, "not measured (fuzz with --coverage)", "2"),
-                              (not any_failure, "no failures on any night", "4")):
+                              (not any_failure, f"no failures in any {grouping.noun}", "4")):
         if empty:
             figure.add_annotation(text=text, showarrow=False, font={"color": "#777", "size": 14},
                                   xref=f"x{axes} domain", yref=f"y{axes} domain", x=0.5, y=0.5)
     figure.update_layout(barmode="group")
-    _style(figure, height=640)
-    return _html(figure, div_id)
+    _style(figure, height=660)
+    return _plot(figure, div_id)

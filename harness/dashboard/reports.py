@@ -8,17 +8,17 @@ depends on a field (its presence and JSON type, an unknown ``schema`` is
 refused) and ignores keys it does not know, so a newer runner that only adds
 fields still renders.
 
-:func:`load_runs` is the only way a file becomes a :class:`Run`; every problem
-is one :class:`ReportError` naming the file and the field, never a traceback
-from inside the page builder.
+:func:`parse_report` is the only way a report becomes a :class:`Run` (files are
+found and read by :mod:`~harness.dashboard.sources`); every problem is one
+:class:`ReportError` naming the file and the field, never a traceback from
+inside the page builder.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -75,6 +75,31 @@ class Failure:
         return lines[0] if lines else self.kind
 
 
+def so_far(series: Sequence[SeriesPoint]) -> list[SeriesPoint]:
+    """``series`` with every counter as the most reached *so far*: a running maximum, so it never falls.
+
+    The runner's samples can fall.  Its coverage is measured against every arc
+    of each ``pools/`` module the target has executed so far
+    (``TargetStats.coverage``), so the first step into another module (the
+    radix tree, say) adds that module's arcs to the denominator and the
+    percentage drops (54% to 51.5%) although no branch was lost; and samples of
+    one target merged from several workers need not be in order.  A curve
+    labelled *reached so far* shows the best measured up to each moment;
+    ``None`` (not measured yet) stays ``None`` until the first measurement.
+    """
+    out: list[SeriesPoint] = []
+    steps = examples = events = failures = 0
+    coverage: float | None = None
+    for s in series:
+        steps, examples = max(steps, s.steps), max(examples, s.examples)
+        events, failures = max(events, s.events), max(failures, s.failures)
+        if s.coverage is not None:
+            coverage = s.coverage if coverage is None else max(coverage, s.coverage)
+        out.append(SeriesPoint(t=s.t, steps=steps, examples=examples, events=events, coverage=coverage,
+                               failures=failures))
+    return out
+
+
 @dataclass(frozen=True)
 class TargetRun:
     """One target in one report."""
@@ -115,20 +140,19 @@ class TargetRun:
             return None
         last_new = 0.0
         active_until = self.series[0].t
-        events, coverage, steps = 0, 0.0, 0
-        for sample in self.series:
-            if sample.events > events or (sample.coverage is not None and sample.coverage > coverage):
+        before = SeriesPoint(t=0.0, steps=0, examples=0, events=0, coverage=None, failures=0)
+        for sample in so_far(self.series):
+            if sample.events > before.events or (sample.coverage or 0.0) > (before.coverage or 0.0):
                 last_new = sample.t
-            if sample.steps > steps:
+            if sample.steps > before.steps:
                 active_until = sample.t
-            events, steps = max(events, sample.events), max(steps, sample.steps)
-            coverage = max(coverage, sample.coverage or 0.0)
+            before = sample
         return max(0.0, active_until - last_new)
 
 
 @dataclass(frozen=True)
 class Run:
-    """One report file: a night of one box, or one shard of a night (see :attr:`night`)."""
+    """One report file: one run of ``python -m harness fuzz`` on one box (see :attr:`run_id` and :attr:`night`)."""
 
     source: Path
     report: dict[str, Any]
@@ -146,16 +170,30 @@ class Run:
     coverage: float | None
     targets: tuple[TargetRun, ...]
     skipped: tuple[str, ...]
+    copies: tuple[Path, ...] = ()
+    """Other files that hold this same run (:attr:`run_id`), read and set aside (see ``sources.load_runs``)."""
 
     @property
     def night(self) -> datetime.date:
         """The night this report belongs to: the UTC date it started on (``started`` is UTC).
 
-        Every report that started on one date, from any box, is one night; the
-        page, its trend and ``--nights`` all count nights this way, so boxes that
-        start seconds apart are one night, not several.
+        With ``--by-night`` every report that started on one date, from any box,
+        is one night, so boxes that start seconds apart are one night, not
+        several; ``--nights`` counts these dates in either mode.
         """
         return self.started.date()
+
+    @property
+    def run_id(self) -> str:
+        """What tells this run apart from every other: its start (UTC, to the second), its box and its seed.
+
+        A report has no id field of its own; these three are what the runner
+        decides at start-up.  Two runs on one date are two runs, and two files
+        with one id are the same run read twice (a copy, or an earlier snapshot
+        of it).  The id starts with the ISO start time, so ids sort by start.
+        """
+        seed = "?" if self.seed is None else str(self.seed)
+        return f"{self.started:%Y-%m-%dT%H:%M:%SZ} {self.box} seed {seed}"
 
     @property
     def box(self) -> str:
@@ -326,60 +364,3 @@ def parse_report(report: Any, source: Path) -> Run:
                       for i, t in enumerate(read.array(report, "targets", ""))),
         skipped=tuple(f"{s.get('family', '?')}: {s.get('reason', '')}" for s in skipped),
     )
-
-
-# ---------------------------------------------------------------- discovery
-def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:
-    """``(file, named)``: files named on the command line, then ``*.json`` under named folders (hidden ones skipped)."""
-    found: list[tuple[Path, bool]] = []
-    for source in sources:
-        if source.is_dir():
-            found += [(p, False) for p in sorted(source.rglob("*.json"))
-                      if not any(part.startswith(".") for part in p.relative_to(source).parts)]
-        elif source.exists():
-            found.append((source, True))
-        else:
-            raise ReportError(source, "", "no such file or folder")
-    return found
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReportError(path, "", f"cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ReportError(path, "", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ReportError(path, "", f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}") from None
-
-
-def load_runs(sources: Sequence[Path], *, nights: int | None = None) -> list[Run]:
-    """Every report in ``sources``, oldest first (by ``started``, then path); each file once.
-
-    A file named directly must be a report.  Inside a folder, JSON that is not a
-    poolfuzz report (corpus traces, other tools' output) is passed over, but a
-    corrupt file or an unknown report schema is still an error: a night must not
-    silently vanish from the trend.  ``nights`` keeps every report of the N most
-    recent nights (:attr:`Run.night`: UTC start dates), however many boxes wrote them.
-    """
-    runs: dict[Path, Run] = {}
-    for path, named in _candidates(sources):
-        if path.resolve() in runs:
-            continue
-        decoded = _read_json(path)
-        if not named and not (isinstance(decoded, dict) and decoded.get("tool") == TOOL):
-            continue
-        runs[path.resolve()] = parse_report(decoded, path)
-    if not runs:
-        raise NoReportsError(sources)
-    ordered = sorted(runs.values(), key=lambda r: (r.started, str(r.source)))
-    if nights is not None:
-        kept = set(sorted({r.night for r in ordered})[-nights:])
-        ordered = [r for r in ordered if r.night in kept]
-    return ordered
-
-
-def load_reports(sources: Sequence[Path]) -> list[dict[str, Any]]:
-    """The validated report dicts of :func:`load_runs`, oldest first."""
-    return [run.report for run in load_runs(sources)]

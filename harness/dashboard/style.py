@@ -14,6 +14,7 @@ ERROR_CATCHER = """
     line.textContent = text;
     box.appendChild(line);
   }
+  window.poolfuzzRecordError = record;  // for a shared plotly.js file that did not load (its onerror)
   window.onerror = function (message, source, line, column) {
     record(message + " (" + (source || "inline") + ":" + line + ":" + column + ")");
   };
@@ -74,6 +75,9 @@ details pre { background: var(--panel); padding: 10px; border-radius: 6px; overf
 .plot { border: 1px solid var(--rule); border-radius: 8px; padding: 6px; }
 #script-errors { background: var(--bad-bg); color: var(--bad); padding: 10px 28px; font-weight: 600; }
 #script-errors::before { content: "This page hit a script error; some plots may be missing:"; display: block; }
+.live { background: #e3f0fd; color: #0b4a8b; border-radius: 6px; padding: 8px 12px; margin: 8px 0;
+  font-weight: 600; }
+.table-wrap { overflow-x: auto; }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
 footer table td { padding: 1px 12px 1px 0; }
 """

@@ -47,6 +47,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from harness.fuzz.database import redacted
@@ -85,6 +86,8 @@ KILL_AFTER_TERM_S = 5.0
 SHARES_EVERY_S = 2.0
 """How often the parent recomputes the targets' shares of fuzzing time from what they found."""
 STARTUP_TIMEOUT_S = 300.0
+LIVE_EVERY_S = 5.0
+"""How often ``fuzz --dashboard`` rewrites the live page (it reloads itself as often)."""
 INTERRUPT_GRACE_S = 0.5
 """How long a worker shrinking a failure may go on after Ctrl-C or SIGTERM: the unshrunk trace is
 already on disk (written at the first failing step), so an interrupt is honoured within a second."""
@@ -117,8 +120,11 @@ class Slot:
 class FuzzRun:
     """One ``python -m harness fuzz`` run; :meth:`run` returns the report dict."""
 
-    def __init__(self, options: FuzzOptions, *, err: TextIO) -> None:
+    def __init__(self, options: FuzzOptions, *, err: TextIO, live: Callable[[dict[str, Any]], None] | None = None,
+                 live_every: float = LIVE_EVERY_S) -> None:
         self.options = options
+        self.live, self.live_every, self.next_live = live, live_every, 0.0
+        """``live`` gets the report so far every ``live_every`` seconds (``fuzz --dashboard``: the live page)."""
         self.ctx = multiprocessing.get_context("spawn")
         slots = max(1, len(options.targets))
         self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
@@ -416,6 +422,18 @@ class FuzzRun:
             self.sample(now)
             self.update_shares(now)
             self.progress.tick(self.stats.values(), now=now)
+            self.update_live(now)
+
+    def update_live(self, now: float) -> None:
+        """Hand the report so far to ``live`` when due; a failure there is one warning, never the run's end."""
+        if self.live is None or now < self.next_live:
+            return
+        self.next_live = now + self.live_every
+        try:
+            self.live(self.build_report().to_json())
+        except Exception as exc:  # noqa: BLE001 - the page is a view of the run, not part of it
+            self.progress.note(f"poolfuzz: warning: the live dashboard stopped: {type(exc).__name__}: {exc}")
+            self.live = None
 
     def install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():

@@ -4,10 +4,12 @@ User-facing profiles: ``ci``, ``dev``, ``nightly`` and ``debug``.  Internal ones
 one per engine: ``fuzz-round`` (a nightly worker's round), ``selfcheck`` (a canary
 chase) and ``seeding`` (reproducible corpus seeding).
 
-Hypothesis loads its own built-in ``ci`` profile whenever ``CI`` is set.  We
-register a profile under the same name on purpose: re-registering the active
-profile reloads it, so ours (derandomised, bounded, no database) wins in CI.
-Select one with ``HYPOTHESIS_PROFILE`` or ``pytest --hypothesis-profile``.
+Every profile is registered under ``poolfuzz-<name>`` (:data:`PREFIX`): a project whose own
+suite runs our machines (the pytest plugin) keeps its own ``ci`` or ``dev`` profile, which an
+unprefixed registration would have replaced (re-registering the active profile reloads it).
+poolfuzz's own entry points take the short names: ``HYPOTHESIS_PROFILE=ci``,
+:func:`build_settings("ci") <build_settings>`, :func:`load_default_profile` (this repository's
+test suite; under ``CI`` it loads ``poolfuzz-ci`` over hypothesis's built-in ``ci``).
 
 Deadlines are off everywhere: torch and Triton pay cold-start costs that make
 timing-based failures flaky (pytorch/FBGEMM#5932).  ``report_multiple_bugs`` is
@@ -31,10 +33,30 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+PREFIX = "poolfuzz-"
+"""Our profiles' namespace in hypothesis's global profile registry."""
+_OURS: set[str] = set()
+
+
+def _register(name: str, parent: settings | None = None, **values: Any) -> None:
+    _OURS.add(name)
+    settings.register_profile(PREFIX + name, parent, **values)
+
+
+def registered_name(name: str) -> str:
+    """The name hypothesis knows profile ``name`` by: ours are prefixed, a project's own kept as is."""
+    return PREFIX + name if name in _OURS else name
+
+
+def profile(name: str) -> settings:
+    """Profile ``name`` (ours by its short name, or any registered one); hypothesis's ``InvalidArgument`` if unknown."""
+    return settings.get_profile(registered_name(name))
+
+
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 _BASE = settings(deadline=None, report_multiple_bugs=False, suppress_health_check=_QUIET)
 
-settings.register_profile(
+_register(
     "ci",
     derandomize=True,
     database=None,
@@ -44,25 +66,25 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
     parent=_BASE,
 )
-settings.register_profile(
+_register(
     "dev",
     database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
     max_examples=100,
     stateful_step_count=50,
     parent=_BASE,
 )
-settings.register_profile("nightly", _BASE, max_examples=2_000, stateful_step_count=200)
-settings.register_profile("debug", parent=settings.get_profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
+_register("nightly", _BASE, max_examples=2_000, stateful_step_count=200)
+_register("debug", parent=profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
 
-settings.register_profile(
+_register(
     "fuzz-round",
-    parent=settings.get_profile("nightly"),
+    parent=profile("nightly"),
     derandomize=False,
     verbosity=Verbosity.quiet,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     print_blob=False,
 )
-settings.register_profile(
+_register(
     "selfcheck",
     parent=_BASE,
     database=None,
@@ -72,7 +94,7 @@ settings.register_profile(
     suppress_health_check=list(HealthCheck),
     phases=[Phase.generate, Phase.target, Phase.shrink],
 )
-settings.register_profile(
+_register(
     "seeding",
     parent=_BASE,
     database=None,
@@ -88,12 +110,12 @@ PROFILES = ("ci", "dev", "nightly", "debug")
 """The profiles a person selects; the others are the engines' own."""
 
 
-def build_settings(profile: str | None = None, **overrides: Any) -> settings:
-    """Profile ``profile`` (default: the active one) with ``overrides``; the only settings constructor in poolfuzz.
+def build_settings(profile_name: str | None = None, **overrides: Any) -> settings:
+    """Profile ``profile_name`` (default: the active one) with ``overrides``; the only settings constructor in poolfuzz.
 
     Derandomised settings import every poolfuzz module first (:func:`import_every_module`).
     """
-    base = settings() if profile is None else settings.get_profile(profile)
+    base = settings() if profile_name is None else profile(profile_name)
     built = settings(base, **overrides)
     if built.derandomize:
         import_every_module()
@@ -154,7 +176,7 @@ def default_profile_name() -> str:
 def load_default_profile() -> str:
     """Load the default profile (see :func:`default_profile_name`); a derandomised one imports every module first."""
     name = default_profile_name()
-    if settings.get_profile(name).derandomize:
+    if profile(name).derandomize:
         import_every_module()
-    settings.load_profile(name)
+    settings.load_profile(registered_name(name))
     return name
