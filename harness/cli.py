@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.arguments import positive
 from harness.helptext import PROG
 
 DISPATCHED = {
@@ -61,19 +62,6 @@ def _workers(value: str) -> int:
     return number
 
 
-def _positive(kind: type) -> Any:
-    def parse(value: str) -> Any:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}") from None
-        if number <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}")
-        return number
-
-    return parse
-
-
 def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
     from harness.fuzz.database import DEFAULT_DATABASE
 
@@ -81,9 +69,9 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="fuzz this family (repeatable), optionally with another implementation; "
                            "default: every family whose machine imports")
     budget = fuzz.add_mutually_exclusive_group()
-    budget.add_argument("--seconds", type=_positive(float), metavar="N",
+    budget.add_argument("--seconds", type=positive(float), metavar="N",
                         help="fuzzing time in seconds, counted once the workers have started (default 60)")
-    budget.add_argument("--minutes", type=_positive(float), metavar="N", help="time budget in minutes")
+    budget.add_argument("--minutes", type=positive(float), metavar="N", help="time budget in minutes")
     fuzz.add_argument("--workers", type=_workers, default="auto", metavar="N|auto",
                       help="worker processes (default auto: one per usable core)")
     fuzz.add_argument("--seed", type=int, help="seed of the whole run (default: random, printed and reported)")
@@ -92,7 +80,7 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="where counterexample traces are saved (default corpus/found)")
     fuzz.add_argument("--report", type=Path, metavar="FILE.json",
                       help="JSON report path (default reports/poolfuzz-<UTC time>-seed<SEED>.json)")
-    fuzz.add_argument("--steps", type=_positive(int), default=200, metavar="N",
+    fuzz.add_argument("--steps", type=positive(int), default=200, metavar="N",
                       help="steps per example, hypothesis's stateful_step_count (default 200)")
     fuzz.add_argument("--no-misuse", dest="misuse", action="store_false",
                       help="issue valid calls only (for targets that do not validate their input)")
@@ -104,15 +92,15 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                            f"(default {DEFAULT_DATABASE})")
     fuzz.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
                       help="how long a failure still being shrunk may outlive the budget (default 60)")
-    fuzz.add_argument("--progress-every", type=_positive(float), metavar="SECONDS",
+    fuzz.add_argument("--progress-every", type=positive(float), metavar="SECONDS",
                       help="progress interval (default 0.5 on a terminal, 5 otherwise)")
     fuzz.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     fuzz.add_argument("--dashboard", type=Path, metavar="FILE.html",
                       help="keep an HTML dashboard of this run: rewritten every few seconds while it runs (the page "
                            "reloads itself), final when it ends (needs the dashboard extra)")
-    fuzz.add_argument("--series-every", type=_positive(float), metavar="SECONDS",
+    fuzz.add_argument("--series-every", type=positive(float), metavar="SECONDS",
                       help="time-series sampling interval of the report (default: budget/100, at least 1 s)")
-    fuzz.add_argument("--round-seconds", type=_positive(float), default=2.0, metavar="SECONDS",
+    fuzz.add_argument("--round-seconds", type=positive(float), default=2.0, metavar="SECONDS",
                       help=argparse.SUPPRESS)
 
 

@@ -29,13 +29,14 @@ profile) in a run that does not ask for it.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from harness.arguments import positive
 
 TRACE_PROPERTY = "poolfuzz_trace"
 """``user_properties`` key of a failed test's saved trace path (travels with xdist reports and into JUnit XML)."""
@@ -80,16 +81,6 @@ _SESSION = pytest.StashKey[_Session]()
 
 
 # ------------------------------------------------------------------ options
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}")
-    return number
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--poolfuzz-*`` options (prefixed so they never clash with a project's own, ``--target`` say)."""
     group = parser.getgroup("poolfuzz", "poolfuzz: fuzz a pool class with poolfuzz's state machines")
@@ -105,9 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--poolfuzz-profile", default=None, dest="poolfuzz_profile", metavar="NAME",
                     help="hypothesis profile of the poolfuzz tests (default: HYPOTHESIS_PROFILE, else ci "
                          "when CI is set, else dev)")
-    group.addoption("--poolfuzz-max-examples", type=_positive_int, default=None, dest="poolfuzz_max_examples",
+    group.addoption("--poolfuzz-max-examples", type=positive(int), default=None, dest="poolfuzz_max_examples",
                     metavar="N", help="examples per poolfuzz test (overrides the profile and poolfuzz_test)")
-    group.addoption("--poolfuzz-steps", type=_positive_int, default=None, dest="poolfuzz_steps", metavar="N",
+    group.addoption("--poolfuzz-steps", type=positive(int), default=None, dest="poolfuzz_steps", metavar="N",
                     help="steps per example (overrides the profile and poolfuzz_test)")
 
 

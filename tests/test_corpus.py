@@ -15,14 +15,21 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
 import harness.traces.shrink
-from harness.traces.corpus import save_trace, trace_key
-from harness.judge.invariants import InvariantViolation
-from harness.machines import make_machine, run_machine
-from harness.traces.replay import ReplayResult, main, matches_expectation, replay_trace, trace_files
 from harness.canaries.seeding import SeedError, seed_trace, verify_seed
-from harness.traces.shrink import shrink_trace
+from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
+from harness.machines import make_machine, run_machine
+from harness.traces.corpus import save_trace, trace_key
+from harness.traces.replay import (
+    ReplayResult,
+    main,
+    matches_expectation,
+    old_implementation,
+    replay_trace,
+    trace_files,
+)
 from harness.traces.schema import load_trace
+from harness.traces.shrink import shrink_trace
 from pools import ReqToTokenPool
 from pools.req_to_token import Req
 from tests.conftest import CUDA
@@ -91,13 +98,14 @@ def test_the_corpus_directory_exists() -> None:
 if COMMITTED:
     @pytest.mark.parametrize("path", COMMITTED, ids=[str(p.relative_to(CORPUS)) for p in COMMITTED])
     def test_committed_trace_replays_as_expected(path: Path) -> None:
-        """On its implementation as expected; and, when it records a broken variant, failing there as recorded."""
+        """On its implementation as expected; and, when it records a broken variant (an expected violation
+        elsewhere, or the old pool of a regression trace), failing there as recorded."""
         trace = load_trace(path)
         result = replay_trace(trace)
         if result.outcome == "unavailable":
             pytest.skip(result.describe())
         assert matches_expectation(result, trace), result.describe()
-        broken = trace.expect.get("implementation")
+        broken = trace.expect.get("implementation") or old_implementation(trace)
         if broken and broken != result.implementation:
             on_broken = replay_trace(trace, target=broken)
             if on_broken.outcome == "unavailable":
@@ -120,7 +128,7 @@ def test_a_fuzz_finding_lands_in_the_corpus_and_replays_to_the_same_invariant(tm
     on_ours = replay_trace(trace, target=DEFAULT)
     assert on_ours.outcome == "pass" and matches_expectation(on_ours, trace)
     assert len(trace.steps) == 2 and trace.steps[-1] == {"op": "clear", "args": {}}
-    assert "shrunk steps" in str(caught.value) and str(saved[0]) in str(caught.value)
+    assert "shrunk by replay to" in str(caught.value) and str(saved[0]) in str(caught.value)
 
 
 def test_finding_the_same_bug_twice_writes_one_file(tmp_path: Path) -> None:
@@ -157,7 +165,18 @@ def test_replay_reports_the_violated_invariant_and_the_step() -> None:
     trace = rows_trace([*GENERATION_BUG, ("alloc", {"batch": [None]})])
     result = replay_trace(trace, target=BROKEN)
     assert (result.outcome, result.invariant, result.step) == ("violation", "generation-monotonic", 3)
-    assert result.describe() == "[generation-monotonic] at step 3: row 3 generation after binding (expected=2, actual=1)"
+    assert result.describe() == ("[generation-monotonic] at step 3 of 3: row 3 generation after binding "
+                                 "(expected=2, actual=1)")
+
+
+def test_the_step_number_counts_the_trace_as_replayed_skipped_steps_included() -> None:
+    """A step the driver skips (a write to a request that holds no row) still counts: step N is the file's Nth."""
+    trace = rows_trace([("alloc", {"batch": [None]}), ("free", {"handle": 0}), ("write", {"handle": 0, "start": 0, "length": 1}),
+                        ("clear", {}), ("alloc", {"batch": [None]}), ("alloc", {"batch": []})])
+    result = replay_trace(trace, target=BROKEN)
+    assert len(result.recorded) == 4  # the driver skipped the write
+    assert (result.invariant, result.step, result.steps, result.total) == ("generation-monotonic", 5, 5, 6)
+    assert result.where == "at step 5 of 6"
 
 
 def test_a_violation_found_only_by_the_final_audit_is_reported_at_teardown() -> None:
@@ -180,8 +199,15 @@ def test_a_trace_naming_a_request_it_never_made_is_an_error_not_a_traceback() ->
 
 
 def test_a_pool_that_cannot_be_built_is_an_error() -> None:
+    trace = Trace("paged_kv", "", {"size": 8, "page_size": 2, "kernel": "no-such-kernel", "device": "cpu"}, [])
+    result = replay_trace(trace)
+    assert result.outcome == "error" and result.message.startswith("building the pool: UnknownKernelError")
+
+
+def test_a_size_beyond_the_limits_is_invalid_and_nothing_is_built() -> None:
     result = replay_trace(rows_trace([], size=-1))
-    assert result.outcome == "error" and result.message.startswith("building the pool: BadSizeError")
+    assert (result.outcome, result.message) == ("invalid", "config.size = -1 is below the minimum 0 for req_to_token")
+    assert not matches_expectation(result, rows_trace([], size=-1))
 
 
 def test_an_implementation_that_cannot_be_imported_here_is_unavailable_not_failed() -> None:
@@ -342,7 +368,7 @@ def test_cli_passes_a_corpus_our_pools_pass(traces: Path, capsys: pytest.Capture
     assert lines == [
         f"PASS {traces}/rows/nested/seeded.json (2 steps)",
         f"PASS {traces}/rows/pass.json (2 steps)",
-        "2 traces: 2 matched, 0 failed, 0 skipped, 0 unreadable",
+        "2 traces: 2 matched, 0 failed, 0 skipped, 0 missing, 0 invalid",
     ]
 
 
@@ -358,7 +384,7 @@ def test_cli_exits_1_when_a_trace_does_not_match(traces: Path, capsys: pytest.Ca
     capsys.readouterr()
     assert main([str(traces / "rows" / "edited.json")]) == 1
     assert capsys.readouterr().out.splitlines()[0] == (
-        f"FAIL {traces}/rows/edited.json expected pass, got error at step 2: free: KeyError: 4")
+        f"FAIL {traces}/rows/edited.json expected pass, got error at step 2 of 2: free: KeyError: 4")
 
 
 def test_cli_exits_1_when_an_expected_violation_is_gone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -368,12 +394,25 @@ def test_cli_exits_1_when_an_expected_violation_is_gone(tmp_path: Path, capsys: 
     assert "expected [conservation], got pass (2 steps)" in capsys.readouterr().out
 
 
-def test_cli_skips_a_trace_whose_implementation_is_unavailable_here(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_skips_a_trace_whose_implementation_is_unavailable_here_with_skip_missing(
+    traces: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(traces, "rows/elsewhere.json", rows_trace(GENERATION_BUG, implementation="tests.nowhere:Pool"))
-    assert main([str(traces)]) == 0
+    assert main([str(traces), "--skip-missing"]) == 0
     out = capsys.readouterr().out
     assert f"SKIP {traces}/rows/elsewhere.json: tests.nowhere:Pool is unavailable here: " in out
-    assert out.endswith("3 traces: 2 matched, 0 failed, 1 skipped, 0 unreadable\n")
+    assert out.endswith("3 traces: 2 matched, 0 failed, 1 skipped, 0 missing, 0 invalid\n")
+
+
+def test_cli_exits_2_on_a_trace_whose_implementation_is_unavailable_here(
+    traces: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(traces, "rows/elsewhere.json", rows_trace(GENERATION_BUG, implementation="tests.nowhere:Pool"))
+    assert main([str(traces)]) == 2
+    out = capsys.readouterr().out
+    assert f"MISS {traces}/rows/elsewhere.json: tests.nowhere:Pool is unavailable here: " in out
+    assert "(--skip-missing skips such traces)" in out
+    assert out.endswith("3 traces: 2 matched, 0 failed, 0 skipped, 1 missing, 0 invalid\n")
 
 
 def test_cli_exits_2_on_an_unreadable_trace_naming_file_and_field(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -383,7 +422,7 @@ def test_cli_exits_2_on_an_unreadable_trace_naming_file_and_field(traces: Path, 
     assert main([str(traces)]) == 2
     out = capsys.readouterr().out
     assert f"BAD  {traces}/rows/hand-edited.json: field 'steps[1].op': step 2: 'reset' is not an operation" in out
-    assert "3 traces: 2 matched, 0 failed, 0 skipped, 1 unreadable" in out
+    assert "3 traces: 2 matched, 0 failed, 0 skipped, 0 missing, 1 invalid" in out
     assert "Traceback" not in out
 
 
@@ -409,7 +448,7 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
     done = subprocess.run([sys.executable, "-m", "harness.traces.replay", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                          cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"BAD  {tmp_path}/cut.json: field '(file)': ends early, the file looks truncated")
     assert "Traceback" not in done.stderr

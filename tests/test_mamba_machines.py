@@ -105,7 +105,7 @@ def test_clear_that_keeps_the_window_open_violates_clear_restores() -> None:
 def test_hybrid_alloc_that_binds_rows_before_finding_slots_short_violates_empty_pool_guard() -> None:
     violation = violated_invariant("hybrid_req_to_token", RowsBeforeSlots)
     assert violation.invariant_id == "empty-pool-guard"
-    assert "shrunk steps" in str(violation)
+    assert "shrunk by replay to" in str(violation)
 
 
 def test_mapping_sized_by_mamba_size_violates_in_bounds() -> None:

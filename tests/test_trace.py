@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -12,8 +13,17 @@ from typing import Any
 import pytest
 import torch
 
-from harness.traces.replay import trace_files
+from harness.judge import limits
+from harness.judge.families import FAMILIES, resolve
+from harness.judge.limits import (
+    LIMITS,
+    LimitError,
+    check_config,
+    check_step,
+    check_steps,
+)
 from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
+from harness.traces.replay import trace_files
 from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,6 +141,22 @@ REJECTED = [
     ("violation without invariant", _drop("expect.invariant"), "expect.invariant", "is missing"),
     ("unknown invariant id", _set("expect.invariant", "no-leaks"), "expect.invariant", "'no-leaks' is not an invariant id"),
     ("pass naming an invariant", _set("expect.outcome", "pass"), "expect.invariant", "is not allowed with outcome 'pass'"),
+    ("regression with a violation", _set("expect.regression", {"invariant": "conservation", "implementation": "a:B"}),
+     "expect.regression", "is not allowed with outcome 'violation'"),
+    ("regression not an object", lambda d: d.update(expect={"outcome": "pass", "regression": "conservation"}),
+     "expect.regression", "must be an object, not a string"),
+    ("regression without invariant", lambda d: d.update(expect={"outcome": "pass", "regression": {"implementation": "a:B"}}),
+     "expect.regression.invariant", "is missing"),
+    ("regression of an unknown invariant",
+     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "leaks", "implementation": "a:B"}}),
+     "expect.regression.invariant", "'leaks' is not an invariant id"),
+    ("regression naming no implementation",
+     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": ""}}),
+     "expect.regression.implementation", "'' is not module:attr"),
+    ("regression with an extra field",
+     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": "a:B",
+                                                                  "fixed": True}}),
+     "expect.regression.fixed", "is not a regression field"),
     ("audit period of the wrong type", _set("audit_period", "8"), "audit_period", "must be an integer, not a string"),
     ("audit period below 1", _set("audit_period", 0), "audit_period", "must be at least 1, not 0"),
     ("seed of the wrong type", _set("provenance.seed", 1.5), "provenance.seed", "must be an integer or a string or null"),
@@ -146,6 +172,152 @@ def test_an_inconsistent_trace_is_refused_naming_the_file_and_field(
     assert (error.source, error.field) == ("corpus/x.json", field)
     assert problem in error.problem
     assert str(error).startswith(f"corpus/x.json: field {field!r}: ")
+
+
+def test_a_regression_expectation_loads_and_round_trips() -> None:
+    regression = {"outcome": "pass", "regression": {"invariant": "conservation", "implementation": "tests.x:Broken"}}
+    trace = parse_trace({**sample(), "expect": regression})
+    assert trace.expect == regression
+    assert loads_trace(trace.dumps()) == trace
+
+
+# ---------------------------------------------------------------- limits
+def test_every_family_has_limits_naming_only_keys_its_default_pool_takes() -> None:
+    """A family without a row is refused at load time; a row naming a key the pool lacks would be dead."""
+    assert set(LIMITS) == set(FAMILIES)
+    for name, row in LIMITS.items():
+        default = resolve(FAMILIES[name].default)
+        assert set(row.config) <= set(inspect.signature(default).parameters), name
+        assert set(FAMILIES[name].bench_kwargs) <= set(row.config), name
+        check_config(name, FAMILIES[name].bench_kwargs)
+        driver = resolve(FAMILIES[name].driver)
+        assert {key.partition(".")[0] for key in row.args} <= driver.operations, name
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_configs_the_fuzzers_draw_are_well_inside_the_limits(name: str) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=200, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(resolve(FAMILIES[name].configs)())
+    def drawn(config: dict[str, Any]) -> None:
+        check_config(name, {**config, "device": "cpu"})
+        scaled = {k: v * 50 if isinstance(v, int) and not isinstance(v, bool) and k != "page_size" else v
+                  for k, v in config.items()}
+        check_config(name, {**scaled, "device": "cpu"})  # 50 times as large still passes: generous
+
+    drawn()
+
+
+LIMITED = [
+    ("a trillion blocks", "block_pool", {"num_gpu_blocks": 10**12}, "config.num_gpu_blocks",
+     "config.num_gpu_blocks = 1000000000000 exceeds the limit 1048576 for block_pool"),
+    ("a negative page size", "paged_kv", {"size": 8, "page_size": -4}, "config.page_size",
+     "config.page_size = -4 is below the minimum 1 for paged_kv"),
+    ("a page size of 0", "prefix_cache", {"size": 8, "page_size": 0}, "config.page_size",
+     "config.page_size = 0 is below the minimum 1 for prefix_cache"),
+    ("rows x context too large together", "req_to_token", {"size": 1 << 16, "max_context_len": 1 << 20},
+     "config: (size + pre_alloc_size) x max_context_len",
+     "config: (size + pre_alloc_size) x max_context_len = 68719476736 exceeds the limit 67108864 for req_to_token"),
+    ("a key the family does not know", "hybrid_req_to_token",
+     {"size": 2, "max_context_len": 4, "mamba_size": 2, "dtype": "float16"}, "config.dtype",
+     "config.dtype is not a config field of hybrid_req_to_token; known: size, max_context_len, device, mamba_size"),
+    ("a boolean size", "token_kv", {"size": True}, "config.size", "config.size = True must be an integer"),
+    ("a state shape too large", "hybrid_req_to_token",
+     {"size": 2, "max_context_len": 4, "mamba_size": 1 << 16, "num_layers": 64, "conv_shape": [4096]},
+     "config: num_layers x (mamba_size + 1) x (conv_shape + temporal_shape elements)", "exceeds the limit 67108864"),
+    ("KV pages of a scheduler", "scheduler", {"size": 1, "max_context_len": 4, "page_size": 64, "kv_pages": 1 << 20},
+     "config: kv_pages x page_size", "= 67108864 exceeds the limit 1048576 for scheduler"),
+]
+
+
+@pytest.mark.parametrize(("family", "config", "field", "message"), [r[1:] for r in LIMITED], ids=[r[0] for r in LIMITED])
+def test_check_config_names_the_field_its_value_and_the_limit(
+    family: str, config: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(LimitError) as caught:
+        check_config(family, {**config, "device": "cpu"})
+    assert isinstance(caught.value, ValueError)
+    assert (caught.value.family, caught.value.field) == (family, field)
+    assert message in str(caught.value)
+
+
+def test_a_limit_error_keeps_the_value_and_the_limit() -> None:
+    with pytest.raises(LimitError) as caught:
+        check_config("block_pool", {"num_gpu_blocks": 10**12, "device": "cpu"})
+    assert (caught.value.value, caught.value.limit) == (10**12, limits.BLOCKS)
+
+
+def test_a_family_without_limits_is_refused() -> None:
+    with pytest.raises(LimitError, match="'new_family' has no size limits"):
+        check_config("new_family", {"device": "cpu"})
+
+
+ROWS = {"size": 2, "max_context_len": 4, "device": "cpu"}
+STEP_LIMITED = [
+    ("an alloc of a trillion tokens", "token_kv", "alloc", {"need_size": 10**12}, "steps[0].args.need_size",
+     "= 1000000000000 exceeds the limit 2097152 (in magnitude) for token_kv"),
+    ("a negative write offset", "req_to_token", "write", {"handle": 0, "start": -10**12, "length": 10**12},
+     "steps[0].args.start", "exceeds the limit 2097152 (in magnitude)"),
+    ("one long extend in a batch", "paged_kv", "extend", {"batch": [[None, 4], [None, 1 << 22]]},
+     "steps[0].args.batch[1][1]", "= 4194304 exceeds"),
+    ("an extend batch too long in total", "paged_kv", "extend", {"batch": [[None, 1 << 20]] * 3},
+     "sum of steps[0].args.batch[*][1]", "= 3145728 exceeds the limit 2097152 for paged_kv"),
+    ("a value far longer than its key", "prefix_cache", "insert_mismatched", {"prompt": [1], "extra": 10**12},
+     "steps[0].args.extra", "exceeds"),
+    ("NaN, which json reads", "mamba_slots", "alloc", {"need_size": float("nan")}, "steps[0].args.need_size",
+     "= nan exceeds"),
+    ("a huge pool built by construct", "req_to_token", "construct", {"overrides": {"size": 10**12, "max_context_len": -1}},
+     "steps[0].args.overrides.size", "exceeds the limit 65536 (in magnitude)"),
+    ("construct naming an unknown key", "block_pool", "construct", {"overrides": {"blocks": 3}},
+     "steps[0].args.overrides.blocks", "is not a config field of block_pool"),
+]
+
+
+@pytest.mark.parametrize(("family", "op", "args", "field", "problem"), [r[1:] for r in STEP_LIMITED],
+                         ids=[r[0] for r in STEP_LIMITED])
+def test_step_arguments_that_size_an_allocation_are_bounded(
+    family: str, op: str, args: dict[str, Any], field: str, problem: str
+) -> None:
+    config = {**FAMILIES[family].bench_kwargs, **(ROWS if family == "req_to_token" else {})}
+    with pytest.raises(LimitError) as caught:
+        check_steps(family, [{"op": op, "args": args}], config)
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+
+
+def test_misuse_probes_stay_legal_within_the_limits() -> None:
+    """Negative sizes and malformed constructors are what misuse steps are for: only their magnitude is bounded."""
+    check_step("token_kv", "alloc", {"need_size": -1}, {"size": 4})
+    check_step("req_to_token", "construct", {"overrides": {"size": -1, "max_context_len": 4.5}}, ROWS)
+    check_step("paged_kv", "extend", {"batch": [[None, limits.REQUEST]]}, {"size": 8, "page_size": 2})
+    check_step("paged_kv", "free", {"handle": 10**12}, {"size": 8, "page_size": 2})  # handles size nothing
+
+
+def test_the_number_of_steps_is_bounded() -> None:
+    steps = [{"op": "clear", "args": {}}] * (limits.MAX_STEPS + 1)
+    with pytest.raises(LimitError) as caught:
+        check_steps("req_to_token", steps, ROWS)
+    assert str(caught.value) == f"len(steps) = {limits.MAX_STEPS + 1} exceeds the limit {limits.MAX_STEPS} for req_to_token"
+
+
+def test_a_trace_over_the_limits_is_refused_at_load_naming_file_and_field() -> None:
+    error = error_for(_set("config.size", 1 << 20))
+    expected = "corpus/x.json: config.size = 1048576 exceeds the limit 65536 for req_to_token"
+    assert (error.field, str(error)) == ("config.size", expected)
+    error = error_for(_set("steps.1.args.need_size", -(10**12)))
+    assert error.field == "steps[1].args.need_size"
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "huge.json"
+    with path.open("wb") as handle:
+        handle.truncate(limits.MAX_TRACE_BYTES + 1)  # sparse: nothing to read, only its size
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert (caught.value.field, caught.value.problem) == (
+        "(file)", f"is {limits.MAX_TRACE_BYTES + 1} bytes, over the limit of {limits.MAX_TRACE_BYTES} for a trace")
 
 
 def test_an_unknown_schema_version_says_which_one_this_poolfuzz_reads() -> None:
@@ -270,6 +442,9 @@ def test_a_dumped_trace_matches_the_schema(schema: dict[str, Any]) -> None:
     assert schema_errors(document, schema, schema) == []
     passing = {**document, "expect": {"outcome": "pass"}, "implementation": ""}
     assert schema_errors(passing, schema, schema) == []
+    regression = {**document, "expect": {"outcome": "pass",
+                                         "regression": {"invariant": "conservation", "implementation": "a.b:C"}}}
+    assert schema_errors(regression, schema, schema) == []
 
 
 @pytest.mark.parametrize(("mutate", "error"), [
@@ -280,6 +455,8 @@ def test_a_dumped_trace_matches_the_schema(schema: dict[str, Any]) -> None:
     (_set("config.device", "tpu"), "$.config.device: does not match"),
     (_set("extra", 1), "$.extra: not allowed"),
     (_set("audit_period", 0), "$.audit_period: below 1"),
+    (lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation"}}),
+     "$.expect: matches 0 of the oneOf alternatives"),
 ])
 def test_the_schema_rejects_what_the_loader_rejects(
     schema: dict[str, Any], mutate: Callable[[dict[str, Any]], Any], error: str

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.arguments import positive
 from harness.dashboard.bundle import BUNDLE_MODES
 from harness.dashboard.figures import PlotlyMissingError
 from harness.dashboard.page import build_dashboard
@@ -19,16 +20,6 @@ from harness.dashboard.reports import DashboardError
 EXIT_OK = 0
 EXIT_USAGE = 2
 DEFAULT_OUTPUT = Path("poolfuzz-dashboard.html")
-
-
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}")
-    return number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="group the reports into nights: every report started on one UTC date, from any box, "
                              "is one night (one row per box in the table, one trend point per target); by default "
                              "each report is its own run")
-    parser.add_argument("--nights", type=_count, metavar="N",
+    parser.add_argument("--nights", type=positive(int), metavar="N",
                         help="only the reports started on the N most recent UTC dates (default all)")
-    parser.add_argument("--runs", type=_count, metavar="N", help="only the N most recent reports (default all)")
+    parser.add_argument("--runs", type=positive(int), metavar="N", help="only the N most recent reports (default all)")
     parser.add_argument("--bundle", choices=BUNDLE_MODES, default="inline",
                         help="inline: plotly.js inside the page, one self-contained file (default); shared: "
                              "plotly.js in one file beside the page, which every page in that folder uses")

@@ -64,6 +64,7 @@ from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
+from harness.machines.run import describe_shrunk
 from harness.traces.keep import Kept, discard, keep_trace
 
 #: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
@@ -335,13 +336,13 @@ class Worker:
         if finding is not None:
             where = {"round": round_no, "seed": walk.seed}
             violation = finding.violation
-            message = str(finding.error) if violation is not None else (
+            message = describe_shrunk(violation, found=finding.found_steps, trace=finding.trace,
+                                      found_by="the walk found") if violation is not None else (
                 "".join(traceback.format_exception_only(finding.error))
                 + "".join(traceback.format_exception(finding.error)[-12:-1])
                 + f"steps of the walk episode that raised:\n{finding.trace.steps_text()}\n")
-            if violation is not None:
-                message += f"\n  shrunk steps ({finding.found_steps} before shrinking):\n{finding.trace.steps_text()}"
-                message += f"\n  ({finding.trace_problem})" if finding.trace_problem else ""
+            if violation is not None and finding.trace_problem:
+                message += f"\n  ({finding.trace_problem})"
             self.poisoned = any(marker in message for marker in FATAL_CUDA)
             if violation is not None:
                 save_walk_failure(self.database, target.key, finding.trace)

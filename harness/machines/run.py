@@ -76,6 +76,22 @@ def run_machine(
             violation.trace_path = kept.path
             saved = f"\n  saved to {kept.path}" if kept.path is not None else ""
             saved += f"\n  ({kept.problem})" if kept.problem else ""
-        steps = trace.steps_text()
-        violation.args = (f"{violation.args[0]}\n  shrunk steps ({found} before replay shrinking):\n{steps}{saved}",)
+        violation.args = (describe_shrunk(violation, found=found, trace=trace, found_by="hypothesis reported") + saved,)
         raise
+
+
+
+def describe_shrunk(violation: InvariantViolation, *, found: int, trace: Trace, found_by: str) -> str:
+    """The violation's message with its shrunk steps, each count saying which trace it counts.
+
+    The driver's ``at step N of <trace> (M steps)`` line describes the trace as found; printed
+    beside a shorter shrunk listing it read as a contradiction ("at step 7 (7 steps)" above five
+    steps), so it is replaced by one line naming both traces.
+    """
+    head, sep, last = violation.args[0].rpartition("\n")
+    if not (sep and last.startswith(("  at step ", "  at teardown "))):
+        head = violation.args[0]
+    where = "at teardown" if violation.step is None else f"at step {violation.step}"
+    shrunk = len(trace.steps)
+    return (f"{head}\n  {where} of the {found}-step trace {found_by}; shrunk by replay to "
+            f"{shrunk} step{'' if shrunk == 1 else 's'}:\n{trace.steps_text()}")

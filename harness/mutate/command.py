@@ -48,7 +48,8 @@ EXIT_BASELINE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.cli import _positive, usable_cores
+    from harness.arguments import positive
+    from harness.cli import usable_cores
 
     parser = argparse.ArgumentParser(
         prog=prog("mutate"),
@@ -64,13 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rerun", type=Path, metavar="PATH",
                         help="only the behavioural mutants a previous --json run left alive (survived or not "
                              "reached), by id; ids of lines that have since moved are not found")
-    parser.add_argument("--limit", type=_positive(int), metavar="N", help="only the first N mutants (quick runs)")
-    parser.add_argument("--workers", type=_positive(int), default=usable_cores(), metavar="N",
+    parser.add_argument("--limit", type=positive(int), metavar="N", help="only the first N mutants (quick runs)")
+    parser.add_argument("--workers", type=positive(int), default=usable_cores(), metavar="N",
                         help="worker processes (default: usable cores)")
-    parser.add_argument("--timeout", type=_positive(float), metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive(float), metavar="SECONDS",
                         help="time limit per mutant (default: 10 s + 3x the traced baseline time of the machines "
                              "it runs)")
-    parser.add_argument("--examples", type=_positive(int), metavar="N",
+    parser.add_argument("--examples", type=positive(int), metavar="N",
                         help="examples per machine run (default: the ci profile's)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--list", action="store_true", help="list the selected mutants and exit")

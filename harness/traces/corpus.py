@@ -54,15 +54,41 @@ def write_trace(trace: Trace, path: Path) -> Path:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _written_beside(trace, path)
+    try:
+        _publish(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _written_beside(trace: Trace, path: Path) -> Path:
+    """``trace`` written and fsynced under a hidden temporary name in ``path``'s folder."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(trace.dumps())
             handle.flush()
             os.fsync(handle.fileno())
-        _publish(Path(tmp), path)
-    finally:
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def rewrite_trace(trace: Trace, path: Path) -> Path:
+    """Replace the file at ``path`` with ``trace``, atomically (``replay --mark-regression`` edits in place).
+
+    Readers see the old file or the new one, never a mix: the text is written
+    and fsynced under a hidden temporary name in the same folder, then renamed
+    over ``path``.  The name is kept even though the content digest changes
+    (docs/corpus.md: edited files need not be renamed).
+    """
+    tmp = _written_beside(trace, path)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

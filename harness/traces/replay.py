@@ -12,27 +12,40 @@ Which implementation a replay judges, and what it expects of it:
   names (``expect.implementation``, else the trace's ``implementation``); any
   other implementation is expected to **pass** the trace.  A corpus trace is a
   regression test every correct pool must pass; the broken variant it was
-  found on is the one place where it must fail, with the recorded invariant id.
+  found on is the one place where it must fail, with the recorded invariant id;
+* ``{"outcome": "pass", "regression": {"invariant": ID, "implementation": OLD}}``
+  is a *regression trace*: a finding whose pool was fixed.  It must pass on
+  every implementation but ``OLD``, the broken one it was found on, which must
+  still fail with ``ID`` (unless ``OLD`` is the trace's own implementation: then
+  it was fixed in place and the violation is history).  The command line
+  (:mod:`harness.traces.replay_cli`) checks both sides.
 
 A trace recorded on CUDA replays on CPU and vice versa: ``device=`` overrides
 the recorded device, and a CUDA trace on a machine without CUDA falls back to CPU.
+Before anything is built, the config and the step arguments are held to the
+size limits of :mod:`harness.judge.limits` (outcome ``invalid`` otherwise).
+
+``python -m harness.traces.replay`` is the command line; :func:`main` hands it on.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.judge.families import (
+    UnknownTargetError,
+    family,
+    load_factory,
+    resolve,
+    validates_input,
+)
 from harness.judge.invariants import InvariantViolation
-from harness.judge.families import UnknownTargetError, family, load_factory, parse_overrides, resolve, validates_input
+from harness.judge.limits import LimitError, check_config, check_steps
 from harness.judge.trace import Trace
-from harness.traces.corpus import DEFAULT_CORPUS
-from harness.traces.schema import TraceError, load_trace
-
 
 
 @dataclass(frozen=True)
@@ -41,10 +54,14 @@ class ReplayResult:
 
     ``outcome`` is ``"pass"``, ``"violation"`` (an invariant failed),
     ``"error"`` (anything else raised: a trace that does not fit the driver, a
-    pool that cannot be built) or ``"unavailable"`` (the implementation cannot
-    be imported here, e.g. upstream SGLang is not installed: nothing was run).  ``step`` is the 1-based
-    number of the trace step where it happened; ``None`` means at teardown for a
-    violation, and before the first step for an error.
+    pool that cannot be built), ``"unavailable"`` (the implementation cannot
+    be imported here, e.g. upstream SGLang is not installed: nothing was run) or
+    ``"invalid"`` (a size beyond :mod:`harness.judge.limits`: nothing was built).
+    ``step`` is the 1-based number of the trace step where it happened, counted
+    in the trace as replayed (every step of the file, those the driver skipped
+    included); ``None`` means at teardown for a violation, and before the first
+    step for an error.  ``steps`` is how many steps ran (up to and including
+    ``step``), ``total`` how many the trace has.
     """
 
     outcome: str
@@ -57,26 +74,31 @@ class ReplayResult:
     numbers: dict[str, Any] = field(default_factory=dict)
     recorded: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
     """The steps the driver ran, without those it skipped as not applicable (the shrinker keeps these)."""
+    total: int | None = None
 
     @property
     def where(self) -> str:
+        """``at step 3 of 5`` (of the trace's steps), ``at teardown`` or ``before the first step``."""
         if self.step is not None:
-            return f"at step {self.step}"
+            return f"at step {self.step}" + (f" of {self.total}" if self.total is not None else "")
         return "at teardown" if self.outcome == "violation" else "before the first step"
 
     def describe(self) -> str:
-        """``[conservation] at step 7: free rows differ from the model (missing=[3])`` and the like."""
+        """``[conservation] at step 7 of 9: free rows differ from the model (missing=[3])`` and the like."""
         if self.outcome == "pass":
-            return f"pass ({_steps(self.steps)})"
+            return f"pass ({plural(self.steps, 'step')})"
         if self.outcome == "unavailable":
             return f"{self.implementation} is unavailable here: {self.message}"
+        if self.outcome == "invalid":
+            return self.message
         head = f"[{self.invariant}]" if self.outcome == "violation" else "error"
         numbers = ", ".join(f"{k}={_short(v)}" for k, v in self.numbers.items())
         return f"{head} {self.where}: {self.message}" + (f" ({numbers})" if numbers else "")
 
 
-def _steps(count: int) -> str:
-    return f"{count} step{'' if count == 1 else 's'}"
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -118,15 +140,21 @@ def replay_trace(
     """
     device = replay_device(trace, device)
     spec = target or trace.implementation
+    total = len(trace.steps)
 
     def result(outcome: str, steps: int, **kw: Any) -> ReplayResult:
-        return ReplayResult(outcome, spec, device, steps, **kw)
+        return ReplayResult(outcome, spec, device, steps, total=total, **kw)
 
     try:
         spec = implementation_of(trace, target)
         driver_cls = resolve(family(trace.family).driver)
     except UnknownTargetError as exc:
         return result("error", 0, message=f"cannot load the family's driver: {exc}")
+    try:  # before anything is imported or built: a trace never sizes memory beyond the limits
+        check_config(trace.family, trace.config)
+        check_steps(trace.family, trace.steps, trace.config)
+    except LimitError as exc:
+        return result("invalid", 0, message=str(exc))
     try:
         factory = factory if factory is not None else load_factory(spec)
     except UnknownTargetError as exc:
@@ -153,16 +181,16 @@ def replay_trace(
     try:
         driver.teardown()
     except InvariantViolation as violation:
-        return result("violation", len(trace.steps), invariant=violation.invariant_id, message=violation.detail,
+        return result("violation", total, invariant=violation.invariant_id, message=violation.detail,
                       numbers=dict(violation.numbers), recorded=recorded())
     except Exception as exc:  # noqa: BLE001
-        return result("error", len(trace.steps), message=f"teardown audit: {type(exc).__name__}: {exc}",
-                      recorded=recorded())
-    return result("pass", len(trace.steps), recorded=recorded())
+        return result("error", total, message=f"teardown audit: {type(exc).__name__}: {exc}", recorded=recorded())
+    return result("pass", total, recorded=recorded())
 
 
 # ------------------------------------------------------------- expectations
-def _same_implementation(trace: Trace, a: str, b: str) -> bool:
+def same_implementation(trace: Trace, a: str, b: str) -> bool:
+    """Whether two specs name the same implementation (``""`` is the family default)."""
     try:
         default = family(trace.family).default
     except UnknownTargetError:
@@ -170,12 +198,32 @@ def _same_implementation(trace: Trace, a: str, b: str) -> bool:
     return (a or default).strip() == (b or default).strip()
 
 
+def regression_of(trace: Trace) -> dict[str, str] | None:
+    """``{"invariant": ID, "implementation": OLD}`` of a regression trace, else ``None``."""
+    regression = trace.expect.get("regression") if trace.expect.get("outcome") == "pass" else None
+    return dict(regression) if isinstance(regression, dict) else None
+
+
+def old_implementation(trace: Trace) -> str | None:
+    """The broken implementation a regression trace must still fail on; ``None`` if fixed in place (or none)."""
+    regression = regression_of(trace)
+    if regression is None or same_implementation(trace, regression["implementation"], trace.implementation):
+        return None
+    return regression["implementation"]
+
+
 def expected_outcome(trace: Trace, implementation: str) -> tuple[str, str | None]:
     """``("pass", None)`` or ``("violation", id)``: what ``trace`` expects of ``implementation``."""
+    old = old_implementation(trace)
+    if old is not None:
+        regression = regression_of(trace) or {}
+        if same_implementation(trace, old, implementation):
+            return "violation", regression.get("invariant")
+        return "pass", None
     if trace.expect.get("outcome") != "violation":
         return "pass", None
     named = trace.expect.get("implementation") or trace.implementation
-    if _same_implementation(trace, named, implementation):
+    if same_implementation(trace, named, implementation):
         return "violation", trace.expect.get("invariant")
     return "pass", None
 
@@ -190,7 +238,7 @@ def matches_expectation(result: ReplayResult, trace: Trace) -> bool:
     return result.outcome == outcome and result.invariant == invariant
 
 
-# ----------------------------------------------------------------------- CLI
+# ------------------------------------------------------------------- files
 def trace_files(paths: Sequence[Path]) -> Iterator[Path]:
     """Files as given; directories searched recursively for ``*.json`` (hidden files, e.g. temporaries, left out)."""
     for path in paths:
@@ -202,84 +250,11 @@ def trace_files(paths: Sequence[Path]) -> Iterator[Path]:
             yield path
 
 
-def report_line(path: Path | str, trace: Trace, result: ReplayResult) -> tuple[str, str]:
-    """``(status, line)`` for one replayed trace; status is ``matched``, ``failed`` or ``skipped``."""
-    outcome, invariant = expected_outcome(trace, result.implementation)
-    notes = []
-    if not _same_implementation(trace, trace.implementation, result.implementation):
-        notes.append(f"against {result.implementation}")
-    recorded = str(trace.config.get("device", "cpu"))
-    if recorded != result.device:
-        notes.append(f"recorded on {recorded}, replayed on {result.device}")
-    suffix = f" [{'; '.join(notes)}]" if notes else ""
-    if result.outcome == "unavailable":
-        return "skipped", f"SKIP {path}: {result.describe()}"
-    if result.outcome == outcome == "pass":
-        return "matched", f"PASS {path} ({_steps(result.steps)}){suffix}"
-    if result.outcome == outcome and result.invariant == invariant:
-        return "matched", f"OK   {path} reproduced expected [{invariant}] {result.where}{suffix}"
-    wanted = "pass" if outcome == "pass" else f"[{invariant}]"
-    return "failed", f"FAIL {path} expected {wanted}, got {result.describe()}{suffix}"
+def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:
+    """``python -m harness replay ...``: the command line of :mod:`harness.traces.replay_cli`."""
+    from harness.traces.replay_cli import main as cli_main
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness replay",
-        description="Replay trace files without hypothesis and check each against its expected outcome.",
-        epilog="exit status: 0 every trace matched (or was skipped: its implementation is unavailable here), "
-               "1 some did not, 2 usage error or unreadable trace",
-    )
-    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help=f"trace files, or directories searched for *.json (default: {DEFAULT_CORPUS}/)")
-    parser.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
-                        help="replay a family's traces against another implementation (repeatable)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], help="replay on this device instead of the recorded one")
-    parser.add_argument("--steps", action="store_true", help="print the steps of every trace that does not match")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness replay [PATH ...] [--target FAMILY=module:attr] [--device cpu|cuda]``."""
-    parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse has printed the usage error (or the help)
-        return exit_.code if isinstance(exit_.code, int) else 2
-    try:
-        overrides = parse_overrides(args.target)
-        for spec in overrides.values():
-            load_factory(spec)
-    except UnknownTargetError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
-        return 2
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("replay: --device cuda, but no CUDA device is available here", file=sys.stderr)
-            return 2
-    paths = args.paths or [DEFAULT_CORPUS]
-    missing = [p for p in paths if not p.exists()]
-    if missing:
-        print(f"replay: no such file or directory: {', '.join(map(str, missing))}", file=sys.stderr)
-        return 2
-    counts = {"matched": 0, "failed": 0, "skipped": 0, "unreadable": 0}
-    for path in trace_files(paths):
-        try:
-            trace = load_trace(path)
-        except TraceError as exc:
-            print(f"BAD  {exc}")
-            counts["unreadable"] += 1
-            continue
-        result = replay_trace(trace, target=overrides.get(trace.family), device=args.device)
-        status, line = report_line(path, trace, result)
-        print(line)
-        counts[status] += 1
-        if status == "failed" and args.steps:
-            print(trace.steps_text())
-    total = sum(counts.values())
-    print(f"{total} trace{'' if total == 1 else 's'}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    return 2 if counts["unreadable"] else 1 if counts["failed"] else 0
+    return cli_main(argv, exit_on_signal=exit_on_signal)
 
 
 if __name__ == "__main__":

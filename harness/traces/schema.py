@@ -7,9 +7,11 @@ docs/trace.schema.json its JSON Schema).
 
 :func:`load_trace` is the only way a file becomes a :class:`Trace`: it checks
 every field, down to each step's arguments against the signature of the
-family driver's operation, and names the file and the field in the
-:class:`TraceError` it raises, so a corrupt, truncated or hand-edited file is
-reported as such, never as a traceback from deep inside a replay.
+family driver's operation, then every size against the limits of
+:mod:`harness.judge.limits` (a file over 16 MiB is not even read), and names the
+file and the field in the :class:`TraceError` it raises, so a corrupt,
+truncated, hand-edited or oversized file is reported as such, never as a
+traceback from deep inside a replay or a pool that exhausts the machine.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
+from harness.judge.limits import MAX_TRACE_BYTES, LimitError, check_config, check_steps
 from harness.judge.trace import DEFAULT_AUDIT_PERIOD, SCHEMA_VERSION, Trace
-
 
 REQUIRED = ("schema", "family", "implementation", "config", "steps", "expect")
 TOP_LEVEL = (*REQUIRED, "audit_period", "provenance")
 OUTCOMES = ("pass", "violation")
+REGRESSION_FIELDS = ("invariant", "implementation")
+SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
     "poolfuzz": (str, type(None)),
     "hypothesis": (str, type(None)),
@@ -39,13 +43,22 @@ PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
 
 
 class TraceError(ValueError):
-    """A trace file that cannot be used: corrupt, truncated, inconsistent or from an unknown schema."""
+    """A trace file that cannot be used: corrupt, truncated, inconsistent, from an unknown schema, or too big.
 
-    def __init__(self, source: str, field_name: str, problem: str) -> None:
+    ``text``, when given, replaces the ``field 'F': problem`` part of the
+    message (a size limit reads ``config.size = 10 exceeds the limit 4 for ...``).
+    """
+
+    def __init__(self, source: str, field_name: str, problem: str, text: str | None = None) -> None:
         self.source = source
         self.field = field_name
         self.problem = problem
-        super().__init__(f"{source}: field {field_name!r}: {problem}")
+        super().__init__(f"{source}: {text}" if text else f"{source}: field {field_name!r}: {problem}")
+
+    @classmethod
+    def from_limit(cls, source: str, error: LimitError) -> TraceError:
+        """A size limit broken (:mod:`harness.judge.limits`), as an invalid trace naming the field."""
+        return cls(source, error.field, error.problem, text=str(error))
 
 
 # --------------------------------------------------------------------- loading
@@ -53,6 +66,9 @@ def load_trace(path: Path | str) -> Trace:
     """Read and fully validate one trace file; every problem is a :class:`TraceError` naming ``path``."""
     source = str(path)
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise TraceError(source, "(file)", f"is {size} bytes, over the limit of {MAX_TRACE_BYTES} for a trace")
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise TraceError(source, "(file)", f"cannot be read: {exc.strerror or exc}") from None
@@ -100,6 +116,11 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
     driver_cls = _driver_for(source, family_name)
     config = _check_config(source, family_name, data["config"])
     steps = _check_steps(source, driver_cls, data["steps"])
+    try:  # sizes last: a mistyped value is reported as such, not as out of bounds
+        check_config(family_name, config)
+        check_steps(family_name, steps, config)
+    except LimitError as exc:
+        raise TraceError.from_limit(source, exc) from None
     expect = _check_expect(source, data["expect"])
     provenance_ = _check_provenance(source, data.get("provenance", {}))
     audit_period = _typed(source, "audit_period", data.get("audit_period", DEFAULT_AUDIT_PERIOD), int)
@@ -138,7 +159,7 @@ def _check_config(source: str, family_name: str, config: Any) -> dict[str, Any]:
         signature = inspect.signature(default)
     except (ValueError, TypeError, LookupError):
         return dict(config)
-    hints = _hints(getattr(default, "__init__") if isinstance(default, type) else default)
+    hints = _hints(getattr(default, "__init__") if isinstance(default, type) else default)  # noqa: B009 - mypy: a class's own __init__
     _check_call(source, "config", signature, config, hints, spec)
     return dict(config)
 
@@ -199,10 +220,12 @@ def _check_expect(source: str, expect: Any) -> dict[str, Any]:
     outcome = _typed(source, "expect.outcome", expect["outcome"], str)
     if outcome not in OUTCOMES:
         raise TraceError(source, "expect.outcome", f"{outcome!r} is not one of {', '.join(OUTCOMES)}")
-    allowed = ("outcome",) if outcome == "pass" else ("outcome", "invariant", "implementation")
+    allowed = ("outcome", "regression") if outcome == "pass" else ("outcome", "invariant", "implementation")
     for key in expect:
         if key not in allowed:
             raise TraceError(source, f"expect.{key}", f"is not allowed with outcome {outcome!r}")
+    if "regression" in expect:
+        _check_regression(source, expect["regression"])
     if outcome == "violation":
         if "invariant" not in expect:
             raise TraceError(source, "expect.invariant", "is missing (a violation names its invariant id)")
@@ -212,6 +235,27 @@ def _check_expect(source: str, expect: Any) -> dict[str, Any]:
         if "implementation" in expect:
             _typed(source, "expect.implementation", expect["implementation"], str)
     return dict(expect)
+
+
+def _check_regression(source: str, value: Any) -> None:
+    """``expect.regression``: the old implementation and the invariant it broke (docs/corpus.md, regression traces)."""
+    from harness.judge.invariants import INVARIANTS
+
+    value = _typed(source, "expect.regression", value, dict)
+    for key in value:
+        if key not in REGRESSION_FIELDS:
+            raise TraceError(source, f"expect.regression.{key}",
+                             f"is not a regression field; known: {', '.join(REGRESSION_FIELDS)}")
+    for key in REGRESSION_FIELDS:
+        if key not in value:
+            raise TraceError(source, f"expect.regression.{key}", "is missing")
+    invariant = _typed(source, "expect.regression.invariant", value["invariant"], str)
+    if invariant not in INVARIANTS:
+        raise TraceError(source, "expect.regression.invariant",
+                         f"{invariant!r} is not an invariant id; known: {', '.join(INVARIANTS)}")
+    spec = _typed(source, "expect.regression.implementation", value["implementation"], str)
+    if not SPEC.fullmatch(spec):
+        raise TraceError(source, "expect.regression.implementation", f"{spec!r} is not module:attr")
 
 
 def _check_provenance(source: str, value: Any) -> dict[str, Any]:
