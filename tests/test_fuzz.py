@@ -292,7 +292,7 @@ def test_ctrl_c_stops_the_run_with_a_partial_report(tmp_path: Path) -> None:
         )
         try:
             deadline = time.monotonic() + 120
-            while "fuzzing]" not in stderr.read_text() and time.monotonic() < deadline:
+            while ", fuzzing, start-up" not in stderr.read_text() and time.monotonic() < deadline:
                 time.sleep(0.2)
             os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole process group
             out, _ = process.communicate(timeout=60)
