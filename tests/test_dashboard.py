@@ -507,6 +507,16 @@ def test_every_target_has_a_row_and_the_failure_shows_its_id_trace_and_replay_co
     assert "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)" in page
 
 
+def test_a_failure_shows_when_its_first_failing_step_came_and_when_its_shrunk_report_did(tmp_path: Path) -> None:
+    report = night_report(2, failing=("paged_kv",))
+    (failure,) = report["failures"]
+    for record in (failure, *(f for t in report["targets"] for f in t["failures"])):
+        record.update(first_seen_after_s=12.5, unshrunk_steps=91)
+    html = without_plotly_js(dashboard_of(tmp_path, report))
+    assert "first failing step after 12 s of fuzzing, shrunk report after 21 min" in html
+    assert "first failing step" not in without_plotly_js(dashboard_of(tmp_path, night_report(2, failing=("paged_kv",))))
+
+
 def test_a_run_without_failures_says_so(tmp_path: Path) -> None:
     html = dashboard_of(tmp_path, night_report(1))
     assert "No failures: no invariant violation or error in the latest run of any target." in html

@@ -67,6 +67,8 @@ class Failure:
     shrunk: bool
     replay: str | None
     found_after_s: float | None
+    first_seen_after_s: float | None = None
+    """The first failing step, before shrinking (reports from before it was recorded: ``None``)."""
 
     @property
     def headline(self) -> str:
@@ -295,6 +297,7 @@ def _failure(read: _Reader, raw: Any, where: str, target: str) -> Failure:
         target=target, invariant=read.optional_text(f, "invariant", where), kind=read.text(f, "kind", where),
         message=read.text(f, "message", where), trace=trace, steps=read.optional_integer(f, "steps", where),
         shrunk=shrunk, replay=replay, found_after_s=read.optional_number(f, "found_after_s", where),
+        first_seen_after_s=read.optional_number(f, "first_seen_after_s", where),
     )
 
 

@@ -201,6 +201,9 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
                 where = f' <span class="context">from <code>{esc(run.cwd)}</code></span>' if run.cwd else ""
                 facts.append(("replay", f'<code class="command">{esc(f.replay)}</code>{where}'))
             found = f", after {duration(f.found_after_s)} of fuzzing" if f.found_after_s is not None else ""
+            if f.first_seen_after_s is not None and f.found_after_s is not None:
+                found = (f", first failing step after {duration(f.first_seen_after_s)} of fuzzing, "
+                         f"shrunk report after {duration(f.found_after_s)}")
             facts.append(("found", esc(f"on {run.box}, in the run started {when(run.started)}{found}")))
             items.append(
                 f'<div class="failure"><div class="title"><code>{esc(target.key)}</code> · '
