@@ -27,7 +27,7 @@ from harness.arguments import positive
 from harness.helptext import PROG
 
 DISPATCHED = {
-    "replay": ("harness.traces.replay", "replay corpus traces through the drivers, without hypothesis"),
+    "replay": ("harness.traces.replay_cli", "replay corpus traces through the drivers, without hypothesis"),
     "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
     "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
     "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),

@@ -22,12 +22,12 @@ from harness.machines import make_machine, run_machine
 from harness.traces.corpus import save_trace, trace_key
 from harness.traces.replay import (
     ReplayResult,
-    main,
     matches_expectation,
     old_implementation,
     replay_trace,
     trace_files,
 )
+from harness.traces.replay_cli import main
 from harness.traces.schema import load_trace
 from harness.traces.shrink import shrink_trace
 from pools import ReqToTokenPool
@@ -447,7 +447,7 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
-    done = subprocess.run([sys.executable, "-m", "harness.traces.replay", str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "harness.traces.replay_cli", str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"BAD  {tmp_path}/cut.json: field '(file)': ends early, the file looks truncated")

@@ -144,7 +144,7 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
                        invariant="conservation", trace=str(tmp_path / "t.json"), steps=40,
                        message="[conservation] free rows differ", round=2, seed=9)
     run.on_seen(Slot(), seen)  # type: ignore[arg-type]
-    run.unreported_sightings()
+    run.findings.unreported()
     report = run.build_report().to_json()
     (failure,) = report["targets"][0]["failures"]
     assert (failure["trace"], failure["steps"], failure["shrunk"]) == (seen.trace, 40, False)

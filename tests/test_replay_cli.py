@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from harness.judge.trace import Trace
-from harness.traces.replay import main, replay_trace
+from harness.traces.replay import replay_trace
+from harness.traces.replay_cli import main
 from harness.traces.replay_cli import build_parser
 from harness.traces.schema import load_trace
 from pools import ReqToTokenPool

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from harness.fuzz.database import redacted
+from harness.fuzz.findings import Findings
 from harness.fuzz.process import worker_main
 from harness.fuzz.progress import Progress
 from harness.fuzz.protocol import (
@@ -68,13 +69,11 @@ from harness.fuzz.protocol import (
 )
 from harness.fuzz.report import (
     CrashRecord,
-    FailureRecord,
     RunReport,
     TargetStats,
     combine_coverage,
     machine_info,
     possible_arcs,
-    replay_command,
     utc_now,
     versions,
 )
@@ -146,8 +145,6 @@ class FuzzRun:
             CoverageSample: self.on_coverage, FailureSeen: self.on_seen, FailureFound: self.on_failure,
             Bye: self.on_bye,
         }
-        self.seen: dict[str, tuple[FailureSeen, str, float]] = {}
-        """Per target: its first failing step (the message, the worker, seconds into fuzzing), before shrinking."""
         self.interrupts = 0
         self.signal: int | None = None
         self.stop_reason: str | None = None
@@ -162,6 +159,7 @@ class FuzzRun:
         self.deadline = float("inf")  # set when the workers are ready (start_when_ready)
         self.progress = Progress(err, live=options.live, every=options.progress_every, started=self.started,
                                  deadline=self.started + options.seconds)
+        self.findings = Findings(self.stats, self.progress.note)
 
     # ------------------------------------------------------------ workers
     def spawn(self, index: int, generation: int) -> None:
@@ -201,53 +199,12 @@ class FuzzRun:
         self.stats[message.target].add_arcs(message.arcs)
 
     def on_seen(self, slot: Slot, message: FailureSeen) -> None:
-        """A first failing step: print it at once, with the unshrunk trace and its replay command."""
         self.retired[self.by_key[message.target].index] = 1
-        if message.target in self.seen:
-            return
-        after = time.time() - self.fuzz_started
-        self.seen[message.target] = (message, slot.name, after)
-        lines = [f"FAILURE {message.target} after {after:.1f} s: {message.first_line}"]
-        if message.trace:
-            lines += [f"  unshrunk trace ({message.steps} steps): {message.trace}",
-                      f"  replay: {replay_command(message.trace)}"]
-        if message.problem:
-            lines.append(f"  ({message.problem})")
-        lines.append("  shrinking it now; no more fuzzing of this target in this run")
-        self.progress.note("\n".join(lines))
+        self.findings.sighted(message, worker=slot.name, after_s=time.time() - self.fuzz_started)
 
     def on_failure(self, slot: Slot, message: FailureFound) -> None:
-        stats = self.stats[message.target]
         self.retired[self.by_key[message.target].index] = 1
-        if any((f.invariant, f.trace) == (message.invariant, message.trace) for f in stats.failures):
-            return
-        seen = self.seen.get(message.target)
-        first_seen = seen[2] if seen is not None and seen[0].invariant == message.invariant else None
-        stats.failures.append(FailureRecord.of(
-            message, worker=slot.name, found_after_s=time.time() - self.fuzz_started, first_seen_after_s=first_seen,
-            unshrunk_steps=seen[0].steps if first_seen is not None and seen is not None else None))
-        if message.trace:
-            shrunk = "shrunk" if message.shrunk else "partially shrunk"
-            where = f"\n  {shrunk} trace ({message.steps} steps): {message.trace}\n  replay: {replay_command(message.trace)}"
-        else:
-            where = ""
-        self.progress.note(f"FAILURE {message.target}: {message.first_line}{where}"
-                           + ("" if seen is not None else "\n  no more fuzzing of this target in this run"))
-
-    def unreported_sightings(self) -> None:
-        """Failures seen but never reported shrunk (the worker was killed while shrinking): their
-        unshrunk traces are the report's record of them, so the run still exits 1."""
-        for target, (seen, worker, after) in self.seen.items():
-            stats = self.stats[target]
-            if any(f.invariant == seen.invariant for f in stats.failures):
-                continue
-            found = FailureFound(
-                target=seen.target, family=seen.family, implementation=seen.implementation, kind="violation",
-                invariant=seen.invariant, trace=seen.trace, steps=seen.steps,
-                message=seen.message + "\n  (unshrunk: the worker ended before shrinking finished)", shrunk=False,
-                round=seen.round, seed=seen.seed)
-            stats.failures.append(FailureRecord.of(found, worker=worker, found_after_s=after, first_seen_after_s=after,
-                                                   unshrunk_steps=seen.steps))
+        self.findings.found(message, worker=slot.name, after_s=time.time() - self.fuzz_started)
 
     def on_bye(self, slot: Slot, message: Bye) -> None:
         slot.said_bye = True
@@ -385,7 +342,7 @@ class FuzzRun:
                 if slot.process.is_alive():
                     slot.process.kill()
                 slot.process.join()
-        self.unreported_sightings()
+        self.findings.unreported()
         if self.deadline != float("inf"):
             self.sample(time.time(), force=True)
         self.progress.tick(self.stats.values(), force=True)

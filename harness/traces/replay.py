@@ -30,7 +30,6 @@ size limits of :mod:`harness.judge.limits` (outcome ``invalid`` otherwise).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,13 +248,3 @@ def trace_files(paths: Sequence[Path]) -> Iterator[Path]:
         else:
             yield path
 
-
-def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:
-    """``python -m harness replay ...``: the command line of :mod:`harness.traces.replay_cli`."""
-    from harness.traces.replay_cli import main as cli_main
-
-    return cli_main(argv, exit_on_signal=exit_on_signal)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
