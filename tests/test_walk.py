@@ -208,3 +208,21 @@ def test_the_measured_walk_share_follows_the_engine_still_finding_new_behaviour(
     assert EngineBook(0.75, fixed=True).walk_share("t") == 0.75
 
 
+
+
+def test_a_worker_meets_every_target_under_both_engines_first_alternating_by_its_time_split(tmp_path: Path) -> None:
+    targets = tuple(TargetRef(index=i, family="req_to_token", spec="pools:ReqToTokenPool", key=f"t{i}")
+                    for i in range(3))
+    plan = WorkerPlan(worker=0, generation=0, targets=targets, seed=1, deadline=time.time() + 60, steps=50,
+                      misuse=True, device="cpu", corpus=str(tmp_path / "corpus"), database="none",
+                      log_path=str(tmp_path / "log"), round_seconds=0.2)
+    worker = Worker(plan, _Pipe(), Shared(go=_Flag(), stop=_Flag(), retired=[0, 0, 0], shares=[1 / 3] * 3),
+                    {"now": False})
+    rounds = []
+    for _ in range(6):
+        target, engine = worker.next_round(list(targets))
+        worker.engines.meet(target.key, engine)
+        worker.engines.observe(target.key, engine, seconds=2.0 if engine == "hypothesis" else 1.0, labels=set())
+        rounds.append((target.key, engine))
+    assert rounds == [("t0", "hypothesis"), ("t0", "walk"), ("t1", "walk"), ("t2", "walk"),
+                      ("t1", "hypothesis"), ("t2", "hypothesis")]

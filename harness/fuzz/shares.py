@@ -139,6 +139,12 @@ class EngineBook:
         low, high = WALK_SHARE_BOUNDS
         return min(high, max(low, walk / (walk + hypothesis)))
 
+    def worker_engine(self) -> str:
+        """The engine behind the prior share over all of the worker's rounds (hypothesis first)."""
+        walk = sum(r.seconds for (_, engine), r in self.records.items() if engine == "walk")
+        hypothesis = sum(r.seconds for (_, engine), r in self.records.items() if engine == "hypothesis")
+        return "walk" if self.prior > 0 and walk * (1 - self.prior) < hypothesis * self.prior else "hypothesis"
+
     def next_engine(self, key: str) -> str:
         """An engine ``key`` has not met yet (hypothesis first), else the one behind its share."""
         share = self.walk_share(key)

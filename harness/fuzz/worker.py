@@ -232,8 +232,7 @@ class Worker:
             active = [t for t in self.plan.targets if not self.retired[t.index]]
             if not active:
                 break
-            target = self.next_target(active)
-            engine = self.engines.next_engine(target.key)
+            target, engine = self.next_round(active)
             first_visit = target.key not in self.engines.met
             self.engines.meet(target.key, engine)
             if first_visit and self.replay_saved_walks(target, round_no):
@@ -253,17 +252,21 @@ class Worker:
             round_no += 1
         self.flush()
 
-    def next_target(self, active: list[TargetRef]) -> TargetRef:
-        """Every target under hypothesis first, then every target under the walk (workers starting at
-        different ones), then drawn by the shares.
+    def next_round(self, active: list[TargetRef]) -> tuple[TargetRef, str]:
+        """The next round's target and engine.
 
-        A short run must not leave a target unfuzzed, or unwalked, because the draw favoured another.
+        First every target once under each engine, the engines alternating by the worker's own time
+        split (workers starting at different targets), as a short run must not leave a target unfuzzed,
+        or unwalked, because a draw favoured another; then a target drawn by the shares, under the
+        engine its own measured split calls for (:class:`~harness.fuzz.shares.EngineBook`).
         """
-        for engine in ("hypothesis", "walk") if self.engines.prior > 0 else ("hypothesis",):
+        first = self.engines.worker_engine()
+        for engine in dict.fromkeys((first, "hypothesis", "walk") if self.engines.prior > 0 else ("hypothesis",)):
             unvisited = [t for t in active if engine not in self.engines.met.get(t.key, ())]
             if unvisited:
-                return unvisited[self.plan.worker % len(unvisited)]
-        return self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
+                return unvisited[self.plan.worker % len(unvisited)], engine
+        target = self.plan.targets[pick([t.index for t in active], self.shared_shares(), self.rng)]
+        return target, self.engines.next_engine(target.key)
 
     def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
         """Replay the walk failures the database holds for ``target`` (:mod:`harness.fuzz.saved_walks`);
