@@ -21,10 +21,13 @@ import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.arguments import positive
 from harness.helptext import PROG
+
+if TYPE_CHECKING:
+    from harness.dashboard import LiveDashboard
 
 DISPATCHED = {
     "replay": ("harness.traces.replay_cli", "replay corpus traces through the drivers, without hypothesis"),
@@ -71,7 +74,7 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
     budget = fuzz.add_mutually_exclusive_group()
     budget.add_argument("--seconds", type=positive(float), metavar="N",
                         help="fuzzing time in seconds, counted once the workers have started (default 60)")
-    budget.add_argument("--minutes", type=positive(float), metavar="N", help="time budget in minutes")
+    budget.add_argument("--minutes", type=positive(float), metavar="N", help="fuzzing time in minutes")
     fuzz.add_argument("--workers", type=_workers, default="auto", metavar="N|auto",
                       help="worker processes (default auto: one per usable core)")
     fuzz.add_argument("--seed", type=int, help="seed of the whole run (default: random, printed and reported)")
@@ -105,7 +108,7 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
 
 
 def version() -> str:
-    """The installed distribution's version (the checkout's pyproject when run uninstalled)."""
+    """The installed distribution's version; a checkout run without installing it has none to read."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
@@ -316,7 +319,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return int(report["exit_status"])
 
 
-def live_dashboard(path: Path | None, report_path: Path) -> Any:
+def live_dashboard(path: Path | None, report_path: Path) -> LiveDashboard | None:
     """The live page of ``fuzz --dashboard FILE`` (rewritten every few seconds while the run goes on,
     reloading itself; final when it ends), or ``None`` without one or without plotly (a warning)."""
     if path is None:

@@ -143,7 +143,7 @@ class EngineBook:
         """The engine behind the prior share over all of the worker's rounds (hypothesis first)."""
         walk = sum(r.seconds for (_, engine), r in self.records.items() if engine == "walk")
         hypothesis = sum(r.seconds for (_, engine), r in self.records.items() if engine == "hypothesis")
-        return "walk" if self.prior > 0 and walk * (1 - self.prior) < hypothesis * self.prior else "hypothesis"
+        return _behind(walk, hypothesis, self.prior)
 
     def next_engine(self, key: str) -> str:
         """An engine ``key`` has not met yet (hypothesis first), else the one behind its share."""
@@ -151,5 +151,9 @@ class EngineBook:
         for engine in ENGINES:
             if engine not in self.met.get(key, ()) and (engine == "hypothesis" or share > 0.0):
                 return engine
-        walk, hypothesis = self._record(key, "walk").seconds, self._record(key, "hypothesis").seconds
-        return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"
+        return _behind(self._record(key, "walk").seconds, self._record(key, "hypothesis").seconds, share)
+
+
+def _behind(walk: float, hypothesis: float, share: float) -> str:
+    """``walk`` while the walk has had less than ``share`` of the seconds, else ``hypothesis`` (first on a tie)."""
+    return "walk" if share > 0 and walk * (1 - share) < hypothesis * share else "hypothesis"

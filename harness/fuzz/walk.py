@@ -192,8 +192,7 @@ class WalkRun:
         if violation is not None and self.shrink:
             trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=self.spec, factory=self.factory,
                                  check_misuse=self.check_misuse)
-            trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
-                            "implementation": trace.implementation}
+            trace.expect_violation(violation.invariant_id)
         fill_provenance(trace, seed=self.seed, note=f"found by the {self.family} walk (seed {self.seed}, "
                                                    f"episode {self.episodes})")
         if self.corpus is None or violation is None:

@@ -64,7 +64,7 @@ from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
-from harness.machines.run import describe_shrunk
+from harness.machines.run import ShortestFailure, describe_shrunk
 from harness.traces.keep import Kept, discard, keep_trace
 
 #: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
@@ -115,7 +115,7 @@ class Worker:
         self.flushed_examples = 0
         self.last_flush = time.monotonic()
         self.abandoning = False
-        self.pending: tuple[InvariantViolation, Trace] | None = None
+        self.shortest = ShortestFailure()  # this round's first violation and the shortest trace of it since
         self.seed = 0
         self.round_no = 0
         self.unshrunk: Kept | None = None  # the first failing trace of this round, written before shrinking
@@ -171,7 +171,7 @@ class Worker:
         if self.terminate["now"]:
             self.abandoning = True
             raise Terminated()
-        if self.pending is not None:
+        if self.shortest.violation is not None:
             return
         if self.time_is_up() or (self.target is not None and self.retired[self.target.index]):
             self.abandoning = True
@@ -183,16 +183,11 @@ class Worker:
         The first sighting retires the target for every worker at once: the
         others leave it alone while this one shrinks.
         """
-        trace = violation.trace
-        if trace is None:
-            return
-        if self.pending is None:
-            self.pending = (violation, trace)
+        if self.shortest.offer(violation):
             if self.target is not None:
                 self.retired[self.target.index] = 1
-            self.first_sighting(violation, trace)
-        elif violation.invariant_id == self.pending[0].invariant_id and len(trace.steps) <= len(self.pending[1].steps):
-            self.pending = (violation, trace)
+            assert violation.trace is not None
+            self.first_sighting(violation, violation.trace)
 
     def first_sighting(self, violation: InvariantViolation, trace: Trace) -> None:
         """Write the unshrunk failing trace now and tell the parent, before any shrinking.
@@ -205,8 +200,7 @@ class Worker:
         if target is None:
             return
         unshrunk = copy.deepcopy(trace)
-        unshrunk.expect = {"outcome": "violation", "invariant": violation.invariant_id,
-                           "implementation": unshrunk.implementation}
+        unshrunk.expect_violation(violation.invariant_id)
         fill_provenance(unshrunk, seed=self.seed, note=(
             f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
             "unshrunk: saved the moment it was found"))
@@ -307,7 +301,7 @@ class Worker:
         seconds = min(longest, self.plan.round_seconds / 2 * 2 ** self.walk_rounds[target.key])
         self.walk_rounds[target.key] += 1
         self.flush()
-        self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
+        self.target, self.shortest, self.abandoning, self.error_trace = target, ShortestFailure(), False, None
         self.seed, self.round_no, self.unshrunk = walk.seed, round_no, None
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
@@ -368,7 +362,7 @@ class Worker:
         machine._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
         size = self.round_size.get(target.key, FIRST_ROUND_EXAMPLES)
         self.flush()
-        self.target, self.pending, self.abandoning, self.error_trace = target, None, False, None
+        self.target, self.shortest, self.abandoning, self.error_trace = target, ShortestFailure(), False, None
         self.round_no, self.unshrunk = round_no, None
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
@@ -384,7 +378,7 @@ class Worker:
         except StopRound:
             pass
         except Terminated:
-            if self.pending is not None:
+            if self.shortest.violation is not None:
                 self.save_partial(target, where)
             raise
         except Exception as exc:  # noqa: BLE001 - any other failure is a finding to report, not a crash
@@ -416,10 +410,10 @@ class Worker:
 
     def save_partial(self, target: TargetRef, where: dict[str, int]) -> None:
         """Stopped while shrinking: save the smallest failing trace seen so far."""
-        assert self.pending is not None
-        violation, trace = self.pending
-        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
-                        "implementation": trace.implementation}
+        violation = self.shortest.violation
+        assert violation is not None and violation.trace is not None
+        trace = violation.trace
+        trace.expect_violation(violation.invariant_id)
         fill_provenance(trace, seed=where["seed"], note=(
             f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); "
             "partially shrunk: the run ended while shrinking"

@@ -34,6 +34,10 @@ class Trace:
     def record(self, op: str, args: dict[str, Any]) -> None:
         self.steps.append({"op": op, "args": _plain(args)})
 
+    def expect_violation(self, invariant_id: str) -> None:
+        """Record that this trace breaks ``invariant_id`` on its own implementation (a found counterexample)."""
+        self.expect = {"outcome": "violation", "invariant": invariant_id, "implementation": self.implementation}
+
     def describe(self) -> str:
         return f"{self.family} trace ({len(self.steps)} steps, implementation {self.implementation or 'default'})"
 

@@ -65,46 +65,52 @@ class ShrinkBudgetSpent(KeyboardInterrupt):
 
 
 @dataclass
-class _Sightings:
-    """The first failing step's time and the shortest failing trace of its invariant since."""
+class ShortestFailure:
+    """The first violation of a run (and when it came) and the shortest failing trace of the same
+    invariant seen since: what hypothesis's shrinking has reached so far, kept for when shrinking is
+    cut short (by :data:`HYPOTHESIS_SHRINK_SECONDS` here, by the clock or a signal in a fuzz worker)."""
 
-    budget: float
     first_at: float | None = None
-    best: InvariantViolation | None = None
-    best_steps: int = 0
+    violation: InvariantViolation | None = None
 
-    def check(self) -> None:
-        if self.first_at is not None and time.monotonic() - self.first_at > self.budget:
-            raise ShrinkBudgetSpent()
+    def offer(self, violation: InvariantViolation) -> bool:
+        """Keep ``violation`` if it is the first or no longer than the shortest; True for the first."""
+        trace = violation.trace
+        if trace is None:
+            return False
+        if self.violation is None:
+            self.first_at, self.violation = time.monotonic(), violation
+            return True
+        best = self.violation.trace
+        same = violation.invariant_id == self.violation.invariant_id
+        if same and best is not None and len(trace.steps) <= len(best.steps):
+            self.violation = violation
+        return False
 
-    def saw(self, violation: InvariantViolation) -> None:
-        if violation.trace is None:
-            return
-        steps = len(violation.trace.steps)
-        if self.best is None:
-            self.first_at, self.best, self.best_steps = time.monotonic(), violation, steps
-        elif violation.invariant_id == self.best.invariant_id and steps <= self.best_steps:
-            self.best, self.best_steps = violation, steps
+    def shrinking_for(self) -> float:
+        """Seconds since the first violation (0 before one)."""
+        return 0.0 if self.first_at is None else time.monotonic() - self.first_at
 
 
-def _budgeted(machine: type[PoolMachine], sightings: _Sightings) -> type[PoolMachine]:
-    """``machine`` with every step and teardown watched by ``sightings`` (same name: hypothesis keys
-    its database by the class name)."""
+def _budgeted(machine: type[PoolMachine], shortest: ShortestFailure, budget: float) -> type[PoolMachine]:
+    """``machine`` with every violation offered to ``shortest``, and shrinking ended ``budget`` seconds
+    after the first (same name: hypothesis keys its database by the class name)."""
 
     class Budgeted(machine):  # type: ignore[valid-type,misc]
         def do(self, op: str, **args: Any) -> Any:
-            sightings.check()
+            if shortest.shrinking_for() > budget:
+                raise ShrinkBudgetSpent()
             try:
                 return super().do(op, **args)
             except InvariantViolation as violation:
-                sightings.saw(violation)
+                shortest.offer(violation)
                 raise
 
         def teardown(self) -> None:
             try:
                 super().teardown()
             except InvariantViolation as violation:
-                sightings.saw(violation)
+                shortest.offer(violation)
                 raise
 
     Budgeted.__name__, Budgeted.__qualname__ = machine.__name__, machine.__qualname__
@@ -127,14 +133,14 @@ def run_machine(
     when ``corpus`` cannot be written (:func:`~harness.traces.keep.keep_trace` falls back
     to a temporary folder and the message says where).
     """
-    sightings = _Sightings(shrink_seconds)
+    shortest = ShortestFailure()
     try:
-        run_state_machine_as_test(_budgeted(machine, sightings), settings=settings)
+        run_state_machine_as_test(_budgeted(machine, shortest, shrink_seconds), settings=settings)
     except BaseException as exc:
-        replaced = isinstance(exc, ShrinkBudgetSpent) and sightings.best is not None
+        replaced = isinstance(exc, ShrinkBudgetSpent) and shortest.violation is not None
         if replaced:
-            assert sightings.best is not None
-            exc = sightings.best
+            assert shortest.violation is not None
+            exc = shortest.violation
         trace = failure_trace(exc)
         violation = violation_of(exc)
         if trace is None or violation is None:
@@ -142,8 +148,7 @@ def run_machine(
         found = len(trace.steps)
         trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=machine.implementation or None,
                              factory=getattr(machine, "factory", None), check_misuse=machine.check_misuse)
-        trace.expect = {"outcome": "violation", "invariant": violation.invariant_id,
-                        "implementation": trace.implementation}
+        trace.expect_violation(violation.invariant_id)
         fill_provenance(trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None),
                         note=note or f"found by fuzzing {machine.__name__}")
         violation.trace = trace

@@ -131,6 +131,6 @@ def save_finding(trace: Trace, finding: str, note: str, corpus: Path = DEFAULT_C
     known = FINDINGS_BY_KEY[finding]
     if trace.expect.get("outcome") != "violation" or invariant not in known.invariants:
         raise ValueError(f"{trace.describe()} does not record a violation of {known.invariants}")
-    trace.expect = {"outcome": "violation", "invariant": invariant, "implementation": trace.implementation}
+    trace.expect_violation(invariant)
     trace.provenance = {**trace.provenance, "finding": finding, "note": note}
     return write_trace(trace, finding_path(trace, corpus))
