@@ -25,6 +25,7 @@ from harness.fuzz.worker import Worker
 from harness.judge.families import FAMILIES, check_target
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
+from harness.machines import make_machine, pinned_settings, run_machine
 from harness.traces.keep import FALLBACK_FOLDER, keep_trace
 from harness.traces.schema import load_trace
 
@@ -188,3 +189,32 @@ def test_every_shipped_implementation_and_canary_fits_its_family() -> None:
             check_target(name, spec)
         except Exception as exc:  # an upstream target whose package is not installed here
             assert spec.startswith("harness.upstream:") and "cannot import" in str(exc), (name, spec, exc)
+
+
+# ------------------------------------------------------------- shrink budget
+def steps_after_the_first_violation(shrink_seconds: float, tmp_path: Path) -> tuple[int, InvariantViolation]:
+    """Run the leaky pool's machine; how many steps ran after its first violation, and what was raised."""
+    calls: list[bool] = []
+
+    class Watched(make_machine("req_to_token", "tests.fuzz_planted:ForgetfulFree")):  # type: ignore[misc]
+        def do(self, op: str, **args: Any) -> Any:
+            try:
+                result = super().do(op, **args)
+            except InvariantViolation:
+                calls.append(True)
+                raise
+            calls.append(False)
+            return result
+
+    with pytest.raises(InvariantViolation) as raised:
+        run_machine(Watched, settings=pinned_settings(max_examples=50), corpus=tmp_path, shrink_seconds=shrink_seconds)
+    return len(calls) - 1 - calls.index(True), raised.value
+
+
+def test_hypothesis_stops_shrinking_when_its_budget_is_spent_and_the_shortest_trace_goes_on(tmp_path: Path) -> None:
+    cut, violation = steps_after_the_first_violation(0.0, tmp_path)
+    unbounded, _ = steps_after_the_first_violation(60.0, tmp_path)
+    assert cut == 0 and unbounded > 10  # with no budget no step runs after the first violation
+    assert violation.invariant_id in ("conservation", "valid-call-accepted") and violation.trace_path is not None
+    assert load_trace(violation.trace_path).expect["invariant"] == violation.invariant_id
+    assert "shrunk by replay to" in str(violation)
