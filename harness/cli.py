@@ -205,18 +205,20 @@ def dispatch(command: str, argv: list[str]) -> int:
 # -------------------------------------------------------------------- list
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
     from harness.judge.families import FAMILIES, implementation_for, resolve
+    from harness.machines.base import machine_class
 
     described = []
     for fam in FAMILIES.values():
         entry: dict[str, Any] = {
             "family": fam.name, "summary": fam.summary, "default": fam.default,
-            "implementation": implementation_for(fam.name, overrides), "machine": fam.machine,
-            "driver": fam.driver, "configs": fam.configs, "canaries": fam.canaries, "upstream": list(fam.upstream),
+            "implementation": implementation_for(fam.name, overrides),
+            "machine": fam.machine or f"generated from {fam.moves}", "moves": fam.moves, "driver": fam.driver,
+            "canaries": list(fam.canaries), "upstream": list(fam.upstream),
             "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
         }
         entry["overridden"] = entry["implementation"] != fam.default
         try:
-            resolve(fam.machine)
+            machine_class(fam.name)
             entry["operations"] = sorted(resolve(fam.driver).operations)
         except Exception as exc:  # noqa: BLE001 - listing must survive half-written families
             entry["available"], entry["problem"] = False, f"{type(exc).__name__}: {exc}"

@@ -19,7 +19,7 @@ from hypothesis.strategies import SearchStrategy
 
 from harness.judge.drivers.block_pool_misuse import CACHE_MISUSE, FOREIGN_BLOCKS
 from harness.judge.models.block_pool import chain_hashes as model_hashes
-from strategies.configs import Config, Move, Step
+from strategies.table import Config, Move, Step
 
 ALPHABET = 3
 """Distinct block contents: small, so prompts collide on their prefixes."""

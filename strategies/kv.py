@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from pools.page_alloc import triton_available
-from strategies.configs import CORNER_EXACT, CORNER_MIXED, CORNER_REPEAT, Config, Move, Step, Walk, with_repeat
+from strategies.table import MoveTable, CORNER_EXACT, CORNER_MIXED, CORNER_REPEAT, Config, Move, Step, with_repeat
 from strategies.kv_misuse import paged_catalogue, token_catalogue
 from strategies.page_alloc import edge_extend_lengths
 
@@ -260,9 +260,9 @@ _TOKEN_MOVES = (
 )
 
 
-def token_kv_walk() -> Walk:
+def token_kv_walk() -> MoveTable:
     """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
-    return Walk(sample_token_kv_config, (*_TOKEN_MOVES, *token_catalogue()))
+    return MoveTable(sample_token_kv_config, (*_TOKEN_MOVES, *token_catalogue()))
 
 
 def _requests(driver: Any) -> list[int]:
@@ -380,9 +380,9 @@ def _admit_edge_and_mid(driver: Any, rng: random.Random) -> Step | None:
     return "extend", {"batch": [[None, driver.page_size * rng.randint(0, min(1, driver.model.available_pages()))]]}
 
 
-def paged_kv_walk(*, triton_share: float = 0.0) -> Walk:
+def paged_kv_walk(*, triton_share: float = 0.0) -> MoveTable:
     """``paged_kv``: the token moves plus extend batches at page-edge geometries, fills and mixed decodes."""
-    return Walk(lambda rng: sample_paged_kv_config(rng, triton_share=triton_share), (
+    return MoveTable(lambda rng: sample_paged_kv_config(rng, triton_share=triton_share), (
         *_TOKEN_MOVES,
         Move("admit", 0.5, _paged_admit),
         Move("extend at page edges", 1, _paged_extend, "corner: extend batch at page-edge geometry"),

@@ -21,7 +21,7 @@ from harness.judge.drivers.kv import MALFORMED_FREES
 from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS
 from harness.judge.drivers.page_kernel import CASES
 from harness.judge.drivers.pure_swa import PAGED_CALLS
-from strategies.configs import Config, Move, Step
+from strategies.table import Config, Move, Step
 
 TOKEN_KV_MALFORMED: tuple[Config, ...] = ({"size": -1}, {"size": 2.5})
 """Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""

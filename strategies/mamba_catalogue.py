@@ -15,7 +15,8 @@ from typing import Any
 
 from harness.judge.drivers.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
 from harness.judge.drivers.mamba_state import STATE_MISUSE
-from strategies.configs import Config, Move, Step, row_catalogue
+from strategies.table import Config, Move, Step, through
+from strategies.rows import RowView, row_catalogue
 
 Draw = Callable[[Any, random.Random], "Step | None"]
 
@@ -108,7 +109,7 @@ def hybrid_catalogue() -> tuple[Move, ...]:
     constructors: tuple[Config, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]},
                                         {"temporal_shape": [-1]}, {"conv_shape": [1.5]}, {"temporal_shape": [2, 0.5]})
     return (
-        *row_catalogue(),
+        *through(RowView, row_catalogue()),
         Move("beam rows given back", 0.2, _beam_rows, setup=_fixed("alloc_rows", need_size=2)),
         Move("write Mamba state", 0.3, _with_holders(1, lambda h, rng: ("write_state", {"handle": h[0]})),
              setup=_admit_two),

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from harness.judge.drivers.prefix_cache_misuse import INSERT_MISUSE, RELEASE_MISUSE
-from strategies.configs import Move
+from strategies.table import Move
 
 Config = dict[str, Any]
 

@@ -5,7 +5,7 @@ real deployment, but the all-or-nothing checks only show on the side that runs s
 first, so either may be.  Page size 1 (``alloc`` only) comes a third of the time, as in
 :mod:`strategies.kv`.
 
-:func:`swa_kv_walk` is the family's plain-random walk (``strategies.configs.Walk``): the walk
+:func:`swa_kv_walk` is the family's plain-random walk (``strategies.configs.MoveTable``): the walk
 engine runs it, the hypothesis machine takes its moves from drawn seeds, the bench walks it.
 Its moves read the driver's model: extends and tails sized to page edges (a tail starts on a
 page boundary; the impossible ones only as misuse), the window sliding a request's oldest
@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies.configs import Config, Move, Step, Walk
+from strategies.table import MoveTable, Config, Move, Step
 from strategies.kv import page_counts, page_sizes, sample_page_count
 from strategies.page_alloc import edge_extend_lengths
 
@@ -267,9 +267,9 @@ _SWA_MOVES = (
 )
 
 
-def swa_kv_walk() -> Walk:
+def swa_kv_walk() -> MoveTable:
     """``swa_kv``: admissions and tails sized to page edges, decodes, the window sliding, frees on both sides."""
-    return Walk(sample_swa_kv_config, (*_SWA_MOVES, *swa_catalogue()))
+    return MoveTable(sample_swa_kv_config, (*_SWA_MOVES, *swa_catalogue()))
 
 
 # ---------------------------------------------------------------- the catalogue

@@ -82,8 +82,8 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    ghost = Family("ghost", "not written yet", "pools:ReqToTokenPool", "harness.judge.drivers.ghost:GhostDriver",
-                   "harness.machines.ghost:GhostMachine", "strategies.configs:row_pool_configs")
+    ghost = Family(name="ghost", summary="not written yet", default="pools:ReqToTokenPool",
+                   driver="harness.judge.drivers.ghost:GhostDriver", machine="harness.machines.ghost:GhostMachine")
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])
     assert "ghost" not in {t.family for t in targets}

@@ -38,8 +38,8 @@ def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytes
 
 
 def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    unwritten = Family("future", "not written yet", "pools:ReqToTokenPool", "harness.judge.drivers.rows:RowPoolDriver",
-                       "harness.machines.not_yet:Machine", "strategies.configs:row_pool_configs")
+    unwritten = Family(name="future", summary="not written yet", default="pools:ReqToTokenPool",
+                       driver="harness.judge.drivers.rows:RowPoolDriver", machine="harness.machines.not_yet:Machine")
     monkeypatch.setitem(FAMILIES, "future", unwritten)
     monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))
     outcome = selfcheck.check_canary("future-bug", seconds=1)

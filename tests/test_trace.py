@@ -22,6 +22,7 @@ from harness.judge.limits import (
     check_step,
     check_steps,
 )
+from harness.machines.table import config_strategy
 from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
 from harness.traces.replay import trace_files
 from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace
@@ -200,7 +201,7 @@ def test_the_configs_the_fuzzers_draw_are_well_inside_the_limits(name: str) -> N
 
     @settings(max_examples=200, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(resolve(FAMILIES[name].configs)())
+    @given(config_strategy(name))
     def drawn(config: dict[str, Any]) -> None:
         check_config(name, {**config, "device": "cpu"})
         scaled = {k: v * 50 if isinstance(v, int) and not isinstance(v, bool) and k != "page_size" else v

@@ -24,6 +24,7 @@ from harness.judge.drivers.base import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from pools.errors import PoolError
 from pools.req_to_token import Req
+from strategies.table import load_table
 
 Step = tuple[str, dict[str, Any]]
 Workload = Callable[[Any, random.Random], Step]
@@ -170,24 +171,6 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
 
 
 # ---------------------------------------------------------------- workloads
-def rows_workload(driver: Any, rng: random.Random) -> Step:
-    live = driver.live_handles()
-    beam_rows = sorted(row for row, owner in driver.model.owner.items() if owner is None)
-    roll = rng.random()
-    if roll < 0.35 or not live:
-        reuse = rng.sample(live, min(len(live), rng.randint(0, 2)))
-        return "alloc", {"batch": [None] * rng.randint(1, 3) + reuse}
-    if roll < 0.6:
-        return "free", {"handle": rng.choice(live)}
-    if roll < 0.7:
-        return "alloc_rows", {"need_size": rng.randint(0, 3)}
-    if roll < 0.8 and beam_rows:
-        return "free_rows", {"rows": rng.sample(beam_rows, min(len(beam_rows), rng.randint(1, 2)))}
-    if roll < 0.97:
-        return "write", {"handle": rng.choice(live), "start": rng.randint(0, 8), "length": rng.randint(0, 8)}
-    return "clear", {}
-
-
 def token_kv_workload(driver: Any, rng: random.Random) -> Step:
     model = driver.model
     live = sorted(h for h in model.slots if model.is_live(h) and model.slots[h])
@@ -273,10 +256,12 @@ def scheduler_workload(driver: Any, rng: random.Random) -> Step:
     return "clear", {}
 
 
+def workload_for(name: str) -> Workload:
+    """The family's bench workload: generated from its move table, else its hand-written one."""
+    fam = family(name)
+    return load_table(resolve(fam.moves)).workload() if fam.moves else resolve(fam.bench)
+
+
 def workloads() -> dict[str, tuple[Workload, dict[str, Any]]]:
-    """Every family with a bench walk: its walk and the pool configuration it runs on (from the registry)."""
-    found: dict[str, tuple[Workload, dict[str, Any]]] = {}
-    for fam in FAMILIES.values():
-        if fam.bench:
-            found[fam.name] = (resolve(fam.bench), fam.bench_kwargs)
-    return found
+    """Every family with a bench workload, and the pool configuration it runs on (from the registry)."""
+    return {fam.name: (workload_for(fam.name), fam.bench_kwargs) for fam in FAMILIES.values() if fam.moves or fam.bench}

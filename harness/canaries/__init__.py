@@ -16,20 +16,15 @@ from __future__ import annotations
 import importlib
 
 from harness.canaries.catalogue import Canary
-from harness.judge.families import FAMILIES, UnknownTargetError, family, resolve
+from harness.judge.families import FAMILIES, UnknownTargetError, resolve
 from harness.judge.invariants import INVARIANTS
-from harness.machines.base import PoolMachine, make_machine
-
-
-EXTRA_MODULES: tuple[str, ...] = ("harness.canaries.combinations", "harness.canaries.combinations_caches")
-"""Canary modules spanning several families (read after the families' own)."""
+from harness.machines.base import PoolMachine, machine_class, make_machine
 
 
 def _collect() -> dict[str, Canary]:
-    """Every family's ``CANARIES``, in registry order (a module shared by two families is read once), then
-    :data:`EXTRA_MODULES`."""
+    """Every family's ``CANARIES`` modules, in registry order (a module shared by two families is read once)."""
     found: dict[str, Canary] = {}
-    for module in dict.fromkeys([*(f.canaries for f in FAMILIES.values() if f.canaries), *EXTRA_MODULES]):
+    for module in dict.fromkeys(m for f in FAMILIES.values() for m in f.canaries):
         for name, entry in importlib.import_module(module).CANARIES.items():
             assert name not in found, f"canary {name!r} is planted twice"
             found[name] = entry
@@ -49,7 +44,7 @@ def canary(name: str) -> Canary:
 def machine_available(family_name: str) -> str | None:
     """``None`` if the family's machine imports, else a one-line reason."""
     try:
-        resolve(family(family_name).machine)
+        machine_class(family_name)
     except UnknownTargetError as exc:
         return f"machine not available: {exc}"
     return None

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.fuzz.protocol import TargetRef
-from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, resolve
+from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for
+from harness.machines.base import machine_class
 
 
 @dataclass
@@ -59,7 +60,7 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
     skipped: list[dict[str, str]] = []
     for name, spec in dict.fromkeys(wanted):
         try:
-            resolve(family(name).machine)
+            machine_class(name)
             check_target(name, spec)
         except Exception as exc:  # noqa: BLE001 - a half-written module is as unusable as a missing one
             if explicit or spec != family(name).default:  # a substitution someone asked for, here or in the env

@@ -3,7 +3,7 @@
 Under hypothesis a worker spends most of each step in the engine (choice
 sequences, bundles, rule selection): about 3,000 steps/s, while the drivers
 alone check 5,000-70,000.  A walk draws each step from a family's
-:class:`~strategies.configs.Walk` -- plain-``random`` twins of its strategies,
+:class:`~strategies.configs.MoveTable` -- plain-``random`` twins of its strategies,
 with the corners (repeats inside one call, mixed batches, page-edge geometry,
 exact fits) drawn on purpose -- and calls :meth:`Driver.step` itself, so every
 per-call check and the audit schedule are exactly the machine's.
@@ -20,7 +20,6 @@ falls back to its registry bench walk over its bench configuration.
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import itertools
 import random
@@ -28,7 +27,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +36,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.traces.keep import keep_trace
 from harness.traces.shrink import shrink_trace
-from strategies.configs import Move, Step, Walk, config_corners, row_walk
-from strategies.kv import paged_kv_walk, token_kv_walk
-from strategies.mamba import hybrid_walk, mamba_slot_walk
-
-WALKS: dict[str, Callable[[], Walk]] = {
-    "req_to_token": row_walk,
-    "decode_req_to_token": partial(row_walk, decode=True),
-    "mamba_slots": mamba_slot_walk,
-    "hybrid_req_to_token": hybrid_walk,
-    "token_kv": token_kv_walk,
-    "paged_kv": paged_kv_walk,
-}
-"""Families with a corner walk; the rest walk their registry bench walk."""
+from strategies.table import Move, MoveTable, config_corners, load_table, pick_step
 
 WALK_SHARE = 0.75
 """The share of a worker's time (and of a ``selfcheck`` chase) the walk gets; hypothesis has the rest."""
@@ -61,16 +47,20 @@ POLL_EVERY = 32
 DRAW_TRIES = 4
 
 
-def bench_walk(name: str) -> Walk:
-    """A family's registry bench walk ``(driver, rng) -> (op, args)`` over its bench configuration."""
+def bench_walk(name: str) -> MoveTable:
+    """A family's hand-written bench workload ``(driver, rng) -> (op, args)`` over its bench configuration."""
     fam = family(name)
     step = resolve(fam.bench)
     config = {k: v for k, v in fam.bench_kwargs.items() if k != "device"}
-    return Walk(lambda rng: dict(config), (Move("bench walk", 1.0, step),))
+    return MoveTable(lambda rng: dict(config), (Move("bench walk", 1.0, step),))
 
 
-def walk_for(name: str) -> Walk:
-    return WALKS[name]() if name in WALKS else bench_walk(name)
+def walk_for(name: str) -> MoveTable:
+    """The table the walk draws from: the family's move table, else its hand-written walk, else its bench walk."""
+    fam = family(name)
+    if fam.moves:
+        return load_table(resolve(fam.moves))
+    return resolve(fam.walk)() if fam.walk else bench_walk(name)
 
 
 @dataclass
@@ -120,14 +110,15 @@ class WalkRun:
         self.driver_class: type[Driver] = resolve(self.driver or family(self.family).driver)
         if self.check_misuse is None:
             self.check_misuse = validates_input(self.factory)
+        fam = family(self.family)
         self.walk = walk_for(self.family)
-        self.fit_args = self.family not in WALKS  # a bench walk may name keywords its driver no longer takes
-        self.moves = tuple(m for m in self.walk.moves if self.check_misuse or not m.misuse)
+        self.fit_args = not (fam.moves or fam.walk)  # a bench walk may name keywords its driver no longer takes
+        self.moves = tuple(m for m in self.walk.walk_moves if self.check_misuse or not m.misuse)
         self.rng = random.Random(self.seed)
 
     def run(self, *, seconds: float | None = None, max_steps: int | None = None,
             stop: Callable[[], bool] | None = None) -> Finding | None:
-        """Walk episodes until a failure (returned), ``seconds`` pass, ``max_steps`` more steps run, or ``stop()``."""
+        """MoveTable episodes until a failure (returned), ``seconds`` pass, ``max_steps`` more steps run, or ``stop()``."""
         deadline = None if seconds is None else time.monotonic() + seconds
         limit = None if max_steps is None else self.steps + max_steps
 
@@ -154,10 +145,11 @@ class WalkRun:
         try:
             driver = self.driver_class(self.factory, config, implementation=self.spec,
                                        check_misuse=bool(self.check_misuse), audit_period=self.audit_period)
+            view = self.walk.view(driver)
             for taken in range(length):
                 if (taken % POLL_EVERY == POLL_EVERY - 1 and done()) or (limit is not None and self.steps >= limit):
                     break
-                corner, (op, args) = self._draw(driver, enabled, cumulative)
+                corner, (op, args) = pick_step(enabled, cumulative, view, rng, fallback=self.moves, tries=DRAW_TRIES)
                 self.steps += 1
                 driver.step(op, **(_accepted(driver, op, args) if self.fit_args else args))
                 if corner:
@@ -169,19 +161,6 @@ class WalkRun:
         except Exception as exc:  # noqa: BLE001 - every exception is a finding, as under hypothesis
             return self._found(exc, driver, config)
         return None
-
-    def _draw(self, driver: Driver, enabled: list[Move], cumulative: list[float]) -> tuple[str, Step]:
-        """A step of an enabled move (or of its setup); the corner label it reaches, if any."""
-        rng = self.rng
-        for _ in range(DRAW_TRIES):
-            found = _step_of(enabled[bisect.bisect(cumulative, rng.random() * cumulative[-1])], driver, rng)
-            if found is not None:
-                return found
-        for move in rng.sample(self.moves, len(self.moves)):  # this state offers none of the enabled moves
-            found = _step_of(move, driver, rng)
-            if found is not None:
-                return found
-        raise AssertionError(f"no move of the {self.family} walk applies; every walk needs one that always does")
 
     def _found(self, exc: BaseException, driver: Driver | None, config: dict[str, Any]) -> Finding:
         trace = driver.trace if driver is not None else Trace(self.family, self.spec, config)
@@ -199,15 +178,6 @@ class WalkRun:
             return Finding(exc, trace, found)
         kept = keep_trace(trace, self.corpus)
         return Finding(exc, trace, found, kept.path, kept.problem)
-
-
-def _step_of(move: Move, driver: Driver, rng: random.Random) -> tuple[str, Step] | None:
-    """``move``'s step with its corner label, else its setup step (no label), else ``None``."""
-    step = move.draw(driver, rng)
-    if step is not None:
-        return move.corner, step
-    step = move.setup(driver, rng) if move.setup is not None else None
-    return None if step is None else ("", step)
 
 
 def _accepted(driver: Driver, op: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -19,19 +19,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.judge.limits import FamilyLimits
+from harness.judge.plugins import plugin_families
+
 
 class UnknownTargetError(LookupError):
     """A family name or ``module:attr`` spec that does not resolve."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Family:
     """One pool family's kit: everything the harness needs to fuzz, replay, bench and check it.
 
-    Every field is a ``module:attr`` (or module) string, resolved only when used,
+    Every reference is a ``module:attr`` (or module) string, resolved only when used,
     so this registry imports nothing above the judge and a family whose optional
-    dependency is missing still lists.  Adding a family is one entry here plus
-    the modules it names (``docs/adding-a-family.md``).
+    dependency is missing still lists.  Adding a family is one entry here plus the
+    modules it names (``docs/adding-a-family.md``); a package outside this repository
+    adds one through the ``poolfuzz.families`` entry point (:mod:`harness.judge.plugins`).
     """
 
     name: str
@@ -40,16 +44,21 @@ class Family:
     """The pool factory fuzzed when no ``--target`` substitutes another."""
     driver: str
     """The :class:`~harness.judge.drivers.base.Driver` subclass that judges each step."""
-    machine: str
-    """The hypothesis ``PoolMachine`` that draws the steps."""
-    configs: str
-    """The strategy drawing the pool's constructor arguments (``strategies`` package)."""
-    canaries: str = ""
-    """Module whose ``CANARIES`` dict plants this family's historical bugs."""
+    moves: str = ""
+    """The family's :class:`~strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
+    walk and bench workload are generated from it."""
+    machine: str = ""
+    """A hand-written hypothesis ``PoolMachine``, for a family whose inputs are not yet a move table."""
+    configs: str = ""
+    """The hand-written machine's strategy of constructor configurations, likewise."""
+    walk: str = ""
+    """A hand-written walk (a function returning a table the walk engine reads), likewise."""
     bench: str = ""
-    """A seeded random walk ``(driver, rng) -> (op, args)`` for ``harness bench`` and fast engines."""
+    """A hand-written bench workload ``(driver, rng) -> (op, args)``, likewise."""
     bench_config: tuple[tuple[str, Any], ...] = ()
-    """The pool configuration the walk runs on, as ``(key, value)`` pairs."""
+    """The pool configuration the bench workload runs on, as ``(key, value)`` pairs."""
+    canaries: tuple[str, ...] = ()
+    """Modules whose ``CANARIES`` dicts plant this family's historical bugs (a module may serve several)."""
     upstream: tuple[str, ...] = ()
     """Target specs of upstream implementations of this family (``harness.upstream``)."""
     invariants: tuple[str, ...] = ()
@@ -57,10 +66,20 @@ class Family:
     protocol: str = ""
     """The ``typing.Protocol`` (``pools.protocols``) a pool class of this family satisfies: a
     substitute class lacking one of its methods is refused before anything is built."""
+    device_path: bool = False
+    """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
+    rate_target: int = 0
+    """Checked steps per second one fuzz worker must reach (``harness bench``); 0: no target."""
+    limits: FamilyLimits | None = None
+    """The family's size limits (:mod:`harness.judge.limits`), for a plug-in family; ours are in ``LIMITS``."""
 
     @property
     def bench_kwargs(self) -> dict[str, Any]:
         return dict(self.bench_config)
+
+    def __post_init__(self) -> None:
+        if not (self.moves or self.machine):
+            raise ValueError(f"family {self.name!r} names neither a move table nor a machine")
 
 
 _COMMON = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")
@@ -69,7 +88,8 @@ _ROWS = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-boun
 _KV = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
        "clear-restores", "kernel-agreement")
 _MAMBA = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "group-window", "clear-restores")
-_WALKS = "harness.bench.workloads"
+_WORKLOADS = "harness.bench.workloads"
+_COMBINATIONS = ("harness.canaries.combinations", "harness.canaries.combinations_caches")
 
 
 def _config(**values: Any) -> tuple[tuple[str, Any], ...]:
@@ -79,84 +99,94 @@ def _config(**values: Any) -> tuple[tuple[str, Any], ...]:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("req_to_token", "request rows, tail pop", "pools:ReqToTokenPool",
-               "harness.judge.drivers.rows:RowPoolDriver", "harness.machines.rows:RowPoolMachine",
-               "strategies.configs:row_pool_configs", "harness.canaries.rows", f"{_WALKS}:rows_workload",
-               _config(size=32, max_context_len=16, device="cpu"), (), _ROWS,
-               protocol="pools.protocols:RequestRowPool"),
-        Family("decode_req_to_token", "decode request rows with pre-allocation, head pop",
-               "pools:DecodeReqToTokenPool", "harness.judge.drivers.rows:DecodeRowPoolDriver",
-               "harness.machines.rows:DecodeRowPoolMachine", "strategies.configs:row_pool_configs",
-               "harness.canaries.rows", f"{_WALKS}:rows_workload",
-               _config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"), (), _ROWS,
-               protocol="pools.protocols:RequestRowPool"),
-        Family("mamba_slots", "Mamba state slots with group windows", "pools:MambaSlotAllocator",
-               "harness.judge.drivers.mamba:MambaSlotDriver", "harness.machines.mamba:MambaSlotMachine",
-               "strategies.mamba:mamba_slot_configs", "harness.canaries.mamba", f"{_WALKS}:mamba_workload",
-               _config(size=16, device="cpu"), ("harness.upstream:MambaSlots",), _MAMBA,
-               protocol="pools.protocols:MambaSlotPool"),
-        Family("hybrid_req_to_token", "request rows plus Mamba slots, all-or-nothing", "pools:HybridReqToTokenPool",
-               "harness.judge.drivers.hybrid:HybridDriver", "harness.machines.mamba:HybridMachine",
-               "strategies.mamba:hybrid_configs", "harness.canaries.mamba", f"{_WALKS}:hybrid_workload",
-               _config(size=12, max_context_len=16, mamba_size=8, device="cpu"), (), (*_ROWS, "group-window"),
-               protocol="pools.protocols:HybridRowPool"),
-        Family("token_kv", "KV token slots, page size 1", "pools:TokenToKVPoolAllocator",
-               "harness.judge.drivers.kv:TokenKVDriver", "harness.machines.kv:TokenKVMachine",
-               "strategies.kv:token_kv_configs", "harness.canaries.kv", f"{_WALKS}:token_kv_workload",
-               _config(size=64, device="cpu"), ("harness.upstream:TokenKV",), _KV,
-               protocol="pools.protocols:TokenKVAllocator"),
-        Family("paged_kv", "paged KV allocator: alloc, free groups, extend, decode",
-               "pools:PagedTokenToKVPoolAllocator", "harness.judge.drivers.paged_kv:PagedKVDriver",
-               "harness.machines.kv:PagedKVMachine", "strategies.kv:paged_kv_configs", "harness.canaries.kv",
-               f"{_WALKS}:paged_kv_workload", _config(size=256, page_size=4, device="cpu"),
-               ("harness.upstream:PagedKV",), _KV,
-               protocol="pools.protocols:PagedKVAllocator"),
-        Family("scheduler", "rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
-               "harness.judge.drivers.scheduler:build_scheduler_pools",
-               "harness.judge.drivers.scheduler:SchedulerDriver", "harness.machines.scheduler:SchedulerMachine",
-               "strategies.scheduler:scheduler_configs", "harness.canaries.scheduler",
-               f"{_WALKS}:scheduler_workload",
-               _config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
-                       kernel="vectorized", device="cpu"),
-               (), (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
-                    "clear-restores", "kernel-agreement", "scheduler-conservation", "kv-accounting", "lock-balance",
-                    "cache-accounting", "match-returns-inserted", "evict-spares-locked", "swa-mapping")),
-        Family("prefix_cache", "radix prefix cache over its KV allocator: match, insert, lock, evict, release",
-               "pools.prefix_cache:build_prefix_cache", "harness.judge.drivers.prefix_cache:PrefixCacheDriver",
-               "harness.machines.prefix_cache:PrefixCacheMachine", "strategies.prefix_cache:prefix_cache_configs",
-               "harness.canaries.prefix_cache", "harness.bench.prefix_cache_walk:prefix_cache_workload",
-               _config(size=64, page_size=4, eviction_policy="lru", device="cpu"),
-               ("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
-               ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
-                "no-double-allocation", "page-layout", "cache-accounting", "lock-balance", "evict-spares-locked",
-                "match-returns-inserted", "kv-accounting"),
-               protocol="pools.protocols:PrefixCache"),
-        Family("block_pool", "vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-               "harness.judge.drivers.block_pool:build_block_pool", "harness.judge.drivers.block_pool:BlockPoolDriver",
-               "harness.machines.block_pool:BlockPoolMachine", "strategies.block_pool:block_pool_configs",
-               "harness.canaries.block_pool", "harness.bench.block_pool_walk:block_pool_workload",
-               _config(num_gpu_blocks=33, enable_caching=True, device="cpu"), ("harness.upstream:VllmBlockPool",),
-               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count", "free-queue-order",
-                "cache-map"),
+        Family(name="req_to_token", summary="request rows, tail pop", default="pools:ReqToTokenPool",
+               driver="harness.judge.drivers.rows:RowPoolDriver", moves="strategies.rows:row_table",
+               bench_config=_config(size=32, max_context_len=16, device="cpu"), canaries=("harness.canaries.rows",),
+               invariants=_ROWS, protocol="pools.protocols:RequestRowPool", rate_target=10_000),
+        Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
+               default="pools:DecodeReqToTokenPool", driver="harness.judge.drivers.rows:DecodeRowPoolDriver",
+               moves="strategies.rows:decode_row_table",
+               bench_config=_config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
+               canaries=("harness.canaries.rows",), invariants=_ROWS, protocol="pools.protocols:RequestRowPool"),
+        Family(name="mamba_slots", summary="Mamba state slots with group windows", default="pools:MambaSlotAllocator",
+               driver="harness.judge.drivers.mamba:MambaSlotDriver", machine="harness.machines.mamba:MambaSlotMachine", configs="strategies.mamba:mamba_slot_configs",
+               walk="strategies.mamba:mamba_slot_walk", bench=f"{_WORKLOADS}:mamba_workload",
+               bench_config=_config(size=16, device="cpu"), canaries=("harness.canaries.mamba",),
+               upstream=("harness.upstream:MambaSlots",), invariants=_MAMBA, protocol="pools.protocols:MambaSlotPool",
+               device_path=True),
+        Family(name="hybrid_req_to_token", summary="request rows plus Mamba slots, all-or-nothing",
+               default="pools:HybridReqToTokenPool", driver="harness.judge.drivers.hybrid:HybridDriver",
+               machine="harness.machines.mamba:HybridMachine", configs="strategies.mamba:hybrid_configs", walk="strategies.mamba:hybrid_walk",
+               bench=f"{_WORKLOADS}:hybrid_workload",
+               bench_config=_config(size=12, max_context_len=16, mamba_size=8, device="cpu"),
+               canaries=("harness.canaries.mamba",), invariants=(*_ROWS, "group-window"),
+               protocol="pools.protocols:HybridRowPool", device_path=True),
+        Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
+               driver="harness.judge.drivers.kv:TokenKVDriver", machine="harness.machines.kv:TokenKVMachine", configs="strategies.kv:token_kv_configs",
+               walk="strategies.kv:token_kv_walk", bench=f"{_WORKLOADS}:token_kv_workload",
+               bench_config=_config(size=64, device="cpu"), canaries=("harness.canaries.kv",),
+               upstream=("harness.upstream:TokenKV",), invariants=_KV, protocol="pools.protocols:TokenKVAllocator",
+               device_path=True),
+        Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
+               default="pools:PagedTokenToKVPoolAllocator", driver="harness.judge.drivers.paged_kv:PagedKVDriver",
+               machine="harness.machines.kv:PagedKVMachine", configs="strategies.kv:paged_kv_configs", walk="strategies.kv:paged_kv_walk",
+               bench=f"{_WORKLOADS}:paged_kv_workload", bench_config=_config(size=256, page_size=4, device="cpu"),
+               canaries=("harness.canaries.kv",), upstream=("harness.upstream:PagedKV",), invariants=_KV,
+               protocol="pools.protocols:PagedKVAllocator", device_path=True, rate_target=4_000),
+        Family(name="scheduler",
+               summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
+               default="harness.judge.drivers.scheduler:build_scheduler_pools",
+               driver="harness.judge.drivers.scheduler:SchedulerDriver",
+               machine="harness.machines.scheduler:SchedulerMachine", configs="strategies.scheduler:scheduler_configs", bench=f"{_WORKLOADS}:scheduler_workload",
+               bench_config=_config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
+                                    kernel="vectorized", device="cpu"),
+               canaries=("harness.canaries.scheduler", *_COMBINATIONS),
+               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
+                           "group-window", "clear-restores", "kernel-agreement", "scheduler-conservation",
+                           "kv-accounting", "lock-balance", "cache-accounting", "match-returns-inserted",
+                           "evict-spares-locked", "swa-mapping")),
+        Family(name="prefix_cache",
+               summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
+               default="pools.prefix_cache:build_prefix_cache", driver="harness.judge.drivers.prefix_cache:PrefixCacheDriver",
+               machine="harness.machines.prefix_cache:PrefixCacheMachine", configs="strategies.prefix_cache:prefix_cache_configs",
+               bench="harness.bench.prefix_cache_walk:prefix_cache_workload",
+               bench_config=_config(size=64, page_size=4, eviction_policy="lru", device="cpu"),
+               canaries=("harness.canaries.prefix_cache",),
+               upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
+               invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
+                           "no-double-allocation", "page-layout", "cache-accounting", "lock-balance",
+                           "evict-spares-locked", "match-returns-inserted", "kv-accounting"),
+               protocol="pools.protocols:PrefixCache", device_path=True),
+        Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
+               default="harness.judge.drivers.block_pool:build_block_pool",
+               driver="harness.judge.drivers.block_pool:BlockPoolDriver",
+               machine="harness.machines.block_pool:BlockPoolMachine", configs="strategies.block_pool:block_pool_configs",
+               bench="harness.bench.block_pool_walk:block_pool_workload",
+               bench_config=_config(num_gpu_blocks=33, enable_caching=True, device="cpu"),
+               canaries=("harness.canaries.block_pool",), upstream=("harness.upstream:VllmBlockPool",),
+               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count",
+                           "free-queue-order", "cache-map"),
                protocol="pools.protocols:BlockPoolLike"),
-        Family("swa_kv", "full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
-               "pools:SWATokenToKVPoolAllocator", "harness.judge.drivers.swa:SWAKVDriver",
-               "harness.machines.swa:SWAKVMachine", "strategies.swa:swa_kv_configs", "harness.canaries.swa",
-               "harness.bench.swa_walk:swa_kv_workload", _config(size=256, size_swa=96, page_size=4, device="cpu"),
-               ("harness.upstream:SWAKV",),
-               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
-                "group-window", "clear-restores", "swa-mapping"),
-               protocol="pools.protocols:SWAKVAllocator"),
-        Family("pure_swa_kv", "sliding-window KV only: one token pool, identity mapping, padding dropped",
-               "pools:PureSWATokenToKVPoolAllocator", "harness.judge.drivers.pure_swa:PureSWAKVDriver",
-               "harness.machines.swa:PureSWAKVMachine", "strategies.swa:pure_swa_kv_configs", "",
-               "harness.bench.swa_walk:pure_swa_kv_workload", _config(size_swa=64, device="cpu"),
-               ("harness.upstream:PureSWAKV",),
-               (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
-                "clear-restores", "swa-mapping"),
+        Family(name="swa_kv",
+               summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
+               default="pools:SWATokenToKVPoolAllocator", driver="harness.judge.drivers.swa:SWAKVDriver",
+               machine="harness.machines.swa:SWAKVMachine", configs="strategies.swa:swa_kv_configs", bench="harness.bench.swa_walk:swa_kv_workload",
+               bench_config=_config(size=256, size_swa=96, page_size=4, device="cpu"),
+               canaries=("harness.canaries.swa",), upstream=("harness.upstream:SWAKV",),
+               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
+                           "group-window", "clear-restores", "swa-mapping"),
+               protocol="pools.protocols:SWAKVAllocator", device_path=True),
+        Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
+               default="pools:PureSWATokenToKVPoolAllocator", driver="harness.judge.drivers.pure_swa:PureSWAKVDriver",
+               machine="harness.machines.swa:PureSWAKVMachine", configs="strategies.swa:pure_swa_kv_configs", bench="harness.bench.swa_walk:pure_swa_kv_workload",
+               bench_config=_config(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
+               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
+                           "group-window", "clear-restores", "swa-mapping"),
                protocol="pools.protocols:SWAKVAllocator"),
     )
 }
+
+FAMILIES.update((f.name, f) for f in plugin_families(FAMILIES))
 
 ENV_VAR = "POOLFUZZ_TARGETS"
 

@@ -180,6 +180,11 @@ def limits_for(family: str) -> FamilyLimits:
     """The family's row; a family without one is refused, so a new family cannot skip its limits."""
     row = LIMITS.get(family)
     if row is None:
+        from harness.judge.families import FAMILIES  # a plug-in family's kit carries its own row
+
+        plugged = FAMILIES.get(family)
+        row = plugged.limits if plugged is not None else None
+    if row is None:
         raise LimitError(family, "family", family, None,
                          f"{family!r} has no size limits (harness.judge.limits.LIMITS); known: {', '.join(LIMITS)}")
     return row

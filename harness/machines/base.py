@@ -5,26 +5,30 @@ driver step.  Everything a machine knows about correctness lives in its driver,
 so replaying a trace runs exactly the checks a fuzz run ran.
 
 Every machine also has the ``run_catalogue`` rule: the family's catalogue
-(:attr:`PoolMachine.catalogue`, walk moves from :mod:`strategies`, one per kind
+(:attr:`PoolMachine.catalogue`, moves from its :mod:`strategies` table, one per kind
 of misuse its pool must reject and per corner it must serve) run in order, each
 move from its own seed with its setup steps.  Search alone reaches a rare kind
 in a 30-step example only by luck; the catalogue issues every kind on purpose,
 at a deliberate rate: at most once per :data:`CATALOGUE_SPACING` driver steps per
 catalogue entry, so in long runs it is about a third of the steps (misuse steps
-are cheap: validation, then nothing changes).
+are cheap: validation, then nothing changes).  Its arguments are drawn through a
+:class:`~strategies.choosers.DataChooser`, so hypothesis shrinks them too.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hypothesis import event, target
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.judge.drivers.base import Driver
-from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
-from strategies.configs import MOVE_SEEDS, Move, corner_steps
+from harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
+from strategies.choosers import Chooser, DataChooser
+from strategies.table import Move, MoveTable, corner_steps
 
 CATALOGUE_SPACING = 2
 """Driver steps between two catalogue runs, per catalogue entry."""
@@ -45,10 +49,14 @@ class PoolMachine(RuleBasedStateMachine):
     """A driver variant (a canary or test planting a bug in the harness's own calls); ``None``: the family's."""
     catalogue: ClassVar[tuple[Move, ...]] = ()
     """One walk move per kind of misuse and corner of the family; misuse ones run only with misuse checking on."""
+    table: ClassVar[MoveTable | None] = None
+    """The family's move table, whose view the catalogue reads (``None``: a hand-written machine's moves read
+    the driver)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.driver: Driver | None = None
+        self.view: Any = None
         self.peak_occupancy = 0.0
         self.failed = False
         self.next_catalogue = 0
@@ -62,6 +70,7 @@ class PoolMachine(RuleBasedStateMachine):
             check_misuse=self.check_misuse,
             audit_period=self.audit_period,
         )
+        self.view = self.table.view(self.driver) if self.table is not None else self.driver
 
     @property
     def misuse_enabled(self) -> bool:
@@ -84,9 +93,13 @@ class PoolMachine(RuleBasedStateMachine):
         return bool(self.catalogue) and self.driver is not None and self.driver.steps >= self.next_catalogue
 
     @precondition(lambda self: self.catalogue_due())
-    @rule(seed=MOVE_SEEDS)
-    def run_catalogue(self, seed: int) -> None:
-        """Every move of :attr:`catalogue` once, in order, each from its own seed (its setup steps first).
+    @rule(data=st.data())
+    def run_catalogue(self, data: st.DataObject) -> None:
+        """Every move of :attr:`catalogue` once, in order (its setup steps first), drawn through ``data``."""
+        self.issue_catalogue(DataChooser(data.draw))
+
+    def issue_catalogue(self, choose: Chooser) -> None:
+        """The catalogue's moves, each with up to :data:`CATALOGUE_SETUPS` setup steps.
 
         A full audit runs first: a pool the steps so far broke is named by the
         invariant they broke, not by the first catalogue call to trip over it.
@@ -94,8 +107,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.driver is not None
         self.driver.audit_now()
         moves = [m for m in self.catalogue if self.misuse_enabled or not m.misuse]
-        for index, move in enumerate(moves):
-            for op, args in corner_steps(move, self.driver, seed * 1_000 + index, setups=CATALOGUE_SETUPS):
+        for move in moves:
+            for op, args in corner_steps(move, self.view, choose, self.driver.event, setups=CATALOGUE_SETUPS):
                 self.do(op, **args)
         self.next_catalogue = self.driver.steps + CATALOGUE_SPACING * len(moves)
 
@@ -119,7 +132,7 @@ class PoolMachine(RuleBasedStateMachine):
         if self.driver is not None and not self.failed:
             target(self.peak_occupancy, label="peak occupancy")
             if self.catalogue:
-                self.run_catalogue(self.driver.steps % 256)
+                self.issue_catalogue(random.Random(self.driver.steps))  # teardown draws nothing: seeded by the trace
             self.driver.teardown()
 
 
@@ -128,10 +141,9 @@ def make_machine(
     check_misuse: bool | None = None, device: str = "cpu",
 ) -> type[PoolMachine]:
     """A machine class for ``family_name`` bound to ``spec`` (or the active override, or the default)."""
-    fam = family(family_name)
     spec = spec or implementation_for(family_name, overrides)
     factory = load_factory(spec)
-    base: type[PoolMachine] = resolve(fam.machine)
+    base = machine_class(family_name)
     misuse = validates_input(factory) if check_misuse is None else check_misuse
     name = f"{base.__name__}[{spec}@{device}]"
     return type(name, (base,), {
@@ -141,3 +153,16 @@ def make_machine(
         "device": device,
         "__module__": base.__module__,
     })
+
+
+def machine_class(family_name: str) -> type[PoolMachine]:
+    """The family's machine: generated from its move table, else its hand-written one; else :class:`UnknownTargetError`."""
+    fam = family(family_name)
+    if fam.moves:
+        from harness.machines.table import table_machine  # the table machine is a PoolMachine: imported on use
+
+        return table_machine(family_name)
+    machine: type[PoolMachine] = resolve(fam.machine)
+    if not (isinstance(machine, type) and issubclass(machine, PoolMachine)):
+        raise UnknownTargetError(f"{fam.machine} is not a PoolMachine")
+    return machine

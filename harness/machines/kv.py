@@ -18,6 +18,8 @@ batches mixing requests that open a page with requests that do not.
 
 from __future__ import annotations
 
+import random
+
 from typing import Any, ClassVar, cast
 
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ from hypothesis.stateful import Bundle, consumes, initialize, multiple, precondi
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.machines.base import PoolMachine
-from strategies.configs import MOVE_SEEDS, Walk, config_corners, corner_steps
+from strategies.table import MoveTable, config_corners, corner_steps
 from strategies.kv_misuse import paged_catalogue, token_catalogue
 from strategies.kv import (
     alloc_sizes,
@@ -39,12 +41,15 @@ from strategies.kv import (
 
 TOKEN_WALK, PAGED_WALK = token_kv_walk(), paged_kv_walk()
 
+MOVE_SEEDS = st.integers(min_value=0, max_value=255)
+"""What a hand-written rule draws to take a table move: the seed of its own ``random.Random``."""
+
 
 class TokenKVMachine(PoolMachine):
     family = "token_kv"
     allocs = Bundle("allocs")
     freed = Bundle("freed")
-    walk: ClassVar[Walk] = TOKEN_WALK
+    walk: ClassVar[MoveTable] = TOKEN_WALK
     catalogue = token_catalogue()
 
     @initialize(config=token_kv_configs())
@@ -102,7 +107,7 @@ class TokenKVMachine(PoolMachine):
         """Run the walk move ``name`` drawn from ``seed`` (setup steps included); the request handles it made."""
         move = self.walk.move(name)
         made: list[int] = []
-        for op, args in corner_steps(move, self.driver, seed):
+        for op, args in corner_steps(move, self.driver, random.Random(seed), self.driver.event):
             result = self.do(op, **args)
             if op == "extend" and result:
                 made += result

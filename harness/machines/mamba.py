@@ -12,6 +12,8 @@ Whether a call is valid is the driver's decision, from the model."""
 
 from __future__ import annotations
 
+import random
+
 from typing import Any, cast
 
 from hypothesis import strategies as st
@@ -29,7 +31,7 @@ from harness.judge.drivers.hybrid import HybridDriver
 from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.machines.base import PoolMachine
 from harness.judge.models.mamba import SlotModel
-from strategies.configs import MOVE_SEEDS, Move, config_corners, corner_steps
+from strategies.table import Move, config_corners, corner_steps
 from strategies.mamba_catalogue import hybrid_catalogue, mamba_slot_catalogue
 from strategies.mamba import (
     group_sizes,
@@ -42,6 +44,9 @@ from strategies.mamba import (
 )
 
 SLOT_WALK, HYBRID_WALK = mamba_slot_walk(), hybrid_walk()
+
+MOVE_SEEDS = st.integers(min_value=0, max_value=255)
+"""What a hand-written rule draws to take a table move: the seed of its own ``random.Random``."""
 
 
 class _WindowMachine(PoolMachine):
@@ -73,7 +78,7 @@ class _WindowMachine(PoolMachine):
         """Run a walk move drawn from ``seed`` (setup steps included, misuse through :meth:`misuse`);
         the handles its allocations made."""
         made: list[int] = []
-        for op, args in corner_steps(move, self.driver, seed):
+        for op, args in corner_steps(move, self.driver, random.Random(seed), self.driver.event):
             if move.misuse and op != "alloc":
                 self.misuse(op, **args)
                 continue

@@ -20,7 +20,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from harness.judge.drivers.scheduler import SchedulerDriver
 from harness.machines.base import PoolMachine, make_machine
 from pools.page_alloc import triton_available
-from strategies.configs import Move
+from strategies.table import Move
 from strategies.scheduler import (
     admissions,
     chunk_sizes,

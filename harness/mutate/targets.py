@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from harness.judge.families import FAMILIES
+
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
@@ -43,8 +45,8 @@ SCHEDULER_PINS: dict[str, dict[str, Any]] = {
 """The scheduler machine's CPU variants, as its tests pin them."""
 
 DEVICE_PATH = "[device-path]"
-DEVICE_PATH_FAMILIES = ("token_kv", "paged_kv", "swa_kv", "prefix_cache", "mamba_slots", "hybrid_req_to_token")
-"""Families ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
+DEVICE_PATH_FAMILIES = tuple(f.name for f in FAMILIES.values() if f.device_path)
+"""Families (their registry entries' ``device_path``) ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
 (:data:`pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
 _DEVICE_PATH_ENV = "POOLFUZZ_DEVICE_PATH_ON_CPU"
 

@@ -1,0 +1,88 @@
+"""The hypothesis machine of a family with a move table, generated from the table.
+
+Two rules: ``init_pool`` draws the configuration with the table's ``configs``, and
+``take_move`` makes a weighted pick among the table's moves and issues it (its setup
+steps first, when the state lacks what the move needs), every value drawn through a
+:class:`~strategies.choosers.DataChooser`.  The inherited ``run_catalogue`` rule issues
+the catalogue.  Nothing is written twice: the walk (:mod:`harness.fuzz.walk`) and the
+bench workload draw from the same moves with a plain ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from functools import cache
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, rule
+from hypothesis.strategies import SearchStrategy
+
+from harness.judge.families import family, resolve
+from harness.machines.base import PoolMachine
+from strategies.choosers import DataChooser
+from strategies.table import config_corners, corner_steps, load_table
+
+PICK_TRIES = 4
+"""Picks a ``take_move`` step makes before it gives up on a state that offers none of them (a no-op step)."""
+
+
+class TableMachine(PoolMachine):
+    """A machine whose every step is a move of :attr:`table`; subclasses set ``family`` and ``table``."""
+
+    @initialize(data=st.data())
+    def init_pool(self, data: st.DataObject) -> None:
+        assert self.table is not None
+        config = self.table.configs(DataChooser(data.draw))
+        self.moves = tuple(m for m in self.table.moves if self.check_misuse or not m.misuse)
+        assert self.moves, f"{self.family}'s table has no move for a target that does not validate input"
+        self.cumulative = tuple(itertools.accumulate(m.weight for m in self.moves))
+        self.start(config)
+        assert self.driver is not None
+        for label in config_corners(config):
+            self.driver.event(label)
+
+    @rule(data=st.data())
+    def take_move(self, data: st.DataObject) -> None:
+        """A weighted pick of a move (misuse ones only with misuse checking on), issued with its setup steps."""
+        assert self.driver is not None
+        choose = DataChooser(data.draw)
+        for _ in range(PICK_TRIES):
+            move = self.moves[bisect.bisect(self.cumulative, choose.random() * self.cumulative[-1])]
+            issued = False
+            for op, args in corner_steps(move, self.view, choose, self.driver.event):
+                self.do(op, **args)
+                issued = True
+            if issued:
+                return
+
+    def occupancy(self) -> float:
+        if self.table is None or self.table.occupancy is None or self.view is None:
+            return 0.0
+        return self.table.occupancy(self.view)
+
+
+@cache
+def table_machine(family_name: str) -> type[PoolMachine]:
+    """The generated machine class of ``family_name`` (its ``moves`` spec names the table)."""
+    table = load_table(resolve(family(family_name).moves))
+    attrs: dict[str, Any] = {"family": family_name, "table": table, "catalogue": table.catalogue,
+                             "__module__": __name__, "__qualname__": f"TableMachine[{family_name}]"}
+    return type(f"TableMachine[{family_name}]", (TableMachine,), attrs)
+
+
+def config_strategy(family_name: str) -> SearchStrategy[dict[str, Any]]:
+    """The configurations the family's machine draws: its table's ``configs`` through a chooser, else its
+    hand-written strategy."""
+    fam = family(family_name)
+    if not fam.moves:
+        strategy: SearchStrategy[dict[str, Any]] = resolve(fam.configs)()
+        return strategy
+    table = load_table(resolve(fam.moves))
+
+    @st.composite
+    def configs(draw: Any) -> dict[str, Any]:
+        return table.configs(DataChooser(draw))
+
+    return configs()

@@ -1,0 +1,119 @@
+"""Choosers: the one interface a move table draws its arguments through.
+
+A family's moves (:mod:`strategies.table`) are written once, against :class:`Chooser`:
+the handful of ``random.Random`` methods they need.  Two engines back it:
+
+- the walk passes a plain :class:`random.Random` (it *is* a chooser), so a draw costs
+  what ``random`` costs and a walk step stays in the microseconds;
+- a hypothesis machine passes a :class:`DataChooser`, which turns every call into a
+  ``data.draw`` of the matching strategy.  Each value is then a choice hypothesis's
+  shrinker sees and minimises (a smaller size, an earlier element, an unshuffled
+  list), instead of the 0-255 seed of a private ``random.Random`` the machines used to
+  draw, whose inner choices no shrinker could touch: the traces hypothesis reported
+  waited on our replay shrinker for what hypothesis could have done itself.
+
+Only this subset is part of the interface; a move that needs more adds it here, backed
+in both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableSequence, Sequence
+from typing import Any, Protocol, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+T = TypeVar("T")
+
+RANDOM_STEPS = 1 << 16
+"""Resolution of :meth:`DataChooser.random`: a uniform float is one of this many steps in ``[0, 1)``."""
+
+
+class Chooser(Protocol):
+    """What a move may ask for; ``random.Random`` satisfies it, and so does :class:`DataChooser`."""
+
+    def randint(self, a: int, b: int) -> int: ...
+
+    def randrange(self, stop: int) -> int: ...
+
+    def choice(self, seq: Sequence[T]) -> T: ...
+
+    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *,
+                k: int = 1) -> list[T]: ...
+
+    def sample(self, population: Sequence[T], k: int) -> list[T]: ...
+
+    def shuffle(self, x: MutableSequence[Any]) -> None: ...
+
+    def random(self) -> float: ...
+
+
+_RANDOM = st.integers(min_value=0, max_value=RANDOM_STEPS - 1)
+
+
+class DataChooser:
+    """A :class:`Chooser` over hypothesis's ``st.data()``: each call is one draw the shrinker understands.
+
+    Every value shrinks toward the simplest: integers toward their lower bound, choices
+    toward the first element, samples and shuffles toward the original order, and
+    :meth:`random` toward 0.0 (so ``random() < p`` shrinks toward the branch taken with
+    probability ``p``: write the rarer branch as the one that test selects).
+    """
+
+    __slots__ = ("_draw",)
+
+    def __init__(self, draw: Callable[[SearchStrategy[Any]], Any]) -> None:
+        """``draw`` is ``data.draw`` of an ``st.data()`` object, or the ``draw`` of an ``st.composite``."""
+        self._draw = draw
+
+    def draw(self, strategy: SearchStrategy[T]) -> T:
+        return self._draw(strategy)  # type: ignore[no-any-return]
+
+    def randint(self, a: int, b: int) -> int:
+        if a > b:
+            raise ValueError(f"empty range for randint({a}, {b})")
+        return a if a == b else self._draw(st.integers(min_value=a, max_value=b))
+
+    def randrange(self, stop: int) -> int:
+        return self.randint(0, stop - 1)
+
+    def choice(self, seq: Sequence[T]) -> T:
+        if not seq:
+            raise IndexError("cannot choose from an empty sequence")
+        return seq[self.randint(0, len(seq) - 1)]
+
+    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *,
+                k: int = 1) -> list[T]:
+        """``k`` picks with replacement; weights are honoured as ``random`` does, by a uniform draw each."""
+        if weights is None:
+            return [self.choice(population) for _ in range(k)]
+        total = float(sum(weights))
+        picks = []
+        for _ in range(k):
+            point, running = self.random() * total, 0.0
+            for item, weight in zip(population, weights):
+                running += weight
+                if point < running:
+                    picks.append(item)
+                    break
+            else:
+                picks.append(population[-1])
+        return picks
+
+    def sample(self, population: Sequence[T], k: int) -> list[T]:
+        n = len(population)
+        if not 0 <= k <= n:
+            raise ValueError(f"sample of {k} from a population of {n}")
+        if k == 0:
+            return []
+        indices = self._draw(st.lists(st.integers(min_value=0, max_value=n - 1), min_size=k, max_size=k,
+                                          unique=True))
+        return [population[i] for i in indices]
+
+    def shuffle(self, x: MutableSequence[Any]) -> None:
+        if len(x) > 1:
+            x[:] = self._draw(st.permutations(list(x)))
+
+    def random(self) -> float:
+        return self._draw(_RANDOM) / RANDOM_STEPS

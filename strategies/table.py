@@ -1,0 +1,223 @@
+"""Move tables: a family's inputs, declared once, drawn by every engine.
+
+A :class:`MoveTable` holds a family's pool configurations and every kind of step it
+can take, each a :class:`Move` whose arguments are drawn through a
+:class:`~strategies.choosers.Chooser`.  From that one table come
+
+- the hypothesis machine (:func:`harness.machines.table.table_machine`): each move a
+  weighted pick, each argument a ``data.draw`` the shrinker understands;
+- the walk (:mod:`harness.fuzz.walk`): the same moves with a plain ``random.Random``;
+- the bench workload (:func:`workload`): the valid moves over the bench configuration.
+
+Before tables, each family wrote its inputs three times (machine rules, walk moves,
+bench workload) and they drifted: the bench and walk engines silently dropped
+arguments their drivers no longer took.  A move reads the pool's state only through
+the table's *view* (:attr:`MoveTable.view`), an object that names what the draws may
+see, so a driver's internals can change without its moves following them.
+
+The catalogue (:attr:`MoveTable.catalogue`) is the family's misuse kinds and corners
+(a malformed constructor, an exact fit, a batch past a fast path's size), issued on
+purpose: every few steps by the machines' ``run_catalogue`` rule and at their weights
+by the walk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from strategies.choosers import Chooser
+
+Config = dict[str, Any]
+Step = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One kind of step: ``draw(view, choose)`` gives ``(op, args)``, or ``None`` when the state offers none.
+
+    ``corner`` names the rare state it aims at (counted as an event); ``setup(view,
+    choose)``, when the state lacks what the corner needs, gives a step that builds it;
+    ``misuse`` moves are issued only to targets that validate their input.
+    """
+
+    name: str
+    weight: float
+    draw: Callable[[Any, Chooser], Step | None]
+    corner: str = ""
+    misuse: bool = False
+    setup: Callable[[Any, Chooser], Step | None] | None = None
+
+
+def _the_driver(driver: Any) -> Any:
+    return driver
+
+
+@dataclass(frozen=True)
+class MoveTable:
+    """A family's inputs: its configurations, random moves, catalogue, and the view the moves read.
+
+    ``configs(choose)`` draws a constructor configuration (the engine adds ``device``).
+    ``view(driver)`` builds, once per pool, the object every draw receives; a table that
+    declares none gets the driver itself (the tables written before views existed).
+    ``occupancy(view)`` is the fraction of the pool in use, which hypothesis's
+    ``target()`` maximises so examples reach full pools.
+    """
+
+    configs: Callable[[Chooser], Config]
+    moves: tuple[Move, ...]
+    catalogue: tuple[Move, ...] = ()
+    view: Callable[[Any], Any] = _the_driver
+    occupancy: Callable[[Any], float] | None = None
+    bench_moves: tuple[str, ...] = field(default=())
+    """Names of the moves the bench workload takes; empty: every valid (non-misuse) random move."""
+
+    @property
+    def walk_moves(self) -> tuple[Move, ...]:
+        """What the walk draws from: the catalogue at its weights, then the random moves."""
+        return (*self.catalogue, *self.moves)
+
+    def move(self, name: str) -> Move:
+        for candidate in self.walk_moves:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"no move {name!r}; known: {', '.join(m.name for m in self.walk_moves)}")
+
+    def workload(self) -> Callable[[Any, random.Random], Step]:
+        """The bench workload: a weighted valid move each call, over a view of the driver it is given."""
+        moves = tuple(self.move(n) for n in self.bench_moves) or tuple(m for m in self.moves if not m.misuse)
+        assert moves, "a move table needs at least one valid move"
+        cumulative = list(itertools.accumulate(m.weight for m in moves))
+        views: dict[int, tuple[Any, Any]] = {}
+
+        def step(driver: Any, rng: random.Random) -> Step:
+            held = views.get(id(driver))
+            if held is None or held[0] is not driver:
+                held = views[id(driver)] = (driver, self.view(driver))
+            return pick_step(moves, cumulative, held[1], rng, fallback=moves)[1]
+
+        return step
+
+
+def through(view: Callable[[Any], Any], moves: tuple[Move, ...]) -> tuple[Move, ...]:
+    """``moves`` written for ``view``, taken by a table whose own view is another: each draw builds ``view``
+    from the state it is given.  How one family's table reuses another's (a hybrid pool's rows)."""
+    def lift(draw: Callable[[Any, Chooser], Step | None]) -> Callable[[Any, Chooser], Step | None]:
+        return lambda state, choose: draw(view(state), choose)
+
+    return tuple(Move(m.name, m.weight, lift(m.draw), m.corner, m.misuse, None if m.setup is None else lift(m.setup))
+                 for m in moves)
+
+
+def load_table(made: Any) -> MoveTable:
+    """A registry ``moves`` entry, resolved: the table itself, or the function that returns it."""
+    table = made if isinstance(made, MoveTable) else made()
+    if not isinstance(table, MoveTable):
+        raise TypeError(f"{made!r} is not a MoveTable, nor a function returning one")
+    return table
+
+
+def pick_step(enabled: tuple[Move, ...] | list[Move], cumulative: list[float], view: Any, choose: Chooser, *,
+              fallback: tuple[Move, ...], tries: int = 4) -> tuple[str, Step]:
+    """A step of a weighted pick among ``enabled`` (or of its setup), with the corner label it reaches.
+
+    Up to ``tries`` picks; then every move of ``fallback`` in a drawn order, so a state
+    that offers none of the enabled moves still takes a step.  A table must have a move
+    that always applies (a query, a clear): otherwise this is an assertion.
+    """
+    for _ in range(tries):
+        found = step_of(enabled[bisect.bisect(cumulative, choose.random() * cumulative[-1])], view, choose)
+        if found is not None:
+            return found
+    order = list(fallback)
+    choose.shuffle(order)
+    for move in order:
+        found = step_of(move, view, choose)
+        if found is not None:
+            return found
+    raise AssertionError("no move of the table applies; every table needs one that always does")
+
+
+def step_of(move: Move, view: Any, choose: Chooser) -> tuple[str, Step] | None:
+    """``move``'s step with its corner label, else its setup step (no label), else ``None``."""
+    step = move.draw(view, choose)
+    if step is not None:
+        return move.corner, step
+    step = move.setup(view, choose) if move.setup is not None else None
+    return None if step is None else ("", step)
+
+
+def corner_steps(move: Move, view: Any, choose: Chooser, on_corner: Callable[[str], None], *,
+                 setups: int = 3) -> Iterator[Step]:
+    """Up to ``setups`` setup steps, then ``move``'s own step, its corner label passed to ``on_corner``.
+
+    A generator: the caller runs each step before the next is drawn from the state it
+    left, so one rule reaches a corner that would otherwise need several to line up.
+    """
+    for _ in range(setups + 1):
+        step = move.draw(view, choose)
+        if step is not None:
+            if move.corner:
+                on_corner(move.corner)
+            yield step
+            return
+        step = move.setup(view, choose) if move.setup is not None else None
+        if step is None:
+            return
+        yield step
+
+
+def config_corners(config: Config) -> list[str]:
+    """Event labels for the corners a pool starts in: page size 1, large pages, an empty pool, a pool of one."""
+    labels = []
+    page_size = int(config.get("page_size", 0))
+    if page_size == 1:
+        labels.append("corner: page size 1")
+    elif page_size >= 16:
+        labels.append("corner: large pages")
+    if "size" in config:
+        units = int(config["size"]) // max(1, page_size)
+        if units <= 1:
+            labels.append("corner: an empty pool" if units == 0 else "corner: a pool of one")
+    return labels
+
+
+CORNER_REPEAT = "corner: an index repeated inside one call"
+CORNER_MIXED = "corner: a batch mixing requests that hold and that need"
+CORNER_EXACT = "corner: a request that exactly fits what is free"
+CORNER_SHORT = "corner: a request one short of what is free"
+
+
+def pool_size(choose: Chooser, *, max_size: int = 12) -> int:
+    """Tiny pools (0, 1, 2, 3) half the time, where boundary bugs live; any size up to ``max_size`` otherwise."""
+    return choose.choice((0, 1, 2, 3)) if choose.random() < 0.5 else choose.randint(1, max_size)
+
+
+def mixed_batch(holders: list[int], free: int, choose: Chooser) -> list[int | None]:
+    """A batch of some ``holders`` and new requests (``None``) sized around ``free``, in a shuffled order.
+
+    The new requests exactly fit the free rows, or are one more (the pool must
+    refuse) or one fewer; the holders make the batch longer than what is free.
+    """
+    new = max(0, free + choose.choice((0, 0, 1, -1)))
+    batch: list[int | None] = [*choose.sample(holders, choose.randint(1, min(3, len(holders)))),
+                               *([None] * min(new, 6))]
+    choose.shuffle(batch)
+    return batch
+
+
+def with_repeat(values: list[int], choose: Chooser) -> list[int]:
+    """``values`` with one of them named again, next to itself or with others between."""
+    repeated = choose.choice(values)
+    out = list(values)
+    out.insert(choose.randint(0, len(out)), repeated)
+    return out
+
+
+def fixed(op: str, **args: Any) -> Callable[[Any, Chooser], Step]:
+    """A move drawing nothing: always ``(op, args)``."""
+    return lambda view, choose: (op, dict(args))

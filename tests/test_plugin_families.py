@@ -1,0 +1,236 @@
+"""A family from outside this repository, registered through the ``poolfuzz.families`` entry point.
+
+The kit is the smallest a family can be: a slot pool, a driver judging it against a set,
+a move table (so its machine, walk and bench workload are generated), one canary and
+its size limits.  It is installed with pip from a temporary folder into a target
+directory, and every command runs in a subprocess whose ``PYTHONPATH`` holds that
+directory: the entry point is found the way an installed engine test suite's would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+KIT = {
+    "pyproject.toml": """
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "tinykit"
+        version = "0.1"
+
+        [project.entry-points."poolfuzz.families"]
+        tiny_slots = "tinykit:FAMILY"
+
+        [tool.setuptools]
+        packages = ["tinykit"]
+    """,
+    "tinykit/__init__.py": '''
+        """A tiny slot pool's kit for poolfuzz: one registry entry, every part named by module:attr."""
+        from harness.judge.families import Family
+        from harness.judge.limits import SETTING, FamilyLimits, Limit
+
+        FAMILY = Family(
+            name="tiny_slots", summary="a tiny slot pool (plug-in kit)", default="tinykit.pool:SlotPool",
+            driver="tinykit.driver:SlotDriver", moves="tinykit.moves:slot_table",
+            bench_config=(("size", 4), ("device", "cpu")), canaries=("tinykit.canaries",),
+            invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "no-double-allocation",
+                        "conservation"),
+            limits=FamilyLimits({"size": Limit(0, 64), "device": SETTING}, (), {}),
+        )
+    ''',
+    "tinykit/pool.py": '''
+        from pools.errors import DoubleFreeError
+
+
+        class SlotPool:
+            """Slots 0..size-1; alloc takes the lowest free one, free gives it back, a double free is an error."""
+
+            def __init__(self, size, device="cpu"):
+                self.size = size
+                self.free_slots = list(range(size))
+
+            def alloc(self):
+                if not self.free_slots:
+                    return None
+                return self.free_slots.pop(0)
+
+            def free(self, slot):
+                if slot in self.free_slots or not 0 <= slot < self.size:
+                    raise DoubleFreeError("SlotPool", [slot])
+                self.free_slots.append(slot)
+                self.free_slots.sort()
+
+            def available_size(self):
+                return len(self.free_slots)
+    ''',
+    "tinykit/driver.py": '''
+        from harness.judge.drivers.base import Driver, operation
+        from harness.judge.invariants import check
+        from pools.errors import DoubleFreeError
+
+
+        class SlotDriver(Driver):
+            family = "tiny_slots"
+
+            def __init__(self, factory, config, **kwargs):
+                super().__init__(factory, config, **kwargs)
+                self.live = set()
+                self.freed = set()
+
+            @operation
+            def alloc(self):
+                if len(self.live) == self.config["size"]:
+                    self.expect_refused(self.pool.alloc, "alloc()")
+                    return None
+                slot = self.expect_accepted(self.pool.alloc, "alloc()")
+                check(slot is not None, "empty-pool-guard", "alloc() refused with free slots")
+                check(slot not in self.live, "no-double-allocation", f"alloc() handed out live slot {slot}")
+                self.live.add(slot)
+                self.freed.discard(slot)
+                return slot
+
+            @operation
+            def free(self, slot):
+                if slot not in self.live:
+                    self.expect_rejected(lambda: self.pool.free(slot), DoubleFreeError, f"free({slot})")
+                    return
+                self.expect_accepted(lambda: self.pool.free(slot), f"free({slot})")
+                self.live.discard(slot)
+                self.freed.add(slot)
+
+            def observe(self):
+                return tuple(self.pool.free_slots)
+
+            def audit(self):
+                check(self.pool.available_size() + len(self.live) == self.config["size"], "conservation",
+                      "free plus live is not the pool", free=self.pool.available_size(), live=len(self.live))
+    ''',
+    "tinykit/moves.py": '''
+        from strategies.table import Move, MoveTable
+
+
+        class SlotView:
+            """What the moves read: the live and the freed slots."""
+
+            def __init__(self, driver):
+                self._driver = driver
+
+            def live(self):
+                return sorted(self._driver.live)
+
+            def freed(self):
+                return sorted(self._driver.freed)
+
+
+        def _free(view, choose):
+            live = view.live()
+            return ("free", {"slot": choose.choice(live)}) if live else None
+
+
+        def _free_again(view, choose):
+            freed = view.freed()
+            return ("free", {"slot": choose.choice(freed)}) if freed else None
+
+
+        def slot_table():
+            return MoveTable(
+                configs=lambda choose: {"size": choose.randint(0, 4)},
+                moves=(Move("alloc", 3, lambda view, choose: ("alloc", {})), Move("free", 2, _free),
+                       Move("free again", 1, _free_again, misuse=True)),
+                view=SlotView,
+            )
+    ''',
+    "tinykit/canaries.py": '''
+        from harness.canaries.catalogue import Canary
+        from tinykit.pool import SlotPool
+
+
+        class LeakyFree(SlotPool):
+            """free forgets to give the slot back."""
+
+            def free(self, slot):
+                if slot in self.free_slots or not 0 <= slot < self.size:
+                    super().free(slot)
+
+
+        CANARIES = {
+            "tiny-leaky-free": Canary("tiny_slots", "tinykit.canaries:LeakyFree", "free drops the slot",
+                                      "a plug-in test", "conservation"),
+        }
+    ''',
+}
+
+
+@dataclass(frozen=True)
+class Installed:
+    site: Path
+    work: Path
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_"))}
+        env.update(PYTHONPATH=str(self.site), CI="1")
+        return subprocess.run([sys.executable, "-m", "harness", *args], cwd=self.work, env=env, check=False,
+                              capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    root = tmp_path_factory.mktemp("plugin-kit")
+    for name, text in KIT.items():
+        path = root / "src" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                           "--no-build-isolation", "--target", str(root / "site"), str(root / "src")],
+                          check=False, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.skip(f"cannot pip-install the kit here: {(done.stderr or done.stdout).strip()[-300:]}")
+    (root / "work").mkdir()
+    return Installed(root / "site", root / "work")
+
+
+def _out(result: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+
+
+def test_an_installed_kit_is_listed_with_its_generated_machine(installed: Installed) -> None:
+    result = installed.run("list", "--json")
+    assert result.returncode == 0, _out(result)
+    tiny = next(entry for entry in json.loads(result.stdout) if entry["family"] == "tiny_slots")
+    assert tiny["available"], tiny
+    assert tiny["moves"] == "tinykit.moves:slot_table" and tiny["operations"] == ["alloc", "free"]
+
+
+def test_an_installed_kit_is_fuzzed_and_its_pool_runs_clean(installed: Installed) -> None:
+    result = installed.run("fuzz", "--target", "tiny_slots", "--seconds", "3", "--workers", "1",
+                           "--corpus", "found", "--report", "report.json")
+    assert result.returncode == 0, _out(result)
+    report = json.loads((installed.work / "report.json").read_text())
+    (target,) = report["targets"]
+    assert target["family"] == "tiny_slots" and target["steps"] > 100, target
+
+
+def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Installed) -> None:
+    caught = installed.run("selfcheck", "tiny-leaky-free", "--seconds", "20")
+    assert caught.returncode == 0 and "tiny-leaky-free" in caught.stdout, _out(caught)
+    found = installed.run("fuzz", "--target", "tiny_slots=tinykit.canaries:LeakyFree", "--seconds", "20",
+                          "--workers", "1", "--corpus", "leaky")
+    assert found.returncode == 1, _out(found)
+    (trace,) = sorted((installed.work / "leaky").rglob("*.json"))
+    replayed = installed.run("replay", str(trace))
+    assert replayed.returncode == 1 and "conservation" in replayed.stdout, _out(replayed)
+    fixed = installed.run("replay", str(trace), "--target", "tinykit.pool:SlotPool", "--expect", "fixed")
+    assert fixed.returncode == 0, _out(fixed)
