@@ -205,6 +205,7 @@ def dispatch(command: str, argv: list[str]) -> int:
 # -------------------------------------------------------------------- list
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
     from harness.judge.families import FAMILIES, implementation_for, resolve
+    from harness.judge.plugins import PLUGGED_IN
     from harness.machines.base import machine_class
 
     described = []
@@ -215,6 +216,7 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
             "machine": fam.machine or f"generated from {fam.moves}", "moves": fam.moves, "driver": fam.driver,
             "canaries": list(fam.canaries), "upstream": list(fam.upstream),
             "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
+            "plugin": PLUGGED_IN.get(fam.name, ""),
         }
         entry["overridden"] = entry["implementation"] != fam.default
         try:
@@ -229,6 +231,7 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.judge.invariants import INVARIANTS
     from harness.judge.families import parse_overrides
+    from harness.judge.plugins import PROBLEMS
     from pools.page_alloc import KERNEL_NAMES, triton_available
 
     families = describe_families(parse_overrides(args.target))
@@ -239,6 +242,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             "invariants": [{"id": i.id, "statement": i.statement, "guards_against": i.guards_against}
                            for i in INVARIANTS.values()],
             "page_alloc": kernels,
+            "plugin_problems": list(PROBLEMS),
         }, indent=1))
         return 0
     print("families (implementation in use; 'override' marks a substitution):")
@@ -253,6 +257,10 @@ def cmd_list(args: argparse.Namespace) -> int:
                 print(f"  {'':22} upstream:   {', '.join(f['upstream'])}")
         else:
             print(f"  {'':22} not available: {f['problem']}")
+        if f["plugin"]:
+            print(f"  {'':22} plug-in:    {f['plugin']}")
+    for problem in PROBLEMS:
+        print(f"  left out: {problem}")
     print("\ninvariants:")
     width = max(len(i) for i in INVARIANTS)
     for inv in INVARIANTS.values():

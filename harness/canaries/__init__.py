@@ -21,24 +21,37 @@ from harness.judge.invariants import INVARIANTS
 from harness.machines.base import PoolMachine, machine_class, make_machine
 
 
-def _collect() -> dict[str, Canary]:
-    """Every family's ``CANARIES`` modules, in registry order (a module shared by two families is read once)."""
-    found: dict[str, Canary] = {}
-    for module in dict.fromkeys(m for f in FAMILIES.values() for m in f.canaries):
-        for name, entry in importlib.import_module(module).CANARIES.items():
-            assert name not in found, f"canary {name!r} is planted twice"
-            found[name] = entry
-    return found
+_COLLECTED: dict[str, Canary] = {}
 
 
-CANARIES: dict[str, Canary] = _collect()
+def collected() -> dict[str, Canary]:
+    """Every family's ``CANARIES`` modules, in registry order (a module shared by two families is read once).
+
+    Collected on first use, not at import: a plug-in's canary module imports
+    :mod:`harness.canaries.catalogue`, which runs this package first, and an eager
+    collection would import that half-initialised module again.
+    """
+    if not _COLLECTED:
+        for module in dict.fromkeys(m for f in FAMILIES.values() for m in f.canaries):
+            for name, entry in importlib.import_module(module).CANARIES.items():
+                assert name not in _COLLECTED, f"canary {name!r} is planted twice"
+                assert entry.invariant in INVARIANTS, f"canary {name!r} names an unknown invariant"
+                _COLLECTED[name] = entry
+    return _COLLECTED
+
+
+def __getattr__(name: str) -> dict[str, Canary]:
+    if name == "CANARIES":  # PEP 562: ``from harness.canaries import CANARIES`` collects them
+        return collected()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def canary(name: str) -> Canary:
+    canaries = collected()
     try:
-        return CANARIES[name]
+        return canaries[name]
     except KeyError:
-        raise KeyError(f"unknown canary {name!r}; known: {', '.join(CANARIES)}") from None
+        raise KeyError(f"unknown canary {name!r}; known: {', '.join(canaries)}") from None
 
 
 def machine_available(family_name: str) -> str | None:
@@ -59,7 +72,5 @@ def canary_machine(name: str, *, device: str = "cpu") -> type[PoolMachine]:
     attrs = {"driver_class": resolve(entry.driver), "__module__": machine.__module__}
     return type(f"{machine.__name__}[{entry.driver}]", (machine,), attrs)
 
-
-assert all(c.invariant in INVARIANTS for c in CANARIES.values()), "a canary names an unknown invariant"
 
 __all__ = ["CANARIES", "Canary", "canary", "canary_machine", "machine_available"]

@@ -29,6 +29,8 @@ GROUP = "poolfuzz.families"
 
 PROBLEMS: list[str] = []
 """One line per plug-in left out of the registry, and why."""
+PLUGGED_IN: dict[str, str] = {}
+"""Family name to the entry point (``name = module:attr``) that registered it."""
 
 
 def plugin_families(taken: Iterable[str]) -> Iterator[Family]:
@@ -49,6 +51,7 @@ def plugin_families(taken: Iterable[str]) -> Iterator[Family]:
                 PROBLEMS.append(f"plug-in {point.name} ({point.value}): family {fam.name!r} is already registered")
             else:
                 names.add(fam.name)
+                PLUGGED_IN[fam.name] = f"{point.name} = {point.value}"
                 yield fam
 
 
