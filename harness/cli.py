@@ -206,14 +206,14 @@ def dispatch(command: str, argv: list[str]) -> int:
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
     from harness.judge.families import FAMILIES, implementation_for, resolve
     from harness.judge.plugins import PLUGGED_IN
-    from harness.machines.base import machine_class
+    from harness.machines.table import machine_class
 
     described = []
     for fam in FAMILIES.values():
         entry: dict[str, Any] = {
             "family": fam.name, "summary": fam.summary, "default": fam.default,
             "implementation": implementation_for(fam.name, overrides),
-            "machine": fam.machine or f"generated from {fam.moves}", "moves": fam.moves, "driver": fam.driver,
+            "moves": fam.moves, "driver": fam.driver,
             "canaries": list(fam.canaries), "upstream": list(fam.upstream),
             "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
             "plugin": PLUGGED_IN.get(fam.name, ""),
@@ -229,8 +229,8 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.judge.invariants import INVARIANTS
     from harness.judge.families import parse_overrides
+    from harness.judge.invariants import INVARIANTS
     from harness.judge.plugins import PROBLEMS
     from pools.page_alloc import KERNEL_NAMES, triton_available
 
@@ -306,7 +306,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     seconds = args.seconds if args.seconds is not None else (args.minutes * 60 if args.minutes else 60.0)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
     live = sys.stderr.isatty() and not args.plain
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     report_path = args.report or Path("reports") / f"poolfuzz-{stamp}-seed{seed}.json"
     check_outputs(args, report_path)
     options = FuzzOptions(

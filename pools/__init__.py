@@ -36,8 +36,8 @@ __all__ = [
     "UnknownKernelError",
 ]
 
-from pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock  # noqa: E402
-from pools.errors import BlockStateError, InsufficientBlocksError  # noqa: E402
+from pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
+from pools.errors import BlockStateError, InsufficientBlocksError
 
 __all__ += ["BlockPool", "BlockStateError", "FreeKVCacheBlockQueue", "InsufficientBlocksError", "KVCacheBlock"]
 

@@ -18,8 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError
-from pools.errors import check_count
+from pools.errors import (
+    BadBatchError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    ReservedIndexError,
+    check_count,
+)
 from pools.free_list import PageFreeList
 
 __all__ = ["MambaSlotAllocator"]

@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 RANDOM_STEPS = 1 << 16
 """Resolution of :meth:`DataChooser.random`: a uniform float is one of this many steps in ``[0, 1)``."""
+_BYTE = 1 << 8
 
 
 class Chooser(Protocol):
@@ -35,7 +36,7 @@ class Chooser(Protocol):
 
     def randint(self, a: int, b: int) -> int: ...
 
-    def randrange(self, stop: int) -> int: ...
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int: ...
 
     def choice(self, seq: Sequence[T]) -> T: ...
 
@@ -49,7 +50,7 @@ class Chooser(Protocol):
     def random(self) -> float: ...
 
 
-_RANDOM = st.integers(min_value=0, max_value=RANDOM_STEPS - 1)
+_HALF = st.integers(min_value=0, max_value=_BYTE - 1)
 
 
 class DataChooser:
@@ -75,8 +76,13 @@ class DataChooser:
             raise ValueError(f"empty range for randint({a}, {b})")
         return a if a == b else self._draw(st.integers(min_value=a, max_value=b))
 
-    def randrange(self, stop: int) -> int:
-        return self.randint(0, stop - 1)
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
+        """``random.randrange``'s arguments; shrinks toward ``start``."""
+        low, high = (0, start) if stop is None else (start, stop)
+        count = len(range(low, high, step))
+        if count == 0:
+            raise ValueError(f"empty range for randrange({low}, {high}, {step})")
+        return low + step * self.randint(0, count - 1)
 
     def choice(self, seq: Sequence[T]) -> T:
         if not seq:
@@ -116,4 +122,7 @@ class DataChooser:
             x[:] = self._draw(st.permutations(list(x)))
 
     def random(self) -> float:
-        return self._draw(_RANDOM) / RANDOM_STEPS
+        """Two byte draws, high then low.  Hypothesis draws a wide integer range far from uniformly (measured,
+        2,000 examples: 68% of ``integers(0, 65535)`` fall in its lowest tenth), so one 16-bit draw would hand
+        a weighted pick's first move most picks; a byte's draws spread within 1.6x of uniform."""
+        return (self._draw(_HALF) * _BYTE + self._draw(_HALF)) / RANDOM_STEPS

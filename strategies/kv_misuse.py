@@ -1,27 +1,32 @@
-"""The KV allocators' catalogues: one walk move per misuse kind and per corner the families must serve.
+"""The KV allocators' catalogues: one move per misuse kind and per corner the families must serve.
 
-A catalogue move draws one step from the driver's state with a plain
-``random.Random`` (:class:`strategies.configs.Move`): the walk engine takes
-them at a small weight each, and a machine's ``catalogue`` rule
-(:class:`harness.machines.base.PoolMachine`) runs every one of them in turn,
+A catalogue move draws one step through a :class:`~strategies.choosers.Chooser` from
+the family's view of the pool (:class:`strategies.kv_views.KVView`, :class:`strategies.kv_views.PagedKVView`):
+the walk engine takes them at a small weight each, and a machine's ``run_catalogue``
+rule (:class:`harness.machines.base.PoolMachine`) runs every one of them in turn,
 so each kind is issued on purpose in every run, whatever the search favours.
 Which defects and kernel cases exist, and which error each must raise, is the
 judge's (:mod:`harness.judge.drivers.kv_batches`, :mod:`harness.judge.drivers.page_kernel`);
 the moves only shape the steps.  Every step is labelled by the driver with an
 event naming its kind (``misuse: ...`` or ``corner: ...``).
+
+The shared helpers (:func:`_moves`, :func:`_step`, :func:`_non_integer_alloc`) also
+build :func:`pure_swa_catalogue`, whose moves read only ``page_size`` of the state
+they are given (a KV view or a driver: both have it).
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.judge.drivers.kv import MALFORMED_FREES
 from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS
 from harness.judge.drivers.page_kernel import CASES
 from harness.judge.drivers.pure_swa import PAGED_CALLS
-from strategies.table import Config, Move, Step
+from strategies.choosers import Chooser
+from strategies.kv_views import KVView, PagedKVView
+from strategies.table import Config, Move, Step, fixed
 
 TOKEN_KV_MALFORMED: tuple[Config, ...] = ({"size": -1}, {"size": 2.5})
 """Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
@@ -36,77 +41,75 @@ PAGED_KV_MALFORMED: tuple[Config, ...] = (
 non-negative multiple of it, an unknown kernel, Triton at a page size that is not a power of two."""
 NON_INTEGER_SIZES = (1.5, True, "page")
 """``alloc`` sizes that are not ints: a float, a bool, and a float of exactly one page (``"page"``)."""
+MANY = 64
+"""Pages (or slots) one free must pass to take the pools' table-based duplicate check."""
 
-Draw = Callable[[Any, random.Random], "Step | None"]
-
-
-def _requests(driver: Any) -> list[int]:
-    """Live requests holding at least one token (a defect needs a prefix to break)."""
-    model = driver.model
-    return sorted(h for h in model.requests if model.slots.get(h))
+Draw = Callable[[Any, Chooser], Step | None]
 
 
-def _malformed_extend(defect: str) -> Draw:
-    def draw(driver: Any, rng: random.Random) -> Step | None:
-        reqs = _requests(driver)
+def _malformed_extend(defect: str) -> Callable[[PagedKVView, Chooser], Step | None]:
+    def draw(view: PagedKVView, choose: Chooser) -> Step | None:
+        reqs = view.holding_requests()
         if not reqs:
             return None
-        handles: list[int | None] = [*rng.sample(reqs, rng.randint(1, min(2, len(reqs)))), *[None] * rng.randint(0, 1)]
-        rng.shuffle(handles)
+        handles: list[int | None] = [*choose.sample(reqs, choose.randint(1, min(2, len(reqs)))),
+                                     *[None] * choose.randint(0, 1)]
+        choose.shuffle(handles)
         return "extend_malformed", {"handles": handles, "defect": defect}
     return draw
 
 
-def _malformed_decode(defect: str) -> Draw:
-    def draw(driver: Any, rng: random.Random) -> Step | None:
-        reqs = _requests(driver)
+def _malformed_decode(defect: str) -> Callable[[PagedKVView, Chooser], Step | None]:
+    def draw(view: PagedKVView, choose: Chooser) -> Step | None:
+        reqs = view.holding_requests()
         if not reqs:
             return None
-        return "decode_malformed", {"handles": rng.sample(reqs, rng.randint(1, min(3, len(reqs)))), "defect": defect}
+        return "decode_malformed", {"handles": choose.sample(reqs, choose.randint(1, min(3, len(reqs)))),
+                                    "defect": defect}
     return draw
 
 
-def admit_mid_page(driver: Any, rng: random.Random) -> Step | None:
+def admit_mid_page(view: KVView, choose: Chooser) -> Step | None:
     """Admit a request ending mid-page (a page and a token at page size 1) if a page is free."""
-    ps, room = driver.page_size, driver.model.available_pages()
+    ps, room = view.page_size, view.free_pages()
     if not room:
         return None
-    length = ps + 1 if ps == 1 else rng.randint(1, ps - 1) + ps * rng.randint(0, min(1, room - 1))
+    length = ps + 1 if ps == 1 else choose.randint(1, ps - 1) + ps * choose.randint(0, min(1, room - 1))
     return "extend", {"batch": [[None, length]]}
 
 
-def _step(op: str, **args: Any) -> Draw:
-    return lambda driver, rng: (op, dict(args))
+_step = fixed
+"""A move drawing nothing: always the same step (:func:`strategies.table.fixed`)."""
 
 
 def _non_integer_alloc(size: Any) -> Draw:
-    return lambda driver, rng: ("alloc", {"need_size": float(driver.page_size) if size == "page" else size})
+    """``alloc`` of a size that is not an int; ``"page"`` is a float of exactly one page (read as ``page_size``)."""
+    return lambda state, choose: ("alloc", {"need_size": float(state.page_size) if size == "page" else size})
 
 
-def _moves(prefix: str, kinds: dict[str, Draw], weight: float, *, misuse: bool = True,
+def _moves(prefix: str, kinds: Mapping[str, Draw], weight: float, *, misuse: bool = True,
            setup: Draw | None = None) -> tuple[Move, ...]:
     """One move per kind, sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
 
 
-def _free_many(driver: Any, rng: random.Random) -> Step | None:
+def _free_many(view: KVView, choose: Chooser) -> Step | None:
     """Free an allocation of more than 64 pages in one call (the pools' table-based duplicate check)."""
-    model = driver.model
-    big = [h for h, slots in model.slots.items() if len(model.pages_of(slots)) > 64 and h not in model.requests]
+    big = [h for h in view.plain() if view.pages_held(h) > MANY]
     return ("free", {"handle": big[0]}) if big else None
 
 
-def _free_many_repeating(driver: Any, rng: random.Random) -> Step | None:
+def _free_many_repeating(view: KVView, choose: Chooser) -> Step | None:
     """Live slots of more than 64 pages in one free, one of them named twice (a double free for the token pool)."""
-    model = driver.model
-    big = [slots for h, slots in model.slots.items() if len(slots) > 64 and h not in model.requests]
+    big = [view.slots_of(h) for h in view.plain() if len(view.slots_of(h)) > MANY]
     return ("free_indices", {"indices": [*big[0], big[0][len(big[0]) // 2]]}) if big else None
 
 
-def _take_many(driver: Any, rng: random.Random) -> Step | None:
-    free = driver.model.available_pages()
-    return ("alloc", {"need_size": free * driver.page_size}) if free > 64 else None
+def _take_many(view: KVView, choose: Chooser) -> Step | None:
+    """Take every free page, when more than 64 are free."""
+    free = view.free_pages()
+    return ("alloc", {"need_size": free * view.page_size}) if free > MANY else None
 
 
 def token_catalogue(constructors: tuple[Config, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:

@@ -75,6 +75,9 @@ class MoveTable:
     occupancy: Callable[[Any], float] | None = None
     bench_moves: tuple[str, ...] = field(default=())
     """Names of the moves the bench workload takes; empty: every valid (non-misuse) random move."""
+    corners: Callable[[Config], list[str]] = field(default=lambda config: config_corners(config))
+    """Event labels for the corners a configuration starts in (default :func:`config_corners`: ``size`` in
+    tokens or rows, ``page_size``)."""
 
     @property
     def walk_moves(self) -> tuple[Move, ...]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.block_pool_walk import block_pool_workload
+from harness.bench.workloads import workload_for
 from harness.canaries.block_pool import CANARIES
 from harness.judge.drivers.block_pool import BlockPoolDriver
 from harness.judge.families import family, load_factory
@@ -142,9 +142,9 @@ def test_our_pool_rejects_each_misuse_with_its_typed_error_and_changes_nothing(s
 def test_the_bench_walk_runs_clean_on_our_pool() -> None:
     fam = family("block_pool")
     judge = BlockPoolDriver(load_factory(fam.default), fam.bench_kwargs)
-    rng = random.Random(0)
+    rng, workload = random.Random(0), workload_for("block_pool")
     for _ in range(300):
-        op, args = block_pool_workload(judge, rng)
+        op, args = workload(judge, rng)
         judge.step(op, **args)
     judge.teardown()
     assert judge.cache_pressure > 0

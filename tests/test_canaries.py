@@ -22,9 +22,9 @@ import pytest
 from hypothesis import Phase, settings
 
 from harness.canaries import CANARIES, canary_machine, machine_available
+from harness.judge.families import FAMILIES, load_factory, resolve
 from harness.judge.invariants import INVARIANTS
 from harness.machines import pinned_settings, run_machine, violation_of
-from harness.judge.families import FAMILIES, load_factory, resolve
 
 NAMES = sorted(CANARIES)
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from harness import cli
-from harness.judge.invariants import INVARIANTS
 from harness.judge.families import FAMILIES
+from harness.judge.invariants import INVARIANTS
 from pools.page_alloc import KERNEL_NAMES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -935,7 +935,7 @@ def test_in_a_browser_a_live_page_reloads_a_stale_or_final_one_does_not_and_a_sh
         tmp_path: Path) -> None:
     """Live, stale and final pages sharing one bundle; a shared page without its bundle, and a broken script, are
     reported in the page's error box."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     site = tmp_path / "site"
     LiveDashboard(site / "live.html", refresh_s=0.3, bundle="shared").update(
         live_report(20, finished=now.isoformat(timespec="seconds")))

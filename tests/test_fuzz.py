@@ -27,12 +27,12 @@ import pytest
 
 from harness import cli
 from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
-from harness.fuzz.options import FuzzOptions
-from harness.fuzz.session import FuzzRun
-from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.counted import EventLog
-from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
+from harness.fuzz.options import FuzzOptions
+from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
+from harness.fuzz.session import FuzzRun
+from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.judge.families import FAMILIES, Family, UnknownTargetError
 from harness.traces.schema import load_trace
 
@@ -83,11 +83,11 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     ghost = Family(name="ghost", summary="not written yet", default="pools:ReqToTokenPool",
-                   driver="harness.judge.drivers.ghost:GhostDriver", machine="harness.machines.ghost:GhostMachine")
+                   driver="harness.judge.drivers.ghost:GhostDriver", moves="strategies.ghost:table")
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])
     assert "ghost" not in {t.family for t in targets}
-    assert [s["family"] for s in skipped if "harness.machines.ghost" in s["reason"]] == ["ghost"]
+    assert [s["family"] for s in skipped if "strategies.ghost" in s["reason"]] == ["ghost"]
 
 
 # ---------------------------------------------------------------- round logic

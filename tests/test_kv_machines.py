@@ -9,13 +9,10 @@ about *which* invariant fires, and shrinking would only cost time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 from hypothesis import Phase
-from hypothesis import strategies as st
-from hypothesis.stateful import initialize
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.judge.drivers.paged_kv import PagedKVDriver
@@ -34,7 +31,7 @@ from pools.kv_allocator import (
     TokenToKVPoolAllocator,
 )
 from pools.page_alloc import PageKernel, get_kernel
-from strategies.kv import paged_kv_configs
+from strategies.kv import paged_kv_table
 
 
 def test_the_driver_accepts_a_refusal_that_merged_the_staging_area() -> None:
@@ -83,7 +80,15 @@ class FreeGroupKeepsCallersTensor(PagedTokenToKVPoolAllocator):
 
 
 class UpstreamDecodeCount(PagedTokenToKVPoolAllocator):
-    """Upstream decode: counts ``seq % ps == 1`` (zero at page size 1) and launches on the whole free list."""
+    """Upstream decode: counts ``seq % ps == 1`` (zero at page size 1) and launches on the whole free list.
+
+    Like upstream (and :class:`FreeWithoutDedup`) it does not validate its input (its
+    ``alloc_decode`` takes a malformed batch as it comes), so it is fuzzed with valid calls
+    only: with misuse calls on, the catalogue's malformed decode batch would report that
+    instead of the miscount this test is about.
+    """
+
+    poolfuzz_check_misuse = False
 
     def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
         num_pages = int((seq_lens_cpu % self.page_size == 1).sum())
@@ -114,9 +119,7 @@ def at_page_size_one(machine: type[PoolMachine]) -> type[PoolMachine]:
     """``machine`` drawing only page size 1 (the decode-count bug lives nowhere else)."""
 
     class PageSizeOne(machine):  # type: ignore[valid-type, misc]
-        @initialize(config=paged_kv_configs(sizes_of_pages=st.just(1)))
-        def init_pool(self, config: dict[str, Any]) -> None:
-            self.start(config)
+        table = paged_kv_table(page_size=1)
 
     return PageSizeOne
 

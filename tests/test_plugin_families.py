@@ -233,7 +233,8 @@ def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Instal
     assert found.returncode == 1, _out(found)
     (trace,) = sorted((installed.work / "leaky").rglob("*.json"))
     invariant = json.loads(trace.read_text())["expect"]["invariant"]
-    assert invariant in ("conservation", "empty-pool-guard")  # the leak shows at the audit or at the next alloc
+    # the leak shows at the audit, at the next alloc, or when the leaked slot is freed again (accepted: a double free)
+    assert invariant in ("conservation", "empty-pool-guard", "misuse-rejected")
     replayed = installed.run("replay", str(trace))
     assert replayed.returncode == 0 and f"reproduced expected [{invariant}]" in replayed.stdout, _out(replayed)
     fixed = installed.run("replay", str(trace), "--target", "tiny_slots=tinykit.pool:SlotPool", "--expect", "fixed")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.bench.prefix_cache_walk import prefix_cache_workload
+from harness.bench.workloads import workload_for
 from harness.canaries.prefix_cache import CANARIES
 from harness.judge.drivers.base import Driver
 from harness.judge.drivers.prefix_cache import PrefixCacheDriver
@@ -120,8 +120,9 @@ def test_the_factory_builds_a_cache_over_its_allocator_that_satisfies_the_protoc
 @pytest.mark.parametrize("policy", ["lru", "mru", "fifo", "filo"])
 def test_a_seeded_scheduler_walk_on_our_cache_breaks_no_invariant(ps: int, policy: str, device: str) -> None:
     d, rng = driver(ps, policy=policy, device=device), random.Random(ps * 31 + len(policy))
+    workload = workload_for("prefix_cache")
     for _ in range(120):
-        op, args = prefix_cache_workload(d, rng)
+        op, args = workload(d, rng)
         d.step(op, **args)
     d.teardown()
     assert {"request hit the cache", "finish cached the request", "match split a node"} <= set(d.events)

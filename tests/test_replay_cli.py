@@ -20,8 +20,7 @@ import pytest
 
 from harness.judge.trace import Trace
 from harness.traces.replay import replay_trace
-from harness.traces.replay_cli import main
-from harness.traces.replay_cli import build_parser
+from harness.traces.replay_cli import build_parser, main
 from harness.traces.schema import load_trace
 from pools import ReqToTokenPool
 

@@ -1,34 +1,37 @@
-"""``docs/report.schema.json`` describes the report a real ``fuzz`` run writes, field for field.
+"""``harness/fuzz/report.schema.json`` describes the report a real ``fuzz`` run writes, field for field.
 
 One short real run (a planted leak next to a healthy target, with coverage, so
 failures, series and coverage are all filled in) must validate; the schema's
 objects are closed, so a field the runner adds without documenting it fails
 here.  Crash records come from the runner's own :class:`CrashRecord`, since
-crashing a worker would cost this file seconds.
+crashing a worker would cost this file seconds.  The dashboard reads the same
+report through the same schema (cut down to the fields it reads).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness import cli
+from harness.dashboard.reports import SCHEMAS, parse_report, report_schema
 from harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO / "docs" / "report.schema.json"
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
 
 
 @pytest.fixture(scope="module")
 def validator() -> Any:
-    schema = json.loads(SCHEMA_PATH.read_text())
+    schema = json.loads(resources.files("harness.fuzz").joinpath("report.schema.json").read_text(encoding="utf-8"))
+    assert schema == report_schema()  # the file the dashboard validates against, as installed
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
@@ -58,6 +61,14 @@ def test_a_real_runs_report_matches_the_schema_with_every_section_filled(
     assert leaky["failures"] and leaky["failures"][0]["replay"]  # failures were checked, not an empty list
     assert all(len(t["series"]) >= 2 and t["coverage"] is not None for t in real_report["targets"])
     assert real_report["coverage"]["files"]
+
+
+def test_the_dashboard_reads_a_real_runs_report_through_the_schema(real_report: dict[str, Any]) -> None:
+    assert REPORT_SCHEMA in SCHEMAS
+    run = parse_report(copy.deepcopy(real_report), Path("report.json"))
+    leaky = run.target(LEAKY)
+    assert leaky is not None and leaky.failures and leaky.series
+    assert not (REPO / "docs" / "report.schema.json").exists()  # one copy, shipped in the package
 
 
 def test_crash_records_as_the_runner_writes_them_match_the_schema(

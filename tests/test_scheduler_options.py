@@ -25,7 +25,7 @@ from harness.canaries.scheduler import (
 )
 from harness.judge.drivers.scheduler import SchedulerDriver, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
-from strategies.scheduler import scheduler_configs
+from harness.machines.table import config_strategy
 
 PS = 4
 PROMPT = list(range(1, 10))  # two whole pages and one token more
@@ -225,7 +225,7 @@ def test_a_window_that_is_never_released_is_caught_on_the_swa_side() -> None:
 
 # ------------------------------------------------------------------ config
 @settings(max_examples=60, derandomize=True, database=None)
-@given(scheduler_configs())
+@given(config_strategy("scheduler"))
 def test_the_config_draws_the_cache_and_the_window_exclusively_and_without_mamba(config: dict[str, Any]) -> None:
     assert not (config["prefix_cache"] and config["sliding_window"])
     if config["prefix_cache"] or config["sliding_window"]:

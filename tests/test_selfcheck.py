@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.canaries import selfcheck
-from harness.canaries import CANARIES, Canary
+from harness.canaries import CANARIES, Canary, selfcheck
 from harness.canaries.selfcheck import Outcome, exit_status, report
 from harness.judge.families import FAMILIES, Family
 
@@ -39,7 +38,7 @@ def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytes
 
 def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     unwritten = Family(name="future", summary="not written yet", default="pools:ReqToTokenPool",
-                       driver="harness.judge.drivers.rows:RowPoolDriver", machine="harness.machines.not_yet:Machine")
+                       driver="harness.judge.drivers.rows:RowPoolDriver", moves="strategies.not_yet:table")
     monkeypatch.setitem(FAMILIES, "future", unwritten)
     monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))
     outcome = selfcheck.check_canary("future-bug", seconds=1)

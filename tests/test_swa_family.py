@@ -3,12 +3,12 @@
 Each historical bug (``harness/canaries/swa.py``) is caught by its invariant on a short
 script that passes on our pool; ``swa-mapping`` and per-side ``conservation`` are shown to
 trip by broken pools defined here; every misuse probe is rejected by our pool and skipped
-when misuse is off; the bench walk and the walk's sampled configurations run clean.
+when misuse is off; the bench workloads and the walk's sampled configurations (the families' move
+tables, :mod:`strategies.swa`) run clean.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bench.swa_walk import pure_swa_kv_workload, swa_kv_workload
 from harness.canaries.swa import (
     CANARIES,
     NonAtomicDecode,
@@ -29,7 +28,9 @@ from harness.judge.drivers.pure_swa import PureSWAKVDriver
 from harness.judge.drivers.swa import SWAKVDriver
 from harness.judge.invariants import InvariantViolation
 from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
-from strategies.swa import swa_kv_walk
+from strategies.swa import pure_swa_kv_table, swa_kv_table
+from strategies.swa_moves import CORNER_RECYCLED_TAIL, CORNER_SWA_SHORT_DECODE
+from strategies.table import MoveTable, step_of
 
 Steps = list[tuple[str, dict[str, Any]]]
 PS = 4
@@ -206,29 +207,33 @@ def test_the_pure_pool_drops_padding_and_its_free_full_changes_nothing() -> None
 
 
 # -------------------------------------------------------------------- walks
-@pytest.mark.parametrize(("driver_class", "factory", "config", "workload"), [
-    (SWAKVDriver, SWATokenToKVPoolAllocator, {"size": 64 * PS, "size_swa": 24 * PS, "page_size": PS}, swa_kv_workload),
-    (PureSWAKVDriver, PureSWATokenToKVPoolAllocator, {"size_swa": 64}, pure_swa_kv_workload),
+@pytest.mark.parametrize(("driver_class", "factory", "config", "table"), [
+    (SWAKVDriver, SWATokenToKVPoolAllocator, {"size": 64 * PS, "size_swa": 24 * PS, "page_size": PS}, swa_kv_table),
+    (PureSWAKVDriver, PureSWATokenToKVPoolAllocator, {"size_swa": 64}, pure_swa_kv_table),
 ], ids=["swa_kv", "pure_swa_kv"])
 def test_the_bench_walk_runs_clean_on_our_pools(driver_class: type[Driver], factory: Callable[..., Any],
-                                                config: dict[str, Any], workload: Callable[..., Any]) -> None:
+                                                config: dict[str, Any], table: Callable[[], MoveTable]) -> None:
     driver = driver_class(factory, {**config, "device": "cpu"})
-    rng = random.Random(0)
+    workload, rng = table().workload(), random.Random(0)
     for _ in range(300):
         op, args = workload(driver, rng)
-        accepted = inspect.signature(getattr(driver, op)).parameters  # as the bench and the walk engine do
-        driver.step(op, **{k: v for k, v in args.items() if k in accepted})
+        driver.step(op, **args)  # the table's moves take exactly the driver's keywords
     driver.teardown()
 
 
 def test_the_walk_reaches_its_corners_on_sampled_configurations() -> None:
-    walk, rng = swa_kv_walk(), random.Random(1)
+    table, rng = swa_kv_table(), random.Random(1)
+    moves, reached = table.walk_moves, set()
     for _ in range(40):
-        driver = SWAKVDriver(SWATokenToKVPoolAllocator, {**walk.configs(rng), "device": "cpu"})
+        driver = SWAKVDriver(SWATokenToKVPoolAllocator, {**table.configs(rng), "device": "cpu"})
+        view = table.view(driver)
         for _ in range(30):
-            for move in rng.sample(walk.moves, len(walk.moves)):
-                step = move.draw(driver, rng)
-                if step is not None:
-                    driver.step(step[0], **step[1])
+            for move in rng.sample(moves, len(moves)):
+                found = step_of(move, view, rng)
+                if found is not None:
+                    corner, (op, args) = found
+                    driver.step(op, **args)
+                    reached.add(corner)
                     break
         driver.teardown()
+    assert {CORNER_SWA_SHORT_DECODE, CORNER_RECYCLED_TAIL} <= reached, reached

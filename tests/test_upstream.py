@@ -18,12 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.judge.differential import check_allocators
-from harness.judge.invariants import InvariantViolation
-
-from harness.traces.replay import replay_trace
-from harness.machines import run_machine
 from harness.judge.families import family, load_factory, validates_input
+from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
+from harness.machines import run_machine
+from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
 from harness.upstream import loader
 from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, unavailable_reason
@@ -73,7 +72,7 @@ def test_upstream_paged_allocator_runs_its_torch_naive_path_on_cpu() -> None:
 
     pool = PagedKV(size=16, page_size=4)
     assert pool.inner.use_triton_kernels is False
-    cpu = lambda *v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    cpu = lambda *v: torch.tensor(v, dtype=torch.int64)
     out = pool.alloc_extend(cpu(0, 0), cpu(0, 0), cpu(3, 5), cpu(3, 5), cpu(-1, -1), 8)
     assert out is not None and out.tolist() == [4, 5, 6, 8, 9, 10, 11, 12]
     out = pool.alloc_decode(cpu(4, 6), cpu(4, 6), cpu(6, 13))
@@ -110,7 +109,7 @@ def test_upstream_page_size_1_decode_hands_the_next_alloc_the_same_slot() -> Non
     from harness.upstream import PagedKV
 
     pool = PagedKV(size=4, page_size=1)
-    cpu = lambda *v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    cpu = lambda *v: torch.tensor(v, dtype=torch.int64)
     prompt = pool.alloc_extend(cpu(0), cpu(0), cpu(1), cpu(1), cpu(-1), 1)
     assert prompt is not None and prompt.tolist() == [1]
     decoded = pool.alloc_decode(cpu(2), cpu(2), cpu(1))

@@ -19,8 +19,8 @@ import torch
 from harness.upstream import vllm_loader
 from harness.upstream.loader import UpstreamUnavailableError
 from harness.upstream.sglang_cache import (
-    SglangCacheModules,
     RustTreeCoreBindings,
+    SglangCacheModules,
     freed_by_actions,
     load_rust_tree_core,
     load_sglang_cache,

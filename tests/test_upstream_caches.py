@@ -21,9 +21,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.judge.families import load_factory, validates_input
-from harness.machines.base import PoolMachine, make_machine
+from harness.machines.base import PoolMachine
 from harness.machines.run import run_machine
 from harness.machines.settings import pinned_settings
+from harness.machines.table import make_machine
 from harness.upstream import sglang_cache
 from harness.upstream.cache_differential import (
     OP_WEIGHTS,
@@ -169,15 +170,9 @@ def test_the_differential_catches_a_cache_that_evicts_in_another_order() -> None
 # ---------------------------------------------------------------- machines
 def _recency_only(machine: type[PoolMachine]) -> type[PoolMachine]:
     """The prefix-cache machine with LRU/MRU configs only (FIFO/FILO reach the known Rust divergence)."""
-    from hypothesis.stateful import initialize
+    from strategies.prefix_cache import prefix_cache_table
 
-    from strategies.prefix_cache import prefix_cache_configs
-
-    @initialize(config=prefix_cache_configs().filter(lambda c: c["eviction_policy"] in RECENCY))
-    def init_cache(self: Any, config: dict[str, Any]) -> None:
-        self.start(config)
-
-    return type(f"{machine.__name__}-recency", (machine,), {"init_cache": init_cache})
+    return type(f"{machine.__name__}-recency", (machine,), {"table": prefix_cache_table(policies=RECENCY)})
 
 
 @needs_rust

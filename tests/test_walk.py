@@ -10,11 +10,12 @@ import pytest
 
 from harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Shared, TargetRef, WorkerPlan
 from harness.fuzz.shares import FLOOR, WALK_SHARE_BOUNDS, EngineBook, ShareBook, pick
-from harness.fuzz.walk import WalkRun, bench_walk
+from harness.fuzz.walk import WalkRun
 from harness.fuzz.worker import Worker
 from harness.judge.families import FAMILIES
-from harness.traces.schema import load_trace
+from harness.judge.limits import check_config
 from harness.traces.replay import replay_trace
+from harness.traces.schema import load_trace
 
 STEPS = 400
 
@@ -25,10 +26,7 @@ def walked(family: str, seed: int, steps: int = STEPS, **kwargs: object) -> Walk
     return walk
 
 
-CORNER_WALKS = sorted(name for name, fam in FAMILIES.items() if fam.moves or fam.walk)
-
-
-@pytest.mark.parametrize("family", CORNER_WALKS)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_each_corner_walk_runs_clean_on_the_production_pool(family: str) -> None:
     walk = walked(family, seed=1)
     assert walk.steps == STEPS and walk.episodes >= 1
@@ -62,11 +60,11 @@ def test_without_misuse_no_misuse_move_is_drawn() -> None:
     assert walk.run(max_steps=200) is None
 
 
-def test_a_family_without_a_corner_walk_falls_back_to_its_bench_walk() -> None:
-    fallback = next(name for name, fam in FAMILIES.items() if name not in CORNER_WALKS and fam.bench)
-    walk = bench_walk(fallback)
-    assert [m.name for m in walk.moves] == ["bench walk"]
-    assert walk.configs(random.Random(0)) == {k: v for k, v in FAMILIES[fallback].bench_kwargs.items() if k != "device"}
+def test_the_walk_draws_its_configurations_from_the_table_the_machine_draws_from() -> None:
+    for name in FAMILIES:
+        walk = WalkRun(name, 0, shrink=False)
+        config = walk.walk.configs(random.Random(0))
+        check_config(name, {**config, "device": "cpu"})  # a configuration the family's limits accept
 
 
 def test_a_failing_walk_is_shrunk_saved_and_replays_to_the_same_invariant(tmp_path: Path) -> None:

@@ -23,9 +23,8 @@ from time import perf_counter
 
 import torch
 
-from harness.bench.prefix_cache_walk import prefix_cache_workload
 from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
-from harness.bench.workloads import checked_and_bare
+from harness.bench.workloads import checked_and_bare, workload_for
 from pools.kv_allocator import TokenToKVPoolAllocator
 from pools.radix_cache import RadixCache
 
@@ -131,7 +130,7 @@ def bench_prefix_cache(budget: Budget, quick: bool) -> Section:
                          "O(log leaves)): the one part of `match_prefix` that grows with the tree.  Under `fifo` "
                          "nothing is re-queued and the match is flat.")
     runs, steps = (2, 100) if quick else (10, 200)
-    measured = checked_and_bare("prefix_cache", prefix_cache_workload, runs=runs, steps=steps,
+    measured = checked_and_bare("prefix_cache", workload_for("prefix_cache"), runs=runs, steps=steps,
                                 rounds=max(2, budget.rounds // 2))
     if isinstance(measured, str):
         section.notes.append(f"prefix_cache driver: {measured}")

@@ -28,7 +28,6 @@ from harness.bench.baselines import (
 )
 from harness.bench.detect import bench_routes, bench_time_to_detect
 from harness.bench.prefix_cache import bench_prefix_cache
-from harness.bench.versus_upstream import bench_versus_upstream
 from harness.bench.timing import (
     Budget,
     Section,
@@ -40,6 +39,7 @@ from harness.bench.timing import (
     to_text,
     verdict,
 )
+from harness.bench.versus_upstream import bench_versus_upstream
 from harness.bench.workloads import checked_and_bare, workloads
 from harness.helptext import prog, summary
 from pools.mamba import MambaSlotAllocator

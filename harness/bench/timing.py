@@ -100,7 +100,7 @@ def machine_description() -> list[str]:
         load = os.getloadavg()[0]
         lines.append(f"- Load average when the run started: {load:.2f} (other processes share these cores; "
                      "ratios are interleaved best-of-N, absolute times inflate with load)")
-    lines.append(f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    lines.append(f"- Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     return lines
 
 

@@ -107,12 +107,6 @@ class CallRecorder:
         return bound
 
 
-def _fit(driver: Driver, op: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` without the keywords this driver's operation does not take (drivers evolve; workloads lag)."""
-    accepted = inspect.signature(getattr(driver, op)).parameters
-    return {k: v for k, v in args.items() if k in accepted}
-
-
 def _run_bare(calls: list[tuple[Callable[..., Any], Any, Any]]) -> float:
     start = perf_counter()
     for fn, args, kwargs in calls:
@@ -158,7 +152,7 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
         rng = random.Random(seed)
         for _ in range(steps):
             op, args = workload(driver, rng)
-            driver.step(op, **_fit(driver, op, args))
+            driver.step(op, **args)
         driver.teardown()
         recorded.append((driver.trace.steps, recorder))
     checked = bare = float("inf")
@@ -171,97 +165,11 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
 
 
 # ---------------------------------------------------------------- workloads
-def token_kv_workload(driver: Any, rng: random.Random) -> Step:
-    model = driver.model
-    live = sorted(h for h in model.slots if model.is_live(h) and model.slots[h])
-    ps = driver.page_size
-    roll = rng.random()
-    if roll < 0.4 or not live:
-        return "alloc", {"need_size": ps * rng.randint(1, 3)}
-    if roll < 0.7:
-        return "free", {"handle": rng.choice(live), "scribble": rng.random() < 0.2}
-    if roll < 0.8:
-        return ("group_end", {}) if model.group_open else ("group_begin", {})
-    if roll < 0.9 and hasattr(driver, "free_part"):
-        return "free_part", {"handle": rng.choice(live), "count": rng.randint(1, 2), "sparse": rng.random() < 0.5}
-    if roll < 0.98:
-        return "merge", {}
-    return "clear", {}
-
-
-def paged_kv_workload(driver: Any, rng: random.Random) -> Step:
-    model = driver.model
-    requests = sorted(h for h in model.requests if model.is_live(h) and model.slots.get(h))
-    roll = rng.random()
-    if roll < 0.3 or not requests:
-        batch = [[None, rng.randint(1, 40)] for _ in range(rng.randint(1, 3))]
-        batch += [[h, rng.randint(0, 20)] for h in rng.sample(requests, min(len(requests), rng.randint(0, 2)))]
-        return "extend", {"batch": batch}
-    if roll < 0.6:
-        return "decode", {"handles": rng.sample(requests, min(len(requests), rng.randint(1, 4)))}
-    return token_kv_workload(driver, rng)
-
-
-def mamba_workload(driver: Any, rng: random.Random) -> Step:
-    model = driver.model
-    live = sorted(h for h, slot in driver.handles.items() if model.live.get(slot, -1) == h)
-    roll = rng.random()
-    if roll < 0.15:
-        return ("group_end", {}) if model.group_open else ("group_begin", {"num_reqs": rng.randint(0, 4)})
-    if roll < 0.6 or not live:
-        return "alloc", {"need_size": 1 if rng.random() < 0.8 else rng.randint(0, 3)}
-    if roll < 0.97:
-        return "free", {"handles": rng.sample(live, min(len(live), rng.randint(1, 2)))}
-    return "clear", {}
-
-
-def hybrid_workload(driver: Any, rng: random.Random) -> Step:
-    hm = driver.hybrid
-    rows = sorted(h for h in hm.claims if hm.holds_row(h))
-    slots = sorted(h for h in hm.claims if hm.holds_slot(h))
-    roll = rng.random()
-    if roll < 0.1:
-        return ("group_end", {}) if hm.slots.group_open else ("group_begin", {"num_reqs": rng.randint(0, 3)})
-    if roll < 0.45 or not rows:
-        reuse = rng.sample(rows, min(len(rows), rng.randint(0, 1)))
-        return "alloc", {"batch": [None] * rng.randint(1, 2) + reuse}
-    if roll < 0.65 and slots:
-        return "free_mamba_cache", {"handle": rng.choice(slots)}
-    if roll < 0.85:
-        return "free", {"handle": rng.choice(rows)}
-    if roll < 0.98:
-        return "write", {"handle": rng.choice(rows), "start": rng.randint(0, 8), "length": rng.randint(0, 8)}
-    return "clear", {}
-
-
-def scheduler_workload(driver: Any, rng: random.Random) -> Step:
-    model = driver.model
-    live = model.handles()
-    prefilling = model.handles(prefilling=True)
-    running = model.handles(prefilling=False, max_length=driver.max_len)
-    roll = rng.random()
-    if roll < 0.25 or not live:
-        return "admit", {"requests": [[rng.randint(1, 40), rng.randint(1, 24)] for _ in range(rng.randint(1, 3))],
-                         "reserve_extra": rng.randint(0, 2)}
-    if roll < 0.4 and prefilling:
-        return "prefill", {"handles": rng.sample(prefilling, min(len(prefilling), 2)), "chunk": rng.randint(1, 16)}
-    if roll < 0.75 and running:
-        return "decode", {"handles": rng.sample(running, min(len(running), rng.randint(1, 3)))}
-    if roll < 0.87:
-        return "finish", {"handles": rng.sample(live, 1)}
-    if roll < 0.93:
-        return "retract", {"handle": rng.choice(live), "keep": rng.randint(0, 20)}
-    if roll < 0.98:
-        return "abort", {"handle": rng.choice(live)}
-    return "clear", {}
-
-
 def workload_for(name: str) -> Workload:
-    """The family's bench workload: generated from its move table, else its hand-written one."""
-    fam = family(name)
-    return load_table(resolve(fam.moves)).workload() if fam.moves else resolve(fam.bench)
+    """The family's bench workload, generated from its move table."""
+    return load_table(resolve(family(name).moves)).workload()
 
 
 def workloads() -> dict[str, tuple[Workload, dict[str, Any]]]:
     """Every family with a bench workload, and the pool configuration it runs on (from the registry)."""
-    return {fam.name: (workload_for(fam.name), fam.bench_kwargs) for fam in FAMILIES.values() if fam.moves or fam.bench}
+    return {fam.name: (workload_for(fam.name), fam.bench_kwargs) for fam in FAMILIES.values()}

@@ -18,8 +18,8 @@ import importlib
 from harness.canaries.catalogue import Canary
 from harness.judge.families import FAMILIES, UnknownTargetError, resolve
 from harness.judge.invariants import INVARIANTS
-from harness.machines.base import PoolMachine, machine_class, make_machine
-
+from harness.machines.base import PoolMachine
+from harness.machines.table import machine_class, make_machine
 
 _COLLECTED: dict[str, Canary] = {}
 

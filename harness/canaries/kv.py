@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from harness.canaries.catalogue import Canary
 from pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel
 from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
-from harness.canaries.catalogue import Canary
 
 PHASE2_BOUND = 8
 """The compile-time phase-2 bound of :func:`extend_truncated_phase2`, in tokens (upstream: ``chunked_prefill_size``)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.canaries.catalogue import Canary
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.mamba_slots import _FREE
-from harness.canaries.catalogue import Canary
 
 
 class GroupEndLeak(MambaSlotAllocator):

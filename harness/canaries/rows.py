@@ -8,11 +8,12 @@ is a hole in the harness, not a difference in the pool.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
-from pools.req_to_token import DecodeReqToTokenPool, ReqToTokenPool
 from harness.canaries.catalogue import Canary
+from pools.req_to_token import DecodeReqToTokenPool, ReqToTokenPool
 
 #: What uninitialised ``torch.empty`` memory is pinned to, so the canary is deterministic.
 GARBAGE = 0x7EEE
@@ -109,11 +110,20 @@ class DecodeClearForgetsPreAlloc(DecodeReqToTokenPool):
 
     The pre-allocation share ``1 + size .. size + pre_alloc_size`` vanishes
     after the first clear: a leak the size of the decode pre-allocation queue.
-    Caught by ``clear-restores``.
+    Caught by ``clear-restores``.  The constructor's own ``clear()`` is the fixed one: the bug is in
+    the reset a scheduler calls later, so a fresh pool is whole (else the first alloc past ``size``
+    rows would report it as a refusal, not as a clear that lost rows).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.constructed = False
+        super().__init__(*args, **kwargs)
+        self.constructed = True
 
     def clear(self) -> None:
         super().clear()
+        if not self.constructed:
+            return
         usable = self.size + 1
         self.free_slots = list(range(1, usable))
         self._is_free = bytearray(b"\x00" + b"\x01" * self.size + b"\x00" * (self._alloc_size - usable))

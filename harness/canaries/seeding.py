@@ -58,7 +58,7 @@ def find_violation(family_name: str, canary: str, *, settings: Settings | None =
     machine = make_machine(family_name, canary, device=device)
     try:
         run_machine(machine, settings=settings or seeding_settings())
-    except Exception as exc:  # noqa: BLE001 - whatever hypothesis raises, we only want the attached trace
+    except Exception as exc:
         trace, violation = failure_trace(exc), violation_of(exc)
         if trace is None or violation is None:
             raise SeedError(f"{canary} failed without an invariant violation: {type(exc).__name__}: {exc}") from exc

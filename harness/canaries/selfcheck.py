@@ -36,9 +36,9 @@ from typing import Any
 
 from hypothesis import Phase
 
-from harness.helptext import prog, summary
 from harness.canaries import CANARIES, Canary, canary_machine, machine_available
 from harness.fuzz.walk import Finding, WalkRun
+from harness.helptext import prog, summary
 from harness.judge.families import UnknownTargetError
 from harness.judge.invariants import InvariantViolation
 from harness.machines import PoolMachine, build_settings, failure_trace, run_machine, violation_of

@@ -149,7 +149,7 @@ def _updated(run: Run) -> datetime.datetime | None:
         moment = None
     if moment is None:
         return run.started + datetime.timedelta(seconds=run.duration_s)
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
 def live_banner(runs: Sequence[Run], live: Live) -> str:

@@ -4,30 +4,57 @@ A report is what ``python -m harness fuzz`` writes (``docs/nightly.md``):
 schema 1 has per-target totals only; schema 2 adds ``series_interval_s``,
 per-target ``coverage`` and ``series`` (cumulative samples over the run) and a
 ``replay`` command per failure.  The reader is strict where the dashboard
-depends on a field (its presence and JSON type, an unknown ``schema`` is
+depends on a field (its presence, JSON type and range; an unknown ``schema`` is
 refused) and ignores keys it does not know, so a newer runner that only adds
 fields still renders.
 
+A field's type and range are those of the report's JSON Schema,
+``harness/fuzz/report.schema.json`` (the runner's contract: schema 2, every
+field required, every object closed); which fields the dashboard reads, and
+which of those it cannot do without, is :data:`READ`.  After the two checks
+that tell whether it is a report this dashboard reads at all (``tool``, then
+``schema``, so an unknown version is refused as such before any field it may
+have renamed), a report is validated against the schema cut down to
+:data:`READ` (:func:`reader_schema`; the fields schema 2 added are not required
+of a schema-1 report, whose other fields are the same).  By hand is only what a
+schema cannot say: ``started`` must be a time :mod:`datetime` reads, with or
+without an offset.
+
 :func:`parse_report` is the only way a report becomes a :class:`Run` (files are
 found and read by :mod:`~harness.dashboard.sources`); every problem is one
-:class:`ReportError` naming the file and the field, never a traceback from
-inside the page builder.
+:class:`ReportError` naming the file and the field (the first wrong one, in the
+schema's field order), never a traceback from inside the page builder.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from harness.fuzz.database import redacted
 from harness.fuzz.report import SeriesPoint
+from harness.traces.schema import (
+    first_schema_error,
+    schema_error_field,
+    schema_error_words,
+    strict_validator,
+)
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2)
+"""The report versions this dashboard reads: the runner's (``REPORT_SCHEMA``, the schema's ``const``) and 1."""
+SCHEMA_RESOURCE = ("harness.fuzz", "report.schema.json")
+"""Package and file name of the report's JSON Schema (package data, see pyproject.toml)."""
 NOT_REACHED = "not reached"
 
 
@@ -213,57 +240,108 @@ class Run:
 
 
 # --------------------------------------------------------------- validation
-class _Reader:
-    """Typed field access that names the file and the JSON path of the first bad field."""
+NEEDED, SINCE_2, OPTIONAL = "needed", "needed from schema 2 on", "optional"
+READ: dict[str, dict[str, str]] = {
+    "": {"started": NEEDED, "duration_s": NEEDED, "interrupted": OPTIONAL, "run": NEEDED,
+         "series_interval_s": SINCE_2, "targets": NEEDED, "skipped": OPTIONAL, "coverage": OPTIONAL},
+    "/properties/run": {"seed": OPTIONAL, "workers": OPTIONAL, "device": NEEDED, "database": OPTIONAL,
+                        "cwd": OPTIONAL},
+    "/properties/coverage": {"percent": OPTIONAL},
+    "/properties/skipped/items": {"family": OPTIONAL, "reason": OPTIONAL},
+    "/$defs/target": {"target": NEEDED, "family": NEEDED, "implementation": NEEDED, "status": NEEDED,
+                      "examples": NEEDED, "steps": NEEDED, "steps_per_second": NEEDED, "events": NEEDED,
+                      "coverage": SINCE_2, "failures": NEEDED, "crashes": NEEDED, "series": SINCE_2},
+    "/$defs/sample": {"t": NEEDED, "steps": NEEDED, "examples": NEEDED, "events": NEEDED, "coverage": OPTIONAL,
+                      "failures": NEEDED},
+    "/$defs/failure": {"invariant": OPTIONAL, "kind": NEEDED, "message": NEEDED, "trace": OPTIONAL,
+                       "steps": OPTIONAL, "shrunk": OPTIONAL, "replay": OPTIONAL, "found_after_s": OPTIONAL,
+                       "first_seen_after_s": OPTIONAL},
+}
+"""The fields the dashboard reads, per object of the report schema (a JSON pointer into it).
 
-    def __init__(self, source: Path) -> None:
-        self.source = source
+``NEEDED``: it must be there (``SINCE_2``: in a report of schema 2 or later;
+it may still be null where the schema allows null); ``OPTIONAL``: it may be
+absent or null, and the page does without.  Any other field, and any object not
+listed (crash records, ``machine``, ...), is not the dashboard's business: an
+object not listed is only checked to be an object.
+"""
 
-    def fail(self, where: str, problem: str) -> NoReturn:
-        raise ReportError(self.source, where, problem)
 
-    def field(self, obj: Mapping[str, Any], key: str, where: str) -> Any:
-        if key not in obj:
-            self.fail(f"{where}{key}", "missing")
-        return obj[key]
+@functools.cache
+def report_schema() -> dict[str, Any]:
+    """The committed JSON Schema of a report (``harness/fuzz/report.schema.json``), read once."""
+    package, name = SCHEMA_RESOURCE
+    schema: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+    return schema
 
-    def mapping(self, value: Any, where: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(where, f"expected an object, got {_json_type(value)}")
-        return value
 
-    def array(self, obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
-        value = self.field(obj, key, where)
-        if not isinstance(value, list):
-            self.fail(f"{where}{key}", f"expected an array, got {_json_type(value)}")
-        return value
+@functools.cache
+def reader_schema(version: int) -> dict[str, Any]:
+    """:func:`report_schema` as the dashboard reads a report of schema ``version``: cut down to :data:`READ`.
 
-    def text(self, obj: Mapping[str, Any], key: str, where: str) -> str:
-        value = self.field(obj, key, where)
-        if not isinstance(value, str):
-            self.fail(f"{where}{key}", f"expected a string, got {_json_type(value)}")
-        return value
+    Each object listed keeps the fields :data:`READ` lists (in the schema's
+    order, with their own subschemas), requires those needed in ``version``,
+    lets an optional one be null, and is open: keys it does not list are
+    ignored.  An object not listed keeps only its type.
+    """
+    seen: set[str] = set()
 
-    def optional_text(self, obj: Mapping[str, Any], key: str, where: str) -> str | None:
-        return None if obj.get(key) is None else self.text(obj, key, where)
+    def cut(node: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+        out = dict(node)
+        if "properties" in node:
+            seen.add(pointer)
+            read = READ.get(pointer, {})
+            unknown = sorted(set(read) - set(node["properties"]))
+            assert not unknown, f"READ names fields the report schema lacks at {pointer or '/'}: {unknown}"
+            if not read:
+                return {key: node[key] for key in ("description", "type") if key in node}
+            out["properties"] = {name: _nullable(cut(sub, f"{pointer}/properties/{name}"), read[name] == OPTIONAL)
+                                 for name, sub in node["properties"].items() if name in read}
+            out["required"] = [name for name in out["properties"]
+                               if read[name] == NEEDED or (read[name] == SINCE_2 and version >= 2)]
+            if node.get("additionalProperties") is False:
+                del out["additionalProperties"]
+        for key in ("items", "additionalProperties"):
+            if isinstance(out.get(key), Mapping):
+                out[key] = cut(out[key], f"{pointer}/{key}")
+        if "$defs" in node:
+            out["$defs"] = {name: cut(sub, f"/$defs/{name}") for name, sub in node["$defs"].items()}
+        return out
 
-    def integer(self, obj: Mapping[str, Any], key: str, where: str) -> int:
-        value = self.field(obj, key, where)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"{where}{key}", f"expected an integer, got {_json_type(value)}")
-        return value
+    root = report_schema()
+    read = {key: value for key, value in root["properties"].items() if key not in ("schema", "tool")}
+    schema = cut({**root, "properties": read}, "")  # schema and tool: checked first, by hand
+    assert set(READ) <= seen, f"READ names objects the report schema lacks: {sorted(set(READ) - seen)}"
+    return schema
 
-    def optional_integer(self, obj: Mapping[str, Any], key: str, where: str) -> int | None:
-        return None if obj.get(key) is None else self.integer(obj, key, where)
 
-    def number(self, obj: Mapping[str, Any], key: str, where: str) -> float:
-        value = self.field(obj, key, where)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(f"{where}{key}", f"expected a number, got {_json_type(value)}")
-        return float(value)
+def _nullable(schema: dict[str, Any], optional: bool) -> dict[str, Any]:
+    """``schema``, letting the value be null too when the field is optional."""
+    kinds = schema.get("type")
+    if not optional or kinds is None or "null" in kinds:
+        return schema
+    return {**schema, "type": [*([kinds] if isinstance(kinds, str) else kinds), "null"]}
 
-    def optional_number(self, obj: Mapping[str, Any], key: str, where: str) -> float | None:
-        return None if obj.get(key) is None else self.number(obj, key, where)
+
+@functools.cache
+def reader_validator(version: int) -> Validator:
+    """The validator of :func:`reader_schema` (``integer`` as Python reads it), built once per version."""
+    return strict_validator(reader_schema(version))
+
+
+_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "a boolean", "null": "null"}
+_WORDS = {
+    "type": "expected {expected}, got {type}",
+    "required": "missing",
+    "const": "expected {limit!r}, got {value!r}",
+    "enum": "expected one of {options}, got {value!r}",
+    "pattern": "expected a string matching {limit}, got {value!r}",
+    "minimum": "expected at least {limit}, got {value!r}",
+    "exclusiveMinimum": "expected more than {limit}, got {value!r}",
+    "maximum": "expected at most {limit}, got {value!r}",
+}
+"""How the dashboard words an error of each keyword the report schema uses (a schema's ``x-problem`` goes first)."""
 
 
 def _json_type(value: Any) -> str:
@@ -272,32 +350,48 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _started(read: _Reader, report: Mapping[str, Any]) -> datetime.datetime:
-    text = read.text(report, "started", "")
+def _check(report: Any, source: Path) -> int:
+    """Raise the :class:`ReportError` of the first thing wrong with ``report``; its schema version when none."""
+    if not isinstance(report, dict) or report.get("tool") != TOOL:
+        raise ReportError(source, "tool", f"not a {TOOL!r} report")
+    if "schema" not in report:
+        raise ReportError(source, "schema", "missing")
+    schema = report["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise ReportError(source, "schema", f"expected an integer, got {_json_type(schema)}")
+    if schema not in SCHEMAS:
+        raise ReportError(source, "schema",
+                          f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
+    error = first_schema_error(reader_validator(schema).iter_errors(report), reader_schema(schema))
+    if error is not None:
+        raise ReportError(source, schema_error_field(error), schema_error_words(error, _WORDS, _TYPE_NAMES))
+    return schema
+
+
+def _started(source: Path, text: str) -> datetime.datetime:
     try:
         started = datetime.datetime.fromisoformat(text)
     except ValueError:
-        read.fail("started", f"not an ISO 8601 time: {text!r}")
+        raise ReportError(source, "started", f"not an ISO 8601 time: {text!r}") from None
     if started.tzinfo is None:  # the runner writes UTC; a bare time is read as UTC too
-        started = started.replace(tzinfo=datetime.timezone.utc)
-    return started.astimezone(datetime.timezone.utc)
+        started = started.replace(tzinfo=datetime.UTC)
+    return started.astimezone(datetime.UTC)
 
 
-def _failure(read: _Reader, raw: Any, where: str, target: str) -> Failure:
-    f = read.mapping(raw, where)
-    where += "."
-    trace = read.optional_text(f, "trace", where)
-    replay = read.optional_text(f, "replay", where)
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _failure(f: Mapping[str, Any], target: str) -> Failure:
+    trace = f.get("trace")
+    replay = f.get("replay")  # schema 1 has none: built from the trace
     if replay is None and trace is not None:
         replay = f"python -m harness replay {shlex.quote(trace)}"
-    shrunk = f.get("shrunk", True)
-    if not isinstance(shrunk, bool):
-        read.fail(f"{where}shrunk", f"expected a boolean, got {_json_type(shrunk)}")
+    shrunk = f.get("shrunk")
     return Failure(
-        target=target, invariant=read.optional_text(f, "invariant", where), kind=read.text(f, "kind", where),
-        message=read.text(f, "message", where), trace=trace, steps=read.optional_integer(f, "steps", where),
-        shrunk=shrunk, replay=replay, found_after_s=read.optional_number(f, "found_after_s", where),
-        first_seen_after_s=read.optional_number(f, "first_seen_after_s", where),
+        target=target, invariant=f.get("invariant"), kind=f["kind"], message=f["message"], trace=trace,
+        steps=f.get("steps"), shrunk=True if shrunk is None else shrunk, replay=replay,
+        found_after_s=_number(f.get("found_after_s")), first_seen_after_s=_number(f.get("first_seen_after_s")),
     )
 
 
@@ -306,64 +400,32 @@ def _measured(coverage: float | None, steps: int) -> float | None:
     return coverage if steps > 0 else None
 
 
-def _sample(read: _Reader, raw: Any, where: str) -> SeriesPoint:
-    s = read.mapping(raw, where)
-    where += "."
-    steps = read.integer(s, "steps", where)
-    return SeriesPoint(t=read.number(s, "t", where), steps=steps,
-                  examples=read.integer(s, "examples", where), events=read.integer(s, "events", where),
-                  coverage=_measured(read.optional_number(s, "coverage", where), steps),
-                  failures=read.integer(s, "failures", where))
+def _sample(s: Mapping[str, Any]) -> SeriesPoint:
+    return SeriesPoint(t=float(s["t"]), steps=s["steps"], examples=s["examples"], events=s["events"],
+                       coverage=_measured(_number(s.get("coverage")), s["steps"]), failures=s["failures"])
 
 
-def _target(read: _Reader, raw: Any, where: str, schema: int) -> TargetRun:
-    t = read.mapping(raw, where)
-    where += "."
-    key = read.text(t, "target", where)
-    events = read.mapping(read.field(t, "events", where), f"{where}events")
-    for label, count in events.items():
-        if isinstance(count, bool) or not isinstance(count, int):
-            read.fail(f"{where}events.{label}", f"expected an integer count, got {_json_type(count)}")
-    failures = tuple(_failure(read, f, f"{where}failures[{i}]", key)
-                     for i, f in enumerate(read.array(t, "failures", where)))
-    series: tuple[SeriesPoint, ...] | None = None
-    coverage: float | None = None
-    if schema >= 2:
-        series = tuple(_sample(read, s, f"{where}series[{i}]") for i, s in enumerate(read.array(t, "series", where)))
-        read.field(t, "coverage", where)
-        coverage = read.optional_number(t, "coverage", where)
-    steps = read.integer(t, "steps", where)
+def _target(t: Mapping[str, Any], schema: int) -> TargetRun:
+    key = t["target"]
+    v2 = schema >= 2  # schema 1 has neither series nor coverage per target
     return TargetRun(
-        key=key, family=read.text(t, "family", where), implementation=read.text(t, "implementation", where),
-        status=read.text(t, "status", where), examples=read.integer(t, "examples", where),
-        steps=steps, steps_per_second=read.number(t, "steps_per_second", where),
-        events=dict(events), coverage=_measured(coverage, steps), failures=failures,
-        crashes=len(read.array(t, "crashes", where)), series=series,
+        key=key, family=t["family"], implementation=t["implementation"], status=t["status"],
+        examples=t["examples"], steps=t["steps"], steps_per_second=float(t["steps_per_second"]),
+        events=dict(t["events"]), coverage=_measured(_number(t["coverage"]), t["steps"]) if v2 else None,
+        failures=tuple(_failure(f, key) for f in t["failures"]), crashes=len(t["crashes"]),
+        series=tuple(_sample(s) for s in t["series"]) if v2 else None,
     )
 
 
 def parse_report(report: Any, source: Path) -> Run:
     """Check one decoded report and type it; raises :class:`ReportError` naming the first bad field."""
-    read = _Reader(source)
-    if not isinstance(report, dict) or report.get("tool") != TOOL:
-        read.fail("tool", f"not a {TOOL!r} report")
-    schema = read.integer(report, "schema", "")
-    if schema not in SCHEMAS:
-        read.fail("schema", f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
-    if schema >= 2:
-        read.number(report, "series_interval_s", "")
-    run = read.mapping(read.field(report, "run", ""), "run")
-    coverage = report.get("coverage")
-    percent = read.optional_number(read.mapping(coverage, "coverage"), "percent", "coverage.") if coverage else None
-    skipped = [read.mapping(s, f"skipped[{i}]") for i, s in enumerate(report.get("skipped") or [])]
-    database = read.optional_text(run, "database", "run.")
+    schema = _check(report, source)
+    run, coverage, database = report["run"], report.get("coverage"), report["run"].get("database")
     return Run(
-        source=source, report=report, schema=schema, started=_started(read, report),
-        duration_s=read.number(report, "duration_s", ""), interrupted=bool(report.get("interrupted", False)),
-        seed=read.optional_integer(run, "seed", "run."), workers=read.optional_integer(run, "workers", "run."),
-        device=read.text(run, "device", "run."), database=None if database is None else redacted(database),
-        cwd=read.optional_text(run, "cwd", "run."), coverage=percent,
-        targets=tuple(_target(read, t, f"targets[{i}]", schema)
-                      for i, t in enumerate(read.array(report, "targets", ""))),
-        skipped=tuple(f"{s.get('family', '?')}: {s.get('reason', '')}" for s in skipped),
+        source=source, report=report, schema=schema, started=_started(source, report["started"]),
+        duration_s=float(report["duration_s"]), interrupted=bool(report.get("interrupted")), seed=run.get("seed"),
+        workers=run.get("workers"), device=run["device"], database=None if database is None else redacted(database),
+        cwd=run.get("cwd"), coverage=None if coverage is None else _number(coverage.get("percent")),
+        targets=tuple(_target(t, schema) for t in report["targets"]),
+        skipped=tuple(f"{s.get('family') or '?'}: {s.get('reason') or ''}" for s in report.get("skipped") or ()),
     )

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.fuzz.protocol import TargetRef
-from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for
-from harness.machines.base import machine_class
+from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, parse_target
+from harness.machines.table import machine_class
 
 
 @dataclass
@@ -51,10 +51,7 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
     explicit = bool(items)
     wanted: list[tuple[str, str]] = []
     for item in items or list(FAMILIES):
-        name, sep, spec = (part.strip() for part in item.partition("="))
-        family(name)
-        if sep and not spec:
-            raise UnknownTargetError(f"target {item!r} is not of the form FAMILY=module:attr")
+        name, spec = parse_target(item)
         wanted.append((name, spec or implementation_for(name, overrides)))
     targets: list[TargetRef] = []
     skipped: list[dict[str, str]] = []

@@ -25,7 +25,7 @@ from typing import Any
 from harness.fuzz.protocol import FailureFound, ProgressReport
 
 REPORT_SCHEMA = 2
-"""Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage`` (``docs/report.schema.json``)."""
+"""Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage`` (``harness/fuzz/report.schema.json``)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class TargetStats:
 
 @dataclass(frozen=True)
 class RunReport:
-    """The whole JSON report of one ``fuzz`` run (``docs/report.schema.json`` documents every field)."""
+    """The whole JSON report of one ``fuzz`` run (``harness/fuzz/report.schema.json`` documents every field)."""
 
     started: str
     finished: str
@@ -283,7 +283,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 # ----------------------------------------------------------------- coverage

@@ -45,13 +45,14 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TextIO
 
 from harness.fuzz.database import redacted
 from harness.fuzz.findings import Findings
+from harness.fuzz.options import FuzzOptions
 from harness.fuzz.process import worker_main
 from harness.fuzz.progress import Progress
 from harness.fuzz.protocol import (
@@ -77,7 +78,6 @@ from harness.fuzz.report import (
     utc_now,
     versions,
 )
-from harness.fuzz.options import FuzzOptions
 from harness.fuzz.shares import ShareBook
 
 MAX_RESPAWNS = 3

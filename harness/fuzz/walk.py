@@ -20,7 +20,6 @@ falls back to its registry bench walk over its bench configuration.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import random
 import time
@@ -36,7 +35,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.traces.keep import keep_trace
 from harness.traces.shrink import shrink_trace
-from strategies.table import Move, MoveTable, config_corners, load_table, pick_step
+from strategies.table import MoveTable, load_table, pick_step
 
 WALK_SHARE = 0.75
 """The share of a worker's time (and of a ``selfcheck`` chase) the walk gets; hypothesis has the rest."""
@@ -47,20 +46,9 @@ POLL_EVERY = 32
 DRAW_TRIES = 4
 
 
-def bench_walk(name: str) -> MoveTable:
-    """A family's hand-written bench workload ``(driver, rng) -> (op, args)`` over its bench configuration."""
-    fam = family(name)
-    step = resolve(fam.bench)
-    config = {k: v for k, v in fam.bench_kwargs.items() if k != "device"}
-    return MoveTable(lambda rng: dict(config), (Move("bench walk", 1.0, step),))
-
-
 def walk_for(name: str) -> MoveTable:
-    """The table the walk draws from: the family's move table, else its hand-written walk, else its bench walk."""
-    fam = family(name)
-    if fam.moves:
-        return load_table(resolve(fam.moves))
-    return resolve(fam.walk)() if fam.walk else bench_walk(name)
+    """The table the walk draws from: the family's move table, as its machine does."""
+    return load_table(resolve(family(name).moves))
 
 
 @dataclass
@@ -95,7 +83,8 @@ class WalkRun:
     """A driver variant (``module:attr``), as a canary of the harness's own calls names; default the family's."""
     device: str = "cpu"
     check_misuse: bool | None = None
-    audit_period: int = 8
+    audit_period: int = 0
+    """Steps between full audits; 0: the family's (:attr:`~harness.judge.families.Family.audit_period`)."""
     corpus: Path | None = None
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None
@@ -111,8 +100,8 @@ class WalkRun:
         if self.check_misuse is None:
             self.check_misuse = validates_input(self.factory)
         fam = family(self.family)
+        self.audit_period = self.audit_period or fam.audit_period
         self.walk = walk_for(self.family)
-        self.fit_args = not (fam.moves or fam.walk)  # a bench walk may name keywords its driver no longer takes
         self.moves = tuple(m for m in self.walk.walk_moves if self.check_misuse or not m.misuse)
         self.rng = random.Random(self.seed)
 
@@ -136,7 +125,7 @@ class WalkRun:
     def _episode(self, done: Callable[[], bool], limit: int | None) -> Finding | None:
         rng = self.rng
         config = {**self.walk.configs(rng), "device": self.device}
-        self.events.update(config_corners(config))
+        self.events.update(self.walk.corners(config))
         enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
         cumulative = list(itertools.accumulate(m.weight for m in enabled))
         length = rng.choice(EPISODE_LENGTHS)
@@ -151,7 +140,7 @@ class WalkRun:
                     break
                 corner, (op, args) = pick_step(enabled, cumulative, view, rng, fallback=self.moves, tries=DRAW_TRIES)
                 self.steps += 1
-                driver.step(op, **(_accepted(driver, op, args) if self.fit_args else args))
+                driver.step(op, **args)
                 if corner:
                     driver.events.append(corner)
                 if driver.events:
@@ -178,19 +167,3 @@ class WalkRun:
             return Finding(exc, trace, found)
         kept = keep_trace(trace, self.corpus)
         return Finding(exc, trace, found, kept.path, kept.problem)
-
-
-def _accepted(driver: Driver, op: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` without keywords the operation does not take (bench walks may lag their drivers)."""
-    names = _parameters(type(driver), op)
-    return args if all(k in names for k in args) else {k: v for k, v in args.items() if k in names}
-
-
-_PARAMETERS: dict[tuple[type, str], frozenset[str]] = {}
-
-
-def _parameters(cls: type, op: str) -> frozenset[str]:
-    key = (cls, op)
-    if key not in _PARAMETERS:
-        _PARAMETERS[key] = frozenset(inspect.signature(getattr(cls, op)).parameters) - {"self"}
-    return _PARAMETERS[key]

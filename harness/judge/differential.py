@@ -140,7 +140,7 @@ def _first_difference(batch: PageBatch, expected: Run, actual: Run) -> Invariant
 def _run_checked(kernel: PageKernel, batch: PageBatch, device: str, variant: str) -> Run:
     try:
         return run_kernel(kernel, batch, device=device, variant=variant)
-    except Exception as exc:  # noqa: BLE001 - a crash on a valid batch is a disagreement with the oracle
+    except Exception as exc:
         raise InvariantViolation(
             "kernel-agreement", f"{kernel.name} ({variant} free_pages) raised {type(exc).__name__}: {exc}",
             page_size=batch.page_size, batch_size=batch.batch_size,
@@ -217,7 +217,7 @@ def run_allocator(
         else:
             out = allocator.alloc_extend(t.prefix_lens, t.prefix_lens.cpu(), t.seq_lens, seq_cpu, t.last_loc,
                                          batch.extend_num_tokens)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InvariantViolation("valid-call-accepted", f"{what} raised {type(exc).__name__}: {exc}") from exc
     return AllocatorOutcome(kernel, None if out is None else out.tolist(), allocator.get_all_free_pages().tolist())
 

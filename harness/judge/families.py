@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.limits import FamilyLimits
+from harness.judge.limits import FamilyLimits, register_limits
 from harness.judge.plugins import plugin_families
 
 
@@ -44,17 +44,9 @@ class Family:
     """The pool factory fuzzed when no ``--target`` substitutes another."""
     driver: str
     """The :class:`~harness.judge.drivers.base.Driver` subclass that judges each step."""
-    moves: str = ""
+    moves: str
     """The family's :class:`~strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
-    walk and bench workload are generated from it."""
-    machine: str = ""
-    """A hand-written hypothesis ``PoolMachine``, for a family whose inputs are not yet a move table."""
-    configs: str = ""
-    """The hand-written machine's strategy of constructor configurations, likewise."""
-    walk: str = ""
-    """A hand-written walk (a function returning a table the walk engine reads), likewise."""
-    bench: str = ""
-    """A hand-written bench workload ``(driver, rng) -> (op, args)``, likewise."""
+    walk and bench workload are generated from it, so each input is declared once."""
     bench_config: tuple[tuple[str, Any], ...] = ()
     """The pool configuration the bench workload runs on, as ``(key, value)`` pairs."""
     canaries: tuple[str, ...] = ()
@@ -70,16 +62,15 @@ class Family:
     """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
     rate_target: int = 0
     """Checked steps per second one fuzz worker must reach (``harness bench``); 0: no target."""
+    audit_period: int = 8
+    """Steps between the driver's full audits in the family's machine (the scheduler's conservation equation
+    runs with the audit, so it audits every 4)."""
     limits: FamilyLimits | None = None
     """The family's size limits (:mod:`harness.judge.limits`), for a plug-in family; ours are in ``LIMITS``."""
 
     @property
     def bench_kwargs(self) -> dict[str, Any]:
         return dict(self.bench_config)
-
-    def __post_init__(self) -> None:
-        if not (self.moves or self.machine):
-            raise ValueError(f"family {self.name!r} names neither a move table nor a machine")
 
 
 _COMMON = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")
@@ -88,7 +79,6 @@ _ROWS = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-boun
 _KV = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
        "clear-restores", "kernel-agreement")
 _MAMBA = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "group-window", "clear-restores")
-_WORKLOADS = "harness.bench.workloads"
 _COMBINATIONS = ("harness.canaries.combinations", "harness.canaries.combinations_caches")
 
 
@@ -109,35 +99,31 @@ FAMILIES: dict[str, Family] = {
                bench_config=_config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
                canaries=("harness.canaries.rows",), invariants=_ROWS, protocol="pools.protocols:RequestRowPool"),
         Family(name="mamba_slots", summary="Mamba state slots with group windows", default="pools:MambaSlotAllocator",
-               driver="harness.judge.drivers.mamba:MambaSlotDriver", machine="harness.machines.mamba:MambaSlotMachine", configs="strategies.mamba:mamba_slot_configs",
-               walk="strategies.mamba:mamba_slot_walk", bench=f"{_WORKLOADS}:mamba_workload",
+               driver="harness.judge.drivers.mamba:MambaSlotDriver", moves="strategies.mamba:mamba_slot_table",
                bench_config=_config(size=16, device="cpu"), canaries=("harness.canaries.mamba",),
                upstream=("harness.upstream:MambaSlots",), invariants=_MAMBA, protocol="pools.protocols:MambaSlotPool",
                device_path=True),
         Family(name="hybrid_req_to_token", summary="request rows plus Mamba slots, all-or-nothing",
                default="pools:HybridReqToTokenPool", driver="harness.judge.drivers.hybrid:HybridDriver",
-               machine="harness.machines.mamba:HybridMachine", configs="strategies.mamba:hybrid_configs", walk="strategies.mamba:hybrid_walk",
-               bench=f"{_WORKLOADS}:hybrid_workload",
+               moves="strategies.mamba:hybrid_table",
                bench_config=_config(size=12, max_context_len=16, mamba_size=8, device="cpu"),
                canaries=("harness.canaries.mamba",), invariants=(*_ROWS, "group-window"),
                protocol="pools.protocols:HybridRowPool", device_path=True),
         Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
-               driver="harness.judge.drivers.kv:TokenKVDriver", machine="harness.machines.kv:TokenKVMachine", configs="strategies.kv:token_kv_configs",
-               walk="strategies.kv:token_kv_walk", bench=f"{_WORKLOADS}:token_kv_workload",
+               driver="harness.judge.drivers.kv:TokenKVDriver", moves="strategies.kv:token_kv_table",
                bench_config=_config(size=64, device="cpu"), canaries=("harness.canaries.kv",),
                upstream=("harness.upstream:TokenKV",), invariants=_KV, protocol="pools.protocols:TokenKVAllocator",
                device_path=True),
         Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
                default="pools:PagedTokenToKVPoolAllocator", driver="harness.judge.drivers.paged_kv:PagedKVDriver",
-               machine="harness.machines.kv:PagedKVMachine", configs="strategies.kv:paged_kv_configs", walk="strategies.kv:paged_kv_walk",
-               bench=f"{_WORKLOADS}:paged_kv_workload", bench_config=_config(size=256, page_size=4, device="cpu"),
+               moves="strategies.kv:paged_kv_table", bench_config=_config(size=256, page_size=4, device="cpu"),
                canaries=("harness.canaries.kv",), upstream=("harness.upstream:PagedKV",), invariants=_KV,
                protocol="pools.protocols:PagedKVAllocator", device_path=True, rate_target=4_000),
         Family(name="scheduler",
                summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
                default="harness.judge.drivers.scheduler:build_scheduler_pools",
                driver="harness.judge.drivers.scheduler:SchedulerDriver",
-               machine="harness.machines.scheduler:SchedulerMachine", configs="strategies.scheduler:scheduler_configs", bench=f"{_WORKLOADS}:scheduler_workload",
+               moves="strategies.scheduler:scheduler_table", audit_period=4,
                bench_config=_config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
                                     kernel="vectorized", device="cpu"),
                canaries=("harness.canaries.scheduler", *_COMBINATIONS),
@@ -148,8 +134,7 @@ FAMILIES: dict[str, Family] = {
         Family(name="prefix_cache",
                summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
                default="pools.prefix_cache:build_prefix_cache", driver="harness.judge.drivers.prefix_cache:PrefixCacheDriver",
-               machine="harness.machines.prefix_cache:PrefixCacheMachine", configs="strategies.prefix_cache:prefix_cache_configs",
-               bench="harness.bench.prefix_cache_walk:prefix_cache_workload",
+               moves="strategies.prefix_cache:prefix_cache_table", audit_period=4,
                bench_config=_config(size=64, page_size=4, eviction_policy="lru", device="cpu"),
                canaries=("harness.canaries.prefix_cache",),
                upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
@@ -159,9 +144,7 @@ FAMILIES: dict[str, Family] = {
                protocol="pools.protocols:PrefixCache", device_path=True),
         Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
                default="harness.judge.drivers.block_pool:build_block_pool",
-               driver="harness.judge.drivers.block_pool:BlockPoolDriver",
-               machine="harness.machines.block_pool:BlockPoolMachine", configs="strategies.block_pool:block_pool_configs",
-               bench="harness.bench.block_pool_walk:block_pool_workload",
+               driver="harness.judge.drivers.block_pool:BlockPoolDriver", moves="strategies.block_pool:block_pool_table",
                bench_config=_config(num_gpu_blocks=33, enable_caching=True, device="cpu"),
                canaries=("harness.canaries.block_pool",), upstream=("harness.upstream:VllmBlockPool",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count",
@@ -170,7 +153,7 @@ FAMILIES: dict[str, Family] = {
         Family(name="swa_kv",
                summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
                default="pools:SWATokenToKVPoolAllocator", driver="harness.judge.drivers.swa:SWAKVDriver",
-               machine="harness.machines.swa:SWAKVMachine", configs="strategies.swa:swa_kv_configs", bench="harness.bench.swa_walk:swa_kv_workload",
+               moves="strategies.swa:swa_kv_table",
                bench_config=_config(size=256, size_swa=96, page_size=4, device="cpu"),
                canaries=("harness.canaries.swa",), upstream=("harness.upstream:SWAKV",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
@@ -178,7 +161,7 @@ FAMILIES: dict[str, Family] = {
                protocol="pools.protocols:SWAKVAllocator", device_path=True),
         Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
                default="pools:PureSWATokenToKVPoolAllocator", driver="harness.judge.drivers.pure_swa:PureSWAKVDriver",
-               machine="harness.machines.swa:PureSWAKVMachine", configs="strategies.swa:pure_swa_kv_configs", bench="harness.bench.swa_walk:pure_swa_kv_workload",
+               moves="strategies.swa:pure_swa_kv_table",
                bench_config=_config(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
                            "group-window", "clear-restores", "swa-mapping"),
@@ -186,7 +169,10 @@ FAMILIES: dict[str, Family] = {
     )
 }
 
-FAMILIES.update((f.name, f) for f in plugin_families(FAMILIES))
+for _plugged in plugin_families(FAMILIES, Family):
+    FAMILIES[_plugged.name] = _plugged
+    if _plugged.limits is not None:
+        register_limits(_plugged.name, _plugged.limits)
 
 ENV_VAR = "POOLFUZZ_TARGETS"
 
@@ -215,18 +201,28 @@ def family(name: str) -> Family:
         raise UnknownTargetError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
+def parse_target(item: str) -> tuple[str, str]:
+    """One ``--target`` value, ``FAMILY`` or ``FAMILY=module:attr``, to ``(family, spec)`` (``spec`` empty for
+    ``FAMILY``); the family must be registered.  The one parser of target names, for every command."""
+    name, sep, spec = (part.strip() for part in item.strip().partition("="))
+    if not name:
+        raise UnknownTargetError(f"target {item.strip()!r} names no family")
+    if sep and not spec:
+        raise UnknownTargetError(f"target {item.strip()!r} is not of the form FAMILY=module:attr")
+    family(name)
+    return name, spec
+
+
 def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    """``["FAMILY=module:attr", ...]`` to a mapping, validating family names."""
+    """``["FAMILY=module:attr", ...]`` to a mapping (blank items skipped); each must name its implementation."""
     overrides: dict[str, str] = {}
     for item in items:
-        item = item.strip()
-        if not item:
+        if not item.strip():
             continue
-        name, sep, spec = item.partition("=")
-        if not sep:
-            raise UnknownTargetError(f"target override {item!r} is not of the form FAMILY=module:attr")
-        family(name.strip())
-        overrides[name.strip()] = spec.strip()
+        name, spec = parse_target(item)
+        if not spec:
+            raise UnknownTargetError(f"target override {item.strip()!r} is not of the form FAMILY=module:attr")
+        overrides[name] = spec
     return overrides
 
 

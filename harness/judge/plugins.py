@@ -20,10 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from harness.judge.families import Family
+
+class Named(Protocol):
+    """What the loader needs of a registry entry: its name (a frozen dataclass field, read-only)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+K = TypeVar("K", bound=Named)
 
 GROUP = "poolfuzz.families"
 
@@ -33,10 +40,9 @@ PLUGGED_IN: dict[str, str] = {}
 """Family name to the entry point (``name = module:attr``) that registered it."""
 
 
-def plugin_families(taken: Iterable[str]) -> Iterator[Family]:
-    """Every family the installed ``poolfuzz.families`` entry points declare, except those that clash or fail."""
-    from harness.judge.families import Family
-
+def plugin_families(taken: Iterable[str], kind: type[K]) -> Iterator[K]:
+    """Every ``kind`` (the registry's ``Family``) the installed ``poolfuzz.families`` entry points declare,
+    except those that clash with a name in ``taken`` or fail to load."""
     names = set(taken)
     for point in sorted(entry_points(group=GROUP), key=lambda p: p.name):
         try:
@@ -45,7 +51,7 @@ def plugin_families(taken: Iterable[str]) -> Iterator[Family]:
             PROBLEMS.append(f"plug-in {point.name} ({point.value}): {type(exc).__name__}: {exc}")
             continue
         for fam in declared:
-            if not isinstance(fam, Family):
+            if not isinstance(fam, kind):
                 PROBLEMS.append(f"plug-in {point.name} ({point.value}): {fam!r} is not a Family")
             elif fam.name in names:
                 PROBLEMS.append(f"plug-in {point.name} ({point.value}): family {fam.name!r} is already registered")

@@ -3,7 +3,7 @@
 A trace is what outlives refactors: hypothesis's example database is a cache
 keyed by source digests and drops entries when a machine changes, while a trace
 names operations and concrete arguments only (docs/corpus.md has the format,
-docs/trace.schema.json its JSON Schema).  Every driver records into one; the
+harness/traces/trace.schema.json its JSON Schema).  Every driver records into one; the
 file side (validation, the corpus store, replay, shrinking) lives in
 :mod:`harness.traces`, above the judge.
 """
@@ -93,7 +93,7 @@ def provenance(*, seed: int | str | None = None, note: str = "") -> dict[str, An
         "hypothesis": version("hypothesis"),
         "torch": version("torch"),
         "seed": seed,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "note": note,
     }
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.judge.drivers.base import Driver
-from harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
+from harness.judge.families import family, resolve
 from strategies.choosers import Chooser, DataChooser
 from strategies.table import Move, MoveTable, corner_steps
 
@@ -134,35 +134,3 @@ class PoolMachine(RuleBasedStateMachine):
             if self.catalogue:
                 self.issue_catalogue(random.Random(self.driver.steps))  # teardown draws nothing: seeded by the trace
             self.driver.teardown()
-
-
-def make_machine(
-    family_name: str, spec: str | None = None, *, overrides: dict[str, str] | None = None,
-    check_misuse: bool | None = None, device: str = "cpu",
-) -> type[PoolMachine]:
-    """A machine class for ``family_name`` bound to ``spec`` (or the active override, or the default)."""
-    spec = spec or implementation_for(family_name, overrides)
-    factory = load_factory(spec)
-    base = machine_class(family_name)
-    misuse = validates_input(factory) if check_misuse is None else check_misuse
-    name = f"{base.__name__}[{spec}@{device}]"
-    return type(name, (base,), {
-        "factory": staticmethod(factory),
-        "implementation": spec,
-        "check_misuse": misuse,
-        "device": device,
-        "__module__": base.__module__,
-    })
-
-
-def machine_class(family_name: str) -> type[PoolMachine]:
-    """The family's machine: generated from its move table, else its hand-written one; else :class:`UnknownTargetError`."""
-    fam = family(family_name)
-    if fam.moves:
-        from harness.machines.table import table_machine  # the table machine is a PoolMachine: imported on use
-
-        return table_machine(family_name)
-    machine: type[PoolMachine] = resolve(fam.machine)
-    if not (isinstance(machine, type) and issubclass(machine, PoolMachine)):
-        raise UnknownTargetError(f"{fam.machine} is not a PoolMachine")
-    return machine

@@ -26,11 +26,11 @@ from typing import Any
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.traces.keep import keep_trace
 from harness.judge.invariants import InvariantViolation
-from harness.machines.base import PoolMachine
-from harness.traces.shrink import shrink_trace
 from harness.judge.trace import Trace, fill_provenance
+from harness.machines.base import PoolMachine
+from harness.traces.keep import keep_trace
+from harness.traces.shrink import shrink_trace
 
 
 def failure_trace(exc: BaseException) -> Trace | None:

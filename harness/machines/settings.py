@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings

@@ -19,10 +19,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from hypothesis.strategies import SearchStrategy
 
-from harness.judge.families import family, resolve
+from harness.judge.families import (
+    UnknownTargetError,
+    family,
+    implementation_for,
+    load_factory,
+    resolve,
+    validates_input,
+)
 from harness.machines.base import PoolMachine
 from strategies.choosers import DataChooser
-from strategies.table import config_corners, corner_steps, load_table
+from strategies.table import corner_steps, load_table
 
 PICK_TRIES = 4
 """Picks a ``take_move`` step makes before it gives up on a state that offers none of them (a no-op step)."""
@@ -40,7 +47,7 @@ class TableMachine(PoolMachine):
         self.cumulative = tuple(itertools.accumulate(m.weight for m in self.moves))
         self.start(config)
         assert self.driver is not None
-        for label in config_corners(config):
+        for label in self.table.corners(config):
             self.driver.event(label)
 
     @rule(data=st.data())
@@ -66,23 +73,50 @@ class TableMachine(PoolMachine):
 @cache
 def table_machine(family_name: str) -> type[PoolMachine]:
     """The generated machine class of ``family_name`` (its ``moves`` spec names the table)."""
-    table = load_table(resolve(family(family_name).moves))
+    fam = family(family_name)
+    table = load_table(resolve(fam.moves))
     attrs: dict[str, Any] = {"family": family_name, "table": table, "catalogue": table.catalogue,
+                             "audit_period": fam.audit_period,
                              "__module__": __name__, "__qualname__": f"TableMachine[{family_name}]"}
     return type(f"TableMachine[{family_name}]", (TableMachine,), attrs)
 
 
 def config_strategy(family_name: str) -> SearchStrategy[dict[str, Any]]:
-    """The configurations the family's machine draws: its table's ``configs`` through a chooser, else its
-    hand-written strategy."""
-    fam = family(family_name)
-    if not fam.moves:
-        strategy: SearchStrategy[dict[str, Any]] = resolve(fam.configs)()
-        return strategy
-    table = load_table(resolve(fam.moves))
+    """The configurations the family's machine draws: its table's ``configs``, through a chooser."""
+    table = load_table(resolve(family(family_name).moves))
 
     @st.composite
     def configs(draw: Any) -> dict[str, Any]:
         return table.configs(DataChooser(draw))
 
     return configs()
+
+
+def make_machine(
+    family_name: str, spec: str | None = None, *, overrides: dict[str, str] | None = None,
+    check_misuse: bool | None = None, device: str = "cpu",
+) -> type[PoolMachine]:
+    """A machine class for ``family_name`` bound to ``spec`` (or the active override, or the default)."""
+    spec = spec or implementation_for(family_name, overrides)
+    factory = load_factory(spec)
+    base = machine_class(family_name)
+    misuse = validates_input(factory) if check_misuse is None else check_misuse
+    name = f"{base.__name__}[{spec}@{device}]"
+    return type(name, (base,), {
+        "factory": staticmethod(factory),
+        "implementation": spec,
+        "check_misuse": misuse,
+        "device": device,
+        "__module__": base.__module__,
+    })
+
+
+def machine_class(family_name: str) -> type[PoolMachine]:
+    """The family's machine, generated from its move table; :class:`UnknownTargetError` if the table does not load."""
+    family(family_name)
+    try:
+        return table_machine(family_name)
+    except UnknownTargetError:
+        raise
+    except Exception as exc:
+        raise UnknownTargetError(f"{family(family_name).moves}: {type(exc).__name__}: {exc}") from exc

@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = WorkerSetup(str(ROOT), tuple((mod.path, mod.digest) for mod in modules if mod.path in used), args.examples)
     pool = WorkerPool(setup, args.workers)
     started = time.monotonic()
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     outcomes: dict[str, Outcome] = {}
     status = 0
     try:

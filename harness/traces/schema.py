@@ -3,43 +3,46 @@
 A trace is what outlives refactors: hypothesis's example database is a cache
 keyed by source digests and drops entries when a machine changes, while a trace
 names operations and concrete arguments only (docs/corpus.md has the format,
-docs/trace.schema.json its JSON Schema).
+harness/traces/trace.schema.json its JSON Schema, shipped with the package).
 
-:func:`load_trace` is the only way a file becomes a :class:`Trace`: it checks
-every field, down to each step's arguments against the signature of the
-family driver's operation, then every size against the limits of
-:mod:`harness.judge.limits` (a file over 16 MiB is not even read), and names the
-file and the field in the :class:`TraceError` it raises, so a corrupt,
-truncated, hand-edited or oversized file is reported as such, never as a
-traceback from deep inside a replay or a pool that exhausts the machine.
+:func:`load_trace` is the only way a file becomes a :class:`Trace`.  The file
+first (a file over 16 MiB is not even read; UTF-8, not empty, not truncated
+JSON), then the ``schema`` version, then the structure, all of it checked by
+the committed JSON Schema (:func:`trace_schema`) and its first error told in
+this module's words; then what a schema cannot know: the family is registered,
+config keys and types fit the pool constructor, each step's op and arguments
+fit the signature of the family driver's operation, invariant ids are in the
+catalogue, and every size is within the limits of :mod:`harness.judge.limits`.
+Every problem is a :class:`TraceError` naming the file and the field, so a
+corrupt, truncated, hand-edited or oversized file is reported as such, never
+as a traceback from deep inside a replay or a pool that exhausts the machine.
+
+One deliberate difference from a plain JSON Schema validator: ``integer`` means
+a JSON number written without a fraction or exponent (``8``, not ``8.0``), as
+Python's ``json`` reads them; JSON Schema would take ``8.0`` for an integer.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
-import re
 import types
 import typing
+from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from harness.judge.limits import MAX_TRACE_BYTES, LimitError, check_config, check_steps
 from harness.judge.trace import DEFAULT_AUDIT_PERIOD, SCHEMA_VERSION, Trace
 
-REQUIRED = ("schema", "family", "implementation", "config", "steps", "expect")
-TOP_LEVEL = (*REQUIRED, "audit_period", "provenance")
-OUTCOMES = ("pass", "violation")
-REGRESSION_FIELDS = ("invariant", "implementation")
-SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
-PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
-    "poolfuzz": (str, type(None)),
-    "hypothesis": (str, type(None)),
-    "torch": (str, type(None)),
-    "seed": (int, str, type(None)),
-    "date": (str, type(None)),
-    "note": (str,),
-}
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
+    from jsonschema.protocols import Validator
+
+SCHEMA_RESOURCE = ("harness.traces", "trace.schema.json")
+"""Package and file name of the trace's JSON Schema (package data, see pyproject.toml)."""
 
 
 class TraceError(ValueError):
@@ -98,6 +101,7 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
     """Validate a decoded JSON document and build the :class:`Trace` it describes."""
     if not isinstance(data, dict):
         raise TraceError(source, "(file)", f"must hold a JSON object, not {_json_type(data)}")
+    # The version before anything else: a newer schema may have renamed any other field.
     if "schema" not in data:
         raise TraceError(source, "schema", "is missing")
     schema = data["schema"]
@@ -105,14 +109,11 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
         raise TraceError(source, "schema", f"must be an integer, not {_json_type(schema)}")
     if schema != SCHEMA_VERSION:
         raise TraceError(source, "schema", f"schema {schema} is not supported; this poolfuzz reads {SCHEMA_VERSION}")
-    for key in data:
-        if key not in TOP_LEVEL:
-            raise TraceError(source, str(key), f"is not a trace field; known: {', '.join(TOP_LEVEL)}")
-    for key in REQUIRED:
-        if key not in data:
-            raise TraceError(source, key, "is missing")
-    family_name = _typed(source, "family", data["family"], str)
-    implementation = _typed(source, "implementation", data["implementation"], str)
+    error = first_schema_error(trace_validator().iter_errors(data), trace_schema())
+    if error is not None:
+        raise TraceError(source, schema_error_field(error), _problem(error))
+    # The structure is sound from here on: what is left is what only this poolfuzz knows.
+    family_name: str = data["family"]
     driver_cls = _driver_for(source, family_name)
     config = _check_config(source, family_name, data["config"])
     steps = _check_steps(source, driver_cls, data["steps"])
@@ -121,12 +122,11 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
         check_steps(family_name, steps, config)
     except LimitError as exc:
         raise TraceError.from_limit(source, exc) from None
-    expect = _check_expect(source, data["expect"])
-    provenance_ = _check_provenance(source, data.get("provenance", {}))
-    audit_period = _typed(source, "audit_period", data.get("audit_period", DEFAULT_AUDIT_PERIOD), int)
-    if audit_period < 1:
-        raise TraceError(source, "audit_period", f"must be at least 1, not {audit_period}")
-    return Trace(family_name, implementation, config, steps, expect, provenance_, audit_period)
+    expect = data["expect"]
+    _check_invariant(source, "expect.invariant", expect.get("invariant"))
+    _check_invariant(source, "expect.regression.invariant", expect.get("regression", {}).get("invariant"))
+    return Trace(family_name, data["implementation"], config, steps, dict(expect), dict(data.get("provenance", {})),
+                 data.get("audit_period", DEFAULT_AUDIT_PERIOD))
 
 
 def _driver_for(source: str, family_name: str) -> type:
@@ -143,16 +143,10 @@ def _driver_for(source: str, family_name: str) -> type:
     return driver
 
 
-def _check_config(source: str, family_name: str, config: Any) -> dict[str, Any]:
+def _check_config(source: str, family_name: str, config: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments: checked against the family's default pool signature."""
     from harness.judge.families import family, resolve
 
-    config = _typed(source, "config", config, dict)
-    if "device" not in config:
-        raise TraceError(source, "config.device", "is missing")
-    device = _typed(source, "config.device", config["device"], str)
-    if not re.fullmatch(r"(cpu|cuda)(:[0-9]+)?", device):
-        raise TraceError(source, "config.device", f"{device!r} is not cpu, cuda or cuda:N")
     spec = family(family_name).default
     try:
         default = resolve(spec)
@@ -164,29 +158,24 @@ def _check_config(source: str, family_name: str, config: Any) -> dict[str, Any]:
     return dict(config)
 
 
-def _check_steps(source: str, driver_cls: type, steps: Any) -> list[dict[str, Any]]:
-    steps = _typed(source, "steps", steps, list)
+def _check_steps(source: str, driver_cls: type, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each step's op is an operation of the driver, and its args bind to that operation's signature."""
     known: frozenset[str] = getattr(driver_cls, "operations", frozenset())
+    operations: dict[str, tuple[inspect.Signature, dict[str, Any]]] = {}  # op: its signature less self, its hints
     checked = []
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
-        step = _typed(source, where, step, dict)
-        for key in step:
-            if key not in ("op", "args"):
-                raise TraceError(source, f"{where}.{key}", "is not a step field; a step has op and args")
-        for key in ("op", "args"):
-            if key not in step:
-                raise TraceError(source, f"{where}.{key}", "is missing")
-        op = _typed(source, f"{where}.op", step["op"], str)
+        op, args = step["op"], step["args"]
         if op not in known:
             raise TraceError(source, f"{where}.op", f"step {index + 1}: {op!r} is not an operation of "
                                                     f"{driver_cls.__name__}; known: {', '.join(sorted(known))}")
-        args = _typed(source, f"{where}.args", step["args"], dict)
-        method = getattr(driver_cls, op)
-        signature = inspect.signature(method)
-        params = list(signature.parameters.values())[1:]  # drop self
-        _check_call(source, f"{where}.args", signature.replace(parameters=params), args, _hints(method),
-                    op, prefix=f"step {index + 1}: ")
+        if op not in operations:  # once per operation, not per step: a trace may have 100000 steps
+            method = getattr(driver_cls, op)
+            signature = inspect.signature(method)
+            params = list(signature.parameters.values())[1:]  # drop self
+            operations[op] = signature.replace(parameters=params), _hints(method)
+        signature, hints = operations[op]
+        _check_call(source, f"{where}.args", signature, args, hints, op, prefix=f"step {index + 1}: ")
         checked.append({"op": op, "args": args})
     return checked
 
@@ -211,60 +200,157 @@ def _check_call(source: str, where: str, signature: inspect.Signature, args: dic
             raise TraceError(source, f"{where}.{name}", f"{prefix}is missing (required by {shown})")
 
 
-def _check_expect(source: str, expect: Any) -> dict[str, Any]:
+def _check_invariant(source: str, where: str, invariant: str | None) -> None:
+    """An invariant id the expectation names (``None``: it names none there) must be in the catalogue."""
     from harness.judge.invariants import INVARIANTS
 
-    expect = _typed(source, "expect", expect, dict)
-    if "outcome" not in expect:
-        raise TraceError(source, "expect.outcome", "is missing")
-    outcome = _typed(source, "expect.outcome", expect["outcome"], str)
-    if outcome not in OUTCOMES:
-        raise TraceError(source, "expect.outcome", f"{outcome!r} is not one of {', '.join(OUTCOMES)}")
-    allowed = ("outcome", "regression") if outcome == "pass" else ("outcome", "invariant", "implementation")
-    for key in expect:
-        if key not in allowed:
-            raise TraceError(source, f"expect.{key}", f"is not allowed with outcome {outcome!r}")
-    if "regression" in expect:
-        _check_regression(source, expect["regression"])
-    if outcome == "violation":
-        if "invariant" not in expect:
-            raise TraceError(source, "expect.invariant", "is missing (a violation names its invariant id)")
-        invariant = _typed(source, "expect.invariant", expect["invariant"], str)
-        if invariant not in INVARIANTS:
-            raise TraceError(source, "expect.invariant", f"{invariant!r} is not an invariant id; known: {', '.join(INVARIANTS)}")
-        if "implementation" in expect:
-            _typed(source, "expect.implementation", expect["implementation"], str)
-    return dict(expect)
+    if invariant is not None and invariant not in INVARIANTS:
+        raise TraceError(source, where, f"{invariant!r} is not an invariant id; known: {', '.join(INVARIANTS)}")
 
 
-def _check_regression(source: str, value: Any) -> None:
-    """``expect.regression``: the old implementation and the invariant it broke (docs/corpus.md, regression traces)."""
-    from harness.judge.invariants import INVARIANTS
-
-    value = _typed(source, "expect.regression", value, dict)
-    for key in value:
-        if key not in REGRESSION_FIELDS:
-            raise TraceError(source, f"expect.regression.{key}",
-                             f"is not a regression field; known: {', '.join(REGRESSION_FIELDS)}")
-    for key in REGRESSION_FIELDS:
-        if key not in value:
-            raise TraceError(source, f"expect.regression.{key}", "is missing")
-    invariant = _typed(source, "expect.regression.invariant", value["invariant"], str)
-    if invariant not in INVARIANTS:
-        raise TraceError(source, "expect.regression.invariant",
-                         f"{invariant!r} is not an invariant id; known: {', '.join(INVARIANTS)}")
-    spec = _typed(source, "expect.regression.implementation", value["implementation"], str)
-    if not SPEC.fullmatch(spec):
-        raise TraceError(source, "expect.regression.implementation", f"{spec!r} is not module:attr")
+# ---------------------------------------------------------------- JSON Schema
+@functools.cache
+def trace_schema() -> dict[str, Any]:
+    """The committed JSON Schema of a trace (``harness/traces/trace.schema.json``), read once."""
+    package, name = SCHEMA_RESOURCE
+    schema: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+    return schema
 
 
-def _check_provenance(source: str, value: Any) -> dict[str, Any]:
-    value = _typed(source, "provenance", value, dict)
-    for key, kinds in PROVENANCE_FIELDS.items():
-        if key in value and (not isinstance(value[key], kinds) or isinstance(value[key], bool)):
-            names = " or ".join(_PY_TO_JSON.get(k, k.__name__) for k in kinds)
-            raise TraceError(source, f"provenance.{key}", f"must be {names}, not {_json_type(value[key])}")
-    return dict(value)
+@functools.cache
+def trace_validator() -> Validator:
+    """The validator of :func:`trace_schema`, built once, on first use (jsonschema is imported then, not before)."""
+    return strict_validator(trace_schema())
+
+
+def strict_validator(schema: Mapping[str, Any]) -> Validator:
+    """A draft 2020-12 validator of ``schema`` whose ``integer`` is Python's: ``8.0`` is a number, not an integer."""
+    from jsonschema import Draft202012Validator, validators
+
+    integers = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _checker, value: _is_int(value))
+    strict = validators.extend(Draft202012Validator, type_checker=integers)
+    validator: Validator = strict(schema)
+    return validator
+
+
+AT_ONE_PLACE = ("type", "additionalProperties", "required")
+"""At one place in a document, a wrong type is told first, then an unknown key, then a missing one, then the rest."""
+
+
+def first_schema_error(errors: Iterable[ValidationError], schema: Mapping[str, Any]) -> ValidationError | None:
+    """The one error of ``errors`` to tell: the first in the order the schema lists the fields.
+
+    Errors are ordered by where they are in the document: an object's own
+    errors (a wrong type, an unknown or a missing key) before those of its
+    fields, its fields in the order of the schema's ``properties`` (for a trace:
+    schema, family, implementation, config, steps, expect, audit_period,
+    provenance), an array's items by index; at one place by :data:`AT_ONE_PLACE`.
+    So the error told depends neither on the key order of the file nor on the
+    order jsonschema happens to find them in.
+    """
+    return min(errors, key=lambda error: _place(error, schema), default=None)
+
+
+def _place(error: ValidationError, root: Mapping[str, Any]) -> tuple[tuple[tuple[int, str], ...], int, str]:
+    """Sort key of an error: a rank per step down the document to it, then its keyword's rank at that place.
+
+    A key ranks by its position among the properties of every subschema that
+    applies at that place (the object's own first, then its ``$ref``,
+    ``then``/``else`` and ``allOf`` branches), so a field keeps one rank
+    whichever branch reports it; a key no subschema lists ranks after them.
+    """
+    steps: list[tuple[int, str]] = []
+    nodes: list[Mapping[str, Any]] = [root]
+    for part in error.absolute_path:
+        nodes = [each for node in nodes for each in _alongside(node, root)]
+        if isinstance(part, int):
+            steps.append((part, ""))
+            nodes = [node["items"] for node in nodes if isinstance(node.get("items"), Mapping)]
+            continue
+        names = list(dict.fromkeys(name for node in nodes for name in node.get("properties", {})))
+        steps.append((names.index(part) if part in names else len(names), str(part)))
+        nodes = [node["properties"][part] for node in nodes if part in node.get("properties", {})] or [
+            node["additionalProperties"] for node in nodes if isinstance(node.get("additionalProperties"), Mapping)]
+    keyword = str(error.validator)
+    rank = AT_ONE_PLACE.index(keyword) if keyword in AT_ONE_PLACE else len(AT_ONE_PLACE)
+    return tuple(steps), rank, keyword
+
+
+def _alongside(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``node`` and every subschema it applies to the same value: its ``$ref``, ``then``, ``else``, ``allOf``..."""
+    found = [node]
+    branches = [node.get("$ref") and _resolve(root, node["$ref"]), node.get("then"), node.get("else"),
+                *node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())]
+    for branch in branches:
+        if isinstance(branch, Mapping):
+            found += _alongside(branch, root)
+    return found
+
+
+def _resolve(root: Mapping[str, Any], ref: str) -> Any:
+    """A ``#/...`` reference inside ``root`` (the only kind these schemas use)."""
+    node: Any = root
+    for part in ref.removeprefix("#").strip("/").split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def schema_error_field(error: ValidationError) -> str:
+    """The field an error is about, as ``steps[1].args``: the key itself for a missing or an unknown key."""
+    where = ""
+    for part in error.absolute_path:
+        where += f"[{part}]" if isinstance(part, int) else f"{'.' if where else ''}{part}"
+    key = _key(error)
+    return f"{where}.{key}" if where and key is not None else key if key is not None else where
+
+
+def _key(error: ValidationError) -> str | None:
+    """For ``required`` the first key missing, for ``additionalProperties`` the first unknown one (file order)."""
+    if error.validator == "required":
+        return next((str(k) for k in error.validator_value if k not in error.instance), None)
+    if error.validator == "additionalProperties" and isinstance(error.schema, Mapping):
+        known = error.schema.get("properties", {})
+        return next((str(k) for k in error.instance if k not in known), None)
+    return None
+
+
+def schema_error_words(error: ValidationError, generic: Mapping[str, str], types_: Mapping[str, str]) -> str:
+    """The problem of an error in a reader's words: the schema's ``x-problem`` for the keyword, else ``generic``.
+
+    Both are templates of ``value`` (the offending value), ``type`` (its JSON
+    type, ``an integer``), ``expected`` (what ``type`` allows, ``a string or
+    null``), ``limit`` (the keyword's value), ``options`` (an enum's values) and
+    ``known`` (the object's properties); a keyword neither names is jsonschema's
+    own message.
+    """
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    template = schema.get("x-problem", {}).get(error.validator) or generic.get(str(error.validator))
+    if template is None:
+        return str(error.message)
+    allowed = schema.get("type", [])
+    return str(template).format(
+        value=error.instance, type=_json_type(error.instance), limit=error.validator_value,
+        expected=" or ".join(types_.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)),
+        options=", ".join(str(o) for o in schema.get("enum", ())), known=", ".join(schema.get("properties", {})),
+    )
+
+
+_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "a boolean", "null": "null"}
+_WORDS = {
+    "type": "must be {expected}, not {type}",
+    "required": "is missing",
+    "additionalProperties": "is not a field here; known: {known}",
+    "const": "must be {limit!r}, not {value!r}",
+    "enum": "{value!r} is not one of {options}",
+    "pattern": "{value!r} does not match {limit}",
+    "minimum": "must be at least {limit}, not {value}",
+}
+"""How this loader words an error of each keyword the trace schema uses (a schema's ``x-problem`` goes first)."""
+
+
+def _problem(error: ValidationError) -> str:
+    return schema_error_words(error, _WORDS, _TYPE_NAMES)
 
 
 # ---------------------------------------------------------------- type checks
@@ -285,12 +371,6 @@ def _json_type(value: Any) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _typed(source: str, where: str, value: Any, kind: type) -> Any:
-    if not (_is_int(value) if kind is int else isinstance(value, kind)):
-        raise TraceError(source, where, f"must be {_PY_TO_JSON[kind]}, not {_json_type(value)}")
-    return value
 
 
 def _hints(fn: Any) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from harness.traces.replay import replay_trace
 from harness.judge.trace import Trace
+from harness.traces.replay import replay_trace
 
 Steps = list[dict[str, Any]]
 

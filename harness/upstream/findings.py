@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
-from harness.machines.base import PoolMachine, make_machine
 from harness.judge.trace import Trace
+from harness.machines.base import PoolMachine
+from harness.machines.table import make_machine
+from harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
 
 UPSTREAM_FOLDER = "upstream"
 """Upstream findings live flat in ``<corpus>/upstream/``, one folder for every upstream family."""
@@ -72,9 +73,9 @@ FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
 # Family -> operation -> when the machine may still issue it (given the machine and the call's arguments).
 _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
-    "paged_kv": {"decode": lambda machine, args: machine.kv.page_size > 1},
-    "mamba_slots": {"clear": lambda machine, args: not machine.window_open()},
-    "block_pool": {"evict": lambda machine, args: not machine.evicts_a_cached_free_block(args["block_ids"])},
+    "paged_kv": {"decode": lambda machine, args: machine.view.page_size > 1},
+    "mamba_slots": {"clear": lambda machine, args: not machine.view.group_open},
+    "block_pool": {"evict": lambda machine, args: not _evicts_a_cached_free_block(machine, args["block_ids"])},
     "swa_kv": {
         "decode": lambda machine, args: not _one_side_short(machine, args["handles"]),
         "free": lambda machine, args: not _frees_slots_without_peers(machine, args["handle"]),
@@ -82,10 +83,18 @@ _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
 }
 
 
+def _evicts_a_cached_free_block(machine: Any, block_ids: list[int]) -> bool:
+    """Whether ``evict(block_ids)`` names a free block that still has a hash (finding
+    ``vllm-evict-keeps-free-block-in-place``; vLLM's scheduler never does it)."""
+    model = machine.driver.model
+    return any(0 <= b < model.num_gpu_blocks and model.is_free(b) and b in model.hash_of for b in block_ids)
+
+
 def _one_side_short(machine: Any, handles: list[int]) -> bool:
     """Whether a paged SWA decode of ``handles`` finds exactly one side short (finding ``swa-decode-keeps-one-side``)."""
-    model = machine.swa.model
-    if machine.swa.page_size == 1 or not all(model.is_live(h) for h in handles):
+    driver = machine.driver
+    model = driver.model
+    if driver.page_size == 1 or not all(model.is_live(h) for h in handles):
         return False
     need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
     return (need > len(model.full.free)) != (need > len(model.swa.free))
@@ -95,8 +104,9 @@ def _frees_slots_without_peers(machine: Any, handle: int) -> bool:
     """Not a finding: at page size 1 upstream's ``free`` requires every slot to have an SWA peer (its own
     ``swa.peer_mapped`` check, "caller wants free_full"); its scheduler frees slots that left the window
     with ``free_full_segment``.  Our ``free`` accepts them, so the ``swa_kv`` driver issues it."""
-    model = machine.swa.model
-    return machine.swa.page_size == 1 and model.is_live(handle) and bool(model.unwindowed_pages(handle))
+    driver = machine.driver
+    model = driver.model
+    return driver.page_size == 1 and model.is_live(handle) and bool(model.unwindowed_pages(handle))
 
 
 def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:

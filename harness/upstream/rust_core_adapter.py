@@ -32,8 +32,8 @@ import torch
 
 from harness.upstream.radix_adapters import (
     TokenIds,
-    UpstreamMatch,
     UpstreamCacheOver,
+    UpstreamMatch,
     UpstreamRequestResult,
     token_list,
     upstream_kv_allocator,

@@ -183,7 +183,7 @@ def load_sglang_cache() -> SglangCacheModules:
         )
         executed = _exec_under(stand_ins, root)
         clock = LogicalClock()
-        setattr(executed["radix_cache"], "time", clock)  # its only clock: `import time` at module level
+        executed["radix_cache"].time = clock  # its only clock: `import time` at module level
         _loaded = SglangCacheModules(
             version=version,
             root=root,
@@ -210,7 +210,7 @@ def _exec_under(stand_ins: dict[str, ModuleType], root: Path) -> dict[str, Modul
             executed[name] = _exec_file(f"{_MEM_CACHE}.{name}", root / path)
             if name == "evict_policy":
                 strategy = sglang_cache_stubs.eviction_strategy_factory(executed[name])
-                setattr(stand_ins[f"{_MEM_CACHE}.utils"], "get_eviction_strategy", strategy)
+                stand_ins[f"{_MEM_CACHE}.utils"].get_eviction_strategy = strategy
     finally:
         for name in names:
             sys.modules.pop(name, None)

@@ -101,7 +101,7 @@ def _exec_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module  # block_pool imports kv_cache_utils by its dotted name
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - a changed upstream file surfaces as a clear error
+    except Exception as exc:
         raise UpstreamUnavailableError(
             f"executing upstream {path} failed ({type(exc).__name__}: {exc}); "
             f"the stand-ins in harness.upstream.vllm_stubs match {DISTRIBUTION}=={SUPPORTED_VERSION} only"

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from pools.errors import UnknownKernelError
 from pools.page_alloc.counting import DecodeFn, ExtendFn, get_num_new_pages, num_new_pages_per_request
@@ -79,7 +79,7 @@ class PageKernel:
     decode: DecodeFn
 
 
-@lru_cache(maxsize=None)
+@cache
 def triton_available() -> bool:
     """Whether the ``triton`` kernel can be loaded here.
 

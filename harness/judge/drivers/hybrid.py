@@ -147,7 +147,7 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
             if claim.row is None:
                 claim.row = row
                 hm.bind(row, int(req.rid))
-        for (req, claim), slot in zip(fresh, new_slots):
+        for (_, claim), slot in zip(fresh, new_slots):
             claim.slot = slot
         self.bind_slots(new_slots, [int(req.rid) for req, _ in fresh], len(reserved))
         self._check_fields([int(req.rid) for req in reqs], what)

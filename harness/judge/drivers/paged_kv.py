@@ -72,13 +72,13 @@ class PagedKVDriver(TokenKVDriver):
         what = f"alloc_extend(prefix={pres}, seq={seqs}, last_loc={lasts})"
         pre_cpu, seq_cpu = torch.tensor(pres, dtype=torch.int64), torch.tensor(seqs, dtype=torch.int64)
         num_pages = sum(self.model.extend_pages_needed(p, s) for p, s in zip(pres, seqs))
-        call = lambda: self.pool.alloc_extend(self._tensor(pres), pre_cpu, self._tensor(seqs), seq_cpu,  # noqa: E731
+        call = lambda: self.pool.alloc_extend(self._tensor(pres), pre_cpu, self._tensor(seqs), seq_cpu,
                                               self._tensor(lasts), sum(seqs) - sum(pres))
         out = self._judge(what, (pres, seqs, lasts), num_pages, call, alloc_extend_loop)
         if out is None:
             return []
         new_handles = []
-        for (h, _), p, s, (start, stop) in zip(batch, pres, seqs, _spans(pres, seqs)):
+        for (h, _), p, _s, (start, stop) in zip(batch, pres, seqs, _spans(pres, seqs)):
             if h is None:
                 h = self.model.new_handle(request=True)
                 new_handles.append(h)
@@ -99,7 +99,7 @@ class PagedKVDriver(TokenKVDriver):
         what = f"alloc_decode(seq={seqs}, last_loc={lasts})"
         seq_cpu = torch.tensor(seqs, dtype=torch.int64)
         num_pages = sum(self.model.decode_pages_needed(s) for s in seqs)
-        call = lambda: self.pool.alloc_decode(self._tensor(seqs), seq_cpu, self._tensor(lasts))  # noqa: E731
+        call = lambda: self.pool.alloc_decode(self._tensor(seqs), seq_cpu, self._tensor(lasts))
 
         def oracle(pre: torch.Tensor, seq: torch.Tensor, last: torch.Tensor, pages: torch.Tensor,
                    out: torch.Tensor, ps: int) -> None:

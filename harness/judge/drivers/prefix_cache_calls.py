@@ -187,7 +187,7 @@ class PrefixCacheCalls(Driver):
             call()
         except error:
             pass
-        except Exception as other:  # noqa: BLE001 - a wrong error type is the finding
+        except Exception as other:
             raise InvariantViolation("misuse-rejected", f"{what} raised {type(other).__name__}, expected "
                                      f"{error.__name__}", error=str(other)) from other
         else:
@@ -216,5 +216,5 @@ class PrefixCacheCalls(Driver):
         if sanity is not None:
             try:
                 sanity()
-            except Exception as exc:  # noqa: BLE001 - whatever the audit raises is the finding
+            except Exception as exc:
                 raise InvariantViolation("cache-accounting", f"sanity_check failed: {type(exc).__name__}: {exc}") from exc
