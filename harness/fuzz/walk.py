@@ -2,10 +2,10 @@
 
 Under hypothesis a worker spends most of each step in the engine (choice
 sequences, bundles, rule selection): about 3,000 steps/s, while the drivers
-alone check 5,000-70,000.  A walk draws each step from a family's
-:class:`~strategies.configs.MoveTable` -- plain-``random`` twins of its strategies,
-with the corners (repeats inside one call, mixed batches, page-edge geometry,
-exact fits) drawn on purpose -- and calls :meth:`Driver.step` itself, so every
+alone check 5,000-70,000.  A walk draws each step from the family's
+:class:`~strategies.table.MoveTable` -- the very moves its hypothesis machine draws, here through
+a plain ``random.Random``, with the catalogue's corners (repeats inside one call, mixed batches,
+page-edge geometry, exact fits) at their weights -- and calls :meth:`Driver.step` itself, so every
 per-call check and the audit schedule are exactly the machine's.
 
 Swarm testing: each episode (one fresh pool, as one hypothesis example)
@@ -14,8 +14,7 @@ some episodes hammer two or three kinds of step into the corners they share.
 
 A failure ends the walk: its trace goes to the same shrinker and corpus as
 hypothesis's (:func:`~harness.traces.shrink.shrink_trace`,
-:func:`~harness.traces.corpus.save_trace`).  A family without a walk here
-falls back to its registry bench walk over its bench configuration.
+:func:`~harness.traces.corpus.save_trace`).
 """
 
 from __future__ import annotations
