@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +40,7 @@ from harness.fuzz.database import redacted
 from harness.fuzz.report import SeriesPoint
 from harness.traces.schema import (
     first_schema_error,
+    packaged_schema,
     schema_error_field,
     schema_error_words,
     strict_validator,
@@ -267,12 +266,9 @@ object not listed is only checked to be an object.
 """
 
 
-@functools.cache
 def report_schema() -> dict[str, Any]:
-    """The committed JSON Schema of a report (``harness/fuzz/report.schema.json``), read once."""
-    package, name = SCHEMA_RESOURCE
-    schema: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
-    return schema
+    """The committed JSON Schema of a report (``harness/fuzz/report.schema.json``)."""
+    return packaged_schema(*SCHEMA_RESOURCE)
 
 
 @functools.cache

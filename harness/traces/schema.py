@@ -210,11 +210,15 @@ def _check_invariant(source: str, where: str, invariant: str | None) -> None:
 
 # ---------------------------------------------------------------- JSON Schema
 @functools.cache
-def trace_schema() -> dict[str, Any]:
-    """The committed JSON Schema of a trace (``harness/traces/trace.schema.json``), read once."""
-    package, name = SCHEMA_RESOURCE
+def packaged_schema(package: str, name: str) -> dict[str, Any]:
+    """A JSON Schema shipped as package data (``name`` in ``package``), read once."""
     schema: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
     return schema
+
+
+def trace_schema() -> dict[str, Any]:
+    """The committed JSON Schema of a trace (``harness/traces/trace.schema.json``)."""
+    return packaged_schema(*SCHEMA_RESOURCE)
 
 
 @functools.cache
