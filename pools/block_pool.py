@@ -46,14 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    BlockStateError,
-    DoubleFreeError,
-    ForeignIndexError,
-    InsufficientBlocksError,
-)
+from pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, InsufficientBlocksError
 
 BlockHash = int | bytes
 """A block's content hash; the caller computes it (vLLM chains it over the prefix)."""

@@ -36,15 +36,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    ReservedIndexError,
-    check_count,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
 from pools.free_list import PageFreeList
 from pools.page_alloc import PageKernel, get_kernel
 from pools.page_states import FREE as _FREE

@@ -18,14 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pools.errors import (
-    BadBatchError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    ReservedIndexError,
-    check_count,
-)
+from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
 from pools.free_list import PageFreeList
 
 __all__ = ["MambaSlotAllocator"]

@@ -22,13 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from pools.errors import AlreadyCachedError, BadBatchError, BadSizeError, LockStateError
-from pools.radix_cache_base import (
-    FreeingAllocator,
-    MatchResult,
-    RadixCacheBase,
-    TokenIds,
-    is_int_vector,
-)
+from pools.radix_cache_base import FreeingAllocator, MatchResult, RadixCacheBase, TokenIds, is_int_vector
 from pools.radix_tree import Key, TreeNode
 
 __all__ = ["FreeingAllocator", "MatchResult", "RadixCache", "RequestCacheResult", "TokenIds", "TreeNode"]

@@ -21,15 +21,7 @@ from strategies.kv_configs import paged_kv_config, token_kv_config
 from strategies.kv_misuse import admit_mid_page, paged_catalogue, token_catalogue
 from strategies.kv_views import KVView, PagedKVView
 from strategies.page_alloc import edge_extend_lengths
-from strategies.table import (
-    CORNER_EXACT,
-    CORNER_MIXED,
-    CORNER_REPEAT,
-    Move,
-    MoveTable,
-    Step,
-    with_repeat,
-)
+from strategies.table import CORNER_EXACT, CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Step, with_repeat
 
 
 # ---------------------------------------------------------------- token moves

@@ -24,24 +24,9 @@ but not its slot in one batch with new ones.
 from __future__ import annotations
 
 from strategies.choosers import Chooser
-from strategies.mamba_catalogue import (
-    donate_a_slot,
-    hybrid_catalogue,
-    mamba_slot_catalogue,
-    readmit_beside_new,
-)
+from strategies.mamba_catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
 from strategies.mamba_views import HybridView, MambaSlotView, SlotView
-from strategies.table import (
-    CORNER_MIXED,
-    CORNER_REPEAT,
-    Config,
-    Move,
-    MoveTable,
-    Step,
-    fixed,
-    pool_size,
-    with_repeat,
-)
+from strategies.table import CORNER_MIXED, CORNER_REPEAT, Config, Move, MoveTable, Step, fixed, pool_size, with_repeat
 
 MANY_SLOTS = 70
 """A pool large enough for one ``free`` of more than 64 slots (the allocator's counting path)."""

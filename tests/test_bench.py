@@ -7,11 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bench.baselines import (
-    HeadSliceReqToTokenPool,
-    extend_inputs,
-    extend_per_request_torch,
-)
+from harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
 from harness.bench.run import main
 from pools import ReqToTokenPool
 from pools.page_alloc import get_kernel

@@ -20,13 +20,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
 from harness.machines import make_machine, run_machine
 from harness.traces.corpus import save_trace, trace_key
-from harness.traces.replay import (
-    ReplayResult,
-    matches_expectation,
-    old_implementation,
-    replay_trace,
-    trace_files,
-)
+from harness.traces.replay import ReplayResult, matches_expectation, old_implementation, replay_trace, trace_files
 from harness.traces.replay_cli import main
 from harness.traces.schema import load_trace
 from harness.traces.shrink import shrink_trace

@@ -31,16 +31,7 @@ import pytest
 
 pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard' extra)")
 
-from harness.dashboard import (
-    LiveDashboard,
-    NoReportsError,
-    ReportError,
-    add_arguments,
-    build_dashboard,
-    load_reports,
-    load_runs,
-    run,
-)
+from harness.dashboard import LiveDashboard, NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run
 from harness.dashboard.bundle import BASIC_TRACES, basic_bundle, bundle_for, full_bundle
 from harness.dashboard.groups import Grouping, latest_rows, target_groups
 from harness.dashboard.reports import TOOL, Run, parse_report, so_far

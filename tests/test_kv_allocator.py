@@ -13,15 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel, triton_available
 from pools.page_states import DEVICE_PATH_ON_CPU

@@ -16,20 +16,9 @@ from hypothesis import Phase
 
 from harness.judge.drivers.kv import TokenKVDriver
 from harness.judge.drivers.paged_kv import PagedKVDriver
-from harness.machines import (
-    PoolMachine,
-    make_machine,
-    pinned_settings,
-    run_machine,
-    violation_of,
-)
+from harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
 from pools.errors import GroupStateError
-from pools.kv_allocator import (
-    _LIVE,
-    _PENDING,
-    PagedTokenToKVPoolAllocator,
-    TokenToKVPoolAllocator,
-)
+from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel
 from strategies.kv import paged_kv_table
 

@@ -10,15 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 from pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool
 

@@ -20,13 +20,7 @@ from harness.cli import main as cli_main
 from harness.mutate.mutants import ModuleSource, Mutant, generate
 from harness.mutate.plan import Baseline, BaselineFailed
 from harness.mutate.runner import Job, WorkerFailed, WorkerPool
-from harness.mutate.swap import (
-    LiveModule,
-    NotSwappable,
-    check_swappable,
-    mutated_code,
-    swapped,
-)
+from harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
 from harness.mutate.worker import MutantLab, WorkerSetup
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,13 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pools.errors import BadBatchError, BadSizeError, UnknownKernelError
-from pools.page_alloc import (
-    KERNEL_NAMES,
-    get_kernel,
-    get_num_new_pages,
-    num_new_pages_per_request,
-    triton_available,
-)
+from pools.page_alloc import KERNEL_NAMES, get_kernel, get_num_new_pages, num_new_pages_per_request, triton_available
 
 HAS_TRITON = triton_available()
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton (with numpy for its interpreter) is not installed")

@@ -20,11 +20,7 @@ import torch
 from hypothesis import Phase
 
 from harness.canaries.scheduler import CeilRetractScheduler as CeilRetractDriver
-from harness.judge.drivers.scheduler import (
-    SchedulerDriver,
-    SchedulerPools,
-    build_scheduler_pools,
-)
+from harness.judge.drivers.scheduler import SchedulerDriver, SchedulerPools, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
 from harness.machines import run_machine, settings_for
 from harness.machines.scheduler import scheduler_machine

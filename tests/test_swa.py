@@ -13,15 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
 from tests.conftest import DEVICES
 

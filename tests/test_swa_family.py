@@ -16,13 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.canaries.swa import (
-    CANARIES,
-    NonAtomicDecode,
-    TailHeadKeepsOldEntries,
-    TombstoneKeepsItsEntry,
-    UnmapsOnlyNamedTokens,
-)
+from harness.canaries.swa import CANARIES, NonAtomicDecode, TailHeadKeepsOldEntries, TombstoneKeepsItsEntry, UnmapsOnlyNamedTokens
 from harness.judge.drivers.base import Driver
 from harness.judge.drivers.pure_swa import PureSWAKVDriver
 from harness.judge.drivers.swa import SWAKVDriver

@@ -18,11 +18,7 @@ from typing import Any
 import torch
 
 from harness.canaries.catalogue import Canary
-from harness.judge.drivers.scheduler import (
-    SchedulerDriver,
-    SchedulerPools,
-    build_scheduler_pools,
-)
+from harness.judge.drivers.scheduler import SchedulerDriver, SchedulerPools, build_scheduler_pools
 from pools.radix_cache import RadixCache, RequestCacheResult, TokenIds
 from pools.radix_tree import TreeNode
 from pools.swa import SWATokenToKVPoolAllocator

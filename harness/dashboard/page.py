@@ -21,17 +21,7 @@ from harness.dashboard import figures
 from harness.dashboard.bundle import Bundle, bundle_for, script_tag, write_shared
 from harness.dashboard.groups import Grouping, latest_rows
 from harness.dashboard.reports import Run, TargetRun
-from harness.dashboard.sections import (
-    cards,
-    duration,
-    esc,
-    failure_list,
-    notes,
-    row_names,
-    run_context,
-    targets_table,
-    when,
-)
+from harness.dashboard.sections import cards, duration, esc, failure_list, notes, row_names, run_context, targets_table, when
 from harness.dashboard.sources import load_runs
 from harness.dashboard.style import CSS, ERROR_CATCHER
 from harness.dashboard.writing import write_atomically

@@ -38,13 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.fuzz.database import redacted
 from harness.fuzz.report import SeriesPoint
-from harness.traces.schema import (
-    first_schema_error,
-    packaged_schema,
-    schema_error_field,
-    schema_error_words,
-    strict_validator,
-)
+from harness.traces.schema import first_schema_error, packaged_schema, schema_error_field, schema_error_words, strict_validator
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

@@ -16,13 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.dashboard.reports import (
-    TOOL,
-    NoReportsError,
-    ReportError,
-    Run,
-    parse_report,
-)
+from harness.dashboard.reports import TOOL, NoReportsError, ReportError, Run, parse_report
 
 
 def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:

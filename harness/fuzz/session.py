@@ -68,16 +68,7 @@ from harness.fuzz.protocol import (
     Shared,
     WorkerPlan,
 )
-from harness.fuzz.report import (
-    CrashRecord,
-    RunReport,
-    TargetStats,
-    combine_coverage,
-    machine_info,
-    possible_arcs,
-    utc_now,
-    versions,
-)
+from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, possible_arcs, utc_now, versions
 from harness.fuzz.shares import ShareBook
 
 MAX_RESPAWNS = 3

@@ -19,14 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from hypothesis.strategies import SearchStrategy
 
-from harness.judge.families import (
-    UnknownTargetError,
-    family,
-    implementation_for,
-    load_factory,
-    resolve,
-    validates_input,
-)
+from harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
 from harness.machines.base import PoolMachine
 from strategies.choosers import DataChooser
 from strategies.table import corner_steps, load_table

@@ -25,20 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.mutate.mutants import ModuleSource, Mutant, generate
-from harness.mutate.swap import (
-    LiveModule,
-    NotSwappable,
-    check_swappable,
-    mutated_code,
-    swapped,
-)
-from harness.mutate.targets import (
-    LineHits,
-    build_machine,
-    mutation_settings,
-    run_target,
-    trace_target,
-)
+from harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
+from harness.mutate.targets import LineHits, build_machine, mutation_settings, run_target, trace_target
 
 if TYPE_CHECKING:
     from harness.machines.base import PoolMachine

@@ -35,13 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.judge.families import (
-    UnknownTargetError,
-    family,
-    load_factory,
-    resolve,
-    validates_input,
-)
+from harness.judge.families import UnknownTargetError, family, load_factory, resolve, validates_input
 from harness.judge.invariants import InvariantViolation
 from harness.judge.limits import LimitError, check_config, check_steps
 from harness.judge.trace import Trace

@@ -20,13 +20,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.judge.families import (
-    UnknownTargetError,
-    check_target,
-    family,
-    load_factory,
-    parse_overrides,
-)
+from harness.judge.families import UnknownTargetError, check_target, family, load_factory, parse_overrides
 from harness.judge.trace import Trace
 from harness.traces.corpus import DEFAULT_CORPUS, rewrite_trace
 from harness.traces.interrupt import Interrupted, SignalGuard

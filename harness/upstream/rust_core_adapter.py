@@ -38,12 +38,7 @@ from harness.upstream.radix_adapters import (
     token_list,
     upstream_kv_allocator,
 )
-from harness.upstream.sglang_cache import (
-    RustTreeCoreBindings,
-    freed_by_actions,
-    load_rust_tree_core,
-    rust_evict_full,
-)
+from harness.upstream.sglang_cache import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
 from pools.errors import TreeInvariantError, TreeNodeError
 
 

@@ -42,14 +42,7 @@ from typing import Any
 import torch
 
 from harness.upstream import sglang_cache_stubs
-from harness.upstream.loader import (
-    INSTALL_HINT,
-    UpstreamModules,
-    UpstreamUnavailableError,
-    _exec_file,
-    load_upstream,
-    locate_distribution,
-)
+from harness.upstream.loader import INSTALL_HINT, UpstreamModules, UpstreamUnavailableError, _exec_file, load_upstream, locate_distribution
 
 _MEM_CACHE = "sglang.srt.mem_cache"
 # Executed in this order: each file imports only stand-ins and the files above it.

@@ -15,13 +15,7 @@ from typing import Any
 from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.models.block_pool import NULL_BLOCK, BlockPoolModel
 from pools.block_pool import BlockPool
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    BlockStateError,
-    ForeignIndexError,
-    PoolError,
-)
+from pools.errors import BadBatchError, BadSizeError, BlockStateError, ForeignIndexError, PoolError
 
 CACHE_MISUSE: dict[str, type[PoolError]] = {
     "num_cached_blocks past the table": BadSizeError,

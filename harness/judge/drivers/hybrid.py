@@ -16,12 +16,7 @@ from harness.judge.drivers.mamba_state import MambaStateOps
 from harness.judge.drivers.rows import RowPoolDriver
 from harness.judge.invariants import check
 from harness.judge.models.mamba import Claim, HybridModel, SlotModel
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    PoolError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, PoolError
 from pools.req_to_token import Req
 
 SLOT_CLAIMS = ("a live slot twice", "a slot not handed out", "a non-integer slot", "slot 0", "a slot past the pool")

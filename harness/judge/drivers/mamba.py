@@ -21,15 +21,7 @@ import torch
 from harness.judge.drivers.base import SKIPPED, Driver, offends_free, operation
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.mamba import SlotModel
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 
 
 def as_int(value: Any) -> int | None:

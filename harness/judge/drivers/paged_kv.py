@@ -21,14 +21,7 @@ import torch
 
 from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.drivers.kv import TokenKVDriver, ints
-from harness.judge.drivers.kv_batches import (
-    DECODE_DEFECTS,
-    EXTEND_DEFECTS,
-    BatchArgs,
-    apply_defect,
-    decode_call_args,
-    extend_call_args,
-)
+from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
 from harness.judge.drivers.page_kernel import CASES, kernel_case
 from harness.judge.invariants import check, check_slot_layout
 from pools.errors import BadBatchError

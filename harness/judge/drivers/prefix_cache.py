@@ -36,14 +36,7 @@ from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.drivers.prefix_cache_calls import Holder, PrefixCacheCalls
 from harness.judge.drivers.prefix_cache_misuse import PrefixCacheMisuse
 from harness.judge.invariants import InvariantViolation, check
-from pools.errors import (
-    AlreadyCachedError,
-    BadSizeError,
-    KeyValueMismatchError,
-    LockStateError,
-    PoolError,
-    UnknownEvictionPolicyError,
-)
+from pools.errors import AlreadyCachedError, BadSizeError, KeyValueMismatchError, LockStateError, PoolError, UnknownEvictionPolicyError
 from pools.radix_tree import EVICTION_POLICIES
 
 __all__ = ["Holder", "PrefixCacheDriver"]

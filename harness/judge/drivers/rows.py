@@ -19,14 +19,7 @@ import torch
 from harness.judge.drivers.base import SKIPPED, Driver, offends_free, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.rows import RowModel
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
 from pools.req_to_token import Req
 
 CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")

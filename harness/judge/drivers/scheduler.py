@@ -54,12 +54,7 @@ from harness.judge.drivers.scheduler_kv import KVStep, first_difference
 from harness.judge.drivers.scheduler_swa import WindowBook
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.judge.models.scheduler import ReqState
-from pools.errors import (
-    BadSizeError,
-    PoolError,
-    UnknownEvictionPolicyError,
-    UnknownKernelError,
-)
+from pools.errors import BadSizeError, PoolError, UnknownEvictionPolicyError, UnknownKernelError
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.mamba import HybridReqToTokenPool
 from pools.page_alloc import KERNEL_NAMES

@@ -31,29 +31,11 @@ import torch
 from harness.judge.drivers.base import Driver, operation
 from harness.judge.drivers.kv import ints
 from harness.judge.drivers.swa_batches import SWABatchMisuse
-from harness.judge.drivers.swa_checks import (
-    Grant,
-    SideState,
-    audit_mapping,
-    check_handed_out,
-    check_side_change,
-    judge_grant,
-)
-from harness.judge.drivers.swa_misuse import (
-    FREE_CALLS,
-    free_errors,
-    reject_misuse,
-    skipped,
-)
+from harness.judge.drivers.swa_checks import Grant, SideState, audit_mapping, check_handed_out, check_side_change, judge_grant
+from harness.judge.drivers.swa_misuse import FREE_CALLS, free_errors, reject_misuse, skipped
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.swa import SWAModel
-from pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    GroupStateError,
-    PoolError,
-)
+from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError, PoolError
 
 
 class SWAKVDriver(Driver, SWABatchMisuse):

@@ -16,14 +16,7 @@ from typing import Any
 import torch
 
 from harness.judge.drivers.base import SKIPPED, operation
-from harness.judge.drivers.kv_batches import (
-    DECODE_DEFECTS,
-    EXTEND_DEFECTS,
-    BatchArgs,
-    apply_defect,
-    decode_call_args,
-    extend_call_args,
-)
+from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
 from harness.judge.models.swa import SWAModel
 from pools.errors import BadBatchError, BadSizeError, PoolError, UnknownKernelError
 from pools.page_alloc import KERNEL_NAMES

@@ -20,12 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.judge.invariants import (
-    InvariantViolation,
-    check,
-    check_slot_layout,
-    check_unique,
-)
+from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
 from harness.judge.models.swa import Side, SWAModel
 
 SideState = tuple[tuple[int, ...], int, tuple[int, ...], int]

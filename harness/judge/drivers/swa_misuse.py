@@ -14,13 +14,7 @@ from typing import Any
 
 from harness.judge.drivers.base import SKIPPED, Driver
 from harness.judge.models.swa import SWAModel
-from pools.errors import (
-    BadBatchError,
-    DoubleFreeError,
-    ForeignIndexError,
-    PoolError,
-    ReservedIndexError,
-)
+from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
 
 FREE_CALLS = ("free", "free_swa", "free_full")
 

@@ -26,11 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.judge.models.pages import (
-    ceil_div,
-    decode_pages_needed,
-    extend_pages_needed,
-)
+from harness.judge.models.pages import ceil_div, decode_pages_needed, extend_pages_needed
 
 
 @dataclass
