@@ -95,12 +95,11 @@ class MoveTable:
         moves = tuple(self.move(n) for n in self.bench_moves) or tuple(m for m in self.moves if not m.misuse)
         assert moves, "a move table needs at least one valid move"
         cumulative = list(itertools.accumulate(m.weight for m in moves))
-        views: dict[int, tuple[Any, Any]] = {}
+        held: list[Any] = [None, None]  # the driver of the last call and its view: a bench run drives one at a time
 
         def step(driver: Any, rng: random.Random) -> Step:
-            held = views.get(id(driver))
-            if held is None or held[0] is not driver:
-                held = views[id(driver)] = (driver, self.view(driver))
+            if held[0] is not driver:
+                held[:] = [driver, self.view(driver)]
             return pick_step(moves, cumulative, held[1], rng, fallback=moves)[1]
 
         return step

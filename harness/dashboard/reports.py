@@ -319,8 +319,6 @@ def reader_validator(version: int) -> Validator:
     return strict_validator(reader_schema(version))
 
 
-_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "a boolean", "null": "null"}
 _WORDS = {
     "type": "expected {expected}, got {type}",
     "required": "missing",
@@ -354,7 +352,7 @@ def _check(report: Any, source: Path) -> int:
                           f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
     error = first_schema_error(reader_validator(schema).iter_errors(report), reader_schema(schema))
     if error is not None:
-        raise ReportError(source, schema_error_field(error), schema_error_words(error, _WORDS, _TYPE_NAMES))
+        raise ReportError(source, schema_error_field(error), schema_error_words(error, _WORDS))
     return schema
 
 

@@ -318,7 +318,12 @@ def _key(error: ValidationError) -> str | None:
     return None
 
 
-def schema_error_words(error: ValidationError, generic: Mapping[str, str], types_: Mapping[str, str]) -> str:
+JSON_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "a boolean", "null": "null"}
+"""A JSON Schema type as the error messages name it."""
+
+
+def schema_error_words(error: ValidationError, generic: Mapping[str, str]) -> str:
     """The problem of an error in a reader's words: the schema's ``x-problem`` for the keyword, else ``generic``.
 
     Both are templates of ``value`` (the offending value), ``type`` (its JSON
@@ -334,13 +339,11 @@ def schema_error_words(error: ValidationError, generic: Mapping[str, str], types
     allowed = schema.get("type", [])
     return str(template).format(
         value=error.instance, type=_json_type(error.instance), limit=error.validator_value,
-        expected=" or ".join(types_.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)),
+        expected=" or ".join(JSON_TYPE_NAMES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)),
         options=", ".join(str(o) for o in schema.get("enum", ())), known=", ".join(schema.get("properties", {})),
     )
 
 
-_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "a boolean", "null": "null"}
 _WORDS = {
     "type": "must be {expected}, not {type}",
     "required": "is missing",
@@ -354,7 +357,7 @@ _WORDS = {
 
 
 def _problem(error: ValidationError) -> str:
-    return schema_error_words(error, _WORDS, _TYPE_NAMES)
+    return schema_error_words(error, _WORDS)
 
 
 # ---------------------------------------------------------------- type checks
