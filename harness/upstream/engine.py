@@ -1,0 +1,302 @@
+"""SGLang 0.5.23's scheduler memory loop, run from upstream's own functions on upstream's own pools.
+
+:class:`EngineLoop` holds what ``Scheduler`` holds for memory (``waiting_queue``,
+``running_batch``, ``last_batch``, ``chunked_req``, the pools and the tree cache) and performs an
+iteration as ``event_loop_normal`` does (``managers/scheduler.py:2026``), but only the memory
+half: there is no model, so a batch's "result" is the next token each request sampled, which the
+caller chooses (a plain token, or the request's EOS token to finish it).  Every memory call is a
+call upstream's scheduler makes, in its order, with the line that makes it:
+
+* **prefill** -- ``get_next_batch_to_run`` (scheduler.py:3894): stash the chunked request
+  (``stash_chunked_request`` -> ``checkpoint_kv_cache``, :3911-3919), merge the last extend batch
+  into the running batch (:3943-3957), ``filter_batch`` (:3960), then ``get_new_batch_prefill``:
+  a real ``PrefillAdder`` (schedule_policy.py:607) over ``init_next_round_input(tree_cache)`` and
+  ``add_one_req`` (scheduler.py:4157-4300), ``ScheduleBatch.init_new`` and
+  ``prepare_for_extend`` (:4335-4357), which calls ``alloc_for_extend``;
+* **decode** -- ``update_running_batch`` (scheduler.py:4459): ``check_decode_mem``, on failure
+  ``retract_decode`` and re-queue, then ``prepare_for_decode`` (``alloc_for_decode``);
+* **results** -- ``process_batch_result_prefill`` (batch_result_processor.py:258) and
+  ``process_batch_result_decode`` (:998): append the token, ``update_finish_state``, then
+  ``release_kv_cache(checkpoint=True)`` for a finished request, ``checkpoint_kv_cache`` for an
+  unfinished prefill, inside ``free_group_begin/end``;
+* **abort** -- a running request gets ``to_finish`` and is released on its next result
+  (scheduler.py abort path); a queued one is dropped (it holds nothing); the chunked request is
+  released with ``checkpoint=False`` (``process_pending_chunked_abort``, :3778-3819);
+* **idle** -- ``on_idle`` (scheduler.py:5241): when nothing is queued or running.
+
+What is not here: overlap scheduling, speculative decoding, mixed chunks, HiCache, sessions,
+disaggregation, LoRA, grammar (each a configuration 0.5.23 runs, none reached by this loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.upstream.engine_loader import EngineModules, load_engine
+
+CACHES = ("radix", "unified-rust", "unified-python")
+"""``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
+
+EOS = 2
+"""The token id every engine request treats as end of sequence (its ``eos_token_ids``)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One server's memory shape: what ``kv_cache_builder.py`` would build for a full-attention model."""
+
+    cache: str = "radix"
+    page_size: int = 1
+    rows: int = 8
+    tokens: int = 256
+    context: int = 128
+    chunk: int | None = None
+    """``chunked_prefill_size``; ``None`` disables chunked prefill."""
+
+    def __post_init__(self) -> None:
+        if self.cache not in CACHES:
+            raise ValueError(f"cache must be one of {CACHES}, not {self.cache!r}")
+        if self.page_size < 1 or self.tokens % self.page_size:
+            raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
+
+
+class ModelConfigStandIn:
+    """The ``ModelConfig`` fields ``ScheduleBatch`` reads for a decoder-only text model."""
+
+    vocab_size = 32000
+    is_encoder_decoder = False
+    is_multimodal = False
+    is_hybrid_swa = False
+    attention_chunk_size = None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the engine target's model config has no {name!r} (ScheduleBatch read it)")
+
+
+class NoSpeculation:
+    """``SpeculativeAlgorithm.NONE`` as the batch asks it (``spec_algorithm.is_none()`` and peers)."""
+
+    def is_none(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("is_"):
+            return lambda: False
+        raise AttributeError(name)
+
+
+class EngineLoop:
+    """The scheduler's memory state and one iteration of its loop (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig, modules: EngineModules | None = None) -> None:
+        self.config = config
+        self.m = modules or load_engine()
+        self.rids = itertools.count()
+        m = self.m
+        self.req_to_token_pool = m.memory_pool.ReqToTokenPool(
+            size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False
+        )
+        if config.page_size == 1:
+            self.allocator = m.token.TokenToKVPoolAllocator(config.tokens, torch.float16, "cpu", None, False)
+        else:
+            self.allocator = m.paged.PagedTokenToKVPoolAllocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
+        params = m.cache_init_params.CacheInitParams(
+            disable=False,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool_allocator=self.allocator,
+            page_size=config.page_size,
+            chunked_prefill_size=config.chunk,
+            **self._core_params(),
+        )
+        if config.cache == "radix":
+            self.tree_cache = m.radix_cache.RadixCache(params)
+        else:
+            self.tree_cache = m.unified_radix_cache.UnifiedRadixCache(params)
+        self.model_config = ModelConfigStandIn()
+        self.spec_algorithm = NoSpeculation()
+        self.waiting_queue: list[Any] = []
+        self.running_batch = m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False)
+        self.last_batch: Any = None
+        self.chunked_req: Any = None
+        self.to_abort: set[str] = set()
+        self.iterations = 0
+
+    def _core_params(self) -> dict[str, Any]:
+        if self.config.cache == "radix":
+            return {}
+        full = self.m.component_type.ComponentType.FULL
+        return {"tree_components": (full,), "tree_core_backend": self.config.cache.removeprefix("unified-")}
+
+    # ------------------------------------------------------------------ requests
+    def arrive(self, prompt: list[int], max_new_tokens: int) -> Any:
+        """A tokenized request reaches the waiting queue (``_add_request_to_queue``)."""
+        sb = self.m.schedule_batch
+        params = sb.SamplingParams(max_new_tokens=max_new_tokens)
+        params.normalize(None) if hasattr(params, "normalize") else None
+        req = sb.Req(f"r{next(self.rids)}", "", array("q", prompt), params, eos_token_ids={EOS})
+        self.waiting_queue.append(req)
+        return req
+
+    def abort(self, rid: str) -> str:
+        """``abort_request``: drop a queued request, or mark a running one to finish on its next result."""
+        for req in self.waiting_queue:
+            if req.rid == rid and not req.kv.holds_kv:
+                self.waiting_queue.remove(req)
+                return "queued"
+        self.to_abort.add(rid)
+        return "running"
+
+    # ------------------------------------------------------------------ iteration
+    def iterate(self, next_tokens: dict[str, int]) -> str:
+        """One scheduler iteration; ``next_tokens[rid]`` is the token a request samples (default 7)."""
+        self.iterations += 1
+        batch = self._next_batch()
+        if batch is None:
+            self.last_batch = None
+            return "idle"
+        for req in batch.reqs:
+            if req.rid in self.to_abort and not req.finished():
+                self.to_abort.discard(req.rid)
+                req.to_finish = self.m.schedule_batch.FINISH_ABORT("aborted by poolfuzz")
+        tokens = [next_tokens.get(req.rid, 7) for req in batch.reqs]
+        if batch.forward_mode.is_extend():
+            self._prefill_result(batch, tokens)
+            kind = "prefill"
+        else:
+            self._decode_result(batch, tokens)
+            kind = "decode"
+        self.last_batch = batch
+        return kind
+
+    def _next_batch(self) -> Any:
+        """``get_next_batch_to_run`` (scheduler.py:3894), the memory statements in order."""
+        exclude: list[Any] = []
+        if self.chunked_req is not None:
+            exclude.append(self.chunked_req)
+            if self.chunked_req.extend_end > self.chunked_req.prefix_len:
+                self.m.common.checkpoint_kv_cache(self.chunked_req, self.tree_cache)  # stash_chunked_request
+        last, running = self.last_batch, self.running_batch
+        if last is not None and last.forward_mode.is_extend():
+            if last.chunked_req is not None:
+                exclude.append(last.chunked_req)
+            last.filter_batch(reqs_to_exclude=exclude)
+            if not last.is_empty() and last is not running:
+                if running.is_empty():
+                    running = last
+                else:
+                    running.merge_batch(last)
+        running.filter_batch()
+        self.running_batch = running
+        new_batch = self._new_prefill_batch()
+        if new_batch is not None:
+            return new_batch
+        if not self.running_batch.is_empty():
+            decode = self._update_running_batch(self.running_batch)
+            return decode if decode is not None and not decode.is_empty() else None
+        return None
+
+    def _new_prefill_batch(self) -> Any:
+        """``get_new_batch_prefill`` (scheduler.py:4079-4360) without HiCache, LoRA and DP."""
+        sp = self.m.modules["schedule_policy"]
+        if not self.waiting_queue and self.chunked_req is None:
+            return None
+        running_bs = self.running_batch.batch_size()
+        if running_bs >= self.config.rows and self.chunked_req is None:
+            return None
+        adder = sp.PrefillAdder(
+            self.config.page_size, self.tree_cache, self.allocator, self.running_batch, 0.7,
+            self.config.tokens, self.config.chunk, 0, 0, max_prefill_bs=0, max_running_requests=self.config.rows,
+        )
+        if self.chunked_req is not None:
+            self.chunked_req.init_next_round_input()
+            self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        for req in list(self.waiting_queue):
+            if running_bs + len(adder.can_run_list) >= self.config.rows:
+                break
+            req.init_next_round_input(self.tree_cache)
+            result = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None, truncation_align_size=None)
+            if result != sp.AddReqResult.CONTINUE:
+                break
+        can_run = adder.can_run_list
+        if not can_run:
+            return None
+        chosen = set(map(id, can_run))
+        self.waiting_queue = [r for r in self.waiting_queue if id(r) not in chosen]
+        if adder.new_chunked_req is not None:
+            assert self.chunked_req is None
+            self.chunked_req = adder.new_chunked_req
+        if self.chunked_req is not None:
+            self.chunked_req.inflight_middle_chunks += 1
+        batch = self.m.schedule_batch.ScheduleBatch.init_new(
+            can_run, self.req_to_token_pool, self.allocator, self.tree_cache, self.model_config, False,
+            self.spec_algorithm, chunked_req=self.chunked_req,
+        )
+        batch.prepare_for_extend()
+        return batch
+
+    def _update_running_batch(self, batch: Any) -> Any:
+        """``update_running_batch`` (scheduler.py:4459-4551)."""
+        batch.filter_batch()
+        if batch.is_empty():
+            return batch
+        if not batch.check_decode_mem():
+            retracted, _ratio, aborted = batch.retract_decode()
+            for req in retracted:
+                self.waiting_queue.append(req)  # _add_request_to_queue(req, is_retracted=True)
+            del aborted  # already released by retract_decode; the scheduler only reports them
+        if batch.is_empty():
+            return batch
+        batch.prepare_for_decode()
+        return batch
+
+    def _prefill_result(self, batch: Any, tokens: list[int]) -> None:
+        """``process_batch_result_prefill`` (batch_result_processor.py:258-430), memory statements only."""
+        common = self.m.common
+        self.allocator.free_group_begin()
+        for req, token in zip(batch.reqs, tokens):
+            if (req.finished() and req.inflight_middle_chunks <= 0) or req.is_retracted:
+                continue
+            if req.inflight_middle_chunks <= 0:
+                req.output_ids.append(token)
+                req.update_finish_state()
+                if req.finished():
+                    common.release_kv_cache(req, self.tree_cache, checkpoint=True)
+                else:
+                    common.checkpoint_kv_cache(req, self.tree_cache)
+            else:
+                req.inflight_middle_chunks -= 1
+        self.allocator.free_group_end()
+
+    def _decode_result(self, batch: Any, tokens: list[int]) -> None:
+        """``process_batch_result_decode`` (:998-1100) and ``_handle_finish_state_updated_req`` (:1377-1466)."""
+        self.allocator.free_group_begin()
+        for req, token in zip(batch.reqs, tokens):
+            req.output_ids.extend([token])
+            req.update_finish_state(1)
+            if req.finished():
+                self.m.common.release_kv_cache(req, self.tree_cache, checkpoint=True)
+        self.allocator.free_group_end()
+
+    # ------------------------------------------------------------------ views
+    def owners(self) -> list[Any]:
+        """The requests owning rows, as the checker finds them (``_requests_owning_rows``, invariant_checker.py:274)."""
+        reqs = [] if self.last_batch is None else list(self.last_batch.reqs)
+        if self.running_batch is not self.last_batch:
+            reqs += self.running_batch.reqs
+        if self.chunked_req is not None:
+            reqs.append(self.chunked_req)
+        seen: set[int] = set()
+        out = []
+        for req in reqs:
+            if id(req) not in seen and req.kv.holds_kv:
+                seen.add(id(req))
+                out.append(req)
+        return out
+
+    def is_idle(self) -> bool:
+        return not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None

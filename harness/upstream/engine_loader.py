@@ -1,0 +1,315 @@
+"""Load SGLang 0.5.23's scheduler memory path on CPU: the real files, from the installed wheel.
+
+The ``engine`` target runs the code every SGLang request runs: ``mem_cache/allocation.py``,
+``mem_cache/common.py``, ``ReqToTokenPool`` (``mem_cache/memory_pool.py``), the prefix caches
+(the Python ``RadixCache`` and the default ``UnifiedRadixCache`` over its Rust or Python tree
+core), ``Req`` / ``ScheduleBatch`` (``managers/schedule_batch.py``) and upstream's own runtime
+checker (``managers/scheduler_components/invariant_checker.py``).  ``import sglang`` does not
+work on a CPU box with a ``--no-deps`` install (``sglang/__init__.py`` pulls orjson, the model
+configs, torchvision, the MoE layer stack; see engine-path.md section 0), so this module
+installs a finder for the ``sglang`` names that
+
+* executes the **real** installed file for every module under :data:`REAL_PREFIXES`, and
+  for the few other modules the path needs at run time, the explicit stand-ins of
+  :mod:`harness.upstream.engine_stand_ins` (runtime configuration, platform queries, a dozen
+  helpers of ``utils/common.py``), each written from its documented behaviour;
+* answers every other ``sglang`` module (model layers, kernels, HiCache storage, metrics,
+  distributed groups) with a :class:`StandInModule` whose attributes are :class:`StandIn`
+  placeholders.  They let a file *import* (base classes, decorators, type annotations,
+  constants) and refuse to be *used*: once loading is over, calling one, reading its truth
+  value or iterating it raises :class:`StandInReached`, naming the placeholder.  So a path
+  the stand-ins do not cover fails loudly instead of running on a dummy.
+
+The loaded modules stay in ``sys.modules`` under their ``sglang.*`` names for the life of the
+process: upstream imports some of them at call time (``swa_reprefill_tail_tokens``,
+``_rust_fallback_reason``), and a second copy of a module would fork class identities.  A
+process that already imported a real ``sglang`` is refused (:class:`UpstreamUnavailableError`):
+there the real modules should be used as they are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, locate_distribution
+
+REAL_PREFIXES: tuple[str, ...] = (
+    "sglang.srt.mem_cache",
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.managers.schedule_policy",
+    "sglang.srt.managers.scheduler_components.invariant_checker",
+    "sglang.srt.managers.scheduler_components.pool_stats_observer",
+    "sglang.srt.environ",
+    "sglang.srt.utils.invariants",
+    "sglang.kernels.ops.memory",
+    "sglang.srt.dllm.mixin",  # Req's base class
+    "sglang.srt.disaggregation.decode_schedule_batch_mixin",  # ScheduleBatch's base class
+    "sglang.srt.model_executor.forward_batch_info",  # ForwardMode
+    "sglang.srt.sampling.sampling_params",
+    "sglang.srt.sampling.watermarking",
+    "sglang.srt.beam_search.batch_tail",  # filter_batch strips beam tails (none without beams)
+    "sglang.srt.beam_search.fork",
+    "sglang.srt.session.streaming_session",  # UnifiedRadixCache builds one (unified_radix_cache.py:294)
+    "sglang.srt.rust_extensions",  # the Rust tree core's loader and its torch-version gate
+)
+"""Modules executed from the installed files, every submodule included (but :data:`NOT_LOADED`)."""
+
+NOT_LOADED: tuple[str, ...] = (
+    "sglang.srt.mem_cache.host_memory",  # host-memory sizing for HiCache (psutil); never reached without HiCache
+)
+"""Modules under :data:`REAL_PREFIXES` answered by placeholders: third-party imports the path never uses."""
+
+ENGINE_MODULES: dict[str, str] = {
+    "allocation": "sglang.srt.mem_cache.allocation",
+    "common": "sglang.srt.mem_cache.common",
+    "memory_pool": "sglang.srt.mem_cache.memory_pool",
+    "base_prefix_cache": "sglang.srt.mem_cache.base_prefix_cache",
+    "radix_cache": "sglang.srt.mem_cache.radix_cache",
+    "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
+    "cache_init_params": "sglang.srt.mem_cache.cache_init_params",
+    "component_type": "sglang.srt.mem_cache.unified_cache.component_type",
+    "token": "sglang.srt.mem_cache.allocator.token",
+    "paged": "sglang.srt.mem_cache.allocator.paged",
+    "schedule_batch": "sglang.srt.managers.schedule_batch",
+    "schedule_policy": "sglang.srt.managers.schedule_policy",
+    "invariant_checker": "sglang.srt.managers.scheduler_components.invariant_checker",
+    "pool_stats_observer": "sglang.srt.managers.scheduler_components.pool_stats_observer",
+    "environ": "sglang.srt.environ",
+}
+"""The modules the engine driver uses, by short name."""
+
+
+class StandInReached(RuntimeError):
+    """Upstream code used a placeholder for a module poolfuzz does not load.
+
+    Raised the first time a run reaches a module outside :data:`REAL_PREFIXES` that has no
+    explicit stand-in; the message names the placeholder, so the gap is one entry in
+    :mod:`harness.upstream.engine_stand_ins`, never a silent dummy.
+    """
+
+
+_loading = threading.local()
+
+
+def _import_phase() -> bool:
+    return bool(getattr(_loading, "active", False))
+
+
+class StandIn:
+    """A placeholder attribute of a :class:`StandInModule` (see the module docstring)."""
+
+    __slots__ = ("_qualname",)
+
+    def __init__(self, qualname: str) -> None:
+        self._qualname = qualname
+
+    def _refuse(self, how: str) -> StandInReached:
+        return StandInReached(
+            f"upstream code {how} {self._qualname}, which poolfuzz does not load "
+            "(add a stand-in to harness.upstream.engine_stand_ins or load its file)"
+        )
+
+    def __getattr__(self, name: str) -> StandIn:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return StandIn(f"{self._qualname}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _import_phase():
+            raise self._refuse("called")
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]  # a decorator applied at import: leave the function as written
+        return StandIn(f"{self._qualname}(...)")
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (object,)  # a class deriving from a placeholder derives from object
+
+    def __getitem__(self, key: Any) -> StandIn:
+        return self  # generic annotations: Placeholder[int]
+
+    def __or__(self, other: Any) -> StandIn:
+        return self
+
+    __ror__ = __or__
+
+    def __bool__(self) -> bool:
+        if not _import_phase():
+            raise self._refuse("tested the truth of")
+        return False
+
+    def __iter__(self) -> Iterator[Any]:
+        if not _import_phase():
+            raise self._refuse("iterated")
+        return iter(())
+
+    def __repr__(self) -> str:
+        return f"<poolfuzz stand-in {self._qualname}>"
+
+
+class StandInModule(ModuleType):
+    """A module poolfuzz does not load: every attribute is a :class:`StandIn`."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = StandIn(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+def _is_real(name: str) -> bool:
+    if any(name == skipped or name.startswith(skipped + ".") for skipped in NOT_LOADED):
+        return False
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in REAL_PREFIXES)
+
+
+def _above_real(name: str) -> bool:
+    return any(prefix.startswith(name + ".") for prefix in REAL_PREFIXES)
+
+
+class _StandInLoader(importlib.abc.Loader):
+    def __init__(self, factory: Callable[[str], ModuleType] | None) -> None:
+        self._factory = factory
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = self._factory(spec.name) if self._factory else StandInModule(spec.name)
+        module.__path__ = []  # type: ignore[attr-defined]  # submodules resolve through the finder
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        return None
+
+
+class _EngineFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``sglang.*``: the real file, an explicit stand-in, or a placeholder module."""
+
+    def __init__(self, site: Path, stand_ins: dict[str, Callable[[str], ModuleType]]) -> None:
+        self._site = site
+        self._stand_ins = stand_ins
+        self.placeholders: list[str] = []
+
+    def _namespace(self, name: str, folder: Path) -> importlib.machinery.ModuleSpec:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(folder)]
+        return spec
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "sglang" and not name.startswith("sglang."):
+            return None
+        if name in self._stand_ins:
+            return importlib.machinery.ModuleSpec(name, _StandInLoader(self._stand_ins[name]), is_package=True)
+        rel = Path(*name.split("."))
+        folder = self._site / rel
+        if _above_real(name) and not _is_real(name):
+            # A package above the real modules: its heavy __init__ is skipped, and names it would
+            # define answer as placeholders (``from sglang.srt.utils import is_hip``).
+            return importlib.machinery.ModuleSpec(name, _StandInLoader(None), is_package=True)
+        if _is_real(name):
+            init = folder / "__init__.py"
+            if init.is_file():
+                return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+            if rel.with_suffix(".py").name and (self._site / rel.with_suffix(".py")).is_file():
+                return importlib.util.spec_from_file_location(name, self._site / rel.with_suffix(".py"))
+            if folder.is_dir():
+                return self._namespace(name, folder)
+            return None
+        self.placeholders.append(name)
+        return importlib.machinery.ModuleSpec(name, _StandInLoader(None), is_package=True)
+
+
+@dataclass(frozen=True)
+class EngineModules:
+    """The loaded upstream modules of the scheduler's memory path."""
+
+    version: str
+    site: Path
+    modules: dict[str, ModuleType]
+    placeholders: tuple[str, ...]
+    """Every ``sglang`` module answered by a placeholder (for ``harness list`` and the docs)."""
+
+    def __getattr__(self, name: str) -> ModuleType:
+        try:
+            return self.modules[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+_lock = threading.Lock()
+_loaded: EngineModules | None = None
+_failure: str | None = None
+
+
+def load_engine() -> EngineModules:
+    """Load (once per process) and return the scheduler-path modules; see the module docstring.
+
+    Raises :class:`UpstreamUnavailableError` with a one-line reason when ``sglang`` is missing,
+    another version, a file fails to execute, or a real ``sglang`` is already imported.
+    """
+    global _loaded, _failure
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        if _failure is not None:
+            raise UpstreamUnavailableError(_failure)
+        try:
+            _loaded = _load()
+        except UpstreamUnavailableError as exc:
+            _failure = str(exc)
+            raise
+        return _loaded
+
+
+def _load() -> EngineModules:
+    version, allocator_folder, _ = locate_distribution()
+    existing = sys.modules.get("sglang")
+    if existing is not None and not getattr(existing, "__poolfuzz_engine__", False):
+        raise UpstreamUnavailableError(
+            "a real sglang package is already imported in this process; the engine target loads "
+            "sglang's files by path and would fork its classes"
+        )
+    from harness.upstream import engine_stand_ins
+
+    site = allocator_folder.parents[3]  # .../site-packages/sglang/srt/mem_cache/allocator
+    finder = _EngineFinder(site, engine_stand_ins.stand_in_modules())
+    sys.meta_path.insert(0, finder)
+    _loading.active = True
+    try:
+        modules = {short: importlib.import_module(name) for short, name in ENGINE_MODULES.items()}
+    except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as exc:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+            del sys.modules[name]
+        raise UpstreamUnavailableError(
+            f"loading sglang {version}'s scheduler path failed ({type(exc).__name__}: {exc}); "
+            f"the engine target supports sglang=={SUPPORTED_VERSION} ({INSTALL_HINT}, plus msgspec)"
+        ) from exc
+    finally:
+        _loading.active = False
+    sys.modules["sglang"].__poolfuzz_engine__ = True  # type: ignore[attr-defined]
+    return EngineModules(version=version, site=site, modules=modules, placeholders=tuple(sorted(set(finder.placeholders))))
+
+
+def engine_unavailable_reason() -> str | None:
+    """Why :func:`load_engine` would fail, or ``None`` (for test skips and ``harness list``)."""
+    try:
+        importlib.util.find_spec("msgspec")
+    except ValueError:
+        pass
+    if importlib.util.find_spec("msgspec") is None:
+        return "the engine target needs msgspec (pip install msgspec): sglang's runtime_context and KV layout import it"
+    try:
+        load_engine()
+    except UpstreamUnavailableError as exc:
+        return str(exc)
+    return None
