@@ -161,6 +161,13 @@ LIMITS: dict[str, FamilyLimits] = {
     "block_pool": FamilyLimits(
         {"num_gpu_blocks": Limit(1, BLOCKS), "enable_caching": SETTING, "device": SETTING}, (),
         {"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST, "slide.num_skipped": REQUEST}),
+    "engine": FamilyLimits(
+        {"cache": SETTING, "page_size": Limit(1, PAGE), "rows": Limit(1, ROWS), "tokens": Limit(1, TOKENS),
+         "context": Limit(8, CONTEXT), "chunk": Limit(1, CONTEXT, nullable=True), "new_token_ratio": SETTING,
+         "device": SETTING},
+        (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),),
+        {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
+         "crowd.count": ROWS, "crowd.max_new": REQUEST}),
     "scheduler": FamilyLimits(
         {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "page_size": Limit(1, PAGE),
          "kv_pages": Limit(0, TOKENS), "hybrid": SETTING, "mamba_size": Limit(0, ROWS), "need_sort": SETTING,

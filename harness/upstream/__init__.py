@@ -10,6 +10,9 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``prefix_cache=harness.upstream:RustTreeCore`` -- the wheel's Rust TreeCore (full attention)
 * ``swa_kv=harness.upstream:SWAKV`` -- ``SWATokenToKVPoolAllocator``
 * ``pure_swa_kv=harness.upstream:PureSWAKV`` -- ``PureSWATokenToKVPoolAllocator``
+* ``engine=harness.upstream:Engine`` -- the scheduler's memory path (``allocation.py``, ``common.py``,
+  ``ReqToTokenPool``, ``RadixCache``/``UnifiedRadixCache``, ``Req``/``ScheduleBatch``, the runtime
+  invariant checker), loaded by :mod:`harness.upstream.engine_loader`
 
 Resolving one of these names loads upstream first, so a missing or different
 ``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
@@ -55,6 +58,7 @@ __all__ = [
     *_ADAPTERS,
     *_VLLM_ADAPTERS,
     *_CACHE_ADAPTERS,
+    "Engine",
 ]
 
 
@@ -72,6 +76,12 @@ def __getattr__(name: str) -> Any:
         if name == "RustTreeCore":
             sglang_cache.load_rust_tree_core()
         return getattr(importlib.import_module(f"harness.upstream.{_CACHE_MODULES[name]}"), name)
+    if name == "Engine":
+        from harness.judge.drivers.engine import build_engine
+        from harness.upstream.engine_loader import load_engine
+
+        load_engine()
+        return build_engine
     if name in _VLLM_ADAPTERS:
         from harness.upstream import vllm_adapters, vllm_loader
 

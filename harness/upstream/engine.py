@@ -57,6 +57,8 @@ class EngineConfig:
     context: int = 128
     chunk: int | None = None
     """``chunked_prefill_size``; ``None`` disables chunked prefill."""
+    new_token_ratio: float = 0.7
+    """``new_token_ratio_tracker.current``: the share of ``max_new_tokens`` admission reserves for decode."""
 
     def __post_init__(self) -> None:
         if self.cache not in CACHES:
@@ -125,6 +127,8 @@ class EngineLoop:
         self.chunked_req: Any = None
         self.to_abort: set[str] = set()
         self.iterations = 0
+        self.fully_idle = True
+        """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
 
     def _core_params(self) -> dict[str, Any]:
         if self.config.cache == "radix":
@@ -158,7 +162,9 @@ class EngineLoop:
         batch = self._next_batch()
         if batch is None:
             self.last_batch = None
+            self.fully_idle = self.is_idle()
             return "idle"
+        self.fully_idle = False
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
                 self.to_abort.discard(req.rid)
@@ -179,7 +185,7 @@ class EngineLoop:
         if self.chunked_req is not None:
             exclude.append(self.chunked_req)
             if self.chunked_req.extend_end > self.chunked_req.prefix_len:
-                self.m.common.checkpoint_kv_cache(self.chunked_req, self.tree_cache)  # stash_chunked_request
+                self._checkpoint(self.chunked_req)  # stash_chunked_request
         last, running = self.last_batch, self.running_batch
         if last is not None and last.forward_mode.is_extend():
             if last.chunked_req is not None:
@@ -209,7 +215,7 @@ class EngineLoop:
         if running_bs >= self.config.rows and self.chunked_req is None:
             return None
         adder = sp.PrefillAdder(
-            self.config.page_size, self.tree_cache, self.allocator, self.running_batch, 0.7,
+            self.config.page_size, self.tree_cache, self.allocator, self.running_batch, self.config.new_token_ratio,
             self.config.tokens, self.config.chunk, 0, 0, max_prefill_bs=0, max_running_requests=self.config.rows,
         )
         if self.chunked_req is not None:
@@ -246,17 +252,18 @@ class EngineLoop:
             return batch
         if not batch.check_decode_mem():
             retracted, _ratio, aborted = batch.retract_decode()
+            self._retracted(retracted)
             for req in retracted:
                 self.waiting_queue.append(req)  # _add_request_to_queue(req, is_retracted=True)
             del aborted  # already released by retract_decode; the scheduler only reports them
         if batch.is_empty():
             return batch
         batch.prepare_for_decode()
+        self._decoded(batch)
         return batch
 
     def _prefill_result(self, batch: Any, tokens: list[int]) -> None:
         """``process_batch_result_prefill`` (batch_result_processor.py:258-430), memory statements only."""
-        common = self.m.common
         self.allocator.free_group_begin()
         for req, token in zip(batch.reqs, tokens):
             if (req.finished() and req.inflight_middle_chunks <= 0) or req.is_retracted:
@@ -265,12 +272,12 @@ class EngineLoop:
                 req.output_ids.append(token)
                 req.update_finish_state()
                 if req.finished():
-                    common.release_kv_cache(req, self.tree_cache, checkpoint=True)
+                    self._release(req, checkpoint=True)
                 else:
-                    common.checkpoint_kv_cache(req, self.tree_cache)
+                    self._checkpoint(req)
             else:
                 req.inflight_middle_chunks -= 1
-        self.allocator.free_group_end()
+        self._end_free_group()
 
     def _decode_result(self, batch: Any, tokens: list[int]) -> None:
         """``process_batch_result_decode`` (:998-1100) and ``_handle_finish_state_updated_req`` (:1377-1466)."""
@@ -279,7 +286,23 @@ class EngineLoop:
             req.output_ids.extend([token])
             req.update_finish_state(1)
             if req.finished():
-                self.m.common.release_kv_cache(req, self.tree_cache, checkpoint=True)
+                self._release(req, checkpoint=True)
+        self._end_free_group()
+
+    # ------------------------------------------------------------------ the glue calls (canaries override these)
+    def _release(self, req: Any, *, checkpoint: bool) -> None:
+        self.m.common.release_kv_cache(req, self.tree_cache, checkpoint=checkpoint)
+
+    def _checkpoint(self, req: Any) -> None:
+        self.m.common.checkpoint_kv_cache(req, self.tree_cache)
+
+    def _retracted(self, reqs: list[Any]) -> None:
+        """After ``retract_decode`` released ``reqs`` (``release_req``, schedule_batch.py:2360)."""
+
+    def _decoded(self, batch: Any) -> None:
+        """After ``prepare_for_decode`` allocated the step's slots (``alloc_for_decode``)."""
+
+    def _end_free_group(self) -> None:
         self.allocator.free_group_end()
 
     # ------------------------------------------------------------------ views
@@ -299,4 +322,5 @@ class EngineLoop:
         return out
 
     def is_idle(self) -> bool:
+        """``is_fully_idle`` (scheduler.py:5254) for this loop: nothing queued, running or chunked."""
         return not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None

@@ -36,18 +36,19 @@ import importlib.metadata
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
+from harness.upstream.engine_placeholders import StandIn, StandInModule, StandInReached, loading
 from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, locate_distribution
 
 REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.mem_cache",
     "sglang.srt.managers.schedule_batch",
     "sglang.srt.managers.schedule_policy",
+    "sglang.srt.managers.scheduler_components.new_token_ratio_tracker",  # retract_decode asks it
     "sglang.srt.managers.scheduler_components.invariant_checker",
     "sglang.srt.managers.scheduler_components.pool_stats_observer",
     "sglang.srt.environ",
@@ -88,84 +89,6 @@ ENGINE_MODULES: dict[str, str] = {
     "environ": "sglang.srt.environ",
 }
 """The modules the engine driver uses, by short name."""
-
-
-class StandInReached(RuntimeError):
-    """Upstream code used a placeholder for a module poolfuzz does not load.
-
-    Raised the first time a run reaches a module outside :data:`REAL_PREFIXES` that has no
-    explicit stand-in; the message names the placeholder, so the gap is one entry in
-    :mod:`harness.upstream.engine_stand_ins`, never a silent dummy.
-    """
-
-
-_loading = threading.local()
-
-
-def _import_phase() -> bool:
-    return bool(getattr(_loading, "active", False))
-
-
-class StandIn:
-    """A placeholder attribute of a :class:`StandInModule` (see the module docstring)."""
-
-    __slots__ = ("_qualname",)
-
-    def __init__(self, qualname: str) -> None:
-        self._qualname = qualname
-
-    def _refuse(self, how: str) -> StandInReached:
-        return StandInReached(
-            f"upstream code {how} {self._qualname}, which poolfuzz does not load "
-            "(add a stand-in to harness.upstream.engine_stand_ins or load its file)"
-        )
-
-    def __getattr__(self, name: str) -> StandIn:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return StandIn(f"{self._qualname}.{name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not _import_phase():
-            raise self._refuse("called")
-        if len(args) == 1 and not kwargs and callable(args[0]):
-            return args[0]  # a decorator applied at import: leave the function as written
-        return StandIn(f"{self._qualname}(...)")
-
-    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
-        return (object,)  # a class deriving from a placeholder derives from object
-
-    def __getitem__(self, key: Any) -> StandIn:
-        return self  # generic annotations: Placeholder[int]
-
-    def __or__(self, other: Any) -> StandIn:
-        return self
-
-    __ror__ = __or__
-
-    def __bool__(self) -> bool:
-        if not _import_phase():
-            raise self._refuse("tested the truth of")
-        return False
-
-    def __iter__(self) -> Iterator[Any]:
-        if not _import_phase():
-            raise self._refuse("iterated")
-        return iter(())
-
-    def __repr__(self) -> str:
-        return f"<poolfuzz stand-in {self._qualname}>"
-
-
-class StandInModule(ModuleType):
-    """A module poolfuzz does not load: every attribute is a :class:`StandIn`."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        value = StandIn(f"{self.__name__}.{name}")
-        setattr(self, name, value)
-        return value
 
 
 def _is_real(name: str) -> bool:
@@ -283,7 +206,7 @@ def _load() -> EngineModules:
     site = allocator_folder.parents[3]  # .../site-packages/sglang/srt/mem_cache/allocator
     finder = _EngineFinder(site, engine_stand_ins.stand_in_modules())
     sys.meta_path.insert(0, finder)
-    _loading.active = True
+    loading.active = True
     try:
         modules = {short: importlib.import_module(name) for short, name in ENGINE_MODULES.items()}
     except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as exc:
@@ -295,17 +218,13 @@ def _load() -> EngineModules:
             f"the engine target supports sglang=={SUPPORTED_VERSION} ({INSTALL_HINT}, plus msgspec)"
         ) from exc
     finally:
-        _loading.active = False
+        loading.active = False
     sys.modules["sglang"].__poolfuzz_engine__ = True  # type: ignore[attr-defined]
     return EngineModules(version=version, site=site, modules=modules, placeholders=tuple(sorted(set(finder.placeholders))))
 
 
 def engine_unavailable_reason() -> str | None:
     """Why :func:`load_engine` would fail, or ``None`` (for test skips and ``harness list``)."""
-    try:
-        importlib.util.find_spec("msgspec")
-    except ValueError:
-        pass
     if importlib.util.find_spec("msgspec") is None:
         return "the engine target needs msgspec (pip install msgspec): sglang's runtime_context and KV layout import it"
     try:
@@ -313,3 +232,7 @@ def engine_unavailable_reason() -> str | None:
     except UpstreamUnavailableError as exc:
         return str(exc)
     return None
+
+
+__all__ = ["ENGINE_MODULES", "NOT_LOADED", "REAL_PREFIXES", "EngineModules", "StandIn", "StandInModule", "StandInReached",
+           "engine_unavailable_reason", "load_engine"]

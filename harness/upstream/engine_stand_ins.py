@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from harness.upstream.engine_loader import StandInModule, StandInReached
+from harness.upstream.engine_placeholders import StandInModule, StandInReached
 from harness.upstream.sglang_cache_stubs import async_h2d
 from harness.upstream.stubs import get_bool_env_var, get_num_new_pages, next_power_of_2
 
@@ -210,7 +209,7 @@ class _CPUPlatform:
 
     device_type = "cpu"
 
-    class capabilities:  # noqa: N801  (upstream's attribute name)
+    class capabilities:  # upstream's attribute name
         supports_triton = False  # allocator/paged.py:155: the torch path, as on any platform without Triton
 
     def supports_triton(self) -> bool:
@@ -300,4 +299,4 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
     return {name: (lambda n, attrs=attrs: _module(n, **attrs)) for name, attrs in table.items()}
 
 
-__all__ = ["RUNTIME", "ConfigBag", "RuntimeConfig", "StandInReached", "ceil_align", "math", "stand_in_modules"]
+__all__ = ["RUNTIME", "ConfigBag", "RuntimeConfig", "StandInReached", "ceil_align", "stand_in_modules"]

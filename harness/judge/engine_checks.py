@@ -1,0 +1,163 @@
+"""The engine family's oracles: upstream's own runtime checker, and ours over the same state.
+
+Two independent judges look at the loop after every iteration:
+
+* **upstream's** ``SchedulerInvariantChecker`` (``managers/scheduler_components/invariant_checker.py``),
+  called directly as the scheduler would with ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY`` and
+  ``SGLANG_CHECK_KV_PAGE_INVARIANTS`` set: the full-pool leak equation with the owners' uncached
+  tokens (``self_check_during_busy``, :313-345), the KV page owner check (:350-426), and at idle the
+  request-pool check (:428-450);
+* **ours**, which reads raw state only (the allocator's free pages, the tree's values, each owner's
+  ``req_to_token`` row) and never upstream's size methods: every KV page is free, held by the tree,
+  or private to exactly one owner, once (``scheduler-conservation``); each owner's row holds only
+  pages of the tree or its own (``scheduler-conservation``); nothing is locked at idle
+  (``lock-balance``); the free list repeats nothing (``no-double-allocation``).
+
+When both see a leak it is reported under ``kv-accounting`` with both accounts.  When exactly one
+does, that disagreement is itself the finding (``checker-agreement``): the message says which
+judge saw what, and the raw partition decides which one is wrong.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from harness.judge.invariants import InvariantViolation, check
+
+
+def _pages(indices: Any, page_size: int) -> list[int]:
+    values = [int(v) for v in indices]
+    if page_size == 1:
+        return values
+    return sorted({v // page_size for v in values})
+
+
+def _tree_values(tree_cache: Any) -> list[int]:
+    """Every KV index the tree holds.  The legacy ``RadixCache.all_values_flatten`` concatenates node
+    values and raises on a tree that holds none, so an empty tree is read as empty first."""
+    if int(tree_cache.evictable_size()) + int(tree_cache.protected_size()) == 0:
+        return []
+    return [int(v) for v in tree_cache.all_values_flatten().tolist()]
+
+
+def raw_partition(loop: Any) -> dict[str, Any]:
+    """Every page of the pool by who holds it, read from raw state (see the module docstring)."""
+    ps = loop.config.page_size
+    allocator = loop.allocator
+    # Both allocators keep free *page* ids (slot ids at page 1); release_pages is None on the paged one.
+    free_pages = [int(v) for v in allocator.free_pages.tolist()]
+    if allocator.release_pages is not None:
+        free_pages += [int(v) for v in allocator.release_pages.tolist()]
+    tree = _pages(_tree_values(loop.tree_cache), ps)
+    rows = loop.req_to_token_pool.req_to_token
+    private: dict[str, list[int]] = {}
+    row_pages: dict[str, list[int]] = {}
+    for req in loop.owners():
+        kv = req.kv
+        row = rows[kv.req_pool_idx]
+        start = kv.cache_protected_len
+        private[req.rid] = _pages(row[start:kv.kv_allocated_len].tolist(), ps)
+        row_pages[req.rid] = _pages(row[:kv.kv_allocated_len].tolist(), ps)
+    total = loop.config.tokens // ps
+    return {"free": free_pages, "tree": tree, "private": private, "rows": row_pages, "total": total}
+
+
+def our_verdict(loop: Any) -> tuple[bool, str]:
+    """(leak, message) of our page partition; structural breaches raise at once."""
+    part = raw_partition(loop)
+    counts: Counter[int] = Counter(part["free"])
+    dup_free = sorted(p for p, n in counts.items() if n > 1)
+    check(not dup_free, "no-double-allocation", "the allocator's free list holds a page twice", pages=dup_free)
+    holders: dict[int, list[str]] = {}
+    for page in part["tree"]:
+        holders.setdefault(page, []).append("tree")
+    for rid, pages in part["private"].items():
+        for page in pages:
+            holders.setdefault(page, []).append(rid)
+    for page in part["free"]:
+        holders.setdefault(page, []).append("free")
+    twice = {p: who for p, who in holders.items() if len(who) > 1}
+    check(not twice, "scheduler-conservation", "a KV page is held twice (free, tree or a request's own part)",
+          pages=dict(sorted(twice.items())[:8]))
+    tree = set(part["tree"])
+    for rid, pages in part["rows"].items():
+        foreign = sorted(set(pages) - tree - set(part["private"][rid]))
+        check(not foreign, "scheduler-conservation", f"request {rid}'s req_to_token row maps pages neither the tree "
+              "nor the request holds", request=rid, pages=foreign[:8])
+        check(0 not in pages, "reserved-never-handed-out", f"request {rid}'s row maps the reserved slot 0", request=rid)
+    held = len(holders)
+    first = 1
+    missing = sorted(set(range(first, part["total"] + first)) - set(holders))
+    leak = bool(missing) or held != part["total"]
+    message = (f"pages={part['total']} free={len(part['free'])} tree={len(part['tree'])} "
+               f"private={sum(len(p) for p in part['private'].values())} unaccounted={missing[:8]}")
+    return leak, message
+
+
+class UpstreamChecker:
+    """Upstream's ``SchedulerInvariantChecker`` over the loop's pools, built as scheduler.py:2523 builds it."""
+
+    def __init__(self, loop: Any) -> None:
+        m = loop.m
+        ic, obs = m.invariant_checker, m.pool_stats_observer
+        self.loop = loop
+        self.observer = obs.SchedulerPoolStatsObserver(
+            tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
+            req_to_token_pool=loop.req_to_token_pool, session_controller=None, hisparse_coordinator=None,
+            is_hybrid_swa=False, is_hybrid_ssm=False, enable_hisparse=False, full_tokens_per_layer=None,
+            swa_tokens_per_layer=None, max_total_num_tokens=loop.config.tokens,
+        )
+        self.checker = ic.SchedulerInvariantChecker(
+            is_hybrid_swa=False, is_hybrid_ssm=False, disaggregation_mode="null", page_size=loop.config.page_size,
+            full_tokens_per_layer=None, swa_tokens_per_layer=None, max_total_num_tokens=loop.config.tokens,
+            tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
+            req_to_token_pool=loop.req_to_token_pool, pool_stats_observer=self.observer,
+            get_last_batch=lambda: loop.last_batch, get_running_batch=lambda: loop.running_batch,
+            scheduler_stage_metrics=None, get_chunked_req=lambda: loop.chunked_req,
+        )
+
+    def verdict(self) -> tuple[bool, str] | None:
+        """(leak, message) as upstream checks at this point of the loop, or ``None`` where it does not check.
+
+        Fully idle: ``on_idle`` (scheduler.py:5292-5297) runs the pool check without uncached tokens
+        and the request-pool check.  After a batch: ``self_check_during_busy`` (invariant_checker.py:313)
+        with the owners' uncached tokens, then the page owner check (``_check_kv_page_invariants``,
+        which asserts).  Between them (no batch formed, requests still queued) upstream checks nothing.
+        """
+        ps = self.observer.get_pool_stats()
+        if self.loop.fully_idle:
+            leak, message = self.checker._check_full_pool(ps, uncached=0)
+            self.checker._check_req_pool()
+            return bool(leak), str(message)
+        if self.loop.last_batch is None:
+            return None
+        uncached = self.checker._get_total_uncached_sizes()[0]
+        leak, message = self.checker._check_full_pool(ps, uncached=uncached)
+        self.checker._check_kv_page_invariants()
+        return bool(leak), str(message)
+
+
+def judge(loop: Any, upstream: UpstreamChecker) -> None:
+    """Both judges over the loop's state; see the module docstring."""
+    ours, our_message = our_verdict(loop)
+    try:
+        verdict = upstream.verdict()
+    except (AssertionError, ValueError) as exc:
+        raise InvariantViolation("kv-accounting", f"upstream's invariant checker failed: {exc}", ours=our_message) from exc
+    if verdict is None:
+        check(not ours, "kv-accounting", "a KV page is unaccounted for (upstream checks nothing at this point)",
+              ours=our_message)
+        return
+    theirs, their_message = verdict
+    if ours and theirs:
+        raise InvariantViolation("kv-accounting", "both judges see a KV leak", ours=our_message, upstream=their_message)
+    if ours != theirs:
+        who = "ours" if ours else "upstream's invariant checker"
+        raise InvariantViolation("checker-agreement", f"only {who} sees a KV leak", ours=our_message, upstream=their_message)
+    if loop.fully_idle:
+        check(loop.tree_cache.protected_size() == 0, "lock-balance", "nothing runs, yet the tree holds locked tokens",
+              protected=loop.tree_cache.protected_size())
+        rows_free = loop.req_to_token_pool.available_size()
+        check(rows_free == loop.config.rows, "scheduler-conservation", "nothing runs, yet request rows are held",
+              free_rows=rows_free, rows=loop.config.rows)

@@ -1,0 +1,99 @@
+"""The ``engine`` family's move table: server shapes, arrivals, EOS at results, aborts, iterations.
+
+The fuzzer chooses what users and the model choose, never a memory call: the scheduler
+(upstream's, in :class:`harness.upstream.engine.EngineLoop`) decides what memory does with it.
+Server shapes are small on purpose (a few rows, a few dozen KV slots), so admission refusals,
+chunked prefill, eviction and decode retraction happen within a handful of iterations; prompts
+come from stems that share prefixes so the tree splits and hits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.upstream.engine import CACHES
+from strategies.choosers import Chooser
+from strategies.table import Config, Move, MoveTable, Step
+
+
+class EngineView:
+    """What the engine moves may read: how many requests wait and run, and the server shape."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+
+    @property
+    def waiting(self) -> int:
+        return len(self._driver.loop.waiting_queue)
+
+    @property
+    def running(self) -> int:
+        return self._driver.loop.running_batch.batch_size()
+
+    @property
+    def rows(self) -> int:
+        return int(self._driver.loop.config.rows)
+
+    def occupancy(self) -> float:
+        loop = self._driver.loop
+        return 1.0 - loop.allocator.available_size() / max(1, loop.config.tokens)
+
+
+def engine_config(choose: Chooser) -> Config:
+    """A server shape: cache kind, page size, rows, KV slots, context, chunked prefill."""
+    page_size = choose.choice((1, 1, 4))
+    rows = choose.randint(2, 6)
+    pages = choose.randint(6, 24)
+    chunk = choose.choice((None, None, 8, 16))
+    # The scheduler's new-token ratio starts at 0.7 and decays toward its floor between retractions
+    # (new_token_ratio_tracker); a low ratio admits more, so decode runs out and retracts.
+    return {"cache": choose.choice(CACHES), "page_size": page_size, "rows": rows,
+            "tokens": pages * page_size * (2 if page_size == 1 else 1), "context": 64, "chunk": chunk,
+            "new_token_ratio": choose.choice((0.7, 0.1, 0.1))}
+
+
+def _arrive(view: EngineView, choose: Chooser) -> Step | None:
+    if view.waiting >= 2 * view.rows:
+        return None
+    return "arrive", {"stem": choose.randrange(0, 3), "length": choose.randint(1, 20), "tail": choose.randint(0, 6),
+                      "max_new": choose.randint(1, 12)}
+
+
+def _iterate(view: EngineView, choose: Chooser) -> Step | None:
+    live = view.running + view.waiting
+    if live == 0:
+        # An idle iteration runs on_idle's checks; with nothing live, only now and then.
+        return ("iterate", {"eos": []}) if choose.randrange(0, 5) == 0 else None
+    eos = sorted({choose.randrange(0, live) for _ in range(choose.choice((0, 0, 0, 1, 2)))})
+    return "iterate", {"eos": eos}
+
+
+def _crowd(view: EngineView, choose: Chooser) -> Step | None:
+    if view.waiting >= view.rows:
+        return None
+    return "crowd", {"count": view.rows, "max_new": choose.randint(16, 40)}
+
+
+def _abort(view: EngineView, choose: Chooser) -> Step | None:
+    if view.running + view.waiting == 0:
+        return None
+    return "abort", {"pick": choose.randrange(0, 8)}
+
+
+def engine_table() -> MoveTable:
+    """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
+    return MoveTable(
+        configs=engine_config,
+        moves=(
+            Move("iterate", 6, _iterate),
+            Move("arrive", 4, _arrive),
+            Move("crowd", 1, _crowd),
+            Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
+        ),
+        view=EngineView,
+        occupancy=EngineView.occupancy,
+        corners=lambda config: [f"cache {config['cache']}", f"page_size {config['page_size']}",
+                                "chunked prefill" if config["chunk"] else "no chunking"],
+    )
