@@ -313,7 +313,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         targets=targets, seconds=seconds, workers=args.workers, seed=seed, device=args.device, corpus=args.corpus,
         database=args.database, steps=args.steps, misuse=args.misuse, coverage=args.coverage, grace=args.grace,
         round_seconds=args.round_seconds, progress_every=args.progress_every or (0.5 if live else 5.0), live=live,
-        logs=report_path.with_suffix(".logs"), skipped=skipped, series_every=args.series_every,
+        logs=report_path.with_suffix(".logs"), skipped=skipped, series_every=args.series_every, report=report_path,
     )
     live = live_dashboard(args.dashboard, report_path)
     report = FuzzRun(options, err=sys.stderr, live=live.update if live is not None else None).run()

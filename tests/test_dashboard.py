@@ -198,7 +198,7 @@ def test_a_folder_passes_over_json_that_is_not_a_report_but_a_named_file_must_be
 
 
 @pytest.mark.parametrize(("edit", "field", "problem"), [
-    (lambda r: r.update(schema=3), "schema", "schema 3 is not one this dashboard reads"),
+    (lambda r: r.update(schema=4), "schema", "schema 4 is not one this dashboard reads"),
     (lambda r: r.pop("series_interval_s"), "series_interval_s", "missing"),
     (lambda r: r["targets"][1]["series"][2].update(t="soon"), "targets[1].series[2].t", "expected a number"),
     (lambda r: r["targets"][0].update(steps=True), "targets[0].steps", "expected an integer, got a boolean"),
@@ -504,8 +504,32 @@ def test_a_failure_shows_when_its_first_failing_step_came_and_when_its_shrunk_re
     for record in (failure, *(f for t in report["targets"] for f in t["failures"])):
         record.update(first_seen_after_s=12.5, unshrunk_steps=91)
     html = without_plotly_js(dashboard_of(tmp_path, report))
-    assert "first failing step after 12 s of fuzzing, shrunk report after 21 min" in html
+    assert "<dt>first failing step</dt><dd>after 12 s of fuzzing</dd>" in html
+    assert "<dt>shrunk report</dt><dd>after 21 min of fuzzing</dd>" in html
     assert "first failing step" not in without_plotly_js(dashboard_of(tmp_path, night_report(2, failing=("paged_kv",))))
+
+
+@pytest.mark.parametrize("state", ["done", "running", "partial"])
+def test_a_schema_3_failure_shows_its_unshrunk_trace_time_to_first_failing_step_and_its_shrink(
+    tmp_path: Path, state: str
+) -> None:
+    report = night_report(2, failing=("paged_kv",), schema=3)
+    unshrunk = "corpus/found/unshrunk/paged_kv/paged_kv-0123456789abcdef.json"
+    found_at = {"after_s": 12.5, "since_start_s": 15.0, "invariant": "conservation", "message": "[conservation] ...",
+                "trace": unshrunk, "steps": 91, "worker": "w2", "replay": f"python -m harness replay {unshrunk}"}
+    shrink = {"state": state, "after_s": None if state == "running" else 70.5,
+              "seconds": None if state == "running" else 58.0,
+              "note": "cut off (the run was interrupted): the smallest failing trace seen was saved" if state == "partial" else None}
+    for record in (*report["failures"], *(f for t in report["targets"] for f in t["failures"])):
+        record.update(first_seen_after_s=12.5, unshrunk_steps=91, found_at=found_at, shrink=shrink,
+                      shrunk=state == "done", found_after_s=None if state == "running" else 70.5)
+        if state == "running":
+            record.update(trace=unshrunk, steps=91)
+    html = without_plotly_js(dashboard_of(tmp_path, report))
+    assert f"after 12 s of fuzzing: unshrunk trace <code>{unshrunk}</code> (91 steps)" in html
+    shown = {"done": "after 70 s of fuzzing (shrinking took 58 s)", "running": "not yet: still shrinking",
+             "partial": "none, the shrink is partial after 58 s: cut off (the run was interrupted)"}[state]
+    assert shown in html
 
 
 def test_a_run_without_failures_says_so(tmp_path: Path) -> None:
@@ -656,7 +680,7 @@ def test_a_bad_report_is_one_error_line_and_exit_status_2(three_nights: Path, tm
     output = tmp_path / "d.html"
     assert dashboard_cli(str(three_nights), "-o", str(output)) == 2
     err = capsys.readouterr().err
-    assert err == f"poolfuzz: error: {bad}: field 'schema': report schema 9 is not one this dashboard reads (1, 2)\n"
+    assert err == f"poolfuzz: error: {bad}: field 'schema': report schema 9 is not one this dashboard reads (1, 2, 3)\n"
     assert not output.exists()
 
 

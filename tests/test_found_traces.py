@@ -20,8 +20,9 @@ from harness.canaries import CANARIES
 from harness.fuzz.options import FuzzOptions, select_targets
 from harness.fuzz.protocol import FailureFound, FailureSeen, Shared, WorkerPlan
 from harness.fuzz.session import FuzzRun, exit_status
+from harness.fuzz.summary import summary_text
 from harness.fuzz.walk import WalkRun
-from harness.fuzz.worker import Worker
+from harness.fuzz.worker import UNSHRUNK_FOLDER, Worker
 from harness.judge.families import FAMILIES, check_target
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
@@ -83,28 +84,28 @@ def test_the_first_failing_step_is_on_disk_and_announced_before_shrinking(tmp_pa
     assert worker.retired[0] == 1
 
 
-def test_the_unshrunk_trace_gives_way_to_the_shrunk_one(tmp_path: Path) -> None:
+def test_the_unshrunk_trace_stays_apart_from_the_shrunk_one_and_both_replay(tmp_path: Path) -> None:
     worker, pipe = worker_in(tmp_path)
     worker.saw(violation_with(leaky_trace(5)))
     unshrunk = Path(pipe.sent[0].trace)
+    assert unshrunk.parent == tmp_path / "corpus" / UNSHRUNK_FOLDER / "req_to_token"
     shrunk = keep_trace(leaky_trace(1), tmp_path / "corpus").path
     assert worker.target is not None and shrunk is not None
     worker.found(worker.target, "conservation", "[conservation] ...", path=shrunk, trace=leaky_trace(1), shrunk=True,
                  where={"round": 0, "seed": 1})
-    assert isinstance(pipe.sent[-1], FailureFound) and not unshrunk.exists() and shrunk.exists()
+    assert isinstance(pipe.sent[-1], FailureFound) and unshrunk.exists() and shrunk.exists()
+    assert len(load_trace(unshrunk).steps) == 5 and len(load_trace(shrunk).steps) == 1
 
 
-def test_a_trace_already_in_the_corpus_is_never_removed_as_unshrunk(tmp_path: Path) -> None:
+def test_a_trace_already_in_the_corpus_is_left_alone_by_a_sighting(tmp_path: Path) -> None:
     worker, pipe = worker_in(tmp_path)
     trace = leaky_trace(5)
     trace.expect = {"outcome": "violation", "invariant": "conservation", "implementation": trace.implementation}
     committed = keep_trace(trace, tmp_path / "corpus").path
+    assert committed is not None
+    before = committed.read_text()
     worker.saw(violation_with(leaky_trace(5)))
-    assert pipe.sent[0].trace == str(committed)
-    shrunk = keep_trace(leaky_trace(1), tmp_path / "corpus").path
-    assert worker.target is not None and committed is not None
-    worker.found(worker.target, "conservation", "...", path=shrunk, trace=None, shrunk=True, where={"round": 0, "seed": 1})
-    assert committed.exists()
+    assert pipe.sent[0].trace != str(committed) and committed.read_text() == before
 
 
 def test_a_walk_announces_its_failure_before_shrinking_it() -> None:
@@ -138,9 +139,6 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
     targets, _ = select_targets([LEAKY])
     run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO())
 
-    class Slot:
-        name = "w0"
-
     seen = FailureSeen(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
                        invariant="conservation", trace=str(tmp_path / "t.json"), steps=40,
                        message="[conservation] free rows differ", round=2, seed=9)
@@ -149,9 +147,89 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
     report = run.build_report().to_json()
     (failure,) = report["targets"][0]["failures"]
     assert (failure["trace"], failure["steps"], failure["shrunk"]) == (seen.trace, 40, False)
-    assert failure["first_seen_after_s"] == failure["found_after_s"] and failure["unshrunk_steps"] == 40
+    assert failure["first_seen_after_s"] == failure["found_at"]["after_s"] and failure["unshrunk_steps"] == 40
+    assert failure["found_after_s"] is None and failure["shrink"]["state"] == "partial"
+    assert "before it reported a shrunk trace" in failure["shrink"]["note"]
     assert report["exit_status"] == 1
     assert f"unshrunk trace (40 steps): {seen.trace}" in run.progress.stream.getvalue()  # type: ignore[attr-defined]
+    assert "shrink PARTIAL" in summary_text(report)
+
+
+# ---------------------------------------------------------- report at find time
+def sighting(tmp_path: Path, steps: int = 40) -> FailureSeen:
+    return FailureSeen(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
+                       invariant="conservation", trace=str(tmp_path / "unshrunk.json"), steps=steps,
+                       message="[conservation] free rows differ", round=2, seed=9)
+
+
+def shrunk_report(tmp_path: Path, *, shrunk: bool = True) -> FailureFound:
+    return FailureFound(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
+                        kind="violation", invariant="conservation", trace=str(tmp_path / "shrunk.json"), steps=3,
+                        message="[conservation] free rows differ\n  step 1: ...", shrunk=shrunk, round=2, seed=9)
+
+
+class Slot:
+    name = "w0"
+
+
+def test_a_first_failing_step_is_in_the_report_file_at_once_and_its_shrunk_report_follows(tmp_path: Path) -> None:
+    targets, _ = select_targets([LEAKY])
+    path = tmp_path / "report.json"
+    pages: list[dict[str, Any]] = []
+    run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path, report=path),
+                  err=io.StringIO(), live=pages.append)
+    run.started = run.fuzz_started = time.time() - 3.0  # three seconds into fuzzing
+    run.on_seen(Slot(), sighting(tmp_path))  # type: ignore[arg-type]
+    at_once = json.loads(path.read_text())
+    assert at_once["ended_because"] is None and at_once["exit_status"] is None and pages[-1] == at_once
+    (failure,) = at_once["failures"]
+    assert failure["found_at"]["trace"] == failure["trace"] == str(tmp_path / "unshrunk.json")
+    assert (failure["found_at"]["invariant"], failure["found_at"]["steps"]) == ("conservation", 40)
+    assert failure["found_at"]["after_s"] >= 3.0 and failure["shrink"] == {"state": "running", "after_s": None,
+                                                                          "seconds": None, "note": None}
+    assert failure["found_after_s"] is None and at_once["targets"][0]["status"] == "failed"
+    run.started = run.fuzz_started = run.fuzz_started - 2.0  # the shrunk report comes two seconds later
+    run.on_failure(Slot(), shrunk_report(tmp_path))  # type: ignore[arg-type]
+    (failure,) = json.loads(path.read_text())["failures"]
+    assert failure["found_at"] == at_once["failures"][0]["found_at"]  # the first record stays, unshrunk trace and all
+    assert (failure["trace"], failure["steps"], failure["shrunk"]) == (str(tmp_path / "shrunk.json"), 3, True)
+    shrink = failure["shrink"]
+    assert shrink["state"] == "done" and shrink["after_s"] >= failure["found_at"]["after_s"] + 2.0
+    assert shrink["seconds"] == pytest.approx(shrink["after_s"] - failure["found_at"]["after_s"], abs=0.02)
+    text = run.progress.stream.getvalue()  # type: ignore[attr-defined]
+    assert text.index("FAILURE FOUND") < text.index("FAILURE SHRUNK")
+    final = run.build_report().to_json()
+    summary = summary_text(final)
+    assert summary.index("found at ") < summary.index("shrunk at ") and "unshrunk trace" in summary
+    schema_validator().validate(final)
+    schema_validator().validate(at_once)
+
+
+def test_a_shrink_cut_off_by_the_grace_is_reported_partial_with_why(tmp_path: Path) -> None:
+    targets, _ = select_targets([LEAKY])
+    run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path, grace=0.5), err=io.StringIO())
+    run.on_seen(Slot(), sighting(tmp_path))  # type: ignore[arg-type]
+    run.stop_reason = "time is up"
+    run.on_failure(Slot(), shrunk_report(tmp_path, shrunk=False))  # type: ignore[arg-type]
+    (failure,) = run.build_report().to_json()["failures"]
+    assert failure["shrink"]["state"] == "partial" and not failure["shrunk"]
+    assert "--grace of 0.5 s ran out" in failure["shrink"]["note"]
+    assert "FAILURE SHRINK PARTIAL" in run.progress.stream.getvalue()  # type: ignore[attr-defined]
+
+
+def test_a_second_workers_sighting_of_a_retired_target_adds_nothing(tmp_path: Path) -> None:
+    targets, _ = select_targets([LEAKY])
+    run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO())
+    run.on_seen(Slot(), sighting(tmp_path))  # type: ignore[arg-type]
+    run.on_seen(Slot(), sighting(tmp_path, steps=12))  # type: ignore[arg-type]
+    (failure,) = run.build_report().to_json()["failures"]
+    assert failure["found_at"]["steps"] == 40
+
+
+def schema_validator() -> Any:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "harness" / "fuzz" / "report.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from harness import cli
+from harness.canaries import CANARIES
 from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
 from harness.fuzz.counted import EventLog
 from harness.fuzz.options import FuzzOptions
@@ -234,6 +235,31 @@ def test_a_planted_bug_exits_1_and_its_shrunk_trace_lands_in_the_corpus(
     assert healthy["status"] == "ok" and healthy["steps"] > 0  # the run went on with the other target
 
 
+def test_a_canary_is_reported_at_its_first_failing_step_then_shrunk_and_its_unshrunk_trace_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    canary = CANARIES["silent-double-free-rows"]
+    target = f"{canary.family}={canary.spec}"
+    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "6", "--workers", "1", "--steps", "40",
+                                  "--plain", "--target", target)
+    assert code == 1, out + err
+    (failure,) = report["failures"]
+    found_at, shrink = failure["found_at"], failure["shrink"]
+    assert found_at["invariant"] == failure["invariant"] == canary.invariant
+    assert shrink["state"] == "done" and failure["shrunk"]
+    assert found_at["after_s"] <= shrink["after_s"] == pytest.approx(failure["found_after_s"], abs=0.1)
+    assert found_at["since_start_s"] >= found_at["after_s"] and shrink["seconds"] >= 0
+    unshrunk, shrunk = Path(found_at["trace"]), Path(failure["trace"])
+    assert unshrunk.parent == tmp_path / "corpus" / "unshrunk" / canary.family and shrunk.parent.name == canary.family
+    assert len(load_trace(shrunk).steps) <= found_at["steps"] == len(load_trace(unshrunk).steps)
+    announced = err.index(f"FAILURE FOUND {target} [{canary.invariant}]")  # printed at once, before shrinking
+    assert announced < err.index(f"unshrunk trace ({found_at['steps']} steps): {unshrunk}") < err.index("FAILURE SHRUNK")
+    assert out.index(f"found at {found_at['after_s']:.1f} s of fuzzing") < out.index("shrunk at ")
+    capsys.readouterr()
+    assert cli.main(["replay", str(unshrunk)]) == 0, capsys.readouterr()  # the unshrunk trace reproduces it, as found
+    assert cli.main(["replay", str(shrunk)]) == 0, capsys.readouterr()
+
+
 def test_a_failure_still_shrinking_when_time_is_up_is_saved_partially_shrunk(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -244,7 +270,8 @@ def test_a_failure_still_shrinking_when_time_is_up_is_saved_partially_shrunk(
     assert failure["invariant"] in LEAK_INVARIANTS
     assert load_trace(failure["trace"]).expect["invariant"] == failure["invariant"]
     if not failure["shrunk"]:
-        assert "trace (partially shrunk)" in out
+        assert failure["shrink"]["state"] == "partial" and "shrink PARTIAL" in out
+    assert load_trace(failure["found_at"]["trace"]).expect["invariant"] == failure["invariant"]
 
 
 def test_a_crashing_worker_is_reported_and_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -367,14 +394,16 @@ def test_the_live_page_gets_the_report_so_far_and_a_broken_page_never_ends_the_r
     pages: list[dict[str, Any]] = []
     run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO(),
                   live=pages.append, live_every=5.0)
-    run.update_live(100.0)
-    run.update_live(101.0)  # not due yet
-    run.update_live(105.0)
+    live = run.snapshots
+    live.update_live(100.0)
+    live.update_live(101.0)  # not due yet
+    live.update_live(105.0)
     assert len(pages) == 2 and pages[0]["targets"][0]["target"] == "req_to_token"
+    assert pages[0]["ended_because"] is None  # the report so far: the run has not ended
 
     def broken(report: dict[str, Any]) -> None:
         raise OSError("disk full")
 
-    run.live, run.next_live = broken, 0.0
-    run.update_live(200.0)
-    assert run.live is None and "the live dashboard stopped: OSError: disk full" in run.progress.stream.getvalue()
+    live.live, live.next_live = broken, 0.0
+    live.update_live(200.0)
+    assert live.live is None and "the live dashboard stopped: OSError: disk full" in run.progress.stream.getvalue()

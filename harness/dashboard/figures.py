@@ -131,7 +131,8 @@ def _failure_points(series: Sequence[SeriesPoint], target: TargetRun) -> list[tu
     points = []
     first_failing = next((s.t for s in series if s.failures > 0), series[-1].t)
     for failure in target.failures:
-        t = failure.found_after_s if failure.found_after_s is not None else first_failing
+        # At its first failing step when the report has it (the failure counts from then on), else at its report.
+        t = next((x for x in (failure.first_seen_after_s, failure.found_after_s) if x is not None), first_failing)
         before = [s for s in series if s.t <= t] or [series[0]]
         points.append((t, before[-1].events, failure.invariant or failure.kind))
     return points

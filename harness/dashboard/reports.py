@@ -3,13 +3,15 @@
 A report is what ``python -m harness fuzz`` writes (``docs/nightly.md``):
 schema 1 has per-target totals only; schema 2 adds ``series_interval_s``,
 per-target ``coverage`` and ``series`` (cumulative samples over the run) and a
-``replay`` command per failure.  The reader is strict where the dashboard
+``replay`` command per failure; schema 3 a failure's ``found_at`` (its first failing
+step, with the unshrunk trace) and ``shrink`` (its state and time), and reports
+written while the run goes on.  The reader is strict where the dashboard
 depends on a field (its presence, JSON type and range; an unknown ``schema`` is
 refused) and ignores keys it does not know, so a newer runner that only adds
 fields still renders.
 
 A field's type and range are those of the report's JSON Schema,
-``harness/fuzz/report.schema.json`` (the runner's contract: schema 2, every
+``harness/fuzz/report.schema.json`` (the runner's contract: schema 3, every
 field required, every object closed); which fields the dashboard reads, and
 which of those it cannot do without, is :data:`READ`.  After the two checks
 that tell whether it is a report this dashboard reads at all (``tool``, then
@@ -44,8 +46,8 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 TOOL = "poolfuzz fuzz"
-SCHEMAS = (1, 2)
-"""The report versions this dashboard reads: the runner's (``REPORT_SCHEMA``, the schema's ``const``) and 1."""
+SCHEMAS = (1, 2, 3)
+"""The report versions this dashboard reads: the runner's (``REPORT_SCHEMA``, the schema's ``const``), 2 and 1."""
 SCHEMA_RESOURCE = ("harness.fuzz", "report.schema.json")
 """Package and file name of the report's JSON Schema (package data, see pyproject.toml)."""
 NOT_REACHED = "not reached"
@@ -89,6 +91,15 @@ class Failure:
     found_after_s: float | None
     first_seen_after_s: float | None = None
     """The first failing step, before shrinking (reports from before it was recorded: ``None``)."""
+    unshrunk_trace: str | None = None
+    """The trace of that first failing step, kept beside the shrunk one (schema 3 on)."""
+    unshrunk_steps: int | None = None
+    shrink_state: str | None = None
+    """``running``, ``done`` or ``partial`` (schema 3 on; ``None`` before, or when the run did not shrink it)."""
+    shrink_s: float | None = None
+    """How long the shrink took, from the first failing step's report to the shrunk one."""
+    shrink_note: str | None = None
+    """Why a partial shrink is partial."""
 
     @property
     def headline(self) -> str:
@@ -248,7 +259,10 @@ READ: dict[str, dict[str, str]] = {
                       "failures": NEEDED},
     "/$defs/failure": {"invariant": OPTIONAL, "kind": NEEDED, "message": NEEDED, "trace": OPTIONAL,
                        "steps": OPTIONAL, "shrunk": OPTIONAL, "replay": OPTIONAL, "found_after_s": OPTIONAL,
-                       "first_seen_after_s": OPTIONAL},
+                       "first_seen_after_s": OPTIONAL, "unshrunk_steps": OPTIONAL, "found_at": OPTIONAL,
+                       "shrink": OPTIONAL},
+    "/$defs/found_at": {"after_s": NEEDED, "trace": OPTIONAL, "steps": OPTIONAL},
+    "/$defs/shrink": {"state": NEEDED, "seconds": OPTIONAL, "note": OPTIONAL},
 }
 """The fields the dashboard reads, per object of the report schema (a JSON pointer into it).
 
@@ -376,10 +390,14 @@ def _failure(f: Mapping[str, Any], target: str) -> Failure:
     if replay is None and trace is not None:
         replay = f"python -m harness replay {shlex.quote(trace)}"
     shrunk = f.get("shrunk")
+    found_at, shrink = f.get("found_at") or {}, f.get("shrink") or {}
+    first_seen = found_at.get("after_s", f.get("first_seen_after_s"))
     return Failure(
         target=target, invariant=f.get("invariant"), kind=f["kind"], message=f["message"], trace=trace,
         steps=f.get("steps"), shrunk=True if shrunk is None else shrunk, replay=replay,
-        found_after_s=_number(f.get("found_after_s")), first_seen_after_s=_number(f.get("first_seen_after_s")),
+        found_after_s=_number(f.get("found_after_s")), first_seen_after_s=_number(first_seen),
+        unshrunk_trace=found_at.get("trace"), unshrunk_steps=found_at.get("steps", f.get("unshrunk_steps")),
+        shrink_state=shrink.get("state"), shrink_s=_number(shrink.get("seconds")), shrink_note=shrink.get("note"),
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.dashboard.groups import Grouping
-from harness.dashboard.reports import NOT_REACHED, Run, TargetRun
+from harness.dashboard.reports import NOT_REACHED, Failure, Run, TargetRun
 
 STATUS_ORDER = {"failed": 0, "crashed": 1, NOT_REACHED: 2, "ok": 3}
 PILL_TONES = {"ok": "ok", "failed": "failed", "crashed": "crashed"}
@@ -190,20 +190,13 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
     for run, target in rows:
         for f in target.failures:
             what = f.invariant or f.kind
-            facts: list[tuple[str, str]] = []
-            if f.trace is not None:
-                shrunk = "" if f.shrunk else ", only partially shrunk (the run ended while shrinking)"
-                steps = f" ({f.steps} steps{shrunk})" if f.steps is not None else ""
-                facts.append(("shrunk trace", f"<code>{esc(f.trace)}</code>{esc(steps)}"))
-            else:
-                facts.append(("trace", "none: an exception that is not an invariant violation; see the message"))
+            facts = failure_facts(f)
             if f.replay:
                 where = f' <span class="context">from <code>{esc(run.cwd)}</code></span>' if run.cwd else ""
                 facts.append(("replay", f'<code class="command">{esc(f.replay)}</code>{where}'))
             found = f", after {duration(f.found_after_s)} of fuzzing" if f.found_after_s is not None else ""
-            if f.first_seen_after_s is not None and f.found_after_s is not None:
-                found = (f", first failing step after {duration(f.first_seen_after_s)} of fuzzing, "
-                         f"shrunk report after {duration(f.found_after_s)}")
+            if f.first_seen_after_s is not None:
+                found = ""  # both times have facts of their own
             facts.append(("found", esc(f"on {run.box}, in the run started {when(run.started)}{found}")))
             items.append(
                 f'<div class="failure"><div class="title"><code>{esc(target.key)}</code> · '
@@ -216,6 +209,36 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
             "in the latest run of any target"
         return f'<div class="empty">No failures: no invariant violation or error {where}.</div>'
     return "".join(items)
+
+
+def failure_facts(f: Failure) -> list[tuple[str, str]]:
+    """A failure's trace facts: its first failing step (time to it, and the unshrunk trace), then its shrink
+    (time to the shrunk report and how long shrinking took, or that it is still running or was cut off)."""
+    facts: list[tuple[str, str]] = []
+    if f.first_seen_after_s is not None:
+        unshrunk = ""
+        if f.unshrunk_trace is not None:
+            steps = f" ({f.unshrunk_steps} steps)" if f.unshrunk_steps is not None else ""
+            unshrunk = f": unshrunk trace <code>{esc(f.unshrunk_trace)}</code>{esc(steps)}"
+        facts.append(("first failing step", esc(f"after {duration(f.first_seen_after_s)} of fuzzing") + unshrunk))
+    if f.shrink_state == "running":
+        facts.append(("shrunk report", "not yet: still shrinking when this report was written"))
+    elif f.shrink_state == "partial":
+        took = f" after {duration(f.shrink_s)}" if f.shrink_s is not None else ""
+        facts.append(("shrunk report", esc(f"none, the shrink is partial{took}: {f.shrink_note or 'cut off'}")))
+    elif f.found_after_s is not None and f.first_seen_after_s is not None:
+        took = f" (shrinking took {duration(f.shrink_s)})" if f.shrink_s is not None else ""
+        facts.append(("shrunk report", esc(f"after {duration(f.found_after_s)} of fuzzing{took}")))
+    if f.trace is not None:
+        steps = f" ({f.steps} steps)" if f.steps is not None else ""
+        if f.shrink_state is None:
+            steps = f" ({f.steps} steps{'' if f.shrunk else ', only partially shrunk (the run ended while shrinking)'})" \
+                if f.steps is not None else ""
+        label = "shrunk trace" if f.shrunk else ("trace" if f.trace == f.unshrunk_trace else "smallest failing trace")
+        facts.append((label, f"<code>{esc(f.trace)}</code>{esc(steps)}"))
+    else:
+        facts.append(("trace", "none: an exception that is not an invariant violation; see the message"))
+    return facts
 
 
 def row_names(rows: Sequence[tuple[Run, TargetRun]]) -> list[str]:

@@ -4,8 +4,10 @@
 coordinator), :mod:`~harness.fuzz.process` and :mod:`~harness.fuzz.worker` (one
 worker process and its rounds), :mod:`~harness.fuzz.protocol` (the messages between
 them, standard library only), :mod:`~harness.fuzz.database` (the example database),
-:mod:`~harness.fuzz.progress` (the live display) and :mod:`~harness.fuzz.report`
-(the typed report and its summary).
+:mod:`~harness.fuzz.progress` (the live display), :mod:`~harness.fuzz.findings` (a failure
+from its first failing step, reported at once, to its shrunk report), :mod:`~harness.fuzz.snapshots`
+(the report written at each finding, and the live page), :mod:`~harness.fuzz.report` (the typed
+report) and :mod:`~harness.fuzz.summary` (the text summary of a report).
 """
 
 from harness.fuzz.options import FuzzOptions, select_targets

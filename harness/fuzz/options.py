@@ -32,6 +32,9 @@ class FuzzOptions:
     """Seconds between time-series samples; ``None``: about 100 samples over the budget, at least 1 s apart."""
     live: bool = False
     logs: Path | None = None
+    report: Path | None = None
+    """The JSON report's path: the run writes it at each finding (first failing step, shrunk report) as well
+    as the caller at the end; ``None``: only the caller writes it."""
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 

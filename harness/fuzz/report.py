@@ -1,8 +1,10 @@
 """The nightly run's results: per-target tallies, the JSON report and the summary a person reads.
 
 The JSON report is the contract with whatever collects nightly runs
-(``docs/nightly.md`` documents every field); :func:`summary_text` renders a
-report dict, so a summary can be regenerated from a saved report as well.
+(``docs/nightly.md`` documents every field).  A failure is in it from its first
+failing step on (:class:`FoundAt`, with the unshrunk trace), and its shrink's outcome
+follows (:class:`ShrinkOutcome`).  The text summary a person reads is rendered from
+the report dict by :mod:`harness.fuzz.summary` (re-exported here).
 """
 
 from __future__ import annotations
@@ -23,9 +25,56 @@ from pathlib import Path
 from typing import Any
 
 from harness.fuzz.protocol import FailureFound, ProgressReport
+from harness.fuzz.summary import NOT_REACHED as NOT_REACHED
+from harness.fuzz.summary import events_summary as events_summary
+from harness.fuzz.summary import shown_status as shown_status
+from harness.fuzz.summary import summary_text as summary_text
 
-REPORT_SCHEMA = 2
-"""Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage`` (``harness/fuzz/report.schema.json``)."""
+REPORT_SCHEMA = 3
+"""Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage``; version 3 a failure's
+``found_at`` (its first failing step, reported at once) and ``shrink`` (running, done or partial, and how long it
+took), and a snapshot's null ``ended_because`` and ``exit_status`` while the run goes on
+(``harness/fuzz/report.schema.json``)."""
+
+SHRINK_RUNNING, SHRINK_DONE, SHRINK_PARTIAL = "running", "done", "partial"
+"""A shrink's states: still going on (a report written while the run goes on), finished, cut off."""
+
+
+@dataclass(frozen=True)
+class FoundAt:
+    """A failure's first failing step, as reported at once, before any shrinking."""
+
+    after_s: float
+    """Seconds from the start of fuzzing to the first failing step's report."""
+    since_start_s: float
+    """Seconds from the start of the command (worker start-up included) to the same moment."""
+    invariant: str
+    message: str
+    """The unshrunk violation, with its numbers."""
+    trace: str | None
+    """The unshrunk trace, written before shrinking started and kept after it (``None``: nothing could be written)."""
+    steps: int
+    worker: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "replay": replay_command(self.trace) if self.trace else None}
+
+
+@dataclass(frozen=True)
+class ShrinkOutcome:
+    """How a failure's shrink went: ``state`` is one of :data:`SHRINK_RUNNING`, :data:`SHRINK_DONE`, :data:`SHRINK_PARTIAL`."""
+
+    state: str
+    after_s: float | None = None
+    """Seconds from the start of fuzzing to the shrunk (or partially shrunk) report; ``None`` while running, or
+    when the worker ended before any report."""
+    seconds: float | None = None
+    """The shrink's own time: from the first failing step's report to ``after_s``."""
+    note: str | None = None
+    """Why a shrink is partial (cut off by the grace after the budget, an interrupt, a worker that died)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -34,20 +83,25 @@ class FailureRecord(FailureFound):
     worker found it, when, and how to reproduce it."""
 
     worker: str
-    found_after_s: float
-    """Seconds from the start of fuzzing to the report of the shrunk failure."""
+    found_after_s: float | None
+    """Seconds from the start of fuzzing to the report of the shrunk failure (``None`` while it is shrinking)."""
     first_seen_after_s: float | None = None
     """Seconds from the start of fuzzing to the first failing step, before shrinking (``None``: not
-    reported apart, as for errors and failures replayed from the database)."""
+    reported apart, as for errors and failures replayed from the database); ``found_at.after_s``."""
     unshrunk_steps: int | None = None
-    """Length of the trace at the first failing step."""
+    """Length of the trace at the first failing step; ``found_at.steps``."""
+    found_at: FoundAt | None = None
+    """The first failing step, reported before shrinking (``None`` as for ``first_seen_after_s``)."""
+    shrink: ShrinkOutcome | None = None
+    """How its shrink went; ``None`` when this run did not shrink it (errors, traces replayed from the database)."""
 
     @classmethod
-    def of(cls, found: FailureFound, *, worker: str, found_after_s: float, first_seen_after_s: float | None = None,
-           unshrunk_steps: int | None = None) -> FailureRecord:
-        first = round(first_seen_after_s, 2) if first_seen_after_s is not None else None
-        return cls(**dataclasses.asdict(found), worker=worker, found_after_s=round(found_after_s, 1),
-                   first_seen_after_s=first, unshrunk_steps=unshrunk_steps)
+    def of(cls, found: FailureFound, *, worker: str, found_after_s: float | None, found_at: FoundAt | None = None,
+           shrink: ShrinkOutcome | None = None) -> FailureRecord:
+        return cls(**dataclasses.asdict(found), worker=worker,
+                   found_after_s=round(found_after_s, 1) if found_after_s is not None else None,
+                   first_seen_after_s=found_at.after_s if found_at is not None else None,
+                   unshrunk_steps=found_at.steps if found_at is not None else None, found_at=found_at, shrink=shrink)
 
     @property
     def replay(self) -> str | None:
@@ -55,7 +109,8 @@ class FailureRecord(FailureFound):
         return replay_command(self.trace) if self.trace else None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "replay": self.replay}
+        return {**dataclasses.asdict(self), "found_at": self.found_at.to_json() if self.found_at else None,
+                "shrink": self.shrink.to_json() if self.shrink else None, "replay": self.replay}
 
 
 def replay_command(trace: str) -> str:
@@ -195,8 +250,10 @@ class RunReport:
     duration_s: float
     startup_s: float
     interrupted: bool
-    ended_because: str
-    exit_status: int
+    ended_because: str | None
+    """``None`` in a report written while the run goes on (at a finding, or for the live page)."""
+    exit_status: int | None
+    """``None`` while the run goes on, as ``ended_because``."""
     run: dict[str, Any]
     machine: dict[str, Any]
     versions: dict[str, str | None]
@@ -316,100 +373,6 @@ def combine_coverage(data_dir: Path) -> dict[str, Any] | None:
             "partial_branches": summary.get("num_partial_branches", 0),
         }
     return {"branch": True, "percent": round(data["totals"]["percent_covered"], 1), "files": files}
-
-
-# ------------------------------------------------------------------ summary
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)]
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
-def _rate(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-NOT_REACHED = "not reached"
-
-
-def shown_status(target: dict[str, Any]) -> str:
-    """A report target's ``status`` as a person reads it: ``not reached`` for an ``ok`` target that ran no step.
-
-    Such a target (the run ended, or every worker was busy elsewhere, before it got
-    a round) was never checked: ``ok`` would claim it passed.
-    """
-    return NOT_REACHED if target["status"] == "ok" and target["steps"] == 0 else str(target["status"])
-
-
-def summary_text(report: dict[str, Any]) -> str:
-    """The end-of-run summary: one row per target, then failures, crashes, events and coverage."""
-    run = report["run"]
-    targets = report["targets"]
-    failures = sum(len(t["failures"]) for t in targets)
-    head = (f"poolfuzz fuzz: {report['duration_s']:.1f} s, {run['workers']} worker(s), seed {run['seed']}, "
-            f"device {run['device']}, {len(targets)} target(s), {failures} failure(s), "
-            f"{len(report['crashes'])} crash(es)" + (" — INTERRUPTED" if report["interrupted"] else ""))
-    rows = [["target", "examples", "steps", "steps/s", "events", "failures", "status"]]
-    for t in targets:
-        ids = ",".join(sorted({f["invariant"] or f["kind"] for f in t["failures"]})) or "-"
-        rows.append([t["target"], f"{t['examples']:,}", f"{t['steps']:,}", _rate(t["steps_per_second"]),
-                     str(len(t["events"])), ids, shown_status(t)])
-    total = report["totals"]
-    rows.append(["total", f"{total['examples']:,}", f"{total['steps']:,}", _rate(total["steps_per_second"]), "",
-                 str(failures), ""])
-    lines = [head, ""] + ["  " + line for line in _table(rows, right={1, 2, 3, 4})]
-    if failures:
-        lines += ["", "failures (each target stops being fuzzed after its first failure):"]
-        for t in targets:
-            for f in t["failures"]:
-                first = f["message"].strip().splitlines()[0] if f["message"].strip() else ""
-                shrunk = "" if f.get("shrunk", True) else " (partially shrunk)"
-                lines.append(f"  {t['target']}: {first}")
-                if f["trace"]:
-                    lines.append(f"    trace{shrunk}: {f['trace']}  ({f['steps']} steps)")
-                    lines.append(f"    replay: {f.get('replay') or 'python -m harness replay ' + f['trace']}")
-    if report["crashes"]:
-        lines += ["", "crashed workers (their target is not fuzzed further in this run):"]
-        for c in report["crashes"]:
-            lines.append(f"  {c['worker']} on {c['target'] or '(no target yet)'}: {c['reason']}  log: {c['log']}")
-    lines += events_summary(targets)
-    if report.get("skipped"):
-        lines += ["", "skipped families:"] + [f"  {s['family']}: {s['reason']}" for s in report["skipped"]]
-    coverage = report.get("coverage")
-    if coverage:
-        lines += ["", f"coverage of pools/ (branch): {coverage['percent']:.1f}%"]
-        lines += ["  " + line for line in _table(
-            [[name, f"{entry['percent']:.1f}%"] for name, entry in coverage["files"].items()], right={1})]
-    return "\n".join(lines)
-
-
-SUMMARY_WIDTH = 100
-TOP_EVENTS = 8
-
-
-def events_summary(targets: list[dict[str, Any]], *, top: int = TOP_EVENTS, width: int = SUMMARY_WIDTH) -> list[str]:
-    """The events block, as hypothesis's statistics show them: per target, its most frequent labels
-    with their counts, one a line, cut to ``width`` columns; the rest counted, not listed (the
-    report's ``targets[].events`` has them all)."""
-    reached = [t for t in targets if t["events"]]
-    if not reached:
-        return []
-    lines = ["", f"events (the {top} most frequent per target; all of them are in the JSON report):"]
-    for t in reached:
-        ranked = sorted(t["events"].items(), key=lambda item: (-item[1], item[0]))
-        total = sum(count for _, count in ranked)
-        lines.append(f"  {t['target']}: {len(ranked)} distinct, {total:,} in all")
-        digits = len(f"{ranked[0][1]:,}")
-        for label, count in ranked[:top]:
-            line = f"    {count:>{digits},}  {label}"
-            lines.append(line if len(line) <= width else line[:width - 1] + "…")
-        if len(ranked) > top:
-            rest = sum(count for _, count in ranked[top:])
-            lines.append(f"    {'':>{digits}}  and {len(ranked) - top} more ({rest:,} in all)")
-    return lines
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:

@@ -4,7 +4,8 @@
 :class:`FuzzRun` starts one process per worker (:mod:`harness.fuzz.protocol`,
 ``spawn``), collects their counters and findings over per-worker pipes, drives
 the live display (:mod:`harness.fuzz.progress`) and builds the report
-(:mod:`harness.fuzz.report`).
+(:mod:`harness.fuzz.report`): at each finding too, and for the live page
+(:mod:`harness.fuzz.snapshots`).
 
 How a run ends:
 
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.fuzz.database import redacted
-from harness.fuzz.findings import Findings
+from harness.fuzz.findings import Findings, cut_off_by
 from harness.fuzz.options import FuzzOptions
 from harness.fuzz.process import worker_main
 from harness.fuzz.progress import Progress
@@ -70,6 +71,7 @@ from harness.fuzz.protocol import (
 )
 from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, possible_arcs, utc_now, versions
 from harness.fuzz.shares import ShareBook
+from harness.fuzz.snapshots import Snapshots
 
 MAX_RESPAWNS = 3
 KILL_AFTER_TERM_S = 5.0
@@ -113,8 +115,6 @@ class FuzzRun:
     def __init__(self, options: FuzzOptions, *, err: TextIO, live: Callable[[dict[str, Any]], None] | None = None,
                  live_every: float = LIVE_EVERY_S) -> None:
         self.options = options
-        self.live, self.live_every, self.next_live = live, live_every, 0.0
-        """``live`` gets the report so far every ``live_every`` seconds (``fuzz --dashboard``: the live page)."""
         self.ctx = multiprocessing.get_context("spawn")
         slots = max(1, len(options.targets))
         self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
@@ -151,6 +151,9 @@ class FuzzRun:
         self.progress = Progress(err, live=options.live, every=options.progress_every, started=self.started,
                                  deadline=self.started + options.seconds)
         self.findings = Findings(self.stats, self.progress.note)
+        self.snapshots = Snapshots(lambda: self.build_report(final=False).to_json(), report=options.report, live=live,
+                                   live_every=live_every, note=self.progress.note)
+        """The report so far: to ``options.report`` at findings, to ``live`` (the live page) then and when due."""
 
     # ------------------------------------------------------------ workers
     def spawn(self, index: int, generation: int) -> None:
@@ -191,11 +194,16 @@ class FuzzRun:
 
     def on_seen(self, slot: Slot, message: FailureSeen) -> None:
         self.retired[self.by_key[message.target].index] = 1
-        self.findings.sighted(message, worker=slot.name, after_s=time.time() - self.fuzz_started)
+        now = time.time()
+        if self.findings.sighted(message, worker=slot.name, after_s=now - self.fuzz_started, since_start_s=now - self.started):
+            self.snapshots.finding(now)
 
     def on_failure(self, slot: Slot, message: FailureFound) -> None:
         self.retired[self.by_key[message.target].index] = 1
-        self.findings.found(message, worker=slot.name, after_s=time.time() - self.fuzz_started)
+        now = time.time()
+        cut_off = cut_off_by(self.stop_reason, self.options.grace)
+        if self.findings.found(message, worker=slot.name, after_s=now - self.fuzz_started, cut_off=cut_off):
+            self.snapshots.finding(now)
 
     def on_bye(self, slot: Slot, message: Bye) -> None:
         slot.said_bye = True
@@ -333,7 +341,7 @@ class FuzzRun:
                 if slot.process.is_alive():
                     slot.process.kill()
                 slot.process.join()
-        self.findings.unreported()
+        self.findings.unreported(cut_off_by(self.stop_reason, self.options.grace))
         if self.deadline != float("inf"):
             self.sample(time.time(), force=True)
         self.progress.tick(self.stats.values(), force=True)
@@ -370,18 +378,7 @@ class FuzzRun:
             self.sample(now)
             self.update_shares(now)
             self.progress.tick(self.stats.values(), now=now)
-            self.update_live(now)
-
-    def update_live(self, now: float) -> None:
-        """Hand the report so far to ``live`` when due; a failure there is one warning, never the run's end."""
-        if self.live is None or now < self.next_live:
-            return
-        self.next_live = now + self.live_every
-        try:
-            self.live(self.build_report().to_json())
-        except Exception as exc:  # noqa: BLE001 - the page is a view of the run, not part of it
-            self.progress.note(f"poolfuzz: warning: the live dashboard stopped: {type(exc).__name__}: {exc}")
-            self.live = None
+            self.snapshots.update_live(now)
 
     def install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -394,7 +391,9 @@ class FuzzRun:
             signal.signal(sig, handler)
 
     # ------------------------------------------------------------- report
-    def build_report(self) -> RunReport:
+    def build_report(self, *, final: bool = True) -> RunReport:
+        """The report of the run; not ``final``: the report so far, with no ``ended_because``, ``exit_status`` or
+        run-wide ``coverage`` yet (per-target coverage is there)."""
         o = self.options
         interrupted = self.stop_reason == "interrupted"
         found = any(s.failures for s in self.stats.values()) or bool(self.crashes)
@@ -405,8 +404,8 @@ class FuzzRun:
             duration_s=time.time() - self.fuzz_started,
             startup_s=self.fuzz_started - self.started,
             interrupted=interrupted,
-            ended_because=self.stop_reason or "every worker finished (all targets retired)",
-            exit_status=exit_status(found, interrupted, self.signal),
+            ended_because=(self.stop_reason or "every worker finished (all targets retired)") if final else None,
+            exit_status=exit_status(found, interrupted, self.signal) if final else None,
             run={
                 "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
                 "steps_per_example": o.steps, "misuse": o.misuse, "database": redacted(o.database),
@@ -421,7 +420,8 @@ class FuzzRun:
             workers=tuple({"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode,
                            "rounds": s.rounds} for s in self.finished),
             skipped=tuple(o.skipped),
-            coverage=combine_coverage(self.covdir) if self.covdir is not None else None,
+            # Combining reads and removes the workers' data files: only once they have all ended.
+            coverage=combine_coverage(self.covdir) if self.covdir is not None and final else None,
         )
 
 

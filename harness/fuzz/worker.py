@@ -25,8 +25,10 @@ shrinking anything.  While a violation is being shrunk the round is *not*
 abandoned; the parent lets it finish for ``--grace`` seconds, then sends
 SIGTERM, and the smallest failing trace seen so far is saved (``shrunk:
 false``).  Before any of that, the first failing step of a round is written
-to the corpus unshrunk and announced (:meth:`Worker.first_sighting`), so a
-counterexample is never lost to the clock, a signal or a kill.
+unshrunk, under the corpus's :data:`UNSHRUNK_FOLDER`, and announced
+(:meth:`Worker.first_sighting`), so a counterexample is never lost to the clock,
+a signal or a kill; that file stays, as the record of what was found at that step,
+beside the shrunk trace that follows.
 """
 
 from __future__ import annotations
@@ -65,8 +67,13 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
 from harness.machines.run import ShortestFailure, describe_shrunk
-from harness.traces.keep import Kept, discard, keep_trace
+from harness.traces.keep import keep_trace
 
+UNSHRUNK_FOLDER = "unshrunk"
+"""Under ``--corpus``: the unshrunk trace of each failing step a worker announced, ``unshrunk/<family>/...``.
+
+Kept apart from the shrunk traces (``<family>/...``), so the corpus's one-file-per-bug stays true of those while
+the trace the first report named, and the report's ``found_at`` still names, replays after shrinking as before it."""
 #: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
 FIRST_ROUND_EXAMPLES = 10
 MAX_ROUND_EXAMPLES = 5_000
@@ -118,7 +125,6 @@ class Worker:
         self.shortest = ShortestFailure()  # this round's first violation and the shortest trace of it since
         self.seed = 0
         self.round_no = 0
-        self.unshrunk: Kept | None = None  # the first failing trace of this round, written before shrinking
         self.poisoned = False
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
         self.walks: dict[str, WalkRun] = {}
@@ -193,8 +199,8 @@ class Worker:
         """Write the unshrunk failing trace now and tell the parent, before any shrinking.
 
         Shrinking may take longer than the run has left, and the process may be killed during it;
-        the finding must not depend on it finishing.  :meth:`found` removes this file once the
-        shrunk trace that replaces it is on disk.
+        the finding must not depend on it finishing.  The file goes under :data:`UNSHRUNK_FOLDER` and
+        stays there: the shrunk trace :meth:`found` reports replaces it as the failure's trace, not on disk.
         """
         target = self.target
         if target is None:
@@ -204,7 +210,7 @@ class Worker:
         fill_provenance(unshrunk, seed=self.seed, note=(
             f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
             "unshrunk: saved the moment it was found"))
-        self.unshrunk = kept = keep_trace(unshrunk, Path(self.plan.corpus))
+        kept = keep_trace(unshrunk, Path(self.plan.corpus) / UNSHRUNK_FOLDER)
         self.send(FailureSeen(
             target=target.key, family=target.family, implementation=target.spec, invariant=violation.invariant_id,
             trace=str(kept.path) if kept.path is not None else None, steps=len(unshrunk.steps),
@@ -302,7 +308,7 @@ class Worker:
         self.walk_rounds[target.key] += 1
         self.flush()
         self.target, self.shortest, self.abandoning, self.error_trace = target, ShortestFailure(), False, None
-        self.seed, self.round_no, self.unshrunk = walk.seed, round_no, None
+        self.seed, self.round_no = walk.seed, round_no
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
         self.send(RoundStarted(target=target.key, round=round_no, seed=walk.seed, examples=0, engine="walk"))
@@ -363,7 +369,7 @@ class Worker:
         size = self.round_size.get(target.key, FIRST_ROUND_EXAMPLES)
         self.flush()
         self.target, self.shortest, self.abandoning, self.error_trace = target, ShortestFailure(), False, None
-        self.round_no, self.unshrunk = round_no, None
+        self.round_no = round_no
         if self.coverage is not None:
             self.coverage.switch_context(target.key)
         self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=size))
@@ -424,8 +430,8 @@ class Worker:
 
     def found(self, target: TargetRef, invariant: str | None, message: str, *, path: Path | None,
               trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
-        """Retire ``target`` for every worker and tell the parent what was found; the unshrunk trace
-        written at the first sighting gives way to ``path`` once that is on disk."""
+        """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
+        which takes the place of the first sighting's unshrunk one in the report)."""
         self.retired[target.index] = 1
         self.send(FailureFound(
             target=target.key, family=target.family, implementation=target.spec,
@@ -435,6 +441,3 @@ class Worker:
             steps=len(trace.steps) if trace is not None else None,
             message=message, shrunk=shrunk, round=where["round"], seed=where["seed"],
         ))
-        if self.unshrunk is not None:
-            discard(self.unshrunk, keep=path)
-            self.unshrunk = None
