@@ -14,6 +14,14 @@ Semantics follow vLLM 0.33.0 (``v1/core/block_pool.py``, ``v1/core/kv_cache_util
   first); hashed blocks go to the *tail* in call order (LRU eviction).  With
   caching off every block goes to the front.
 * ``touch`` takes a cached free block off the queue and adds a reference.
+* ``unpin_blocks(blocks, on_reuse)`` drops one reference per occurrence and
+  appends every block reaching zero to the *tail*, hashed or not (vLLM's
+  HiSparse coordinator releases resident pages this way); ``on_reuse(block)``
+  fires when ``get_new_blocks`` hands the block out, or on a successful
+  ``reset_prefix_cache``.
+* ``evict_blocks`` drops hashes and moves nothing: a free block keeps its
+  place in the queue (vLLM 0.33.0 ``evict_blocks`` touches neither ``ref_cnt``
+  nor the queue).
 * Several blocks may be cached under one hash (vLLM never de-duplicates, so a
   request's block ids never change); ``get_cached_block`` returns the one
   cached first.
@@ -31,10 +39,6 @@ Deliberate deviations from vLLM 0.33.0:
   :class:`~pools.errors.InsufficientBlocksError` (a ``PoolError`` *and* a
   ``ValueError``), not ``None``: vLLM's callers must check the free count
   first, so it is a contract breach.
-* ``evict_blocks`` moves a *free* block whose hash it drops to the front of
-  the queue.  Upstream leaves it among the hashed tail, where still-valid
-  cached blocks ahead of it are evicted first and "unhashed free blocks
-  precede hashed ones" stops holding.
 * A block holds at most one hash (no partial-block entries), and caching an
   already-hashed block, a free block, or anything with caching off raises
   :class:`~pools.errors.BlockStateError` (upstream asserts or corrupts).
@@ -42,7 +46,7 @@ Deliberate deviations from vLLM 0.33.0:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +197,8 @@ class BlockPool:
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks[1:])
         # hash -> the blocks cached under it, in caching order (the first is the lookup answer).
         self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        # block id -> the callback of its last unpin_blocks, fired when the block is handed out or the cache reset.
+        self._reuse_watchers: dict[int, Callable[[KVCacheBlock], None]] = {}
 
     # ------------------------------------------------------------------ queries
     def get_num_free_blocks(self) -> int:
@@ -248,6 +254,7 @@ class BlockPool:
         if num_blocks > self.get_num_free_blocks():
             raise InsufficientBlocksError(self.pool_name, num_blocks, self.get_num_free_blocks())
         blocks = self.free_block_queue.popleft_n(num_blocks)
+        self._notify_reuse(blocks)
         for block in blocks:
             if block._block_hash is not None:
                 self._drop_hash(block)
@@ -353,23 +360,45 @@ class BlockPool:
             del self.cached_block_hash_to_block[block_hash]
         block._block_hash = None
 
+    def unpin_blocks(self, blocks: Iterable[KVCacheBlock], on_reuse: Callable[[KVCacheBlock], None]) -> None:
+        """Drop one reference per occurrence from blocks that stay readable until reused: every block
+        reaching zero joins the queue's tail in call order, hashed or not, and ``on_reuse(block)`` fires
+        when ``get_new_blocks`` hands it out (or a reset forgets it).  A block named more times than it
+        is referenced, or the null block, raises with nothing changed."""
+        blocks = list(blocks)
+        releases: dict[int, int] = {}
+        for position, block in enumerate(blocks):
+            self._check_block(block, position)
+            if block.is_null:
+                raise BlockStateError(self.pool_name, 0, block.ref_cnt, "the null block is never pinned")
+            count = releases.get(block.block_id, 0) + 1
+            if count > block.ref_cnt:
+                raise DoubleFreeError(self.pool_name, [block.block_id], f"block (ref_cnt={block.ref_cnt}, unpinned {count}x)")
+            releases[block.block_id] = count
+        released: list[KVCacheBlock] = []
+        for block in blocks:
+            block.ref_cnt -= 1
+            self._reuse_watchers[block.block_id] = on_reuse
+            if block.ref_cnt == 0:
+                released.append(block)
+        self.free_block_queue.append_n(released)
+
+    def _notify_reuse(self, blocks: Iterable[KVCacheBlock]) -> None:
+        for block in blocks:
+            watcher = self._reuse_watchers.pop(block.block_id, None)
+            if watcher is not None:
+                watcher(block)
+
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hashes of the named blocks; ids without a hash are ignored.
 
-        A held block stays held.  A free block moves to the queue front, with
-        the other unhashed free blocks (a deviation from vLLM, see the module).
+        A held block stays held and a free block keeps its place in the queue, as in vLLM.
         """
         ids = [self._check_block_id(block_id) for block_id in block_ids]
-        now_unhashed: list[KVCacheBlock] = []
         for block_id in ids:
             block = self.blocks[block_id]
-            if block._block_hash is None:
-                continue
-            self._drop_hash(block)
-            if block.ref_cnt == 0:
-                self.free_block_queue.remove(block)
-                now_unhashed.append(block)
-        self.free_block_queue.prepend_n(now_unhashed)
+            if block._block_hash is not None:
+                self._drop_hash(block)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (``False``, nothing changed) while any non-null block is used."""
@@ -379,4 +408,5 @@ class BlockPool:
             for block in cached.values():
                 block._block_hash = None
         self.cached_block_hash_to_block = {}
+        self._notify_reuse([self.blocks[block_id] for block_id in list(self._reuse_watchers)])
         return True

@@ -9,7 +9,11 @@ costs O(key length) and never scans the tree.
 Recency and age come from a logical clock that ticks where upstream reads
 ``time.monotonic()``: once per match or insert (every node it visits gets that
 stamp) and once per node created (a new leaf, the upper half of a split), so
-eviction order is a pure function of the operations and equals upstream's;
+eviction order is a pure function of the operations and equals upstream's.  The
+upper half of a split keeps the creation of the node it was split from, as the
+release's default cache does (``UnifiedTreeCore._split_node``,
+``unified_tree_core.py:1476``; the Rust core agrees), so a read that splits a node
+never makes the shared prefix look newly inserted to FIFO/FILO;
 ties cannot occur between leaves, and would fall to the node id.  The evictable leaves
 (unlocked, childless, not the root) are kept incrementally, with a heap whose
 stale entries are skipped on pop and compacted when they outnumber live ones.
@@ -173,14 +177,16 @@ class RadixTree:
 
     def split(self, walk: Walk) -> list[TreeNode]:
         """Split the node ``walk`` ends inside of at a page boundary; return the full path
-        to the match end.  The new upper half inherits the lock count and, as upstream,
-        is stamped as a node created now."""
+        to the match end.  The new upper half inherits the lock count and the creation
+        stamp of the node it was split from (SGLang 0.5.23's default ``UnifiedTreeCore``:
+        ``new_node.creation_time = child.creation_time``); it is accessed now."""
         if walk.inside is None:
             return walk.path
         child, n = walk.inside, walk.inside_len
         parent = self.parent(child)
         upper = TreeNode(self._new_id(), child.key[:n], child.value[:n].clone(), parent, self.tick())
         upper.lock_ref = child.lock_ref
+        upper.created = child.created
         child.key, child.value, child.parent = child.key[n:], child.value[n:].clone(), upper
         upper.children[self.child_key(child.key, 0)] = child
         parent.children[self.child_key(upper.key, 0)] = upper

@@ -157,6 +157,15 @@ def _slide(view: BlockPoolView, choose: Chooser) -> Step | None:
     return ("slide", {"handle": choose.choice(live), "num_skipped": choose.randint(1, 4)}) if live else None
 
 
+def _unpin(view: BlockPoolView, choose: Chooser) -> Step | None:
+    """A request's block released with ``unpin_blocks`` (vLLM's HiSparse coordinator, one resident page at a time)."""
+    live = [h for h in view.live() if any(view.table(h))]
+    if not live:
+        return None
+    handle = choose.choice(live)
+    return "unpin", {"handle": handle, "position": choose.choice([i for i, b in enumerate(view.table(handle)) if b])}
+
+
 def _share(view: BlockPoolView, choose: Chooser) -> Step | None:
     """A new request touching two or three cached blocks by id, the evictable ones when there are any; half the
     time one of them is named twice (a block a sliding window revisits)."""
@@ -249,6 +258,7 @@ def block_pool_moves() -> tuple[Move, ...]:
         Move("cache", 1.5, _cache),
         Move("evict cached", 0.8, _evict_cached),
         Move("slide", 0.7, _slide),
+        Move("unpin", 0.5, _unpin),
         Move("touch", 0.4, _touch),
         Move("touch by id", 0.4, _by_id("touch"), misuse=True),
         Move("free_blocks by id", 0.4, _by_id("free_blocks"), misuse=True),

@@ -15,6 +15,9 @@ from harness.upstream.engine import CACHES
 from strategies.choosers import Chooser
 from strategies.table import Config, Move, MoveTable, Step
 
+POOL_CHOICES = ("upstream", "both")
+"""Upstream's pools alone, or in step with poolfuzz's (``implementations-agree``)."""
+
 
 class EngineView:
     """What the engine moves may read: how many requests wait and run, and the server shape."""
@@ -51,7 +54,7 @@ def engine_config(choose: Chooser) -> Config:
     # (new_token_ratio_tracker); a low ratio admits more, so decode runs out and retracts.
     return {"cache": choose.choice(CACHES), "page_size": page_size, "rows": rows,
             "tokens": pages * page_size * (2 if page_size == 1 else 1), "context": 64, "chunk": chunk,
-            "new_token_ratio": choose.choice((0.7, 0.1, 0.1))}
+            "new_token_ratio": choose.choice((0.7, 0.1, 0.1)), "pools": choose.choice(POOL_CHOICES)}
 
 
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
@@ -76,6 +79,12 @@ def _crowd(view: EngineView, choose: Chooser) -> Step | None:
     return "crowd", {"count": view.rows, "max_new": choose.randint(16, 40)}
 
 
+def _run(view: EngineView, choose: Chooser) -> Step | None:
+    if view.running + view.waiting == 0:
+        return None
+    return "run", {"iterations": choose.randint(4, 32)}
+
+
 def _abort(view: EngineView, choose: Chooser) -> Step | None:
     if view.running + view.waiting == 0:
         return None
@@ -90,6 +99,7 @@ def engine_table() -> MoveTable:
             Move("iterate", 6, _iterate),
             Move("arrive", 4, _arrive),
             Move("crowd", 1, _crowd),
+            Move("run", 1, _run, corner="decode under memory pressure"),
             Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
         ),
         view=EngineView,

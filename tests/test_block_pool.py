@@ -34,10 +34,6 @@ def assert_consistent(pool: BlockPool) -> None:
     for block in pool.blocks[1:]:
         assert block.ref_cnt >= 0
         assert (block.block_id in queued) == (block.ref_cnt == 0)
-    hashed_seen = False
-    for block in queue:
-        hashed_seen |= block.block_hash is not None
-        assert block.block_hash is not None or not hashed_seen, "an unhashed free block behind a hashed one"
     by_block = {bid: h for h, ids in pool.cached_block_ids().items() for bid in ids}
     assert by_block == {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
 
@@ -182,12 +178,35 @@ def test_evicting_a_held_block_keeps_it_held_and_its_later_free_goes_to_the_fron
     assert pool.free_block_ids()[0] == block.block_id
 
 
-def test_evicting_a_free_cached_block_moves_it_to_the_front(pool: BlockPool) -> None:
+def test_evicting_a_free_cached_block_keeps_its_place_in_the_queue_as_vllm_does(pool: BlockPool) -> None:
     a, b = cached(pool, [1, 2])
     pool.free_blocks([a, b])
     assert pool.free_block_ids() == [3, 4, 5, 6, 1, 2]
     pool.evict_blocks([b.block_id])
-    assert pool.free_block_ids() == [2, 3, 4, 5, 6, 1] and pool.cached_block_ids() == {1: [1]}
+    assert pool.free_block_ids() == [3, 4, 5, 6, 1, 2] and pool.cached_block_ids() == {1: [1]}
+    assert b.block_hash is None
+
+
+def test_unpinned_blocks_join_the_tail_hashed_or_not_and_fire_their_watcher_when_reused(pool: BlockPool) -> None:
+    reused: list[int] = []
+    plain, hashed = pool.get_new_blocks(2)
+    pool.cache_full_blocks([hashed], [7])
+    pool.touch([plain])
+    pool.unpin_blocks([plain, hashed], lambda block: reused.append(block.block_id))
+    assert pool.free_block_ids() == [3, 4, 5, 6, 2] and plain.ref_cnt == 1  # plain is still held once
+    pool.unpin_blocks([plain], lambda block: reused.append(block.block_id))
+    assert pool.free_block_ids() == [3, 4, 5, 6, 2, 1] and plain.block_hash is None
+    assert_consistent(pool)
+    pool.get_new_blocks(5)
+    assert reused == [2] and hashed.block_hash is None
+    pool.get_new_blocks(1)
+    assert reused == [2, 1]
+
+
+def test_unpinning_a_block_more_often_than_it_is_held_or_the_null_block_is_refused(pool: BlockPool) -> None:
+    (block,) = pool.get_new_blocks(1)
+    assert_rejected_unchanged(pool, DoubleFreeError, lambda: pool.unpin_blocks([block, block], print))
+    assert_rejected_unchanged(pool, BlockStateError, lambda: pool.unpin_blocks([pool.null_block], print))
 
 
 def test_evicting_a_foreign_block_id_is_refused(pool: BlockPool) -> None:

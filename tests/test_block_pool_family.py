@@ -67,14 +67,26 @@ def test_model_frees_unhashed_blocks_to_the_front_and_hashed_ones_to_the_tail_in
     assert model.allocate(5) == [2, 1, 5, 6, 4] and model.cached == {13: [3]}
 
 
-def test_model_moves_an_evicted_free_block_to_the_front_and_keeps_a_held_one_held() -> None:
+def test_model_leaves_an_evicted_free_block_in_place_and_keeps_a_held_one_held() -> None:
+    """vLLM 0.33.0 ``evict_blocks`` drops hashes and moves nothing (block_pool.py:851-867, :769)."""
     model = BlockPoolModel(5, True)
     blocks = model.allocate(2)
     model.cache(blocks, [21, 22], 0, 2)
     model.free([blocks[1]])
     assert model.queue == [3, 4, 2]
     assert model.evict([1, 2]) == [2]
-    assert model.queue == [2, 3, 4] and model.ref[1] == 1 and not model.hash_of
+    assert model.queue == [3, 4, 2] and model.ref[1] == 1 and not model.hash_of
+
+
+def test_model_unpins_to_the_tail_hashed_or_not_and_spends_watchers_on_reuse() -> None:
+    """vLLM 0.33.0 ``unpin_blocks`` appends every block reaching 0 (block_pool.py:748-767)."""
+    model = BlockPoolModel(5, True)
+    plain, hashed = model.allocate(2)
+    model.cache([plain, hashed], [31, 32], 1, 2)
+    assert model.unpin([plain, hashed]) == [plain, hashed]
+    assert model.queue == [3, 4, plain, hashed] and model.hash_of == {hashed: 32}
+    assert model.reused(model.queue[:3]) == [plain] and list(model.watched) == [hashed]
+    assert model.reset_watchers() == [hashed] and not model.watched
 
 
 def test_model_names_the_contract_breaches() -> None:

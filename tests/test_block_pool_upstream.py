@@ -1,10 +1,10 @@
-"""vLLM 0.33.0's v1 ``BlockPool`` under the ``block_pool`` family: the adapter, the finding, the contract breaches.
+"""vLLM 0.33.0's v1 ``BlockPool`` under the ``block_pool`` family: the adapter, the queue order, the contract breaches.
 
 Everything skips when ``vllm==0.33.0`` is not installed (``pip install --no-deps vllm==0.33.0``).
-The machine runs with the one known finding avoided (evicting a cached *free* block,
-which vLLM's scheduler never does); the finding itself is pinned by its traces in
-``corpus/upstream/``: a violation on upstream, a pass on our pool.  The breaches at the
-end are calls outside the contract, shown on upstream directly (the fuzzer never makes them).
+The machine runs whole: the one finding it had (an evicted free block left among the cached
+ones) rested on an order rule vLLM never states and is withdrawn; its traces, in
+``corpus/block_pool/``, now pass on upstream and on our pool.  The breaches at the end are
+calls outside the contract, shown on upstream directly (the fuzzer never makes them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.judge.families import family, load_factory, validates_input
-from harness.machines import pinned_settings, run_machine
+from harness.machines import make_machine, pinned_settings, run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
 from harness.upstream.vllm_loader import vllm_unavailable_reason
@@ -27,8 +27,9 @@ MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"upstream vLLM unavailable: {MISSING}")
 
 SPEC = "harness.upstream:VllmBlockPool"
-FINDING = "vllm-evict-keeps-free-block-in-place"
-TRACES = sorted((Path(__file__).resolve().parents[1] / "corpus" / "upstream").glob("block_pool-*.json"))
+TRACES = [path for path in sorted((Path(__file__).resolve().parents[1] / "corpus" / "block_pool").glob("block_pool-*.json"))
+          if "withdrawn vLLM finding 1" in path.read_text()]
+"""The traces of the withdrawn finding 1, now regression traces of the vLLM target."""
 
 
 def both(num_gpu_blocks: int = 5) -> tuple[Any, BlockPool]:
@@ -70,8 +71,9 @@ def test_upstream_and_our_pool_agree_on_a_request_lifecycle() -> None:
     assert upstream.reset_prefix_cache() is ours.reset_prefix_cache() is False
 
 
-def test_upstream_leaves_an_evicted_free_block_among_the_cached_ones() -> None:
-    """The finding: our pool moves the unhashed block to the front, upstream leaves it in place."""
+def test_upstream_and_our_pool_leave_an_evicted_free_block_in_place() -> None:
+    """Withdrawn finding 1: vLLM's ``evict_blocks`` drops the hash and moves nothing (block_pool.py:851-867,
+    ``_maybe_evict_cached_block`` :769); vLLM states no order between hashed and unhashed free blocks."""
     upstream, ours = both(4)
     for pool in (upstream, ours):
         for block_hash in (21, 22):
@@ -79,30 +81,40 @@ def test_upstream_leaves_an_evicted_free_block_among_the_cached_ones() -> None:
             pool.cache_full_blocks(blocks, [block_hash])
             pool.free_blocks(blocks)
         pool.evict_blocks({2})
-    assert upstream.free_block_ids() == [3, 1, 2] and upstream.blocks[2].block_hash is None
-    assert ours.free_block_ids() == [2, 3, 1]
-    assert [b.block_id for b in upstream.get_new_blocks(2)] == [3, 1]  # cached block 1 reused before block 2
-    assert upstream.get_cached_block(21) is None and ours.get_cached_block(21) is not None
+    assert upstream.free_block_ids() == ours.free_block_ids() == [3, 1, 2]
+    assert upstream.blocks[2].block_hash is None and ours.blocks[2].block_hash is None
 
 
-def test_the_machine_finds_nothing_on_upstream_away_from_the_known_finding() -> None:
-    from harness.upstream.findings import machine_avoiding_known_findings
+def test_upstream_and_our_pool_unpin_to_the_tail_and_fire_the_watcher_on_reuse() -> None:
+    """``unpin_blocks`` (block_pool.py:748-767), as vLLM's HiSparse coordinator calls it (hisparse/coordinator.py:368)."""
+    upstream, ours = both(4)
+    fired: dict[str, list[int]] = {"upstream": [], "ours": []}
+    for name, pool in (("upstream", upstream), ("ours", ours)):
+        seen = fired[name]
 
-    run_machine(machine_avoiding_known_findings("block_pool", SPEC), settings=pinned_settings(max_examples=40))
+        def on_reuse(block: Any, seen: list[int] = seen) -> None:
+            seen.append(block.block_id)
+
+        plain, hashed = pool.get_new_blocks(2)
+        pool.cache_full_blocks([hashed], [5])
+        pool.unpin_blocks([plain], on_reuse)
+        pool.unpin_blocks([hashed], on_reuse)
+        assert pool.free_block_ids() == [3, 1, 2]
+        pool.get_new_blocks(2)
+    assert fired == {"upstream": [1], "ours": [1]}
+    assert state(upstream) == state(ours)
 
 
-def test_the_finding_is_registered_and_has_traces() -> None:
-    from harness.upstream.findings import FINDINGS_BY_KEY
-
-    assert FINDINGS_BY_KEY[FINDING].family == "block_pool"
-    assert TRACES and {load_trace(path).provenance["finding"] for path in TRACES} == {FINDING}
+def test_the_machine_finds_nothing_on_upstream() -> None:
+    run_machine(make_machine("block_pool", SPEC), settings=pinned_settings(max_examples=40))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda path: path.stem)
-def test_each_trace_breaks_free_queue_order_on_upstream_and_passes_on_our_pool(path: Path) -> None:
+def test_the_withdrawn_findings_traces_pass_on_upstream_and_on_our_pool(path: Path) -> None:
     trace = load_trace(path)
+    assert trace.implementation == SPEC and trace.expect == {"outcome": "pass"}
     on_upstream = replay_trace(trace)
-    assert (on_upstream.outcome, on_upstream.invariant) == ("violation", "free-queue-order"), on_upstream.describe()
+    assert on_upstream.outcome == "pass", on_upstream.describe()
     ours = replay_trace(trace, target=family("block_pool").default)
     assert ours.outcome == "pass", ours.describe()
 

@@ -13,6 +13,9 @@ from harness.canaries import CANARIES
 from harness.judge.invariants import INVARIANTS
 from harness.machines import make_machine, pinned_settings, run_machine, violation_of
 from pools import BadSizeError, Req, ReqToTokenPool
+from pools.prefix_cache import build_prefix_cache
+from pools.radix_cache import RadixCache
+from pools.radix_tree import EVICTION_POLICIES
 
 
 class LeakyFree(ReqToTokenPool):
@@ -33,11 +36,25 @@ class RefusesBatchesOfThree(ReqToTokenPool):
         return super().alloc_rows(need_size)
 
 
+_OPPOSITE = {"lru": "mru", "mru": "lru", "fifo": "filo", "filo": "fifo"}
+
+
+def build_evicts_in_the_opposite_order(size: int, page_size: int, eviction_policy: str = "lru",
+                                       device: str = "cpu") -> RadixCache:
+    """A prefix cache that evicts whole unlocked leaves, but in its policy's opposite order (an MRU posing as LRU)."""
+    cache = build_prefix_cache(size, page_size, eviction_policy, device)
+    opposite = _OPPOSITE.get(str(eviction_policy).lower())
+    if opposite is not None:
+        cache._tree.priority = EVICTION_POLICIES[opposite]
+    return cache
+
+
 TEETH: dict[str, tuple[str, str]] = {
     "conservation": ("req_to_token", f"{__name__}:LeakyFree"),
     "no-double-allocation": ("paged_kv", "tests.test_kv_machines:FreeWithoutDedup"),
     "valid-call-accepted": ("req_to_token", f"{__name__}:RefusesBatchesOfThree"),
     "kernel-agreement": ("paged_kv", "tests.test_kv_machines:KernelReversesPages"),
+    "eviction-order": ("prefix_cache", f"{__name__}:build_evicts_in_the_opposite_order"),
 }
 
 

@@ -46,14 +46,33 @@ def caught(d: Driver, steps: Steps) -> str | None:
 
 
 # ------------------------------------------------------------------ model
-def test_a_match_ending_inside_a_node_splits_it_there_and_returns_the_inserted_indices() -> None:
-    model = PrefixCacheModel(num_pages=8, page_size=2, policy="lru")
+@pytest.mark.parametrize("split_ages", ["inherit", "fresh"])
+def test_a_match_ending_inside_a_node_splits_it_there_and_returns_the_inserted_indices(split_ages: str) -> None:
+    model = PrefixCacheModel(num_pages=8, page_size=2, policy="lru", split_ages=split_ages)
     model.take([1, 2, 3])
     assert model.insert((0, 1, 0, 1, 0, 1), [2, 3, 4, 5, 6, 7]).prefix_len == 0
     match = model.match((0, 1, 0, 2, 9))
     assert (match.prefix_len, match.indices, match.split) == (2, [2, 3], True)
     assert set(model.nodes) == {(0, 1), (0, 1, 0, 1, 0, 1)}
-    assert model.nodes[(0, 1)].created > model.nodes[(0, 1, 0, 1, 0, 1)].last_access
+    upper, lower = model.nodes[(0, 1)], model.nodes[(0, 1, 0, 1, 0, 1)]
+    assert upper.last_access > lower.last_access
+    if split_ages == "inherit":  # SGLang 0.5.23's default UnifiedTreeCore: the child's creation
+        assert upper.created == lower.created
+    else:  # the legacy RadixCache: created at the split
+        assert upper.created > lower.last_access
+
+
+@pytest.mark.parametrize(("split_ages", "order"), [("inherit", [[0], [1]]), ("fresh", [[1], [0]])])
+def test_fifo_after_a_split_takes_the_upper_half_by_its_childs_age_or_by_the_split(split_ages: str,
+                                                                                   order: list[list[int]]) -> None:
+    """Finding 4's sequence: insert [0, 0], insert [1], match [0, 1] (splits [0, 0]), evict 2 under FIFO."""
+    model = PrefixCacheModel(num_pages=8, page_size=1, policy="fifo", split_ages=split_ages)
+    model.take([1, 2, 3])
+    model.insert((0, 0), [1, 2])
+    model.insert((1,), [3])
+    model.match((0, 1))
+    plan = model.evict(2)
+    assert plan.victims == [(0, 0), *map(tuple, order)][:2]
 
 
 def test_insert_reports_the_cached_prefix_and_keeps_only_the_new_pages() -> None:

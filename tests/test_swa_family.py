@@ -192,6 +192,52 @@ def test_a_free_of_a_request_partly_out_of_the_window_and_a_tail_over_a_prefix_s
     ])
 
 
+PAGE_SIZE_1 = {"size": 8, "size_swa": 4, "page_size": 1}
+PARTLY_OUT = [new(4), ("free_swa", {"handle": 0, "pages": 1}), ("free", {"handle": 0}), new(3)]
+"""At page size 1 a request whose first token left the window is freed whole, then the slots are reused."""
+
+
+class RecordsFrees(SWATokenToKVPoolAllocator):
+    """Our pool, recording which free calls it was sent and with how many slots."""
+
+    poolfuzz_check_misuse = False
+    calls: list[tuple[str, int]] = []
+
+    def free(self, free_index: torch.Tensor) -> None:
+        self.calls.append(("free", int(free_index.numel())))
+        super().free(free_index)
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        self.calls.append(("free_full", int(free_index.numel())))
+        super().free_full(free_index)
+
+
+def test_a_target_that_does_not_validate_gets_the_frees_upstreams_callers_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    """free at page size 1 needs every peer mapped (allocator/swa.py:467-475, :558-560), so a request partly out of
+    the window goes as free_kv_row_segments sends it: free_full of the part without peers, then free of the rest."""
+    from harness.judge.drivers.swa_contract import CONTRACT, rule_for
+
+    assert rule_for("free", 1).needs == "peers mapped" and rule_for("free", 4).needs == "live pages"
+    assert rule_for("free_full", 1) is rule_for("free_full", 4) and all(rule.evidence for rule in CONTRACT)
+    monkeypatch.setattr(RecordsFrees, "calls", [])
+    drive(RecordsFrees, PAGE_SIZE_1, PARTLY_OUT, check_misuse=False)
+    assert RecordsFrees.calls == [("free_full", 1), ("free", 3)]
+    monkeypatch.setattr(RecordsFrees, "calls", [])
+    drive(RecordsFrees, PAGE_SIZE_1, PARTLY_OUT)  # a validating target: our pool takes one free of the whole request
+    assert RecordsFrees.calls == [("free", 4)]
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang"), reason="upstream SGLang not installed")
+def test_upstream_swa_frees_a_request_partly_out_of_the_window_at_page_size_1_cleanly() -> None:
+    """The driver no longer sends upstream free() after free_swa() (its _SWA_PEER_MAPPED case)."""
+    from harness.judge.families import load_factory
+
+    driver = drive(load_factory("harness.upstream:SWAKV"), {**PAGE_SIZE_1, "need_sort": False}, PARTLY_OUT,
+                   check_misuse=False)
+    assert "free split as free_kv_row_segments does: free_full below the window, free for the rest" in driver.events
+    assert not driver.pool.invariant_hits()
+
+
 def test_the_pure_pool_drops_padding_and_its_free_full_changes_nothing() -> None:
     drive(PureSWATokenToKVPoolAllocator, {"size_swa": 6, "need_sort": True}, [
         ("alloc", {"need_size": 2}), ("alloc", {"need_size": 2}), ("free_full", {"handle": 0}),

@@ -4,7 +4,8 @@ The targets (``harness.upstream:RadixCache``, ``RustTreeCore``, ``SWAKV``, ``Pur
 must build from their family's config and satisfy the family protocol; the differential
 (:mod:`harness.upstream.cache_differential`) must find the Python ``RadixCache``, the
 Rust TreeCore and our cache in agreement on the policies they share, must name the one
-divergence it knows (FIFO/FILO after a split), and must catch a planted difference.
+divergence it knows (FIFO/FILO after a split: the legacy Python cache against the default core and ours), and must
+catch a planted difference.
 Everything skips, with the reason, when ``sglang==0.5.23`` or the Rust TreeCore is not
 loadable here.
 """
@@ -37,7 +38,7 @@ needs_cache = pytest.mark.skipif(CACHE_MISSING is not None, reason=f"upstream SG
 needs_rust = pytest.mark.skipif(RUST_MISSING is not None, reason=f"Rust TreeCore unavailable: {RUST_MISSING}")
 
 RECENCY = ("lru", "mru")
-"""The policies on which all three caches agree (FIFO/FILO: see the divergence test)."""
+"""The policies on which all three caches agree (FIFO/FILO: the legacy Python cache ages a split differently)."""
 
 
 def _target(name: str) -> Any:
@@ -136,17 +137,32 @@ def test_python_rust_and_our_cache_agree_on_drawn_sequences(ops: list[Op], page_
 
 
 FIFO_AFTER_A_SPLIT = [Op("insert", (1, 1)), Op("insert", (2,)), Op("match", (1, 3)), Op("evict", amount=2)]
-"""A match splits [1, 1]; evicting 2 takes the lower [1], then the upper [1] (Rust) or [2] (Python, ours)."""
+"""A match splits [1, 1]; evicting 2 takes the lower [1], then the upper [1] (Rust, ours) or [2] (legacy Python)."""
 
 
 @needs_rust
-def test_the_rust_core_ages_a_split_node_by_its_original_creation_unlike_the_python_cache() -> None:
-    """Known finding ``rust-fifo-split-keeps-creation``: FIFO after a split, Python and ours agree, Rust does not."""
+def test_the_legacy_python_cache_ages_a_split_node_at_the_split_unlike_the_default_core_and_ours() -> None:
+    """FIFO after a split: the Rust core and ours keep the child's creation (SGLang 0.5.23's default
+    ``UnifiedTreeCore._split_node``, unified_tree_core.py:1476); the legacy ``RadixCache`` stamps the split."""
     run_sequence(FIFO_AFTER_A_SPLIT, page_size=1, eviction_policy="fifo",
-                 subjects={"ours": SUBJECTS["ours"], "python": SUBJECTS["python"]})
+                 subjects={"ours": SUBJECTS["ours"], "rust": SUBJECTS["rust"]})
     with pytest.raises(Disagreement, match="indices freed") as found:
         run_sequence(FIFO_AFTER_A_SPLIT, page_size=1, eviction_policy="fifo")
-    assert found.value.answers == {"ours": [2, 3], "python": [2, 3], "rust": [2, 1]}
+    assert found.value.answers == {"ours": [2, 1], "python": [2, 3], "rust": [2, 1]}
+
+
+@needs_cache
+def test_the_legacy_radix_cache_target_selects_the_models_legacy_split_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The withdrawn finding 4 trace passes on the legacy target only because it declares its split rule."""
+    from harness.traces.replay import replay_trace
+    from harness.traces.schema import load_trace
+    from harness.upstream.radix_adapters import RadixCacheOver
+
+    trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "prefix_cache" / "prefix_cache-99d8e670a8f7dc52.json")
+    assert replay_trace(trace, target="harness.upstream:RadixCache").outcome == "pass"
+    monkeypatch.setattr(RadixCacheOver, "poolfuzz_split_ages", "inherit")
+    wrong = replay_trace(trace, target="harness.upstream:RadixCache")
+    assert (wrong.outcome, wrong.invariant) == ("violation", "eviction-order"), wrong.describe()
 
 
 @needs_cache
@@ -161,7 +177,7 @@ def test_the_differential_catches_a_cache_that_evicts_in_another_order() -> None
 
 # ---------------------------------------------------------------- machines
 def _recency_only(machine: type[PoolMachine]) -> type[PoolMachine]:
-    """The prefix-cache machine with LRU/MRU configs only (FIFO/FILO reach the known Rust divergence)."""
+    """The prefix-cache machine with LRU/MRU configs only (kept for speed; every policy is fuzzed by the CLI runs)."""
     from strategies.prefix_cache import prefix_cache_table
 
     return type(f"{machine.__name__}-recency", (machine,), {"table": prefix_cache_table(policies=RECENCY)})

@@ -112,9 +112,32 @@ _CATALOGUE = (
     ),
     Invariant(
         "evict-spares-locked",
-        "evict(n) frees exactly the unlocked leaves the policy orders first (whole leaves, parents they expose "
-        "included), never a locked path or an index a live request or the tree still holds.",
+        "evict(n) frees only unlocked cached KV, a node's extensions with or before it, never a locked path or an "
+        "index a live request or the tree still holds; it leaves protected_size() alone and reports what it freed.",
         "eviction of a locked node, freeing KV a running request still reads (SGLang #27147, PR #38045)",
+    ),
+    Invariant(
+        "eviction-order",
+        "evict(n) takes whole unlocked leaves (and the parents they expose) in the eviction policy's order, until n "
+        "tokens are freed or none is left: lru/mru by last access, fifo/filo by creation, where the upper half of a "
+        "split keeps its child's creation (SGLang 0.5.23's default UnifiedTreeCore) unless the target declares the "
+        "legacy RadixCache rule (created at the split).",
+        "a cache evicting in another order than its policy, dropping the prefixes the policy keeps; two "
+        "implementations of one policy disagreeing (FIFO/FILO split ages, docs/upstream-findings.md finding 4)",
+    ),
+    Invariant(
+        "implementations-agree",
+        "Two implementations of one interface, given the same call sequence, leave the same observable state "
+        "(sizes, who waits and runs, what each request's row maps).",
+        "a reimplementation that diverges from the one it replaces on a sequence no example test ran (a pool swap, "
+        "a vectorised loop, a new tree core)",
+    ),
+    Invariant(
+        "checker-agreement",
+        "SGLang's own runtime checker (invariant_checker.py: the leak equation and the KV page owner check) and "
+        "poolfuzz's raw page partition agree on whether a KV page leaked; a disagreement means one of them is wrong.",
+        "an accounting method (evictable_size, protected_size, kv_private_tokens) drifting from the pages it "
+        "counts, so the scheduler's leak check passes over a real leak or fires on a sound pool",
     ),
     Invariant(
         "match-returns-inserted",
@@ -142,17 +165,19 @@ _CATALOGUE = (
     Invariant(
         "ref-count",
         "A block's ref_cnt never goes negative and equals the references handed out (allocations, touches) minus "
-        "those released; a non-null block is in the free queue iff its ref_cnt is 0 (a touch takes it off).",
+        "those released; a non-null block is in the free queue iff its ref_cnt is 0 (a touch takes it off); the "
+        "on_reuse watcher of an unpin_blocks fires when get_new_blocks hands that block out, or a reset succeeds.",
         "a double free driving ref_cnt to -1 or queueing a block twice (vLLM #42571); a prefix hit left in the free "
         "queue and handed out while in use",
     ),
     Invariant(
         "free-queue-order",
-        "get_new_blocks takes the free queue's front in order; blocks reaching ref_cnt 0 go to the front when "
-        "unhashed and to the tail when hashed, each in call order (LRU eviction); unhashed free blocks precede "
-        "hashed ones.",
+        "The free queue's order is exactly what the calls make of it (vLLM 0.33.0 block_pool.py): get_new_blocks "
+        "takes its front in order; free_blocks sends blocks reaching ref_cnt 0 to the front when unhashed (or caching "
+        "is off) and to the tail when hashed, each in call order; unpin_blocks sends them to the tail, hashed or not; "
+        "evict_blocks and touch's hash checks move no other block.",
         "cached blocks reused before uncached ones, losing shared prefixes (vLLM v1 FreeKVCacheBlockQueue order); "
-        "an evicted block left among the cached ones",
+        "a freed block queued on the wrong side, or the queue reordered by a call that must not move it",
     ),
     Invariant(
         "cache-map",

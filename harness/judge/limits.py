@@ -164,10 +164,10 @@ LIMITS: dict[str, FamilyLimits] = {
     "engine": FamilyLimits(
         {"cache": SETTING, "page_size": Limit(1, PAGE), "rows": Limit(1, ROWS), "tokens": Limit(1, TOKENS),
          "context": Limit(8, CONTEXT), "chunk": Limit(1, CONTEXT, nullable=True), "new_token_ratio": SETTING,
-         "device": SETTING},
+         "pools": SETTING, "device": SETTING},
         (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),),
         {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
-         "crowd.count": ROWS, "crowd.max_new": REQUEST}),
+         "crowd.count": ROWS, "crowd.max_new": REQUEST, "run.iterations": REQUEST}),
     "scheduler": FamilyLimits(
         {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "page_size": Limit(1, PAGE),
          "kv_pages": Limit(0, TOKENS), "hybrid": SETTING, "mamba_size": Limit(0, ROWS), "need_sort": SETTING,

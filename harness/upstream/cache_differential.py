@@ -322,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--page-sizes", default="1,2,4")
     parser.add_argument("--policies", default="lru,mru",
-                        help=f"of {', '.join(POLICIES)}; fifo and filo split the Rust core from the others")
+                        help=f"of {', '.join(POLICIES)}; under fifo and filo the legacy Python cache ages a split node "
+                                          "at the split, the Rust core and ours by its child (UnifiedTreeCore)")
     parser.add_argument("--subjects", default=",".join(SUBJECTS), help="which of ours, python, rust to compare")
     args = parser.parse_args(argv)
     subjects = {name: SUBJECTS[name] for name in args.subjects.split(",")}

@@ -40,6 +40,8 @@ import torch
 from harness.upstream.engine_loader import EngineModules, load_engine
 
 CACHES = ("radix", "unified-rust", "unified-python")
+POOLS = ("upstream", "poolfuzz")
+"""Whose ``ReqToTokenPool`` and KV allocator the loop runs: upstream's, or ours behind upstream's interface."""
 """``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
 
 EOS = 2
@@ -57,12 +59,16 @@ class EngineConfig:
     context: int = 128
     chunk: int | None = None
     """``chunked_prefill_size``; ``None`` disables chunked prefill."""
+    pools: str = "upstream"
+    """:data:`POOLS`: ``poolfuzz`` puts ``pools/``'s row pool and KV allocator under the same loop."""
     new_token_ratio: float = 0.7
     """``new_token_ratio_tracker.current``: the share of ``max_new_tokens`` admission reserves for decode."""
 
     def __post_init__(self) -> None:
         if self.cache not in CACHES:
             raise ValueError(f"cache must be one of {CACHES}, not {self.cache!r}")
+        if self.pools not in POOLS:
+            raise ValueError(f"pools must be one of {POOLS}, not {self.pools!r}")
         if self.page_size < 1 or self.tokens % self.page_size:
             raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
 
@@ -100,13 +106,20 @@ class EngineLoop:
         self.m = modules or load_engine()
         self.rids = itertools.count()
         m = self.m
-        self.req_to_token_pool = m.memory_pool.ReqToTokenPool(
-            size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False
-        )
-        if config.page_size == 1:
-            self.allocator = m.token.TokenToKVPoolAllocator(config.tokens, torch.float16, "cpu", None, False)
+        upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
+        if config.pools == "poolfuzz":
+            from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
+
+            self.req_to_token_pool = OurReqToTokenPool(config.rows, config.context, "cpu")
+            self.allocator = our_allocator(upstream_allocator, config.tokens, config.page_size)
         else:
-            self.allocator = m.paged.PagedTokenToKVPoolAllocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
+            self.req_to_token_pool = m.memory_pool.ReqToTokenPool(
+                size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False
+            )
+            if config.page_size == 1:
+                self.allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)
+            else:
+                self.allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
         params = m.cache_init_params.CacheInitParams(
             disable=False,
             req_to_token_pool=self.req_to_token_pool,

@@ -51,21 +51,10 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
         "reserved slots that clear already put back on the free list: one slot, two owners",
     ),
     KnownFinding(
-        "vllm-evict-keeps-free-block-in-place", "block_pool", ("free-queue-order",),
-        "vLLM 0.33.0 BlockPool.evict_blocks drops a free block's hash but leaves the block where it was, among "
-        "the cached blocks at the tail: still-valid cached blocks ahead of it are evicted first",
-    ),
-    KnownFinding(
         "swa-decode-keeps-one-side", "swa_kv", ("empty-pool-guard",),
         "SWATokenToKVPoolAllocator.alloc_decode (page size > 1) allocates on the full side and then on the SWA "
         "side without checking either first; when one side is short it returns None and keeps the page the other "
         "side handed out, mapped to nothing: a page leaked per refused request",
-    ),
-    KnownFinding(
-        "rust-fifo-split-keeps-creation", "prefix_cache", ("evict-spares-locked",),
-        "FIFO/FILO age the prefix a match or insert splits off: the Rust TreeCore (like upstream's Python "
-        "UnifiedTreeCore) gives it the original node's creation, the legacy Python RadixCache (and our pool and "
-        "model) the split's time, so the default UnifiedRadixCache and RadixCache evict different leaves",
     ),
 )
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
@@ -75,19 +64,10 @@ FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 _KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
     "paged_kv": {"decode": lambda machine, args: machine.view.page_size > 1},
     "mamba_slots": {"clear": lambda machine, args: not machine.view.group_open},
-    "block_pool": {"evict": lambda machine, args: not _evicts_a_cached_free_block(machine, args["block_ids"])},
     "swa_kv": {
         "decode": lambda machine, args: not _one_side_short(machine, args["handles"]),
-        "free": lambda machine, args: not _frees_slots_without_peers(machine, args["handle"]),
     },
 }
-
-
-def _evicts_a_cached_free_block(machine: Any, block_ids: list[int]) -> bool:
-    """Whether ``evict(block_ids)`` names a free block that still has a hash (finding
-    ``vllm-evict-keeps-free-block-in-place``; vLLM's scheduler never does it)."""
-    model = machine.driver.model
-    return any(0 <= b < model.num_gpu_blocks and model.is_free(b) and b in model.hash_of for b in block_ids)
 
 
 def _one_side_short(machine: Any, handles: list[int]) -> bool:
@@ -98,15 +78,6 @@ def _one_side_short(machine: Any, handles: list[int]) -> bool:
         return False
     need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
     return (need > len(model.full.free)) != (need > len(model.swa.free))
-
-
-def _frees_slots_without_peers(machine: Any, handle: int) -> bool:
-    """Not a finding: at page size 1 upstream's ``free`` requires every slot to have an SWA peer (its own
-    ``swa.peer_mapped`` check, "caller wants free_full"); its scheduler frees slots that left the window
-    with ``free_full_segment``.  Our ``free`` accepts them, so the ``swa_kv`` driver issues it."""
-    driver = machine.driver
-    model = driver.model
-    return driver.page_size == 1 and model.is_live(handle) and bool(model.unwindowed_pages(handle))
 
 
 def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:

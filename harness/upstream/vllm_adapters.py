@@ -26,7 +26,7 @@ vLLM #42571), so ``poolfuzz_check_misuse = False``: machines issue valid calls o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from harness.upstream.vllm_loader import SUPPORTED_VERSION, load_vllm
@@ -144,6 +144,11 @@ class VllmBlockPool:
         self.inner.cache_full_blocks(
             request, [block.inner for block in blocks], num_cached_blocks, end, HASH_BLOCK_SIZE, GROUP_ID
         )
+
+    def unpin_blocks(self, blocks: Iterable[VllmBlock], on_reuse: Callable[[VllmBlock], None]) -> None:
+        """``unpin_blocks(blocks, on_reuse)`` (block_pool.py:748-767), ``on_reuse`` seeing our block views."""
+        views = self.blocks
+        self.inner.unpin_blocks([block.inner for block in blocks], lambda inner: on_reuse(views[inner.block_id]))
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         self.inner.evict_blocks(set(block_ids))

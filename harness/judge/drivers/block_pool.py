@@ -4,7 +4,8 @@ Requests are integer handles handed out in order.  ``admit`` looks up a new
 request's prefix and touches the hits, ``allocate`` appends fresh blocks to a
 request's table, ``cache`` hashes its full blocks, ``free`` releases its table
 in reverse (its last block is evicted first), ``slide`` drops blocks a sliding
-window has passed (replacing them by the null block, as vLLM does).  Blocks
+window has passed (replacing them by the null block, as vLLM does), ``unpin``
+releases one with ``unpin_blocks`` as vLLM's HiSparse coordinator does.  Blocks
 are named by id in traces; the driver hands the pool its own block objects
 (``pool.blocks[id]``), and reads back only ``block_id``, ``ref_cnt``,
 ``block_hash`` and the pool's read-only views.
@@ -64,8 +65,20 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
         # How often allocation and the prefix cache met (cached blocks reused, evictable ones touched back):
         # what the machine's target() rewards.
         self.cache_pressure = 0
+        # Block ids whose unpin_blocks watcher fired, in firing order (cleared before each call that may fire one).
+        self.reuse_seen: list[int] = []
 
     # ------------------------------------------------------------ helpers
+    def _on_reuse(self, block: Any) -> None:
+        self.reuse_seen.append(int(block.block_id))
+
+    def check_reuse(self, expected: list[int], what: str, *, ordered: bool = True) -> None:
+        """The ``on_reuse`` watchers of ``unpin_blocks`` fired for exactly ``expected`` during the call."""
+        seen = self.reuse_seen if ordered else sorted(self.reuse_seen)
+        check(seen == (expected if ordered else sorted(expected)), "ref-count",
+              f"{what} fired other reuse watchers than the unpinned blocks it handed out", fired=list(self.reuse_seen),
+              expected=expected)
+
     def blocks(self, ids: Sequence[int]) -> list[Any]:
         return [self.pool.blocks[block] for block in ids]
 
@@ -162,6 +175,7 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
                 self.event("allocation left to the caller's free-count check")
             return []
         expected = self.model.queue[:num_blocks]
+        self.reuse_seen.clear()
         blocks = self.expect_accepted(lambda: self.pool.get_new_blocks(num_blocks), what)
         ids = [block.block_id for block in blocks]
         check(len(ids) == num_blocks, "empty-pool-guard", f"{what} returned {len(ids)} blocks", blocks=ids)
@@ -173,6 +187,7 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
         check(ids == expected, "free-queue-order", f"{what} must take the free queue's front, in order",
               actual=ids, expected=expected, queue=self.model.queue)
         reused = {b: self.model.hash_of[b] for b in ids if b in self.model.hash_of}
+        self.check_reuse(self.model.reused(ids), what)
         self.model.allocate(num_blocks)
         self.check_ref_counts(ids, what)
         stale = {b.block_id: b.block_hash for b in blocks if b.block_hash is not None}
@@ -240,20 +255,46 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
         if request is None:
             return SKIPPED
         removed: list[int] = []
+        positions: list[int] = []
         for position in range(min(num_skipped, len(request.table)) - 1, -1, -1):
             if request.table[position] == NULL_BLOCK:
                 break
             removed.append(request.table[position])
+            positions.append(position)
         if not removed:
             return SKIPPED
         what = f"free_blocks({removed}) left behind by a sliding window"
         if self.model.free_breach(removed) is not None:
             return self.misuse(lambda: self.pool.free_blocks(self.blocks(removed)), DoubleFreeError, what)
         self.release(removed, what)
-        for position in range(len(removed)):
+        for position in positions:  # the positions freed, not the first len(removed): those may be null already
             request.table[position] = NULL_BLOCK
         self.event("sliding window freed blocks")
         return removed
+
+    @operation
+    def unpin(self, handle: int, position: int) -> Any:
+        """A request's block released with ``unpin_blocks([block], on_reuse)``, as vLLM's HiSparse coordinator
+        releases a resident page once its host copy is durable (``v1/hisparse/coordinator.py:368``, ``:894``):
+        one reference dropped, the block at the queue's tail when it reaches 0 (hashed or not), and the page
+        leaves the request (the null block takes its place).  Only on a target that has ``unpin_blocks``."""
+        request = self.live(handle)
+        unpin = getattr(self.pool, "unpin_blocks", None)
+        if request is None or unpin is None or not 0 <= position < len(request.table):
+            return SKIPPED
+        block = request.table[position]
+        if block == NULL_BLOCK:
+            return SKIPPED
+        what = f"unpin_blocks([{block}]) of request {handle}"
+        hashed = block in self.model.hash_of
+        self.expect_accepted(lambda: unpin(self.blocks([block]), self._on_reuse), what)
+        released = self.model.unpin([block])
+        request.table[position] = NULL_BLOCK
+        self.check_ref_counts([block], what)
+        self.check_free_count(what)
+        if released:
+            self.event("unpinned block joined the tail hashed" if hashed else "unpinned block joined the tail unhashed")
+        return None
 
     @operation
     def touch(self, block_ids: list[int]) -> Any:
@@ -282,7 +323,7 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
 
     @operation
     def evict(self, block_ids: list[int]) -> Any:
-        """``evict_blocks`` of a set of ids: hashes dropped, held blocks stay held, free ones move to the front."""
+        """``evict_blocks`` of a set of ids: hashes dropped, held blocks stay held, free ones keep their place."""
         ids = sorted(set(block_ids))
         what = f"evict_blocks({ids})"
         if any(not 0 <= b < self.model.num_gpu_blocks for b in ids):
@@ -304,9 +345,11 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
     def reset(self) -> bool:
         """``reset_prefix_cache()``: succeeds iff only the null block is in use, and then forgets every hash."""
         expected = self.model.num_free == self.model.usable
+        self.reuse_seen.clear()
         result = self.expect_accepted(self.pool.reset_prefix_cache, "reset_prefix_cache()")
         check(bool(result) == expected, "cache-map", "reset_prefix_cache() must succeed iff no block is in use",
               result=result, free=self.model.num_free, usable=self.model.usable)
+        self.check_reuse(self.model.reset_watchers() if expected else [], "reset_prefix_cache()", ordered=False)
         if expected:
             self.model.reset()
             cached = self.pool.cached_block_ids()
@@ -344,9 +387,6 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
               queued_but_held=sorted(set(queue) - zero), free_but_not_queued=sorted(zero - set(queue)))
         check(queue == model.queue, "free-queue-order", "the free queue is out of order", actual=queue,
               expected=model.queue)
-        hashed = [pool.blocks[b].block_hash is not None for b in queue]
-        check(hashed == sorted(hashed), "free-queue-order", "an unhashed free block sits behind a hashed one",
-              queue=queue, hashed=hashed)
         cached = pool.cached_block_ids()
         check(cached == model.cached, "cache-map", "the hash map differs from the blocks cached", actual=cached,
               expected=model.cached)

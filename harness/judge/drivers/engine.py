@@ -27,7 +27,12 @@ STEMS: tuple[tuple[int, ...], ...] = (
 
 
 class EngineDriver(Driver):
-    """Arrivals, iterations and aborts on one :class:`~harness.upstream.engine.EngineLoop`."""
+    """Arrivals, iterations and aborts on one :class:`~harness.upstream.engine.EngineLoop`, or two in step.
+
+    With ``pools="both"`` every step runs on a loop over upstream's pools and on a mirror over
+    poolfuzz's (:mod:`harness.upstream.engine_ours`); after each step both are judged and their
+    observable states compared (``implementations-agree``).
+    """
 
     family = "engine"
 
@@ -35,8 +40,10 @@ class EngineDriver(Driver):
         kwargs["audit_period"] = 1
         super().__init__(factory, config, **kwargs)
         self.loop = self.pool
-        self.upstream = UpstreamChecker(self.loop)
-        self.finished = 0
+        self.loops = [self.loop]
+        if config.get("pools") == "both":
+            self.loops.append(factory(**{**config, "pools": "poolfuzz"}))
+        self.checkers = [UpstreamChecker(loop) for loop in self.loops]
 
     # ------------------------------------------------------------------ operations
     @operation
@@ -47,7 +54,8 @@ class EngineDriver(Driver):
         limit = self.loop.config.context - 2
         if len(prompt) + max_new > limit:
             return SKIPPED  # the tokenizer manager refuses a request past the context length
-        self.loop.arrive(prompt, max(1, max_new))
+        for loop in self.loops:
+            loop.arrive(prompt, max(1, max_new))
         return None
 
     @operation
@@ -56,26 +64,37 @@ class EngineDriver(Driver):
         limit = self.loop.config.context - 2
         for i in range(count):
             prompt = [11, 12, 13, 14, 50 + (self.steps + i) % 40]
-            self.loop.arrive(prompt, max(1, min(max_new, limit - len(prompt))))
+            for loop in self.loops:
+                loop.arrive(prompt, max(1, min(max_new, limit - len(prompt))))
         self.event("a crowd arrived")
         return None
 
     @operation
     def iterate(self, eos: list[int]) -> str:
-        """One scheduler iteration; running requests at positions ``eos`` sample EOS at its result."""
+        """One scheduler iteration; the live requests at positions ``eos`` sample EOS at its result."""
         from harness.upstream.engine import EOS
 
-        batch_reqs = self._next_batch_reqs()
-        tokens = {batch_reqs[i].rid: EOS for i in eos if i < len(batch_reqs)}
-        try:
-            kind = self.loop.iterate(tokens)
-        except InvariantViolation:
-            raise
-        except Exception as exc:  # upstream raised inside its own scheduler path
-            raise InvariantViolation("valid-call-accepted", f"scheduler iteration raised {type(exc).__name__}: {exc}",
-                                     iteration=self.loop.iterations) from exc
-        self.event(f"iteration: {kind}")
-        return kind
+        kinds = []
+        for loop in self.loops:
+            live = list(loop.running_batch.reqs) + list(loop.waiting_queue)
+            tokens = {live[i].rid: EOS for i in eos if i < len(live)}
+            try:
+                kinds.append(loop.iterate(tokens))
+            except InvariantViolation:
+                raise
+            except Exception as exc:  # upstream raised inside its own scheduler path
+                raise InvariantViolation("valid-call-accepted", f"scheduler iteration over {loop.config.pools} pools raised "
+                                         f"{type(exc).__name__}: {exc}", iteration=loop.iterations) from exc
+        self.event(f"iteration: {kinds[0]}")
+        return kinds[0]
+
+    @operation
+    def run(self, iterations: int) -> None:
+        """``iterations`` scheduler iterations with no EOS: requests decode to their budgets (retracting if short)."""
+        for _ in range(iterations):
+            self.iterate([])
+            self.audit_now()
+        return None
 
     @operation
     def abort(self, pick: int) -> None:
@@ -83,39 +102,68 @@ class EngineDriver(Driver):
         live = [r.rid for r in self.loop.waiting_queue] + [r.rid for r in self.loop.running_batch.reqs]
         if not live:
             return SKIPPED
-        where = self.loop.abort(live[pick % len(live)])
-        self.event(f"abort of a {where} request")
+        rid = live[pick % len(live)]
+        wheres = [loop.abort(rid) for loop in self.loops]
+        self.event(f"abort of a {wheres[0]} request")
         return None
-
-    def _next_batch_reqs(self) -> list[Any]:
-        """Requests a result will cover if this iteration decodes (prefill batches are new requests)."""
-        return list(self.loop.running_batch.reqs) + list(self.loop.waiting_queue)
 
     # ------------------------------------------------------------------ judging
     def observe(self) -> Hashable:
-        loop = self.loop
-        return (loop.allocator.available_size(), loop.req_to_token_pool.available_size(),
-                int(loop.tree_cache.evictable_size()), int(loop.tree_cache.protected_size()))
+        return fingerprint(self.loop)
 
     def audit(self) -> None:
-        judge(self.loop, self.upstream)
+        for loop, checker in zip(self.loops, self.checkers):
+            judge(loop, checker)
+        if len(self.loops) == 2:
+            ours, theirs = fingerprint(self.loops[1]), fingerprint(self.loops[0])
+            if ours != theirs:
+                fields = [name for name, a, b in zip(FINGERPRINT_FIELDS, theirs, ours) if a != b]
+                raise InvariantViolation(
+                    "implementations-agree", f"the same iterations over upstream's pools and poolfuzz's differ in {fields}",
+                    upstream=dict(zip(FINGERPRINT_FIELDS, theirs)), poolfuzz=dict(zip(FINGERPRINT_FIELDS, ours)),
+                )
 
     def teardown(self) -> None:
-        """Drain: every request finishes (EOS), then the idle checks run."""
+        """Drain: every request finishes (EOS), judged each iteration, then the idle iteration's checks run."""
         from harness.upstream.engine import EOS
 
         for _ in range(4 * self.loop.config.rows + 8):
             if self.loop.is_idle():
                 break
-            rids = [r.rid for r in self.loop.running_batch.reqs]
-            self.loop.iterate(dict.fromkeys(rids, EOS))
+            for loop in self.loops:
+                loop.iterate({r.rid: EOS for r in loop.running_batch.reqs})
             self.audit_now()
-        self.loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
+        for loop in self.loops:
+            loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
         super().teardown()
 
 
+FINGERPRINT_FIELDS = ("free KV", "free rows", "evictable", "protected", "waiting", "running", "chunked", "rows")
+
+
+def fingerprint(loop: Any) -> tuple[Any, ...]:
+    """What a user of the loop can observe: sizes, who waits and runs, and each owner's row.
+
+    At page size 1 a row is compared slot by slot.  Above it, only each row's length: 0.5.23's
+    ``free_segment`` (allocator/paged.py:340) returns a row's pages in row order, while
+    ``pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
+    so the two free lists hold the same pages in another order and later rows name other pages.
+    """
+    rows = loop.req_to_token_pool.req_to_token
+    paged = loop.config.page_size > 1
+    owners = tuple((r.rid, r.kv.kv_allocated_len if paged else tuple(rows[r.kv.req_pool_idx, : r.kv.kv_allocated_len].tolist()))
+                   for r in loop.owners())
+    chunked = loop.chunked_req.rid if loop.chunked_req is not None else None
+    return (loop.allocator.available_size(), loop.req_to_token_pool.available_size(), int(loop.tree_cache.evictable_size()),
+            int(loop.tree_cache.protected_size()), tuple(r.rid for r in loop.waiting_queue),
+            tuple(r.rid for r in loop.running_batch.reqs), chunked, owners)
+
+
 def build_engine(**config: Any) -> Any:
-    """The default target: upstream's loop (there is no poolfuzz engine yet; see docs/upstream-findings.md)."""
+    """The loop for one server shape; ``pools="both"`` builds the upstream-pools loop (the driver adds the mirror)."""
     from harness.upstream.engine import EngineConfig, EngineLoop
 
-    return EngineLoop(EngineConfig(**{k: v for k, v in config.items() if k != "device"}))
+    shape = {k: v for k, v in config.items() if k != "device"}
+    if shape.get("pools") == "both":
+        shape["pools"] = "upstream"
+    return EngineLoop(EngineConfig(**shape))

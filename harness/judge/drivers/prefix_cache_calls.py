@@ -58,7 +58,9 @@ class PrefixCacheCalls(Driver):
         self.device = torch.device(config.get("device", "cpu"))
         self.kv = self.pool.allocator
         policy = str(config.get("eviction_policy", "lru")).lower()
-        self.model = PrefixCacheModel(self.size // self.ps, self.ps, policy)
+        # How old a split's upper half is: the release's default rule unless the target declares the legacy one.
+        split_ages = str(getattr(self.pool, "poolfuzz_split_ages", "inherit"))
+        self.model = PrefixCacheModel(self.size // self.ps, self.ps, policy, split_ages=split_ages)
         self.holders: dict[int, Holder] = {}
 
     # ------------------------------------------------------------ pool calls
@@ -130,20 +132,32 @@ class PrefixCacheCalls(Driver):
         return indices
 
     def _evict(self, num_tokens: int, what: str) -> None:
+        """``evict(num_tokens)``.  What no eviction may do (free locked, live or uncached KV, a parent
+        before its children, or change the locks) is ``evict-spares-locked``; a legal eviction of other
+        leaves than the policy takes first, or of more or fewer, is ``eviction-order``."""
         protected, free_before = self.pool.protected_size(), self._free_pages()
-        plan = self.model.evict(num_tokens)
+        evictable = self.model.evictable
         freed = self.expect_accepted(lambda: self.pool.evict(num_tokens), what)
-        check(freed == plan.freed_tokens, "evict-spares-locked",
-              f"{what} freed {freed} tokens; the unlocked leaves in policy order free {plan.freed_tokens}",
-              victims=[list(v) for v in plan.victims], policy=self.model.policy)
         check(self.pool.protected_size() == protected, "evict-spares-locked", f"{what} changed protected_size()",
               before=protected, after=self.pool.protected_size())
+        check(0 <= int(freed) <= evictable, "evict-spares-locked",
+              f"{what} reported freeing {freed} tokens with {evictable} evictable", freed=freed, evictable=evictable)
         free_after = self._free_pages()
-        if free_before is not None and free_after is not None:
-            released = free_after - free_before
-            check(released == set(plan.freed_pages), "evict-spares-locked", f"{what} released other pages",
+        released = free_after - free_before if free_before is not None and free_after is not None else None
+        if released is not None:
+            illegal = self.model.illegal_victims(set(released))
+            check(not illegal, "evict-spares-locked", f"{what} released pages no eviction may free",
+                  pages=illegal, released=sorted(released))
+            check(freed == len(released) * self.ps, "evict-spares-locked", f"{what} reported other than it freed",
+                  reported=freed, released=sorted(released))
+        plan = self.model.evict(num_tokens)
+        check(freed == plan.freed_tokens, "eviction-order",
+              f"{what} freed {freed} tokens; the unlocked leaves in policy order free {plan.freed_tokens}",
+              victims=[list(v) for v in plan.victims], policy=self.model.policy, split_ages=self.model.split_ages)
+        if released is not None:
+            check(released == set(plan.freed_pages), "eviction-order", f"{what} evicted other leaves than the policy's first",
                   released=sorted(released), expected=sorted(plan.freed_pages),
-                  live_or_cached=sorted(released - set(plan.freed_pages)))
+                  victims=[list(v) for v in plan.victims], policy=self.model.policy, split_ages=self.model.split_ages)
         if any(len(v) < len(u) and u[: len(v)] == v for i, u in enumerate(plan.victims) for v in plan.victims[i:]):
             self.event("evict took a parent its victims exposed")
         if plan.freed_tokens < num_tokens and self.model.total:

@@ -16,7 +16,10 @@ audit of the mapping table, are the pure functions of :mod:`harness.judge.driver
 
 Valid-only calls with misuse off (upstream SGLang does not validate): a request whose last
 token left the window is continued only by an SWA tail; ``free_swa`` names pages that still
-have peers and ``free_full`` pages that have none.  The misuse probes (double, foreign and
+have peers and ``free_full`` pages that have none; every free meets the rule of
+:data:`harness.judge.drivers.swa_contract.CONTRACT`, so at page size 1 a request partly out of
+the window is freed as upstream's ``free_kv_row_segments`` frees it (``free_full`` of the part
+without peers, then ``free``), where our pool gets one ``free``.  The misuse probes (double, foreign and
 padding frees on all three free calls, out-of-window continuations, impossible tails, wrong
 regimes, group nesting) run only with ``check_misuse``.
 """
@@ -32,6 +35,7 @@ from harness.judge.drivers.base import Driver, operation
 from harness.judge.drivers.kv import ints
 from harness.judge.drivers.swa_batches import SWABatchMisuse
 from harness.judge.drivers.swa_checks import Grant, SideState, audit_mapping, check_handed_out, check_side_change, judge_grant
+from harness.judge.drivers.swa_contract import allows
 from harness.judge.drivers.swa_misuse import FREE_CALLS, free_errors, reject_misuse, skipped
 from harness.judge.invariants import check, check_unique
 from harness.judge.models.swa import SWAModel
@@ -221,16 +225,23 @@ class SWAKVDriver(Driver, SWABatchMisuse):
 
     # --------------------------------------------------------------- frees
     def _release(self, what: str, name: str, sent: list[int],
-                 apply: Callable[[], tuple[list[int], list[int]]], unmapped: list[int]) -> None:
-        """Run a valid free of ``sent``; ``apply`` updates the model and returns the (full, SWA) pages released.
+                 apply: Callable[[], tuple[list[int], list[int]]], unmapped: list[int],
+                 then: tuple[str, list[int]] | None = None) -> None:
+        """Run a valid free of ``sent`` (and ``then``, a second call of the same release, before the
+        model moves); ``apply`` updates the model and returns the (full, SWA) pages released.
 
+        A target that does not validate is sent only what upstream's callers send
+        (:mod:`harness.judge.drivers.swa_contract`): anything else here is a driver bug.
         The caller's tensor is zeroed afterwards, as a caller reusing its buffer would
         (SGLang #34067): the pool must have taken the values, and the SWA peers, at the call.
         """
         before = self._sides()
-        indices = self._tensor(sent)
-        self.expect_accepted(lambda: getattr(self.pool, name)(indices), what)
-        indices.zero_()
+        for call, slots in [(name, sent), *([then] if then is not None else [])]:
+            assert self.check_misuse or allows(self.model, call, self.model.pages_of(slots)), \
+                f"driver: {call} of pages {self.model.pages_of(slots)} is not a call upstream's callers make"
+            indices = self._tensor(slots)
+            self.expect_accepted(lambda call=call, indices=indices: getattr(self.pool, call)(indices), what)  # type: ignore[misc]
+            indices.zero_()
         full_pages, swa_pages = apply()
         entries = self._peers(self.model.page_slots(unmapped))
         stale = {s: e for s, e in zip(self.model.page_slots(unmapped), entries) if e}
@@ -250,8 +261,21 @@ class SWAKVDriver(Driver, SWABatchMisuse):
         if self.model.unwindowed_pages(handle) and self.model.windowed_pages(handle):
             self.event("free of a request partly out of the window")
         pages = self.model.pages_of(slots)
-        self._release(f"free(handle {handle})", "free", self._sparse(slots) if sparse else list(slots),
-                      lambda: self.model.release_full(handle), pages)
+        sent = self._sparse(slots) if sparse else list(slots)
+        if self.check_misuse or allows(self.model, "free", pages):
+            self._release(f"free(handle {handle})", "free", sent, lambda: self.model.release_full(handle), pages)
+            return None
+        # Upstream's callers free a row as free_kv_row_segments does (mem_cache/common.py:152-190): the part whose
+        # SWA peers are gone with free_full(_segments), the rest with free(_segments).
+        gone = set(self.model.unwindowed_pages(handle))
+        dead = [s for s in sent if s // self.page_size in gone]
+        alive = [s for s in sent if s // self.page_size not in gone]
+        self.event("free split as free_kv_row_segments does: free_full below the window, free for the rest")
+        if alive:
+            self._release(f"free_full then free (handle {handle})", "free_full", dead,
+                          lambda: self.model.release_full(handle), pages, then=("free", alive))
+        else:
+            self._release(f"free_full(handle {handle})", "free_full", dead, lambda: self.model.release_full(handle), pages)
         return None
 
     @operation

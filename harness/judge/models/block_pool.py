@@ -7,12 +7,19 @@ Written from the contract (``pools/block_pool.py``'s module docstring, vLLM 0.33
   block, never free, never handed out, skipped by touch, free and cache;
 * the free queue holds exactly the blocks at reference 0, front reused first;
   ``get_new_blocks(n)`` takes the first ``n`` and drops their hashes;
-* a block reaching 0 goes to the front if it has no hash and to the tail if it
-  has one, in the order the call names them (a request frees its table
-  reversed, so its last block is evicted first);
+* the queue's order is exactly what the calls below make of it, and nothing
+  more (vLLM states no ordering between hashed and unhashed free blocks):
+* ``free_blocks``: a block reaching 0 goes to the front if it has no hash (or
+  caching is off) and to the tail if it has one, in the order the call names
+  them (vLLM 0.33.0 ``block_pool.py:816-849``: ``prepend_n`` / ``append_n``; a
+  request frees its table reversed, so its last block is evicted first);
+* ``unpin_blocks``: a block reaching 0 goes to the tail, hashed or not
+  (``block_pool.py:748-767``), and its ``on_reuse`` watcher fires when
+  ``get_new_blocks`` hands it out or a reset succeeds (``:723``, ``:893``);
 * touching a cached free block takes it off the queue;
-* ``evict_blocks`` drops hashes; a free block it unhashes moves to the front
-  (our contract; vLLM leaves it where it was);
+* ``evict_blocks`` drops hashes and moves nothing: a free block it unhashes
+  keeps its place (``block_pool.py:851-867`` -> ``_maybe_evict_cached_block``,
+  ``:769``, which touches neither ``ref_cnt`` nor the queue);
 * a hash may name several blocks; a lookup answers the one cached first;
 * ``reset_prefix_cache`` succeeds iff only the null block is in use.
 
@@ -68,6 +75,8 @@ class BlockPoolModel:
     cached: dict[int, list[int]] = field(default_factory=dict)
     """Hash -> block ids cached under it, in caching order (the first answers lookups)."""
     requests: dict[int, Request] = field(default_factory=dict)
+    watched: dict[int, None] = field(default_factory=dict)
+    """Blocks an ``unpin_blocks`` registered a reuse watcher for, in registration order."""
 
     def __post_init__(self) -> None:
         self.ref = [0] * self.num_gpu_blocks
@@ -140,6 +149,7 @@ class BlockPoolModel:
 
     # ------------------------------------------------------------- updates
     def allocate(self, count: int) -> list[int]:
+        """Take the queue's front; :meth:`reused` names the watched blocks among them first."""
         taken, self.queue = self.queue[:count], self.queue[count:]
         for block in taken:
             self.drop_hash(block)
@@ -183,11 +193,28 @@ class BlockPoolModel:
                 del self.cached[block_hash]
         return block_hash
 
+    def reused(self, blocks: Sequence[int]) -> list[int]:
+        """The watched blocks among ``blocks`` (handed out now), in order; their watchers are spent."""
+        fired = [b for b in blocks if b in self.watched]
+        for block in fired:
+            del self.watched[block]
+        return fired
+
+    def unpin(self, blocks: Sequence[int]) -> list[int]:
+        """``unpin_blocks``: one reference released per occurrence, each block watched; those reaching 0
+        join the tail in call order, hashed or not.  Returns them."""
+        released: list[int] = []
+        for block in blocks:
+            self.ref[block] -= 1
+            self.watched[block] = None
+            if self.ref[block] == 0:
+                released.append(block)
+        self.queue = self.queue + released
+        return released
+
     def evict(self, blocks: Sequence[int]) -> list[int]:
-        """Drop the hashes of ``blocks``; the free ones among them move to the front. Returns those."""
-        moved = [b for b in blocks if self.drop_hash(b) is not None and self.is_free(b)]
-        self.queue = moved + [b for b in self.queue if b not in moved]
-        return moved
+        """Drop the hashes of ``blocks``; the queue does not change.  Returns the free blocks unhashed."""
+        return [b for b in blocks if self.drop_hash(b) is not None and self.is_free(b)]
 
     def reset(self) -> bool:
         if self.num_free != self.usable:
@@ -195,3 +222,8 @@ class BlockPoolModel:
         self.hash_of.clear()
         self.cached.clear()
         return True
+
+    def reset_watchers(self) -> list[int]:
+        """A successful reset fires every watcher (vLLM ``block_pool.py:893-896``); returns them."""
+        fired, self.watched = list(self.watched), {}
+        return fired

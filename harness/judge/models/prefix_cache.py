@@ -19,6 +19,20 @@ made logical): once per match or insert, stamping every node the walk visits,
 the node it ends inside included; then once per node created (the upper half of
 a split, a new leaf).  Eviction takes unlocked childless nodes by policy,
 ``lru`` / ``mru`` on ``last_access`` and ``fifo`` / ``filo`` on ``created``.
+
+How old the upper half of a split is (``split_ages``, :data:`SPLIT_AGES`) is the one
+place SGLang 0.5.23's two trees differ:
+
+* ``"inherit"`` (the default): it keeps the ``created`` of the node it was split
+  from, as the release's default cache does.  ``UnifiedRadixCache``'s
+  ``UnifiedTreeCore._split_node`` sets ``new_node.creation_time = child.creation_time``
+  (``mem_cache/unified_cache/unified_tree_core.py:1467``, ``:1476``), and the Rust core
+  that backs it by default agrees.
+* ``"fresh"``: it is created at the split, as the legacy ``RadixCache._split_node``
+  does (``mem_cache/radix_cache.py:677-700``: ``TreeNode()`` stamps
+  ``creation_time = time.monotonic()`` at ``:260`` and the split never copies the
+  child's).  A target declares it with ``poolfuzz_split_ages = "fresh"``
+  (``harness.upstream:RadixCache``).
 """
 
 from __future__ import annotations
@@ -32,6 +46,8 @@ from harness.judge.models.pages import ceil_div
 Key = tuple[int, ...]
 
 POLICIES = ("lru", "mru", "fifo", "filo")
+SPLIT_AGES = ("inherit", "fresh")
+"""How old a split's upper half is: its child's ``created`` (UnifiedTreeCore, the default), or the split's tick (legacy RadixCache)."""
 
 
 @dataclass
@@ -72,6 +88,7 @@ class PrefixCacheModel:
     num_pages: int
     page_size: int
     policy: str
+    split_ages: str = "inherit"
     pages: dict[Key, tuple[int, ...]] = field(default_factory=dict)
     children: dict[Key, set[Key]] = field(default_factory=dict)
     nodes: dict[Key, Boundary] = field(default_factory=dict)
@@ -83,6 +100,7 @@ class PrefixCacheModel:
 
     def __post_init__(self) -> None:
         assert self.policy in POLICIES, f"model: unknown eviction policy {self.policy!r}"
+        assert self.split_ages in SPLIT_AGES, f"model: unknown split age rule {self.split_ages!r}"
         self.clear()
 
     # ------------------------------------------------------------ state
@@ -168,7 +186,8 @@ class PrefixCacheModel:
                 self.nodes[key[:end]].last_access = self.clock
         if inside is not None:
             self.nodes[inside].last_access = self.clock
-            self._new_node(key[:matched])  # the upper half of the split
+            inherited = self.nodes[inside].created if self.split_ages == "inherit" else None
+            self._new_node(key[:matched], created=inherited)  # the upper half of the split
         return matched, inside
 
     def match(self, tokens: Key) -> Match:
@@ -189,9 +208,10 @@ class PrefixCacheModel:
             self._new_node(key)
         return Insert(matched, inside is not None, len(key) - matched)
 
-    def _new_node(self, prefix: Key) -> None:
+    def _new_node(self, prefix: Key, *, created: int | None = None) -> None:
+        """A node ending at ``prefix``, last accessed now; created now unless ``created`` is given."""
         self.clock += 1
-        self.nodes[prefix] = Boundary(self._new_serial(), self.clock, self.clock)
+        self.nodes[prefix] = Boundary(self._new_serial(), self.clock if created is None else created, self.clock)
 
     def _new_serial(self) -> int:
         self._serials += 1
@@ -231,6 +251,18 @@ class PrefixCacheModel:
         """Unlocked childless nodes in the order eviction takes them now."""
         leaves = [p for p in self.nodes if not self.children[p] and self.locks[p] == 0]
         return sorted(leaves, key=self._priority)
+
+    def illegal_victims(self, pages: set[int]) -> list[int]:
+        """The pages of ``pages`` no eviction may free now: not held by the tree, on a locked path, or
+        with a cached extension that is not freed with them (so the tree would lose prefix-closure)."""
+        prefix_of = {self.page_of(indices[0]): prefix for prefix, indices in self.pages.items()}
+        bad = []
+        for page in pages:
+            prefix = prefix_of.get(page)
+            if prefix is None or self.locks[prefix] > 0 or any(
+                    self.page_of(self.pages[child][0]) not in pages for child in self.children[prefix]):
+                bad.append(page)
+        return sorted(bad)
 
     def evict(self, num_tokens: int) -> Eviction:
         """Remove whole leaves in policy order until ``num_tokens`` are freed or none is left."""
