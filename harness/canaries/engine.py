@@ -102,6 +102,40 @@ class FreeGroupDropped(EngineLoop):
         super()._end_free_group()
 
 
+class EvictableSizeDrifts(EngineLoop):
+    """The tree's ``evictable_size()`` counts one token too many once anything is cached.
+
+    An accounting method drifting from the pages it counts (a shared page counted twice, SGLang
+    #35270): upstream's leak equation then fires on a sound pool, while the raw page partition
+    sees nothing wrong.  Caught by ``checker-agreement``.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        counted = self.tree_cache.evictable_size
+        self.tree_cache.evictable_size = lambda: counted() + (1 if counted() else 0)
+
+
+class MirrorPopsTail(EngineLoop):
+    """The poolfuzz side of a ``pools="both"`` run hands out KV slots from the free list's tail.
+
+    The tail-pop shape of SGLang #32208, planted in the mirror only: both sides stay sound, yet
+    the same iterations leave different rows.  Caught by ``implementations-agree``.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        if config.pools == "poolfuzz" and config.page_size == 1:
+            ours = self.allocator.ours
+            take = ours._take_pages
+
+            def from_the_tail(num_pages: int) -> Any:
+                taken = take(num_pages)
+                return None if taken is None else taken.flip(0)
+
+            ours._take_pages = from_the_tail
+
+
 def torch_cat(parts: list[Any]) -> Any:
     import torch
 
@@ -120,9 +154,13 @@ def torch_int64() -> Any:
     return torch.int64
 
 
-def _factory(loop_class: type[EngineLoop]) -> Any:
+def _factory(loop_class: type[EngineLoop], *, mirror: bool = False) -> Any:
     def build(**config: Any) -> EngineLoop:
-        return loop_class(EngineConfig(**{k: v for k, v in config.items() if k != "device"}))
+        # The glue bugs are planted over upstream's pools (ours would refuse some of them); a mirror
+        # canary keeps the drawn pools, since its bug lives on the poolfuzz side of a "both" run.
+        shape = {k: v for k, v in config.items() if k not in ("device", "pools")}
+        pools = config.get("pools", "upstream") if mirror else "upstream"
+        return loop_class(EngineConfig(**shape, pools="upstream" if pools == "both" else pools))
 
     build.__name__ = f"build_{loop_class.__name__}"
     return build
@@ -134,6 +172,8 @@ build_overallocated_decode_not_returned = _factory(OverallocatedDecodeNotReturne
 build_release_keeps_lock = _factory(ReleaseKeepsLock)
 build_double_free_at_finish = _factory(DoubleFreeAtFinish)
 build_free_group_dropped = _factory(FreeGroupDropped)
+build_evictable_size_drifts = _factory(EvictableSizeDrifts)
+build_mirror_pops_tail = _factory(MirrorPopsTail, mirror=True)
 
 _HERE = "harness.canaries.engine"
 
@@ -168,5 +208,15 @@ CANARIES: dict[str, Canary] = {
         "engine", f"{_HERE}:build_free_group_dropped",
         "free_group_end discards the frees collected since free_group_begin",
         "free_group_begin/end around result processing (batch_result_processor.py:264, :501)", "kv-accounting",
+    ),
+    "engine-evictable-size-drifts": Canary(
+        "engine", f"{_HERE}:build_evictable_size_drifts",
+        "evictable_size() counts one token more than the tree holds",
+        "SGLang #35270 (a shared page counted twice in evictable_size)", "checker-agreement",
+    ),
+    "engine-mirror-pops-tail": Canary(
+        "engine", f"{_HERE}:build_mirror_pops_tail",
+        "the poolfuzz side of a both-pools run hands out KV slots from the free list's tail",
+        "SGLang #32208 (tail pop)", "implementations-agree",
     ),
 }
