@@ -45,16 +45,30 @@ class EngineView:
 
 
 def engine_config(choose: Chooser) -> Config:
-    """A server shape: cache kind, page size, rows, KV slots, context, chunked prefill."""
+    """A server shape: cache kind, page size, rows, KV slots, context, chunked prefill, and a model kind.
+
+    A third of the shapes are a hybrid sliding-window model (what 0.5.23 builds for one: the SWA
+    allocator under ``UnifiedRadixCache`` with FULL and SWA components), with a small window and
+    an SWA pool about half the full one, and an eviction interval small enough that out-of-window
+    frees happen within a request (the default 128 would never fire at these lengths).
+    """
     page_size = choose.choice((1, 1, 4))
     rows = choose.randint(2, 6)
     pages = choose.randint(6, 24)
-    chunk = choose.choice((None, None, 8, 16))
+    tokens = pages * page_size * (2 if page_size == 1 else 1)
+    swa = choose.randrange(0, 3) == 0
+    cache = choose.choice(CACHES[1:] if swa else CACHES)
     # The scheduler's new-token ratio starts at 0.7 and decays toward its floor between retractions
     # (new_token_ratio_tracker); a low ratio admits more, so decode runs out and retracts.
-    return {"cache": choose.choice(CACHES), "page_size": page_size, "rows": rows,
-            "tokens": pages * page_size * (2 if page_size == 1 else 1), "context": 64, "chunk": chunk,
-            "new_token_ratio": choose.choice((0.7, 0.1, 0.1)), "pools": choose.choice(POOL_CHOICES)}
+    config: Config = {"cache": cache, "page_size": page_size, "rows": rows, "tokens": tokens, "context": 64,
+                      "chunk": choose.choice((None, None, 8, 16)), "new_token_ratio": choose.choice((0.7, 0.1, 0.1)),
+                      "pools": "upstream" if swa else choose.choice(POOL_CHOICES),
+                      "sliding_window": None, "swa_tokens": 0, "swa_eviction_interval": 128}
+    if swa:
+        swa_pages = max(2, pages // 2 + choose.randint(-2, 2))
+        config.update(sliding_window=choose.choice((2, 4, 8)), swa_tokens=swa_pages * page_size,
+                      swa_eviction_interval=choose.choice((1, 4, 128)))
+    return config
 
 
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
@@ -105,5 +119,7 @@ def engine_table() -> MoveTable:
         view=EngineView,
         occupancy=EngineView.occupancy,
         corners=lambda config: [f"cache {config['cache']}", f"page_size {config['page_size']}",
-                                "chunked prefill" if config["chunk"] else "no chunking"],
+                                "chunked prefill" if config["chunk"] else "no chunking",
+                                "hybrid SWA" if config.get("sliding_window") else "full attention",
+                                f"pools {config.get('pools', 'upstream')}"],
     )

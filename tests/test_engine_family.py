@@ -114,3 +114,16 @@ def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
             caught = violation.invariant_id
             break
     assert caught == canary.invariant
+
+
+def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.fuzz.options import select_targets
+    from harness.judge.families import family_unavailable
+    from harness.upstream import engine_loader
+
+    monkeypatch.setattr(engine_loader, "_loaded", None)
+    monkeypatch.setattr(engine_loader, "_failure", "upstream SGLang is not installed (a stand-in for this test)")
+    assert "not installed" in (family_unavailable("engine") or "")
+    targets, skipped = select_targets([])
+    assert "engine" not in {t.family for t in targets}
+    assert any(s["family"] == "engine" and "not installed" in s["reason"] for s in skipped)

@@ -11,11 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.families import FAMILIES
+from harness.judge.families import FAMILIES, family_unavailable
 from harness.machines import make_machine, run_machine
 from harness.mutate.targets import DEVICE_PATH_FAMILIES
 from pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
+
+
+def skip_unless_loadable(family: str) -> None:
+    reason = family_unavailable(family)
+    if reason is not None:
+        pytest.skip(reason)
+
 
 # The scheduler machine has its own tests, pinned per kernel and page size.
 POOL_FAMILIES = [name for name in FAMILIES if name != "scheduler"]
@@ -25,11 +32,13 @@ POOL_FAMILIES = [name for name in FAMILIES if name != "scheduler"]
 @pytest.mark.parametrize("family", POOL_FAMILIES)
 def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str],
                                     found_corpus: Path) -> None:
+    skip_unless_loadable(family)
     run_machine(make_machine(family, overrides=target_overrides, device=device), corpus=found_corpus)
 
 
 @pytest.mark.parametrize("family", POOL_FAMILIES)
 def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(family: str) -> None:
+    skip_unless_loadable(family)
     run_machine(make_machine(family, check_misuse=False))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 
 from harness.canaries.catalogue import Canary
-from harness.judge.families import FAMILIES, UnknownTargetError, resolve
+from harness.judge.families import FAMILIES, UnknownTargetError, family_unavailable, resolve
 from harness.judge.invariants import INVARIANTS
 from harness.machines.base import PoolMachine
 from harness.machines.table import machine_class, make_machine
@@ -60,7 +60,8 @@ def machine_available(family_name: str) -> str | None:
         machine_class(family_name)
     except UnknownTargetError as exc:
         return f"machine not available: {exc}"
-    return None
+    reason = family_unavailable(family_name)
+    return None if reason is None else f"machine not available: {reason}"
 
 
 def canary_machine(name: str, *, device: str = "cpu") -> type[PoolMachine]:

@@ -80,7 +80,7 @@ class DoubleFreeAtFinish(EngineLoop):
     def _release(self, req: Any, *, checkpoint: bool) -> None:
         kv = req.kv
         row = None
-        if kv.holds_kv and kv.kv_allocated_len > 0 and self.config.page_size == 1:
+        if kv.holds_kv and kv.kv_allocated_len > 0 and self.config.page_size == 1 and not self.config.hybrid_swa:
             row = self.req_to_token_pool.req_to_token[kv.req_pool_idx, : kv.kv_allocated_len].clone().to(torch_int64())
         super()._release(req, checkpoint=checkpoint)
         if row is not None:

@@ -45,6 +45,8 @@ def raw_partition(loop: Any) -> dict[str, Any]:
     """Every page of the pool by who holds it, read from raw state (see the module docstring)."""
     ps = loop.config.page_size
     allocator = loop.allocator
+    if loop.config.hybrid_swa:
+        allocator = allocator.full_attn_allocator  # the full side; swa_partition reads the SWA side
     # Both allocators keep free *page* ids (slot ids at page 1); release_pages is None on the paged one.
     free_pages = [int(v) for v in allocator.free_pages.tolist()]
     if allocator.release_pages is not None:
@@ -95,22 +97,69 @@ def our_verdict(loop: Any) -> tuple[bool, str]:
     return leak, message
 
 
+def swa_verdict(loop: Any) -> tuple[bool, str]:
+    """The SWA side of a hybrid loop, from raw state: ``full_to_swa_index_mapping`` against the SWA free list.
+
+    Every SWA page is free or mapped into by a full slot, and no SWA slot is mapped twice; no free SWA
+    page is mapped; a live request's last ``sliding_window`` positions (the window its next token reads)
+    map to SWA slots (``swa-mapping``).  The out-of-window free of a live token's page (``free_swa_out_of_window_slots``
+    past the cursor) and a double SWA free (SGLang PR #27586) both break it.
+    """
+    allocator = loop.allocator
+    ps = loop.config.page_size
+    swa = allocator.swa_attn_allocator
+    free = [int(v) for v in swa.free_pages.tolist()]  # SWA page ids (slot ids at page size 1)
+    if swa.release_pages is not None:
+        free += [int(v) for v in swa.release_pages.tolist()]
+    mapping = allocator.full_to_swa_index_mapping[:-1]
+    mapped_slots = [int(v) for v in mapping[mapping > 0].tolist()]
+    counts = Counter(mapped_slots)
+    twice = sorted(v for v, n in counts.items() if n > 1)
+    check(not twice, "swa-mapping", "two full slots map to one SWA slot", swa_slots=twice[:8])
+    mapped = {v // ps for v in mapped_slots}  # the SWA pages some full slot maps into
+    live_and_free = sorted(mapped & set(free))
+    check(not live_and_free, "swa-mapping", "a mapped SWA page is on the SWA free list", swa_pages=live_and_free[:8])
+    swa_kind = loop.m.component_type.ComponentType.SWA
+    window = int(loop.config.sliding_window or 0)
+    rows = loop.req_to_token_pool.req_to_token
+    for req in loop.owners():
+        kv = req.kv
+        start = max(int(kv.get_evicted_seqlen(swa_kind)), kv.kv_allocated_len - window)
+        slots = rows[kv.req_pool_idx, start:kv.kv_allocated_len].long()
+        unmapped = [pos + start for pos, v in enumerate(mapping[slots].tolist()) if v <= 0]
+        check(not unmapped, "swa-mapping", f"request {req.rid}'s last {window} positions (its window) map to no SWA slot",
+              request=req.rid, positions=unmapped[:8], allocated=kv.kv_allocated_len)
+    total = loop.config.swa_tokens // ps
+    missing = sorted(set(range(1, total + 1)) - set(free) - mapped)
+    leak = bool(missing) or len(free) + len(mapped) != total
+    return leak, f"swa pages={total} free={len(free)} mapped={len(mapped)} unaccounted={missing[:8]}"
+
+
 class UpstreamChecker:
     """Upstream's ``SchedulerInvariantChecker`` over the loop's pools, built as scheduler.py:2523 builds it."""
 
     def __init__(self, loop: Any) -> None:
+        from harness.upstream.engine_loader import active
+
+        with active(loop.m):
+            self._build(loop)
+
+    def _build(self, loop: Any) -> None:
         m = loop.m
         ic, obs = m.invariant_checker, m.pool_stats_observer
         self.loop = loop
+        swa = loop.config.hybrid_swa
+        full_tokens = loop.config.tokens if swa else None
+        swa_tokens = loop.config.swa_tokens if swa else None
         self.observer = obs.SchedulerPoolStatsObserver(
             tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
             req_to_token_pool=loop.req_to_token_pool, session_controller=None, hisparse_coordinator=None,
-            is_hybrid_swa=False, is_hybrid_ssm=False, enable_hisparse=False, full_tokens_per_layer=None,
-            swa_tokens_per_layer=None, max_total_num_tokens=loop.config.tokens,
+            is_hybrid_swa=swa, is_hybrid_ssm=False, enable_hisparse=False, full_tokens_per_layer=full_tokens,
+            swa_tokens_per_layer=swa_tokens, max_total_num_tokens=loop.config.tokens,
         )
         self.checker = ic.SchedulerInvariantChecker(
-            is_hybrid_swa=False, is_hybrid_ssm=False, disaggregation_mode="null", page_size=loop.config.page_size,
-            full_tokens_per_layer=None, swa_tokens_per_layer=None, max_total_num_tokens=loop.config.tokens,
+            is_hybrid_swa=swa, is_hybrid_ssm=False, disaggregation_mode="null", page_size=loop.config.page_size,
+            full_tokens_per_layer=full_tokens, swa_tokens_per_layer=swa_tokens, max_total_num_tokens=loop.config.tokens,
             tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
             req_to_token_pool=loop.req_to_token_pool, pool_stats_observer=self.observer,
             get_last_batch=lambda: loop.last_batch, get_running_batch=lambda: loop.running_batch,
@@ -126,21 +175,38 @@ class UpstreamChecker:
         which asserts).  Between them (no batch formed, requests still queued) upstream checks nothing.
         """
         ps = self.observer.get_pool_stats()
+        swa = self.loop.config.hybrid_swa
         if self.loop.fully_idle:
             leak, message = self.checker._check_full_pool(ps, uncached=0)
+            if swa:
+                swa_leak, swa_message = self.checker._check_swa_pool(ps)
+                leak, message = leak or swa_leak, f"{message}; {swa_message}"
             self.checker._check_req_pool()
             return bool(leak), str(message)
         if self.loop.last_batch is None:
             return None
-        uncached = self.checker._get_total_uncached_sizes()[0]
-        leak, message = self.checker._check_full_pool(ps, uncached=uncached)
+        full_uncached, swa_uncached = self.checker._get_total_uncached_sizes()
+        leak, message = self.checker._check_full_pool(ps, uncached=full_uncached)
+        if swa:
+            swa_leak, swa_message = self.checker._check_swa_pool(ps, uncached=swa_uncached)
+            leak, message = leak or swa_leak, f"{message}; {swa_message}"
         self.checker._check_kv_page_invariants()
         return bool(leak), str(message)
 
 
 def judge(loop: Any, upstream: UpstreamChecker) -> None:
     """Both judges over the loop's state; see the module docstring."""
+    from harness.upstream.engine_loader import active
+
+    with active(loop.m):
+        _judge(loop, upstream)
+
+
+def _judge(loop: Any, upstream: UpstreamChecker) -> None:
     ours, our_message = our_verdict(loop)
+    if loop.config.hybrid_swa:
+        swa_leak, swa_message = swa_verdict(loop)
+        ours, our_message = ours or swa_leak, f"{our_message}; {swa_message}"
     try:
         verdict = upstream.verdict()
     except (AssertionError, ValueError) as exc:

@@ -60,6 +60,9 @@ class Family:
     substitute class lacking one of its methods is refused before anything is built."""
     device_path: bool = False
     """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
+    variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    """Pinned variants of the family's machine that its machine tests run on the CPU, as ``(label, pins)``, each pin
+    a keyword of the ``moves`` function; ``harness mutate`` runs these (as ``name[label]``) in place of the machine."""
     rate_target: int = 0
     """Checked steps per second one fuzz worker must reach (``harness bench``); 0: no target."""
     audit_period: int = 8
@@ -124,6 +127,11 @@ FAMILIES: dict[str, Family] = {
                default="harness.judge.drivers.scheduler:build_scheduler_pools",
                driver="harness.judge.drivers.scheduler:SchedulerDriver",
                moves="strategies.scheduler:scheduler_table", audit_period=4,
+               variants=(("loop", _config(kernels=("loop",))), ("vectorized", _config(kernels=("vectorized",))),
+                         ("page_size=1", _config(kernels=("vectorized",), page_size=1)),
+                         ("hybrid", _config(kernels=("vectorized",), hybrid=True)),
+                         ("prefix_cache", _config(kernels=("vectorized",), mode="prefix_cache")),
+                         ("sliding_window", _config(kernels=("vectorized",), mode="sliding_window"))),
                bench_config=_config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
                                     kernel="vectorized", device="cpu"),
                canaries=("harness.canaries.scheduler", *_COMBINATIONS),
@@ -132,15 +140,17 @@ FAMILIES: dict[str, Family] = {
                            "kv-accounting", "lock-balance", "cache-accounting", "match-returns-inserted",
                            "evict-spares-locked", "swa-mapping")),
         Family(name="engine",
-               summary="SGLang 0.5.23's scheduler memory path, upstream's own calls on its own pools and prefix cache",
-               default="harness.judge.drivers.engine:build_engine", driver="harness.judge.drivers.engine:EngineDriver",
+               summary="SGLang 0.5.23's scheduler memory path: upstream's own calls on its pools and prefix cache "
+                       "(RadixCache, UnifiedRadixCache over the Rust or Python core; full attention or hybrid SWA)",
+               default="harness.upstream:Engine", driver="harness.judge.drivers.engine:EngineDriver",
                moves="strategies.engine:engine_table", audit_period=1,
                bench_config=_config(cache="radix", page_size=1, rows=4, tokens=32, context=64, chunk=None,
-                                    new_token_ratio=0.1, device="cpu"),
+                                    new_token_ratio=0.1, pools="upstream", sliding_window=None, swa_tokens=0,
+                                    swa_eviction_interval=128, device="cpu"),
                canaries=("harness.canaries.engine",),
                upstream=("harness.upstream:Engine",),
                invariants=("valid-call-accepted", "reserved-never-handed-out", "no-double-allocation",
-                           "scheduler-conservation", "kv-accounting", "lock-balance", "checker-agreement",
+                           "scheduler-conservation", "kv-accounting", "lock-balance", "swa-mapping", "checker-agreement",
                            "implementations-agree")),
         Family(name="prefix_cache",
                summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
@@ -252,6 +262,20 @@ def load_factory(spec: str) -> Callable[..., Any]:
     if not callable(factory):
         raise UnknownTargetError(f"target {spec!r} is not callable")
     return factory  # type: ignore[no-any-return]
+
+
+def family_unavailable(name: str) -> str | None:
+    """Why family ``name``'s default implementation cannot be built here, or ``None``.
+
+    A family whose default is an upstream target (``engine``: SGLang's own scheduler path) loads
+    upstream when it resolves, so a machine without the package says so here in one line, and
+    ``fuzz`` with no ``--target``, ``selfcheck`` and the test suite skip it with that reason.
+    """
+    try:
+        load_factory(family(name).default)
+    except UnknownTargetError as exc:
+        return str(exc)
+    return None
 
 
 #: Constructor arguments a target need not take: the driver records them and passes only what is accepted.

@@ -30,19 +30,22 @@ disaggregation, LoRA, grammar (each a configuration 0.5.23 runs, none reached by
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.upstream.engine_loader import EngineModules, load_engine
+from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
 
 CACHES = ("radix", "unified-rust", "unified-python")
+"""``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
 POOLS = ("upstream", "poolfuzz")
 """Whose ``ReqToTokenPool`` and KV allocator the loop runs: upstream's, or ours behind upstream's interface."""
-"""``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
 
 EOS = 2
 """The token id every engine request treats as end of sequence (its ``eos_token_ids``)."""
@@ -63,6 +66,19 @@ class EngineConfig:
     """:data:`POOLS`: ``poolfuzz`` puts ``pools/``'s row pool and KV allocator under the same loop."""
     new_token_ratio: float = 0.7
     """``new_token_ratio_tracker.current``: the share of ``max_new_tokens`` admission reserves for decode."""
+    sliding_window: int | None = None
+    """A hybrid sliding-window model's window; ``None`` is full attention.  With a window the loop
+    builds what ``kv_cache_configurator.py:2874`` builds: ``SWATokenToKVPoolAllocator`` (full and SWA
+    pools) under ``UnifiedRadixCache`` with the FULL and SWA components (``registry.py:165-169``)."""
+    swa_tokens: int = 0
+    """The SWA pool's slots (``swa_max_total_num_tokens``), used with ``sliding_window``."""
+    swa_eviction_interval: int = 128
+    """``SGLANG_SWA_EVICTION_INTERVAL`` (environ.py, default 128): tokens past the window before
+    ``maybe_evict_swa`` frees a request's out-of-window SWA slots (schedule_batch.py:4063-4066)."""
+
+    @property
+    def hybrid_swa(self) -> bool:
+        return self.sliding_window is not None
 
     def __post_init__(self) -> None:
         if self.cache not in CACHES:
@@ -71,6 +87,13 @@ class EngineConfig:
             raise ValueError(f"pools must be one of {POOLS}, not {self.pools!r}")
         if self.page_size < 1 or self.tokens % self.page_size:
             raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
+        if self.hybrid_swa:
+            if self.cache == "radix" or self.pools != "upstream":
+                raise ValueError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
+                                 "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)")
+            if self.sliding_window < 1 or self.swa_tokens < self.page_size or self.swa_tokens % self.page_size:
+                raise ValueError(f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
+                                 f"a positive multiple of page_size ({self.page_size})")
 
 
 class ModelConfigStandIn:
@@ -101,31 +124,20 @@ class NoSpeculation:
 class EngineLoop:
     """The scheduler's memory state and one iteration of its loop (see the module docstring)."""
 
+    @engine_call
     def __init__(self, config: EngineConfig, modules: EngineModules | None = None) -> None:
         self.config = config
         self.m = modules or load_engine()
         self.rids = itertools.count()
         m = self.m
-        upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
-        if config.pools == "poolfuzz":
-            from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
-
-            self.req_to_token_pool = OurReqToTokenPool(config.rows, config.context, "cpu")
-            self.allocator = our_allocator(upstream_allocator, config.tokens, config.page_size)
-        else:
-            self.req_to_token_pool = m.memory_pool.ReqToTokenPool(
-                size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False
-            )
-            if config.page_size == 1:
-                self.allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)
-            else:
-                self.allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
+        self.req_to_token_pool, self.allocator = self._build_pools()
         params = m.cache_init_params.CacheInitParams(
             disable=False,
             req_to_token_pool=self.req_to_token_pool,
             token_to_kv_pool_allocator=self.allocator,
             page_size=config.page_size,
             chunked_prefill_size=config.chunk,
+            sliding_window_size=config.sliding_window,
             **self._core_params(),
         )
         if config.cache == "radix":
@@ -143,22 +155,68 @@ class EngineLoop:
         self.fully_idle = True
         """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
 
+    def _build_pools(self) -> tuple[Any, Any]:
+        """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
+        m, config = self.m, self.config
+        upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
+        if config.pools == "poolfuzz":
+            from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
+
+            return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens,
+                                                                                        config.page_size)
+        rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu",
+                                            enable_memory_saver=False)
+        if config.hybrid_swa:
+            from harness.upstream.engine_swa import swa_kv_layout
+
+            swa = m.modules["swa_allocator"]
+            allocator = swa.SWATokenToKVPoolAllocator(
+                config.tokens, config.swa_tokens, page_size=config.page_size, dtype=torch.float16, device="cpu",
+                kvcache=swa_kv_layout(m), need_sort=False, req_to_token_pool=rows,
+            )
+        elif config.page_size == 1:
+            allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)
+        else:
+            allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
+        return rows, allocator
+
     def _core_params(self) -> dict[str, Any]:
         if self.config.cache == "radix":
             return {}
-        full = self.m.component_type.ComponentType.FULL
-        return {"tree_components": (full,), "tree_core_backend": self.config.cache.removeprefix("unified-")}
+        kinds = self.m.component_type.ComponentType
+        components = (kinds.FULL, kinds.SWA) if self.config.hybrid_swa else (kinds.FULL,)
+        return {"tree_components": components, "tree_core_backend": self.config.cache.removeprefix("unified-")}
 
     # ------------------------------------------------------------------ requests
+    @engine_call
     def arrive(self, prompt: list[int], max_new_tokens: int) -> Any:
-        """A tokenized request reaches the waiting queue (``_add_request_to_queue``)."""
+        """A tokenized request reaches the scheduler: admitted to the waiting queue, or refused (``None``).
+
+        As ``handle_generate_request`` does: a prompt of ``max_req_input_len`` tokens or more is
+        refused (scheduler.py:3231; ``max_req_len = min(context - 1, kv_capacity - 1)`` and
+        ``max_req_input_len = max_req_len - 5``, tp_worker.py:568-572), and ``init_req_max_new_tokens``
+        (scheduler.py:2693) clips ``max_new_tokens`` to ``max_req_len - input - 1`` and then to the
+        allocator's ``max_new_tokens_for_memory``; a prompt that cannot fit at all is aborted there.
+        """
         sb = self.m.schedule_batch
-        params = sb.SamplingParams(max_new_tokens=max_new_tokens)
-        params.normalize(None) if hasattr(params, "normalize") else None
+        config = self.config
+        max_req_len = min(config.context - 1, config.tokens - 1)
+        if len(prompt) >= max_req_len - 5:
+            return None
+        budget = max(0, min(max_new_tokens, max_req_len - len(prompt) - 1))
+        budget = self.allocator.max_new_tokens_for_memory(
+            len(prompt), budget, token_capacity=config.tokens, sliding_window_size=config.sliding_window,
+            chunk_size=config.chunk,
+        )
+        if budget is None or budget < 1:
+            return None  # aborted at admission ("exceeds the KV memory budget"), or nothing to generate
+        params = sb.SamplingParams(max_new_tokens=budget)
+        params.normalize(None)  # as the tokenizer manager does before the request reaches the scheduler
         req = sb.Req(f"r{next(self.rids)}", "", array("q", prompt), params, eos_token_ids={EOS})
         self.waiting_queue.append(req)
         return req
 
+    @engine_call
     def abort(self, rid: str) -> str:
         """``abort_request``: drop a queued request, or mark a running one to finish on its next result."""
         for req in self.waiting_queue:
@@ -169,8 +227,31 @@ class EngineLoop:
         return "running"
 
     # ------------------------------------------------------------------ iteration
+    @engine_call
     def iterate(self, next_tokens: dict[str, int]) -> str:
-        """One scheduler iteration; ``next_tokens[rid]`` is the token a request samples (default 7)."""
+        """One scheduler iteration; ``next_tokens[rid]`` is the token a request samples (default 7).
+
+        The server's environment knobs (:meth:`_server_environment`) hold for the iteration only:
+        upstream rereads them on every call, and other loops in the process may run other values.
+        """
+        with self._server_environment():
+            return self._iterate(next_tokens)
+
+    @contextlib.contextmanager
+    def _server_environment(self) -> Iterator[None]:
+        knobs = {"SGLANG_SWA_EVICTION_INTERVAL": str(self.config.swa_eviction_interval)}
+        saved = {name: os.environ.get(name) for name in knobs}
+        os.environ.update(knobs)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
         batch = self._next_batch()
         if batch is None:

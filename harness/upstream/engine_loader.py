@@ -20,29 +20,36 @@ installs a finder for the ``sglang`` names that
   value or iterating it raises :class:`StandInReached`, naming the placeholder.  So a path
   the stand-ins do not cover fails loudly instead of running on a dummy.
 
-The loaded modules stay in ``sys.modules`` under their ``sglang.*`` names for the life of the
-process: upstream imports some of them at call time (``swa_reprefill_tail_tokens``,
-``_rust_fallback_reason``), and a second copy of a module would fork class identities.  A
-process that already imported a real ``sglang`` is refused (:class:`UpstreamUnavailableError`):
-there the real modules should be used as they are.
+The loaded modules are kept aside, not in ``sys.modules``: :func:`active` (and the
+:func:`engine_call` decorator on the engine loop's methods) puts them back under their ``sglang.*``
+names, with the finder, only while upstream code runs, because upstream imports some modules at
+call time (``swa_reprefill_tail_tokens``, ``_rust_fallback_reason``) and a second copy of a module
+would fork class identities.  Outside those calls nothing named ``sglang`` is left behind, so the
+other upstream loaders and a later real ``import sglang`` see a clean process.  A process that
+already imported a real ``sglang`` is refused (:class:`UpstreamUnavailableError`): there the real
+modules should be used as they are.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import logging
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from harness.upstream.engine_placeholders import StandIn, StandInModule, StandInReached, loading
-from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, locate_distribution
+from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, failing_upstream_file, locate_sglang
 
 REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.mem_cache",
@@ -63,6 +70,7 @@ REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.beam_search.fork",
     "sglang.srt.session.streaming_session",  # UnifiedRadixCache builds one (unified_radix_cache.py:294)
     "sglang.srt.rust_extensions",  # the Rust tree core's loader and its torch-version gate
+    "sglang.srt.layers.attention.dsv4.unified_kv_gate",  # swa_reprefill_tail_tokens asks it (HIP only)
 )
 """Modules executed from the installed files, every submodule included (but :data:`NOT_LOADED`)."""
 
@@ -82,6 +90,8 @@ ENGINE_MODULES: dict[str, str] = {
     "component_type": "sglang.srt.mem_cache.unified_cache.component_type",
     "token": "sglang.srt.mem_cache.allocator.token",
     "paged": "sglang.srt.mem_cache.allocator.paged",
+    "swa_allocator": "sglang.srt.mem_cache.allocator.swa",
+    "base_swa_memory_pool": "sglang.srt.mem_cache.base_swa_memory_pool",
     "schedule_batch": "sglang.srt.managers.schedule_batch",
     "schedule_policy": "sglang.srt.managers.schedule_policy",
     "invariant_checker": "sglang.srt.managers.scheduler_components.invariant_checker",
@@ -160,6 +170,9 @@ class EngineModules:
     modules: dict[str, ModuleType]
     placeholders: tuple[str, ...]
     """Every ``sglang`` module answered by a placeholder (for ``harness list`` and the docs)."""
+    namespace: dict[str, ModuleType] = field(default_factory=dict, repr=False)
+    """Every ``sglang.*`` module of this load, out of ``sys.modules`` between :func:`active` calls."""
+    finder: Any = field(default=None, repr=False)
 
     def __getattr__(self, name: str) -> ModuleType:
         try:
@@ -171,6 +184,48 @@ class EngineModules:
 _lock = threading.Lock()
 _loaded: EngineModules | None = None
 _failure: str | None = None
+_depth = 0
+_foreign: dict[str, ModuleType] = {}
+
+
+def _sglang_names() -> list[str]:
+    return [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]
+
+
+@contextlib.contextmanager
+def active(modules: EngineModules) -> Iterator[None]:
+    """Upstream's modules under their ``sglang.*`` names (and the finder installed) for the block.
+
+    Reentrant.  On the outermost exit every ``sglang.*`` module is taken out again, modules upstream
+    imported meanwhile included (they join the namespace), and whatever was there before is restored.
+    """
+    global _depth
+    if _depth == 0:
+        _foreign.clear()
+        _foreign.update({n: sys.modules.pop(n) for n in _sglang_names()})
+        sys.modules.update(modules.namespace)
+        sys.meta_path.insert(0, modules.finder)
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if _depth == 0:
+            modules.namespace.update({n: sys.modules.pop(n) for n in _sglang_names()})
+            sys.meta_path.remove(modules.finder)
+            sys.modules.update(_foreign)
+            _foreign.clear()
+
+
+def engine_call(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` (an engine-loop method that reaches upstream code) inside :func:`active`."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with active(load_engine()):
+            return method(*args, **kwargs)
+
+    return call
 
 
 def load_engine() -> EngineModules:
@@ -194,7 +249,8 @@ def load_engine() -> EngineModules:
 
 
 def _load() -> EngineModules:
-    version, allocator_folder, _ = locate_distribution()
+    source = locate_sglang()  # POOLFUZZ_SGLANG_SRC's folder, else the installed distribution
+    version = source.version
     existing = sys.modules.get("sglang")
     if existing is not None and not getattr(existing, "__poolfuzz_engine__", False):
         raise UpstreamUnavailableError(
@@ -203,24 +259,31 @@ def _load() -> EngineModules:
         )
     from harness.upstream import engine_stand_ins
 
-    site = allocator_folder.parents[3]  # .../site-packages/sglang/srt/mem_cache/allocator
+    site = source.site  # the folder holding sglang/: site-packages, an unzipped wheel, a checkout's python/
     finder = _EngineFinder(site, engine_stand_ins.stand_in_modules())
+    foreign = {n: sys.modules.pop(n) for n in _sglang_names()}  # another loader's leftovers, if any
     sys.meta_path.insert(0, finder)
     loading.active = True
     try:
         modules = {short: importlib.import_module(name) for short, name in ENGINE_MODULES.items()}
     except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as exc:
-        sys.meta_path.remove(finder)
-        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-            del sys.modules[name]
         raise UpstreamUnavailableError(
-            f"loading sglang {version}'s scheduler path failed ({type(exc).__name__}: {exc}); "
-            f"the engine target supports sglang=={SUPPORTED_VERSION} ({INSTALL_HINT}, plus msgspec)"
+            f"{source.label}: loading the scheduler path failed at {failing_upstream_file(exc, source.package) or 'import'} "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())}); "
+            f"its stand-ins (harness.upstream.engine_stand_ins) were written for sglang=={SUPPORTED_VERSION} "
+            f"({INSTALL_HINT}, plus msgspec)"
         ) from exc
     finally:
         loading.active = False
-    sys.modules["sglang"].__poolfuzz_engine__ = True  # type: ignore[attr-defined]
-    return EngineModules(version=version, site=site, modules=modules, placeholders=tuple(sorted(set(finder.placeholders))))
+        sys.meta_path.remove(finder)
+        namespace = {n: sys.modules.pop(n) for n in _sglang_names()}
+        sys.modules.update(foreign)
+    namespace["sglang"].__poolfuzz_engine__ = True  # type: ignore[attr-defined]
+    # Upstream logs every retraction and OOM abort as a warning: routine under the fuzzer, so only
+    # its errors are shown.
+    logging.getLogger("sglang").setLevel(logging.ERROR)
+    return EngineModules(version=version, site=site, modules=modules, placeholders=tuple(sorted(set(finder.placeholders))),
+                         namespace=namespace, finder=finder)
 
 
 def engine_unavailable_reason() -> str | None:
@@ -235,4 +298,4 @@ def engine_unavailable_reason() -> str | None:
 
 
 __all__ = ["ENGINE_MODULES", "NOT_LOADED", "REAL_PREFIXES", "EngineModules", "StandIn", "StandInModule", "StandInReached",
-           "engine_unavailable_reason", "load_engine"]
+           "active", "engine_call", "engine_unavailable_reason", "load_engine"]

@@ -221,6 +221,10 @@ class _CPUPlatform:
     def get_device(self, index: int = 0) -> torch.device:
         return torch.device("cpu")
 
+    def get_paged_allocator_cls(self) -> None:
+        """platforms/interface.py:164: ``None``, the in-tree paged allocator (the SWA allocator asks it)."""
+        return None
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("is_", "support")):
             return _false

@@ -51,21 +51,18 @@ class EngineDriver(Driver):
         """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
-        limit = self.loop.config.context - 2
-        if len(prompt) + max_new > limit:
-            return SKIPPED  # the tokenizer manager refuses a request past the context length
-        for loop in self.loops:
-            loop.arrive(prompt, max(1, max_new))
+        admitted = [loop.arrive(prompt, max(1, max_new)) is not None for loop in self.loops]
+        if not admitted[0]:
+            self.event("a request refused at admission (too long for the server)")
         return None
 
     @operation
     def crowd(self, count: int, max_new: int) -> None:
         """``count`` requests with long outputs arrive at once: decode outgrows memory and retracts."""
-        limit = self.loop.config.context - 2
         for i in range(count):
             prompt = [11, 12, 13, 14, 50 + (self.steps + i) % 40]
             for loop in self.loops:
-                loop.arrive(prompt, max(1, min(max_new, limit - len(prompt))))
+                loop.arrive(prompt, max(1, max_new))
         self.event("a crowd arrived")
         return None
 
@@ -159,11 +156,32 @@ def fingerprint(loop: Any) -> tuple[Any, ...]:
             tuple(r.rid for r in loop.running_batch.reqs), chunked, owners)
 
 
-def build_engine(**config: Any) -> Any:
-    """The loop for one server shape; ``pools="both"`` builds the upstream-pools loop (the driver adds the mirror)."""
+def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
+                 chunk: int | None = None, pools: str = "upstream", new_token_ratio: float = 0.7,
+                 sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
+                 device: str = "cpu") -> Any:
+    """The loop for one server shape (:class:`~harness.upstream.engine.EngineConfig`); ``pools="both"``
+    builds the upstream-pools loop, and the driver adds the poolfuzz mirror.  CPU only: ``device`` is
+    recorded, as every family's is, and must be ``"cpu"``."""
     from harness.upstream.engine import EngineConfig, EngineLoop
 
-    shape = {k: v for k, v in config.items() if k != "device"}
-    if shape.get("pools") == "both":
-        shape["pools"] = "upstream"
-    return EngineLoop(EngineConfig(**shape))
+    if str(device) != "cpu":
+        raise ValueError(f"the engine target runs on CPU (upstream's Triton paths need a GPU build of sglang), not {device}")
+    return EngineLoop(EngineConfig(
+        cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
+        pools="upstream" if pools == "both" else pools, new_token_ratio=new_token_ratio,
+        sliding_window=sliding_window, swa_tokens=swa_tokens, swa_eviction_interval=swa_eviction_interval,
+    ))
+
+
+def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
+                          chunk: int | None = None, pools: str = "poolfuzz", new_token_ratio: float = 0.7,
+                          sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
+                          device: str = "cpu") -> Any:
+    """The same loop over poolfuzz's row pool and KV allocator alone (``--target engine=...:build_poolfuzz_engine``).
+
+    Every drawn shape runs over ``pools/``; a hybrid-SWA shape runs as full attention, since ``pools/``
+    has no SWA allocator behind the 0.5.23 interface (``pools.swa`` predates it)."""
+    return build_engine(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
+                        pools="poolfuzz", new_token_ratio=new_token_ratio, sliding_window=None, swa_tokens=0,
+                        swa_eviction_interval=swa_eviction_interval, device=device)
