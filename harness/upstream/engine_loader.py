@@ -131,6 +131,8 @@ class _EngineFinder(importlib.abc.MetaPathFinder):
         self._site = site
         self._stand_ins = stand_ins
         self.placeholders: list[str] = []
+        self.imported: list[str] = []
+        """Every ``sglang`` name resolved through the finder (the modules an :func:`active` window adds)."""
 
     def _namespace(self, name: str, folder: Path) -> importlib.machinery.ModuleSpec:
         spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
@@ -140,6 +142,7 @@ class _EngineFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != "sglang" and not name.startswith("sglang."):
             return None
+        self.imported.append(name)
         if name in self._stand_ins:
             return importlib.machinery.ModuleSpec(name, _StandInLoader(self._stand_ins[name]), is_package=True)
         rel = Path(*name.split("."))
@@ -202,7 +205,9 @@ def active(modules: EngineModules) -> Iterator[None]:
     global _depth
     if _depth == 0:
         _foreign.clear()
-        _foreign.update({n: sys.modules.pop(n) for n in _sglang_names()})
+        for name in modules.namespace:  # the other loaders leave no sglang name behind, but be exact
+            if name in sys.modules:
+                _foreign[name] = sys.modules[name]
         sys.modules.update(modules.namespace)
         sys.meta_path.insert(0, modules.finder)
     _depth += 1
@@ -211,7 +216,12 @@ def active(modules: EngineModules) -> Iterator[None]:
     finally:
         _depth -= 1
         if _depth == 0:
-            modules.namespace.update({n: sys.modules.pop(n) for n in _sglang_names()})
+            for name in modules.finder.imported:  # modules upstream imported inside the window
+                if name in sys.modules:
+                    modules.namespace[name] = sys.modules[name]
+            modules.finder.imported.clear()
+            for name in modules.namespace:
+                sys.modules.pop(name, None)
             sys.meta_path.remove(modules.finder)
             sys.modules.update(_foreign)
             _foreign.clear()
@@ -277,6 +287,7 @@ def _load() -> EngineModules:
         loading.active = False
         sys.meta_path.remove(finder)
         namespace = {n: sys.modules.pop(n) for n in _sglang_names()}
+        finder.imported.clear()
         sys.modules.update(foreign)
     namespace["sglang"].__poolfuzz_engine__ = True  # type: ignore[attr-defined]
     # Upstream logs every retraction and OOM abort as a warning: routine under the fuzzer, so only

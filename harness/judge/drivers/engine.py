@@ -17,6 +17,7 @@ from typing import Any
 from harness.judge.drivers.base import SKIPPED, Driver, operation
 from harness.judge.engine_checks import UpstreamChecker, judge
 from harness.judge.invariants import InvariantViolation
+from harness.upstream.engine_loader import active
 
 STEMS: tuple[tuple[int, ...], ...] = (
     (11, 12, 13, 14, 15, 16, 17, 18),
@@ -44,6 +45,15 @@ class EngineDriver(Driver):
         if config.get("pools") == "both":
             self.loops.append(factory(**{**config, "pools": "poolfuzz"}))
         self.checkers = [UpstreamChecker(loop) for loop in self.loops]
+
+    def step(self, op: str, **args: Any) -> Any:
+        """One step with upstream's modules in place for all of it (one :func:`active` window, not one per call)."""
+        with active(self.loop.m):
+            return super().step(op, **args)
+
+    def audit_now(self) -> None:
+        with active(self.loop.m):
+            super().audit_now()
 
     # ------------------------------------------------------------------ operations
     @operation
@@ -122,6 +132,10 @@ class EngineDriver(Driver):
 
     def teardown(self) -> None:
         """Drain: every request finishes (EOS), judged each iteration, then the idle iteration's checks run."""
+        with active(self.loop.m):
+            self._drain()
+
+    def _drain(self) -> None:
         from harness.upstream.engine import EOS
 
         for _ in range(4 * self.loop.config.rows + 8):
