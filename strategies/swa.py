@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from harness.judge.drivers.swa_misuse import FREE_CALLS
 from strategies.choosers import Chooser
+from strategies.kv_configs import draw_page_count, draw_page_size
 from strategies.kv_misuse import pure_swa_catalogue
 from strategies.pure_swa_moves import pure_swa_moves
 from strategies.swa_catalogue import swa_catalogue
@@ -31,22 +32,10 @@ from strategies.table import Config, MoveTable, config_corners
 CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tight SWA side", "roomy", "any")
 """Regions of the configuration space an example or walk episode keeps to (swarm testing over
 configurations).  Small pages come first: the simplest example is paged, where every SWA call applies."""
-PAGE_SIZES = (2, 4, 3, 8, 16, 64, 5, 7)
-"""Shrinks toward the small powers of two; 3, 5 and 7 exercise the non-power-of-two arithmetic."""
 REGION_PAGE_SIZES: dict[str, tuple[int, ...]] = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7),
                                                  "large pages": (16, 64)}
-"""Page sizes a region draws from; the other regions draw :func:`_page_size`."""
-
-
-def _page_size(choose: Chooser) -> int:
-    """1, a listed size or any size up to 64, a third each."""
-    kind = choose.randint(0, 2)
-    return 1 if kind == 0 else choose.choice(PAGE_SIZES) if kind == 1 else choose.randint(2, 64)
-
-
-def _page_count(choose: Chooser, max_pages: int) -> int:
-    """Pool sizes in pages: 3, 1, 2 or 0 half the time (boundary bugs live there), any up to ``max_pages`` otherwise."""
-    return choose.choice((3, 1, 2, 0)) if choose.random() < 0.5 else choose.randint(0, max_pages)
+"""Page sizes a region draws from; the other regions draw :func:`~strategies.kv_configs.draw_page_size`
+(the KV allocators' :data:`~strategies.kv_configs.PAGE_SIZES`, 1, or any size up to 64)."""
 
 
 def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> Config:
@@ -62,16 +51,16 @@ def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> Config:
     """
     region = choose.choice(CONFIG_REGIONS)
     sizes = REGION_PAGE_SIZES.get(region)
-    ps = choose.choice(sizes) if sizes else _page_size(choose)
+    ps = choose.choice(sizes) if sizes else draw_page_size(choose)
     if region == "roomy":
         full = choose.randint(max_pages, 3 * max_pages)
     else:
-        full = choose.randint(2, max_pages) if choose.random() < 0.5 else _page_count(choose, max_pages)
+        full = choose.randint(2, max_pages) if choose.random() < 0.5 else draw_page_count(choose, max_pages=max_pages)
     if region == "tight SWA side":
         swa = choose.randint(min(1, full), max(1, full // 3))
     else:
         kind = choose.randint(0, 2)
-        swa = (choose.randint(1, max_pages) if kind == 0 else _page_count(choose, max_pages) if kind == 1
+        swa = (choose.randint(1, max_pages) if kind == 0 else draw_page_count(choose, max_pages=max_pages) if kind == 1
                else choose.randint(0, full))
         if choose.random() < 0.5:
             swa = min(swa, max(1, full - 1))  # the SWA side runs short first
@@ -116,7 +105,7 @@ ROOMY_PURE_SIZE = 64
 def pure_swa_kv_config(choose: Chooser, *, max_size: int = 16) -> Config:
     """``PureSWATokenToKVPoolAllocator(size_swa, page_size=1, device, need_sort)`` without ``device``: a tiny
     or small pool, one draw in ten one of :data:`ROOMY_PURE_SIZE` slots."""
-    size = _page_count(choose, max_size) if choose.random() < 0.9 else ROOMY_PURE_SIZE
+    size = draw_page_count(choose, max_pages=max_size) if choose.random() < 0.9 else ROOMY_PURE_SIZE
     return {"size_swa": size, "need_sort": choose.choice((False, True))}
 
 

@@ -7,7 +7,7 @@ KV mode: plain, ``prefix_cache`` or ``sliding_window``), optionally over another
 target or a driver variant: its table is :func:`~strategies.scheduler.scheduler_table`
 with those pins, so the pinned keys are fixed and every other key is drawn as the
 family's machine draws it.  The machine tests (``tests/test_scheduler_machine.py``)
-and the mutation targets (:data:`harness.mutate.targets.SCHEDULER_PINS`) run these.
+and the mutation targets (the scheduler kit's ``variants``, :mod:`harness.mutate.targets`) run these.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 One *target* per family machine (``tests/test_machines.py`` runs each with misuse
 rules on, and the KV families once more on the device path of the pools' checks),
-and for the scheduler the pinned variants ``tests/test_scheduler_machine.py`` runs
-on CPU: each CPU kernel, page size 1, hybrid rows, the prefix cache and the
-sliding window (interpreted Triton is left out: it is the slow CPU stand-in for
-a GPU kernel, and :mod:`pools.page_alloc.triton` is not mutated by default).
+and for a family with pinned ``variants`` in its kit (the scheduler) one per variant,
+as ``tests/test_scheduler_machine.py`` runs them on CPU: each CPU kernel, page size 1,
+hybrid rows, the prefix cache and the sliding window (interpreted Triton is left out:
+it is the slow CPU stand-in for a GPU kernel, and :mod:`pools.page_alloc.triton` is
+not mutated by default).  Both lists are read from the registry (``variants``,
+``device_path``), so a family declares them in its kit and nothing here names it.
 The misuse-off runs of the machine tests are left out: they issue a subset of
 the same calls.
 
@@ -27,22 +29,13 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from harness.judge.families import FAMILIES
+from harness.judge.families import FAMILIES, resolve
+from strategies.table import load_table
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
     from harness.machines.base import PoolMachine
-
-SCHEDULER_PINS: dict[str, dict[str, Any]] = {
-    "scheduler[loop]": {"kernel": "loop"},
-    "scheduler[vectorized]": {"kernel": "vectorized"},
-    "scheduler[page_size=1]": {"kernel": "vectorized", "page_size": 1},
-    "scheduler[hybrid]": {"kernel": "vectorized", "hybrid": True},
-    "scheduler[prefix_cache]": {"kernel": "vectorized", "mode": "prefix_cache"},
-    "scheduler[sliding_window]": {"kernel": "vectorized", "mode": "sliding_window"},
-}
-"""The scheduler machine's CPU variants, as its tests pin them."""
 
 DEVICE_PATH = "[device-path]"
 DEVICE_PATH_FAMILIES = tuple(f.name for f in FAMILIES.values() if f.device_path)
@@ -74,28 +67,39 @@ def environment(target: str) -> Iterator[None]:
 
 def target_names(families: Sequence[str] = ()) -> list[str]:
     """Every target, or those of ``families``, in registry order."""
-    from harness.judge.families import FAMILIES
-
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)} "
                          f"(known: {', '.join(FAMILIES)})")
     names: list[str] = []
-    for family in FAMILIES:
+    for family, kit in FAMILIES.items():
         if families and family not in families:
             continue
-        names.extend(SCHEDULER_PINS if family == "scheduler" else [family])
+        names.extend([f"{family}[{label}]" for label, _ in kit.variants] if kit.variants else [family])
     names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
     return names
 
 
-def build_machine(target: str) -> type[PoolMachine]:
-    from harness.machines import make_machine
-    from harness.machines.scheduler import scheduler_machine
+def variant_pins(target: str) -> dict[str, Any] | None:
+    """The pins of ``target`` when it names one of its family's ``variants`` (``scheduler[loop]``), else ``None``."""
+    family, _, rest = target.partition("[")
+    kit = FAMILIES.get(family)
+    label = rest.removesuffix("]")
+    return next((dict(pins) for name, pins in kit.variants if name == label), None) if kit and rest else None
 
-    if target in SCHEDULER_PINS:
-        return scheduler_machine(**SCHEDULER_PINS[target])
-    return make_machine(family_of(target))
+
+def build_machine(target: str) -> type[PoolMachine]:
+    """The machine class ``target`` runs: the family's, or its machine over the table its variant's pins make."""
+    from harness.machines import make_machine
+
+    family = family_of(target)
+    base = make_machine(family)
+    pins = variant_pins(target)
+    if pins is None:
+        return base
+    table = load_table(resolve(FAMILIES[family].moves)(**pins))
+    attrs: dict[str, Any] = {"table": table, "catalogue": table.catalogue, "__module__": base.__module__}
+    return type(f"{base.__name__}[{target}]", (base,), attrs)
 
 
 def mutation_settings(examples: int | None = None) -> Settings:

@@ -22,6 +22,7 @@ message is the install command, instead of deep inside a fuzz run.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from harness.judge.families import FAMILIES
@@ -32,19 +33,52 @@ from harness.upstream.loader import (
     UpstreamUnavailableError,
     installed_version,
     load_upstream,
+    require_target,
     unavailable_reason,
 )
 
 TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items() if fam.upstream}
 """Family name -> target spec of its upstream wrapper."""
 
-_ADAPTERS = ("TokenKV", "PagedKV", "MambaSlots")
-_VLLM_ADAPTERS = ("VllmBlockPool",)
-"""vLLM wrappers: resolving one loads ``vllm`` (:mod:`harness.upstream.vllm_loader`), not SGLang."""
-_CACHE_ADAPTERS = ("RadixCache", "RustTreeCore", "SWAKV", "PureSWAKV")
-"""Prefix-cache and SWA wrappers (``harness.upstream.sglang_cache`` loads upstream)."""
-_CACHE_MODULES = {"RadixCache": "radix_adapters", "RustTreeCore": "rust_core_adapter",
-                  "SWAKV": "swa_adapters", "PureSWAKV": "swa_adapters"}
+
+def _load_sglang_cache() -> None:
+    from harness.upstream import sglang_cache
+
+    sglang_cache.load_sglang_cache()
+
+
+def _load_rust_tree_core() -> None:
+    from harness.upstream import sglang_cache
+
+    sglang_cache.load_sglang_cache()
+    sglang_cache.load_rust_tree_core()
+
+
+def _load_vllm() -> None:
+    from harness.upstream import vllm_loader
+
+    vllm_loader.load_vllm()
+
+
+def _load_engine() -> None:
+    from harness.upstream.engine_loader import load_engine
+
+    load_engine()
+
+
+_WRAPPERS: dict[str, tuple[str, Callable[[], object]]] = {
+    "TokenKV": ("harness.upstream.adapters:TokenKV", load_upstream),
+    "PagedKV": ("harness.upstream.adapters:PagedKV", load_upstream),
+    "MambaSlots": ("harness.upstream.adapters:MambaSlots", load_upstream),
+    "VllmBlockPool": ("harness.upstream.vllm_adapters:VllmBlockPool", _load_vllm),
+    "RadixCache": ("harness.upstream.radix_adapters:RadixCache", _load_sglang_cache),
+    "RustTreeCore": ("harness.upstream.rust_core_adapter:RustTreeCore", _load_rust_tree_core),
+    "SWAKV": ("harness.upstream.swa_adapters:SWAKV", _load_sglang_cache),
+    "PureSWAKV": ("harness.upstream.swa_adapters:PureSWAKV", _load_sglang_cache),
+    "Engine": ("harness.judge.drivers.engine:build_engine", _load_engine),
+}
+"""Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and what loads upstream first
+(SGLang's allocators; its prefix-cache and SWA modules, plus the wheel's Rust core; vLLM; the scheduler path)."""
 
 __all__ = [
     "INSTALL_HINT",
@@ -55,36 +89,16 @@ __all__ = [
     "installed_version",
     "load_upstream",
     "unavailable_reason",
-    *_ADAPTERS,
-    *_VLLM_ADAPTERS,
-    *_CACHE_ADAPTERS,
-    "Engine",
+    *_WRAPPERS,
 ]
 
 
 def __getattr__(name: str) -> Any:
     """The wrapper classes, after checking that upstream loads (PEP 562)."""
-    if name in _ADAPTERS:
-        load_upstream()
-        from harness.upstream import adapters
-
-        return getattr(adapters, name)
-    if name in _CACHE_ADAPTERS:
-        from harness.upstream import sglang_cache
-
-        sglang_cache.load_sglang_cache()
-        if name == "RustTreeCore":
-            sglang_cache.load_rust_tree_core()
-        return getattr(importlib.import_module(f"harness.upstream.{_CACHE_MODULES[name]}"), name)
-    if name == "Engine":
-        from harness.judge.drivers.engine import build_engine
-        from harness.upstream.engine_loader import load_engine
-
-        load_engine()
-        return build_engine
-    if name in _VLLM_ADAPTERS:
-        from harness.upstream import vllm_adapters, vllm_loader
-
-        vllm_loader.load_vllm()
-        return getattr(vllm_adapters, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _WRAPPERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    spec, load = _WRAPPERS[name]
+    load()
+    require_target(name)  # another version: refuse this target only, naming the surface that moved
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -15,7 +15,7 @@ from typing import Any
 from harness.judge.drivers.base import SKIPPED, operation
 from harness.judge.models.block_pool import NULL_BLOCK, BlockPoolModel
 from pools.block_pool import BlockPool
-from pools.errors import BadBatchError, BadSizeError, BlockStateError, ForeignIndexError, PoolError
+from pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, PoolError
 
 CACHE_MISUSE: dict[str, type[PoolError]] = {
     "num_cached_blocks past the table": BadSizeError,
@@ -37,7 +37,7 @@ FOREIGN_BLOCKS: dict[str, type[PoolError]] = {
 
 
 class BlockPoolMisuse:
-    """``cache_misuse``, ``foreign_block`` and ``evict_non_int`` for :class:`~harness.judge.drivers.block_pool.BlockPoolDriver`."""
+    """``cache_misuse``, ``foreign_block``, ``unpin_misuse`` and ``evict_non_int`` for :class:`~harness.judge.drivers.block_pool.BlockPoolDriver`."""
 
     pool: Any
     model: BlockPoolModel
@@ -102,6 +102,31 @@ class BlockPoolMisuse:
         result = self.misuse(lambda: method(*args), FOREIGN_BLOCKS[kind], f"{call} of {kind}")
         if result is not SKIPPED:
             self.event(f"misuse: {call} of {kind}")
+        return result
+
+    @operation
+    def unpin_misuse(self, kind: str) -> Any:
+        """``unpin_blocks`` of more references than a block holds, or of the null block: its error, nothing released.
+
+        vLLM's ``unpin_blocks`` (block_pool.py:748-767) decrements without a check, so a second unpin
+        drives ``ref_cnt`` negative and queues the block twice; ours refuses with the numbers.
+        """
+        unpin = getattr(self.pool, "unpin_blocks", None)
+        if unpin is None:
+            return SKIPPED
+        if kind == "more unpins than references":
+            held = [b for b in range(1, self.model.num_gpu_blocks) if self.model.ref[b] > 0]
+            if not held:
+                return SKIPPED
+            block = self.pool.blocks[held[0]]
+            named, error = [block] * (self.model.ref[held[0]] + 1), DoubleFreeError
+        elif kind == "the null block":
+            named, error = [self.pool.blocks[NULL_BLOCK]], BlockStateError
+        else:
+            return SKIPPED
+        result = self.misuse(lambda: unpin(named, lambda block: None), error, f"unpin_blocks of {kind}")
+        if result is not SKIPPED:
+            self.event(f"misuse: unpin_blocks of {kind}")
         return result
 
     @operation
