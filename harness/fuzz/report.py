@@ -108,9 +108,18 @@ class FailureRecord(FailureFound):
         """The command that reproduces this failure without hypothesis."""
         return replay_command(self.trace) if self.trace else None
 
+    @property
+    def classification(self) -> dict[str, str] | None:
+        """``reachable`` / ``latent`` / ``divergence`` for a violation by an upstream target (:mod:`harness.upstream.classify`)."""
+        from harness.upstream.classify import classify
+
+        found = classify(self.family, self.implementation, self.invariant, self.trace)
+        return found.to_json() if found is not None else None
+
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "found_at": self.found_at.to_json() if self.found_at else None,
-                "shrink": self.shrink.to_json() if self.shrink else None, "replay": self.replay}
+                "shrink": self.shrink.to_json() if self.shrink else None, "replay": self.replay,
+                "classification": self.classification}
 
 
 def replay_command(trace: str) -> str:

@@ -88,6 +88,9 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
     """
     first = f["message"].strip().splitlines()[0] if f["message"].strip() else ""
     lines = [f"  {target}: {first}"]
+    classified: dict[str, Any] = f.get("classification") or {}
+    if classified:
+        lines.append(f"    {classified['kind'].upper()}: {classified['note']}")
     found_at: dict[str, Any] = f.get("found_at") or {}
     shrink: dict[str, Any] = f.get("shrink") or {}
     if found_at:

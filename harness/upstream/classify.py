@@ -1,0 +1,80 @@
+"""Classify a failure on an upstream target: reachable, latent, or a divergence (issue #26).
+
+A maintainer reads a finding's class before its message, so every failure a fuzz run reports on
+an upstream implementation carries one:
+
+* ``reachable`` -- the 0.5.23 scheduler makes this call order.  True by construction for the
+  ``engine`` target: its steps are scheduler iterations run from upstream's own calls
+  (``docs/engine.md``), so the note names the iteration types the trace holds.  The legacy
+  ``RadixCache`` shape is the exception: 0.5.23's ``default_radix_cache_factory``
+  (``mem_cache/registry.py:83-146``) never builds it for a full-attention or hybrid model, so a
+  failure there is ``latent``.
+* ``latent`` -- one upstream class driven alone through the calls its contract allows: the class
+  breaks its contract, but whether any caller makes that call order today is not shown by the
+  trace (``docs/upstream-findings.md`` says, per finding, what the scheduler does).
+* ``divergence`` -- two implementations, or two judges, disagree (``implementations-agree``,
+  ``checker-agreement``): one of them is wrong, and the note says which one the contract favours.
+
+Failures of our own pools are not classified: there the pool under test is simply wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DIVERGENCE_IDS = frozenset({"implementations-agree", "checker-agreement"})
+"""Ids that report a disagreement between two implementations or two judges, never a safety breach."""
+
+
+@dataclass(frozen=True)
+class Classification:
+    kind: str
+    """``reachable``, ``latent`` or ``divergence``."""
+    note: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "note": self.note}
+
+
+def _upstream_specs(family: str) -> tuple[str, ...]:
+    from harness.judge.families import FAMILIES
+
+    fam = FAMILIES.get(family)
+    return fam.upstream if fam is not None else ()
+
+
+def _trace_steps(trace: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The trace's configuration and the ops of its steps (empty when it cannot be read)."""
+    if not trace:
+        return {}, []
+    try:
+        data = json.loads(Path(trace).read_text())
+    except (OSError, ValueError):
+        return {}, []
+    return dict(data.get("config") or {}), [str(step.get("op")) for step in data.get("steps") or []]
+
+
+def classify(family: str, implementation: str, invariant: str | None, trace: str | None) -> Classification | None:
+    """The class of a violation of ``invariant`` by ``implementation``, or ``None`` for our own pools and errors."""
+    if invariant is None or implementation not in _upstream_specs(family):
+        return None
+    if invariant in DIVERGENCE_IDS:
+        favours = {
+            "checker-agreement": "the raw page partition counts pages, not sizes: where it balances, the size "
+                                 "accounting upstream's checker adds up is the one that drifted",
+            "implementations-agree": "the upstream side is the reference: poolfuzz's pools follow its semantics",
+        }[invariant]
+        return Classification("divergence", favours)
+    config, ops = _trace_steps(trace)
+    if family == "engine":
+        if config.get("cache") == "radix":
+            return Classification("latent", "the legacy RadixCache shape: 0.5.23's scheduler builds UnifiedRadixCache "
+                                            "(mem_cache/registry.py:83-146), so this order runs only on older releases")
+        kinds = sorted(set(ops))
+        return Classification("reachable", "scheduler iterations run from upstream's own calls (docs/engine.md); "
+                                           f"the trace's steps: {', '.join(kinds) or 'none'}")
+    return Classification("latent", "one upstream class driven alone through the calls its contract allows; whether "
+                                    "the scheduler makes this order is not shown (docs/upstream-findings.md)")
