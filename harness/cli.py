@@ -107,6 +107,16 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help=argparse.SUPPRESS)
 
 
+def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--sglang-src`` / ``--vllm-src``, for the help text: :func:`take_source_options` takes them before parsing."""
+    sources = parser.add_argument_group("upstream sources (any command, replay included)")
+    sources.add_argument("--sglang-src", metavar="PATH",
+                         help="load SGLang's files from PATH (a checkout's python/ folder or an unzipped wheel) instead "
+                              "of the installed sglang; same as POOLFUZZ_SGLANG_SRC=PATH (docs/compatibility.md)")
+    sources.add_argument("--vllm-src", metavar="PATH",
+                         help="load vLLM's files from PATH instead of the installed vllm; same as POOLFUZZ_VLLM_SRC=PATH")
+
+
 def version() -> str:
     """The installed distribution's version; a checkout run without installing it has none to read."""
     from importlib.metadata import PackageNotFoundError
@@ -126,16 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    _add_source_arguments(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fuzz = commands.add_parser("fuzz", help="fuzz every target for a time budget, on all cores, and report",
                                description="Fuzz pool implementations for a time budget and write a report. "
                                            "Exit 0: nothing found; 1: counterexample or crashed worker; "
                                            "2: usage error; 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).")
     _add_fuzz_arguments(fuzz)
+    _add_source_arguments(fuzz)
     listing = commands.add_parser("list", help="families, implementations, operations, invariants and kernels")
     listing.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
                          help="show this substitution as active (repeatable)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_source_arguments(listing)
     from harness.dashboard import add_arguments as add_dashboard_arguments
 
     dashboard = commands.add_parser("dashboard", help="one self-contained HTML page of fuzz reports",
@@ -158,7 +171,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+SOURCE_OPTIONS = {"--sglang-src": "POOLFUZZ_SGLANG_SRC", "--vllm-src": "POOLFUZZ_VLLM_SRC"}
+"""Options every command takes (before or after its name): the folder of upstream files to load, set as the
+environment variable the loaders read, so fuzz and replay workers inherit it (harness/upstream/loader.py)."""
+
+
+def take_source_options(args_list: list[str]) -> list[str]:
+    """``args_list`` without ``--sglang-src PATH`` / ``--vllm-src PATH`` (or ``=PATH``), each exported to its variable.
+
+    Taken from anywhere before a ``--``, so ``poolfuzz --sglang-src P replay ...`` and
+    ``poolfuzz fuzz --sglang-src P ...`` both work, dispatched commands included.  A folder that
+    does not exist is a :class:`UsageError`; what is in it is checked when a target loads.
+    """
+    rest: list[str] = []
+    items = iter(args_list)
+    for item in items:
+        if item == "--":
+            rest.append(item)
+            rest.extend(items)
+            break
+        option, eq, value = item.partition("=")
+        if option not in SOURCE_OPTIONS:
+            rest.append(item)
+            continue
+        if not eq:
+            value = next(items, "")
+        if not value or value.startswith("-"):
+            raise UsageError(f"{option} needs a PATH (the folder that holds the package's files)")
+        if not Path(value).expanduser().is_dir():
+            raise UsageError(f"{option} {value}: no such folder")
+        os.environ[SOURCE_OPTIONS[option]] = str(Path(value).expanduser().resolve())
+    return rest
+
+
 def run_command(args_list: list[str]) -> int:
+    try:
+        args_list = take_source_options(args_list)
+    except UsageError as exc:
+        print(f"poolfuzz: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args_list and args_list[0] in DISPATCHED:
         return dispatch(args_list[0], args_list[1:])
     try:

@@ -1,4 +1,4 @@
-"""Load vLLM 0.33.0's v1 block pool, and nothing else, from the installed distribution.
+"""Load vLLM's v1 block pool, and nothing else, from the installed distribution or a source folder.
 
 ``vllm/v1/core/kv_cache_utils.py`` (``KVCacheBlock``, ``FreeKVCacheBlockQueue``,
 block-hash helpers) and ``vllm/v1/core/block_pool.py`` (``BlockPool``,
@@ -7,15 +7,19 @@ while ``sys.modules`` holds the stand-ins of :mod:`harness.upstream.vllm_stubs`;
 afterwards every name inserted is removed again, so a later real ``import vllm`` is not
 shadowed.  Neither file needs torch.  No vLLM code is copied into this repository.
 
-The version is pinned to :data:`SUPPORTED_VERSION` (the block pool gained partial-block
-entries, reuse watchers and cross-pool frees within the 0.3x series); install it without
-its CUDA dependencies with :data:`INSTALL_HINT`.
+The files come from ``POOLFUZZ_VLLM_SRC`` (``poolfuzz --vllm-src PATH``: a folder holding
+``vllm/v1/``, e.g. an unzipped wheel or a checkout) when set, else from the installed
+distribution.  The stand-ins were written for :data:`SUPPORTED_VERSION` (the block pool gained
+partial-block entries, reuse watchers and cross-pool frees within the 0.3x series); another
+version is tried, and refused with a one-line reason naming the file, import or class that
+moved (docs/compatibility.md).  Install the supported one without its CUDA dependencies with
+:data:`INSTALL_HINT`.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -24,15 +28,25 @@ from types import ModuleType
 from typing import Any
 
 from harness.upstream import vllm_stubs
-from harness.upstream.loader import UpstreamUnavailableError
+from harness.upstream.loader import SourceFolder, UpstreamUnavailableError, check_classes, exec_files, folder_version, source_folder
 
 SUPPORTED_VERSION = "0.33.0"
 DISTRIBUTION = "vllm"
 INSTALL_HINT = f"pip install --no-deps {DISTRIBUTION}=={SUPPORTED_VERSION}"
 
+SOURCE_ENV = "POOLFUZZ_VLLM_SRC"
+"""Environment variable naming a folder of vLLM's files to load instead of the installed distribution."""
+
 _CORE = "vllm.v1.core"
 # Loaded in this order: block_pool imports kv_cache_utils.
 _FILES = ("kv_cache_utils", "block_pool")
+_STAND_INS = "harness.upstream.vllm_stubs"
+
+TARGET_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "VllmBlockPool": (("block_pool", "BlockPool"), ("kv_cache_utils", "KVCacheBlock"),
+                      ("kv_cache_utils", "FreeKVCacheBlockQueue")),
+}
+"""vLLM target -> the (file, class) pairs it drives."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,16 @@ class VllmModules:
     root: Path
     kv_cache_utils: ModuleType
     block_pool: ModuleType
+    source: SourceFolder | None = None
+
+    def require(self, target: str) -> None:
+        """Refuse ``target`` when a class it drives is missing from the loaded files (renamed or moved)."""
+        assert self.source is not None
+        modules = {"kv_cache_utils": self.kv_cache_utils, "block_pool": self.block_pool}
+        problem = check_classes(modules, TARGET_NEEDS[target], source=self.source, checked_on=SUPPORTED_VERSION,
+                                files={name: self.root / f"{name}.py" for name in _FILES})
+        if problem is not None:
+            raise UpstreamUnavailableError(problem)
 
     def new_block_pool(
         self, num_gpu_blocks: int, *, enable_caching: bool = True, hash_block_size: int = 16
@@ -59,7 +83,9 @@ class VllmModules:
 
 
 _lock = threading.Lock()
-_loaded: VllmModules | None = None
+_loaded: dict[str | None, VllmModules] = {}
+_failed: dict[str | None, str] = {}
+"""Loaded modules (or the reason they did not load) by the ``POOLFUZZ_VLLM_SRC`` value in force (``None``: installed)."""
 
 
 def installed_version() -> str | None:
@@ -70,68 +96,77 @@ def installed_version() -> str | None:
         return None
 
 
-def locate_distribution() -> tuple[str, Path]:
-    """The installed version and its ``v1/core`` folder, or a clear :class:`UpstreamUnavailableError`."""
+def locate_vllm() -> SourceFolder:
+    """The vLLM files to load: ``POOLFUZZ_VLLM_SRC``'s folder when set, else the installed distribution.
+
+    The installed copy is refused when missing, or when its metadata and its own ``_version.py``
+    disagree (a mixed install).
+    """
+    given = os.environ.get(SOURCE_ENV)
+    if given:
+        return source_folder(given, DISTRIBUTION, env=SOURCE_ENV, probe="v1")
     version = installed_version()
     if version is None:
         raise UpstreamUnavailableError(
-            f"upstream vLLM is not installed; the block-pool targets need {DISTRIBUTION}=={SUPPORTED_VERSION} "
-            f"(install it without its CUDA dependencies: {INSTALL_HINT})"
+            f"upstream vLLM is not installed; the block-pool targets need {DISTRIBUTION} (made and checked on "
+            f"{SUPPORTED_VERSION}: {INSTALL_HINT}, without its CUDA dependencies), or {SOURCE_ENV}=PATH of its files"
         )
-    if version != SUPPORTED_VERSION:
+    package = Path(str(importlib.metadata.distribution(DISTRIBUTION).locate_file(DISTRIBUTION)))
+    stated = folder_version(package, DISTRIBUTION)
+    if stated is not None and stated != version:
         raise UpstreamUnavailableError(
-            f"upstream vLLM {version} is installed, but the block-pool targets support exactly "
-            f"{SUPPORTED_VERSION} (its block pool changes between releases); run: {INSTALL_HINT}"
+            f"the installed {DISTRIBUTION}'s metadata says {version} but its files ({package}) say {stated}: "
+            f"a mixed install; reinstall one version, e.g. {INSTALL_HINT} (--force-reinstall)"
         )
-    folder = Path(str(importlib.metadata.distribution(DISTRIBUTION).locate_file(_CORE.replace(".", "/"))))
-    missing = [name for name in _FILES if not (folder / f"{name}.py").is_file()]
-    if missing:
-        raise UpstreamUnavailableError(
-            f"{DISTRIBUTION} {version} is installed but {folder} lacks {', '.join(m + '.py' for m in missing)}; "
-            f"reinstall it: pip install --force-reinstall {INSTALL_HINT.removeprefix('pip install ')}"
-        )
-    return version, folder
+    return SourceFolder(DISTRIBUTION, version, package.parent, "installed")
 
 
-def _exec_file(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UpstreamUnavailableError(f"cannot build an import spec for {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # block_pool imports kv_cache_utils by its dotted name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise UpstreamUnavailableError(
-            f"executing upstream {path} failed ({type(exc).__name__}: {exc}); "
-            f"the stand-ins in harness.upstream.vllm_stubs match {DISTRIBUTION}=={SUPPORTED_VERSION} only"
-        ) from exc
-    return module
+def locate_distribution() -> tuple[str, Path]:
+    """The version and the ``v1/core`` folder of :func:`locate_vllm`'s copy."""
+    source = locate_vllm()
+    return source.version, source.package / "v1/core"
 
 
 def load_vllm() -> VllmModules:
-    """Load (once per process) and return vLLM's block-pool modules.
+    """Load (once per process and source) and return vLLM's block-pool modules.
 
-    Raises :class:`UpstreamUnavailableError` with the install command when ``vllm`` is
-    missing or is not version :data:`SUPPORTED_VERSION`.
+    Raises :class:`UpstreamUnavailableError` with the install command when ``vllm`` is missing,
+    and with a one-line reason naming the file or import when the version at hand does not load
+    under the stand-ins.
     """
-    global _loaded
+    key = os.environ.get(SOURCE_ENV) or None
     with _lock:
-        if _loaded is not None:
-            return _loaded
-        version, folder = locate_distribution()
+        if key in _loaded:
+            return _loaded[key]
+        if key in _failed:
+            raise UpstreamUnavailableError(_failed[key])
+        source = locate_vllm()
+        folder = source.package / "v1/core"
         stand_ins = vllm_stubs.vllm_stand_ins()
         names = [*stand_ins, *(f"{_CORE}.{name}" for name in _FILES)]
         saved = {name: sys.modules[name] for name in names if name in sys.modules}
         sys.modules.update(stand_ins)
         try:
-            modules = {name: _exec_file(f"{_CORE}.{name}", folder / f"{name}.py") for name in _FILES}
+            loaded, problems = exec_files(
+                [(f"{_CORE}.{name}", folder / f"{name}.py") for name in _FILES],
+                {f"{_CORE}.block_pool": [f"{_CORE}.kv_cache_utils"]},
+                source=source,
+                stand_ins=_STAND_INS,
+                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}",
+            )
         finally:
             for name in names:
                 sys.modules.pop(name, None)
             sys.modules.update(saved)
-        _loaded = VllmModules(version=version, root=folder, **modules)
-        return _loaded
+        if problems:
+            reason = next(iter(problems.values()))
+            _failed[key] = reason
+            raise UpstreamUnavailableError(reason)
+        short = len(_CORE) + 1
+        _loaded[key] = VllmModules(
+            version=source.version, root=folder, source=source, **{name[short:]: module for name, module in loaded.items()}
+        )
+        return _loaded[key]
 
 
 def vllm_unavailable_reason() -> str | None:
