@@ -18,16 +18,14 @@ import torch
 
 from harness.upstream import vllm_loader
 from harness.upstream.loader import UpstreamUnavailableError
-from harness.upstream.sglang_cache import (
+from harness.upstream.rust_core_loader import (
     RustTreeCoreBindings,
-    SglangCacheModules,
     freed_by_actions,
     load_rust_tree_core,
-    load_sglang_cache,
     rust_evict_full,
     rust_tree_core_unavailable_reason,
-    sglang_cache_unavailable_reason,
 )
+from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
 from harness.upstream.vllm_stubs import block_hashes
 
 CACHE_MISSING = sglang_cache_unavailable_reason()

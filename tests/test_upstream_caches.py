@@ -26,14 +26,14 @@ from harness.machines.base import PoolMachine
 from harness.machines.run import run_machine
 from harness.machines.settings import pinned_settings
 from harness.machines.table import make_machine
-from harness.upstream import sglang_cache
+from harness.upstream import rust_core_loader, sglang_cache
 from harness.upstream.cache_differential import OP_WEIGHTS, SUBJECTS, Disagreement, Op, RecordingAllocator, random_ops, run_sequence
 from harness.upstream.loader import UpstreamUnavailableError
 from pools.protocols import PrefixCache, SWAKVAllocator
 from pools.radix_cache import RadixCache as OurRadixCache
 
 CACHE_MISSING = sglang_cache.sglang_cache_unavailable_reason()
-RUST_MISSING = CACHE_MISSING or sglang_cache.rust_tree_core_unavailable_reason()
+RUST_MISSING = CACHE_MISSING or rust_core_loader.rust_tree_core_unavailable_reason()
 needs_cache = pytest.mark.skipif(CACHE_MISSING is not None, reason=f"upstream SGLang unavailable: {CACHE_MISSING}")
 needs_rust = pytest.mark.skipif(RUST_MISSING is not None, reason=f"Rust TreeCore unavailable: {RUST_MISSING}")
 
@@ -95,9 +95,9 @@ def test_a_rust_core_that_does_not_load_is_an_unavailable_target_naming_torch(
 ) -> None:
     broken = tmp_path / "mem_cache.cpython-311-x86_64-linux-gnu.so"
     broken.write_bytes(b"not an ELF file")
-    monkeypatch.setattr(sglang_cache, "_rust_loaded", None)
-    monkeypatch.setattr(sglang_cache, "locate_rust_tree_core", lambda: broken)
-    reason = sglang_cache.rust_tree_core_unavailable_reason()
+    monkeypatch.setattr(rust_core_loader, "_rust_loaded", None)
+    monkeypatch.setattr(rust_core_loader, "locate_rust_tree_core", lambda: broken)
+    reason = rust_core_loader.rust_tree_core_unavailable_reason()
     assert reason is not None and torch.__version__ in reason and str(broken) in reason
     with pytest.raises(UpstreamUnavailableError):
         _target("RustTreeCore")(size=8, page_size=1)

@@ -216,7 +216,7 @@ def test_a_paged_allocator_without_its_torch_path_refuses_what_runs_over_it_on_c
 def test_a_rust_binding_missing_a_member_the_adapter_uses_is_named() -> None:
     from types import ModuleType
 
-    from harness.upstream.sglang_cache import _RUST_SURFACE, rust_surface_missing
+    from harness.upstream.rust_core_loader import _RUST_SURFACE, rust_surface_missing
 
     module = ModuleType("fake_binding")
     for class_name, members in _RUST_SURFACE.items():

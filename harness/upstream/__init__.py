@@ -33,7 +33,6 @@ from harness.upstream.loader import (
     UpstreamUnavailableError,
     installed_version,
     load_upstream,
-    require_target,
     unavailable_reason,
 )
 
@@ -48,10 +47,10 @@ def _load_sglang_cache() -> None:
 
 
 def _load_rust_tree_core() -> None:
-    from harness.upstream import sglang_cache
+    from harness.upstream import rust_core_loader, sglang_cache
 
     sglang_cache.load_sglang_cache()
-    sglang_cache.load_rust_tree_core()
+    rust_core_loader.load_rust_tree_core()
 
 
 def _load_vllm() -> None:
@@ -91,6 +90,25 @@ __all__ = [
     "unavailable_reason",
     *_WRAPPERS,
 ]
+
+
+def require_target(name: str) -> None:
+    """Refuse ``harness.upstream:NAME`` with its one-line reason when the copy in use lacks a surface it needs.
+
+    Called at target resolution, after the target's loader ran, so another SGLang (or vLLM)
+    version refuses only the targets whose files, imports or classes moved.  Names without a
+    per-target check (``Engine``: its loader refuses as a whole) pass.
+    """
+    from harness.upstream import loader, sglang_cache, vllm_loader
+
+    if name in loader.TARGET_NEEDS:
+        loader.load_upstream().require(name)
+        return
+
+    if name in sglang_cache.TARGET_NEEDS:
+        sglang_cache.load_sglang_cache().require(name)
+    elif name in vllm_loader.TARGET_NEEDS:
+        vllm_loader.load_vllm().require(name)
 
 
 def __getattr__(name: str) -> Any:

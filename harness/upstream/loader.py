@@ -443,21 +443,3 @@ def load_upstream() -> UpstreamModules:
             source=source,
         )
         return _loaded[key]
-
-
-def require_target(name: str) -> None:
-    """Refuse ``harness.upstream:NAME`` with its one-line reason when the copy in use lacks a surface it needs.
-
-    Called at target resolution, after the target's loader ran, so another SGLang (or vLLM)
-    version refuses only the targets whose files, imports or classes moved.  Names without a
-    per-target check (``Engine``: its loader refuses as a whole) pass.
-    """
-    if name in TARGET_NEEDS:
-        load_upstream().require(name)
-        return
-    from harness.upstream import sglang_cache, vllm_loader
-
-    if name in sglang_cache.TARGET_NEEDS:
-        sglang_cache.load_sglang_cache().require(name)
-    elif name in vllm_loader.TARGET_NEEDS:
-        vllm_loader.load_vllm().require(name)

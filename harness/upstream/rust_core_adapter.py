@@ -6,7 +6,7 @@ component alone, on CPU, at any page size, through the calls ``UnifiedRadixCache
 makes: ``insert`` (with ``prev_prefix_len``; the duplicates to free come back as
 ``free_device_kv`` cache actions), ``match_prefix`` plus ``collect_full_device_indices``,
 ``inc_lock_ref`` / ``dec_lock_ref`` with the lock receipt, and the step-wise device
-eviction (:func:`harness.upstream.sglang_cache.rust_evict_full`), whose freed values go
+eviction (:func:`harness.upstream.rust_core_loader.rust_evict_full`), whose freed values go
 to the allocator one ``free_segment(value, start_pos=0)`` each, as upstream does.
 
 Node handles are :class:`RustNode` (the core's integer node id).  The core keeps lock
@@ -38,7 +38,7 @@ from harness.upstream.radix_adapters import (
     token_list,
     upstream_kv_allocator,
 )
-from harness.upstream.sglang_cache import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
+from harness.upstream.rust_core_loader import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
 from pools.errors import TreeInvariantError, TreeNodeError
 
 
