@@ -255,7 +255,7 @@ def dispatch(command: str, argv: list[str]) -> int:
 
 # -------------------------------------------------------------------- list
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
-    from harness.judge.families import FAMILIES, implementation_for, resolve
+    from harness.judge.families import FAMILIES, family_unavailable, implementation_for, resolve
     from harness.judge.plugins import PLUGGED_IN
     from harness.machines.table import machine_class
 
@@ -267,7 +267,7 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
             "moves": fam.moves, "driver": fam.driver,
             "canaries": list(fam.canaries), "upstream": list(fam.upstream),
             "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
-            "plugin": PLUGGED_IN.get(fam.name, ""),
+            "plugin": PLUGGED_IN.get(fam.name, ""), "not_covered": list(fam.not_covered),
         }
         entry["overridden"] = entry["implementation"] != fam.default
         try:
@@ -275,6 +275,10 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
             entry["operations"] = sorted(resolve(fam.driver).operations)
         except Exception as exc:  # noqa: BLE001 - listing must survive half-written families
             entry["available"], entry["problem"] = False, f"{type(exc).__name__}: {exc}"
+        if entry["available"] and fam.default in fam.upstream and not entry["overridden"]:
+            reason = family_unavailable(fam.name)  # an upstream default (engine) loads upstream to say
+            if reason is not None:
+                entry["available"], entry["problem"] = False, reason
         described.append(entry)
     return described
 
@@ -306,6 +310,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {'':22} invariants: {', '.join(f['invariants'])}")
             if f["upstream"]:
                 print(f"  {'':22} upstream:   {', '.join(f['upstream'])}")
+            for line in f["not_covered"]:
+                print(f"  {'':22} not covered: {line}")
         else:
             print(f"  {'':22} not available: {f['problem']}")
         if f["plugin"]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.upstream.engine import CACHES
+from harness.upstream.engine_config import CACHES
+from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 from strategies.choosers import Chooser
 from strategies.table import Config, Move, MoveTable, Step
 
@@ -48,26 +49,43 @@ def engine_config(choose: Chooser) -> Config:
     """A server shape: cache kind, page size, rows, KV slots, context, chunked prefill, and a model kind.
 
     A third of the shapes are a hybrid sliding-window model (what 0.5.23 builds for one: the SWA
-    allocator under ``UnifiedRadixCache`` with FULL and SWA components), with a small window and
-    an SWA pool about half the full one, and an eviction interval small enough that out-of-window
+    allocator under ``UnifiedRadixCache`` with FULL and SWA components), with a small window, an
+    SWA pool sized as the configurator sizes it, and an eviction interval small enough that out-of-window
     frees happen within a request (the default 128 would never fire at these lengths).
+
+    A quarter are a hybrid Mamba model (``HybridReqToTokenPool`` under ``UnifiedRadixCache`` with FULL
+    and MAMBA, page size 1; :mod:`harness.upstream.engine_mamba`): the fewest state slots the
+    configurator allows for the rows (three per row, kv_cache_configurator.py:3134-3150) or a few more,
+    so cached states are evicted to make room (``ensure_mamba_capacity``, allocation.py:298-324).  A
+    third of those also have a sliding window: the model that is both, which 0.5.23's default memory
+    path builds (``HybridReqToTokenPool`` under the SWA allocator, a FULL + SWA + MAMBA tree).
     """
-    page_size = choose.choice((1, 1, 4))
+    kind = choose.randrange(0, 12)
+    mamba = 4 <= kind < 7
+    swa = kind < 4 or (mamba and choose.randrange(0, 3) == 0)
+    page_size = 1 if mamba else choose.choice((1, 1, 4))
     rows = choose.randint(2, 6)
     pages = choose.randint(6, 24)
     tokens = pages * page_size * (2 if page_size == 1 else 1)
-    swa = choose.randrange(0, 3) == 0
-    cache = choose.choice(CACHES[1:] if swa else CACHES)
+    cache = choose.choice(CACHES[1:] if swa or mamba else CACHES)
     # The scheduler's new-token ratio starts at 0.7 and decays toward its floor between retractions
     # (new_token_ratio_tracker); a low ratio admits more, so decode runs out and retracts.
     config: Config = {"cache": cache, "page_size": page_size, "rows": rows, "tokens": tokens, "context": 64,
                       "chunk": choose.choice((None, None, 8, 16)), "new_token_ratio": choose.choice((0.7, 0.1, 0.1)),
-                      "pools": "upstream" if swa else choose.choice(POOL_CHOICES),
-                      "sliding_window": None, "swa_tokens": 0, "swa_eviction_interval": 128}
+                      "pools": "upstream" if swa or mamba else choose.choice(POOL_CHOICES),
+                      "sliding_window": None, "swa_tokens": 0, "swa_eviction_interval": 128, "mamba_slots": 0}
     if swa:
-        swa_pages = max(2, pages // 2 + choose.randint(-2, 2))
-        config.update(sliding_window=choose.choice((2, 4, 8)), swa_tokens=swa_pages * page_size,
+        # As pool_configurator._solve_pool_sizes (model_executor/pool_configurator.py:879-881) sizes it: the
+        # full pool times --swa-full-tokens-ratio (default 0.8), page-aligned; a pool the startup check
+        # validate_swa_pool_size (:198-216) would refuse is grown to the smallest one it accepts.
+        window = choose.choice((2, 4, 8))
+        ratio = choose.choice((0.8, 0.8, 0.5, 0.3))
+        swa_tokens = int(tokens * ratio) // page_size * page_size
+        floor = (window + page_size) // page_size * page_size + page_size
+        config.update(sliding_window=window, swa_tokens=max(swa_tokens, floor),
                       swa_eviction_interval=choose.choice((1, 4, 128)))
+    if mamba:
+        config.update(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     return config
 
 
@@ -120,6 +138,7 @@ def engine_table() -> MoveTable:
         occupancy=EngineView.occupancy,
         corners=lambda config: [f"cache {config['cache']}", f"page_size {config['page_size']}",
                                 "chunked prefill" if config["chunk"] else "no chunking",
-                                "hybrid SWA" if config.get("sliding_window") else "full attention",
+                                "hybrid SWA" if config.get("sliding_window") else
+                                "hybrid Mamba" if config.get("mamba_slots") else "full attention",
                                 f"pools {config.get('pools', 'upstream')}"],
     )

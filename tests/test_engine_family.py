@@ -116,6 +116,137 @@ def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
     assert caught == canary.invariant
 
 
+MAMBA = {"page_size": 1, "rows": 4, "tokens": 48, "context": 64, "chunk": None, "new_token_ratio": 0.1, "mamba_slots": 12}
+
+
+@needs_engine
+@pytest.mark.parametrize("cache", ["unified-rust", "unified-python"])
+def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
+    import torch
+
+    from harness.upstream.engine_loader import active
+    from harness.upstream.engine_mamba import mamba_cache_params
+
+    driver = _run({**MAMBA, "cache": cache}, seed=3)
+    loop = driver.loop  # type: ignore[attr-defined]
+    with active(loop.m):
+        assert type(loop.req_to_token_pool).__name__ == "HybridReqToTokenPool"
+        assert loop.tree_cache.supports_mamba()
+        params = mamba_cache_params(loop.m)
+        assert isinstance(params, loop.m.memory_pool.BaseLinearStateParams)  # the real class, not a placeholder
+        states = loop.req_to_token_pool.mamba_pool.mamba_cache
+        assert states.temporal.shape[0] == 1 and states.temporal.dtype == torch.float32 and states.temporal.device.type == "cpu"
+        checker = driver.checkers[0].checker  # type: ignore[attr-defined]
+        assert checker.is_hybrid_ssm
+        # Drained and idle: every Mamba slot is free or a cached state, as both judges just agreed.
+        pool = loop.req_to_token_pool
+        assert pool.mamba_allocator.available_size() + loop.tree_cache.mamba_evictable_size() == pool.mamba_pool.size
+    kinds = " ".join(driver.events)  # type: ignore[attr-defined]
+    assert "iteration: prefill" in kinds and "iteration: decode" in kinds
+
+
+@needs_engine
+def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None:
+    from harness.upstream.engine_loader import active
+
+    driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1},
+                  seed=5)
+    loop = driver.loop  # type: ignore[attr-defined]
+    with active(loop.m):
+        assert type(loop.allocator).__name__ == "SWATokenToKVPoolAllocator"
+        assert loop.tree_cache.supports_swa() and loop.tree_cache.supports_mamba()
+    assert loop.fully_idle and "iteration: decode" in " ".join(driver.events)  # type: ignore[attr-defined]
+
+
+@needs_engine
+def test_a_mamba_shape_refuses_what_0_5_23_does_not_build_here() -> None:
+    from harness.upstream.engine import EngineConfig
+
+    for bad in ({"cache": "radix"}, {"page_size": 4, "tokens": 48}, {"pools": "poolfuzz"}, {"rows": 5}):
+        with pytest.raises(ValueError):
+            EngineConfig(**{**MAMBA, "cache": "unified-rust", **bad})
+
+
+def _leaky_mamba_engine(where: str) -> object:
+    """A factory whose loop takes one Mamba slot and drops it: after a decode step (``busy``) or at idle."""
+    from harness.upstream.engine import EngineConfig, EngineLoop
+
+    class DropsAMambaSlot(EngineLoop):
+        dropped = False
+
+        def _drop(self) -> None:
+            if not self.dropped and self.req_to_token_pool.mamba_allocator.available_size() > 0:
+                self.req_to_token_pool.mamba_allocator.alloc(1)
+                self.dropped = True
+
+        def _decoded(self, batch: object) -> None:
+            if where == "busy":
+                self._drop()
+
+        def _iterate(self, next_tokens: dict[str, int]) -> str:
+            kind = super()._iterate(next_tokens)
+            if where == "idle" and self.fully_idle:
+                self._drop()
+            return kind
+
+    def build(**config: object) -> object:
+        config.pop("device", None)
+        return DropsAMambaSlot(EngineConfig(**config))  # type: ignore[arg-type]
+
+    return build
+
+
+def _caught(factory: object, config: dict[str, object]) -> object:
+    from harness.judge.drivers.engine import EngineDriver
+    from harness.judge.invariants import InvariantViolation
+    from strategies.engine import EngineView, engine_table
+
+    table = engine_table()
+    for seed in range(10):
+        driver = EngineDriver(factory, config)  # type: ignore[arg-type]
+        view, rng = EngineView(driver), random.Random(seed)
+        try:
+            for _ in range(80):
+                move = rng.choices(table.moves, weights=[m.weight for m in table.moves])[0]
+                step = move.draw(view, rng)
+                if step is not None:
+                    driver.step(step[0], **step[1])
+            driver.teardown()
+        except InvariantViolation as violation:
+            return violation
+    return None
+
+
+@needs_engine
+@pytest.mark.parametrize("where, seen_by", [("busy", "upstream checks no Mamba pool while busy"), ("idle", "both judges")])
+def test_the_mamba_slot_accounting_catches_a_dropped_slot(where: str, seen_by: str) -> None:
+    violation = _caught(_leaky_mamba_engine(where), {**MAMBA, "cache": "unified-rust"})
+    assert violation is not None
+    assert violation.invariant_id == "kv-accounting"  # type: ignore[attr-defined]
+    assert "Mamba" in str(violation) and seen_by in str(violation)
+
+
+@needs_engine
+def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
+    from harness.judge.engine_checks import UpstreamChecker, judge
+    from harness.judge.invariants import InvariantViolation
+    from harness.upstream.engine import EngineConfig, EngineLoop
+
+    loop = EngineLoop(EngineConfig(**{**MAMBA, "cache": "unified-python"}))
+    for i in range(3):
+        loop.arrive([11, 12, 13, 14, 20 + i], max_new_tokens=3)
+    for _ in range(12):
+        loop.iterate({})
+    assert loop.is_idle() and loop.fully_idle
+    checker = UpstreamChecker(loop)
+    judge(loop, checker)  # clean
+    drift = loop.tree_cache.mamba_evictable_size() + 1
+    loop.tree_cache.mamba_evictable_size = lambda: drift  # upstream's counter drifts; the tree's values do not
+    with pytest.raises(InvariantViolation) as caught:
+        judge(loop, checker)
+    assert caught.value.invariant_id == "checker-agreement" and "upstream's invariant checker" in str(caught.value)
+
+
 def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.fuzz.options import select_targets
     from harness.judge.families import family_unavailable

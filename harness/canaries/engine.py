@@ -36,7 +36,8 @@ class RetractionKeepsRow(EngineLoop):
 
     ``release_req`` must return the row (``req_to_token_pool.free``, memory_pool.py:462); here the
     row is taken again for the request after release, as a restore into the wrong row would leave
-    it.  Caught at idle by the request-pool check (``kv-accounting``) or ``scheduler-conservation``.
+    it.  Caught by the raw row partition at that step (``scheduler-conservation``: a row neither free
+    nor held), before the pool runs dry and ``alloc_req_slots`` raises.
     """
 
     def _retracted(self, reqs: list[Any]) -> None:
@@ -187,7 +188,7 @@ CANARIES: dict[str, Canary] = {
     "engine-retraction-keeps-row": Canary(
         "engine", f"{_HERE}:build_retraction_keeps_row",
         "a retracted request's req_to_token row is taken again after release",
-        "release_req / req_to_token_pool.free (schedule_batch.py:2360, memory_pool.py:462)", "kv-accounting",
+        "release_req / req_to_token_pool.free (schedule_batch.py:2360, memory_pool.py:462)", "scheduler-conservation",
     ),
     "engine-overallocated-decode-not-returned": Canary(
         "engine", f"{_HERE}:build_overallocated_decode_not_returned",

@@ -16,6 +16,12 @@ Two independent judges look at the loop after every iteration:
 When both see a leak it is reported under ``kv-accounting`` with both accounts.  When exactly one
 does, that disagreement is itself the finding (``checker-agreement``): the message says which
 judge saw what, and the raw partition decides which one is wrong.
+
+A hybrid Mamba shape adds a second pool, judged the same way: upstream's ``_check_mamba_pool``
+(invariant_checker.py:196-241; it runs only at idle, :477, never while busy) against our raw Mamba
+partition (:func:`mamba_verdict`): every slot of ``mamba_allocator`` is free, held by exactly one live
+request (``req.kv.mamba_pool_idx`` and its ping-pong entries) or by the tree (the MAMBA component's node
+values), once.
 """
 
 from __future__ import annotations
@@ -135,6 +141,79 @@ def swa_verdict(loop: Any) -> tuple[bool, str]:
     return leak, f"swa pages={total} free={len(free)} mapped={len(mapped)} unaccounted={missing[:8]}"
 
 
+def _slots(value: Any) -> list[int]:
+    """The Mamba slot ids in one value (a request's ``mamba_pool_idx`` is a 0-d or (1,) tensor, a node's (1,))."""
+    if value is None:
+        return []
+    if hasattr(value, "reshape"):
+        return [int(v) for v in value.reshape(-1).tolist()]
+    return [int(value)]
+
+
+def live_requests(loop: Any) -> list[Any]:
+    """Every request the scheduler still serves: the row owners, plus the queued ones (a queued request holds
+    no row, but may hold a Mamba slot: a retracted request is reset, a match's copy is freed on rejection)."""
+    seen = {id(req) for req in loop.owners()}
+    reqs = list(loop.owners())
+    for req in loop.waiting_queue:
+        if id(req) not in seen:
+            seen.add(id(req))
+            reqs.append(req)
+    return reqs
+
+
+def mamba_partition(loop: Any) -> dict[str, Any]:
+    """Every Mamba slot by who holds it, from raw state: the allocator's free slots, the tree's MAMBA node
+    values (``all_mamba_values_flatten``, the node walk, unified_tree_core.py:3448-3469), and each live
+    request's ``mamba_pool_idx`` plus its non-empty ping-pong entries (``kv_mamba_slots``, pool_stats_observer.py:45-49)."""
+    pool = loop.req_to_token_pool
+    free = [int(v) for v in pool.mamba_allocator.free_slots.tolist()]
+    tree = [int(v) for v in loop.tree_cache.all_mamba_values_flatten().reshape(-1).tolist()]
+    held: dict[str, list[int]] = {}
+    rowless: list[str] = []
+    for req in live_requests(loop):
+        kv = req.kv
+        slots = _slots(kv.mamba_pool_idx) if kv.holds_mamba else []
+        if kv.mamba_ping_pong_track_buffer is not None:
+            entries = [int(v) for v in kv.mamba_ping_pong_track_buffer.reshape(-1).tolist()]
+            slots += [v for v, empty in zip(entries, kv.mamba_ping_pong_empty) if not empty]
+        if slots:
+            held[req.rid] = slots
+        if kv.holds_kv and not kv.holds_mamba:
+            rowless.append(req.rid)
+    return {"free": free, "tree": tree, "held": held, "rowless": rowless, "total": int(pool.mamba_pool.size)}
+
+
+def mamba_verdict(loop: Any) -> tuple[bool, str]:
+    """(leak, message) of the Mamba slot partition; a slot held twice or a repeated free slot raises at once."""
+    part = mamba_partition(loop)
+    counts: Counter[int] = Counter(part["free"])
+    dup_free = sorted(v for v, n in counts.items() if n > 1)
+    check(not dup_free, "no-double-allocation", "mamba_allocator's free list holds a Mamba slot twice", slots=dup_free[:8])
+    holders: dict[int, list[str]] = {}
+    for slot in part["tree"]:
+        holders.setdefault(slot, []).append("tree")
+    for rid, slots in part["held"].items():
+        for slot in slots:
+            holders.setdefault(slot, []).append(rid)
+    for slot in part["free"]:
+        holders.setdefault(slot, []).append("free")
+    twice = {v: who for v, who in holders.items() if len(who) > 1}
+    check(not twice, "scheduler-conservation", "a Mamba slot is held twice (free, tree or a live request)",
+          slots=dict(sorted(twice.items())[:8]))
+    check(0 not in holders, "reserved-never-handed-out", "the reserved Mamba slot 0 is in use", holders=holders.get(0))
+    outside = sorted(v for v in holders if not 0 <= v <= part["total"])
+    check(not outside, "scheduler-conservation", "a Mamba slot outside the pool is in use", slots=outside[:8],
+          size=part["total"])
+    check(not part["rowless"], "scheduler-conservation", "a request holds a request row but no Mamba slot "
+          "(HybridReqToTokenPool.alloc gives every row one)", requests=part["rowless"][:8])
+    missing = sorted(set(range(1, part["total"] + 1)) - set(holders))
+    held = sum(len(v) for v in part["held"].values())
+    message = (f"mamba slots={part['total']} free={len(part['free'])} tree={len(part['tree'])} requests={held} "
+               f"unaccounted={missing[:8]}")
+    return bool(missing), message
+
+
 class UpstreamChecker:
     """Upstream's ``SchedulerInvariantChecker`` over the loop's pools, built as scheduler.py:2523 builds it."""
 
@@ -149,16 +228,17 @@ class UpstreamChecker:
         ic, obs = m.invariant_checker, m.pool_stats_observer
         self.loop = loop
         swa = loop.config.hybrid_swa
+        ssm = loop.config.hybrid_ssm
         full_tokens = loop.config.tokens if swa else None
         swa_tokens = loop.config.swa_tokens if swa else None
         self.observer = obs.SchedulerPoolStatsObserver(
             tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
             req_to_token_pool=loop.req_to_token_pool, session_controller=None, hisparse_coordinator=None,
-            is_hybrid_swa=swa, is_hybrid_ssm=False, enable_hisparse=False, full_tokens_per_layer=full_tokens,
+            is_hybrid_swa=swa, is_hybrid_ssm=ssm, enable_hisparse=False, full_tokens_per_layer=full_tokens,
             swa_tokens_per_layer=swa_tokens, max_total_num_tokens=loop.config.tokens,
         )
         self.checker = ic.SchedulerInvariantChecker(
-            is_hybrid_swa=swa, is_hybrid_ssm=False, disaggregation_mode="null", page_size=loop.config.page_size,
+            is_hybrid_swa=swa, is_hybrid_ssm=ssm, disaggregation_mode="null", page_size=loop.config.page_size,
             full_tokens_per_layer=full_tokens, swa_tokens_per_layer=swa_tokens, max_total_num_tokens=loop.config.tokens,
             tree_cache=loop.tree_cache, token_to_kv_pool_allocator=loop.allocator,
             req_to_token_pool=loop.req_to_token_pool, pool_stats_observer=self.observer,
@@ -193,6 +273,16 @@ class UpstreamChecker:
         self.checker._check_kv_page_invariants()
         return bool(leak), str(message)
 
+    def mamba_verdict(self) -> tuple[bool, str] | None:
+        """Upstream's Mamba pool check where it runs: fully idle only (``_check_all_pools``, invariant_checker.py:477,
+        under ``is_hybrid_ssm and supports_mamba()``: available + evictable + protected + session-held == size,
+        :196-241).  ``self_check_during_busy`` never checks the Mamba pool, so busy is ``None``."""
+        loop = self.loop
+        if not (loop.config.hybrid_ssm and loop.tree_cache.supports_mamba()) or not loop.fully_idle:
+            return None
+        leak, message = self.checker._check_mamba_pool(self.observer.get_pool_stats())
+        return bool(leak), str(message)
+
 
 def judge(loop: Any, upstream: UpstreamChecker) -> None:
     """Both judges over the loop's state; see the module docstring."""
@@ -202,7 +292,35 @@ def judge(loop: Any, upstream: UpstreamChecker) -> None:
         _judge(loop, upstream)
 
 
+def row_verdict(loop: Any) -> None:
+    """Every ``req_to_token`` row (1..rows) is free or held by exactly one live request, once (raw state).
+
+    The free list repeats nothing (``no-double-allocation``); no live request's row is free, no two
+    share one, and none is neither (``scheduler-conservation``).  A row a retraction or an abort
+    fails to return, or returns twice, shows at the step it happens, not only at idle.
+    """
+    pool = loop.req_to_token_pool
+    free = [int(row) for row in pool.free_slots]
+    counts = Counter(free)
+    twice = sorted(row for row, n in counts.items() if n > 1)
+    check(not twice, "no-double-allocation", "the request-row free list holds a row twice", rows=twice)
+    held: dict[int, str] = {}
+    for req in live_requests(loop):
+        row = req.kv.req_pool_idx
+        if row is None:
+            continue
+        check(int(row) not in held, "scheduler-conservation", f"requests {held.get(int(row))} and {req.rid} hold one row",
+              row=int(row))
+        held[int(row)] = req.rid
+    both = sorted(set(held) & set(free))
+    check(not both, "scheduler-conservation", "a live request's row is on the free list", rows=both)
+    lost = sorted(set(range(1, loop.config.rows + 1)) - set(held) - set(free))
+    check(not lost, "scheduler-conservation", "a request row is neither free nor held by a live request (leaked)",
+          rows=lost, free=len(free), held=len(held))
+
+
 def _judge(loop: Any, upstream: UpstreamChecker) -> None:
+    row_verdict(loop)
     ours, our_message = our_verdict(loop)
     if loop.config.hybrid_swa:
         swa_leak, swa_message = swa_verdict(loop)
@@ -221,9 +339,33 @@ def _judge(loop: Any, upstream: UpstreamChecker) -> None:
     if ours != theirs:
         who = "ours" if ours else "upstream's invariant checker"
         raise InvariantViolation("checker-agreement", f"only {who} sees a KV leak", ours=our_message, upstream=their_message)
+    if loop.config.hybrid_ssm:
+        _judge_mamba(loop, upstream)
     if loop.fully_idle:
         check(loop.tree_cache.protected_size() == 0, "lock-balance", "nothing runs, yet the tree holds locked tokens",
               protected=loop.tree_cache.protected_size())
         rows_free = loop.req_to_token_pool.available_size()
         check(rows_free == loop.config.rows, "scheduler-conservation", "nothing runs, yet request rows are held",
               free_rows=rows_free, rows=loop.config.rows)
+
+
+def _judge_mamba(loop: Any, upstream: UpstreamChecker) -> None:
+    """The Mamba pool: our raw partition against upstream's idle check, with the full pool's rules."""
+    ours, our_message = mamba_verdict(loop)
+    try:
+        verdict = upstream.mamba_verdict()
+    except (AssertionError, ValueError) as exc:
+        raise InvariantViolation("kv-accounting", f"upstream's Mamba pool check failed: {exc}", ours=our_message) from exc
+    if verdict is None:
+        check(not ours, "kv-accounting", "a Mamba slot is unaccounted for (upstream checks no Mamba pool while busy)",
+              ours=our_message)
+        return
+    theirs, their_message = verdict
+    if ours and theirs:
+        raise InvariantViolation("kv-accounting", "both judges see a Mamba slot leak", ours=our_message, upstream=their_message)
+    if ours != theirs:
+        who = "ours" if ours else "upstream's invariant checker"
+        raise InvariantViolation("checker-agreement", f"only {who} sees a Mamba slot leak", ours=our_message,
+                                 upstream=their_message)
+    protected = int(loop.tree_cache.mamba_protected_size())
+    check(protected == 0, "lock-balance", "nothing runs, yet the tree holds locked Mamba states", mamba_protected=protected)

@@ -165,7 +165,7 @@ LIMITS: dict[str, FamilyLimits] = {
         {"cache": SETTING, "page_size": Limit(1, PAGE), "rows": Limit(1, ROWS), "tokens": Limit(1, TOKENS),
          "context": Limit(8, CONTEXT), "chunk": Limit(1, CONTEXT, nullable=True), "new_token_ratio": SETTING,
          "pools": SETTING, "sliding_window": Limit(1, CONTEXT, nullable=True), "swa_tokens": Limit(0, TOKENS),
-         "swa_eviction_interval": Limit(1, CONTEXT), "device": SETTING},
+         "swa_eviction_interval": Limit(1, CONTEXT), "mamba_slots": Limit(0, ROWS), "device": SETTING},
         (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),),
         {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
          "crowd.count": ROWS, "crowd.max_new": REQUEST, "run.iterations": REQUEST}),

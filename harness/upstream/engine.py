@@ -35,65 +35,12 @@ import itertools
 import os
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.upstream.engine_config import EOS, EngineConfig
 from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
-
-CACHES = ("radix", "unified-rust", "unified-python")
-"""``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
-POOLS = ("upstream", "poolfuzz")
-"""Whose ``ReqToTokenPool`` and KV allocator the loop runs: upstream's, or ours behind upstream's interface."""
-
-EOS = 2
-"""The token id every engine request treats as end of sequence (its ``eos_token_ids``)."""
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """One server's memory shape: what ``kv_cache_builder.py`` would build for a full-attention model."""
-
-    cache: str = "radix"
-    page_size: int = 1
-    rows: int = 8
-    tokens: int = 256
-    context: int = 128
-    chunk: int | None = None
-    """``chunked_prefill_size``; ``None`` disables chunked prefill."""
-    pools: str = "upstream"
-    """:data:`POOLS`: ``poolfuzz`` puts ``pools/``'s row pool and KV allocator under the same loop."""
-    new_token_ratio: float = 0.7
-    """``new_token_ratio_tracker.current``: the share of ``max_new_tokens`` admission reserves for decode."""
-    sliding_window: int | None = None
-    """A hybrid sliding-window model's window; ``None`` is full attention.  With a window the loop
-    builds what ``kv_cache_configurator.py:2874`` builds: ``SWATokenToKVPoolAllocator`` (full and SWA
-    pools) under ``UnifiedRadixCache`` with the FULL and SWA components (``registry.py:165-169``)."""
-    swa_tokens: int = 0
-    """The SWA pool's slots (``swa_max_total_num_tokens``), used with ``sliding_window``."""
-    swa_eviction_interval: int = 128
-    """``SGLANG_SWA_EVICTION_INTERVAL`` (environ.py, default 128): tokens past the window before
-    ``maybe_evict_swa`` frees a request's out-of-window SWA slots (schedule_batch.py:4063-4066)."""
-
-    @property
-    def hybrid_swa(self) -> bool:
-        return self.sliding_window is not None
-
-    def __post_init__(self) -> None:
-        if self.cache not in CACHES:
-            raise ValueError(f"cache must be one of {CACHES}, not {self.cache!r}")
-        if self.pools not in POOLS:
-            raise ValueError(f"pools must be one of {POOLS}, not {self.pools!r}")
-        if self.page_size < 1 or self.tokens % self.page_size:
-            raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
-        if self.hybrid_swa:
-            if self.cache == "radix" or self.pools != "upstream":
-                raise ValueError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
-                                 "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)")
-            if self.sliding_window < 1 or self.swa_tokens < self.page_size or self.swa_tokens % self.page_size:
-                raise ValueError(f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
-                                 f"a positive multiple of page_size ({self.page_size})")
 
 
 class ModelConfigStandIn:
@@ -164,8 +111,13 @@ class EngineLoop:
 
             return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens,
                                                                                         config.page_size)
-        rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu",
-                                            enable_memory_saver=False)
+        if config.hybrid_ssm:
+            from harness.upstream.engine_mamba import hybrid_req_to_token_pool
+
+            rows = hybrid_req_to_token_pool(m, rows=config.rows, context=config.context, mamba_slots=config.mamba_slots)
+        else:
+            rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu",
+                                                enable_memory_saver=False)
         if config.hybrid_swa:
             from harness.upstream.engine_swa import swa_kv_layout
 
@@ -184,7 +136,8 @@ class EngineLoop:
         if self.config.cache == "radix":
             return {}
         kinds = self.m.component_type.ComponentType
-        components = (kinds.FULL, kinds.SWA) if self.config.hybrid_swa else (kinds.FULL,)
+        # create_unified_radix_cache (registry.py:165-169): FULL, plus SWA for hybrid SWA, plus MAMBA for hybrid SSM.
+        components = (kinds.FULL, *((kinds.SWA,) if self.config.hybrid_swa else ()), *((kinds.MAMBA,) if self.config.hybrid_ssm else ()))
         return {"tree_components": components, "tree_core_backend": self.config.cache.removeprefix("unified-")}
 
     # ------------------------------------------------------------------ requests
@@ -218,10 +171,16 @@ class EngineLoop:
 
     @engine_call
     def abort(self, rid: str) -> str:
-        """``abort_request``: drop a queued request, or mark a running one to finish on its next result."""
+        """``abort_request``: drop a queued request, or mark a running one to finish on its next result.
+
+        A queued request that holds a Mamba slot (one a match copied into, or a retracted request's)
+        is released with ``checkpoint=False`` as the queued-abort path does (scheduler.py:5715-5720).
+        """
         for req in self.waiting_queue:
             if req.rid == rid and not req.kv.holds_kv:
                 self.waiting_queue.remove(req)
+                if req.kv.holds_mamba:
+                    self._release(req, checkpoint=False)
                 return "queued"
         self.to_abort.add(rid)
         return "running"
@@ -315,13 +274,19 @@ class EngineLoop:
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        mamba_allocator = getattr(self.req_to_token_pool, "mamba_allocator", None)
+        if mamba_allocator is not None:
+            mamba_allocator.alloc_group_begin(len(self.waiting_queue))  # scheduler.py:4199-4201
         for req in list(self.waiting_queue):
             if running_bs + len(adder.can_run_list) >= self.config.rows:
                 break
             req.init_next_round_input(self.tree_cache)
             result = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None, truncation_align_size=None)
             if result != sp.AddReqResult.CONTINUE:
+                self._revert_mamba_match(req, adder)
                 break
+        if mamba_allocator is not None:
+            mamba_allocator.alloc_group_end()  # scheduler.py:4302-4303
         can_run = adder.can_run_list
         if not can_run:
             return None
@@ -338,6 +303,17 @@ class EngineLoop:
         )
         batch.prepare_for_extend()
         return batch
+
+    def _revert_mamba_match(self, req: Any, adder: Any) -> None:
+        """A request the adder did not take gives back the Mamba slot its match copied into (scheduler.py:4285-4299)."""
+        added = len(adder.can_run_list) > 0 and req is adder.can_run_list[-1]
+        if added:
+            return
+        req.kv.mamba_cow_src_index = None
+        req.kv.mamba_needs_clear = False
+        if req.kv.holds_mamba and not getattr(req, "session", None):
+            self.tree_cache.req_to_token_pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
+            req.kv.mamba_pool_idx = None
 
     def _update_running_batch(self, batch: Any) -> Any:
         """``update_running_batch`` (scheduler.py:4459-4551)."""

@@ -71,6 +71,13 @@ REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.session.streaming_session",  # UnifiedRadixCache builds one (unified_radix_cache.py:294)
     "sglang.srt.rust_extensions",  # the Rust tree core's loader and its torch-version gate
     "sglang.srt.layers.attention.dsv4.unified_kv_gate",  # swa_reprefill_tail_tokens asks it (HIP only)
+    # MambaPool's cache_params (memory_pool.py:58): the real BaseLinearStateParams / Mamba2CacheParams
+    # (a hybrid-SSM shape builds them, harness.upstream.engine_mamba); it imports only environ and
+    # distributed.utils at module level.
+    "sglang.srt.configs.mamba_utils",
+    # Mamba2StateShape.create's divide (mamba_utils.py:23); at module level it imports only torch.distributed's
+    # collectives and runtime_context.get_resources (a placeholder, called only by the TCPStore helpers).
+    "sglang.srt.distributed.utils",
 )
 """Modules executed from the installed files, every submodule included (but :data:`NOT_LOADED`)."""
 

@@ -58,7 +58,10 @@ class RuntimeConfig:
     * ``schedule.schedule_policy``: ``"fcfs"`` (``schedule_batch.py:3555``);
     * ``parallel.dcp_enabled``: False, ``parallel.attn_dcp_size`` 1 (``invariant_checker.py:121``);
     * ``schedule.retraction_policy``: ``"length"``, the default (``arg_groups/fields/schedule.py:126``);
-    * ``exec.mamba.*`` and ``exec.features.*``: every extra buffer and replay off (``schedule_policy.py:600``, ``:956``).
+    * ``exec.mamba.*`` and ``exec.features.*``: every extra buffer and replay off (``schedule_policy.py:600``, ``:956``);
+      for a hybrid-SSM shape also the int8 checkpoint pool off (``mamba_checkpoint_pool.py:325``), no per-path
+      state cap (``mamba_max_states_per_path=-1``, ``components/mamba.py:86``; ``rust_tree_core/adapter.py:465``)
+      and the default decode track interval 256 (``arg_groups/fields/exec_.py:497``, ``:530``, ``:534``).
 
     Each value is the server default (``arg_groups/fields/*.py``) for a one-rank full-attention server.
     """
@@ -82,7 +85,9 @@ class RuntimeConfig:
             "parallel": bag("parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1,
                             attn_cp_rank=0, tp_rank=0, tp_size=1),
             "exec": bag("exec", features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
-                        mamba=bag("exec.mamba", enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False)),
+                        mamba=bag("exec.mamba", enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
+                                  enable_int8_mamba_checkpoint=False, int8_mamba_ckpt_size=None,
+                                  mamba_max_states_per_path=-1, mamba_track_interval=256)),
             "model": bag("model", context_length=context_length),
             "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru"),
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
@@ -281,6 +286,30 @@ class SamplingBatchInfo:
         return None
 
 
+FLA_CHUNK_SIZE = 64
+"""``sglang.kernels.ops.attention.fla.chunk_delta_h.CHUNK_SIZE``: the Mamba chunk of a model config without
+``mamba_chunk_size`` (``arg_groups/overrides.py:1909-1917``)."""
+
+
+def mamba_cache_chunk_size() -> int:
+    """``runtime_context.mamba_cache_chunk_size`` (runtime_context.py:1958 -> arg_groups/overrides.py:1897-1925).
+
+    ``max(hf_config.mamba_chunk_size, page_size)``: the engine target's model config has no
+    ``mamba_chunk_size`` (the FLA default, 64) and every Mamba shape runs at page size 1 (``MambaComponent``
+    requires it without the extra buffer, components/mamba.py:74-79), so 64.  Without the extra buffer
+    this only places ``mamba_branching_seqlen`` (components/mamba.py:180-184), which the no-buffer path
+    never reads (schedule_batch.py:3216 is the extra buffer's tracker).
+    """
+    return max(FLA_CHUNK_SIZE, 1)
+
+
+def mamba_checkpoint_grid(tree_page: int) -> int:
+    """``runtime_context.mamba_checkpoint_grid`` (runtime_context.py:1966-1971): ``lcm(chunk, tree page)``."""
+    import math
+
+    return math.lcm(mamba_cache_chunk_size(), tree_page)
+
+
 def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
     """Module name -> factory, for :class:`harness.upstream.engine_loader._EngineFinder`."""
     runtime: dict[str, Any] = {f"get_{ns}": RUNTIME.getter(ns) for ns in RUNTIME.bags}
@@ -289,6 +318,8 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
     # torch_native, so write_cache_indices and get_last_loc take their torch paths
     # (allocation.py:72, :113-137), the ones that run without Triton.
     runtime["attention_backends"] = lambda: ("torch_native", "torch_native")
+    runtime["mamba_cache_chunk_size"] = mamba_cache_chunk_size
+    runtime["mamba_checkpoint_grid"] = mamba_checkpoint_grid
     table: dict[str, dict[str, Any]] = {
         "sglang.srt.utils": _UTILS,
         "sglang.srt.utils.common": _UTILS,

@@ -135,15 +135,32 @@ class EngineDriver(Driver):
         with active(self.loop.m):
             self._drain()
 
+    def _drain_bound(self) -> int:
+        """Iterations enough to drain with EOS everywhere: each request's chunks, one decode, and slack for
+        the retractions a crowded pool forces (the bound only stops a loop that never drains)."""
+        loop = self.loop
+        reqs = list(loop.waiting_queue) + list(loop.running_batch.reqs) + ([loop.chunked_req] if loop.chunked_req else [])
+        chunk = loop.config.chunk or loop.config.context
+        return 4 * loop.config.rows + 8 + sum(2 + -(-(len(r.origin_input_ids) + len(r.output_ids)) // chunk) for r in reqs)
+
     def _drain(self) -> None:
         from harness.upstream.engine import EOS
 
-        for _ in range(4 * self.loop.config.rows + 8):
-            if self.loop.is_idle():
+        for _ in range(self._drain_bound()):
+            # Drained once an iteration formed no batch with nothing live (``fully_idle``) and nothing arrived
+            # since: ``is_idle`` alone is true right after a prefill, whose batch joins the running batch only
+            # at the next iteration (scheduler.py:3943-3957).
+            if self.loop.fully_idle and self.loop.is_idle():
                 break
             for loop in self.loops:
-                loop.iterate({r.rid: EOS for r in loop.running_batch.reqs})
+                # Every request the next batch may hold: the running batch, the last prefill (it joins the running
+                # batch next), the chunked request and the queue (a re-prefilled request finishes at its prefill).
+                live = list(loop.running_batch.reqs) + list(loop.waiting_queue) + ([loop.chunked_req] if loop.chunked_req else [])
+                live += list(loop.last_batch.reqs) if loop.last_batch is not None else []
+                loop.iterate({r.rid: EOS for r in live})
             self.audit_now()
+        else:
+            self.event("teardown did not drain: the idle checks see a busy loop")
         for loop in self.loops:
             loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
         super().teardown()
@@ -173,7 +190,7 @@ def fingerprint(loop: Any) -> tuple[Any, ...]:
 def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
                  chunk: int | None = None, pools: str = "upstream", new_token_ratio: float = 0.7,
                  sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
-                 device: str = "cpu") -> Any:
+                 mamba_slots: int = 0, device: str = "cpu") -> Any:
     """The loop for one server shape (:class:`~harness.upstream.engine.EngineConfig`); ``pools="both"``
     builds the upstream-pools loop, and the driver adds the poolfuzz mirror.  CPU only: ``device`` is
     recorded, as every family's is, and must be ``"cpu"``."""
@@ -185,17 +202,21 @@ def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tok
         cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
         pools="upstream" if pools == "both" else pools, new_token_ratio=new_token_ratio,
         sliding_window=sliding_window, swa_tokens=swa_tokens, swa_eviction_interval=swa_eviction_interval,
+        mamba_slots=mamba_slots,
     ))
 
 
 def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
                           chunk: int | None = None, pools: str = "poolfuzz", new_token_ratio: float = 0.7,
                           sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
-                          device: str = "cpu") -> Any:
+                          mamba_slots: int = 0, device: str = "cpu") -> Any:
     """The same loop over poolfuzz's row pool and KV allocator alone (``--target engine=...:build_poolfuzz_engine``).
 
-    Every drawn shape runs over ``pools/``; a hybrid-SWA shape runs as full attention, since ``pools/``
-    has no SWA allocator behind the 0.5.23 interface (``pools.swa`` predates it)."""
+    Every drawn shape runs over ``pools/``; a hybrid-SWA or hybrid-Mamba shape runs as full attention, since
+    ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
+    (``pools.swa`` predates it; ``pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
+    and :mod:`harness.upstream.engine_ours` has no adapter for it yet)."""
+    del mamba_slots
     return build_engine(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
                         pools="poolfuzz", new_token_ratio=new_token_ratio, sliding_window=None, swa_tokens=0,
                         swa_eviction_interval=swa_eviction_interval, device=device)
