@@ -91,28 +91,11 @@ def test_low_admission_ratio_drives_decode_into_retraction() -> None:
 ])
 def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
     from harness.canaries import collected
-    from harness.judge.drivers.engine import EngineDriver
     from harness.judge.families import resolve
-    from harness.judge.invariants import InvariantViolation
-    from strategies.engine import EngineView, engine_table
 
     canary = collected()[name]
-    factory = resolve(canary.spec)
-    table = engine_table()
-    caught = None
-    for seed in range(20):
-        driver = EngineDriver(factory, CONFIGS[0])
-        view, rng = EngineView(driver), random.Random(seed)
-        try:
-            for _ in range(80):
-                move = rng.choices(table.moves, weights=[m.weight for m in table.moves])[0]
-                step = move.draw(view, rng)
-                if step is not None:
-                    driver.step(step[0], **step[1])
-            driver.teardown()
-        except InvariantViolation as violation:
-            caught = violation.invariant_id
-            break
+    violation = _caught(resolve(canary.spec), CONFIGS[0], seeds=20)
+    caught = violation.invariant_id if violation is not None else None  # type: ignore[attr-defined]
     assert caught == canary.invariant
 
 
@@ -196,13 +179,13 @@ def _leaky_mamba_engine(where: str) -> object:
     return build
 
 
-def _caught(factory: object, config: dict[str, object]) -> object:
+def _caught(factory: object, config: dict[str, object], *, seeds: int = 10) -> object:
     from harness.judge.drivers.engine import EngineDriver
     from harness.judge.invariants import InvariantViolation
     from strategies.engine import EngineView, engine_table
 
     table = engine_table()
-    for seed in range(10):
+    for seed in range(seeds):
         driver = EngineDriver(factory, config)  # type: ignore[arg-type]
         view, rng = EngineView(driver), random.Random(seed)
         try:

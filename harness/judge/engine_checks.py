@@ -27,6 +27,7 @@ values), once.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from harness.judge.invariants import InvariantViolation, check
@@ -319,26 +320,33 @@ def row_verdict(loop: Any) -> None:
           rows=lost, free=len(free), held=len(held))
 
 
+def _compare(what: str, ours: bool, our_message: str, verdict_of: Callable[[], tuple[bool, str] | None],
+             unchecked: str) -> None:
+    """Our leak verdict on one pool against upstream's: ``kv-accounting`` when both (or only ours, where
+    upstream does not check) see a leak, ``checker-agreement`` when exactly one of two checks does."""
+    try:
+        verdict = verdict_of()
+    except (AssertionError, ValueError) as exc:
+        raise InvariantViolation("kv-accounting", f"upstream's invariant checker failed: {exc}", ours=our_message) from exc
+    if verdict is None:
+        check(not ours, "kv-accounting", f"a {what} is unaccounted for ({unchecked})", ours=our_message)
+        return
+    theirs, their_message = verdict
+    if ours and theirs:
+        raise InvariantViolation("kv-accounting", f"both judges see a {what} leak", ours=our_message, upstream=their_message)
+    if ours != theirs:
+        who = "ours" if ours else "upstream's invariant checker"
+        raise InvariantViolation("checker-agreement", f"only {who} sees a {what} leak", ours=our_message,
+                                 upstream=their_message)
+
+
 def _judge(loop: Any, upstream: UpstreamChecker) -> None:
     row_verdict(loop)
     ours, our_message = our_verdict(loop)
     if loop.config.hybrid_swa:
         swa_leak, swa_message = swa_verdict(loop)
         ours, our_message = ours or swa_leak, f"{our_message}; {swa_message}"
-    try:
-        verdict = upstream.verdict()
-    except (AssertionError, ValueError) as exc:
-        raise InvariantViolation("kv-accounting", f"upstream's invariant checker failed: {exc}", ours=our_message) from exc
-    if verdict is None:
-        check(not ours, "kv-accounting", "a KV page is unaccounted for (upstream checks nothing at this point)",
-              ours=our_message)
-        return
-    theirs, their_message = verdict
-    if ours and theirs:
-        raise InvariantViolation("kv-accounting", "both judges see a KV leak", ours=our_message, upstream=their_message)
-    if ours != theirs:
-        who = "ours" if ours else "upstream's invariant checker"
-        raise InvariantViolation("checker-agreement", f"only {who} sees a KV leak", ours=our_message, upstream=their_message)
+    _compare("KV page", ours, our_message, upstream.verdict, "upstream checks nothing at this point")
     if loop.config.hybrid_ssm:
         _judge_mamba(loop, upstream)
     if loop.fully_idle:
@@ -352,20 +360,7 @@ def _judge(loop: Any, upstream: UpstreamChecker) -> None:
 def _judge_mamba(loop: Any, upstream: UpstreamChecker) -> None:
     """The Mamba pool: our raw partition against upstream's idle check, with the full pool's rules."""
     ours, our_message = mamba_verdict(loop)
-    try:
-        verdict = upstream.mamba_verdict()
-    except (AssertionError, ValueError) as exc:
-        raise InvariantViolation("kv-accounting", f"upstream's Mamba pool check failed: {exc}", ours=our_message) from exc
-    if verdict is None:
-        check(not ours, "kv-accounting", "a Mamba slot is unaccounted for (upstream checks no Mamba pool while busy)",
-              ours=our_message)
-        return
-    theirs, their_message = verdict
-    if ours and theirs:
-        raise InvariantViolation("kv-accounting", "both judges see a Mamba slot leak", ours=our_message, upstream=their_message)
-    if ours != theirs:
-        who = "ours" if ours else "upstream's invariant checker"
-        raise InvariantViolation("checker-agreement", f"only {who} sees a Mamba slot leak", ours=our_message,
-                                 upstream=their_message)
-    protected = int(loop.tree_cache.mamba_protected_size())
-    check(protected == 0, "lock-balance", "nothing runs, yet the tree holds locked Mamba states", mamba_protected=protected)
+    _compare("Mamba slot", ours, our_message, upstream.mamba_verdict, "upstream checks no Mamba pool while busy")
+    if loop.fully_idle:
+        protected = int(loop.tree_cache.mamba_protected_size())
+        check(protected == 0, "lock-balance", "nothing runs, yet the tree holds locked Mamba states", mamba_protected=protected)

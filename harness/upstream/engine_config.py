@@ -74,7 +74,7 @@ class EngineConfig:
             raise ValueError(f"pools must be one of {POOLS}, not {self.pools!r}")
         if self.page_size < 1 or self.tokens % self.page_size:
             raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
-        if self.hybrid_swa:
+        if self.sliding_window is not None:
             if self.cache == "radix" or self.pools != "upstream":
                 raise ValueError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
                                  "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)")

@@ -62,7 +62,8 @@ class OurReqToTokenPool(OurRowPool):
         super().__init__(size, max_context_len, device)
 
     def alloc(self, reqs: Sequence[Any]) -> list[int] | None:  # type: ignore[override]
-        return super().alloc([_RowRecord(r) for r in reqs])  # type: ignore[list-item]
+        records: list[Any] = [_RowRecord(r) for r in reqs]  # our pool reads rid / req_pool_idx / kv_allocated_len
+        return super().alloc(records)
 
     def free(self, req: Any) -> None:  # type: ignore[override]
         super().free(_RowRecord(req))  # type: ignore[arg-type]
@@ -81,8 +82,8 @@ def our_allocator(upstream_class: type, size: int, page_size: int) -> Any:
         def __init__(self) -> None:
             # The base constructor (allocator/base.py) sets size, page_size, dtype, device and the
             # free-list fields, which the properties below take over.
-            self.ours = OurTokenAllocator(size) if page_size == 1 else OurPagedAllocator(size, page_size, "cpu", False)
-            base = next(k for k in upstream_class.__mro__ if k.__name__ == "BaseTokenToKVPoolAllocator")
+            self.ours: Any = OurTokenAllocator(size) if page_size == 1 else OurPagedAllocator(size, page_size, "cpu", False)
+            base: Any = next(k for k in upstream_class.__mro__ if k.__name__ == "BaseTokenToKVPoolAllocator")
             base.__init__(self, size, page_size, torch.float16, "cpu", None, False)
             self.debug_mode = False
 

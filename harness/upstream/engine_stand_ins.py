@@ -16,6 +16,7 @@ upstream line that reads it; reading any other leaf raises :class:`StandInReache
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -331,7 +332,11 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
             "SchedulerReqTimeStats": MetricsSink, "APIServerReqTimeStats": MetricsSink, "DPControllerReqTimeStats": MetricsSink,
         },
     }
-    return {name: (lambda n, attrs=attrs: _module(n, **attrs)) for name, attrs in table.items()}
+    return {name: functools.partial(_module_with, attrs) for name, attrs in table.items()}
+
+
+def _module_with(attrs: dict[str, Any], name: str) -> ModuleType:
+    return _module(name, **attrs)
 
 
 __all__ = ["RUNTIME", "ConfigBag", "RuntimeConfig", "StandInReached", "ceil_align", "stand_in_modules"]

@@ -104,7 +104,7 @@ class EngineDriver(Driver):
         return None
 
     @operation
-    def abort(self, pick: int) -> None:
+    def abort(self, pick: int) -> Any:
         """Abort a queued or running request (the ``abort_request`` path)."""
         live = [r.rid for r in self.loop.waiting_queue] + [r.rid for r in self.loop.running_batch.reqs]
         if not live:
