@@ -130,8 +130,8 @@ def engine_table() -> MoveTable:
         moves=(
             Move("iterate", 6, _iterate),
             Move("arrive", 4, _arrive),
-            Move("crowd", 1, _crowd),
-            Move("run", 1, _run, corner="decode under memory pressure"),
+            Move("crowd", 2, _crowd),
+            Move("run", 2, _run, corner="decode under memory pressure"),
             Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
         ),
         view=EngineView,

@@ -241,3 +241,17 @@ def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(
     targets, skipped = select_targets([])
     assert "engine" not in {t.family for t in targets}
     assert any(s["family"] == "engine" and "not installed" in s["reason"] for s in skipped)
+
+
+@needs_engine
+def test_finding_5_a_hybrid_swa_server_hangs_with_requests_queued_and_nothing_running() -> None:
+    """The committed trace (corpus/engine/engine-swa-admission-hangs.json) still breaks scheduler-progress on 0.5.23:
+    while this holds, upstream's SWA admission (prefill_budget.py:230-268) still refuses an idle pool's queue head."""
+    from pathlib import Path
+
+    from harness.traces.schema import load_trace
+    from harness.traces.replay import replay_trace
+
+    trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
+    result = replay_trace(trace)
+    assert (result.outcome, result.invariant) == ("violation", "scheduler-progress"), result.describe()

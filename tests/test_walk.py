@@ -12,7 +12,7 @@ from harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Sh
 from harness.fuzz.shares import FLOOR, WALK_SHARE_BOUNDS, EngineBook, ShareBook, pick
 from harness.fuzz.walk import WalkRun
 from harness.fuzz.worker import Worker
-from harness.judge.families import FAMILIES, family_unavailable
+from harness.judge.families import FAMILIES, family_unavailable, upstream_default
 from harness.judge.limits import check_config
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
@@ -28,6 +28,8 @@ def walked(family: str, seed: int, steps: int = STEPS, **kwargs: object) -> Walk
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_each_corner_walk_runs_clean_on_the_production_pool(family: str) -> None:
+    if upstream_default(family):
+        pytest.skip("its default is upstream code with known findings (docs/upstream-findings.md): tests/test_engine_family.py")
     if (reason := family_unavailable(family)) is not None:
         pytest.skip(reason)
     walk = walked(family, seed=1)

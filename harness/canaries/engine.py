@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from harness.canaries.catalogue import Canary
 from harness.upstream.engine import EngineConfig, EngineLoop
 
@@ -27,7 +29,7 @@ class ReleaseFreesProtectedPrefix(EngineLoop):
     def _release(self, req: Any, *, checkpoint: bool) -> None:
         if req.kv.holds_kv and req.kv.cache_protected_len > 0:
             row = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx]
-            self.allocator.free(row[: req.kv.cache_protected_len].to(torch_int64()))
+            self.allocator.free(row[: req.kv.cache_protected_len].to(torch.int64))
         super()._release(req, checkpoint=checkpoint)
 
 
@@ -82,12 +84,12 @@ class DoubleFreeAtFinish(EngineLoop):
         kv = req.kv
         row = None
         if kv.holds_kv and kv.kv_allocated_len > 0 and self.config.page_size == 1 and not self.config.hybrid_swa:
-            row = self.req_to_token_pool.req_to_token[kv.req_pool_idx, : kv.kv_allocated_len].clone().to(torch_int64())
+            row = self.req_to_token_pool.req_to_token[kv.req_pool_idx, : kv.kv_allocated_len].clone().to(torch.int64)
         super()._release(req, checkpoint=checkpoint)
         if row is not None:
             pending = self.allocator.free_group or []  # inside a result's free group, frees wait here
-            freed = torch_cat([self.allocator.free_pages, *[t.to(torch_int64()) for t in pending]])
-            returned = row[torch_isin(row, freed)]
+            freed = torch.cat([self.allocator.free_pages, *[t.to(torch.int64) for t in pending]])
+            returned = row[torch.isin(row, freed)]
             if len(returned):  # an insert duplicate or an unaligned tail went back once already
                 self.allocator.free(returned[:1])
 
@@ -101,6 +103,19 @@ class FreeGroupDropped(EngineLoop):
     def _end_free_group(self) -> None:
         self.allocator.free_group = []
         super()._end_free_group()
+
+
+class AdmitsNothingWhenIdle(EngineLoop):
+    """Admission refuses every request while nothing runs (a budget that counts the idle pool as full).
+
+    The hang shape of SGLang's "the scheduler spins in the waiting queue and the server hangs at warmup"
+    (pool_configurator.py:201-207).  Caught by ``scheduler-progress``.
+    """
+
+    def _new_prefill_batch(self) -> Any:
+        if self.running_batch.is_empty() and self.chunked_req is None and self.waiting_queue:
+            return None
+        return super()._new_prefill_batch()
 
 
 class EvictableSizeDrifts(EngineLoop):
@@ -137,29 +152,13 @@ class MirrorPopsTail(EngineLoop):
             ours._take_pages = from_the_tail
 
 
-def torch_cat(parts: list[Any]) -> Any:
-    import torch
-
-    return torch.cat(parts)
-
-
-def torch_isin(values: Any, pool: Any) -> Any:
-    import torch
-
-    return torch.isin(values, pool)
-
-
-def torch_int64() -> Any:
-    import torch
-
-    return torch.int64
-
-
 def _factory(loop_class: type[EngineLoop], *, mirror: bool = False) -> Any:
     def build(**config: Any) -> EngineLoop:
         # The glue bugs are planted over upstream's pools (ours would refuse some of them); a mirror
         # canary keeps the drawn pools, since its bug lives on the poolfuzz side of a "both" run.
-        shape = {k: v for k, v in config.items() if k not in ("device", "pools")}
+        # Hybrid-SWA shapes run as full attention: upstream's SWA admission hangs on many of them (finding 5 in
+        # docs/upstream-findings.md), and that hang, not the planted bug, would be reported first.
+        shape = {k: v for k, v in config.items() if k not in ("device", "pools", "sliding_window", "swa_tokens")}
         pools = config.get("pools", "upstream") if mirror else "upstream"
         return loop_class(EngineConfig(**shape, pools="upstream" if pools == "both" else pools))
 
@@ -174,6 +173,7 @@ build_release_keeps_lock = _factory(ReleaseKeepsLock)
 build_double_free_at_finish = _factory(DoubleFreeAtFinish)
 build_free_group_dropped = _factory(FreeGroupDropped)
 build_evictable_size_drifts = _factory(EvictableSizeDrifts)
+build_admits_nothing_when_idle = _factory(AdmitsNothingWhenIdle)
 build_mirror_pops_tail = _factory(MirrorPopsTail, mirror=True)
 
 _HERE = "harness.canaries.engine"
@@ -209,6 +209,11 @@ CANARIES: dict[str, Canary] = {
         "engine", f"{_HERE}:build_free_group_dropped",
         "free_group_end discards the frees collected since free_group_begin",
         "free_group_begin/end around result processing (batch_result_processor.py:264, :501)", "kv-accounting",
+    ),
+    "engine-admits-nothing-when-idle": Canary(
+        "engine", f"{_HERE}:build_admits_nothing_when_idle",
+        "admission refuses every request while nothing runs",
+        "pool_configurator.py:201-207 (the scheduler spins in the waiting queue, the server hangs)", "scheduler-progress",
     ),
     "engine-evictable-size-drifts": Canary(
         "engine", f"{_HERE}:build_evictable_size_drifts",

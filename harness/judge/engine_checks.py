@@ -340,8 +340,31 @@ def _compare(what: str, ours: bool, our_message: str, verdict_of: Callable[[], t
                                  upstream=their_message)
 
 
+def progress_verdict(loop: Any) -> None:
+    """``scheduler-progress``: an idle iteration that left requests waiting with nothing running is a hang.
+
+    A lock is taken at admission and dropped at release, so with nothing running no request holds one:
+    a stalled loop whose tree still protects tokens has leaked a lock (``lock-balance``, checked first,
+    since the leaked lock is then the cause of the hang).
+    """
+    if not loop.stalled:
+        return
+    protected = int(loop.tree_cache.protected_size())
+    check(protected == 0, "lock-balance", "nothing runs, yet the tree holds locked tokens (and the queue is stuck)",
+          protected=protected)
+    a, tree = loop.allocator, loop.tree_cache
+    head = loop.waiting_queue[0]
+    sizes: dict[str, Any] = {"waiting": len(loop.waiting_queue), "head_prompt": len(head.origin_input_ids),
+                             "head_max_new": head.sampling_params.max_new_tokens, "available": a.available_size(),
+                             "evictable": tree.evictable_size()}
+    if loop.config.hybrid_swa:
+        sizes.update(swa_available=a.swa_available_size(), swa_evictable=tree.swa_evictable_size(), swa_pool=a.size_swa)
+    raise InvariantViolation("scheduler-progress", "nothing runs and the queue admitted nothing: the server hangs", **sizes)
+
+
 def _judge(loop: Any, upstream: UpstreamChecker) -> None:
     row_verdict(loop)
+    progress_verdict(loop)
     ours, our_message = our_verdict(loop)
     if loop.config.hybrid_swa:
         swa_leak, swa_message = swa_verdict(loop)

@@ -133,6 +133,13 @@ _CATALOGUE = (
         "a vectorised loop, a new tree core)",
     ),
     Invariant(
+        "scheduler-progress",
+        "A scheduler iteration with requests waiting and nothing running or chunked admits one: otherwise no later "
+        "iteration changes the pools or the tree, and the server hangs with the queue head waiting for ever.",
+        "admission rules that refuse, on an idle server, a request the startup checks accept (a strict budget "
+        "comparison, a request's own locked prefix counted against it): a hang at warmup or after a burst",
+    ),
+    Invariant(
         "checker-agreement",
         "SGLang's own runtime checker (invariant_checker.py: the leak equation and the KV page owner check) and "
         "poolfuzz's raw page partition agree on whether a KV page leaked; a disagreement means one of them is wrong.",

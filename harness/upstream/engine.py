@@ -101,6 +101,8 @@ class EngineLoop:
         self.iterations = 0
         self.fully_idle = True
         """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
+        self.stalled = False
+        """The last iteration formed no batch with requests waiting and nothing running (see :meth:`_iterate`)."""
 
     def _build_pools(self) -> tuple[Any, Any]:
         """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
@@ -216,8 +218,13 @@ class EngineLoop:
         if batch is None:
             self.last_batch = None
             self.fully_idle = self.is_idle()
+            # Nothing runs, nothing is chunked, and the queue admitted nothing: a fixed point.  With no
+            # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
+            # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).
+            self.stalled = bool(self.waiting_queue) and self.running_batch.is_empty() and self.chunked_req is None
             return "idle"
         self.fully_idle = False
+        self.stalled = False
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
                 self.to_abort.discard(req.rid)

@@ -1,0 +1,104 @@
+"""Standalone reproduction of engine finding 5 (``swa-admission-hangs``): a hybrid-SWA server accepts a
+request its admission can never place, and the queue head then waits for ever on an idle pool.
+
+SGLang 0.5.23, hybrid sliding-window model (``SWATokenToKVPoolAllocator``), chunked prefill off
+(``--chunked-prefill-size -1``):
+
+* at arrival, ``init_req_max_new_tokens`` (managers/scheduler.py:2693) asks the allocator's
+  ``max_new_tokens_for_memory``.  ``SWATokenToKVPoolAllocator`` does not override it, so the base
+  version (mem_cache/allocator/base.py:88-105) checks the *full* pool only, and the request is queued;
+* at admission, ``SWAPrefillBudget.check_prefill`` (mem_cache/prefill_budget.py:230-268) charges
+  ``estimate_swa_kv_tokens`` = (extend - window) + min(extend + max_new, window) + page = extend + page
+  SWA slots.  When that reaches the SWA pool it is a "permanent shortfall", but without a chunk limit
+  there is nothing to shrink, so it answers ``(False, None)``: ``add_one_req`` returns ``NO_TOKEN`` and
+  the scheduler's loop breaks at the queue head (scheduler.py:4280-4300) without aborting it;
+* nothing runs, so no later iteration changes the pools: every iteration is the same refusal.  With the
+  default ``--swa-full-tokens-ratio 0.8``, every prompt between 80% of the full pool and all of it hangs
+  the server this way.  The startup check ``validate_swa_pool_size`` (model_executor/pool_configurator.py:
+  198-216) exists to stop exactly this hang ("the scheduler spins in the waiting queue"), but only for
+  pools below one window.
+
+The script runs the wheel's own ``allocator/base.py`` and ``prefill_budget.py`` (nothing of poolfuzz),
+on an idle pool: no request runs, nothing is cached.
+
+    pip install --no-deps sglang==0.5.23 && python corpus/upstream/repro_swa_admission_hangs.py
+
+It prints both answers and exits 1 when the hang reproduces, 0 when it does not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+SRT = Path(importlib.util.find_spec("sglang").submodule_search_locations[0]) / "srt"  # type: ignore[union-attr,index]
+
+
+def load(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def main() -> int:
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache", "sglang.srt.mem_cache.allocator"):
+        package = types.ModuleType(name)
+        package.__path__ = []  # type: ignore[attr-defined]
+        sys.modules[name] = package
+    # prefill_budget.py imports one helper from allocator/swa.py: False for a paged SWA pool (no per-request ring).
+    swa = types.ModuleType("sglang.srt.mem_cache.allocator.swa")
+    swa.is_swa_req_ring = lambda allocator: False  # type: ignore[attr-defined]
+    sys.modules[swa.__name__] = swa
+    base = load("sglang.srt.mem_cache.allocator.base", SRT / "mem_cache/allocator/base.py")
+    budget_module = load("sglang.srt.mem_cache.prefill_budget", SRT / "mem_cache/prefill_budget.py")
+
+    full_tokens, swa_tokens, window, page = 32, 10, 8, 1  # window + page < SWA pool: the startup check passes
+    prompt, max_new = 10, 5
+
+    class IdleSWAAllocator:
+        """The sizes SWATokenToKVPoolAllocator reports with nothing allocated (allocator/swa.py)."""
+
+        page_size = page
+        size_swa = swa_tokens
+
+        def full_available_size(self) -> int:
+            return full_tokens
+
+        def swa_available_size(self) -> int:
+            return swa_tokens
+
+        def available_size(self) -> int:
+            return min(full_tokens, swa_tokens)
+
+    class EmptyTree:
+        """An empty UnifiedRadixCache with an SWA component: nothing evictable."""
+
+        sliding_window_size = window
+
+        def full_evictable_size(self) -> int:
+            return 0
+
+        def swa_evictable_size(self) -> int:
+            return 0
+
+    allocator = IdleSWAAllocator()
+    accepted = base.BaseTokenToKVPoolAllocator.max_new_tokens_for_memory(
+        allocator, prompt, max_new, token_capacity=full_tokens, sliding_window_size=window, chunk_size=None)
+    budget = budget_module.SWAPrefillBudget(allocator, EmptyTree())
+    total_tokens = prompt + max_new + page  # what add_one_req charges (schedule_policy.py:1407-1427)
+    admitted = budget.check_prefill(extend_input_len=prompt, total_tokens=total_tokens, max_new_tokens=max_new,
+                                    input_tokens=prompt, swa_host_hit_length=0, chunk_limit=None)
+    print(f"arrival: max_new_tokens_for_memory({prompt}, {max_new}) = {accepted}  (None would abort the request)")
+    print(f"admission on an idle pool (full {full_tokens}, SWA {swa_tokens}, window {window}): check_prefill = {admitted}")
+    hangs = accepted is not None and accepted > 0 and admitted[0] is False
+    print("REPRODUCED: queued, and never admitted while nothing else runs" if hangs else "not reproduced")
+    return 1 if hangs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
