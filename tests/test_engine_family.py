@@ -249,8 +249,8 @@ def test_finding_5_a_hybrid_swa_server_hangs_with_requests_queued_and_nothing_ru
     while this holds, upstream's SWA admission (prefill_budget.py:230-268) still refuses an idle pool's queue head."""
     from pathlib import Path
 
-    from harness.traces.schema import load_trace
     from harness.traces.replay import replay_trace
+    from harness.traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
     result = replay_trace(trace)
