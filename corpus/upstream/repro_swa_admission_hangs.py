@@ -23,7 +23,8 @@ on an idle pool: no request runs, nothing is cached.
 
     pip install --no-deps sglang==0.5.23 && python corpus/upstream/repro_swa_admission_hangs.py
 
-It prints both answers and exits 1 when the hang reproduces, 0 when it does not.
+It checks a toy shape and a server-sized one (a 200k-token full pool, the default 0.8 SWA ratio, a 4k window,
+page 64, a 180k-token prompt), prints both answers for each, and exits 1 when the hang reproduces, 0 when not.
 """
 
 from __future__ import annotations
@@ -57,8 +58,20 @@ def main() -> int:
     base = load("sglang.srt.mem_cache.allocator.base", SRT / "mem_cache/allocator/base.py")
     budget_module = load("sglang.srt.mem_cache.prefill_budget", SRT / "mem_cache/prefill_budget.py")
 
-    full_tokens, swa_tokens, window, page = 32, 10, 8, 1  # window + page < SWA pool: the startup check passes
-    prompt, max_new = 10, 5
+    # (full pool, SWA pool, window, page, prompt, max_new): a toy shape, and a server-sized one (SWA pool at the
+    # default --swa-full-tokens-ratio 0.8 of a 200k-token full pool, a 4k window, page 64, a 180k-token prompt).
+    shapes = ((32, 10, 8, 1, 10, 5), (200_000, 160_000, 4096, 64, 180_000, 512))
+    hung = 0
+    for full_tokens, swa_tokens, window, page, prompt, max_new in shapes:
+        hung += reproduces(base, budget_module, full_tokens, swa_tokens, window, page, prompt, max_new)
+    print("REPRODUCED: queued at arrival, never admitted on an idle pool" if hung == len(shapes) else "not reproduced")
+    return 1 if hung == len(shapes) else 0
+
+
+def reproduces(base: types.ModuleType, budget_module: types.ModuleType, full_tokens: int, swa_tokens: int,
+               window: int, page: int, prompt: int, max_new: int) -> bool:
+    """Upstream's arrival clip and admission check for one request on an idle hybrid-SWA pool."""
+    assert window + page < swa_tokens, "validate_swa_pool_size (pool_configurator.py:198-216) would refuse this pool"
 
     class IdleSWAAllocator:
         """The sizes SWATokenToKVPoolAllocator reports with nothing allocated (allocator/swa.py)."""
@@ -90,14 +103,13 @@ def main() -> int:
     accepted = base.BaseTokenToKVPoolAllocator.max_new_tokens_for_memory(
         allocator, prompt, max_new, token_capacity=full_tokens, sliding_window_size=window, chunk_size=None)
     budget = budget_module.SWAPrefillBudget(allocator, EmptyTree())
-    total_tokens = prompt + max_new + page  # what add_one_req charges (schedule_policy.py:1407-1427)
-    admitted = budget.check_prefill(extend_input_len=prompt, total_tokens=total_tokens, max_new_tokens=max_new,
+    paged_prompt = -(-prompt // page) * page
+    total_tokens = paged_prompt + (accepted or 0) + page  # what add_one_req charges (schedule_policy.py:1407-1427)
+    admitted = budget.check_prefill(extend_input_len=prompt, total_tokens=total_tokens, max_new_tokens=accepted or 0,
                                     input_tokens=prompt, swa_host_hit_length=0, chunk_limit=None)
-    print(f"arrival: max_new_tokens_for_memory({prompt}, {max_new}) = {accepted}  (None would abort the request)")
-    print(f"admission on an idle pool (full {full_tokens}, SWA {swa_tokens}, window {window}): check_prefill = {admitted}")
-    hangs = accepted is not None and accepted > 0 and admitted[0] is False
-    print("REPRODUCED: queued, and never admitted while nothing else runs" if hangs else "not reproduced")
-    return 1 if hangs else 0
+    print(f"full {full_tokens}, SWA {swa_tokens}, window {window}, page {page}: a {prompt}-token prompt asking {max_new} "
+          f"new tokens -> arrival max_new_tokens_for_memory = {accepted} (None would abort it); idle-pool check_prefill = {admitted}")
+    return accepted is not None and accepted > 0 and admitted[0] is False
 
 
 if __name__ == "__main__":
