@@ -255,3 +255,15 @@ def test_finding_5_a_hybrid_swa_server_hangs_with_requests_queued_and_nothing_ru
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
     result = replay_trace(trace)
     assert (result.outcome, result.invariant) == ("violation", "scheduler-progress"), result.describe()
+
+
+@needs_engine
+def test_with_the_waiting_timeout_on_the_hung_queue_head_is_aborted_and_the_server_goes_on() -> None:
+    from pathlib import Path
+
+    from harness.traces.replay import replay_trace
+    from harness.traces.schema import load_trace
+
+    trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
+    result = replay_trace(trace, target="harness.judge.drivers.engine:build_engine_with_waiting_timeout")
+    assert result.outcome == "pass", result.describe()

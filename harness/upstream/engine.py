@@ -103,6 +103,8 @@ class EngineLoop:
         """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
         self.stalled = False
         """The last iteration formed no batch with requests waiting and nothing running (see :meth:`_iterate`)."""
+        self.timed_out = 0
+        """Queue heads aborted by the waiting timeout (``EngineConfig.waiting_timeout``)."""
 
     def _build_pools(self) -> tuple[Any, Any]:
         """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
@@ -222,6 +224,11 @@ class EngineLoop:
             # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
             # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).
             self.stalled = bool(self.waiting_queue) and self.running_batch.is_empty() and self.chunked_req is None
+            if self.stalled and self.config.waiting_timeout:
+                self.abort(self.waiting_queue[0].rid)  # the waiting timeout's AbortReq for the queue head
+                self.timed_out += 1
+                self.stalled = False
+                return "timeout"
             return "idle"
         self.fully_idle = False
         self.stalled = False

@@ -41,6 +41,11 @@ class EngineConfig:
     swa_eviction_interval: int = 128
     """``SGLANG_SWA_EVICTION_INTERVAL`` (environ.py, default 128): tokens past the window before
     ``maybe_evict_swa`` frees a request's out-of-window SWA slots (schedule_batch.py:4063-4066)."""
+    waiting_timeout: bool = False
+    """``SGLANG_REQ_WAITING_TIMEOUT > 0`` (default -1, off): the scheduler aborts a request that waited past the
+    timeout (``_poll_timeout_aborts``, scheduler.py:3598-3620).  The loop has no clock; a request left waiting
+    on a server where nothing runs waits past any timeout, so with the knob on such an iteration aborts the
+    queue head as the timeout would, and the server goes on (the way past finding 5's hang)."""
     mamba_slots: int = 0
     """A hybrid Mamba (linear attention) model's state slots (``max_mamba_cache_size``); 0 is no Mamba.
     With slots the loop builds what ``kv_cache_configurator.py`` builds for a hybrid-SSM model:

@@ -190,7 +190,7 @@ def fingerprint(loop: Any) -> tuple[Any, ...]:
 def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
                  chunk: int | None = None, pools: str = "upstream", new_token_ratio: float = 0.7,
                  sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
-                 mamba_slots: int = 0, device: str = "cpu") -> Any:
+                 mamba_slots: int = 0, waiting_timeout: bool = False, device: str = "cpu") -> Any:
     """The loop for one server shape (:class:`~harness.upstream.engine.EngineConfig`); ``pools="both"``
     builds the upstream-pools loop, and the driver adds the poolfuzz mirror.  CPU only: ``device`` is
     recorded, as every family's is, and must be ``"cpu"``."""
@@ -202,8 +202,16 @@ def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tok
         cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
         pools="upstream" if pools == "both" else pools, new_token_ratio=new_token_ratio,
         sliding_window=sliding_window, swa_tokens=swa_tokens, swa_eviction_interval=swa_eviction_interval,
-        mamba_slots=mamba_slots,
+        mamba_slots=mamba_slots, waiting_timeout=waiting_timeout,
     ))
+
+
+def build_engine_with_waiting_timeout(**config: Any) -> Any:
+    """Upstream's loop with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``--target engine=...:build_engine_with_waiting_timeout``).
+
+    Finding 5's hang stops a plain run within seconds; with the timeout a hung queue head is aborted, as a
+    server configured so would, and fuzzing goes on past it over every shape."""
+    return build_engine(**{**config, "waiting_timeout": True})
 
 
 def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
