@@ -114,6 +114,7 @@ class BlockPoolMisuse:
         unpin = getattr(self.pool, "unpin_blocks", None)
         if unpin is None:
             return SKIPPED
+        error: type[PoolError]
         if kind == "more unpins than references":
             held = [b for b in range(1, self.model.num_gpu_blocks) if self.model.ref[b] > 0]
             if not held:
