@@ -66,7 +66,11 @@ def environment(target: str) -> Iterator[None]:
 
 
 def target_names(families: Sequence[str] = ()) -> list[str]:
-    """Every target, or those of ``families``, in registry order."""
+    """Every target, or those of ``families``, in registry order.
+
+    A family whose default is upstream code (``engine``) is left out unless named: its machine runs SGLang's
+    scheduler, not a ``pools/`` module, and tracing upstream's files line by line makes its baseline crawl.
+    """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)} "
@@ -74,6 +78,8 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
     names: list[str] = []
     for family, kit in FAMILIES.items():
         if families and family not in families:
+            continue
+        if not families and kit.default in kit.upstream:
             continue
         names.extend([f"{family}[{label}]" for label, _ in kit.variants] if kit.variants else [family])
     names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
