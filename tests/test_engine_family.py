@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from harness.upstream.engine_loader import StandIn, StandInReached, engine_unavailable_reason
+from harness.judge.families import family_unavailable
+from harness.upstream.engine_loader import StandIn, StandInReached
 
-REASON = engine_unavailable_reason()
+REASON = family_unavailable("engine")
 needs_engine = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
 
 
@@ -232,7 +233,6 @@ def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
 
 def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.fuzz.options import select_targets
-    from harness.judge.families import family_unavailable
     from harness.upstream import engine_loader
 
     monkeypatch.setattr(engine_loader, "_loaded", None)

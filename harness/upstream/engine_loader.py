@@ -266,6 +266,9 @@ def load_engine() -> EngineModules:
 
 
 def _load() -> EngineModules:
+    if importlib.util.find_spec("msgspec") is None:
+        raise UpstreamUnavailableError("the engine target needs msgspec (pip install msgspec): sglang's runtime_context "
+                                       "and KV layout import it")
     source = locate_sglang()  # POOLFUZZ_SGLANG_SRC's folder, else the installed distribution
     version = source.version
     existing = sys.modules.get("sglang")
@@ -304,16 +307,5 @@ def _load() -> EngineModules:
                          namespace=namespace, finder=finder)
 
 
-def engine_unavailable_reason() -> str | None:
-    """Why :func:`load_engine` would fail, or ``None`` (for test skips and ``harness list``)."""
-    if importlib.util.find_spec("msgspec") is None:
-        return "the engine target needs msgspec (pip install msgspec): sglang's runtime_context and KV layout import it"
-    try:
-        load_engine()
-    except UpstreamUnavailableError as exc:
-        return str(exc)
-    return None
-
-
 __all__ = ["ENGINE_MODULES", "NOT_LOADED", "REAL_PREFIXES", "EngineModules", "StandIn", "StandInModule", "StandInReached",
-           "active", "engine_call", "engine_unavailable_reason", "load_engine"]
+           "active", "engine_call", "load_engine"]

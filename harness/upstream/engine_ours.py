@@ -58,9 +58,6 @@ class _RowRecord:
 class OurReqToTokenPool(OurRowPool):
     """``pools.req_to_token.ReqToTokenPool`` taking 0.5.23 requests (``memory_pool.py:376`` interface)."""
 
-    def __init__(self, size: int, max_context_len: int, device: str) -> None:
-        super().__init__(size, max_context_len, device)
-
     def alloc(self, reqs: Sequence[Any]) -> list[int] | None:  # type: ignore[override]
         records: list[Any] = [_RowRecord(r) for r in reqs]  # our pool reads rid / req_pool_idx / kv_allocated_len
         return super().alloc(records)
