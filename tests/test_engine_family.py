@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -267,3 +269,16 @@ def test_with_the_waiting_timeout_on_the_hung_queue_head_is_aborted_and_the_serv
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
     result = replay_trace(trace, target="harness.judge.drivers.engine:build_engine_with_waiting_timeout")
     assert result.outcome == "pass", result.describe()
+
+
+@needs_engine
+def test_a_trace_naming_a_shape_no_server_builds_is_refused_as_bad_input(tmp_path: Path) -> None:
+    from harness.traces.replay import replay_trace
+    from harness.traces.schema import load_trace
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json").read_text())
+    data["config"]["cache"] = "radix"  # 0.5.23 has no SWA component for the legacy cache
+    path = tmp_path / "unbuildable.json"
+    path.write_text(json.dumps(data))
+    result = replay_trace(load_trace(path))
+    assert result.outcome == "invalid" and "not a shape 0.5.23 builds" in result.describe(), result.describe()

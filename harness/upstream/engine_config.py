@@ -8,6 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.judge.limits import LimitError
+
+
+class EngineShapeError(LimitError):
+    """A server shape 0.5.23 does not build (a combination, or a pool its startup checks refuse).
+
+    A :class:`~harness.judge.limits.LimitError`, so a trace naming one is refused as bad input
+    (replay: ``BAD``, exit 2) before any step runs, like a size past the family's limits.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("engine", "config", None, None, f"is not a shape 0.5.23 builds: {problem}")
+
 CACHES = ("radix", "unified-rust", "unified-python")
 """``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
 POOLS = ("upstream", "poolfuzz")
@@ -74,32 +87,32 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.cache not in CACHES:
-            raise ValueError(f"cache must be one of {CACHES}, not {self.cache!r}")
+            raise EngineShapeError(f"cache must be one of {CACHES}, not {self.cache!r}")
         if self.pools not in POOLS:
-            raise ValueError(f"pools must be one of {POOLS}, not {self.pools!r}")
+            raise EngineShapeError(f"pools must be one of {POOLS}, not {self.pools!r}")
         if self.page_size < 1 or self.tokens % self.page_size:
-            raise ValueError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
+            raise EngineShapeError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
         if self.sliding_window is not None:
             if self.cache == "radix" or self.pools != "upstream":
-                raise ValueError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
+                raise EngineShapeError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
                                  "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)")
             if self.sliding_window < 1 or self.swa_tokens < self.page_size or self.swa_tokens % self.page_size:
-                raise ValueError(f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
+                raise EngineShapeError(f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
                                  f"a positive multiple of page_size ({self.page_size})")
             if self.sliding_window + self.page_size >= self.swa_tokens:
                 # The server refuses this at startup (validate_swa_pool_size, model_executor/pool_configurator.py:198-216):
                 # prefill charges window + page of SWA headroom per request, so no request could ever be admitted.
-                raise ValueError(f"SWA pool ({self.swa_tokens} tokens) cannot hold even one request: sliding_window "
+                raise EngineShapeError(f"SWA pool ({self.swa_tokens} tokens) cannot hold even one request: sliding_window "
                                  f"({self.sliding_window}) + page_size ({self.page_size}) must stay below it")
         if self.mamba_slots < 0:
-            raise ValueError(f"mamba_slots ({self.mamba_slots}) must be >= 0")
+            raise EngineShapeError(f"mamba_slots ({self.mamba_slots}) must be >= 0")
         if self.hybrid_ssm:
             from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 
             if self.cache == "radix" or self.pools != "upstream" or self.page_size != 1:
-                raise ValueError("a Mamba shape runs on UnifiedRadixCache over upstream's pools at page size 1 "
+                raise EngineShapeError("a Mamba shape runs on UnifiedRadixCache over upstream's pools at page size 1 "
                                  "(see EngineConfig.mamba_slots for why each other combination does not run)")
             if self.rows > self.mamba_slots // MAMBA_REQUESTS_RATIO:
-                raise ValueError(f"rows ({self.rows}) must be at most mamba_slots // {MAMBA_REQUESTS_RATIO} "
+                raise EngineShapeError(f"rows ({self.rows}) must be at most mamba_slots // {MAMBA_REQUESTS_RATIO} "
                                  f"({self.mamba_slots // MAMBA_REQUESTS_RATIO}): kv_cache_configurator.py:3134-3150 caps "
                                  "max_running_requests there")
