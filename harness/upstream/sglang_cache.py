@@ -269,7 +269,7 @@ def load_sglang_cache() -> SglangCacheModules:
         executed, problems = _exec_under(stand_ins, root, source)
         clock = LogicalClock()
         if "radix_cache" in executed:
-            executed["radix_cache"].time = clock  # its only clock: `import time` at module level
+            vars(executed["radix_cache"])["time"] = clock  # its only clock: `import time` at module level
         pool_base = getattr(executed.get("base_swa_memory_pool"), "BaseSWAKVPool", None)
         _loaded[key] = SglangCacheModules(
             version=source.version,
@@ -306,7 +306,7 @@ def _exec_under(
         except AttributeError as exc:
             return (f"srt/mem_cache/evict_policy.py has no {exc.name} (an eviction policy the stand-in "
                     f"get_eviction_strategy maps, as 0.5.23 has it)")
-        stand_ins[f"{_MEM_CACHE}.utils"].get_eviction_strategy = strategy
+        vars(stand_ins[f"{_MEM_CACHE}.utils"])["get_eviction_strategy"] = strategy
         return None
 
     try:

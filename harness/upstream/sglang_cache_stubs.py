@@ -293,7 +293,7 @@ def cache_stand_ins(
     )
     modules["sglang.srt.platforms"] = _module("sglang.srt.platforms", current_platform=platform)
     kernels = modules["sglang.kernels.ops.memory.allocator"]
-    kernels.get_and_clear_swa_pages = _lazy_kernel_function("get_and_clear_swa_pages", kernel_file)
+    vars(kernels)["get_and_clear_swa_pages"] = _lazy_kernel_function("get_and_clear_swa_pages", kernel_file)
     modules["sglang.srt.mem_cache.events"] = _module(
         "sglang.srt.mem_cache.events",
         KVCacheEventRecorder=DisabledEventRecorder,
