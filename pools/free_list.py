@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pools.host_views import HostViews
 from pools.page_states import host_tables
 
 __all__ = ["PageFreeList"]
@@ -35,12 +36,14 @@ _MIN_SLACK = 64
 """Room left at the growing end after a move, so small frees do not move the buffer every call."""
 
 
-class PageFreeList:
+class PageFreeList(HostViews):
     """An ordered sequence of free page ids with O(k) ``pop``, ``append`` and ``prepend``.
 
     ``view()`` is the sequence as a tensor view (no copy).  The tensor backing
     it is replaced, never rewritten, when an end runs out of room.
     """
+
+    _host_views = (("_host", "_buf"),)
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

@@ -20,6 +20,7 @@ import torch
 
 from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
 from pools.free_list import PageFreeList
+from pools.host_views import HostViews
 
 __all__ = ["MambaSlotAllocator"]
 
@@ -51,7 +52,7 @@ def _slot_list(pool: str, indices: Any, size: int, name: str = "indices") -> lis
     return slots
 
 
-class MambaSlotAllocator:
+class MambaSlotAllocator(HostViews):
     """Free list of Mamba slots ``1..size``: head pop (FIFO), tail push.
 
     Invariant: every slot in ``1..size`` is in exactly one place: the free list,
@@ -68,6 +69,7 @@ class MambaSlotAllocator:
     """
 
     pool_name = "MambaSlotAllocator"
+    _host_views = (("_state_np", "_state"),)
 
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
         self.size = check_count(self.pool_name, "size", size)

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pools.host_views import HostViews
+
 __all__ = ["DEVICE_PATH_ON_CPU", "FREE", "LIVE", "PENDING", "RESERVED", "PageStateTable", "RepeatFinder", "host_tables"]
 
 LIVE, FREE, PENDING, RESERVED = 0, 1, 2, 3
@@ -47,8 +49,10 @@ def host_tables(device: torch.device) -> bool:
     return device.type == "cpu" and os.environ.get(DEVICE_PATH_ON_CPU) != "1"
 
 
-class PageStateTable:
+class PageStateTable(HostViews):
     """``LIVE`` / ``FREE`` / ``PENDING`` / ``RESERVED`` for pages ``0..num_pages`` (plus the sentinel)."""
+
+    _host_views = (("_host", "states"),)
 
     def __init__(self, num_pages: int, device: torch.device) -> None:
         self.num_pages = num_pages
@@ -127,13 +131,15 @@ class PageStateTable:
         return self._repeats
 
 
-class RepeatFinder:
+class RepeatFinder(HostViews):
     """Finds a repeated id among valid ids ``0..bound-1`` in O(count), on the host or on a device.
 
     A short host call goes through a Python set.  Otherwise each id is stamped
     with its position in a scratch table: an id written twice keeps only one
     position, so the read-back differs at the other.
     """
+
+    _host_views = (("_stamp_host", "_stamp"), ("_positions_host", "_positions"))
 
     def __init__(self, bound: int, device: torch.device | None = None) -> None:
         device = device or torch.device("cpu")

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from pools.errors import BadBatchError
+from pools.host_views import HostViews
 from pools.page_states import LIVE, PageStateTable, host_tables
 
 __all__ = ["PagedBatchChecker", "is_int_tensor"]
@@ -50,8 +51,10 @@ def _host(t: Tensor) -> np.ndarray:
     return t.numpy().astype(np.int64, copy=False)
 
 
-class PagedBatchChecker:
+class PagedBatchChecker(HostViews):
     """The batch rules of one paged allocator: its name, page size, state table and ``check_layout``."""
+
+    _host_views = (("_host_states", "states.states"),)
 
     def __init__(self, pool_name: str, page_size: int, states: PageStateTable, check_layout: bool) -> None:
         self.pool_name = pool_name

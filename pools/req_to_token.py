@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, ReservedIndexError, check_count
+from pools.host_views import HostViews
 
 
 @dataclass(eq=False)
@@ -47,13 +48,14 @@ class Req:
     kv_allocated_len: int = 0
 
 
-class _RowPool(ABC):
+class _RowPool(HostViews, ABC):
     """Shared machinery of the two request-row pools; subclasses choose the pop end."""
 
     pool_name = "ReqToTokenPool"
     size: int
     pre_alloc_size: int = 0
     """Rows held back for in-transfer decode requests (``DecodeReqToTokenPool``); 0 otherwise, as upstream."""
+    _host_views = (("_generation_view", "req_generation"),)
 
     def __init__(self, usable_rows: int, max_context_len: int, device: str | torch.device) -> None:
         check_count(self.pool_name, "size", usable_rows)

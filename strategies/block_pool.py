@@ -28,7 +28,7 @@ are issued only to targets that validate their input.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from strategies.block_pool_catalogue import block_pool_catalogue
 from strategies.block_pool_views import BlockPoolView
@@ -270,6 +270,22 @@ def block_pool_moves() -> tuple[Move, ...]:
     )
 
 
+def block_pool_drain(view: BlockPoolView) -> Iterator[Step]:
+    """Free every live request, then take the whole free queue in one ``get_new_blocks``, free it, and reset.
+
+    The queue's order (which cached block is reused, so loses its hash, first) is state no step reads
+    until that many blocks are asked for: one allocation of everything checks all of it
+    (``free-queue-order``, ``cache-map``)."""
+    for live in view.live():
+        yield "free", {"handle": live}
+    yield "admit", {"tokens": []}
+    taker = view.newest()
+    if taker is not None and view.num_free:
+        yield "allocate", {"handle": taker, "num_blocks": view.num_free}
+        yield "free", {"handle": taker}
+    yield "reset", {}
+
+
 def block_pool_table() -> MoveTable:
     """The ``block_pool`` family's table."""
     return MoveTable(
@@ -280,4 +296,5 @@ def block_pool_table() -> MoveTable:
         occupancy=BlockPoolView.occupancy,
         bench_moves=("prefill", "allocate", "cache", "free", "slide", "touch", "evict a request's blocks", "reset"),
         corners=block_pool_corners,
+        drain=block_pool_drain,
     )

@@ -16,6 +16,8 @@ page with requests that do not.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from strategies.choosers import Chooser
 from strategies.kv_configs import paged_kv_config, token_kv_config
 from strategies.kv_misuse import admit_mid_page, paged_catalogue, token_catalogue
@@ -132,6 +134,25 @@ def token_moves() -> tuple[Move, ...]:
     )
 
 
+def kv_drain(view: KVView) -> Iterator[Step]:
+    """Close an open free group, free every holder, take every free page in one ``alloc`` (the free list's
+    order, staged pages included), free it, sort the free list, take it all again, then ``clear``.
+
+    Which page comes next is state no step shows until that many pages are asked for; two allocations
+    of everything check the whole order, before and after ``merge_and_sort_free`` (``page-layout``)."""
+    if view.group_open:
+        yield "group_end", {}
+    for handle in view.live():
+        yield "free", {"handle": handle}
+    for _ in range(2):
+        if view.free_pages():
+            yield "alloc", {"need_size": view.free_pages() * view.page_size}
+            for handle in view.live():
+                yield "free", {"handle": handle}
+        yield "merge", {}
+    yield "clear", {}
+
+
 def token_kv_table() -> MoveTable:
     """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
     return MoveTable(
@@ -141,6 +162,7 @@ def token_kv_table() -> MoveTable:
         view=KVView,
         occupancy=KVView.occupancy,
         bench_moves=("alloc", "free", "free group", "free part", "merge", "clear"),
+        drain=kv_drain,
     )
 
 
@@ -322,4 +344,5 @@ def paged_kv_table(*, page_size: int | None = None) -> MoveTable:
         occupancy=KVView.occupancy,
         bench_moves=("admit", "extend at page edges", "decode", "alloc", "free", "free group", "free part", "merge",
                      "clear"),
+        drain=kv_drain,
     )

@@ -23,6 +23,8 @@ but not its slot in one batch with new ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from strategies.choosers import Chooser
 from strategies.mamba_catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
 from strategies.mamba_views import HybridView, MambaSlotView, SlotView
@@ -164,6 +166,21 @@ def mamba_slot_moves() -> tuple[Move, ...]:
     )
 
 
+def mamba_slot_drain(view: MambaSlotView) -> Iterator[Step]:
+    """Hand out an open window's whole reservation one ``alloc(1)`` at a time (the order it must come in),
+    close it, free every slot, take the whole free list in one ``alloc``, free it, then ``clear``."""
+    for _ in range(len(view.unconsumed())):
+        yield "alloc", {"need_size": 1}
+    if view.group_open:
+        yield "group_end", {}
+    for _ in range(2):
+        if view.live():
+            yield "free", {"handles": view.live()}
+        if view.free_count():
+            yield "alloc", {"need_size": view.free_count()}
+    yield "clear", {}
+
+
 def mamba_slot_table() -> MoveTable:
     """``mamba_slots``: windows opened with reservations around what is free, repeats inside one free."""
     return MoveTable(
@@ -173,6 +190,7 @@ def mamba_slot_table() -> MoveTable:
         view=MambaSlotView,
         occupancy=MambaSlotView.occupancy,
         bench_moves=("alloc", "group begin", "group end", "free", "clear"),
+        drain=mamba_slot_drain,
     )
 
 
@@ -265,6 +283,27 @@ def hybrid_moves() -> tuple[Move, ...]:
     )
 
 
+def hybrid_drain(view: HybridView) -> Iterator[Step]:
+    """Admit new requests into an open window's reservation (handed out in order), close it, release every
+    row and slot, admit as many new requests as both sides have room for and release them, then ``clear``.
+
+    The reservation's order and the two free lists' next entries are read by no check until they are
+    handed out: a window closed early, or a slot freed to the wrong list, stays hidden until then."""
+    if view.group_open and view.unconsumed() and view.free_rows():
+        yield "alloc", {"batch": [None] * min(len(view.unconsumed()), view.free_rows())}
+    if view.group_open:
+        yield "group_end", {}
+    for _ in range(2):
+        for handle in view.row_holders():
+            yield "free", {"handle": handle}
+        for handle in view.slot_holders():
+            yield "free_mamba_cache", {"handle": handle}
+        room = min(view.free_rows(), view.capacity())
+        if room:
+            yield "alloc", {"batch": [None] * room}
+    yield "clear", {}
+
+
 def hybrid_table() -> MoveTable:
     """``hybrid_req_to_token``: batches sized to the shorter side, row-only requests readmitted beside new ones."""
     return MoveTable(
@@ -274,4 +313,5 @@ def hybrid_table() -> MoveTable:
         view=HybridView,
         occupancy=HybridView.occupancy,
         bench_moves=("alloc", "group begin", "group end", "free row", "free cache", "write", "clear"),
+        drain=hybrid_drain,
     )

@@ -17,7 +17,7 @@ are capped, the oldest released first, so the pool keeps turning over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from harness.judge.drivers.prefix_cache_misuse import INSERT_MISUSE, RELEASE_MISUSE
@@ -90,6 +90,10 @@ class PrefixCacheView:
     def release_breakable(self, handle: int, kind: str) -> bool:
         """Whether a live request's ``release_request`` can be broken as ``kind`` (:data:`RELEASE_MISUSE`) now."""
         return self._driver.release_args(handle, kind) is not None
+
+    def evictable_tokens(self) -> int:
+        """Cached tokens no holder locks: what ``evict`` may free now."""
+        return int(self._driver.model.evictable)
 
     def reset_due(self) -> bool:
         """At least :data:`RESET_EVERY` steps since the pool was built or last reset."""
@@ -319,6 +323,21 @@ def prefix_cache_catalogue() -> tuple[Move, ...]:
     )
 
 
+def prefix_cache_drain(view: PrefixCacheView) -> Iterator[Step]:
+    """Release every holder (requests cached, as at finish), evict one page at a time until nothing is
+    evictable (each victim checked against the policy's first), then ``reset``.
+
+    A wrong age or a lost leaf stays hidden while newer steps re-stamp the paths over it; evicting the
+    whole tree in order asks for every age at once (the ``eviction-order`` id)."""
+    for handle in view.requests():
+        yield "finish", {"handle": handle, "cache": True}
+    for handle in view.locks():
+        yield "unlock", {"handle": handle}
+    while view.evictable_tokens() > 0:
+        yield "evict", {"num_tokens": view.page_size}
+    yield "reset", {}
+
+
 def _not_steered(view: PrefixCacheView) -> float:
     """Not steered: hill-climbing any one fill measure here (free pages, cached tokens) turned runs into long
     chains of inserts or of locks, and the canaries went unseen.  Eviction and refusals come from the small
@@ -334,6 +353,7 @@ def prefix_cache_table(*, policies: Sequence[str] = POLICIES) -> MoveTable:
         catalogue=prefix_cache_catalogue(),
         view=PrefixCacheView,
         occupancy=_not_steered,
+        drain=prefix_cache_drain,
         bench_moves=("request", "extend", "checkpoint", "finish", "abort", "lock", "unlock", "match", "evict",
                      "reset"),
     )

@@ -10,7 +10,7 @@ rows rebound at once, a write through each kind of row selector).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.judge.drivers.rows import CLAIMS, WRITE_SELECTORS
@@ -239,6 +239,25 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
     )
 
 
+def row_drain(view: RowView) -> Iterator[Step]:
+    """Free every request's row and every raw row, take the whole free list in one ``alloc_rows`` and free it
+    (twice: the second pass reads the order the first one's frees left), then ``clear``.
+
+    Which rows the free list hands out next is state no check reads until that many are asked for; a
+    tail pop or a stale entry (``sglang-pools.md`` section 6) shows here as a row handed out twice or not
+    at all (``no-double-allocation``, ``conservation``)."""
+    for handle in view.live():
+        yield "free", {"handle": handle}
+    for _ in range(2):
+        if view.raw_rows():
+            yield "free_rows", {"rows": view.raw_rows()}
+        if view.free_count():
+            yield "alloc_rows", {"need_size": view.free_count()}
+    if view.raw_rows():
+        yield "free_rows", {"rows": view.raw_rows()}
+    yield "clear", {}
+
+
 def row_table(*, decode: bool = False) -> MoveTable:
     """The request-row families' table: mixed batches, readmissions and repeats at a steady rate."""
     return MoveTable(
@@ -248,6 +267,7 @@ def row_table(*, decode: bool = False) -> MoveTable:
         view=RowView,
         occupancy=RowView.occupancy,
         bench_moves=("alloc", "free", "alloc_rows", "free_rows", "write", "clear"),
+        drain=row_drain,
     )
 
 

@@ -18,6 +18,8 @@ plus its SWA calls (:mod:`strategies.pure_swa_moves`); its catalogue is
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from harness.judge.drivers.swa_misuse import FREE_CALLS
 from strategies.choosers import Chooser
 from strategies.kv_configs import draw_page_count, draw_page_size
@@ -26,7 +28,7 @@ from strategies.pure_swa_moves import pure_swa_moves
 from strategies.swa_catalogue import swa_catalogue
 from strategies.swa_moves import swa_moves
 from strategies.swa_views import PureSWAView, SWAView
-from strategies.table import Config, MoveTable, config_corners
+from strategies.table import Config, MoveTable, Step, config_corners
 
 # ---------------------------------------------------------------- swa_kv configurations
 CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tight SWA side", "roomy", "any")
@@ -84,6 +86,35 @@ SWA_BENCH_MOVES = ("admit", "grow", "decode", "swa tail", "SWA short at a page e
 """The valid moves the bench workload takes: those of the walk the ``swa_kv`` bench walked before the table."""
 
 
+def swa_kv_drain(view: SWAView) -> Iterator[Step]:
+    """Close an open free group, free every request, admit one request as long as both sides can hold
+    (which pages each side hands out next, and the SWA peers they map to), free it, then ``clear``."""
+    if view.group_open():
+        yield "group_end", {}
+    for handle in view.live():
+        yield "free", {"handle": handle}
+    pages = min(view.full_free(), view.swa_free())
+    if pages:
+        yield "extend", {"batch": [[None, pages * view.page_size]]}
+        for handle in view.live():
+            yield "free", {"handle": handle}
+    yield "clear", {}
+
+
+def pure_swa_kv_drain(view: PureSWAView) -> Iterator[Step]:
+    """The token allocator's drain on the pure pool: free every holder, take every free slot in one ``alloc``
+    (the free list's order), free it, then ``clear``."""
+    if view.group_open():
+        yield "group_end", {}
+    for handle in view.live():
+        yield "free", {"handle": handle}
+    if view.available():
+        yield "alloc", {"need_size": view.available()}
+        for handle in view.live():
+            yield "free", {"handle": handle}
+    yield "clear", {}
+
+
 def swa_kv_table() -> MoveTable:
     """``swa_kv``: admissions and tails sized to page edges, decodes, the window sliding, frees on both sides."""
     return MoveTable(
@@ -94,6 +125,7 @@ def swa_kv_table() -> MoveTable:
         occupancy=SWAView.occupancy,
         bench_moves=SWA_BENCH_MOVES,
         corners=swa_corners,
+        drain=swa_kv_drain,
     )
 
 
@@ -124,4 +156,5 @@ def pure_swa_kv_table() -> MoveTable:
         occupancy=PureSWAView.occupancy,
         bench_moves=("alloc", "free", "free group", "free part", "clear", "free_swa", "free padded", "free_full"),
         corners=pure_swa_corners,
+        drain=pure_swa_kv_drain,
     )

@@ -78,6 +78,17 @@ class MoveTable:
     corners: Callable[[Config], list[str]] = field(default=lambda config: config_corners(config))
     """Event labels for the corners a configuration starts in (default :func:`config_corners`: ``size`` in
     tokens or rows, ``page_size``)."""
+    drain: Callable[[Any], Iterator[Step]] | None = None
+    """The family's drain plan over a view: steps that empty the pool in policy order (release every holder,
+    evict or allocate until refused, free everything), yielded one at a time so each reads the state the last
+    left.  Drain audits (:meth:`~harness.judge.drivers.base.Driver.drain_audit`) run it on a copy of the pool."""
+
+    def drain_plan(self) -> Callable[[Any], Iterator[Step]] | None:
+        """The drain plan as the driver base takes it (over the driver, the view built here), or ``None``."""
+        drain, view = self.drain, self.view
+        if drain is None:
+            return None
+        return lambda driver: drain(view(driver))
 
     @property
     def walk_moves(self) -> tuple[Move, ...]:

@@ -90,6 +90,8 @@ class WalkRun:
     """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
     steps: int = 0
     episodes: int = 0
+    drains: int = 0
+    """Drain audits passed (:meth:`~harness.judge.drivers.base.Driver.drain_audit`), over every episode."""
     events: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -101,6 +103,8 @@ class WalkRun:
         fam = family(self.family)
         self.audit_period = self.audit_period or fam.audit_period
         self.walk = walk_for(self.family)
+        self.drain_plan = self.walk.drain_plan()
+        self.drain_period = fam.drain_period
         self.moves = tuple(m for m in self.walk.walk_moves if self.check_misuse or not m.misuse)
         self.rng = random.Random(self.seed)
 
@@ -134,6 +138,8 @@ class WalkRun:
             driver = self.driver_class(self.factory, config, implementation=self.spec,
                                        check_misuse=bool(self.check_misuse), audit_period=self.audit_period)
             view = self.walk.view(driver)
+            if self.drain_plan is not None:
+                driver.enable_drains(self.drain_plan, self.drain_period)
             for taken in range(length):
                 if (taken % POLL_EVERY == POLL_EVERY - 1 and done()) or (limit is not None and self.steps >= limit):
                     break
@@ -148,10 +154,14 @@ class WalkRun:
             driver.teardown()
         except Exception as exc:  # noqa: BLE001 - every exception is a finding, as under hypothesis
             return self._found(exc, driver, config)
+        finally:
+            self.drains += driver.drains if driver is not None else 0
         return None
 
     def _found(self, exc: BaseException, driver: Driver | None, config: dict[str, Any]) -> Finding:
-        trace = driver.trace if driver is not None else Trace(self.family, self.spec, config)
+        attached = getattr(exc, "trace", None)  # a drain audit's violation carries its copy's longer trace
+        trace = attached if isinstance(attached, Trace) else (
+            driver.trace if driver is not None else Trace(self.family, self.spec, config))
         found = len(trace.steps)
         violation = exc if isinstance(exc, InvariantViolation) else None
         if violation is not None and self.on_found is not None:

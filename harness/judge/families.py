@@ -68,6 +68,9 @@ class Family:
     audit_period: int = 8
     """Steps between the driver's full audits in the family's machine (the scheduler's conservation equation
     runs with the audit, so it audits every 4)."""
+    drain_period: int = 128
+    """Steps between drain audits (the move table's ``drain`` plan run on a copy of the pool; also at teardown);
+    0: at teardown only.  Chosen from their measured cost (``docs/benchmarks.md``, "Drain audits")."""
     limits: FamilyLimits | None = None
     """The family's size limits (:mod:`harness.judge.limits`), for a plug-in family; ours are in ``LIMITS``."""
     not_covered: tuple[str, ...] = ()

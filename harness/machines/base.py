@@ -71,6 +71,9 @@ class PoolMachine(RuleBasedStateMachine):
             audit_period=self.audit_period,
         )
         self.view = self.table.view(self.driver) if self.table is not None else self.driver
+        plan = self.table.drain_plan() if self.table is not None else None
+        if plan is not None:
+            self.driver.enable_drains(plan, family(self.family).drain_period)
 
     @property
     def misuse_enabled(self) -> bool:

@@ -10,7 +10,9 @@ serves the hypothesis machines, trace replay and the nightly runner:
 3. it calls the pool, compares, and updates the model from the contract, never
    from the pool's internals;
 4. per-call checks run every step, the full :meth:`audit` every
-   ``audit_period`` steps and at :meth:`teardown`.
+   ``audit_period`` steps and at :meth:`teardown`;
+5. with a drain plan (:meth:`Driver.enable_drains`), every ``drain_period`` steps and at
+   teardown a *drain audit* (:meth:`Driver.drain_audit`) runs the plan on a copy.
 
 A violation is raised as :class:`~harness.judge.invariants.InvariantViolation` with the
 step number and the trace attached, so whoever catches it can save the trace.
@@ -18,7 +20,8 @@ step number and the trace attached, so whoever catches it can save the trace.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import copy
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from harness.judge.invariants import InvariantViolation, check
@@ -29,6 +32,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SKIPPED = object()
 """Returned by an operation that would be misuse while misuse checking is off."""
+
+DrainPlan = Callable[["Driver"], Iterator[tuple[str, dict[str, Any]]]]
+"""A family's drain plan, given the driver to drain: its steps, drawn lazily (each after the last one ran)."""
+
+MAX_DRAIN_STEPS = 256
+"""A drain plan's steps are cut here: a plan that never runs dry must not hang the run."""
+
+class DrainCopyDiverged(RuntimeError):
+    """A drain audit's copy found a violation its replay does not: the copy was not independent (a harness bug)."""
+
+
+_COPIED_BY_REPLAY: set[type] = set()
+"""Pool classes a deep copy failed on: their drain audits copy the driver by replaying its trace."""
 
 
 def operation(fn: F) -> F:
@@ -89,6 +105,10 @@ class Driver:
         self.factory = factory
         self.pool = factory(**self.config)
         self.events: list[str] = []
+        self.drain_plan: DrainPlan | None = None
+        self.drain_period = 0
+        self.drains = 0
+        """Drain audits run so far (passing ones: a failing one raises)."""
 
     # ---------------------------------------------------------------- stepping
     def step(self, op: str, **args: Any) -> Any:
@@ -107,7 +127,89 @@ class Driver:
                 self.audit()
         except InvariantViolation as violation:
             raise self._annotate(violation)  # noqa: B904 - the same violation, annotated with its step
+        if self.drain_period and self.steps % self.drain_period == 0 and type(self.pool) not in _COPIED_BY_REPLAY:
+            self.drain_audit()  # a copy by replay costs the whole trace again: those pools drain at teardown only
         return result
+
+    # ------------------------------------------------------------ drain audits
+    def enable_drains(self, plan: DrainPlan, period: int) -> None:
+        """Run ``plan`` on a copy of this driver every ``period`` steps and at teardown (0: at teardown only;
+        a pool that must be copied by replay, :meth:`_drain_copy`, drains at teardown only too)."""
+        self.drain_plan, self.drain_period = plan, max(0, period)
+
+    def drain_audit(self, *, in_place: bool = False) -> None:
+        """Drain a copy of the pool and its model through ordinary steps; this driver is left as it was
+        (``in_place``: drain this driver itself, as :meth:`teardown` does, the driver's last use).
+
+        Bugs that corrupt ordering or ageing state (which node is oldest, which block
+        is next in the free queue) show only when a later sequence drains that state:
+        a checkpoint that re-stamps a path can hide a wrong age for ever.  The plan
+        (evict everything in policy order, allocate until refused, free everything)
+        asks every such question now, and every answer is judged by the steps' own
+        checks.  A violation is raised with the drained driver's trace (this trace plus
+        the drain steps), so it replays as it was found; the message says a drain found it.
+        """
+        plan = self.drain_plan
+        if plan is None:
+            return
+        drained = self if in_place else self._drain_copy()
+        drained.drain_plan, drained.drain_period = None, 0
+        start = drained.steps
+        try:
+            for number, (op, args) in enumerate(plan(drained)):
+                if number >= MAX_DRAIN_STEPS:
+                    break
+                drained.step(op, **args)
+            drained.audit_now()
+        except InvariantViolation as violation:
+            found = violation if in_place else self._confirmed(violation, drained.trace.steps)
+            found.args = (f"{found.args[0]}\n  found by a drain audit after step {start} "
+                          f"(the drain's steps follow it in the trace)",)
+            raise found from None
+        self.drains += 1
+
+    def _confirmed(self, violation: InvariantViolation, steps: list[dict[str, Any]]) -> InvariantViolation:
+        """The violation a copy's drain found, found again by a fresh driver replaying its steps.
+
+        A copy that shares state with its original (a NumPy view of the original's
+        tensor, :mod:`pools.host_views`) would report a bug of the copy, not of the
+        pool; a finding must reproduce, so only a replayed one is raised.
+        """
+        try:
+            self._replayed(steps)
+        except InvariantViolation as again:
+            if again.invariant_id == violation.invariant_id:
+                return again
+        raise DrainCopyDiverged(
+            f"a drain audit on a copy of the {self.family} driver found [{violation.invariant_id}], which a fresh "
+            f"driver replaying the same {len(steps)} steps does not: the copy shares state with the original "
+            f"(a harness bug; give the pool's views to pools.host_views)") from violation
+
+    def _replayed(self, steps: list[dict[str, Any]]) -> Driver:
+        """A new driver of this pool's factory and configuration that has run ``steps`` (and audited after them)."""
+        fresh = type(self)(self.factory, self.config, implementation=self.trace.implementation,
+                           check_misuse=self.check_misuse, audit_period=self.audit_period)
+        for recorded in steps:
+            fresh.step(recorded["op"], **recorded["args"])
+        fresh.audit_now()
+        return fresh
+
+    def _drain_copy(self) -> Driver:
+        """A copy of this driver, pool and model: a deep copy, or where the pool cannot be copied (an upstream
+        class holding a module) a new driver that has replayed this one's trace (pools are deterministic:
+        corpus replay rests on the same fact).
+
+        A deep copy shares the trace's recorded steps (a new list of the same dicts, which nothing
+        rewrites): deep-copying every step's arguments was most of a copy's cost.
+        """
+        if type(self.pool) not in _COPIED_BY_REPLAY:
+            trace = copy.copy(self.trace)
+            trace.steps = list(self.trace.steps)
+            try:
+                return copy.deepcopy(self, {id(self.trace): trace})
+            except (TypeError, copy.Error):  # "cannot pickle 'module' object" and kin
+                _COPIED_BY_REPLAY.add(type(self.pool))
+        return self._replayed(self.trace.steps)
 
     def audit_now(self) -> None:
         """A full audit between steps (before a burst of catalogue steps), violations annotated with the step."""
@@ -117,11 +219,13 @@ class Driver:
             raise self._annotate(violation)  # noqa: B904 - the same violation, annotated with its step
 
     def teardown(self) -> None:
-        """The final full audit; also where leaks that no single step shows surface."""
+        """The final full audit; also where leaks that no single step shows surface.  Then a drain audit, in place:
+        nothing uses a driver after its teardown but its trace, which then ends with the drain's steps."""
         try:
             self.audit()
         except InvariantViolation as violation:
             raise self._annotate(violation, at_teardown=True)  # noqa: B904 - the same violation, annotated
+        self.drain_audit(in_place=True)
 
     def _annotate(self, violation: InvariantViolation, at_teardown: bool = False) -> InvariantViolation:
         violation.step = None if at_teardown else self.steps
