@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.canaries import CANARIES, Canary, selfcheck
-from harness.canaries.selfcheck import Outcome, exit_status, report
+from harness.canaries.selfcheck import Outcome, exit_status, family_report, report
 from harness.judge.families import FAMILIES, Family
 
 FAST = ["negative-zero-slice", "silent-double-free-rows", "decode-clear-forgets-prealloc", "clear-leaves-group-open"]
@@ -24,8 +24,21 @@ def test_a_detection_reports_the_time_steps_and_shrunk_trace_length() -> None:
     outcome = selfcheck.check_canary("negative-zero-slice", seconds=20)
     assert outcome.status == "caught" and outcome.invariant == "empty-pool-guard"
     assert outcome.steps_to_detect is not None and outcome.steps_to_detect > 0
-    assert outcome.seconds_to_detect is not None and outcome.seconds_to_detect <= outcome.seconds_total
+    assert outcome.seconds_to_detect is not None and outcome.seconds_to_report is not None
+    assert outcome.seconds_to_detect <= outcome.seconds_to_report <= outcome.seconds_total
     assert outcome.shrunk_steps is not None and outcome.shrunk_steps <= outcome.steps_to_detect
+
+
+def test_the_family_table_gives_median_and_worst_times_to_detect_and_to_report() -> None:
+    rows, cache = CANARIES["negative-zero-slice"], CANARIES["double-unlock-goes-negative"]
+    outcomes = [Outcome("a", rows, "caught", seconds_to_detect=0.5, seconds_to_report=1.0),
+                Outcome("a", rows, "caught", seconds_to_detect=1.5, seconds_to_report=4.0),
+                Outcome("a", rows, "caught", seconds_to_detect=0.25, seconds_to_report=0.75),
+                Outcome("b", cache, "missed")]
+    table = family_report(outcomes, shrunk=True).splitlines()
+    assert table[2].split() == ["req_to_token", "3", "3", "0.50", "1.50", "1.00", "4.00"]
+    assert table[3].split() == ["prefix_cache", "1", "0", "-", "-", "-", "-"]
+    assert "report" not in family_report(outcomes, shrunk=False)
 
 
 def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,9 @@ time to detect is the time to the expected invariant.
 
 ``--seeds N`` chases every canary under seeds ``seed .. seed + N - 1``
 (without shrinking, which does not count towards detection) and reports the
-median and worst time to detect per canary and overall.
+median and worst time to detect per canary, per family and overall; with
+``--shrink`` each finding is shrunk too, and the family table adds the time to
+the *report*: from the chase's start to the shrunk trace a user is handed.
 
 Exit status: 0 when every selected canary was caught by its expected invariant
 (under every seed), 1 when any was missed, caught only by another invariant or
@@ -81,6 +83,8 @@ class Outcome:
     seconds_to_detect: float | None = None
     steps_to_detect: int | None = None
     shrunk_steps: int | None = None
+    seconds_to_report: float | None = None
+    """From the chase's start to the trace it hands over: shrunk, where the chase shrinks."""
     seconds_total: float = 0.0
     examples: int = 0
     engine: str = ""
@@ -206,6 +210,7 @@ class Chase:
             trace = shrink_trace(finding.trace, invariant_id=violation.invariant_id, target=self.canary.spec,
                                  max_seconds=SHRINK_SECONDS)
         outcome.shrunk_steps = len(trace.steps) if trace is not None else None
+        outcome.seconds_to_report = perf_counter() - self.started
 
 
 def check_canary(name: str, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, engine: str = "mixed",
@@ -288,6 +293,28 @@ def seeds_report(summaries: Sequence[SeedSummary], outcomes: Sequence[Outcome], 
     return "\n".join(lines)
 
 
+def _median_worst(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):8.2f}  {max(values):8.2f}" if values else f"{'-':>8}  {'-':>8}"
+
+
+def family_report(outcomes: Sequence[Outcome], *, shrunk: bool) -> str:
+    """Per family, over its canaries' chases: median and worst time to detect, and (``shrunk``) to the report."""
+    families = list(dict.fromkeys(o.canary.family for o in outcomes))
+    fam_w = max([len("family"), *(len(f) for f in families)])
+    header = f"{'family':{fam_w}}  {'chases':>6}  {'caught':>6}  {'detect median':>13}  {'worst':>6}"
+    header += f"  {'report median':>13}  {'worst':>6}" if shrunk else ""
+    lines = [header, "-" * len(header)]
+    for name in families:
+        mine = [o for o in outcomes if o.canary.family == name]
+        caught = [o for o in mine if o.status == "caught"]
+        detect = [o.seconds_to_detect for o in caught if o.seconds_to_detect is not None]
+        row = f"{name:{fam_w}}  {len(mine):6}  {len(caught):6}  {_median_worst(detect):>21}"
+        if shrunk:
+            row += f"  {_median_worst([o.seconds_to_report for o in caught if o.seconds_to_report is not None]):>21}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def exit_status(outcomes: Sequence[Outcome]) -> int:
     if any(o.status in ("missed", "error", "wrong-invariant") for o in outcomes):
         return 1
@@ -303,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="chase each canary under N seeds and report median and worst time to detect")
+    parser.add_argument("--shrink", action="store_true",
+                        help="with --seeds, shrink every finding too and report the time to the shrunk report")
     parser.add_argument("--engine", choices=ENGINES, default="mixed",
                         help="walk bursts alternating with hypothesis chunks (default), or one engine alone")
     parser.add_argument("--list", action="store_true", help="list the canaries and exit")
@@ -316,19 +345,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:32} {c.family:20} {c.invariant:26} {c.upstream}: {c.bug}")
         return 0
     names = args.canary or list(CANARIES)
+    shrink = args.seeds <= 1 or args.shrink
     outcomes: list[Outcome] = []
     summaries: list[SeedSummary] = []
     for name in names:
         chases = []
         for seed in range(args.seed, args.seed + max(1, args.seeds)):
             outcome = check_canary(name, seconds=args.seconds_per_canary, seed=seed, engine=args.engine,
-                                   shrink=args.seeds <= 1)
+                                   shrink=shrink)
             chases.append(outcome)
-            print(f"  {name} (seed {seed}): {outcome.status} in {_fmt(outcome.seconds_to_detect, '.2f')} s "
+            reported = f", reported at {outcome.seconds_to_report:.2f} s" if shrink and outcome.seconds_to_report else ""
+            print(f"  {name} (seed {seed}): {outcome.status} in {_fmt(outcome.seconds_to_detect, '.2f')} s{reported} "
                   f"({outcome.seconds_total:.1f} s)", flush=True)
         outcomes += chases
         summaries.append(summarise(name, chases))
     print(report(outcomes) if args.seeds <= 1 else seeds_report(summaries, outcomes, args.seconds_per_canary))
+    print()
+    print(family_report(outcomes, shrunk=shrink))
     return exit_status(outcomes)
 
 

@@ -88,20 +88,27 @@ HANDLE_ARGS = frozenset({"handle", "handles"})
 """Argument names the drivers use for request handles: renumbered first when a step is dropped."""
 
 
-def _renumbered(value: Any, threshold: int, only: frozenset[str] | None = None) -> Any:
-    """``value`` with every integer ``>= threshold`` lowered by one (handles issued after a removed step).
+def _renumbered(value: Any, threshold: int, only: frozenset[str] | None = None, shift: int = 1) -> Any:
+    """``value`` with every integer ``>= threshold`` lowered by ``shift`` (handles issued after a removed step).
 
     With ``only``, a dict renumbers just the entries of those names.
     """
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
-        return value - 1 if value >= threshold else value
+        return value - shift if value >= threshold else value
     if isinstance(value, list):
-        return [_renumbered(v, threshold, only) for v in value]
+        return [_renumbered(v, threshold, only, shift) for v in value]
     if isinstance(value, dict):
-        return {k: _renumbered(v, threshold) if only is None or k in only else v for k, v in value.items()}
+        return {k: _renumbered(v, threshold, None, shift) if only is None or k in only else v for k, v in value.items()}
     return value
+
+
+def _handles_made(step: dict[str, Any]) -> list[int]:
+    """How many handles removing ``step`` may free, to try as shifts: one, or one per item of a batch argument
+    (a scheduler admission of three requests issues three handles)."""
+    batches = {len(v) for v in step["args"].values() if isinstance(v, list) and v and not isinstance(v[0], int)}
+    return sorted({1} | batches)
 
 
 def _simpler_values(value: Any) -> Iterator[Any]:
@@ -188,7 +195,8 @@ class _Shrinker:
         """Drop one step and renumber what later steps refer to.
 
         Drivers name requests by handles issued in order, so removing a step
-        that made a request shifts every later handle down by one; plain
+        that made a request shifts every later handle down by one (by the batch's
+        length, for a step that admits a batch: :func:`_handles_made`); plain
         removal then points ``free(handle=3)`` at a request that no longer
         exists.  For each threshold ``m`` among the later integers, lower the
         later ``handle``/``handles`` arguments ``>= m``, then, for drivers that
@@ -200,8 +208,9 @@ class _Shrinker:
             later = self.steps[index + 1:]
             thresholds = sorted({v for step in later for v in _ints(step["args"]) if v >= 1})[:max_thresholds]
             prefix = self.steps[:index]
-            if any(self.attempt(prefix + [{"op": s["op"], "args": _renumbered(s["args"], m, only)} for s in later])
-                   for only in (HANDLE_ARGS, None) for m in thresholds):
+            shifts = _handles_made(self.steps[index])
+            if any(self.attempt(prefix + [{"op": s["op"], "args": _renumbered(s["args"], m, only, shift)} for s in later])
+                   for shift in shifts for only in (HANDLE_ARGS, None) for m in thresholds if m >= shift):
                 changed = True
             else:
                 index += 1
