@@ -165,7 +165,8 @@ def sighting(tmp_path: Path, steps: int = 40) -> FailureSeen:
 def shrunk_report(tmp_path: Path, *, shrunk: bool = True) -> FailureFound:
     return FailureFound(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
                         kind="violation", invariant="conservation", trace=str(tmp_path / "shrunk.json"), steps=3,
-                        message="[conservation] free rows differ\n  step 1: ...", shrunk=shrunk, round=2, seed=9)
+                        message="[conservation] free rows differ\n  step 1: ...", shrunk=shrunk, round=2, seed=9,
+                        realistic=None)
 
 
 class Slot:

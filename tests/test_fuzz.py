@@ -128,7 +128,7 @@ def stats() -> list[TargetStats]:
     failed.failures.append(FailureRecord(
         target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree", kind="violation",
         invariant="conservation", trace="corpus/found/req_to_token/x.json", steps=2,
-        message="[conservation] free rows differ from the model\n  more", shrunk=True, round=0, seed=1,
+        message="[conservation] free rows differ from the model\n  more", shrunk=True, round=0, seed=1, realistic=None,
         worker="w0", found_after_s=0.5))
     return [busy, failed]
 

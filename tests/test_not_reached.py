@@ -56,7 +56,7 @@ def test_the_series_sample_of_an_unrun_target_has_null_coverage() -> None:
 def failed(stats: TargetStats) -> TargetStats:
     stats.failures.append(FailureRecord(
         target=stats.key, family=stats.family, implementation=stats.implementation, kind="error", invariant=None,
-        trace=None, steps=None, message="HealthCheck: too slow", shrunk=True, round=0, seed=1, worker="w0",
+        trace=None, steps=None, message="HealthCheck: too slow", shrunk=True, round=0, seed=1, realistic=None, worker="w0",
         found_after_s=0.2))
     return stats
 

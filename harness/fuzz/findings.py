@@ -54,7 +54,7 @@ class Findings:
         as_found = FailureFound(
             target=message.target, family=message.family, implementation=message.implementation, kind="violation",
             invariant=message.invariant, trace=message.trace, steps=message.steps, message=message.message,
-            shrunk=False, round=message.round, seed=message.seed)
+            shrunk=False, round=message.round, seed=message.seed, realistic=None)
         stats.failures.append(FailureRecord.of(as_found, worker=worker, found_after_s=None, found_at=found_at,
                                                shrink=ShrinkOutcome(SHRINK_RUNNING)))
         lines = [f"FAILURE FOUND {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "

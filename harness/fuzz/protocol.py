@@ -155,6 +155,16 @@ class FailureSeen:
 
 
 @dataclass(frozen=True)
+class RealisticTrace:
+    """A finding's realistic trace, saved beside its minimal one: where, how long, and the invariant it shows
+    (the finding's own, or the next symptom a pool with room gives)."""
+
+    trace: str | None
+    steps: int
+    invariant: str
+
+
+@dataclass(frozen=True)
 class FailureFound:
     """A failure on ``target``: an invariant violation (with its saved trace) or any other error."""
 
@@ -169,6 +179,9 @@ class FailureFound:
     shrunk: bool
     round: int
     seed: int
+    realistic: RealisticTrace | None
+    """For an upstream target's violation, the smallest failing trace within what a server builds
+    (:mod:`harness.fuzz.realistic`), or ``None``."""
 
     @property
     def first_line(self) -> str:

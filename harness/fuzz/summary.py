@@ -114,6 +114,11 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
         lines.append(f"    trace{partial}: {f['trace']}  ({f['steps']} steps)")
     if f["trace"]:
         lines.append(f"    replay: {f.get('replay') or 'python -m harness replay ' + shlex.quote(f['trace'])}")
+    realistic: dict[str, Any] = f.get("realistic") or {}
+    if realistic:
+        shows = f", shows as [{realistic['invariant']}]" if realistic["invariant"] != f.get("invariant") else ""
+        lines.append(f"    realistic trace (pools and requests a server builds{shows}): "
+                     f"{realistic['trace'] or 'not saved'} ({realistic['steps']} steps)")
     return lines
 
 

@@ -33,6 +33,7 @@ from harness.judge.families import family, implementation_for, load_factory, res
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.traces.keep import keep_trace
+from harness.traces.realistic import lift_config, lift_step
 from harness.traces.shrink import shrink_trace
 from strategies.table import MoveTable, load_table, pick_step
 
@@ -87,6 +88,9 @@ class WalkRun:
     corpus: Path | None = None
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None
+    realistic: bool = False
+    """Walk only what a server builds and sends: every config and step lifted to the family's realistic floors
+    (:mod:`harness.traces.realistic`), as the search for a finding's realistic trace walks."""
     """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
     steps: int = 0
     episodes: int = 0
@@ -128,6 +132,8 @@ class WalkRun:
     def _episode(self, done: Callable[[], bool], limit: int | None) -> Finding | None:
         rng = self.rng
         config = {**self.walk.configs(rng), "device": self.device}
+        if self.realistic:
+            config = lift_config(self.family, config)
         self.events.update(self.walk.corners(config))
         enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
         cumulative = list(itertools.accumulate(m.weight for m in enabled))
@@ -144,6 +150,8 @@ class WalkRun:
                 if (taken % POLL_EVERY == POLL_EVERY - 1 and done()) or (limit is not None and self.steps >= limit):
                     break
                 corner, (op, args) = pick_step(enabled, cumulative, view, rng, fallback=self.moves, tries=DRAW_TRIES)
+                if self.realistic:
+                    args = lift_step(self.family, op, args, config)
                 self.steps += 1
                 driver.step(op, **args)
                 if corner:

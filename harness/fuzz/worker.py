@@ -60,6 +60,7 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
+from harness.fuzz.realistic import realistic_note
 from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
 from harness.fuzz.shares import EngineBook, pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
@@ -433,11 +434,16 @@ class Worker:
         """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
         which takes the place of the first sighting's unshrunk one in the report)."""
         self.retired[target.index] = 1
+        realistic = None
+        if shrunk and invariant is not None and trace is not None:
+            note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant, trace=trace,
+                                             seed=where["seed"], corpus=Path(self.plan.corpus), device=self.plan.device)
+            message += note
         self.send(FailureFound(
             target=target.key, family=target.family, implementation=target.spec,
             kind="violation" if invariant is not None else "error",
             invariant=invariant,
             trace=str(path) if path is not None else None,
             steps=len(trace.steps) if trace is not None else None,
-            message=message, shrunk=shrunk, round=where["round"], seed=where["seed"],
+            message=message, shrunk=shrunk, round=where["round"], seed=where["seed"], realistic=realistic,
         ))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,10 @@ class Family:
     0: at teardown only.  Chosen from their measured cost (``docs/benchmarks.md``, "Drain audits")."""
     limits: FamilyLimits | None = None
     """The family's size limits (:mod:`harness.judge.limits`), for a plug-in family; ours are in ``LIMITS``."""
+    realistic: tuple[tuple[str, int | Callable[[Mapping[str, Any]], int]], ...] = ()
+    """The least value a server builds or sends, per config key or step argument (``op.arg``, ``op.arg[*][1]``;
+    a list's floor is its length), as an int or a function of the config: the floors of the realistic shrink
+    (:mod:`harness.traces.realistic`), so an upstream finding also reads as something a user could hit."""
     not_covered: tuple[str, ...] = ()
     """What the family's configurations do not reach, one line each with the reason (``harness list`` prints
     them): a user reads there which of their deployment's paths the fuzzer leaves alone."""
@@ -95,6 +99,15 @@ def _config(**values: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(values.items())
 
 
+def _pages(count: int) -> Callable[[Mapping[str, Any]], int]:
+    """A realistic floor of ``count`` pages, in tokens of the config's ``page_size``."""
+    return lambda config: count * int(config.get("page_size") or 1)
+
+
+_ONE_TOKEN = (("alloc.need_size", 1), ("extend.batch[*][1]", 1))
+"""A request a scheduler sends has at least one token."""
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -110,7 +123,9 @@ FAMILIES: dict[str, Family] = {
         Family(name="mamba_slots", summary="Mamba state slots with group windows", default="pools:MambaSlotAllocator",
                driver="harness.judge.drivers.mamba:MambaSlotDriver", moves="strategies.mamba:mamba_slot_table",
                bench_config=_config(size=16, device="cpu"), canaries=("harness.canaries.mamba",),
-               upstream=("harness.upstream:MambaSlots",), invariants=_MAMBA, protocol="pools.protocols:MambaSlotPool",
+               upstream=("harness.upstream:MambaSlots",), invariants=_MAMBA,
+               realistic=(("size", 4), ("alloc.need_size", 1), ("group_begin.num_reqs", 1)),
+               protocol="pools.protocols:MambaSlotPool",
                device_path=True),
         Family(name="hybrid_req_to_token", summary="request rows plus Mamba slots, all-or-nothing",
                default="pools:HybridReqToTokenPool", driver="harness.judge.drivers.hybrid:HybridDriver",
@@ -121,12 +136,15 @@ FAMILIES: dict[str, Family] = {
         Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
                driver="harness.judge.drivers.kv:TokenKVDriver", moves="strategies.kv:token_kv_table",
                bench_config=_config(size=64, device="cpu"), canaries=("harness.canaries.kv",),
-               upstream=("harness.upstream:TokenKV",), invariants=_KV, protocol="pools.protocols:TokenKVAllocator",
+               upstream=("harness.upstream:TokenKV",), invariants=_KV,
+               realistic=(("size", 16), ("alloc.need_size", 1)),
+               protocol="pools.protocols:TokenKVAllocator",
                device_path=True),
         Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
                default="pools:PagedTokenToKVPoolAllocator", driver="harness.judge.drivers.paged_kv:PagedKVDriver",
                moves="strategies.kv:paged_kv_table", bench_config=_config(size=256, page_size=4, device="cpu"),
                canaries=("harness.canaries.kv",), upstream=("harness.upstream:PagedKV",), invariants=_KV,
+               realistic=(("size", _pages(4)), *_ONE_TOKEN),
                protocol="pools.protocols:PagedKVAllocator", device_path=True, rate_target=4_000),
         Family(name="scheduler",
                summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
@@ -177,6 +195,7 @@ FAMILIES: dict[str, Family] = {
                invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
                            "no-double-allocation", "page-layout", "cache-accounting", "lock-balance",
                            "evict-spares-locked", "eviction-order", "match-returns-inserted", "kv-accounting"),
+               realistic=(("size", _pages(4)), *((f"{op}.prompt", 1) for op in ("request", "insert", "match", "lock"))),
                protocol="pools.protocols:PrefixCache", device_path=True),
         Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
                default="harness.judge.drivers.block_pool:build_block_pool",
@@ -185,6 +204,7 @@ FAMILIES: dict[str, Family] = {
                canaries=("harness.canaries.block_pool",), upstream=("harness.upstream:VllmBlockPool",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count",
                            "free-queue-order", "cache-map"),
+               realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
                protocol="pools.protocols:BlockPoolLike"),
         Family(name="swa_kv",
                summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
@@ -194,6 +214,7 @@ FAMILIES: dict[str, Family] = {
                canaries=("harness.canaries.swa",), upstream=("harness.upstream:SWAKV",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
                            "group-window", "clear-restores", "swa-mapping"),
+               realistic=(("size", _pages(2)), ("size_swa", _pages(1)), *_ONE_TOKEN, ("tail.extend_len", 1)),
                protocol="pools.protocols:SWAKVAllocator", device_path=True),
         Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
                default="pools:PureSWATokenToKVPoolAllocator", driver="harness.judge.drivers.pure_swa:PureSWAKVDriver",
@@ -201,6 +222,7 @@ FAMILIES: dict[str, Family] = {
                bench_config=_config(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
                invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
                            "group-window", "clear-restores", "swa-mapping"),
+               realistic=(("size_swa", _pages(2)), ("alloc.need_size", 1)),
                protocol="pools.protocols:SWAKVAllocator"),
     )
 }

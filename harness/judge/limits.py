@@ -254,11 +254,11 @@ def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[st
         step_op, _, path = key.partition(".")
         if step_op != op:
             continue
-        name, selectors = _parse_path(path)
+        name, selectors = parse_arg_path(path)
         if name not in args:
             continue
         total = 0.0
-        for where, value in _select(args[name], selectors, f"{prefix}.{name}"):
+        for where, value in select_values(args[name], selectors, f"{prefix}.{name}"):
             if isinstance(value, (int, float)):
                 _check_magnitude(family, where, value, high)
                 total += max(0.0, float(value))
@@ -340,13 +340,13 @@ def _check_footprints(family: str, row: FamilyLimits, config: Mapping[str, objec
 _SELECTOR = re.compile(r"\[(\*|\d+)\]")
 
 
-def _parse_path(path: str) -> tuple[str, tuple[str, ...]]:
+def parse_arg_path(path: str) -> tuple[str, tuple[str, ...]]:
     """``batch[*][1]`` to ``("batch", ("*", "1"))``."""
     name, bracket, rest = path.partition("[")
     return name, tuple(_SELECTOR.findall(bracket + rest))
 
 
-def _select(value: Any, selectors: tuple[str, ...], where: str) -> Iterator[tuple[str, Any]]:
+def select_values(value: Any, selectors: tuple[str, ...], where: str) -> Iterator[tuple[str, Any]]:
     """The values a path names, with their field names (``steps[3].args.batch[0][1]``); misfits are skipped."""
     if not selectors:
         yield where, value
@@ -356,4 +356,4 @@ def _select(value: Any, selectors: tuple[str, ...], where: str) -> Iterator[tupl
     head, rest = selectors[0], selectors[1:]
     positions = range(len(value)) if head == "*" else [int(head)] if int(head) < len(value) else []
     for position in positions:
-        yield from _select(value[position], rest, f"{where}[{position}]")
+        yield from select_values(value[position], rest, f"{where}[{position}]")

@@ -40,15 +40,17 @@ def shrink_trace(
     check_misuse: bool | None = None,
     max_replays: int = 2000,
     max_seconds: float = 60.0,
+    admissible: Callable[[dict[str, Any], Steps], bool] | None = None,
 ) -> Trace:
     """A smaller copy of ``trace`` whose replay still violates ``invariant_id``.
 
     If ``trace`` itself does not reproduce ``invariant_id`` on replay it is
     returned unchanged (copied): shrinking must never turn a real finding into a
-    different one.
+    different one.  ``admissible`` (config, steps) refuses candidates before they
+    are replayed: the realistic mode's floors (:mod:`harness.traces.realistic`).
     """
     shrinker = _Shrinker(trace, invariant_id, max_replays, max_seconds,
-                         dict(target=target, device=device, factory=factory, check_misuse=check_misuse))
+                         dict(target=target, device=device, factory=factory, check_misuse=check_misuse), admissible)
     return shrinker.run()
 
 
@@ -127,8 +129,9 @@ def _simpler_values(value: Any) -> Iterator[Any]:
 
 class _Shrinker:
     def __init__(self, trace: Trace, invariant_id: str, max_replays: int, max_seconds: float,
-                 replay_kwargs: dict[str, Any]) -> None:
+                 replay_kwargs: dict[str, Any], admissible: Callable[[dict[str, Any], Steps], bool] | None) -> None:
         self.trace = trace
+        self.admissible = admissible
         self.invariant_id = invariant_id
         self.replays_left = max_replays
         self.deadline = time.monotonic() + max_seconds
@@ -159,6 +162,8 @@ class _Shrinker:
     def attempt(self, steps: Steps, config: dict[str, Any] | None = None) -> bool:
         """Keep a candidate (canonicalised) if it still fails the same way and is smaller."""
         config = self.config if config is None else config
+        if self.admissible is not None and not self.admissible(config, steps):
+            return False
         canonical = self.replay(steps, config)
         if canonical is None or self.key(config, canonical) >= self.key(self.config, self.steps):
             return False

@@ -1,0 +1,80 @@
+"""The realistic trace of a finding: the smallest failing trace within what a server builds and sends.
+
+A finding's minimal trace is often a pool of no pages and a request of no tokens
+(:mod:`harness.traces.realistic` says why that is, and what the floors are).
+:func:`find_realistic` gives the maintainer the other trace too: it lifts the trace as
+found to the family's floors and, if that no longer fails, walks the target with every
+config and step lifted (:attr:`WalkRun.realistic <harness.fuzz.walk.WalkRun.realistic>`)
+for a few seconds; whatever fails is shrunk without going below a floor.  The invariant
+found first is preferred; another one is kept if nothing else shows in the budget,
+since a bug that reads ``empty-pool-guard`` in an empty pool often reads
+``no-double-allocation`` in a real one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.fuzz.protocol import RealisticTrace
+from harness.fuzz.walk import WalkRun
+from harness.judge.families import family
+from harness.judge.trace import Trace, fill_provenance
+from harness.traces.keep import keep_trace
+from harness.traces.realistic import floors_of, shrink_realistic, within_floors
+
+REALISTIC_SECONDS = 5.0
+"""The search's budget after a finding: the walk's share of it, then shrinking within the floors."""
+
+__all__ = ["REALISTIC_SECONDS", "find_realistic", "realistic_note"]
+
+
+def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | None = None, seed: int = 0,
+                   seconds: float = REALISTIC_SECONDS, **replay: Any) -> Trace | None:
+    """A realistic failing trace of ``spec`` (a :func:`~harness.judge.families.load_factory` target), or ``None``
+    when the family has no floors or none fails within ``seconds``.  ``trace``: the finding as found."""
+    if not floors_of(family):
+        return None
+    deadline = time.monotonic() + seconds
+    replay = {"target": spec, "max_seconds": seconds, **replay}
+    lifted = shrink_realistic(trace, invariant_id=invariant_id, **replay) if trace is not None else None
+    if lifted is not None and lifted.expect.get("invariant") == invariant_id:
+        return lifted
+    walk = WalkRun(family, seed, spec=spec, device=str(replay.get("device") or "cpu"), shrink=False, realistic=True)
+    other: Trace | None = None
+    shows = invariant_id
+    while time.monotonic() < deadline:
+        finding = walk.run(seconds=max(0.0, deadline - time.monotonic()) / 2)
+        violation = finding.violation if finding is not None else None
+        if finding is None or violation is None:
+            continue
+        if violation.invariant_id == invariant_id:
+            other, shows = finding.trace, invariant_id
+            break
+        if other is None:
+            other, shows = finding.trace, violation.invariant_id
+    if other is None or (lifted is not None and shows != invariant_id):
+        return lifted
+    replay["max_seconds"] = max(1.0, deadline - time.monotonic())
+    return within_floors(other, invariant_id=shows, **replay)
+
+
+def realistic_note(family_name: str, spec: str, *, invariant_id: str, trace: Trace, seed: int, corpus: Path,
+                   device: str = "cpu") -> tuple[str, RealisticTrace | None]:
+    """The lines a finding's message gets about its realistic trace, and the trace as the report records it
+    (kept in ``corpus``).  For an upstream target only: ours are judged on their minimal traces, an upstream
+    maintainer asks whether a server hits it."""
+    if spec not in family(family_name).upstream or not floors_of(family_name):
+        return "", None
+    found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device)
+    if found is None:
+        return (f"\n  no realistic trace (pools and requests within {family_name}'s realistic floors) failed in "
+                f"{REALISTIC_SECONDS:g} s"), None
+    fill_provenance(found, seed=seed, note=f"realistic trace of a {invariant_id} finding on {spec}")
+    kept = keep_trace(found, corpus)
+    shows = str(found.expect.get("invariant"))
+    where = f": {kept.path}" if kept.path is not None else f" ({kept.problem})"
+    note = (f"\n  realistic trace (pools and requests a server builds), {len(found.steps)} steps"
+            + (f", shows as [{shows}]" if shows != invariant_id else "") + where)
+    return note, RealisticTrace(str(kept.path) if kept.path is not None else None, len(found.steps), shows)
