@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from harness.fuzz.worker import FIRST_ROUND_EXAMPLES
+from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES
 from harness.traces.schema import load_trace
 from pools.req_to_token import Req, ReqToTokenPool
 

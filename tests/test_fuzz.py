@@ -32,8 +32,8 @@ from harness.fuzz.counted import EventLog
 from harness.fuzz.options import FuzzOptions
 from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
+from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.session import FuzzRun
-from harness.fuzz.worker import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.judge.families import FAMILIES, Family, UnknownTargetError
 from harness.traces.schema import load_trace
 

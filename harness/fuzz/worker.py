@@ -34,17 +34,16 @@ beside the shrunk trace that follows.
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import random
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from harness.fuzz.counted import Counted
 from harness.fuzz.database import open_database
+from harness.fuzz.failure_text import error_text, poisons_cuda
 from harness.fuzz.protocol import (
     FLUSH_SECONDS,
     CoverageSample,
@@ -61,6 +60,7 @@ from harness.fuzz.protocol import (
     WorkerPlan,
 )
 from harness.fuzz.realistic import realistic_note
+from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
 from harness.fuzz.shares import EngineBook, pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
@@ -75,27 +75,8 @@ UNSHRUNK_FOLDER = "unshrunk"
 
 Kept apart from the shrunk traces (``<family>/...``), so the corpus's one-file-per-bug stays true of those while
 the trace the first report named, and the report's ``found_at`` still names, replays after shrinking as before it."""
-#: First round of a target: small, so the first progress arrives quickly; later rounds adapt.
-FIRST_ROUND_EXAMPLES = 10
-MAX_ROUND_EXAMPLES = 5_000
 #: How often a worker measuring coverage sends the arcs its current target reached, in seconds.
 COVERAGE_SAMPLE_SECONDS = 2.0
-#: Messages of CUDA errors after which a process's CUDA context is unusable ("sticky" errors).
-FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "cudaError", "CUBLAS_STATUS")
-
-
-def round_seed(seed: int, worker: int, generation: int, round_no: int) -> int:
-    """The hypothesis seed of one round: distinct per worker, restart and round, reproducible from ``--seed``."""
-    digest = hashlib.sha256(f"poolfuzz:{seed}:{worker}:{generation}:{round_no}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def next_round_size(examples: int, seconds: float, target_seconds: float) -> int:
-    """``max_examples`` for the next round, so it lasts about ``target_seconds``."""
-    if examples <= 0 or seconds <= 0:
-        return FIRST_ROUND_EXAMPLES
-    rate = examples / seconds
-    return max(5, min(MAX_ROUND_EXAMPLES, int(rate * target_seconds)))
 
 
 class Worker:
@@ -342,12 +323,10 @@ class Worker:
             violation = finding.violation
             message = describe_shrunk(violation, found=finding.found_steps, trace=finding.trace,
                                       found_by="the walk found") if violation is not None else (
-                "".join(traceback.format_exception_only(finding.error))
-                + "".join(traceback.format_exception(finding.error)[-12:-1])
-                + f"steps of the walk episode that raised:\n{finding.trace.steps_text()}\n")
+                error_text(finding.error, finding.trace, "the walk episode that raised"))
             if violation is not None and finding.trace_problem:
                 message += f"\n  ({finding.trace_problem})"
-            self.poisoned = any(marker in message for marker in FATAL_CUDA)
+            self.poisoned = poisons_cuda(message)
             if violation is not None:
                 save_walk_failure(self.database, target.key, finding.trace)
             self.found(target, violation.invariant_id if violation is not None else None, message,
@@ -401,15 +380,9 @@ class Worker:
 
     def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, int]) -> None:
         violation = violation_of(exc)
-        if violation is not None:
-            message = str(violation)
-        else:
-            # The exception first (the summary shows the first line), then where it came from and the steps.
-            message = "".join(traceback.format_exception_only(exc)) + "".join(traceback.format_exception(exc)[-12:-1])
-            if self.error_trace is not None:
-                message += f"steps of the last example that raised:\n{self.error_trace.steps_text()}\n"
-        # A sticky CUDA error poisons every later CUDA call in this process: end it, the parent starts another.
-        self.poisoned = any(marker in message for marker in FATAL_CUDA)
+        message = str(violation) if violation is not None else error_text(
+            exc, self.error_trace, "the last example that raised")
+        self.poisoned = poisons_cuda(message)  # the process ends; the parent starts another
         trace = failure_trace(exc)
         path = violation.trace_path if violation is not None else None
         self.found(target, violation.invariant_id if violation is not None else None, message, path=path, trace=trace,
