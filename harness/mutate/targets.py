@@ -9,7 +9,9 @@ it is the slow CPU stand-in for a GPU kernel, and :mod:`pools.page_alloc.triton`
 not mutated by default).  Both lists are read from the registry (``variants``,
 ``device_path``), so a family declares them in its kit and nothing here names it.
 The misuse-off runs of the machine tests are left out: they issue a subset of
-the same calls.
+the same calls.  Each family also has a *walk* target (``prefix_cache[walk]``):
+:data:`WALK_STEPS` steps of the nightly runner's other engine (:mod:`harness.fuzz.walk`)
+from seed 0, with its drain audits, since ``fuzz`` kills a bug with either engine.
 
 Every run uses the machine tests' pinned settings (the derandomised ``ci``
 profile, no example database) without the shrink phase: shrinking only starts
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 
     from harness.machines.base import PoolMachine
 
+WALK = "[walk]"
+WALK_STEPS = 10_000
+"""Steps of a family's walk target: a fixed count from seed 0 (never a time budget), so the run is reproducible."""
 DEVICE_PATH = "[device-path]"
 DEVICE_PATH_FAMILIES = tuple(f.name for f in FAMILIES.values() if f.device_path)
 """Families (their registry entries' ``device_path``) ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
@@ -82,6 +87,7 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
         if not families and kit.default in kit.upstream:
             continue
         names.extend([f"{family}[{label}]" for label, _ in kit.variants] if kit.variants else [family])
+        names.append(f"{family}{WALK}")
     names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
     return names
 
@@ -121,10 +127,18 @@ def mutation_settings(examples: int | None = None) -> Settings:
 
 
 def run_target(target: str, machine: type[PoolMachine], settings: Settings) -> None:
-    """One derandomised run of ``machine`` (built for ``target``); raises whatever the machine raises."""
+    """One derandomised run of ``machine`` (built for ``target``), or for a walk target :data:`WALK_STEPS` steps
+    of the family's walk from seed 0 (drain audits on, as ``fuzz`` walks); raises whatever the run finds."""
     from hypothesis.stateful import run_state_machine_as_test
 
+    from harness.fuzz.walk import WalkRun
+
     with environment(target):
+        if target.endswith(WALK):
+            finding = WalkRun(family_of(target), 0, shrink=False).run(max_steps=WALK_STEPS)
+            if finding is not None:
+                raise finding.error
+            return
         run_state_machine_as_test(machine, settings=settings)
 
 
