@@ -21,6 +21,7 @@ from harness.mutate.mutants import ModuleSource, Mutant, generate
 from harness.mutate.plan import Baseline, BaselineFailed
 from harness.mutate.runner import Job, WorkerFailed, WorkerPool
 from harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
+from harness.mutate.targets import target_names
 from harness.mutate.worker import MutantLab, WorkerSetup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,6 +224,15 @@ def test_a_comparison_mutant_in_the_row_pool_is_killed_by_its_machine_and_then_r
     assert (outcome.status, outcome.killer) == ("killed", "req_to_token")
     assert outcome.detail.startswith("invariant ")
     assert pools.req_to_token._RowPool.alloc_rows.__code__ is original
+
+
+def test_each_familys_walk_is_a_killer_and_kills_the_same_row_mutant_its_machine_does(row_lab: MutantLab) -> None:
+    assert "req_to_token[walk]" in target_names(["req_to_token"])
+    mutant = by(list(row_lab.mutants.values()), "_RowPool.alloc_rows", "Gt->GtE")
+    outcome = row_lab.run(mutant.id, ["req_to_token[walk]"])
+    assert (outcome.status, outcome.killer) == ("killed", "req_to_token[walk]")
+    _, hits = row_lab.trace("req_to_token[walk]")  # the unmutated walk runs clean, and is traced like a machine
+    assert hits["pools/req_to_token.py"].get(mutant.line, 0) > 0
 
 
 def test_the_watchdog_stops_a_mutant_that_never_returns_and_a_fresh_worker_carries_on() -> None:
