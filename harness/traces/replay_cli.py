@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.judge.families import UnknownTargetError, check_target, family, load_factory, parse_overrides
 from harness.judge.trace import Trace
+from harness.traces.across import main_across
 from harness.traces.corpus import DEFAULT_CORPUS, rewrite_trace
 from harness.traces.interrupt import Interrupted, SignalGuard
 from harness.traces.replay import (
@@ -204,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mark-regression", action="store_true",
                         help="rewrite each given trace that recorded a violation as a regression trace, after "
                              "checking that it passes on the fixed pool and still fails on the old one")
+    parser.add_argument("--across", metavar="PACKAGE==LOW..HIGH",
+                        help="replay the traces against each release of sglang or vllm in the range (or a list: "
+                             "PACKAGE==V1,V2), each fetched once with pip download --no-deps, and say on which "
+                             "ones each trace reproduces (harness/traces/across.py)")
+    parser.add_argument("--across-cache", type=Path, metavar="DIR",
+                        help="with --across: where the unzipped releases are kept (default ~/.cache/poolfuzz/releases)")
     parser.add_argument("--fixed-by", metavar="module:attr",
                         help="with --mark-regression: the fixed pool (default: the trace's own implementation, "
                              "fixed in place)")
@@ -225,6 +232,11 @@ def options_from(args: argparse.Namespace) -> Options:
                              "not --target or --expect")
         if not args.paths:
             raise ValueError("--mark-regression rewrites files: name the traces to mark")
+    if args.across_cache is not None and args.across is None:
+        raise ValueError("--across-cache goes with --across")
+    if args.across is not None and (args.target or args.mark_regression or args.expect == "fixed" or args.device):
+        raise ValueError("--across replays each trace as recorded against each release: it takes no --target, "
+                         "--expect fixed, --mark-regression or --device")
     if args.device == "cuda":
         import torch
 
@@ -254,6 +266,8 @@ def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:
     except (UnknownTargetError, ValueError) as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
+    if args.across is not None:
+        return main_across(args.paths or [DEFAULT_CORPUS], args.across, args.across_cache)
     counts = dict.fromkeys(STATUSES, 0)
     each = mark if options.mark else judge
     with SignalGuard(lambda name: f"interrupted by {name}: {summary(counts)}") as guard:
