@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from harness.traces.schema import load_trace
 from pools.req_to_token import Req, ReqToTokenPool
 
 REPO = Path(__file__).resolve().parent.parent
-PLANTED = "req_to_token=tests.test_fleet:ForgetfulFreeUnderLoad"
+PLANTED = "req_to_token=tests.test_fleet:LeakyAllocUnderLoad"
 #: Seeds A tries, in order, until its round 0 misses the bug (the first one does on the current strategies).
 SEEDS = (2, 3, 1, 5)
 #: Short examples: a found leak shrinks in about a second instead of twenty.
@@ -49,19 +49,22 @@ STEPS = 6
 PROCESS_TIMEOUT_S = 150
 
 
-class ForgetfulFreeUnderLoad(ReqToTokenPool):
-    """``free`` forgets the row when four or more rows are live: a leak that shows only under load.
+class LeakyAllocUnderLoad(ReqToTokenPool):
+    """``alloc`` of requests loses one more row when four or more rows are already live: a leak that shows only
+    under load.
 
-    Random generation needs a few dozen examples to load the pool that far, so a
-    fuzz round of ten examples usually misses it; a replayed example does not.
+    Random generation needs a few dozen examples to load the pool that far and admit more, so a fuzz round of
+    ten examples usually misses it; a replayed example does not.  The trigger is an admission, not a free: the
+    drain audits free every live row, which would make a leak on ``free`` under load show in every example,
+    but they take rows back with ``alloc_rows``, never ``alloc``.
     """
 
-    def free(self, req: Req) -> None:
+    def alloc(self, reqs: Sequence[Req]) -> list[int] | None:
         live = self.num_rows - len(self.free_slots)
-        row = req.req_pool_idx
-        super().free(req)
-        if live >= 4:
-            self.free_slots.remove(row)  # type: ignore[arg-type]
+        rows = super().alloc(reqs)
+        if rows is not None and live >= 4 and self.free_slots:
+            self.free_slots.pop(0)
+        return rows
 
 
 # ----------------------------------------------------------------- the fleet
