@@ -96,6 +96,8 @@ class Worker:
         self.database = open_database(plan.database)
         self.machines: dict[str, type[PoolMachine]] = {}
         self.round_size: dict[str, int] = {}
+        self.as_found: dict[str, Trace] = {}
+        """Each target's failing trace as first seen, unshrunk: what its realistic trace is lifted from."""
         self.target: TargetRef | None = None
         self.steps = 0
         self.examples = 0
@@ -189,6 +191,7 @@ class Worker:
             return
         unshrunk = copy.deepcopy(trace)
         unshrunk.expect_violation(violation.invariant_id)
+        self.as_found[target.key] = unshrunk
         fill_provenance(unshrunk, seed=self.seed, note=(
             f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
             "unshrunk: saved the moment it was found"))
@@ -409,7 +412,8 @@ class Worker:
         self.retired[target.index] = 1
         realistic = None
         if shrunk and invariant is not None and trace is not None:
-            note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant, trace=trace,
+            note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant,
+                                             trace=self.as_found.pop(target.key, trace),
                                              seed=where["seed"], corpus=Path(self.plan.corpus), device=self.plan.device)
             message += note
         self.send(FailureFound(
