@@ -8,6 +8,7 @@ shrinks below a floor, and finds a failing realistic trace where the bug is reac
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 from harness.fuzz.realistic import find_realistic, realistic_note
@@ -109,3 +110,19 @@ def test_the_summary_names_the_realistic_trace_and_the_invariant_it_shows() -> N
     lines = failure_lines("paged_kv=harness.upstream:PagedKV", failure)
     assert lines[-1] == ("    realistic trace (pools and requests a server builds, shows as [no-double-allocation]): "
                          "real.json (3 steps)")
+
+
+def test_no_realistic_search_runs_when_the_run_has_no_time_left(tmp_path: Any) -> None:
+    trace, invariant = page_1_finding()
+    note, found = realistic_note("paged_kv", "harness.upstream:PagedKV", invariant_id=invariant, trace=trace, seed=0,
+                                 corpus=tmp_path, seconds=0.1)
+    assert found is None and "no time left" in note
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_search_stops_when_asked() -> None:
+    """With nothing to lift, only the walk could find a trace; a stop asked for at once ends it with none."""
+    started = time.monotonic()
+    assert find_realistic("paged_kv", PAGE_1_DECODE, invariant_id="empty-pool-guard", seconds=30,
+                          stop=lambda: True) is None
+    assert time.monotonic() - started < 5

@@ -14,6 +14,7 @@ since a bug that reads ``empty-pool-guard`` in an empty pool often reads
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +27,18 @@ from harness.traces.realistic import floors_of, shrink_realistic, within_floors
 
 REALISTIC_SECONDS = 5.0
 """The search's budget after a finding: the walk's share of it, then shrinking within the floors."""
+MIN_SECONDS = 0.5
+"""Less time than this left in the run: no search (the finding's own report must not wait on it)."""
 
 __all__ = ["REALISTIC_SECONDS", "find_realistic", "realistic_note"]
 
 
 def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | None = None, seed: int = 0,
-                   seconds: float = REALISTIC_SECONDS, **replay: Any) -> Trace | None:
+                   seconds: float = REALISTIC_SECONDS, stop: Callable[[], bool] | None = None,
+                   **replay: Any) -> Trace | None:
     """A realistic failing trace of ``spec`` (a :func:`~harness.judge.families.load_factory` target), or ``None``
-    when the family has no floors or none fails within ``seconds``.  ``trace``: the finding as found."""
+    when the family has no floors or none fails within ``seconds`` (or before ``stop()``).  ``trace``: the
+    finding as found."""
     if not floors_of(family):
         return None
     deadline = time.monotonic() + seconds
@@ -44,8 +49,8 @@ def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | 
     walk = WalkRun(family, seed, spec=spec, device=str(replay.get("device") or "cpu"), shrink=False, realistic=True)
     other: Trace | None = None
     shows = invariant_id
-    while time.monotonic() < deadline:
-        finding = walk.run(seconds=max(0.0, deadline - time.monotonic()) / 2)
+    while time.monotonic() < deadline and not (stop is not None and stop()):
+        finding = walk.run(seconds=max(0.0, deadline - time.monotonic()) / 2, stop=stop)
         violation = finding.violation if finding is not None else None
         if finding is None or violation is None:
             continue
@@ -56,21 +61,26 @@ def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | 
             other, shows = finding.trace, violation.invariant_id
     if other is None or (lifted is not None and shows != invariant_id):
         return lifted
-    replay["max_seconds"] = max(1.0, deadline - time.monotonic())
+    replay["max_seconds"] = max(0.2, deadline - time.monotonic())
     return within_floors(other, invariant_id=shows, **replay)
 
 
 def realistic_note(family_name: str, spec: str, *, invariant_id: str, trace: Trace, seed: int, corpus: Path,
-                   device: str = "cpu") -> tuple[str, RealisticTrace | None]:
+                   device: str = "cpu", seconds: float = REALISTIC_SECONDS,
+                   stop: Callable[[], bool] | None = None) -> tuple[str, RealisticTrace | None]:
     """The lines a finding's message gets about its realistic trace, and the trace as the report records it
     (kept in ``corpus``).  For an upstream target only: ours are judged on their minimal traces, an upstream
-    maintainer asks whether a server hits it."""
+    maintainer asks whether a server hits it.  ``seconds``: what the run has left for it, at most
+    :data:`REALISTIC_SECONDS`."""
     if spec not in family(family_name).upstream or not floors_of(family_name):
         return "", None
-    found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device)
+    if seconds < MIN_SECONDS:
+        return "\n  no realistic trace: the run had no time left to look for one", None
+    found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device,
+                           seconds=seconds, stop=stop)
     if found is None:
         return (f"\n  no realistic trace (pools and requests within {family_name}'s realistic floors) failed in "
-                f"{REALISTIC_SECONDS:g} s"), None
+                f"{seconds:.1f} s"), None
     fill_provenance(found, seed=seed, note=f"realistic trace of a {invariant_id} finding on {spec}")
     kept = keep_trace(found, corpus)
     shows = str(found.expect.get("invariant"))

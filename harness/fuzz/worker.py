@@ -59,7 +59,7 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
-from harness.fuzz.realistic import realistic_note
+from harness.fuzz.realistic import REALISTIC_SECONDS, realistic_note
 from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
 from harness.fuzz.shares import EngineBook, pick
@@ -412,9 +412,11 @@ class Worker:
         self.retired[target.index] = 1
         realistic = None
         if shrunk and invariant is not None and trace is not None:
+            left = min(REALISTIC_SECONDS, self.plan.deadline - time.time() - 1.0)  # the report must not wait on it
             note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant,
-                                             trace=self.as_found.pop(target.key, trace),
-                                             seed=where["seed"], corpus=Path(self.plan.corpus), device=self.plan.device)
+                                             trace=self.as_found.pop(target.key, trace), seed=where["seed"],
+                                             corpus=Path(self.plan.corpus), device=self.plan.device, seconds=left,
+                                             stop=self.stop.is_set)
             message += note
         self.send(FailureFound(
             target=target.key, family=target.family, implementation=target.spec,
