@@ -43,7 +43,7 @@ def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | 
         return None
     deadline = time.monotonic() + seconds
     replay = {"target": spec, "max_seconds": seconds, **replay}
-    lifted = shrink_realistic(trace, invariant_id=invariant_id, **replay) if trace is not None else None
+    lifted = shrink_realistic(trace, invariant_id=invariant_id, stop=stop, **replay) if trace is not None else None
     if lifted is not None and lifted.expect.get("invariant") == invariant_id:
         return lifted
     walk = WalkRun(family, seed, spec=spec, device=str(replay.get("device") or "cpu"), shrink=False, realistic=True)
@@ -62,7 +62,7 @@ def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | 
     if other is None or (lifted is not None and shows != invariant_id):
         return lifted
     replay["max_seconds"] = max(0.2, deadline - time.monotonic())
-    return within_floors(other, invariant_id=shows, **replay)
+    return within_floors(other, invariant_id=shows, stop=stop, **replay)
 
 
 def realistic_note(family_name: str, spec: str, *, invariant_id: str, trace: Trace, seed: int, corpus: Path,

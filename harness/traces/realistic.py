@@ -127,7 +127,8 @@ def lift(family_name: str, config: Mapping[str, Any], steps: Steps) -> tuple[dic
                     for step in steps]
 
 
-def shrink_realistic(trace: Trace, *, invariant_id: str, **replay: Any) -> Trace | None:
+def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None,
+                     **replay: Any) -> Trace | None:
     """The smallest trace within the family's floors that still fails; ``None`` when the family has no floors,
     or the trace lifted to them runs clean.
 
@@ -146,16 +147,21 @@ def shrink_realistic(trace: Trace, *, invariant_id: str, **replay: Any) -> Trace
     result = replay_trace(lifted, **{k: v for k, v in replay.items() if k in replay_keys})
     if result.outcome != "violation" or result.invariant is None:
         return None
-    return within_floors(lifted, invariant_id=result.invariant, **replay)
+    return within_floors(lifted, invariant_id=result.invariant, stop=stop, **replay)
 
 
-def within_floors(trace: Trace, *, invariant_id: str, **replay: Any) -> Trace | None:
+def within_floors(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None,
+                  **replay: Any) -> Trace | None:
     """:func:`~harness.traces.shrink.shrink_trace` of a realistic ``trace`` that refuses every candidate below a
-    floor; the result expects ``invariant_id``.  ``None`` if ``trace`` itself is not realistic."""
+    floor (and, once ``stop()``, every candidate: the trace so far is returned); the result expects
+    ``invariant_id``.  ``None`` if ``trace`` itself is not realistic."""
     name = trace.family
     if unrealistic(name, trace.config, trace.steps) is not None:
         return None
-    shrunk = shrink_trace(trace, invariant_id=invariant_id, admissible=lambda c, s: unrealistic(name, c, s) is None,
-                          **replay)
+
+    def admissible(config: dict[str, Any], steps: Steps) -> bool:
+        return not (stop is not None and stop()) and unrealistic(name, config, steps) is None
+
+    shrunk = shrink_trace(trace, invariant_id=invariant_id, admissible=admissible, **replay)
     shrunk.expect_violation(invariant_id)
     return shrunk
