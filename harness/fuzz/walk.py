@@ -88,10 +88,10 @@ class WalkRun:
     corpus: Path | None = None
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None
+    """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
     realistic: bool = False
     """Walk only what a server builds and sends: every config and step lifted to the family's realistic floors
     (:mod:`harness.traces.realistic`), as the search for a finding's realistic trace walks."""
-    """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
     steps: int = 0
     episodes: int = 0
     drains: int = 0
@@ -167,7 +167,7 @@ class WalkRun:
         return None
 
     def _found(self, exc: BaseException, driver: Driver | None, config: dict[str, Any]) -> Finding:
-        attached = getattr(exc, "trace", None)  # a drain audit's violation carries its copy's longer trace
+        attached = getattr(exc, "trace", None)  # a drain audit's violation carries the drained driver's longer trace
         trace = attached if isinstance(attached, Trace) else (
             driver.trace if driver is not None else Trace(self.family, self.spec, config))
         found = len(trace.steps)

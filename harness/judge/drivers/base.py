@@ -39,6 +39,7 @@ DrainPlan = Callable[["Driver"], Iterator[tuple[str, dict[str, Any]]]]
 MAX_DRAIN_STEPS = 256
 """A drain plan's steps are cut here: a plan that never runs dry must not hang the run."""
 
+
 class DrainCopyDiverged(RuntimeError):
     """A drain audit's copy found a violation its replay does not: the copy was not independent (a harness bug)."""
 
