@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.judge import limits
-from harness.judge.families import FAMILIES, resolve
+from harness.judge.families import FAMILIES, family_unavailable, resolve
 from harness.judge.limits import LIMITS, LimitError, check_config, check_step, check_steps
 from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
 from harness.machines.table import config_strategy
@@ -181,8 +181,9 @@ def test_every_family_has_limits_naming_only_keys_its_default_pool_takes() -> No
     """A family without a row is refused at load time; a row naming a key the pool lacks would be dead."""
     assert set(LIMITS) == set(FAMILIES)
     for name, row in LIMITS.items():
-        default = resolve(FAMILIES[name].default)
-        assert set(row.config) <= set(inspect.signature(default).parameters), name
+        if family_unavailable(name) is None:  # an upstream default (engine) resolves only where upstream loads
+            default = resolve(FAMILIES[name].default)
+            assert set(row.config) <= set(inspect.signature(default).parameters), name
         assert set(FAMILIES[name].bench_kwargs) <= set(row.config), name
         check_config(name, FAMILIES[name].bench_kwargs)
         driver = resolve(FAMILIES[name].driver)

@@ -66,6 +66,8 @@ def test_without_misuse_no_misuse_move_is_drawn() -> None:
 
 def test_the_walk_draws_its_configurations_from_the_table_the_machine_draws_from() -> None:
     for name in FAMILIES:
+        if family_unavailable(name) is not None:
+            continue  # its default (upstream code) is not installed here: there is no walk to build
         walk = WalkRun(name, 0, shrink=False)
         config = walk.walk.configs(random.Random(0))
         check_config(name, {**config, "device": "cpu"})  # a configuration the family's limits accept
