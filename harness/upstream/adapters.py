@@ -98,6 +98,7 @@ class TokenKV(_UpstreamKV):
     """``token_kv``: upstream ``TokenToKVPoolAllocator(size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "TokenToKVPoolAllocator"
+    poolfuzz_contract = "harness.upstream.contracts.token_kv:CONTRACT"
 
     def __init__(
         self, size: int, device: str | torch.device = "cpu", need_sort: bool = False, dtype: torch.dtype = torch.float16

@@ -24,6 +24,7 @@ import copy
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+from harness.judge.contract import contract_of
 from harness.judge.invariants import InvariantViolation, check
 from harness.judge.trace import Trace
 from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
@@ -104,6 +105,10 @@ class Driver:
         self.trace = Trace(family=self.family, implementation=implementation, config=self.config,
                            audit_period=self.audit_period)
         self.factory = factory
+        self.contract = None if check_misuse else contract_of(factory)
+        """The calls the target's own callers make (:mod:`harness.judge.contract`): with valid calls only, the
+        only ones issued."""
+        self.refused_by_contract = 0
         self.pool = factory(**self.config)
         self.events: list[str] = []
         self.drain_plan: DrainPlan | None = None
@@ -116,6 +121,9 @@ class Driver:
         """Record and run one operation; violations carry the step and the trace."""
         if op not in self.operations:
             raise KeyError(f"{type(self).__name__} has no operation {op!r}; known: {sorted(self.operations)}")
+        if self.contract is not None and not self.contract.allows(self, op, args):
+            self.refused_by_contract += 1  # upstream's callers never make this call: not a valid one
+            return None
         self.steps += 1
         self.trace.record(op, args)
         try:

@@ -1,0 +1,131 @@
+"""Caller contracts: the calls an upstream class's own callers make, which are the only valid calls it gets.
+
+Upstream SGLang and vLLM validate none of their input, so a target that does not
+(``poolfuzz_check_misuse = False``) is fuzzed with valid calls only.  "Valid" must mean
+*what upstream's callers send*, not what our pools accept: our ``swa_kv`` driver once sent
+``free`` after ``free_swa`` at page size 1, which our pool allows and upstream's callers
+never do (they send ``free_full``), and reported the driver's own misuse as an upstream
+finding.  A :class:`Contract` states, per driver operation, the upstream methods it calls,
+the argument shapes the callers send, and the upstream lines (:class:`Cite`) that send them.
+
+The driver consults it on every step (:meth:`Contract.allows`): an operation the contract
+does not list, or one whose arguments its rule's ``allows`` refuses in the current state,
+is skipped (not issued, not recorded), so a call upstream's callers never make is never
+issued as a valid one.  The citations are checked against the installed upstream files by
+``tests/test_contracts.py``, and a recording proxy there checks that each operation calls
+only the methods its rule names, so a table cannot drift from the code it describes.
+
+A target declares its contract with the class attribute ``poolfuzz_contract =
+"module:ATTR"``; a target without one (our own pools, a plug-in) is unconstrained.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+
+class ContractError(ValueError):
+    """A contract table that cannot be used: an attribute that does not resolve, or an operation listed twice."""
+
+
+@dataclass(frozen=True)
+class Cite:
+    """One upstream line: ``path`` (under the package folder, e.g. ``srt/mem_cache/common.py``) and ``line``
+    hold ``text``, the call or expectation as upstream spells it (checked within two lines either side)."""
+
+    path: str
+    line: int
+    text: str
+    package: str = "sglang"
+    note: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.package}/{self.path}:{self.line} `{self.text}`" + (f" ({self.note})" if self.note else "")
+
+
+Allows = Callable[[Any, dict[str, Any]], bool]
+"""``allows(driver, args)``: whether upstream's callers send this operation these arguments in this state."""
+
+
+@dataclass(frozen=True)
+class CallRule:
+    """Driver operation ``op`` calls the upstream methods ``calls`` with arguments of ``shape``; ``callers``
+    are the upstream lines that make those calls, and ``allows`` (when set) narrows the arguments and states."""
+
+    op: str
+    calls: tuple[str, ...]
+    shape: str
+    callers: tuple[Cite, ...]
+    allows: Allows | None = None
+
+
+@dataclass(frozen=True)
+class NotCalled:
+    """Driver operation ``op`` is never issued to this target: ``why`` says which caller behaviour it lacks."""
+
+    op: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What ``target``'s callers in ``release`` send it: one rule per operation, and the operations they never make."""
+
+    target: str
+    release: str
+    rules: tuple[CallRule, ...]
+    not_called: tuple[NotCalled, ...] = ()
+    reads: tuple[str, ...] = ()
+    """Upstream methods that only answer a question (``available_size``): the audits may call them after any step."""
+    upstream_attr: str = "inner"
+    """The wrapper's attribute holding the upstream object, whose method calls are this table's ``calls``."""
+    by_op: dict[str, CallRule] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ops = [rule.op for rule in self.rules] + [entry.op for entry in self.not_called]
+        repeated = sorted({op for op in ops if ops.count(op) > 1})
+        if repeated:
+            raise ContractError(f"{self.target}'s contract lists {repeated} more than once")
+        object.__setattr__(self, "by_op", {rule.op: rule for rule in self.rules})
+
+    def allows(self, driver: Any, op: str, args: dict[str, Any]) -> bool:
+        """Whether the callers make ``op`` with ``args`` in the driver's current state."""
+        rule = self.by_op.get(op)
+        if rule is None:
+            return False
+        return rule.allows is None or bool(rule.allows(driver, args))
+
+    def describe(self) -> str:
+        """The table as text, for the docs and ``--contract``: each operation, its calls, shape and callers."""
+        lines = [f"{self.target} ({self.release}): the calls its callers make"]
+        for rule in self.rules:
+            narrowed = " (narrowed by state)" if rule.allows is not None else ""
+            lines.append(f"  {rule.op}: {', '.join(rule.calls) or '(no upstream call)'}; {rule.shape}{narrowed}")
+            lines.extend(f"      {cite}" for cite in rule.callers)
+        for entry in self.not_called:
+            lines.append(f"  {entry.op}: never issued ({entry.why})")
+        return "\n".join(lines)
+
+
+@cache
+def _resolve(spec: str) -> Contract:
+    module, _, attr = spec.partition(":")
+    try:
+        contract = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ContractError(f"poolfuzz_contract {spec!r} does not resolve: {exc}") from exc
+    if not isinstance(contract, Contract):
+        raise ContractError(f"poolfuzz_contract {spec!r} is a {type(contract).__name__}, not a Contract")
+    return contract
+
+
+def contract_of(factory: Any) -> Contract | None:
+    """The caller contract ``factory`` declares (``poolfuzz_contract``), or ``None`` for an unconstrained target."""
+    spec = getattr(factory, "poolfuzz_contract", None)
+    if spec is None:
+        return None
+    return spec if isinstance(spec, Contract) else _resolve(str(spec))

@@ -1,0 +1,72 @@
+"""The calls ``TokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:TokenKV``).
+
+Callers allocate through ``alloc_token_slots`` and free a request's row through
+``free_kv_row`` -> ``free_kv_row_segments`` -> ``free_segments`` -> ``free_segment``, which at
+page size 1 is ``free`` (``allocator/base.py:284-293``); the scheduler brackets a batch's
+releases in ``free_group_begin``/``free_group_end`` and clears only from ``flush_cache``,
+outside any batch.  ``merge_and_sort_free`` is the allocator's own (``alloc`` calls it when
+``need_sort`` and the free list is short): no caller makes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+
+ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)", note="alloc_token_slots")
+FREE_SEGMENT = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
+                    note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
+FREE_ON_ERROR = Cite("srt/mem_cache/allocation.py", 471, "token_to_kv_pool_allocator.free(out_cache_loc)")
+GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()")
+GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
+BATCH_BEGIN = Cite("srt/managers/scheduler_components/batch_result_processor.py", 264,
+                   "token_to_kv_pool_allocator.free_group_begin()")
+BATCH_END = Cite("srt/managers/scheduler_components/batch_result_processor.py", 501,
+                 "token_to_kv_pool_allocator.free_group_end()")
+FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
+             note="flush_cache, only when the scheduler is fully idle")
+
+
+def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
+    """Callers allocate a batch's new tokens, and every scheduled request has at least one."""
+    return bool(args.get("need_size", 0) >= 1)
+
+
+def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+    """``free_indices`` with indices is misuse; the empty free is the one callers send."""
+    return not args.get("indices")
+
+
+def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
+    """``flush_cache`` runs between batches, never inside a batch's free group."""
+    return not driver.model.group_open
+
+
+CONTRACT = Contract(
+    target="harness.upstream:TokenKV",
+    release="sglang==0.5.23",
+    rules=(
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), allows=at_least_one_token),
+        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, FREE_ON_ERROR)),
+        CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
+                 (FREE_SEGMENT, Cite("srt/mem_cache/radix_cache.py", 569,
+                                     "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)",
+                                     note="eviction frees one node's slots of a longer row"))),
+        CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
+                 (Cite("srt/mem_cache/allocator/token.py", 68, "if free_index.numel() == 0:",
+                       note="free's own early return for the empty frees its callers send"),), allows=nothing_to_free),
+        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN)),
+        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END)),
+        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
+                 "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
+                 (FLUSH, BATCH_BEGIN, BATCH_END), allows=outside_a_group),
+    ),
+    reads=("available_size", "get_all_free_pages"),
+    not_called=(
+        NotCalled("merge", "merge_and_sort_free is called by alloc itself (allocator/token.py:56), by no caller"),
+        NotCalled("free_again", "misuse: a second free of released slots"),
+        NotCalled("free_malformed", "misuse: a list, float or 2-D tensor of indices"),
+        NotCalled("construct", "misuse: a malformed constructor"),
+    ),
+)

@@ -1,0 +1,229 @@
+"""Caller contracts: every upstream target has one, it cites lines that exist, and the drivers keep to it.
+
+A contract (:mod:`harness.judge.contract`) is the list of calls upstream's own callers
+make.  These tests keep each table true to two things it describes: the installed upstream
+files (each citation's line still holds the call it names) and our own driver (each
+operation calls exactly the upstream methods its rule lists, and an operation the table
+does not allow never reaches upstream).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.fuzz.walk import WalkRun
+from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, contract_of
+from harness.judge.drivers.base import Driver
+from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
+from harness.judge.invariants import InvariantViolation
+from harness.traces.schema import load_trace
+
+TARGETS = sorted((name, spec) for name, fam in FAMILIES.items() for spec in fam.upstream)
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "upstream"
+
+
+def _factory(spec: str) -> Any:
+    try:
+        return load_factory(spec)
+    except UnknownTargetError as exc:
+        pytest.skip(f"{spec} does not load here: {exc}")
+
+
+def _package_folder(package: str) -> tuple[Path, str] | None:
+    """The installed upstream package's folder and version, or ``None`` when it is not installed."""
+    if package == "sglang":
+        from harness.upstream.loader import locate_sglang
+
+        locate = locate_sglang
+    else:
+        from harness.upstream.vllm_loader import locate_vllm
+
+        locate = locate_vllm
+    try:
+        found = locate()
+    except Exception:  # noqa: BLE001 - any refusal: not installed, or another copy
+        return None
+    return found.package, found.version
+
+
+def _cites(contract: Contract) -> list[Cite]:
+    return [cite for rule in contract.rules for cite in rule.callers]
+
+
+@pytest.mark.parametrize(("family_name", "spec"), TARGETS)
+def test_every_upstream_target_declares_a_contract_covering_every_operation_of_its_driver(
+    family_name: str, spec: str
+) -> None:
+    contract = contract_of(_factory(spec))
+    assert contract is not None, f"{spec} declares no poolfuzz_contract"
+    assert contract.target == spec
+    operations = resolve(family(family_name).driver).operations
+    listed = set(contract.by_op) | {entry.op for entry in contract.not_called}
+    assert operations - listed == set(), f"{spec}: operations its contract does not mention"
+    assert listed - operations == set(), f"{spec}: contract entries for operations the driver lacks"
+    assert all(rule.callers for rule in contract.rules), "every allowed call names the upstream line that makes it"
+
+
+@pytest.mark.parametrize(("family_name", "spec"), TARGETS)
+def test_every_citation_names_a_line_of_the_installed_release_that_holds_the_call(family_name: str, spec: str) -> None:
+    contract = contract_of(_factory(spec))
+    assert contract is not None
+    checked = 0
+    for cite in _cites(contract):
+        found = _package_folder(cite.package)
+        if found is None or f"{cite.package}=={found[1]}" != contract.release:
+            continue
+        lines = (found[0] / cite.path).read_text().splitlines()
+        window = "\n".join(lines[max(0, cite.line - 3): cite.line + 2])
+        assert cite.text in window, f"{cite}: not within two lines of line {cite.line}"
+        checked += 1
+    if not checked:
+        pytest.skip(f"{contract.release} is not the installed copy")
+
+
+class _Recorder:
+    """Stands in for the upstream object a wrapper holds and records the name of every method called on it."""
+
+    def __init__(self, inner: Any, log: list[str]) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_log", log)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = getattr(object.__getattribute__(self, "_inner"), name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        log = object.__getattribute__(self, "_log")
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            log.append(name)
+            return value(*args, **kwargs)
+        return recorded
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_inner"), name, value)
+
+
+class _OffContract(AssertionError):
+    """A driver operation called an upstream method its contract rule does not list."""
+
+
+def _recording_walk(family_name: str, spec: str) -> tuple[WalkRun, list[tuple[str, list[str]]]]:
+    """A walk of ``spec`` whose wrapper records its upstream calls and whose driver checks them per step."""
+    factory = _factory(spec)
+    contract = contract_of(factory)
+    assert contract is not None
+    attr = contract.upstream_attr
+    seen: list[tuple[str, list[str]]] = []
+    log: list[str] = []
+
+    class Recorded(factory):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            setattr(self, attr, _Recorder(getattr(self, attr), log))
+
+    run = WalkRun(family_name, seed=3, spec=spec, shrink=False)
+    run.factory = Recorded
+
+    class Checked(run.driver_class):  # type: ignore[misc,name-defined]
+        def step(self, op: str, **args: Any) -> Any:
+            log.clear()
+            try:
+                return super().step(op, **args)
+            finally:
+                calls = list(log)
+                rule: CallRule | None = contract.by_op.get(op)
+                allowed = set(contract.reads) | (set(rule.calls) if rule is not None else set())
+                if not set(calls) <= allowed:
+                    raise _OffContract(f"{spec}: {op}({args}) called {calls}; its contract lists {sorted(allowed)}")
+                seen.append((op, calls))
+
+    run.driver_class = Checked
+    return run, seen
+
+
+@pytest.mark.parametrize(("family_name", "spec"), [t for t in TARGETS if t[0] != "engine"])
+def test_each_operation_calls_only_the_upstream_methods_its_rule_lists(family_name: str, spec: str) -> None:
+    run, seen = _recording_walk(family_name, spec)
+    while run.steps < 1500:
+        finding = run.run(max_steps=1500 - run.steps)
+        if finding is not None and not isinstance(finding.error, InvariantViolation):
+            raise finding.error  # an off-contract call, or a crash of the harness
+    issued = {op for op, calls in seen if calls}
+    assert issued, f"the walk of {spec} issued no upstream call"
+    assert issued <= set(contract_of(run.factory).by_op)  # type: ignore[union-attr]
+
+
+def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the_trace() -> None:
+    from harness.judge.drivers.kv import TokenKVDriver as KVDriver
+    from pools.kv_allocator import TokenToKVPoolAllocator
+
+    contract = Contract("test:OnlyAlloc", "none", (CallRule("alloc", ("alloc",), "n >= 1", (Cite("x.py", 1, "x"),),
+                                                             allows=lambda driver, args: args["need_size"] >= 1),))
+
+    class OnlyAlloc(TokenToKVPoolAllocator):
+        poolfuzz_contract = contract
+
+    driver = KVDriver(OnlyAlloc, {"size": 16}, check_misuse=False)
+    assert driver.step("alloc", need_size=2) is not None
+    assert driver.step("alloc", need_size=0) is None
+    assert driver.step("clear") is None
+    assert [step["op"] for step in driver.trace.steps] == ["alloc"]
+    assert driver.refused_by_contract == 2
+    assert driver.pool.available_size() == 14
+
+
+def test_a_validating_target_is_not_narrowed_by_a_contract() -> None:
+    from harness.judge.drivers.kv import TokenKVDriver as KVDriver
+    from pools.kv_allocator import TokenToKVPoolAllocator
+
+    class Declares(TokenToKVPoolAllocator):
+        poolfuzz_contract = Contract("test:None", "none", ())
+
+    driver = KVDriver(Declares, {"size": 16}, check_misuse=True)
+    driver.step("alloc", need_size=2)
+    driver.step("clear")
+    assert [step["op"] for step in driver.trace.steps] == ["alloc", "clear"]
+
+
+def test_a_contract_listing_an_operation_twice_or_not_resolving_is_refused() -> None:
+    rule = CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),))
+    with pytest.raises(ContractError, match="alloc"):
+        Contract("t", "r", (rule,), (NotCalled("alloc", "twice"),))
+
+    class Broken:
+        poolfuzz_contract = "harness.upstream.contracts:NOT_THERE"
+
+    with pytest.raises(ContractError, match="NOT_THERE"):
+        contract_of(Broken)
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json")), ids=lambda p: p.stem)
+def test_every_committed_upstream_finding_makes_only_calls_its_targets_callers_make(path: Path) -> None:
+    trace = load_trace(path)
+    contract = contract_of(_factory(trace.implementation))
+    assert contract is not None
+    replayed: Driver = resolve(family(trace.family).driver)(
+        _factory(trace.implementation), trace.config, implementation=trace.implementation, check_misuse=False)
+    for step in trace.steps:
+        assert contract.allows(replayed, step["op"], step["args"]), f"step {step} is not a call upstream's callers make"
+        try:
+            replayed.step(step["op"], **step["args"])
+        except InvariantViolation:
+            return  # the finding itself: every step up to it was a caller's call
+
+
+def test_every_contract_table_imports_without_upstream_installed() -> None:
+    import harness.upstream.contracts as package
+
+    names = [info.name for info in pkgutil.iter_modules(package.__path__)]
+    assert names
+    for name in names:
+        module = importlib.import_module(f"{package.__name__}.{name}")
+        assert isinstance(module.CONTRACT, Contract), name
