@@ -182,6 +182,18 @@ def _checkpoint(view: PrefixCacheView, choose: Chooser) -> Step | None:
     return ("checkpoint", {"handle": choose.choice(requests)}) if requests else None
 
 
+def _settle(release: bool) -> Draw:
+    """The cache's own ``checkpoint`` (or ``release_request``, one in four an abort) of a running request, with a
+    prompt length that may end anywhere in its tokens (mid-page, at the end, past it: the driver clips it)."""
+    def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
+        requests = view.requests()
+        if not requests:
+            return None
+        step = {"handle": choose.choice(requests), "prompt_len": choose.randint(0, 24), "release": release}
+        return ("settle", {**step, "cache": choose.randrange(4) > 0} if release else step)
+    return draw
+
+
 def _release(cache: bool) -> Draw:
     """A running request released: cached first (``finish``), or not (an abort)."""
     def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
@@ -259,6 +271,8 @@ def prefix_cache_moves() -> tuple[Move, ...]:
         Move("match", 1, _match),
         Move("extend", 1.5, _extend),
         Move("checkpoint", 0.7, _checkpoint),
+        Move("checkpoint with the prompt's length", 0.5, _settle(False)),
+        Move("release with the prompt's length", 0.3, _settle(True)),
         Move("abort", 0.5, _release(False)),
         Move("insert mismatched", 0.4, _insert_mismatched, misuse=True),
         Move("evict negative", 0.1, fixed("evict", num_tokens=-1), misuse=True),

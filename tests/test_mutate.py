@@ -280,3 +280,36 @@ def test_the_cli_lists_the_selected_mutants_without_running_them(capsys: pytest.
     lines = capsys.readouterr().out.splitlines()
     assert lines and all(line.startswith("pools.req_to_token:_RowPool.alloc_rows:") for line in lines)
     assert any("[message-only]" in line for line in lines) and any("[behavioural]" in line for line in lines)
+
+
+def test_every_listed_equivalent_names_a_mutant_still_generated_and_nothing_else_is_marked() -> None:
+    from harness.mutate.equivalents import EQUIVALENTS
+
+    root = Path(__file__).resolve().parents[1]
+    modules = sorted({entry.module for entry in EQUIVALENTS})
+    marked = [m for name in modules for m in generate(ModuleSource.load(root / (name.replace(".", "/") + ".py"), root))
+              if m.kind == "equivalent"]
+    found = {(m.module, m.function, m.operator, m.source, m.description) for m in marked}
+    stale = [entry for entry in EQUIVALENTS if entry.key not in found]
+    assert not stale, f"equivalents that no longer name a mutant (the code moved on): {stale}"
+    assert all(m.equivalent and not m.message_only for m in marked)
+
+
+def test_equivalent_mutants_are_scored_apart_and_a_killed_one_is_reported_as_a_wrong_entry() -> None:
+    import dataclasses
+
+    from harness.mutate.report import score, tally, wrong_equivalents_text
+    from harness.mutate.worker import Outcome
+
+    root = Path(__file__).resolve().parents[1]
+    base = generate(ModuleSource.load(root / "pools" / "radix_cache.py", root))
+    listed = next(m for m in base if m.kind == "equivalent")
+    plain = next(m for m in base if m.kind == "behavioural")
+    killed_listed = dataclasses.replace(listed, id=listed.id + "#x")
+    pairs = [(plain, Outcome(plain.id, "killed", killer="m")), (listed, Outcome(listed.id, "survived")),
+             (killed_listed, Outcome(killed_listed.id, "killed", killer="prefix_cache"))]
+    counts = tally(pairs)[plain.path]
+    assert score(counts["behavioural"]) == 1.0
+    assert counts["equivalent"]["survived"] == 1
+    wrong = wrong_equivalents_text(pairs)
+    assert killed_listed.id in wrong and listed.id + ":" not in wrong

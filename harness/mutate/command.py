@@ -25,7 +25,7 @@ import harness
 from harness.helptext import prog
 from harness.mutate.mutants import ModuleSource, Mutant, generate
 from harness.mutate.plan import Baseline, BaselineFailed
-from harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, write_json
+from harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, wrong_equivalents_text, write_json
 from harness.mutate.runner import Job, WorkerFailed, WorkerPool
 from harness.mutate.targets import target_names
 from harness.mutate.worker import Outcome, WorkerSetup
@@ -226,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(survivors_text(pairs, status="survived", title="surviving behavioural mutants"))
     print()
     print(survivors_text(pairs, status="not-reached", title="behavioural mutants no machine reaches"))
+    wrong = wrong_equivalents_text(pairs)
+    if wrong:
+        print(f"\n{wrong}")
     skipped = not_run_text(pairs)
     if skipped:
         print(f"\n{skipped}")

@@ -23,6 +23,7 @@ import __future__
 
 import ast
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.mutate.classify import message_nodes
+from harness.mutate.equivalents import equivalence
 from harness.mutate.operators import Transform, edits
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -142,15 +144,20 @@ class Mutant:
     message_only: bool
     index: int
     transform: Transform = field(compare=False, repr=False)
+    equivalent: str = field(default="", compare=False)
+    """Why the mutant is equivalent (:mod:`harness.mutate.equivalents`), ``""`` when it is not judged so."""
 
     @property
     def kind(self) -> str:
-        return "message-only" if self.message_only else "behavioural"
+        if self.message_only:
+            return "message-only"
+        return "equivalent" if self.equivalent else "behavioural"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "module": self.module, "path": self.path, "function": self.function,
                 "line": self.line, "col": self.col, "operator": self.operator, "kind": self.kind,
-                "description": self.description, "source": self.source}
+                "description": self.description, "source": self.source,
+                **({"equivalent": self.equivalent} if self.equivalent else {})}
 
 
 @lru_cache(maxsize=64)
@@ -264,4 +271,8 @@ def generate(module: ModuleSource) -> list[Mutant]:
                     source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
                     message_only=id(place.node) in message, index=index, transform=edit.transform,
                 ))
+                source = mutants[-1].source
+                why = equivalence(module.name, place.function, edit.operator, source, mutants[-1].description)
+                if why:
+                    mutants[-1] = dataclasses.replace(mutants[-1], equivalent=why)
     return mutants

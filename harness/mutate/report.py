@@ -23,7 +23,7 @@ from harness.mutate.worker import Outcome
 
 STATUSES = ("killed", "timeout", "crashed", "survived", "not-reached", "not-run")
 KILLS = frozenset({"killed", "timeout", "crashed"})
-KINDS = ("behavioural", "message-only")
+KINDS = ("behavioural", "equivalent", "message-only")
 
 
 def score(counts: Counter[str]) -> float | None:
@@ -70,7 +70,7 @@ def _row(label: str, kind: str, counts: Counter[str], width: int) -> str:
 
 def survivors_text(pairs: Sequence[tuple[Mutant, Outcome]], *, status: str, title: str) -> str:
     """The behavioural mutants with ``status``, by module and line, each with its source line."""
-    chosen = [(m, o) for m, o in pairs if o.status == status and not m.message_only]
+    chosen = [(m, o) for m, o in pairs if o.status == status and m.kind == "behavioural"]
     if not chosen:
         return f"{title}: none"
     lines = [f"{title} ({len(chosen)}):"]
@@ -82,6 +82,16 @@ def survivors_text(pairs: Sequence[tuple[Mutant, Outcome]], *, status: str, titl
         ran = f"  [ran {', '.join(outcome.targets_run)}]" if outcome.targets_run else ""
         lines.append(f"    {mutant.line}:{mutant.col} {mutant.function} {mutant.operator}: {mutant.description}{ran}")
         lines.append(f"        | {mutant.source}")
+    return "\n".join(lines)
+
+
+def wrong_equivalents_text(pairs: Sequence[tuple[Mutant, Outcome]]) -> str:
+    """Mutants listed as equivalent that a machine killed: each entry's argument was wrong (empty when none)."""
+    chosen = [(m, o) for m, o in pairs if m.kind == "equivalent" and o.status in KILLS]
+    if not chosen:
+        return ""
+    lines = [f"listed as equivalent in harness/mutate/equivalents.py but killed ({len(chosen)}): remove them"]
+    lines += [f"  {m.id}: {m.description}  [{o.status} by {o.killer or '?'}]" for m, o in chosen]
     return "\n".join(lines)
 
 

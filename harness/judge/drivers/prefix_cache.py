@@ -152,6 +152,59 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         self._check_insert_report(reported, expected, f"checkpoint(request {handle})")
 
     @operation
+    def settle(self, handle: int, prompt_len: int, release: bool = False, cache: bool = True) -> None:
+        """The cache's own per-request call, with the request's prompt length: ``checkpoint(...,
+        prompt_len=)`` (upstream ``RadixCache.checkpoint(req, up_to)``) or, with ``release``,
+        ``release_request(..., cache=)`` (``release_kv_cache``; without ``cache`` an abort, which caches
+        nothing and so splits nothing); ``prompt_len`` is clipped to the request's tokens.
+
+        Upstream splits the inserted path at the prompt's page-aligned end so a request's output
+        KV is evicted before its prompt (``radix_cache.py`` ``_split_node`` from
+        ``cache_unfinished_req``): the prompt path is touched, and split there when the end falls
+        inside a node, then the whole key is touched.  ``checkpoint`` above moves a request through
+        the cache's primitives and never exercises this split, so its ages (which node eviction takes
+        first) are judged here, by the drain audits' policy-order evictions.
+        """
+        held = self._live(handle, request=True)
+        call = getattr(self.pool, "release_request" if release else "checkpoint", None)
+        if held is None or call is None or prompt_len < 0:
+            return SKIPPED  # type: ignore[return-value]
+        tokens = tuple(held.tokens)
+        cache = cache or not release
+        key = self.model.aligned(tokens) if cache else tuple(held.locked)
+        prompt_len = min(prompt_len, len(tokens))
+        what = (f"{'release_request' if release else 'checkpoint'}(request {handle}, prompt_len={prompt_len}"
+                f"{'' if cache else ', cache=False'})")
+        row = self._tensor(held.row)
+        cached = held.cpl
+        if cache:
+            cached = self.model.insert(tokens, held.row[: len(tokens)]).prefix_len
+            prompt_key = self.model.aligned(tokens[:prompt_len])
+            if 0 < len(prompt_key) < len(key):
+                self.model.match(prompt_key)  # touch the prompt's path; split where it ends inside a node
+                self.event("checkpoint split at the prompt's end")
+            self.model.match(key)  # re-matched to find the new last node, which touches the key's path
+        extra = {"cache": cache} if release else {}
+        result = self.expect_accepted(
+            lambda: call(list(tokens), row, held.node, held.cpl, prompt_len=prompt_len, **extra), what)
+        self.model.release(held.row[held.cpl: cached])
+        check(int(result.prefix_len) == cached and int(result.cache_protected_len) == len(key),
+              "match-returns-inserted", f"{what} reported what it cached wrongly", prefix_len=int(result.prefix_len),
+              expected=cached, cache_protected_len=int(result.cache_protected_len), key=len(key))
+        held.row[: len(key)] = self.model.indices(key, len(key)) if cache else held.row[: len(key)]
+        check([int(i) for i in row[: len(key)].tolist()] == held.row[: len(key)], "match-returns-inserted",
+              f"{what} left the request's row other than the tree's indices", row=row[: len(key)].tolist(),
+              expected=held.row[: len(key)])
+        self.model.unlock(held.locked)
+        if release:
+            self.model.release(held.row[len(key): len(tokens)])
+            held.live = False
+        else:
+            self.model.lock(key)
+            held.node, held.locked, held.serial, held.cpl = result.last_node, key, self.model.serial_at(key), len(key)
+        self._settle()
+
+    @operation
     def finish(self, handle: int, cache: bool = True) -> None:
         """Release a request (``release_kv_cache``): cache it first unless ``cache`` is false (an abort)."""
         held = self._live(handle, request=True)
