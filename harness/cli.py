@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
                          help="show this substitution as active (repeatable)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--contracts", action="store_true",
+                         help="the caller contract of each upstream target: the calls upstream's own callers make, "
+                              "with the lines that make them (docs/contracts.md)")
     _add_source_arguments(listing)
     from harness.dashboard import add_arguments as add_dashboard_arguments
 
@@ -289,6 +292,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from harness.judge.plugins import PROBLEMS
     from pools.page_alloc import KERNEL_NAMES, triton_available
 
+    if args.contracts:
+        return _list_contracts(as_json=args.json)
     families = describe_families(parse_overrides(args.target))
     kernels = {"kernels": list(KERNEL_NAMES), "triton_available": triton_available()}
     if args.json:
@@ -324,6 +329,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {inv.id:{width}}  {inv.statement}")
     triton = "available" if kernels["triton_available"] else "not available"
     print(f"\npage-alloc kernels: {', '.join(KERNEL_NAMES)} (triton {triton})")
+    return 0
+
+
+def _list_contracts(*, as_json: bool) -> int:
+    from harness.judge.contract import all_contracts
+
+    contracts = all_contracts()
+    if as_json:
+        print(json.dumps([{
+            "target": c.target, "release": c.release, "reads": list(c.reads),
+            "rules": [{"op": r.op, "calls": list(r.calls), "shape": r.shape, "narrowed": r.allows is not None,
+                       "callers": [str(cite) for cite in r.callers]} for r in c.rules],
+            "not_called": [{"op": n.op, "why": n.why} for n in c.not_called],
+        } for c in contracts], indent=1))
+        return 0
+    print("\n\n".join(c.describe() for c in contracts))
     return 0
 
 

@@ -121,18 +121,19 @@ def _recording_walk(family_name: str, spec: str) -> tuple[WalkRun, list[tuple[st
     assert contract is not None
     attr = contract.upstream_attr
     seen: list[tuple[str, list[str]]] = []
-    log: list[str] = []
 
     class Recorded(factory):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            setattr(self, attr, _Recorder(getattr(self, attr), log))
+            self.poolfuzz_calls: list[str] = []  # one log a pool: a drain's copy (a replay) makes calls of its own
+            setattr(self, attr, _Recorder(getattr(self, attr), self.poolfuzz_calls))
 
     run = WalkRun(family_name, seed=3, spec=spec, shrink=False)
     run.factory = Recorded
 
     class Checked(run.driver_class):  # type: ignore[misc,name-defined]
         def step(self, op: str, **args: Any) -> Any:
+            log = self.pool.poolfuzz_calls
             log.clear()
             try:
                 return super().step(op, **args)
@@ -205,18 +206,18 @@ def test_a_contract_listing_an_operation_twice_or_not_resolving_is_refused() -> 
 
 
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json")), ids=lambda p: p.stem)
-def test_every_committed_upstream_finding_makes_only_calls_its_targets_callers_make(path: Path) -> None:
+def test_every_committed_upstream_finding_makes_only_calls_its_target_accepts(path: Path) -> None:
     trace = load_trace(path)
     contract = contract_of(_factory(trace.implementation))
     assert contract is not None
     replayed: Driver = resolve(family(trace.family).driver)(
         _factory(trace.implementation), trace.config, implementation=trace.implementation, check_misuse=False)
     for step in trace.steps:
-        assert contract.allows(replayed, step["op"], step["args"]), f"step {step} is not a call upstream's callers make"
+        assert contract.allows(replayed, step["op"], step["args"]), f"step {step} is a call the class forbids"
         try:
             replayed.step(step["op"], **step["args"])
         except InvariantViolation:
-            return  # the finding itself: every step up to it was a caller's call
+            return  # the finding itself: every step up to it was a call the class accepts
 
 
 def test_every_contract_table_imports_without_upstream_installed() -> None:
@@ -227,3 +228,32 @@ def test_every_contract_table_imports_without_upstream_installed() -> None:
     for name in names:
         module = importlib.import_module(f"{package.__name__}.{name}")
         assert isinstance(module.CONTRACT, Contract), name
+
+
+def test_a_latent_finding_names_each_step_its_callers_do_not_make_and_what_they_do_instead() -> None:
+    from harness.upstream.classify import classify
+
+    path = CORPUS / "mamba_slots-6a8cbaad60810966.json"
+    trace = load_trace(path)
+    _factory(trace.implementation)
+    found = classify(trace.family, trace.implementation, trace.expect.get("invariant"), str(path))
+    assert found is not None and found.kind == "latent"
+    assert "step 2 (clear)" in found.note and "scheduler.py:5520" in found.note
+
+
+def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() -> None:
+    from harness.judge.drivers.kv import TokenKVDriver
+    from pools.kv_allocator import TokenToKVPoolAllocator
+
+    contract = Contract("test:Noted", "none", (
+        CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),), today=lambda driver, args: args["need_size"] < 4,
+                 instead="callers take at most 3"),))
+
+    class Noted(TokenToKVPoolAllocator):
+        poolfuzz_contract = contract
+
+    driver = TokenKVDriver(Noted, {"size": 16}, check_misuse=False)
+    driver.step("alloc", need_size=2)
+    driver.step("alloc", need_size=5)
+    assert driver.off_path == [(2, "alloc", "callers take at most 3")]
+    assert driver.pool.available_size() == 9

@@ -9,9 +9,11 @@ finding.  A :class:`Contract` states, per driver operation, the upstream methods
 the argument shapes the callers send, and the upstream lines (:class:`Cite`) that send them.
 
 The driver consults it on every step (:meth:`Contract.allows`): an operation the contract
-does not list, or one whose arguments its rule's ``allows`` refuses in the current state,
-is skipped (not issued, not recorded), so a call upstream's callers never make is never
-issued as a valid one.  The citations are checked against the installed upstream files by
+does not list, or one whose arguments its rule's ``allows`` refuses in the current state
+(the class itself forbids them), is skipped (not issued, not recorded), so a call upstream
+never accepts is never issued as a valid one.  A step the class accepts but this release's
+callers do not send (``today``) is issued and noted (:meth:`Contract.off_path`), so a
+finding through it is classified *latent* and names that step, instead of being hidden.  The citations are checked against the installed upstream files by
 ``tests/test_contracts.py``, and a recording proxy there checks that each operation calls
 only the methods its rule names, so a table cannot drift from the code it describes.
 
@@ -54,13 +56,27 @@ Allows = Callable[[Any, dict[str, Any]], bool]
 @dataclass(frozen=True)
 class CallRule:
     """Driver operation ``op`` calls the upstream methods ``calls`` with arguments of ``shape``; ``callers``
-    are the upstream lines that make those calls, and ``allows`` (when set) narrows the arguments and states."""
+    are the upstream lines that make those calls.
+
+    Two predicates narrow it, and they differ in what a finding means:
+
+    * ``allows``: what the class itself forbids (an ``assert`` or ``expect`` in the callee, a
+      precondition its docstring states).  A step it refuses is never issued: a failure after
+      it would be the driver's misuse, a false finding.
+    * ``today``: what the callers of this release happen to send (page sizes, states, orders
+      they never reach).  A step it refuses is still issued, because the class's own contract
+      allows it, and it is recorded as *off the callers' path* with ``instead`` (what the
+      callers do, with the line): a finding through it is a latent defect of the class, and
+      its classification names the step.
+    """
 
     op: str
     calls: tuple[str, ...]
     shape: str
     callers: tuple[Cite, ...]
     allows: Allows | None = None
+    today: Allows | None = None
+    instead: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,13 +115,22 @@ class Contract:
             return False
         return rule.allows is None or bool(rule.allows(driver, args))
 
+    def off_path(self, driver: Any, op: str, args: dict[str, Any]) -> str:
+        """Why upstream's callers of this release do not make this allowed step (``""`` when they do)."""
+        rule = self.by_op.get(op)
+        if rule is None or rule.today is None or rule.today(driver, args):
+            return ""
+        return rule.instead or f"{op} with these arguments in this state is not sent by the callers of {self.release}"
+
     def describe(self) -> str:
         """The table as text, for the docs and ``--contract``: each operation, its calls, shape and callers."""
         lines = [f"{self.target} ({self.release}): the calls its callers make"]
         for rule in self.rules:
-            narrowed = " (narrowed by state)" if rule.allows is not None else ""
+            narrowed = " (narrowed)" if rule.allows is not None else ""
             lines.append(f"  {rule.op}: {', '.join(rule.calls) or '(no upstream call)'}; {rule.shape}{narrowed}")
             lines.extend(f"      {cite}" for cite in rule.callers)
+            if rule.today is not None:
+                lines.append(f"      off the callers' path (issued, a finding through it is latent): {rule.instead}")
         for entry in self.not_called:
             lines.append(f"  {entry.op}: never issued ({entry.why})")
         return "\n".join(lines)
@@ -121,6 +146,19 @@ def _resolve(spec: str) -> Contract:
     if not isinstance(contract, Contract):
         raise ContractError(f"poolfuzz_contract {spec!r} is a {type(contract).__name__}, not a Contract")
     return contract
+
+
+def all_contracts(package: str = "harness.upstream.contracts") -> list[Contract]:
+    """Every ``CONTRACT`` of the modules of ``package``, in module order (importable without upstream installed)."""
+    import pkgutil
+
+    root = importlib.import_module(package)
+    found = []
+    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
+        contract = getattr(importlib.import_module(f"{package}.{info.name}"), "CONTRACT", None)
+        if isinstance(contract, Contract):
+            found.append(contract)
+    return found
 
 
 def contract_of(factory: Any) -> Contract | None:

@@ -126,6 +126,7 @@ class PagedKV(_UpstreamKV):
     """
 
     upstream_class = "PagedTokenToKVPoolAllocator"
+    poolfuzz_contract = "harness.upstream.contracts.paged_kv:CONTRACT"
 
     def __init__(
         self,
@@ -191,6 +192,7 @@ class MambaSlots(_Upstream):
     """
 
     upstream_class = "MambaSlotAllocator"
+    poolfuzz_contract = "harness.upstream.contracts.mamba_slots:CONTRACT"
 
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
         upstream = load_upstream().mamba

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -76,5 +77,44 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
         kinds = sorted(set(ops))
         return Classification("reachable", "scheduler iterations run from upstream's own calls (docs/engine.md); "
                                            f"the trace's steps: {', '.join(kinds) or 'none'}")
-    return Classification("latent", "one upstream class driven alone through the calls its contract allows; whether "
-                                    "the scheduler makes this order is not shown (docs/upstream-findings.md)")
+    off = off_path_steps(trace) if trace else ()
+    if off:
+        steps = "; ".join(f"step {number} ({op}): {instead}" for number, op, instead in off)
+        return Classification("latent", "one upstream class driven alone; the class accepts every call, but these "
+                                        f"steps are off its callers' path (docs/contracts.md): {steps}")
+    return Classification("latent", "one upstream class driven alone through calls its callers make "
+                                    "(docs/contracts.md); whether the scheduler makes this order is not shown "
+                                    "(docs/upstream-findings.md)")
+
+
+def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
+    """The steps of the trace at ``trace`` that the target accepts but its callers do not send today, each with
+    what they do instead (:meth:`harness.judge.contract.Contract.off_path`), up to the failing step."""
+    path = Path(trace)
+    try:
+        return _off_path_steps(str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return ()
+
+
+@lru_cache(maxsize=64)
+def _off_path_steps(trace: str, _mtime: int) -> tuple[tuple[int, str, str], ...]:
+    from harness.judge.families import family, load_factory, resolve
+    from harness.judge.invariants import InvariantViolation
+    from harness.traces.schema import load_trace
+
+    try:
+        loaded = load_trace(Path(trace))
+        factory = load_factory(loaded.implementation)
+        driver = resolve(family(loaded.family).driver)(factory, dict(loaded.config), implementation=loaded.implementation,
+                                                         check_misuse=False, audit_period=loaded.audit_period)
+    except Exception:  # noqa: BLE001 - an unreadable trace or an unloadable target: no steps to name
+        return ()
+    try:
+        for step in loaded.steps:
+            driver.step(step["op"], **step["args"])
+    except InvariantViolation:
+        pass  # the finding: the steps before it and itself are what the classification names
+    except Exception:  # noqa: BLE001 - a crash is the finding too
+        pass
+    return tuple(driver.off_path)

@@ -298,5 +298,7 @@ class RadixCache(RadixCacheOver):
     """``prefix_cache``: upstream ``RadixCache`` over upstream's KV allocator, built as
     ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
 
+    poolfuzz_contract: ClassVar[str] = "harness.upstream.contracts.radix_cache:CONTRACT"
+
     def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
         super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

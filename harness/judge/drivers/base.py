@@ -109,6 +109,8 @@ class Driver:
         """The calls the target's own callers make (:mod:`harness.judge.contract`): with valid calls only, the
         only ones issued."""
         self.refused_by_contract = 0
+        self.off_path: list[tuple[int, str, str]] = []
+        """``(step, op, what the callers do instead)`` for each step the class accepts but no caller sends today."""
         self.pool = factory(**self.config)
         self.events: list[str] = []
         self.drain_plan: DrainPlan | None = None
@@ -121,14 +123,20 @@ class Driver:
         """Record and run one operation; violations carry the step and the trace."""
         if op not in self.operations:
             raise KeyError(f"{type(self).__name__} has no operation {op!r}; known: {sorted(self.operations)}")
-        if self.contract is not None and not self.contract.allows(self, op, args):
-            self.refused_by_contract += 1  # upstream's callers never make this call: not a valid one
-            return None
+        if self.contract is not None:
+            if not self.contract.allows(self, op, args):
+                self.refused_by_contract += 1  # the class forbids this call: not a valid one
+                return None
+            note = self.contract.off_path(self, op, args)
+            if note:
+                self.off_path.append((self.steps + 1, op, note))
         self.steps += 1
         self.trace.record(op, args)
         try:
             result = getattr(self, op)(**args)
             if result is SKIPPED:
+                if self.off_path and self.off_path[-1][0] == self.steps:
+                    self.off_path.pop()
                 self.trace.steps.pop()
                 self.steps -= 1
                 return None

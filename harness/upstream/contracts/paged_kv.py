@@ -1,0 +1,209 @@
+"""The calls ``PagedTokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:PagedKV``).
+
+Callers allocate a batch through ``alloc_paged_token_slots_extend`` / ``..._decode``
+(``mem_cache/allocation.py``), but only when the allocation page size is above 1: at page
+size 1 ``alloc_for_extend``, ``alloc_for_decode_default``, ``alloc_for_spec_decode`` and the
+disaggregated prealloc call ``alloc`` instead (``allocation.py:431, 522, 638, 794``,
+``disaggregation/decode.py:2449``).  The one ``alloc_extend`` that reaches a page-size-1
+instance is HiSparse's disaggregated-decode prealloc (``decode.py:2424`` ->
+``hisparse.py:151``), one fresh request with prefix 0 and ``last_loc = -1``; no caller sends
+``alloc_decode`` at page size 1.  Extend batches carry ``prefix_lens`` (the tokens a request
+holds), ``seq_lens`` (held plus new) and ``last_loc`` (its last held slot, or -1,
+``allocation.py:435-438``); decode batches carry the post-step lengths and the slot of each
+request's last token (``allocation.py:643-646``), so every decoded request holds a token.
+Rows are freed through ``free_kv_row`` -> ``free_kv_row_segments`` -> ``free_segments`` ->
+``free_segment``, which this class overrides (``paged.py:340``): it frees ``free_index[::ps]
+// ps`` through ``free_page_ids`` (page ids queued in ``free_page_ids_group`` inside a group)
+and never calls ``free``.  ``free`` itself is what HiSparse forwards every free and segment
+to (``hisparse.py:290``; its ``free_segment`` is ``base.py:293``'s), what a failed batch
+hands back (``allocation.py:471, 681``) and what FlexKV's load path uses on a plain
+allocation (``flexkv_radix_cache.py:347, 353``); it releases ``torch.unique(free_index //
+ps)`` (``paged.py:333``).  The scheduler brackets a batch's releases in
+``free_group_begin``/``free_group_end`` and clears only from ``flush_cache``, when idle.
+``merge_and_sort_free`` and the page kernels are the allocator's own.
+
+The driver issues ``free`` where most callers reach ``free_segment``: the override's
+``free_page_ids`` path is not exercised here (a coverage gap, not a call no caller makes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+
+# ------------------------------------------------------------------ alloc
+ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)",
+             note="alloc_token_slots: the page-size-1 path of extend and decode")
+HISPARSE_ALLOC = Cite("srt/mem_cache/allocator/hisparse.py", 129, "self.logical_attn_allocator.alloc(need_size)",
+                      note="HiSparse's alloc, page size 1 only (hisparse.py:123), on its paged logical allocator")
+HICACHE_LOAD = Cite("srt/managers/cache_controller.py", 937, "self.mem_pool_device_allocator.alloc(len(host_indices))",
+                    note="load-back of page-aligned host slots")
+FLEXKV_ALLOC = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 335,
+                    "token_slots = self.token_to_kv_pool_allocator.alloc(uncached_len)")
+
+# ------------------------------------------------------------------ free
+FREE_ON_ERROR = Cite("srt/mem_cache/allocation.py", 471, "token_to_kv_pool_allocator.free(out_cache_loc)",
+                     note="alloc_for_extend hands a failed batch's slots back")
+FREE_ON_DECODE_ERROR = Cite("srt/mem_cache/allocation.py", 681, "token_to_kv_pool_allocator.free(out_cache_loc)")
+HISPARSE_FREE = Cite("srt/mem_cache/allocator/hisparse.py", 290, "self.logical_attn_allocator.free(free_index)",
+                     note="HiSparse forwards every free to the paged logical allocator")
+SEGMENT_IS_FREE = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
+                       note="free_segment of an allocator that does not override it (HiSparse): a row segment")
+FLEXKV_FREE_ALL = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 347,
+                       "self.token_to_kv_pool_allocator.free(token_slots)")
+FLEXKV_FREE_TAIL = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 353,
+                        "self.token_to_kv_pool_allocator.free(token_slots[num_retrieved:])",
+                        note="part of a plain allocation's pages")
+HISPARSE_SUBSET = Cite("srt/mem_cache/allocator/hisparse.py", 199, "buffer_indices[buffer_indices >= self.page_size]",
+                       note="free_hisparse_indices: a filtered subset of a plain allocation's tokens")
+PAGE_DEDUP = Cite("srt/mem_cache/allocator/paged.py", 333,
+                  "self._release_page_ids(torch.unique(free_index // self.page_size))",
+                  note="free releases each named page once, however many of its tokens are named")
+EMPTY_FREE = Cite("srt/mem_cache/allocator/paged.py", 329, "if free_index.numel() == 0:",
+                  note="free's own early return for the empty frees its callers send")
+
+# ------------------------------------------------------------------ groups and clear
+GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()")
+GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
+BATCH_BEGIN = Cite("srt/managers/scheduler_components/batch_result_processor.py", 264,
+                   "token_to_kv_pool_allocator.free_group_begin()")
+BATCH_END = Cite("srt/managers/scheduler_components/batch_result_processor.py", 501,
+                 "token_to_kv_pool_allocator.free_group_end()")
+SWA_BEGIN = Cite("srt/mem_cache/allocator/swa.py", 648, "self.full_attn_allocator.free_group_begin()",
+                 note="the SWA allocator opens its paged full side's group with its own")
+SWA_END = Cite("srt/mem_cache/allocator/swa.py", 661, "self.full_attn_allocator.free_group_end()")
+FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
+             note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
+
+# ------------------------------------------------------------------ extend
+EXTEND = Cite("srt/mem_cache/allocation.py", 219, "out = allocator.alloc_extend(",
+              note="alloc_paged_token_slots_extend")
+EXTEND_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 431, "elif alloc_page_size == 1:",
+                         note="alloc_for_extend takes alloc_token_slots at page size 1")
+EXTEND_LAST_LOC = Cite("srt/mem_cache/allocation.py", 436,
+                       "(t[-1:] if len(t) > 0 else torch.full((1,), -1, device=batch.device))",
+                       note="last_loc: the last held slot, or -1 for an empty prefix")
+PREALLOC_EXTEND = Cite("srt/disaggregation/decode.py", 2496, "kv_loc = allocator.alloc_extend(",
+                       note="disaggregated-decode prealloc, past its page-size-1 alloc branch (decode.py:2449)")
+PREALLOC_ONLY_PAGED = Cite("srt/disaggregation/decode.py", 2449, "if allocator.page_size == 1:")
+HISPARSE_PREALLOC = Cite("srt/disaggregation/decode.py", 2424, "kv_loc = allocator.alloc_logical_only(",
+                         note="HiSparse disaggregated-decode prealloc, at every page size")
+HISPARSE_PREALLOC_SHAPE = Cite("srt/disaggregation/decode.py", 2405,
+                               "prefix_lens = async_h2d([0], dtype=torch.int64, device=device)",
+                               note="one request, prefix 0, last_loc -1 (decode.py:2409), fill_len tokens")
+HISPARSE_LOGICAL_EXTEND = Cite("srt/mem_cache/allocator/hisparse.py", 151,
+                               "return self.logical_attn_allocator.alloc_extend(")
+SPEC_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 794,
+                       "if tree_cache.token_to_kv_pool_allocator.page_size == 1:",
+                       note="alloc_for_spec_decode: alloc at page size 1, alloc_extend above it")
+NO_EMPTY_PREFILL = Cite("srt/managers/scheduler.py", 4307, "if len(can_run_list) == 0:",
+                        note="no prefill batch is built without a request")
+
+# ------------------------------------------------------------------ decode
+DECODE = Cite("srt/mem_cache/allocation.py", 601,
+              "out = allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc, **extra_alloc_kwargs)",
+              note="alloc_paged_token_slots_decode, the only caller that reaches this class")
+DECODE_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 638, "if _alloc_page_size(batch) == 1:",
+                         note="alloc_for_decode_default takes alloc_token_slots at page size 1")
+DECODE_LAST_TOKEN = Cite("srt/mem_cache/allocation.py", 644, "batch.req_pool_indices, seq_lens_gpu - 1",
+                         note="last_loc is the slot of each request's last token: every request holds one")
+SWA_DECODE_ONLY_PAGED = Cite("srt/mem_cache/allocator/swa.py", 436, "assert self.page_size > 1",
+                             note="the SWA allocator's alloc_decode on its paged sides")
+NO_EMPTY_DECODE = Cite("srt/managers/scheduler.py", 4547, "if batch.is_empty():",
+                       note="update_running_batch returns an empty batch before prepare_for_decode")
+
+
+def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
+    """Callers allocate at least one token: a batch's new tokens, a load-back's host slots (``allocation.py:159``)."""
+    return bool(args.get("need_size", 0) >= 1)
+
+
+def non_empty_batch(driver: Any, args: dict[str, Any]) -> bool:
+    """A batch of at least one request: no prefill batch is built without one (``scheduler.py:4307``)."""
+    return bool(args.get("batch"))
+
+
+def extend_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
+    """Every request extends by at least one token; above page size 1 any such batch; at page size 1 only HiSparse's prealloc extends, one fresh request of at
+    least one token with prefix 0 (``decode.py:2405-2424``), every other extend path having taken ``alloc``
+    (``allocation.py:431, 522, 794``, ``decode.py:2449``)."""
+    batch = args["batch"]
+    if not all(isinstance(extend, int) and extend >= 1 for _, extend in batch):
+        return False  # every scheduled request computes at least one token
+    if driver.page_size > 1:
+        return True
+    (handle, _), *rest = batch
+    return not rest and handle is None
+
+
+def non_empty_decode(driver: Any, args: dict[str, Any]) -> bool:
+    """A decode batch of at least one request (``scheduler.py:4547`` returns an empty batch before it)."""
+    return bool(args.get("handles"))
+
+
+def decode_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
+    """0.5.23's callers decode through this class only above page size 1 (``allocation.py:638``), and only
+    requests that hold their last token's slot (``allocation.py:644``): a decode follows a prefill."""
+    slots = driver.model.slots
+    return bool(driver.page_size > 1) and all(slots.get(handle) for handle in args["handles"])
+
+
+def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+    """``free_indices`` with indices is misuse; the empty free is the one callers send."""
+    return not args.get("indices")
+
+
+def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
+    """``flush_cache`` runs between batches, never inside a batch's free group."""
+    return not driver.model.group_open
+
+
+CONTRACT = Contract(
+    target="harness.upstream:PagedKV",
+    release="sglang==0.5.23",
+    rules=(
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 whole pages", (ALLOC, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
+                 allows=at_least_one_token),
+        CallRule("free", ("free",), "free(a request's or an allocation's whole row of slots)",
+                 (FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, SEGMENT_IS_FREE, FLEXKV_FREE_ALL, PAGE_DEDUP)),
+        CallRule("free_part", ("free",),
+                 "free(some pages of a plain allocation: all their tokens, or a subset naming each page)",
+                 (FLEXKV_FREE_TAIL, SEGMENT_IS_FREE, HISPARSE_SUBSET, PAGE_DEDUP)),
+        CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
+                 (EMPTY_FREE,), allows=nothing_to_free),
+        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN, SWA_BEGIN)),
+        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END, SWA_END)),
+        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
+                 "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
+                 (FLUSH, BATCH_BEGIN, BATCH_END), allows=outside_a_group),
+        CallRule("extend", ("alloc_extend",),
+                 "alloc_extend(prefix_lens, seq_lens, last_loc, sum of new tokens) of a non-empty batch; "
+                 "at page size 1 the callers send only one fresh request of >= 1 token",
+                 (EXTEND, EXTEND_ONLY_PAGED, EXTEND_LAST_LOC, PREALLOC_EXTEND, PREALLOC_ONLY_PAGED, HISPARSE_PREALLOC,
+                  HISPARSE_PREALLOC_SHAPE, HISPARSE_LOGICAL_EXTEND, SPEC_ONLY_PAGED, NO_EMPTY_PREFILL),
+                 allows=non_empty_batch, today=extend_as_callers_send,
+                 instead="every scheduled request extends by >= 1 token, and at page size 1 the callers extend through alloc_token_slots (allocation.py:431, 522, 794), "
+                         "except HiSparse's prealloc of one fresh request (disaggregation/decode.py:2405-2424)"),
+        CallRule("decode", ("alloc_decode",),
+                 "alloc_decode(post-step seq_lens, last token's slot) of a non-empty batch of requests holding "
+                 ">= 1 token; the callers of 0.5.23 send it above page size 1 only",
+                 (DECODE, DECODE_ONLY_PAGED, DECODE_LAST_TOKEN, SWA_DECODE_ONLY_PAGED, NO_EMPTY_DECODE),
+                 allows=non_empty_decode, today=decode_as_callers_send,
+                 instead="at page size 1 the callers decode through alloc_token_slots (allocation.py:638), and "
+                         "every request they decode holds its last token's slot (allocation.py:644)"),
+    ),
+    reads=("available_size", "get_all_free_pages"),
+    not_called=(
+        NotCalled("merge", "merge_and_sort_free is called by the allocator itself (allocator/paged.py:190, 224, 292), "
+                           "by no caller"),
+        NotCalled("kernel_call", "the page kernels (alloc_extend_kernel / alloc_extend_naive, alloc_decode_kernel / "
+                                 "alloc_decode_naive) are launched only by alloc_extend and alloc_decode "
+                                 "(allocator/paged.py:246, 256, 304, 313); the op drives our pools' PageKernel"),
+        NotCalled("free_again", "misuse: a second free of released slots"),
+        NotCalled("free_malformed", "misuse: a list, float or 2-D tensor of indices"),
+        NotCalled("extend_malformed", "misuse: an extend batch with a defect"),
+        NotCalled("decode_malformed", "misuse: a decode batch with a defect"),
+        NotCalled("construct", "misuse: a malformed constructor"),
+    ),
+)

@@ -1,0 +1,148 @@
+"""The calls the legacy ``RadixCache``'s callers make in SGLang 0.5.23 (target ``harness.upstream:RadixCache``).
+
+0.5.23 builds the legacy tree as ``PureSWARadixCache`` and ``FlexKVRadixCache``
+(``mem_cache/registry.py:98``, ``:130``) and as the scheduler's simulated waiting-queue tree
+(``schedule_policy.py:211``); every other shape gets ``UnifiedRadixCache``.  The scheduler
+reaches it through ``BasePrefixCache``: a request is matched with at most ``len - 1``
+tokens (``match_kv_cache`` from ``Req.init_next_round_input``), waiting requests are matched
+in full every round, its prefix indices are read off the path (``prefix_device_indices`` ->
+``path_device_indices``), and its last node is locked at admission (``lock`` ->
+``inc_lock_ref``) or for the length of an admission check (``_lock_node``).  Allocation
+evicts first when the allocator is short (``evict_to_free_tokens`` -> ``evict_for_alloc`` ->
+``evict``).  ``checkpoint_kv_cache`` and ``release_kv_cache`` call ``RadixCache.checkpoint``
+(insert, free the duplicates, re-match, move the lock: unlock, lock), and the release then
+frees the row from ``cache_protected_len`` on and unlocks.  ``reset`` comes only from
+``flush_cache`` on a fully idle scheduler, or on the simulated tree, which holds no locks.
+The driver's allocator calls (``alloc``/``free``/``clear``) go to the upstream allocator
+behind the cache (its own contract), not to the tree; the audits read the three sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+
+# ------------------------------------------------------------------ match and lock
+ADMISSION_MATCH = Cite("srt/managers/schedule_batch.py", 1734, "match_result = match_kv_cache(",
+                       note="init_next_round_input, key_limit = _compute_max_prefix_len = input_len - 1 (:1723, :1768)")
+MATCH_CALL = Cite("srt/mem_cache/common.py", 233, "match_result = tree_cache.match_prefix(", note="match_kv_cache")
+WAITING_MATCH = Cite("srt/managers/schedule_policy.py", 356, "match_result = match_kv_cache(r, self.tree_cache, prefix_ids)",
+                     note="every waiting request, every round, its whole prompt (no key limit)")
+SIMULATED_MATCH = Cite("srt/managers/schedule_policy.py", 366, "match_result = self.waiting_queue_radix_tree.match_prefix(",
+                       note="the simulated legacy tree")
+PREFIX_INDICES = Cite("srt/mem_cache/allocation.py", 371, "return batch.tree_cache.prefix_device_indices(req)")
+PATH_INDICES = Cite("srt/mem_cache/base_prefix_cache.py", 566, "path = self.path_device_indices(req.last_node)",
+                    note="prefix_device_indices")
+ADMISSION_LOCK = Cite("srt/managers/schedule_policy.py", 1690, "req.lock = self.tree_cache.lock(req.last_node)")
+CHECK_LOCK = Cite("srt/managers/schedule_policy.py", 1232, "lock = self.tree_cache.lock(last_node)",
+                  note="_lock_node: the match locked while the admission is checked")
+CHECK_UNLOCK = Cite("srt/managers/schedule_policy.py", 1236, "self.tree_cache.unlock(lock)", note="_lock_node's release")
+LOCK = Cite("srt/mem_cache/base_prefix_cache.py", 552, "return TreeLock(node, self.inc_lock_ref(node).to_dec_params())")
+UNLOCK = Cite("srt/mem_cache/base_prefix_cache.py", 556, "self.dec_lock_ref(lock.node, lock.receipt)")
+
+# ------------------------------------------------------------------ eviction before allocation
+EVICT_FOR_ALLOC = Cite("srt/mem_cache/allocator/base.py", 168, "tree_cache.evict_for_alloc(EvictParams(num_tokens=shortfall))",
+                       note="evict_to_free_tokens, only when shortfall > 0 (:167)")
+EVICT_DEFAULT = Cite("srt/mem_cache/base_prefix_cache.py", 538, "return self.evict(params)", note="evict_for_alloc")
+EVICT_AGAIN = Cite("srt/mem_cache/common.py", 312, "EvictParams(num_tokens=max(shortfall, allocator.page_size))",
+                   note="_evict_until_allocatable")
+EVICT_NEED = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 334, "self.evict(EvictParams(num_tokens=uncached_len))",
+                  note="a legacy subclass evicts the whole need when short (uncached_len > 0, :329)")
+EXTEND_ALLOC = Cite("srt/mem_cache/allocation.py", 201, "evict_from_tree_cache(tree_cache, num_tokens)",
+                    note="alloc_paged_token_slots_extend (alloc_token_slots: :157)")
+DECODE_ALLOC = Cite("srt/mem_cache/allocation.py", 585, "evict_from_tree_cache(tree_cache, num_tokens)",
+                    note="alloc_paged_token_slots_decode")
+
+# ------------------------------------------------------------------ checkpoint and release
+CHECKPOINT_KV = Cite("srt/mem_cache/common.py", 278, "tree_cache.checkpoint(req, up_to=req.extend_end)",
+                     note="checkpoint_kv_cache")
+RELEASE_CHECKPOINT = Cite("srt/mem_cache/common.py", 431, "tree_cache.checkpoint(req, up_to=owned_kv_len)",
+                          note="release_kv_cache; skipped for an abort or skip_radix_cache_insert (:422)")
+RELEASE_UNLOCK = Cite("srt/mem_cache/common.py", 434, "tree_cache.unlock(req.lock)", note="release_kv_cache")
+CP_INSERT = Cite("srt/mem_cache/radix_cache.py", 476, "result = self.insert(",
+                 note="RadixCache._insert_cache from checkpoint; the duplicates [cache_protected_len, prefix_len) are freed")
+CP_MATCH = Cite("srt/mem_cache/radix_cache.py", 524, "match_result = self.match_prefix(MatchPrefixParams(key=radix_key))")
+CP_PATH = Cite("srt/mem_cache/radix_cache.py", 526, "new_indices = self.path_device_indices(new_last_node)")
+CP_UNLOCK = Cite("srt/mem_cache/radix_cache.py", 541, "self.unlock(req.lock)")
+CP_LOCK = Cite("srt/mem_cache/radix_cache.py", 542, "req.lock = self.lock(new_last_node)")
+SIMULATED_INSERT = Cite("srt/managers/schedule_policy.py", 386, "self.waiting_queue_radix_tree.insert(",
+                        note="a whole key inserted outside any request, nothing locked")
+
+# ------------------------------------------------------------------ reset
+FLUSH_IDLE = Cite("srt/managers/scheduler.py", 5520, "if self.is_fully_idle(ignore_waiting=self._engine_paused):",
+                  note="flush_cache: no running, chunked or waiting request, so no request holds a lock or a row")
+FLUSH_RESET = Cite("srt/managers/scheduler.py", 5523, "self.tree_cache.reset()")
+SIMULATED_RESET = Cite("srt/managers/schedule_policy.py", 350, "self.waiting_queue_radix_tree.reset()",
+                       note="the simulated tree, which no one locks")
+
+CHECKPOINT_CALLS = ("insert", "match_prefix", "path_device_indices", "inc_lock_ref", "dec_lock_ref")
+
+
+def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
+    """Callers evict a shortfall: ``evict_to_free_tokens`` only when it is positive (allocator/base.py:167),
+    ``_evict_until_allocatable`` at least a page (common.py:312), FlexKV only a positive need (:329)."""
+    return bool(args.get("num_tokens", 0) >= 1)
+
+
+def nothing_held(driver: Any, args: dict[str, Any]) -> bool:
+    """``flush_cache`` resets only a fully idle scheduler (scheduler.py:5520), and the legacy tree has no
+    streaming sessions that keep a lock across turns: no request or lock is live then."""
+    return not any(held.live for held in driver.holders.values())
+
+
+CONTRACT = Contract(
+    target="harness.upstream:RadixCache",
+    release="sglang==0.5.23",
+    rules=(
+        CallRule("request", ("match_prefix", "path_device_indices", "inc_lock_ref", "evict", "dec_lock_ref"),
+                 "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node), evict(n >= 1) when "
+                 "the allocator is short of the tail; a refused allocation releases the lock (dec_lock_ref)",
+                 (ADMISSION_MATCH, MATCH_CALL, PREFIX_INDICES, PATH_INDICES, ADMISSION_LOCK, LOCK, EVICT_FOR_ALLOC,
+                  EVICT_DEFAULT, CHECK_LOCK, CHECK_UNLOCK, UNLOCK)),
+        CallRule("extend", ("evict",), "evict(n >= 1) when the allocator is short of a request's new pages",
+                 (DECODE_ALLOC, EXTEND_ALLOC, EVICT_FOR_ALLOC, EVICT_DEFAULT)),
+        CallRule("checkpoint", CHECKPOINT_CALLS,
+                 "RadixCache.checkpoint's calls: insert(the request's page-aligned tokens, its row), free the duplicates, "
+                 "match_prefix(the same key) and its path, the lock moved to the new last node (the driver takes the "
+                 "new lock before releasing the old: the same counts as two holders of nested paths)",
+                 (CHECKPOINT_KV, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK)),
+        CallRule("settle", ("checkpoint", "dec_lock_ref"),
+                 "upstream RadixCache.checkpoint(req, up_to=len(tokens)) itself on a stand-in request; with release, "
+                 "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
+                 (CHECKPOINT_KV, RELEASE_CHECKPOINT, RELEASE_UNLOCK, UNLOCK)),
+        CallRule("finish", CHECKPOINT_CALLS,
+                 "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, "
+                 "dec_lock_ref(last node)",
+                 (RELEASE_CHECKPOINT, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK, RELEASE_UNLOCK, UNLOCK)),
+        CallRule("lock", ("match_prefix", "path_device_indices", "inc_lock_ref"),
+                 "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node)",
+                 (WAITING_MATCH, MATCH_CALL, PATH_INDICES, CHECK_LOCK, ADMISSION_LOCK, LOCK)),
+        CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds), once",
+                 (CHECK_UNLOCK, RELEASE_UNLOCK, UNLOCK)),
+        CallRule("insert", ("evict", "insert"),
+                 "insert(a whole page-aligned key, fresh KV) outside any request, as the simulated tree does and as a "
+                 "checkpoint with cache_protected_len 0 does; evict(n >= 1) first when the allocator is short",
+                 (SIMULATED_INSERT, CP_INSERT, EVICT_FOR_ALLOC, EVICT_DEFAULT)),
+        CallRule("match", ("match_prefix", "path_device_indices"), "match_prefix(a whole prompt, maybe empty)",
+                 (WAITING_MATCH, SIMULATED_MATCH, MATCH_CALL, PATH_INDICES)),
+        CallRule("rematch", ("match_prefix", "path_device_indices"),
+                 "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
+                 (WAITING_MATCH, MATCH_CALL, PATH_INDICES)),
+        CallRule("evict", ("evict",), "evict(n), n >= 1", (EVICT_FOR_ALLOC, EVICT_DEFAULT, EVICT_AGAIN, EVICT_NEED),
+                 allows=evicts_something),
+        CallRule("reset", ("reset",), "reset() with nothing locked or live; the allocator is cleared with it",
+                 (FLUSH_IDLE, FLUSH_RESET, SIMULATED_RESET), allows=nothing_held),
+    ),
+    reads=("evictable_size", "protected_size", "total_size"),
+    not_called=(
+        NotCalled("node_lookup", "0.5.23's RadixCache has no lookup by id: callers keep the TreeNode a match returned "
+                                 "(req.last_node, radix_cache.py:543); the wrapper's node() only walks children"),
+        NotCalled("insert_mismatched", "misuse: a value longer or shorter than its key"),
+        NotCalled("insert_malformed", "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
+        NotCalled("recache", "misuse: pages the tree holds cached again under another key"),
+        NotCalled("release_malformed", "misuse: release_request with a broken argument"),
+        NotCalled("cache_over", "misuse: a second cache of another page size or an unknown policy"),
+        NotCalled("construct", "misuse: a malformed constructor"),
+    ),
+)

@@ -1,0 +1,174 @@
+"""The calls the Rust TreeCore's callers make in SGLang 0.5.23 (target ``harness.upstream:RustTreeCore``).
+
+``RustUnifiedTreeCoreBinding`` is the core of 0.5.23's default cache, ``UnifiedRadixCache``
+(``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="rust"``), reached only through upstream's
+``RustTreeCore`` adapter (``mem_cache/rust_tree_core/adapter.py``, ``self._binding``).  The
+scheduler's calls are those of the legacy tree (``match_kv_cache``, ``lock``/``unlock``,
+``evict_to_free_tokens``, ``checkpoint_kv_cache``/``release_kv_cache``, ``flush_cache``), and
+``UnifiedRadixCache`` turns them into core calls: ``match_prefix`` and, for the indices,
+``collect_full_device_indices(node, root_node_handle())``; ``inc_lock_ref(node, [])`` and
+``dec_lock_ref(node, receipt, skip_swa)``; the step-wise eviction ``evict_device_start`` ->
+(``evict_device_next_node`` -> ``evict_device_leaf``)* -> ``evict_device_end``, run only for a
+positive request; the insert pumped as ``begin_insert`` -> ``resume_insert``* -> ``end_insert``
+(``prev_prefix_len = cache_protected_len``, the duplicates freed from its ``free_device_kv``
+actions); ``checkpoint_into_tree`` takes the path from the insert's last node, then unlocks the
+old node and locks the new one; ``reset`` from ``flush_cache``, which also drops the streaming
+sessions' locks and rows.  The wrapper sends the binding's one-shot ``insert`` instead of the
+pump: for the FULL-only core it runs to completion in one step, with the same result, actions
+and tree (checked over some 7,000 inserts in 300 seeded sequences, four policies, page sizes 1, 2, 4), so
+the rules name ``insert``.  The driver's own ``insert`` passes ``prev_prefix_len = 0`` where
+a checkpoint would pass ``cache_protected_len``: that changes only which indices the core's
+actions name (the wrapper leaves those to the driver, which frees ``[cpl, prefix_len)``), not
+the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+
+URC = "srt/mem_cache/unified_radix_cache.py"
+ADAPTER = "srt/mem_cache/rust_tree_core/adapter.py"
+
+# ------------------------------------------------------------------ the scheduler's calls (as for the legacy tree)
+ADMISSION_MATCH = Cite("srt/managers/schedule_batch.py", 1734, "match_result = match_kv_cache(",
+                       note="init_next_round_input, key_limit = _compute_max_prefix_len = input_len - 1 (:1723, :1768)")
+WAITING_MATCH = Cite("srt/managers/schedule_policy.py", 356, "match_result = match_kv_cache(r, self.tree_cache, prefix_ids)",
+                     note="every waiting request, every round, its whole prompt (no key limit)")
+PREFIX_INDICES = Cite("srt/mem_cache/allocation.py", 371, "return batch.tree_cache.prefix_device_indices(req)")
+ADMISSION_LOCK = Cite("srt/managers/schedule_policy.py", 1690, "req.lock = self.tree_cache.lock(req.last_node)")
+CHECK_LOCK = Cite("srt/managers/schedule_policy.py", 1232, "lock = self.tree_cache.lock(last_node)",
+                  note="_lock_node: the match locked while the admission is checked")
+CHECK_UNLOCK = Cite("srt/managers/schedule_policy.py", 1236, "self.tree_cache.unlock(lock)", note="_lock_node's release")
+EVICT_FOR_ALLOC = Cite("srt/mem_cache/allocator/base.py", 168, "tree_cache.evict_for_alloc(EvictParams(num_tokens=shortfall))",
+                       note="evict_to_free_tokens, only when shortfall > 0 (:167)")
+EXTEND_ALLOC = Cite("srt/mem_cache/allocation.py", 201, "evict_from_tree_cache(tree_cache, num_tokens)",
+                    note="alloc_paged_token_slots_extend (alloc_token_slots: :157)")
+DECODE_ALLOC = Cite("srt/mem_cache/allocation.py", 585, "evict_from_tree_cache(tree_cache, num_tokens)",
+                    note="alloc_paged_token_slots_decode")
+CHECKPOINT_KV = Cite("srt/mem_cache/common.py", 278, "tree_cache.checkpoint(req, up_to=req.extend_end)",
+                     note="checkpoint_kv_cache")
+RELEASE_CHECKPOINT = Cite("srt/mem_cache/common.py", 431, "tree_cache.checkpoint(req, up_to=owned_kv_len)",
+                          note="release_kv_cache; skipped for an abort or skip_radix_cache_insert (:422)")
+RELEASE_UNLOCK = Cite("srt/mem_cache/common.py", 434, "tree_cache.unlock(req.lock)", note="release_kv_cache")
+FLUSH_RESET = Cite("srt/managers/scheduler.py", 5523, "self.tree_cache.reset()", note="flush_cache on an idle scheduler")
+
+# ------------------------------------------------------------------ UnifiedRadixCache -> the core
+MATCH = Cite(URC, 622, "result = self.tree_core.match_prefix(params)", note="_match_tree")
+MATCH_BINDING = Cite(ADAPTER, 765, "result = self._binding.match_prefix(")
+PATH_ROOT = Cite(URC, 3956, "root = self.root_node_handle(req.extra_key)", note="prefix_device_indices")
+PATH = Cite(URC, 3957, "path = self.tree_core.collect_full_device_indices(req.last_node, root)")
+NODE_PATH = Cite(URC, 3966, "return self.tree_core.collect_full_device_indices(node, self.root_node_handle())",
+                 note="path_device_indices")
+ROOT = Cite(ADAPTER, 1109, "return self._binding.root_node_handle(extra_key)")
+INC = Cite(URC, 1082, "return self.tree_core.inc_lock_ref(node_id, skip_lock_components)")
+INC_BINDING = Cite(ADAPTER, 580, "result = self._binding.inc_lock_ref(")
+LOCK = Cite(URC, 1100, "result = self.inc_lock_ref(node_id, skip_lock_components)", note="lock")
+DEC = Cite(URC, 1092, "return self.tree_core.dec_lock_ref(node_id, params, skip_swa)")
+DEC_BINDING = Cite(ADAPTER, 591, "self._binding.dec_lock_ref(")
+UNLOCK = Cite(URC, 1106, "self.dec_lock_ref(lock.node, lock.receipt, skip_swa=lock.swa_released)", note="unlock")
+BEGIN_INSERT = Cite(URC, 672, "step = self.tree_core.begin_insert(params)",
+                    note="UnifiedRadixCache.insert; the wrapper's one-shot insert stands for this pump (module docstring)")
+RESUME_INSERT = Cite(URC, 679, "step = self.tree_core.resume_insert()")
+END_INSERT = Cite(URC, 683, "self._apply_cache_actions(self.tree_core.end_insert())")
+CP_INSERT = Cite(URC, 1238, "result = self.insert(insert_params)",
+                 note="checkpoint_into_tree, prev_prefix_len = cache_protected_len")
+CP_PROMPT_INSERT = Cite(URC, 1271, "self.insert(", note="the prompt-boundary insert, prev_prefix_len = len(prompt_key)")
+CP_PATH = Cite(URC, 1287, "new_indices = self.path_device_indices(new_last_node)")
+CP_UNLOCK = Cite(URC, 1300, "self.unlock(req.lock)")
+CP_LOCK = Cite(URC, 1307, "req.lock = self.lock(")
+FREE_ACTION = Cite(URC, 1405, "self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)",
+                   note="a FreeDeviceKV action: the insert's duplicates, an evicted leaf")
+EVICT_GUARD = Cite(URC, 1017, "if target_reached(ct) or (not to_target and tracker[ct] >= request_cnt):",
+                   note="_evict_components: a request of 0 tokens starts no FULL walk")
+EVICT_START = Cite(URC, 1024, "self.tree_core.evict_device_start(ct, walk_quota)")
+EVICT_NEXT = Cite(URC, 873, "result = self.tree_core.evict_device_next_node(component_type, tracker)")
+EVICT_LEAF = Cite(URC, 923, "result = self.tree_core.evict_device_leaf(node_id, self.is_write_back)")
+EVICT_END = Cite(URC, 1058, "self.tree_core.evict_device_end(ct)")
+RESET = Cite(URC, 423, "self.tree_core.reset()", note="_reset_full")
+RESET_BINDING = Cite(ADAPTER, 518, "self._binding.reset()")
+SESSIONS_DROPPED = Cite(URC, 427, "self.session.slots.clear()",
+                        note="a streaming session keeps its lock and row across idle turns (streaming_session.py:41): "
+                             "an idle flush resets the tree under live locks")
+IS_EVICTED = Cite(URC, 3603, "self.tree_core.is_full_device_evicted(best_match_node_id)",
+                  note="init_load_back asks it of a node id it holds")
+
+MATCH_CALLS = ("match_prefix", "root_node_handle", "collect_full_device_indices")
+EVICT_CALLS = ("evict_device_start", "evict_device_next_node", "evict_device_leaf", "evict_device_end")
+CHECKPOINT_CALLS = ("insert", *MATCH_CALLS, "inc_lock_ref", "dec_lock_ref")
+MATCH_CITES = (MATCH, MATCH_BINDING, PATH_ROOT, PATH, ROOT)
+EVICT_CITES = (EVICT_FOR_ALLOC, EVICT_START, EVICT_NEXT, EVICT_LEAF, EVICT_END, FREE_ACTION)
+INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
+
+
+def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
+    """``_evict_components`` starts a FULL walk only for a positive request (unified_radix_cache.py:1017), and
+    ``evict_to_free_tokens`` asks only for a positive shortfall (allocator/base.py:167)."""
+    return bool(args.get("num_tokens", 0) >= 1)
+
+
+CONTRACT = Contract(
+    target="harness.upstream:RustTreeCore",
+    release="sglang==0.5.23",
+    upstream_attr="core",
+    rules=(
+        CallRule("request", (*MATCH_CALLS, "inc_lock_ref", *EVICT_CALLS, "dec_lock_ref"),
+                 "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node, []), the FULL eviction "
+                 "walk for n >= 1 when the allocator is short of the tail; a refused allocation releases the lock",
+                 (ADMISSION_MATCH, *MATCH_CITES, PREFIX_INDICES, ADMISSION_LOCK, LOCK, INC, INC_BINDING, *EVICT_CITES,
+                  CHECK_LOCK, CHECK_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+        CallRule("extend", EVICT_CALLS, "the FULL eviction walk for n >= 1 when the allocator is short of new pages",
+                 (DECODE_ALLOC, EXTEND_ALLOC, *EVICT_CITES)),
+        CallRule("checkpoint", CHECKPOINT_CALLS,
+                 "checkpoint_into_tree: insert(page-aligned tokens, row), the duplicates freed, the path's indices, the "
+                 "lock moved to the insert's last node; the driver finds that node with match_prefix(the same key), "
+                 "which touches the path the insert just touched, and takes the new lock before releasing the old "
+                 "(the same counts as two holders of nested paths)",
+                 (CHECKPOINT_KV, CP_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, *MATCH_CITES, CP_UNLOCK, UNLOCK, DEC,
+                  CP_LOCK, LOCK, INC)),
+        CallRule("settle", ("insert", "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
+                 "checkpoint_into_tree's FULL-only sequence: insert(prev_prefix_len = cache_protected_len), the "
+                 "prompt-boundary insert, the path, unlock the old node, lock the new one; with release, "
+                 "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
+                 (CHECKPOINT_KV, RELEASE_CHECKPOINT, CP_INSERT, CP_PROMPT_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, ROOT,
+                  CP_UNLOCK, UNLOCK, DEC, CP_LOCK, LOCK, INC, RELEASE_UNLOCK)),
+        CallRule("finish", CHECKPOINT_CALLS,
+                 "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, "
+                 "dec_lock_ref(last node, receipt)",
+                 (RELEASE_CHECKPOINT, CP_INSERT, *INSERT_CITES, CP_PATH, *MATCH_CITES, CP_UNLOCK, CP_LOCK, LOCK, INC,
+                  RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+        CallRule("lock", (*MATCH_CALLS, "inc_lock_ref"),
+                 "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node, [])",
+                 (WAITING_MATCH, *MATCH_CITES, CHECK_LOCK, ADMISSION_LOCK, LOCK, INC, INC_BINDING)),
+        CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds, that lock's receipt, False), once",
+                 (CHECK_UNLOCK, RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+        CallRule("insert", (*EVICT_CALLS, "insert"),
+                 "insert(a whole page-aligned key, fresh KV, prev_prefix_len 0) outside any request, as a checkpoint "
+                 "of a request that matched nothing does; the eviction walk for n >= 1 first when the allocator is short",
+                 (CP_INSERT, *INSERT_CITES, *EVICT_CITES)),
+        CallRule("match", MATCH_CALLS, "match_prefix(a whole prompt, maybe empty) and its path's indices",
+                 (WAITING_MATCH, *MATCH_CITES, PREFIX_INDICES)),
+        CallRule("rematch", MATCH_CALLS,
+                 "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
+                 (WAITING_MATCH, *MATCH_CITES)),
+        CallRule("evict", EVICT_CALLS, "the FULL eviction walk for n tokens, n >= 1", (EVICT_GUARD, *EVICT_CITES),
+                 allows=evicts_something),
+        CallRule("reset", ("reset",),
+                 "reset(), live holders or not (a flush drops the streaming sessions' locks and rows with the tree); "
+                 "the allocator is cleared with it",
+                 (FLUSH_RESET, RESET, RESET_BINDING, SESSIONS_DROPPED)),
+        CallRule("node_lookup", ("is_full_device_evicted", "root_node_handle"),
+                 "is_full_device_evicted(the node id a live holder locked), a query on a node id the caller holds",
+                 (IS_EVICTED, Cite(ADAPTER, 794, "return self._binding.is_full_device_evicted(node_id)"), ROOT)),
+    ),
+    reads=("evictable_size", "protected_size", "total_size", "sanity_check"),
+    not_called=(
+        NotCalled("insert_mismatched", "misuse: a value longer or shorter than its key"),
+        NotCalled("insert_malformed", "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
+        NotCalled("recache", "misuse: pages the tree holds cached again under another key"),
+        NotCalled("release_malformed", "misuse: release_request with a broken argument"),
+        NotCalled("cache_over", "misuse: a second cache of another page size or an unknown policy"),
+        NotCalled("construct", "misuse: a malformed constructor"),
+    ),
+)
