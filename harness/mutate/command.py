@@ -25,7 +25,7 @@ import harness
 from harness.helptext import prog
 from harness.mutate.mutants import ModuleSource, Mutant, generate
 from harness.mutate.plan import Baseline, BaselineFailed
-from harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, wrong_equivalents_text, write_json
+from harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, write_json, wrong_equivalents_text
 from harness.mutate.runner import Job, WorkerFailed, WorkerPool
 from harness.mutate.targets import target_names
 from harness.mutate.worker import Outcome, WorkerSetup

@@ -101,8 +101,16 @@ class TreeCoreOver(UpstreamCacheOver):
     def _insert(self, tokens: list[int], value: torch.Tensor, prev_prefix_len: int) -> Any:
         """``prev_prefix_len`` doubles as ``inserted_len`` (hit counts), as the Python wrapper's request does."""
         params = self.rust.insert_params(tokens, value, prev_prefix_len=prev_prefix_len, inserted_len=prev_prefix_len)
-        result = self.core.insert(params)
-        frees = freed_by_actions(result.cache_actions)
+        # Pumped as UnifiedRadixCache.insert does (unified_radix_cache.py:672-683): each step's actions, then
+        # end_insert's; the result itself carries none.
+        step = self.core.begin_insert(params)
+        actions = list(step.actions)
+        while step.result is None:
+            step = self.core.resume_insert()
+            actions += step.actions
+        result = step.result
+        actions += [*result.cache_actions, *self.core.end_insert()]
+        frees = freed_by_actions(actions)
         self.last_insert_frees = [int(i) for t in frees for i in t.tolist()]
         return result, frees
 

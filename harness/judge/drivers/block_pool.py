@@ -53,6 +53,9 @@ def _without_device(factory: Callable[..., Any]) -> Callable[..., Any]:
         config.pop("device", None)
         return factory(**config)
 
+    for declared in ("poolfuzz_contract", "poolfuzz_check_misuse"):  # what the target declares travels with it
+        if hasattr(factory, declared):
+            setattr(build, declared, getattr(factory, declared))
     return build
 
 

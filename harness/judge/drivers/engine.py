@@ -206,12 +206,18 @@ def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tok
     ))
 
 
+build_engine.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+
+
 def build_engine_with_waiting_timeout(**config: Any) -> Any:
     """Upstream's loop with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``--target engine=...:build_engine_with_waiting_timeout``).
 
     Finding 5's hang stops a plain run within seconds; with the timeout a hung queue head is aborted, as a
     server configured so would, and fuzzing goes on past it over every shape."""
     return build_engine(**{**config, "waiting_timeout": True})
+
+
+build_engine_with_waiting_timeout.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
 def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,

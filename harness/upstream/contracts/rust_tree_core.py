@@ -13,10 +13,7 @@ positive request; the insert pumped as ``begin_insert`` -> ``resume_insert``* ->
 (``prev_prefix_len = cache_protected_len``, the duplicates freed from its ``free_device_kv``
 actions); ``checkpoint_into_tree`` takes the path from the insert's last node, then unlocks the
 old node and locks the new one; ``reset`` from ``flush_cache``, which also drops the streaming
-sessions' locks and rows.  The wrapper sends the binding's one-shot ``insert`` instead of the
-pump: for the FULL-only core it runs to completion in one step, with the same result, actions
-and tree (checked over some 7,000 inserts in 300 seeded sequences, four policies, page sizes 1, 2, 4), so
-the rules name ``insert``.  The driver's own ``insert`` passes ``prev_prefix_len = 0`` where
+sessions' locks and rows.  The wrapper pumps the insert the same way.  The driver's own ``insert`` passes ``prev_prefix_len = 0`` where
 a checkpoint would pass ``cache_protected_len``: that changes only which indices the core's
 actions name (the wrapper leaves those to the driver, which frees ``[cpl, prefix_len)``), not
 the tree.
@@ -69,7 +66,7 @@ DEC = Cite(URC, 1092, "return self.tree_core.dec_lock_ref(node_id, params, skip_
 DEC_BINDING = Cite(ADAPTER, 591, "self._binding.dec_lock_ref(")
 UNLOCK = Cite(URC, 1106, "self.dec_lock_ref(lock.node, lock.receipt, skip_swa=lock.swa_released)", note="unlock")
 BEGIN_INSERT = Cite(URC, 672, "step = self.tree_core.begin_insert(params)",
-                    note="UnifiedRadixCache.insert; the wrapper's one-shot insert stands for this pump (module docstring)")
+                    note="UnifiedRadixCache.insert, pumped the same way by the wrapper")
 RESUME_INSERT = Cite(URC, 679, "step = self.tree_core.resume_insert()")
 END_INSERT = Cite(URC, 683, "self._apply_cache_actions(self.tree_core.end_insert())")
 CP_INSERT = Cite(URC, 1238, "result = self.insert(insert_params)",
@@ -96,7 +93,8 @@ IS_EVICTED = Cite(URC, 3603, "self.tree_core.is_full_device_evicted(best_match_n
 
 MATCH_CALLS = ("match_prefix", "root_node_handle", "collect_full_device_indices")
 EVICT_CALLS = ("evict_device_start", "evict_device_next_node", "evict_device_leaf", "evict_device_end")
-CHECKPOINT_CALLS = ("insert", *MATCH_CALLS, "inc_lock_ref", "dec_lock_ref")
+INSERT_CALLS = ("begin_insert", "resume_insert", "end_insert")
+CHECKPOINT_CALLS = (*INSERT_CALLS, *MATCH_CALLS, "inc_lock_ref", "dec_lock_ref")
 MATCH_CITES = (MATCH, MATCH_BINDING, PATH_ROOT, PATH, ROOT)
 EVICT_CITES = (EVICT_FOR_ALLOC, EVICT_START, EVICT_NEXT, EVICT_LEAF, EVICT_END, FREE_ACTION)
 INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
@@ -127,7 +125,7 @@ CONTRACT = Contract(
                  "(the same counts as two holders of nested paths)",
                  (CHECKPOINT_KV, CP_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, *MATCH_CITES, CP_UNLOCK, UNLOCK, DEC,
                   CP_LOCK, LOCK, INC)),
-        CallRule("settle", ("insert", "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
+        CallRule("settle", (*INSERT_CALLS, "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
                  "checkpoint_into_tree's FULL-only sequence: insert(prev_prefix_len = cache_protected_len), the "
                  "prompt-boundary insert, the path, unlock the old node, lock the new one; with release, "
                  "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
@@ -143,7 +141,7 @@ CONTRACT = Contract(
                  (WAITING_MATCH, *MATCH_CITES, CHECK_LOCK, ADMISSION_LOCK, LOCK, INC, INC_BINDING)),
         CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds, that lock's receipt, False), once",
                  (CHECK_UNLOCK, RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
-        CallRule("insert", (*EVICT_CALLS, "insert"),
+        CallRule("insert", (*EVICT_CALLS, *INSERT_CALLS),
                  "insert(a whole page-aligned key, fresh KV, prev_prefix_len 0) outside any request, as a checkpoint "
                  "of a request that matched nothing does; the eviction walk for n >= 1 first when the allocator is short",
                  (CP_INSERT, *INSERT_CITES, *EVICT_CITES)),

@@ -1,0 +1,123 @@
+"""The calls ``PureSWATokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:PureSWAKV``).
+
+The pure variant is built for a model whose every layer is sliding-window attention
+(``kv_cache_configurator.py:2865-2866``: hybrid SWA with no full-attention tokens), at page
+size 1 only (``allocator/swa.py:739``), with ``PureSWARadixCache`` as its tree
+(``mem_cache/registry.py:87``, ``:128-130``), a legacy ``RadixCache``.  Its callers are those
+of any page-size-1 token allocator: ``alloc_token_slots`` (``allocation.py:159``) for extends
+and decodes; a request's row back through ``free_kv_row_segments`` (``common.py:152-190``),
+whose ``free_segments`` reach ``free_segment``, which is ``free`` here (``swa.py:855-858``),
+and whose ``free_full_segments`` reach this class's no-op ``free_full_segment`` (``:860-861``);
+the window sliding through ``free_swa_segment``, which is ``free_swa`` (``:847-848``); tree
+eviction freeing a node's value with ``free_segment`` (``radix_cache.py:569``).  Batches
+bracket releases in ``free_group_begin``/``free_group_end``; ``clear`` runs only from
+``flush_cache``.  The paged calls raise ``NotImplementedError`` (``swa.py:815-828``): page
+size 1 allocates with ``alloc``.  Off the callers' path (issued, a finding through it is
+latent): an allocation of no tokens, a free of the padding slots ``free`` drops
+(``swa.py:834``; every caller's free is a slice of a request's row or a node's value), and a
+clear inside a free group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+
+SWA = "srt/mem_cache/allocator/swa.py"
+COMMON = "srt/mem_cache/common.py"
+ALLOCATION = "srt/mem_cache/allocation.py"
+PROCESSOR = "srt/managers/scheduler_components/batch_result_processor.py"
+
+ALLOC = Cite(ALLOCATION, 159, "allocator.alloc(num_tokens)", note="alloc_token_slots")
+ONE_TOKEN_AT_LEAST = Cite("srt/managers/schedule_batch.py", 1767,
+                          "the matched length is at most 1 less than the input length",
+                          note="_compute_max_prefix_len: every extend has a token to compute")
+FREE_SEGMENTS = Cite(COMMON, 190, "allocator.free_segments(swa_alive)", note="free_kv_row_segments")
+FREE_SEGMENT_IS_FREE = Cite(SWA, 858, "self.free(free_index)", note="free_segment: a single pool frees once")
+FREE_ON_ERROR = Cite(ALLOCATION, 471, "token_to_kv_pool_allocator.free(out_cache_loc)")
+EVICT_NODE = Cite("srt/mem_cache/radix_cache.py", 569, "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)",
+                  note="eviction frees one node's slots of a longer row")
+GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()",
+                   note="maybe_evict_swa")
+GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
+BATCH_BEGIN = Cite(PROCESSOR, 264, "token_to_kv_pool_allocator.free_group_begin()")
+BATCH_END = Cite(PROCESSOR, 501, "token_to_kv_pool_allocator.free_group_end()")
+NO_PADDING = ("no caller sends the padding slots 0 and -1: every free is a slice of a request's row (common.py:190) "
+              "or a node's value (radix_cache.py:569)")
+FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
+             note="flush_cache, only when the scheduler is fully idle")
+
+
+def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
+    """Today: callers allocate a batch's new tokens, and every scheduled request has at least one."""
+    return bool(args.get("need_size", 0) >= 1)
+
+
+def padding_only(driver: Any, args: dict[str, Any]) -> bool:
+    """Raw live, foreign or free indices are misuse; what remains is a free of padding (``<= 0``), which ``free``
+    drops (``swa.py:834``), or of nothing."""
+    return all(int(i) <= 0 for i in args.get("indices") or [])
+
+
+def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+    """Today: of those, callers send only the empty free (no caller sends padding)."""
+    return not args.get("indices")
+
+
+def never(driver: Any, args: dict[str, Any]) -> bool:
+    """Today: no caller makes this call (``instead`` says what they do)."""
+    return False
+
+
+def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
+    """Today: ``flush_cache`` clears only when the scheduler is idle (``scheduler.py:5520-5525``), between batches."""
+    return not driver.model.group_open
+
+
+CONTRACT = Contract(
+    target="harness.upstream:PureSWAKV",
+    release="sglang==0.5.23",
+    rules=(
+        CallRule("alloc", ("alloc",), "alloc(n) of a few tokens", (ALLOC, ONE_TOKEN_AT_LEAST), today=at_least_one_token,
+                 instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)"),
+        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENTS, FREE_SEGMENT_IS_FREE, FREE_ON_ERROR)),
+        CallRule("free_part", ("free",), "free(a prefix of an allocation's slots: a cache node's value)",
+                 (EVICT_NODE, FREE_SEGMENT_IS_FREE)),
+        CallRule("free_swa", ("free_swa",), "free_swa(an allocation's slots): the window slides past them",
+                 (Cite(COMMON, 137, "free_segment(free_slots, start_pos=evicted_seqlen)",
+                       note="_evict_swa: free_swa_segment (:136)"),
+                  Cite(SWA, 848, "self.free_swa(free_index)", note="free_swa_segment is free_swa"))),
+        CallRule("free_full", ("free_full",),
+                 "free_full(an allocation's slots): the part of a row the window already released, whose slots may "
+                 "be another request's by then; a no-op, as free_full_segment is",
+                 (Cite(COMMON, 188, "allocator.free_full_segments(swa_dead)"),
+                  Cite("srt/mem_cache/allocator/base.py", 314, "self.free_full_segment(free_index, start_pos=start_pos)"),
+                  Cite(SWA, 860, "def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int):",
+                       note="returns; free_full returns too (:850-853)"))),
+        CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back; or of padding only",
+                 (Cite(SWA, 831, "if free_index.numel() == 0:", note="free's own early return"),
+                  Cite(SWA, 834, "self.swa_attn_allocator.free(free_index[free_index > 0])", note="padding dropped")),
+                 allows=padding_only, today=nothing_to_free, instead=NO_PADDING),
+        CallRule("free_padded", ("free",), "free(an allocation's slots with the padding slots 0 and -1 around them)",
+                 (FREE_SEGMENT_IS_FREE, Cite(SWA, 834, "self.swa_attn_allocator.free(free_index[free_index > 0])",
+                                             note="padding dropped")),
+                 today=never, instead=NO_PADDING),
+        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN)),
+        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END)),
+        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
+                 "clear(); then an empty begin/end pair, as the next batch's processing makes",
+                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
+                 instead="flush_cache clears only when the scheduler is fully idle (scheduler.py:5520-5525), "
+                         "never inside a batch's free group"),
+    ),
+    reads=("available_size", "full_available_size", "swa_available_size", "translate_loc_from_full_to_swa"),
+    not_called=(
+        NotCalled("paged_call", "misuse: alloc_extend / alloc_decode / alloc_extend_swa_tail raise NotImplementedError "
+                                "(swa.py:815-828); at page size 1 callers allocate with alloc (allocation.py:432)"),
+        NotCalled("merge", "merge_and_sort_free is called by the token allocator's alloc itself (token.py:56), by no caller"),
+        NotCalled("free_again", "misuse: a second free of released slots"),
+        NotCalled("free_malformed", "misuse: a list or float tensor of indices"),
+        NotCalled("construct", "misuse: a malformed constructor"),
+    ),
+)
