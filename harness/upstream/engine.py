@@ -95,6 +95,11 @@ class EngineLoop:
         self.spec_algorithm = NoSpeculation()
         self.waiting_queue: list[Any] = []
         self.running_batch = m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False)
+        self.new_token_ratio = config.new_token_ratio
+        """``new_token_ratio_tracker.current`` (new_token_ratio_tracker.py:14-35): a retraction sets it, each decode
+        step without one decays it toward ``init * 0.14`` over 600 steps (the environment's defaults)."""
+        self._ratio_floor = config.new_token_ratio * 0.14
+        self._ratio_decay = (config.new_token_ratio - self._ratio_floor) / 600
         self.last_batch: Any = None
         self.chunked_req: Any = None
         self.to_abort: set[str] = set()
@@ -257,13 +262,19 @@ class EngineLoop:
         if last is not None and last.forward_mode.is_extend():
             if last.chunked_req is not None:
                 exclude.append(last.chunked_req)
+            last_bs = last.batch_size()
             last.filter_batch(reqs_to_exclude=exclude)
+            if last.batch_size() < last_bs:
+                running.batch_is_full = False  # a request left: admission may try again (scheduler.py:3950-3951)
             if not last.is_empty() and last is not running:
                 if running.is_empty():
                     running = last
                 else:
                     running.merge_batch(last)
+        running_bs = running.batch_size()
         running.filter_batch()
+        if running.batch_size() < running_bs:
+            running.batch_is_full = False  # scheduler.py:3965-3968
         self.running_batch = running
         new_batch = self._new_prefill_batch()
         if new_batch is not None:
@@ -276,13 +287,17 @@ class EngineLoop:
     def _new_prefill_batch(self) -> Any:
         """``get_new_batch_prefill`` (scheduler.py:4079-4360) without HiCache, LoRA and DP."""
         sp = self.m.modules["schedule_policy"]
-        if not self.waiting_queue and self.chunked_req is None:
-            return None
-        running_bs = self.running_batch.batch_size()
+        running = self.running_batch
+        if self.config.hybrid_swa or running.is_empty():
+            running.batch_is_full = False  # scheduler.py:4089-4096
+        if (running.batch_is_full or not self.waiting_queue) and self.chunked_req is None:
+            return None  # a full batch admits no one until a request leaves (scheduler.py:4098-4100)
+        running_bs = running.batch_size()
         if running_bs >= self.config.rows and self.chunked_req is None:
+            running.batch_is_full = True  # get_num_allocatable_reqs <= 0 (scheduler.py:4120-4126)
             return None
         adder = sp.PrefillAdder(
-            self.config.page_size, self.tree_cache, self.allocator, self.running_batch, self.config.new_token_ratio,
+            self.config.page_size, self.tree_cache, self.allocator, running, self.new_token_ratio,
             self.config.tokens, self.config.chunk, 0, 0, max_prefill_bs=0, max_running_requests=self.config.rows,
         )
         if self.chunked_req is not None:
@@ -292,11 +307,15 @@ class EngineLoop:
         if mamba_allocator is not None:
             mamba_allocator.alloc_group_begin(len(self.waiting_queue))  # scheduler.py:4199-4201
         for req in list(self.waiting_queue):
+            if adder.budget_state() == sp.AddReqResult.OTHER:
+                break  # a spent pass budget admits no one (scheduler.py:4207-4208)
             if running_bs + len(adder.can_run_list) >= self.config.rows:
                 break
             req.init_next_round_input(self.tree_cache)
             result = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None, truncation_align_size=None)
             if result != sp.AddReqResult.CONTINUE:
+                if result == sp.AddReqResult.NO_TOKEN:  # scheduler.py:4279-4284
+                    running.batch_is_full = len(adder.can_run_list) > 0 or not running.is_empty()
                 self._revert_mamba_match(req, adder)
                 break
         if mamba_allocator is not None:
@@ -334,12 +353,18 @@ class EngineLoop:
         batch.filter_batch()
         if batch.is_empty():
             return batch
+        initial_bs = batch.batch_size()
         if not batch.check_decode_mem():
-            retracted, _ratio, aborted = batch.retract_decode()
+            retracted, ratio, aborted = batch.retract_decode()
+            self.new_token_ratio = ratio  # scheduler.py:4513
             self._retracted(retracted)
             for req in retracted:
                 self.waiting_queue.append(req)  # _add_request_to_queue(req, is_retracted=True)
             del aborted  # already released by retract_decode; the scheduler only reports them
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - self._ratio_decay, self._ratio_floor)  # decay_step
+        if batch.batch_size() < initial_bs:
+            batch.batch_is_full = False  # scheduler.py:4544-4545
         if batch.is_empty():
             return batch
         batch.prepare_for_decode()
