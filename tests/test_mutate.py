@@ -289,7 +289,7 @@ def test_every_listed_equivalent_names_a_mutant_still_generated_and_nothing_else
     modules = sorted({entry.module for entry in EQUIVALENTS})
     marked = [m for name in modules for m in generate(ModuleSource.load(root / (name.replace(".", "/") + ".py"), root))
               if m.kind == "equivalent"]
-    found = {(m.module, m.function, m.operator, m.source, m.description) for m in marked}
+    found = {(m.module, m.function, m.operator, m.source, m.col, m.description) for m in marked}
     stale = [entry for entry in EQUIVALENTS if entry.key not in found]
     assert not stale, f"equivalents that no longer name a mutant (the code moved on): {stale}"
     assert all(m.equivalent and not m.message_only for m in marked)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.mutate.classify import message_nodes
-from harness.mutate.equivalents import equivalence
+from harness.mutate.equivalents import SELF_CHECKS, equivalence
 from harness.mutate.operators import Transform, edits
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -146,11 +146,15 @@ class Mutant:
     transform: Transform = field(compare=False, repr=False)
     equivalent: str = field(default="", compare=False)
     """Why the mutant is equivalent (:mod:`harness.mutate.equivalents`), ``""`` when it is not judged so."""
+    self_check: bool = field(default=False, compare=False)
+    """The mutant edits a self-check (``SELF_CHECKS``): scored apart, as an assertion would be."""
 
     @property
     def kind(self) -> str:
         if self.message_only:
             return "message-only"
+        if self.self_check:
+            return "self-check"
         return "equivalent" if self.equivalent else "behavioural"
 
     def to_json(self) -> dict[str, Any]:
@@ -272,7 +276,8 @@ def generate(module: ModuleSource) -> list[Mutant]:
                     message_only=id(place.node) in message, index=index, transform=edit.transform,
                 ))
                 source = mutants[-1].source
-                why = equivalence(module.name, place.function, edit.operator, source, mutants[-1].description)
-                if why:
-                    mutants[-1] = dataclasses.replace(mutants[-1], equivalent=why)
+                why = equivalence(module.name, place.function, edit.operator, source, col, mutants[-1].description)
+                self_check = (module.name, place.function) in SELF_CHECKS
+                if why or self_check:
+                    mutants[-1] = dataclasses.replace(mutants[-1], equivalent=why, self_check=self_check)
     return mutants

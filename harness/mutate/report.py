@@ -23,7 +23,7 @@ from harness.mutate.worker import Outcome
 
 STATUSES = ("killed", "timeout", "crashed", "survived", "not-reached", "not-run")
 KILLS = frozenset({"killed", "timeout", "crashed"})
-KINDS = ("behavioural", "equivalent", "message-only")
+KINDS = ("behavioural", "equivalent", "self-check", "message-only")
 
 
 def score(counts: Counter[str]) -> float | None:
