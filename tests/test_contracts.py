@@ -257,3 +257,11 @@ def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() 
     driver.step("alloc", need_size=5)
     assert driver.off_path == [(2, "alloc", "callers take at most 3")]
     assert driver.pool.available_size() == 9
+
+
+def test_the_contracts_document_lists_every_table_as_list_contracts_prints_it() -> None:
+    from harness.judge.contract import all_contracts
+
+    document = (Path(__file__).resolve().parents[1] / "docs" / "contracts.md").read_text()
+    for contract in all_contracts():
+        assert contract.describe() in document, f"docs/contracts.md is stale for {contract.target}: regenerate it"
