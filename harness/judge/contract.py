@@ -155,6 +155,8 @@ def all_contracts(package: str = "harness.upstream.contracts") -> list[Contract]
     root = importlib.import_module(package)
     found = []
     for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue  # shared parts of the tables, not a table
         contract = getattr(importlib.import_module(f"{package}.{info.name}"), "CONTRACT", None)
         if isinstance(contract, Contract):
             found.append(contract)

@@ -24,6 +24,7 @@ the driver consults no table.  Paths are relative to the ``sglang`` package fold
 from __future__ import annotations
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import MAMBA_END
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"
@@ -55,7 +56,6 @@ MATCH = _at(4260, "req.init_next_round_input(self.tree_cache)", note="match_pref
 ADD_ONE = _at(4270, "res = adder.add_one_req(")
 MAMBA_REVERT = _at(4296, "self.tree_cache.req_to_token_pool.mamba_allocator.free(",
                    note="a request the adder did not take gives back the slot its match copied into")
-MAMBA_END = _at(4303, "mamba_allocator.alloc_group_end()")
 INIT_BATCH = _at(4335, "new_batch = ScheduleBatch.init_new(")
 EXTEND = _at(4357, "new_batch.prepare_for_extend()", note="-> alloc_for_extend (schedule_batch.py:2914)")
 DECODE_MEM = _at(4469, "kv_full_retract_flag = not batch.check_decode_mem()", note="update_running_batch")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import MAMBA_END as GROUP_END
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
                  note="HybridReqToTokenPool.alloc, one slot per request without one")
@@ -51,7 +52,6 @@ INT64_SLOTS = Cite("srt/mem_cache/allocator/mamba.py", 87, "1, self.size + 1, dt
 
 GROUP_BEGIN = Cite("srt/managers/scheduler.py", 4201, "mamba_allocator.alloc_group_begin(len(self.waiting_queue))",
                    note="the admission loop; 0 with an empty queue, more than the pool holds with a long one")
-GROUP_END = Cite("srt/managers/scheduler.py", 4303, "mamba_allocator.alloc_group_end()")
 CLEAR_HYBRID = Cite("srt/mem_cache/memory_pool.py", 1866, "self.mamba_allocator.clear()",
                     note="HybridReqToTokenPool.clear")
 CLEAR_DECODE = Cite("srt/disaggregation/decode.py", 358, "self.mamba_allocator.clear()",

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import BATCH_BEGIN, BATCH_END, EXTEND, GROUP_BEGIN, GROUP_END
 
 # ------------------------------------------------------------------ alloc
 ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)",
@@ -64,12 +65,6 @@ EMPTY_FREE = Cite("srt/mem_cache/allocator/paged.py", 329, "if free_index.numel(
                   note="free's own early return for the empty frees its callers send")
 
 # ------------------------------------------------------------------ groups and clear
-GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()")
-GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
-BATCH_BEGIN = Cite("srt/managers/scheduler_components/batch_result_processor.py", 264,
-                   "token_to_kv_pool_allocator.free_group_begin()")
-BATCH_END = Cite("srt/managers/scheduler_components/batch_result_processor.py", 501,
-                 "token_to_kv_pool_allocator.free_group_end()")
 SWA_BEGIN = Cite("srt/mem_cache/allocator/swa.py", 648, "self.full_attn_allocator.free_group_begin()",
                  note="the SWA allocator opens its paged full side's group with its own")
 SWA_END = Cite("srt/mem_cache/allocator/swa.py", 661, "self.full_attn_allocator.free_group_end()")
@@ -77,8 +72,6 @@ FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator
              note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
 
 # ------------------------------------------------------------------ extend
-EXTEND = Cite("srt/mem_cache/allocation.py", 219, "out = allocator.alloc_extend(",
-              note="alloc_paged_token_slots_extend")
 EXTEND_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 431, "elif alloc_page_size == 1:",
                          note="alloc_for_extend takes alloc_token_slots at page size 1")
 EXTEND_LAST_LOC = Cite("srt/mem_cache/allocation.py", 436,

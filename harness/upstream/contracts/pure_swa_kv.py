@@ -23,30 +23,20 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, FLUSH, FREE_ON_ERROR, GROUP_END, ONE_TOKEN_AT_LEAST
+from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"
 ALLOCATION = "srt/mem_cache/allocation.py"
 PROCESSOR = "srt/managers/scheduler_components/batch_result_processor.py"
 
-ALLOC = Cite(ALLOCATION, 159, "allocator.alloc(num_tokens)", note="alloc_token_slots")
-ONE_TOKEN_AT_LEAST = Cite("srt/managers/schedule_batch.py", 1767,
-                          "the matched length is at most 1 less than the input length",
-                          note="_compute_max_prefix_len: every extend has a token to compute")
 FREE_SEGMENTS = Cite(COMMON, 190, "allocator.free_segments(swa_alive)", note="free_kv_row_segments")
 FREE_SEGMENT_IS_FREE = Cite(SWA, 858, "self.free(free_index)", note="free_segment: a single pool frees once")
-FREE_ON_ERROR = Cite(ALLOCATION, 471, "token_to_kv_pool_allocator.free(out_cache_loc)")
 EVICT_NODE = Cite("srt/mem_cache/radix_cache.py", 569, "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)",
                   note="eviction frees one node's slots of a longer row")
-GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()",
-                   note="maybe_evict_swa")
-GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
-BATCH_BEGIN = Cite(PROCESSOR, 264, "token_to_kv_pool_allocator.free_group_begin()")
-BATCH_END = Cite(PROCESSOR, 501, "token_to_kv_pool_allocator.free_group_end()")
 NO_PADDING = ("no caller sends the padding slots 0 and -1: every free is a slice of a request's row (common.py:190) "
               "or a node's value (radix_cache.py:569)")
-FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
-             note="flush_cache, only when the scheduler is fully idle")
 
 
 def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:

@@ -22,44 +22,38 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import (
+    ADMISSION_LOCK,
+    ADMISSION_MATCH,
+    CHECK_LOCK,
+    CHECK_UNLOCK,
+    CHECKPOINT_KV,
+    DECODE_ALLOC,
+    EVICT_FOR_ALLOC,
+    EXTEND_ALLOC,
+    PREFIX_INDICES,
+    RELEASE_CHECKPOINT,
+    RELEASE_UNLOCK,
+    WAITING_MATCH,
+)
 
 # ------------------------------------------------------------------ match and lock
-ADMISSION_MATCH = Cite("srt/managers/schedule_batch.py", 1734, "match_result = match_kv_cache(",
-                       note="init_next_round_input, key_limit = _compute_max_prefix_len = input_len - 1 (:1723, :1768)")
 MATCH_CALL = Cite("srt/mem_cache/common.py", 233, "match_result = tree_cache.match_prefix(", note="match_kv_cache")
-WAITING_MATCH = Cite("srt/managers/schedule_policy.py", 356, "match_result = match_kv_cache(r, self.tree_cache, prefix_ids)",
-                     note="every waiting request, every round, its whole prompt (no key limit)")
 SIMULATED_MATCH = Cite("srt/managers/schedule_policy.py", 366, "match_result = self.waiting_queue_radix_tree.match_prefix(",
                        note="the simulated legacy tree")
-PREFIX_INDICES = Cite("srt/mem_cache/allocation.py", 371, "return batch.tree_cache.prefix_device_indices(req)")
 PATH_INDICES = Cite("srt/mem_cache/base_prefix_cache.py", 566, "path = self.path_device_indices(req.last_node)",
                     note="prefix_device_indices")
-ADMISSION_LOCK = Cite("srt/managers/schedule_policy.py", 1690, "req.lock = self.tree_cache.lock(req.last_node)")
-CHECK_LOCK = Cite("srt/managers/schedule_policy.py", 1232, "lock = self.tree_cache.lock(last_node)",
-                  note="_lock_node: the match locked while the admission is checked")
-CHECK_UNLOCK = Cite("srt/managers/schedule_policy.py", 1236, "self.tree_cache.unlock(lock)", note="_lock_node's release")
 LOCK = Cite("srt/mem_cache/base_prefix_cache.py", 552, "return TreeLock(node, self.inc_lock_ref(node).to_dec_params())")
 UNLOCK = Cite("srt/mem_cache/base_prefix_cache.py", 556, "self.dec_lock_ref(lock.node, lock.receipt)")
 
 # ------------------------------------------------------------------ eviction before allocation
-EVICT_FOR_ALLOC = Cite("srt/mem_cache/allocator/base.py", 168, "tree_cache.evict_for_alloc(EvictParams(num_tokens=shortfall))",
-                       note="evict_to_free_tokens, only when shortfall > 0 (:167)")
 EVICT_DEFAULT = Cite("srt/mem_cache/base_prefix_cache.py", 538, "return self.evict(params)", note="evict_for_alloc")
 EVICT_AGAIN = Cite("srt/mem_cache/common.py", 312, "EvictParams(num_tokens=max(shortfall, allocator.page_size))",
                    note="_evict_until_allocatable")
 EVICT_NEED = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 334, "self.evict(EvictParams(num_tokens=uncached_len))",
                   note="a legacy subclass evicts the whole need when short (uncached_len > 0, :329)")
-EXTEND_ALLOC = Cite("srt/mem_cache/allocation.py", 201, "evict_from_tree_cache(tree_cache, num_tokens)",
-                    note="alloc_paged_token_slots_extend (alloc_token_slots: :157)")
-DECODE_ALLOC = Cite("srt/mem_cache/allocation.py", 585, "evict_from_tree_cache(tree_cache, num_tokens)",
-                    note="alloc_paged_token_slots_decode")
 
 # ------------------------------------------------------------------ checkpoint and release
-CHECKPOINT_KV = Cite("srt/mem_cache/common.py", 278, "tree_cache.checkpoint(req, up_to=req.extend_end)",
-                     note="checkpoint_kv_cache")
-RELEASE_CHECKPOINT = Cite("srt/mem_cache/common.py", 431, "tree_cache.checkpoint(req, up_to=owned_kv_len)",
-                          note="release_kv_cache; skipped for an abort or skip_radix_cache_insert (:422)")
-RELEASE_UNLOCK = Cite("srt/mem_cache/common.py", 434, "tree_cache.unlock(req.lock)", note="release_kv_cache")
 CP_INSERT = Cite("srt/mem_cache/radix_cache.py", 476, "result = self.insert(",
                  note="RadixCache._insert_cache from checkpoint; the duplicates [cache_protected_len, prefix_len) are freed")
 CP_MATCH = Cite("srt/mem_cache/radix_cache.py", 524, "match_result = self.match_prefix(MatchPrefixParams(key=radix_key))")

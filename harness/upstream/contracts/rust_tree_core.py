@@ -24,31 +24,25 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import (
+    ADMISSION_LOCK,
+    ADMISSION_MATCH,
+    CHECK_LOCK,
+    CHECK_UNLOCK,
+    CHECKPOINT_KV,
+    DECODE_ALLOC,
+    EVICT_FOR_ALLOC,
+    EXTEND_ALLOC,
+    PREFIX_INDICES,
+    RELEASE_CHECKPOINT,
+    RELEASE_UNLOCK,
+    WAITING_MATCH,
+)
 
 URC = "srt/mem_cache/unified_radix_cache.py"
 ADAPTER = "srt/mem_cache/rust_tree_core/adapter.py"
 
 # ------------------------------------------------------------------ the scheduler's calls (as for the legacy tree)
-ADMISSION_MATCH = Cite("srt/managers/schedule_batch.py", 1734, "match_result = match_kv_cache(",
-                       note="init_next_round_input, key_limit = _compute_max_prefix_len = input_len - 1 (:1723, :1768)")
-WAITING_MATCH = Cite("srt/managers/schedule_policy.py", 356, "match_result = match_kv_cache(r, self.tree_cache, prefix_ids)",
-                     note="every waiting request, every round, its whole prompt (no key limit)")
-PREFIX_INDICES = Cite("srt/mem_cache/allocation.py", 371, "return batch.tree_cache.prefix_device_indices(req)")
-ADMISSION_LOCK = Cite("srt/managers/schedule_policy.py", 1690, "req.lock = self.tree_cache.lock(req.last_node)")
-CHECK_LOCK = Cite("srt/managers/schedule_policy.py", 1232, "lock = self.tree_cache.lock(last_node)",
-                  note="_lock_node: the match locked while the admission is checked")
-CHECK_UNLOCK = Cite("srt/managers/schedule_policy.py", 1236, "self.tree_cache.unlock(lock)", note="_lock_node's release")
-EVICT_FOR_ALLOC = Cite("srt/mem_cache/allocator/base.py", 168, "tree_cache.evict_for_alloc(EvictParams(num_tokens=shortfall))",
-                       note="evict_to_free_tokens, only when shortfall > 0 (:167)")
-EXTEND_ALLOC = Cite("srt/mem_cache/allocation.py", 201, "evict_from_tree_cache(tree_cache, num_tokens)",
-                    note="alloc_paged_token_slots_extend (alloc_token_slots: :157)")
-DECODE_ALLOC = Cite("srt/mem_cache/allocation.py", 585, "evict_from_tree_cache(tree_cache, num_tokens)",
-                    note="alloc_paged_token_slots_decode")
-CHECKPOINT_KV = Cite("srt/mem_cache/common.py", 278, "tree_cache.checkpoint(req, up_to=req.extend_end)",
-                     note="checkpoint_kv_cache")
-RELEASE_CHECKPOINT = Cite("srt/mem_cache/common.py", 431, "tree_cache.checkpoint(req, up_to=owned_kv_len)",
-                          note="release_kv_cache; skipped for an abort or skip_radix_cache_insert (:422)")
-RELEASE_UNLOCK = Cite("srt/mem_cache/common.py", 434, "tree_cache.unlock(req.lock)", note="release_kv_cache")
 FLUSH_RESET = Cite("srt/managers/scheduler.py", 5523, "self.tree_cache.reset()", note="flush_cache on an idle scheduler")
 
 # ------------------------------------------------------------------ UnifiedRadixCache -> the core

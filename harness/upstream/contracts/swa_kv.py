@@ -33,6 +33,8 @@ from typing import Any
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
 from harness.judge.drivers.swa_contract import CONTRACT as FREE_RULES
 from harness.judge.drivers.swa_contract import allows as free_allows
+from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, EXTEND, FLUSH, ONE_TOKEN_AT_LEAST
+from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"
@@ -41,27 +43,18 @@ PD_DECODE = "srt/disaggregation/decode.py"
 BATCH = "srt/managers/schedule_batch.py"
 PROCESSOR = "srt/managers/scheduler_components/batch_result_processor.py"
 
-ALLOC = Cite(ALLOCATION, 159, "allocator.alloc(num_tokens)", note="alloc_token_slots")
 EXTEND_PS1 = Cite(ALLOCATION, 432, "alloc_token_slots(batch.tree_cache, batch.extend_num_tokens)",
                   note="alloc_for_extend at page size 1")
-EXTEND = Cite(ALLOCATION, 219, "out = allocator.alloc_extend(", note="alloc_paged_token_slots_extend")
 DECODE_PS1 = Cite(ALLOCATION, 640, "alloc_token_slots(batch.tree_cache, bs * token_per_req)",
                   note="alloc_for_decode_default at page size 1")
 DECODE = Cite(ALLOCATION, 601, "allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc",
               note="alloc_paged_token_slots_decode")
 PD_TAIL = Cite(PD_DECODE, 2477, "kv_loc = allocator.alloc_extend_swa_tail(", note="alloc_for_decode_prealloc")
-ONE_TOKEN_AT_LEAST = Cite(BATCH, 1767, "the matched length is at most 1 less than the input length",
-                          note="_compute_max_prefix_len: every extend has a token to compute")
 NO_EMPTY_PROMPT = Cite("srt/managers/io_struct.py", 499, 'raise ValueError("input_ids cannot be empty.")')
 NO_EMPTY_CHUNK = Cite("srt/managers/schedule_policy.py", 1672, "if extend_len <= 0:", note="a chunk of no tokens is not admitted")
 REUSE_ONLY_WITH_TOKENS = Cite(ALLOCATION, 521, "if alloc_extend_num_tokens > 0:",
                               note="the dLLM reuse path allocates only when a request brings new tokens")
-GROUP_BEGIN = Cite(BATCH, 4080, "token_to_kv_pool_allocator.free_group_begin()", note="maybe_evict_swa")
 GROUP_END = Cite(BATCH, 4123, "token_to_kv_pool_allocator.free_group_end()", note="maybe_evict_swa")
-BATCH_BEGIN = Cite(PROCESSOR, 264, "token_to_kv_pool_allocator.free_group_begin()")
-BATCH_END = Cite(PROCESSOR, 501, "token_to_kv_pool_allocator.free_group_end()")
-FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
-             note="flush_cache, only when the scheduler is fully idle")
 
 DECODE_GATE: tuple[Cite, ...] = (
     Cite("srt/managers/scheduler.py", 4469, "kv_full_retract_flag = not batch.check_decode_mem()"),

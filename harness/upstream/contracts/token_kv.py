@@ -13,19 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, FLUSH, FREE_ON_ERROR, GROUP_BEGIN, GROUP_END
 
-ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)", note="alloc_token_slots")
 FREE_SEGMENT = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
                     note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
-FREE_ON_ERROR = Cite("srt/mem_cache/allocation.py", 471, "token_to_kv_pool_allocator.free(out_cache_loc)")
-GROUP_BEGIN = Cite("srt/managers/schedule_batch.py", 4080, "token_to_kv_pool_allocator.free_group_begin()")
-GROUP_END = Cite("srt/managers/schedule_batch.py", 4123, "token_to_kv_pool_allocator.free_group_end()")
-BATCH_BEGIN = Cite("srt/managers/scheduler_components/batch_result_processor.py", 264,
-                   "token_to_kv_pool_allocator.free_group_begin()")
-BATCH_END = Cite("srt/managers/scheduler_components/batch_result_processor.py", 501,
-                 "token_to_kv_pool_allocator.free_group_end()")
-FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
-             note="flush_cache, only when the scheduler is fully idle")
 
 
 def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
