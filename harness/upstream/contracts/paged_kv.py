@@ -157,7 +157,7 @@ CONTRACT = Contract(
     release="sglang==0.5.23",
     rules=(
         CallRule("alloc", ("alloc",), "alloc(n), n >= 1 whole pages", (ALLOC, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
-                 allows=at_least_one_token),
+                 today=at_least_one_token, instead="callers allocate at least one token (allocation.py:159)"),
         CallRule("free", ("free",), "free(a request's or an allocation's whole row of slots)",
                  (FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, SEGMENT_IS_FREE, FLEXKV_FREE_ALL, PAGE_DEDUP)),
         CallRule("free_part", ("free",),
@@ -169,7 +169,8 @@ CONTRACT = Contract(
         CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END, SWA_END)),
         CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
                  "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
-                 (FLUSH, BATCH_BEGIN, BATCH_END), allows=outside_a_group),
+                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
+                 instead="flush_cache clears only an idle scheduler, between batches (scheduler.py:5520-5525)"),
         CallRule("extend", ("alloc_extend",),
                  "alloc_extend(prefix_lens, seq_lens, last_loc, sum of new tokens) of a non-empty batch; "
                  "at page size 1 the callers send only one fresh request of >= 1 token",

@@ -124,7 +124,7 @@ CONTRACT = Contract(
                  "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
                  (WAITING_MATCH, MATCH_CALL, PATH_INDICES)),
         CallRule("evict", ("evict",), "evict(n), n >= 1", (EVICT_FOR_ALLOC, EVICT_DEFAULT, EVICT_AGAIN, EVICT_NEED),
-                 allows=evicts_something),
+                 today=evicts_something, instead="callers evict only a positive shortfall (allocator/base.py:167)"),
         CallRule("reset", ("reset",), "reset() with nothing locked or live; the allocator is cleared with it",
                  (FLUSH_IDLE, FLUSH_RESET, SIMULATED_RESET), allows=nothing_held),
     ),

@@ -145,7 +145,7 @@ CONTRACT = Contract(
                  "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
                  (WAITING_MATCH, *MATCH_CITES)),
         CallRule("evict", EVICT_CALLS, "the FULL eviction walk for n tokens, n >= 1", (EVICT_GUARD, *EVICT_CITES),
-                 allows=evicts_something),
+                 today=evicts_something, instead="a FULL walk starts only for a positive request (unified_radix_cache.py:1017)"),
         CallRule("reset", ("reset",),
                  "reset(), live holders or not (a flush drops the streaming sessions' locks and rows with the tree); "
                  "the allocator is cleared with it",

@@ -38,7 +38,8 @@ CONTRACT = Contract(
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), allows=at_least_one_token),
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), today=at_least_one_token,
+                 instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)"),
         CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, FREE_ON_ERROR)),
         CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
                  (FREE_SEGMENT, Cite("srt/mem_cache/radix_cache.py", 569,
@@ -51,7 +52,8 @@ CONTRACT = Contract(
         CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END)),
         CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
                  "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
-                 (FLUSH, BATCH_BEGIN, BATCH_END), allows=outside_a_group),
+                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
+                 instead="flush_cache clears only an idle scheduler, between batches (scheduler.py:5520-5525)"),
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
