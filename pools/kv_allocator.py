@@ -68,6 +68,7 @@ class _KVAllocatorBase(ABC):
         self._staged: list[torch.Tensor]  # need_sort frees not yet merged into the free list
         self._num_staged: int
         self._free_group: list[torch.Tensor] | None  # pages enqueued in the open free group
+        self._segment_group: list[torch.Tensor] = []  # pages free_segment enqueued there, released after them
         self._states = PageStateTable(self.num_pages, self.device)
         self._page_state = self._states.states
         self.clear()
@@ -90,7 +91,9 @@ class _KVAllocatorBase(ABC):
 
     def pending_free_pages(self) -> torch.Tensor:
         """Pages enqueued in the open free group (empty outside a group)."""
-        return torch.cat(self._free_group) if self._free_group else self.free_pages.new_empty(0)
+        if not self._free_group and not self._segment_group:
+            return self.free_pages.new_empty(0)
+        return torch.cat([*(self._free_group or []), *self._segment_group])
 
     # ------------------------------------------------------------------- state
     def clear(self) -> None:
@@ -99,6 +102,7 @@ class _KVAllocatorBase(ABC):
         self._staged = []
         self._num_staged = 0
         self._free_group = None
+        self._segment_group = []
         self._states.reset()
 
     def merge_and_sort_free(self) -> None:
@@ -172,6 +176,19 @@ class _KVAllocatorBase(ABC):
             return
         self._free_now(pages)
 
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        """Free ``kv_row[start_pos : start_pos + n]`` of one request: SGLang's ``free_segment``, the call
+        ``free_kv_row_segments``, radix eviction and the checkpoint's duplicate free make
+        (``allocator/base.py:284-301``).  ``start_pos`` sits on a page boundary (:class:`BadSizeError`
+        otherwise); the rest is :meth:`free`'s, as in upstream's base class."""
+        self._check_segment_start(start_pos)
+        self.free(free_index)
+
+    def _check_segment_start(self, start_pos: int) -> None:
+        ps = self.page_size
+        if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0 or start_pos % ps:
+            raise BadSizeError(self.pool_name, "start_pos", start_pos, f"must be a multiple of page_size={ps} >= 0")  # type: ignore[arg-type]
+
     def _free_now(self, pages: torch.Tensor) -> None:
         """Mark validated ``pages`` free: staged under ``need_sort``, else back on the free list."""
         self._states.mark(pages, _FREE)
@@ -190,10 +207,13 @@ class _KVAllocatorBase(ABC):
         if self._free_group is None:
             raise GroupStateError(self.pool_name, "free", "free_group_end without free_group_begin")
         pending, self._free_group = self._free_group, None
+        segments, self._segment_group = self._segment_group, []
         if pending:
             pages = torch.cat(pending)
             self._states.mark(pages, _LIVE)
             self.free(self._token_of(pages))
+        if segments:
+            self._free_now(torch.cat(segments))
 
     def _token_of(self, pages: torch.Tensor) -> torch.Tensor:
         return pages * self.page_size
@@ -266,6 +286,28 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
 
     def _release(self, pages: torch.Tensor) -> None:
         self._free_list.prepend(pages)
+
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        """Free a row segment as upstream's paged ``free_segment`` does (``paged.py:340-369``): the segment's
+        pages in the row's order (upstream frees ``free_index[::page_size] // page_size`` through
+        ``free_page_ids``, not sorted), the last one whole when the segment ends inside it; inside a free
+        group they wait apart from :meth:`free`'s and are released after them, as upstream's
+        ``free_page_ids_group`` is.  Validated as :meth:`free` is.  Upstream assumes each page's tokens are
+        contiguous and frees a page twice when they are not; here a segment naming a page in two runs
+        raises :class:`BadBatchError` before anything changes."""
+        self._check_segment_start(start_pos)
+        if isinstance(free_index, torch.Tensor) and free_index.numel() == 0:
+            return
+        pages = self._pages_of(free_index)  # raises before any change: the distinct pages, sorted
+        in_row = torch.unique_consecutive(self._states.page_ids(free_index.to(self.device, torch.int64), self.page_size))
+        if len(in_row) != len(pages):
+            raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
+                                "page's tokens together")
+        if self._free_group is not None:
+            self._states.mark(in_row, _PENDING)
+            self._segment_group.append(in_row.clone())
+            return
+        self._free_now(in_row)
 
     # ------------------------------------------------------------ extend/decode
     def alloc_extend(

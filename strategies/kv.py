@@ -57,6 +57,16 @@ def _free_part(view: KVView, choose: Chooser) -> Step | None:
                          "sparse": choose.choice((False, True))}
 
 
+def _free_segment(view: KVView, choose: Chooser) -> Step | None:
+    """Free a row segment (``free_segment``): a plain allocation's from a page boundary on, ending anywhere in
+    its last page, or a request's whole row."""
+    live = view.live()
+    if not live:
+        return None
+    return "free_segment", {"handle": choose.choice(live), "start_page": choose.randint(0, 2),
+                            "trim": choose.randint(0, 3)}
+
+
 def _free_group(view: KVView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while pages are live."""
     if view.group_open:
@@ -122,6 +132,7 @@ def token_moves() -> tuple[Move, ...]:
         Move("alloc", 4, _alloc),
         Move("free", 3, _free),
         Move("free part", 1, _free_part),
+        Move("free a row segment", 1, _free_segment),
         Move("free group", 1.5, _free_group),
         Move("free inside a group", 1, _free_deferred, setup=_open_group),
         Move("merge", 0.5, _merge),
@@ -319,8 +330,8 @@ def paged_moves() -> tuple[Move, ...]:
         Move("extend at page edges", 1, _extend, "corner: extend batch at page-edge geometry", setup=_admit),
         Move("decode", 1, _decode),
         Move("admit", 0.5, _admit),
-        *(token[name] for name in ("alloc", "free", "free part", "free group", "free inside a group", "merge",
-                                   "clear")),
+        *(token[name] for name in ("alloc", "free", "free part", "free a row segment", "free group",
+                                   "free inside a group", "merge", "clear")),
         Move("unaligned prefix", 1.5, _unaligned, "corner: an unaligned prefix grown by a remainder or whole pages",
              setup=_admit_mid_page),
         Move("fill", 0.5, _fill, CORNER_EXACT),

@@ -344,3 +344,67 @@ def test_constructors_reject_impossible_sizes_with_bad_size(build: Callable[[], 
 def test_the_triton_kernel_refuses_a_page_size_that_is_not_a_power_of_two() -> None:
     with pytest.raises(BadSizeError):
         PagedTokenToKVPoolAllocator(6, 3, kernel="triton")
+
+
+# ------------------------------------------------------------------ free_segment
+def _state(pool: PagedTokenToKVPoolAllocator) -> tuple[list[int], list[int], int]:
+    return pool.free_pages.tolist(), pool.pending_free_pages().tolist(), pool.available_size()
+
+
+def test_free_segment_releases_the_rows_pages_in_row_order_and_a_last_page_it_ends_inside_whole() -> None:
+    pool = PagedTokenToKVPoolAllocator(32, 4)
+    row = pool.alloc(12)
+    assert row is not None
+    shuffled = torch.cat((row[8:12], row[0:4]))  # a row whose pages were handed out out of order: 3, then 1
+    pool.free_segment(shuffled[:6], start_pos=0)  # ends inside page 1
+    assert pool.free_pages.tolist()[:2] == [3, 1]
+
+
+def test_free_segment_inside_a_group_waits_apart_and_is_released_after_frees_pages() -> None:
+    pool = PagedTokenToKVPoolAllocator(32, 4)
+    row = pool.alloc(16)
+    assert row is not None
+    pool.free_group_begin()
+    pool.free_segment(row[12:16], start_pos=12)
+    pool.free(row[0:4])
+    assert sorted(pool.pending_free_pages().tolist()) == [1, 4]
+    pool.free_group_end()
+    assert pool.free_pages.tolist()[:2] == [4, 1]  # upstream: free_page_ids_group goes to the head last
+
+
+@pytest.mark.parametrize(("segment", "start_pos", "error"), [
+    (slice(4, 8), 2, BadSizeError),          # a start off the page grid
+    (slice(4, 8), -4, BadSizeError),
+    (None, 0, BadBatchError),                # page 2's tokens in two runs
+], ids=["start off the page grid", "negative start", "a page in two runs"])
+def test_a_malformed_free_segment_is_refused_and_changes_nothing(segment: slice | None, start_pos: int,
+                                                                 error: type[PoolError]) -> None:
+    pool = PagedTokenToKVPoolAllocator(32, 4)
+    row = pool.alloc(12)
+    assert row is not None
+    indices = row[segment] if segment is not None else torch.cat((row[4:6], row[8:10], row[6:8]))
+    before = _state(pool)
+    with pytest.raises(error):
+        pool.free_segment(indices, start_pos=start_pos)
+    assert _state(pool) == before
+
+
+def test_a_free_segment_of_pages_already_freed_is_a_double_free() -> None:
+    pool = PagedTokenToKVPoolAllocator(32, 4)
+    row = pool.alloc(8)
+    assert row is not None
+    pool.free_segment(row[4:8], start_pos=4)
+    before = _state(pool)
+    with pytest.raises(DoubleFreeError):
+        pool.free_segment(row[4:8], start_pos=4)
+    assert _state(pool) == before
+
+
+def test_the_token_allocators_free_segment_is_its_free_after_the_start_check() -> None:
+    pool = TokenToKVPoolAllocator(8)
+    slots = pool.alloc(3)
+    assert slots is not None
+    pool.free_segment(slots[1:], start_pos=1)
+    assert pool.free_pages.tolist()[-2:] == slots[1:].tolist()
+    with pytest.raises(BadSizeError):
+        pool.free_segment(slots[:1], start_pos=True)  # type: ignore[arg-type]

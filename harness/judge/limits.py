@@ -131,7 +131,8 @@ _ROW_CELLS = Footprint("(size + pre_alloc_size) x max_context_len", CELLS, _rows
 _ROW_CONFIG = {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "device": SETTING}
 _ROW_ARGS = {"alloc_rows.need_size": REQUEST, "alloc_rows_non_int.need_size": REQUEST,
              "write.start": REQUEST, "write.length": REQUEST}
-_KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST}
+_KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST,
+            "free_segment.trim": REQUEST}
 _PAGED = {"page_size": Limit(1, PAGE), "need_sort": SETTING, "kernel": SETTING, "check_layout": SETTING}
 
 LIMITS: dict[str, FamilyLimits] = {

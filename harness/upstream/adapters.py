@@ -79,6 +79,9 @@ class _UpstreamKV(_Upstream):
     def merge_and_sort_free(self) -> None:
         self.inner.merge_and_sort_free()
 
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self.inner.free_segment(free_index, start_pos=start_pos)
+
     def clear(self) -> None:
         self.inner.clear()
 

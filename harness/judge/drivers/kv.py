@@ -17,7 +17,7 @@ observed only through ``get_all_free_pages()`` and ``available_size()``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -113,7 +113,8 @@ class TokenKVDriver(Driver):
         check(set(free) == set(before[0]) - set(pages), "conservation", f"{what} left the free pages wrong",
               missing=sorted(set(before[0]) - set(pages) - set(free)), extra=sorted(set(free) - set(before[0])))
 
-    def _free_valid(self, handle: int, slots: list[int], sent: list[int], what: str) -> None:
+    def _free_valid(self, handle: int, slots: list[int], sent: list[int], what: str,
+                    free: Callable[[torch.Tensor], Any] | None = None) -> None:
         """Free ``sent`` (tokens naming exactly the pages of ``slots``, all owned by ``handle``).
 
         Afterwards the tensor passed to ``free`` is zeroed, as a caller reusing
@@ -124,14 +125,16 @@ class TokenKVDriver(Driver):
         """
         before = self._free_state()
         indices = self._tensor(sent)
-        self.expect_accepted(lambda: self.pool.free(indices), what)
+        call = free or self.pool.free
+        self.expect_accepted(lambda: call(indices), what)
         indices.zero_()
+        in_row = free is not None
         if self.model.group_open:
-            self.model.release_slots(handle, slots)
+            self.model.release_slots(handle, slots, in_row=in_row)
             check(self._free_state() == before, "group-window", f"{what} inside a free group released pages early")
             self.event("free deferred by a free group")
             return
-        pages = self.model.release_slots(handle, slots)
+        pages = self.model.release_slots(handle, slots, in_row=in_row)
         free, available = self._free_state()
         check_unique(free, "no-double-allocation", f"free pages after {what}")
         check(set(free) == set(before[0]) | set(pages), "conservation", f"{what} released the wrong pages",
@@ -202,6 +205,28 @@ class TokenKVDriver(Driver):
         slots = [s for s in self.model.slots[handle] if s // self.page_size in chosen]
         sent = [s for s in slots if s % self.page_size == self.page_size - 1] if sparse else slots
         self._free_valid(handle, slots, sent, f"free_part(handle {handle}, {len(chosen)} pages)")
+
+    @operation
+    def free_segment(self, handle: int, start_page: int, trim: int = 0) -> None:
+        """``free_segment(row[start:end], start_pos=start)``, as ``free_kv_row_segments`` and radix eviction free
+        a row: of a plain allocation the pages from ``start_page`` (clipped) on, the last page's last ``trim``
+        tokens left out (a row ending inside a page; clipped to keep one); of a request its whole row (which
+        ends where its tokens do).  Every page is released whole, in the row's order.  Skipped for a target
+        without ``free_segment``."""
+        call = getattr(self.pool, "free_segment", None)
+        if call is None or not self.model.is_live(handle) or not self.model.slots[handle]:
+            return SKIPPED  # type: ignore[return-value]
+        ps, held = self.page_size, list(self.model.slots[handle])
+        request = handle in self.model.requests  # a request's whole row, as release frees it from its start
+        first = 0 if request else min(max(start_page, 0), len(held) // ps - 1) * ps
+        end = len(held) if request else len(held) - min(max(trim, 0), ps - 1)
+        slots, sent = held[first:], held[first:end]
+        self._free_valid(handle, slots, sent, f"free_segment(handle {handle}, start_pos={first})",
+                         free=lambda indices: call(indices, start_pos=first))
+        if request:
+            self.model.retire(handle)
+        if len(sent) % ps:
+            self.event("free_segment of a row ending inside a page")
 
     @operation
     def free_again(self, handle: int) -> None:

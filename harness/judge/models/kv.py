@@ -48,6 +48,8 @@ class KVModel:
 
     orders: list[Order] = field(default_factory=list)
     pending: list[list[int]] | None = None
+    pending_segments: list[int] = field(default_factory=list)
+    """Pages ``free_segment`` enqueued in the open group, in row order: released after ``pending``'s."""
     owner: dict[int, int] = field(default_factory=dict)
     slots: dict[int, list[int]] = field(default_factory=dict)
     requests: set[int] = field(default_factory=set)
@@ -81,7 +83,7 @@ class KVModel:
         return set(free) | set(staged)
 
     def pending_pages(self) -> list[int]:
-        return [p for batch in self.pending or [] for p in batch]
+        return [*(p for batch in self.pending or [] for p in batch), *self.pending_segments]
 
     def is_live(self, handle: int) -> bool:
         return handle in self.slots
@@ -157,18 +159,26 @@ class KVModel:
         """A refusal may have merged the staging area first (both implementations do)."""
         self.may_have_merged()
 
-    def release_slots(self, handle: int, slots: list[int]) -> list[int]:
-        """``handle`` frees ``slots`` (whole pages, in one call); returns the pages as the free call orders them."""
+    def release_slots(self, handle: int, slots: list[int], *, in_row: bool = False) -> list[int]:
+        """``handle`` frees ``slots`` (whole pages, in one call); returns the pages as the free call orders them.
+
+        ``in_row``: the call is ``free_segment``, which releases the pages in the row's order (not sorted)
+        and, inside a group, after every page ``free`` enqueued (``paged.py:340-390``)."""
         gone = set(slots)
         self.slots[handle] = [s for s in self.slots[handle] if s not in gone]
         self.released[handle].extend(slots)
         pages = [s // self.page_size for s in slots]
-        if self.head_release:
+        if in_row:
+            pages = list(dict.fromkeys(pages))
+        elif self.head_release:
             pages = sorted(set(pages))
         for page in pages:
             self.owner.pop(page, None)
         if self.pending is not None:
-            self.pending.append(pages)
+            if in_row and self.head_release:
+                self.pending_segments.extend(pages)
+            else:
+                self.pending.append(pages)
         else:
             self._release(pages)
         return pages
@@ -186,10 +196,13 @@ class KVModel:
     def end_group(self) -> list[int]:
         """Close the group; the enqueued pages go through one free call.  Returns the pages released."""
         assert self.pending is not None, "model: group end without begin"
-        pile, self.pending = self.pending_pages(), None
+        pile = [p for batch in self.pending for p in batch]
+        segments, self.pending, self.pending_segments = self.pending_segments, None, []
         pages = sorted(set(pile)) if self.head_release else pile
         self._release(pages)
-        return pages
+        if segments:
+            self._release(segments)
+        return pages + segments
 
     def merge(self) -> None:
         """``merge_and_sort_free``: sorts only when something is staged (upstream's ``if release pages``)."""
@@ -201,6 +214,7 @@ class KVModel:
             self.released[handle].extend(slots)
         self.orders = [(tuple(range(1, self.num_pages + 1)), ())]
         self.pending = None
+        self.pending_segments = []
         self.owner = {}
         self.slots = {}
         self.requests = set()

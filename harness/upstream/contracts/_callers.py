@@ -59,3 +59,12 @@ RELEASE_CHECKPOINT = Cite('srt/mem_cache/common.py', 431,
                           'tree_cache.checkpoint(req, up_to=owned_kv_len)',
                           note='release_kv_cache; skipped for an abort or skip_radix_cache_insert (:422)')
 RELEASE_UNLOCK = Cite('srt/mem_cache/common.py', 434, 'tree_cache.unlock(req.lock)', note='release_kv_cache')
+SEGMENTS_LOOP = Cite('srt/mem_cache/allocator/base.py', 301, 'self.free_segment(free_index, start_pos=start_pos)',
+                     note='free_segments, from free_kv_row_segments (common.py:190): a request row, segment by segment')
+EVICT_SEGMENT = Cite('srt/mem_cache/radix_cache.py', 569, 'self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)',
+                     note='eviction frees a node\'s value')
+DUPLICATE_SEGMENT = Cite('srt/mem_cache/radix_cache.py', 504, 'self.token_to_kv_pool_allocator.free_segment(',
+                         note='a checkpoint frees the row\'s duplicates from cache_protected_len on')
+ACTION_SEGMENT = Cite('srt/mem_cache/unified_radix_cache.py', 1405,
+                      'self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)',
+                      note='the unified cache applies a FreeDeviceKV action')

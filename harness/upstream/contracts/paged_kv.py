@@ -31,7 +31,17 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import BATCH_BEGIN, BATCH_END, EXTEND, GROUP_BEGIN, GROUP_END
+from harness.upstream.contracts._callers import (
+    ACTION_SEGMENT,
+    BATCH_BEGIN,
+    BATCH_END,
+    DUPLICATE_SEGMENT,
+    EVICT_SEGMENT,
+    EXTEND,
+    GROUP_BEGIN,
+    GROUP_END,
+    SEGMENTS_LOOP,
+)
 
 # ------------------------------------------------------------------ alloc
 ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)",
@@ -160,6 +170,9 @@ CONTRACT = Contract(
                  today=at_least_one_token, instead="callers allocate at least one token (allocation.py:159)"),
         CallRule("free", ("free",), "free(a request's or an allocation's whole row of slots)",
                  (FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, SEGMENT_IS_FREE, FLEXKV_FREE_ALL, PAGE_DEDUP)),
+        CallRule("free_segment", ("free_segment",),
+                 "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
+                 (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT)),
         CallRule("free_part", ("free",),
                  "free(some pages of a plain allocation: all their tokens, or a subset naming each page)",
                  (FLEXKV_FREE_TAIL, SEGMENT_IS_FREE, HISPARSE_SUBSET, PAGE_DEDUP)),

@@ -13,7 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, FLUSH, FREE_ON_ERROR, GROUP_BEGIN, GROUP_END
+from harness.upstream.contracts._callers import (
+    ACTION_SEGMENT,
+    ALLOC,
+    BATCH_BEGIN,
+    BATCH_END,
+    DUPLICATE_SEGMENT,
+    EVICT_SEGMENT,
+    FLUSH,
+    FREE_ON_ERROR,
+    GROUP_BEGIN,
+    GROUP_END,
+    SEGMENTS_LOOP,
+)
 
 FREE_SEGMENT = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
                     note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
@@ -41,6 +53,9 @@ CONTRACT = Contract(
         CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), today=at_least_one_token,
                  instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)"),
         CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, FREE_ON_ERROR)),
+        CallRule("free_segment", ("free_segment",),
+                 "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
+                 (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT)),
         CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
                  (FREE_SEGMENT, Cite("srt/mem_cache/radix_cache.py", 569,
                                      "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)",
