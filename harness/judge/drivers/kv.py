@@ -114,7 +114,7 @@ class TokenKVDriver(Driver):
               missing=sorted(set(before[0]) - set(pages) - set(free)), extra=sorted(set(free) - set(before[0])))
 
     def _free_valid(self, handle: int, slots: list[int], sent: list[int], what: str,
-                    free: Callable[[torch.Tensor], Any] | None = None) -> None:
+                    segment: Callable[[torch.Tensor], Any] | None = None) -> None:
         """Free ``sent`` (tokens naming exactly the pages of ``slots``, all owned by ``handle``).
 
         Afterwards the tensor passed to ``free`` is zeroed, as a caller reusing
@@ -122,13 +122,14 @@ class TokenKVDriver(Driver):
         a free group and released whatever the next request wrote there.  A
         pool must have taken the values, so this is harmless unless it kept a
         reference (in a free group or in the ``need_sort`` staging area).
+        ``segment``: the call is ``free_segment`` (this callable), whose pages the model releases in row order.
         """
         before = self._free_state()
         indices = self._tensor(sent)
-        call = free or self.pool.free
+        call = segment or self.pool.free
         self.expect_accepted(lambda: call(indices), what)
         indices.zero_()
-        in_row = free is not None
+        in_row = segment is not None
         if self.model.group_open:
             self.model.release_slots(handle, slots, in_row=in_row)
             check(self._free_state() == before, "group-window", f"{what} inside a free group released pages early")
@@ -222,7 +223,7 @@ class TokenKVDriver(Driver):
         end = len(held) if request else len(held) - min(max(trim, 0), ps - 1)
         slots, sent = held[first:], held[first:end]
         self._free_valid(handle, slots, sent, f"free_segment(handle {handle}, start_pos={first})",
-                         free=lambda indices: call(indices, start_pos=first))
+                         segment=lambda indices: call(indices, start_pos=first))
         if request:
             self.model.retire(handle)
         if len(sent) % ps:
