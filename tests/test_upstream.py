@@ -164,3 +164,19 @@ def test_each_finding_still_breaks_upstream_and_passes_on_our_pools(path: Path) 
     assert (on_upstream.outcome, on_upstream.invariant) == ("violation", trace.expect["invariant"]), on_upstream.describe()
     ours = replay_trace(trace, target=family(trace.family).default)
     assert ours.outcome == "pass", ours.describe()
+
+
+REPRODUCTIONS = sorted(CORPUS.glob("repro_*.py"))
+
+
+@needs_upstream
+@pytest.mark.parametrize("script", REPRODUCTIONS, ids=lambda p: p.stem)
+def test_each_standalone_reproduction_reproduces_without_importing_the_harness(script: Path) -> None:
+    import subprocess
+
+    source = script.read_text() + (CORPUS / "_wheel_allocators.py").read_text()
+    assert "harness" not in [line.split()[1].split(".")[0] for line in source.splitlines()
+                             if line.startswith(("import ", "from "))]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=script.parent)
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
