@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import mamba_module  # noqa: E402 - the sibling loader, found through the path set above
+from _wheel_allocators import mamba_module  # the sibling loader, on the path set above
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import build  # noqa: E402 - the sibling loader, found through the path set above
+from _wheel_allocators import build  # the sibling loader, on the path set above
 
 
 def main() -> int:
