@@ -129,7 +129,7 @@ class _KVAllocatorBase(ABC):
         """Validated page ids named by token ``indices``; raises before any change.
 
         One clipped gather of the state table proves every id is in range, not
-        reserved and handed out (:meth:`PageStateTable.all_live`); only when it
+        reserved and handed out (:meth:`PageStateTable.valid_free`); only when it
         fails does :meth:`_explain_free` find which rule broke.
         """
         if not is_int_tensor(indices) or indices.dim() != 1:

@@ -99,14 +99,6 @@ class PageStateTable(HostViews):
             bad = bad + self._repeat_finder().misplaced(clipped)
         return int(bad) == 0
 
-    def all_live(self, pages: Tensor) -> bool:
-        """Whether every id in ``pages`` is a page in the pool that is handed out (one host read on a device)."""
-        if self._host is not None:
-            found = self._host.take(pages.numpy(), mode="clip")
-            return found.tobytes().count(LIVE) == len(found)
-        clipped = pages.clamp(0, self.num_pages + 1)
-        return not bool((self.states[clipped] != LIVE).any())
-
     def unique(self, pages: Tensor) -> Tensor:
         """``torch.unique(pages)`` (ascending); through NumPy on a CPU pool, where it costs a third."""
         if self._host is None:
@@ -118,12 +110,6 @@ class PageStateTable(HostViews):
             np.not_equal(values[1:], values[:-1], out=keep[1:])
             values = values[keep]
         return torch.from_numpy(values)
-
-    def repeats(self, pages: Tensor) -> bool:
-        """Whether some page id occurs twice in ``pages`` (valid ids), in O(len(pages))."""
-        if pages.shape[0] < 2:
-            return False
-        return self._repeat_finder()(pages.numpy() if self._host is not None else pages)
 
     def _repeat_finder(self) -> RepeatFinder:
         if self._repeats is None:

@@ -83,11 +83,11 @@ def test_replace_copies_its_input(path: str) -> None:
 def test_a_clipped_lookup_rejects_negative_ids_page_zero_and_ids_past_the_pool(path: str) -> None:
     table = PageStateTable(4, CPU)
     table.mark(ids([1, 2, 3, 4]), LIVE)
-    assert table.all_live(ids([1, 4]))
+    assert table.valid_free(ids([1, 4]), distinct=True)
     for bad in ([-1], [0], [5], [1 << 40], [1, -7]):
-        assert not table.all_live(ids(bad)), bad
+        assert not table.valid_free(ids(bad), distinct=False), bad
     table.mark(ids([2]), FREE)
-    assert not table.all_live(ids([1, 2]))
+    assert not table.valid_free(ids([1, 2]), distinct=False)
     assert int(table.states[0]) == RESERVED and int(table.states[-1]) == RESERVED
 
 
@@ -95,11 +95,13 @@ def test_a_clipped_lookup_rejects_negative_ids_page_zero_and_ids_past_the_pool(p
 def test_a_repeated_id_is_found_wherever_it_sits_in_short_and_long_calls(path: str, length: int) -> None:
     table = PageStateTable(1_000, CPU)
     distinct = ids(range(1, length + 1))
-    assert not table.repeats(distinct)
+    table.mark(distinct, LIVE)
+    assert table.valid_free(distinct, distinct=True)
     for first, second in {(0, 1), (0, length - 1), (length // 2 - 1, length - 1)}:
         repeated = distinct.clone()
         repeated[second] = repeated[first]
-        assert table.repeats(repeated), (first, second)
+        assert not table.valid_free(repeated, distinct=True), (first, second)
+        assert table.valid_free(repeated, distinct=False)
 
 
 def test_unique_sorts_and_deduplicates_like_torch_unique(path: str) -> None:
