@@ -90,7 +90,7 @@ def wrong_equivalents_text(pairs: Sequence[tuple[Mutant, Outcome]]) -> str:
     chosen = [(m, o) for m, o in pairs if m.kind == "equivalent" and o.status in KILLS]
     if not chosen:
         return ""
-    lines = [f"listed as equivalent in harness/mutate/equivalents.py but killed ({len(chosen)}): remove them"]
+    lines = [f"listed as equivalent in harness/mutate/equivalents/ but killed ({len(chosen)}): remove them"]
     lines += [f"  {m.id}: {m.description}  [{o.status} by {o.killer or '?'}]" for m, o in chosen]
     return "\n".join(lines)
 
