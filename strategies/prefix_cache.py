@@ -271,12 +271,12 @@ def prefix_cache_moves() -> tuple[Move, ...]:
         Move("match", 1, _match),
         Move("extend", 1.5, _extend),
         Move("checkpoint", 0.7, _checkpoint),
-        Move("checkpoint with the prompt's length", 0.5, _settle(False)),
-        Move("release with the prompt's length", 0.3, _settle(True)),
         Move("abort", 0.5, _release(False)),
         Move("insert mismatched", 0.4, _insert_mismatched, misuse=True),
         Move("evict negative", 0.1, fixed("evict", num_tokens=-1), misuse=True),
         Move("reset", 0.3, _reset),
+        Move("checkpoint with the prompt's length", 0.5, _settle(False)),
+        Move("release with the prompt's length", 0.3, _settle(True)),
     )
 
 
