@@ -67,6 +67,15 @@ def _free_segment(view: KVView, choose: Chooser) -> Step | None:
                             "trim": choose.randint(0, 3)}
 
 
+def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
+    """A ``free_segment`` starting off the page grid, or naming a page in two runs (misuse)."""
+    live = view.live()
+    if not live:
+        return None
+    return "free_segment_malformed", {"handle": choose.choice(live),
+                                      "kind": choose.choice(("start off the page grid", "a page in two runs"))}
+
+
 def _free_group(view: KVView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while pages are live."""
     if view.group_open:
@@ -141,6 +150,7 @@ def token_moves() -> tuple[Move, ...]:
         Move("free again", 0.5, _free_again, misuse=True),
         Move("free repeating", 1, _free_repeat, CORNER_REPEAT, misuse=True, setup=_take_two_pages),
         Move("free raw indices", 0.5, _free_raw, misuse=True),
+        Move("free a malformed row segment", 0.3, _free_segment_malformed, misuse=True),
         Move("group misuse", 0.2, _group_misuse, misuse=True),
     )
 

@@ -230,6 +230,26 @@ class TokenKVDriver(Driver):
             self.event("free_segment of a row ending inside a page")
 
     @operation
+    def free_segment_malformed(self, handle: int, kind: str) -> None:
+        """``free_segment`` of a live allocation broken one way (misuse): ``"start off the page grid"``
+        (:class:`BadSizeError`) or, above page size 1, ``"a page in two runs"`` (:class:`BadBatchError`);
+        nothing freed."""
+        call = getattr(self.pool, "free_segment", None)
+        ps, held = self.page_size, self.model.slots.get(handle, [])
+        if call is None or not self.check_misuse or not held:
+            return SKIPPED  # type: ignore[return-value]
+        error: type[PoolError]
+        if kind == "start off the page grid":
+            start, indices, error = (1 if ps > 1 else -1), held, BadSizeError
+        elif kind == "a page in two runs" and ps > 1 and len(held) >= 2 * ps:
+            start, indices, error = 0, [held[0], *held[ps:2 * ps], held[1]], BadBatchError
+        else:
+            return SKIPPED  # type: ignore[return-value]
+        tensor = self._tensor(indices)
+        self.expect_rejected(lambda: call(tensor, start_pos=start), error, f"free_segment with {kind}")
+        self.event(f"misuse: free_segment with {kind}")
+
+    @operation
     def free_again(self, handle: int) -> None:
         """Free again every slot ``handle`` already released: a double free, unless a page was handed out anew."""
         released = self.model.released.get(handle, [])

@@ -202,6 +202,7 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
+        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
         NotCalled("merge", "merge_and_sort_free is called by the allocator itself (allocator/paged.py:190, 224, 292), "
                            "by no caller"),
         NotCalled("kernel_call", "the page kernels (alloc_extend_kernel / alloc_extend_naive, alloc_decode_kernel / "

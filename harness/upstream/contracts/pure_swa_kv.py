@@ -103,6 +103,7 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "full_available_size", "swa_available_size", "translate_loc_from_full_to_swa"),
     not_called=(
+        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
         NotCalled("free_segment", "not drawn by the pure SWA moves; its callers' free_segment is free (swa.py:855-858), "
                                   "which the free and free_part rules cover"),
         NotCalled("paged_call", "misuse: alloc_extend / alloc_decode / alloc_extend_swa_tail raise NotImplementedError "

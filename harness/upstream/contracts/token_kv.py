@@ -72,6 +72,7 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
+        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
         NotCalled("merge", "merge_and_sort_free is called by alloc itself (allocator/token.py:56), by no caller"),
         NotCalled("free_again", "misuse: a second free of released slots"),
         NotCalled("free_malformed", "misuse: a list, float or 2-D tensor of indices"),
