@@ -18,7 +18,8 @@ SGLang 0.5.23, hybrid sliding-window model (``SWATokenToKVPoolAllocator``), chun
   198-216) exists to stop exactly this hang ("the scheduler spins in the waiting queue"), but only for
   pools below one window.
 
-The script runs the wheel's own ``allocator/base.py`` and ``prefill_budget.py`` (nothing of poolfuzz),
+The script runs the wheel's own ``allocator/base.py`` and ``prefill_budget.py`` (nothing of poolfuzz; its loader is
+``_wheel_allocators.py`` beside it),
 on an idle pool: no request runs, nothing is cached.
 
     pip install --no-deps sglang==0.5.23 && python corpus/upstream/repro_swa_admission_hangs.py
@@ -29,21 +30,12 @@ page 64, a 180k-token prompt), prints both answers for each, and exits 1 when th
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 from pathlib import Path
 
-SRT = Path(importlib.util.find_spec("sglang").submodule_search_locations[0]) / "srt"  # type: ignore[union-attr,index]
-
-
-def load(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules[name] = loaded
-    spec.loader.exec_module(loaded)
-    return loaded
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _wheel_allocators import SRT, load  # the sibling loader, on the path set above
 
 
 def main() -> int:
