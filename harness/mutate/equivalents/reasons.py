@@ -121,3 +121,9 @@ CHECKS_OFF = ("on a CPU pool the default is on; only an explicit check_layout=Fa
 
 SELF_CHECK = ("a self-check's failure path: it reports a corrupt tree, which a correct pool never is, so no run can "
               "take it (as an assertion's; `mutate` does not weaken assertions at all)")
+CPU_INDICES = ("on a CPU pool an int32 index tensor reads the state table and fills the int64 free list the same; "
+               "the conversion matters for CUDA and foreign dtypes, which no CPU run passes")
+DEDUP_MESSAGE = "the error path's page list: without the dedup the same DoubleFreeError names a page twice"
+EMPTY_GENERAL = ("the empty-free early return: the general path validates an empty tensor and frees nothing, the "
+                 "same result")
+DECODE_FAST = "the decode fast path when no request opens a page: the kernel computes the same last_loc + 1"
