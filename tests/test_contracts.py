@@ -265,3 +265,26 @@ def test_the_contracts_document_lists_every_table_as_list_contracts_prints_it() 
     document = (Path(__file__).resolve().parents[1] / "docs" / "contracts.md").read_text()
     for contract in all_contracts():
         assert contract.describe() in document, f"docs/contracts.md is stale for {contract.target}: regenerate it"
+
+
+def test_a_corner_whose_step_the_contract_refuses_is_not_counted_as_reached() -> None:
+    from harness.judge.drivers.paged_kv import PagedKVDriver
+    from pools.kv_allocator import PagedTokenToKVPoolAllocator
+    from strategies.table import CORNER_MIXED
+
+    cite = (Cite("x.py", 1, "x"),)
+    contract = Contract("test:NoDecode", "none",
+                        tuple(CallRule(op, (), "", cite) for op in sorted(PagedKVDriver.operations - {"decode"})))
+
+    class NoDecode(PagedTokenToKVPoolAllocator):
+        poolfuzz_check_misuse = False
+        poolfuzz_contract = contract
+
+    def walk(factory: Any) -> WalkRun:
+        run = WalkRun("paged_kv", seed=0, shrink=False, check_misuse=False)
+        run.factory = factory
+        assert run.run(max_steps=3000) is None
+        return run
+
+    assert walk(PagedTokenToKVPoolAllocator).events[CORNER_MIXED] > 0  # reached when the decode is issued
+    assert walk(NoDecode).events[CORNER_MIXED] == 0

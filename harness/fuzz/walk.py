@@ -153,8 +153,9 @@ class WalkRun:
                 if self.realistic:
                     args = lift_step(self.family, op, args, config)
                 self.steps += 1
+                refused = driver.refused_by_contract
                 driver.step(op, **args)
-                if corner:
+                if corner and driver.refused_by_contract == refused:  # a step the contract refused reached nothing
                     driver.events.append(corner)
                 if driver.events:
                     self.events.update(driver.events)

@@ -51,9 +51,15 @@ class TableMachine(PoolMachine):
         for _ in range(PICK_TRIES):
             move = self.moves[bisect.bisect(self.cumulative, choose.random() * self.cumulative[-1])]
             issued = False
-            for op, args in corner_steps(move, self.view, choose, self.driver.event):
+            reached: list[str] = []  # a corner counts once its step ran: a caller contract may refuse it
+            for op, args in corner_steps(move, self.view, choose, reached.append):
+                refused = self.driver.refused_by_contract
                 self.do(op, **args)
                 issued = True
+                if self.driver.refused_by_contract == refused:
+                    for label in reached:
+                        self.driver.event(label)
+                reached.clear()
             if issued:
                 return
 
