@@ -132,13 +132,17 @@ class _KVAllocatorBase(ABC):
         reserved and handed out (:meth:`PageStateTable.valid_free`); only when it
         fails does :meth:`_explain_free` find which rule broke.
         """
+        return self._dedup_pages(self._named_pages(indices))
+
+    def _named_pages(self, indices: torch.Tensor) -> torch.Tensor:
+        """The page of each of ``indices``, in their order, repeats kept, validated as :meth:`_pages_of` says."""
         if not is_int_tensor(indices) or indices.dim() != 1:
             raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
         indices = indices.to(self.device, torch.int64)
         pages = self._states.page_ids(indices, self.page_size)
         if not self._states.valid_free(pages, distinct=self.refuses_repeats):
             self._explain_free(indices)
-        return self._dedup_pages(pages)
+        return pages
 
     def _explain_free(self, indices: torch.Tensor) -> None:
         """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
@@ -298,9 +302,8 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         self._check_segment_start(start_pos)
         if isinstance(free_index, torch.Tensor) and free_index.numel() == 0:
             return
-        pages = self._pages_of(free_index)  # raises before any change: the distinct pages, sorted
-        in_row = torch.unique_consecutive(self._states.page_ids(free_index.to(self.device, torch.int64), self.page_size))
-        if len(in_row) != len(pages):
+        in_row = torch.unique_consecutive(self._named_pages(free_index))  # raises before any change
+        if len(in_row) != len(self._dedup_pages(in_row)):
             raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
                                 "page's tokens together")
         if self._free_group is not None:

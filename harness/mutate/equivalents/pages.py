@@ -286,7 +286,7 @@ ENTRIES: tuple[Equivalent, ...] = (
                '`free.on_host` -> `True`', HOST_PATH),
     Equivalent('pools.kv_allocator', '_KVAllocatorBase._consume', 'cond-false', 'self._states.mark(free.take_host(num_pages) if free.on_host else free.take(num_pages), _LIVE)', 56,
                '`free.on_host` -> `False`', HOST_PATH),
-    Equivalent('pools.kv_allocator', '_KVAllocatorBase._pages_of', 'stmt-pass', 'indices = indices.to(self.device, torch.int64)', 9,
+    Equivalent('pools.kv_allocator', '_KVAllocatorBase._named_pages', 'stmt-pass', 'indices = indices.to(self.device, torch.int64)', 9,
                'delete `indices = indices.to(self.device, torch.int64)`', CPU_INDICES),
     Equivalent('pools.kv_allocator', '_KVAllocatorBase._explain_free', 'stmt-pass', 'pages = self._dedup_pages(pages)', 9,
                'delete `pages = self._dedup_pages(pages)`', DEDUP_MESSAGE),
