@@ -340,6 +340,7 @@ def _list_contracts(*, as_json: bool) -> int:
         print(json.dumps([{
             "target": c.target, "release": c.release, "reads": list(c.reads),
             "rules": [{"op": r.op, "calls": list(r.calls), "shape": r.shape, "narrowed": r.allows is not None,
+                       "today": r.today is not None, "instead": r.instead,
                        "callers": [str(cite) for cite in r.callers]} for r in c.rules],
             "not_called": [{"op": n.op, "why": n.why} for n in c.not_called],
         } for c in contracts], indent=1))

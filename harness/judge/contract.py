@@ -8,11 +8,11 @@ never do (they send ``free_full``), and reported the driver's own misuse as an u
 finding.  A :class:`Contract` states, per driver operation, the upstream methods it calls,
 the argument shapes the callers send, and the upstream lines (:class:`Cite`) that send them.
 
-The driver consults it on every step (:meth:`Contract.allows`): an operation the contract
+The driver consults it on every step (:meth:`Contract.judge`): an operation the contract
 does not list, or one whose arguments its rule's ``allows`` refuses in the current state
 (the class itself forbids them), is skipped (not issued, not recorded), so a call upstream
 never accepts is never issued as a valid one.  A step the class accepts but this release's
-callers do not send (``today``) is issued and noted (:meth:`Contract.off_path`), so a
+callers do not send (``today``) is issued and noted, so a
 finding through it is classified *latent* and names that step, instead of being hidden.  The citations are checked against the installed upstream files by
 ``tests/test_contracts.py``, and a recording proxy there checks that each operation calls
 only the methods its rule names, so a table cannot drift from the code it describes.
@@ -108,22 +108,22 @@ class Contract:
             raise ContractError(f"{self.target}'s contract lists {repeated} more than once")
         object.__setattr__(self, "by_op", {rule.op: rule for rule in self.rules})
 
-    def allows(self, driver: Any, op: str, args: dict[str, Any]) -> bool:
-        """Whether the callers make ``op`` with ``args`` in the driver's current state."""
+    def judge(self, driver: Any, op: str, args: dict[str, Any]) -> str | None:
+        """``None`` when ``op`` with ``args`` is not to be issued in the driver's current state (not listed, or the
+        class forbids it); else ``""`` when this release's callers send it, or why they do not (off their path)."""
         rule = self.by_op.get(op)
-        if rule is None:
-            return False
-        return rule.allows is None or bool(rule.allows(driver, args))
-
-    def off_path(self, driver: Any, op: str, args: dict[str, Any]) -> str:
-        """Why upstream's callers of this release do not make this allowed step (``""`` when they do)."""
-        rule = self.by_op.get(op)
-        if rule is None or rule.today is None or rule.today(driver, args):
+        if rule is None or (rule.allows is not None and not rule.allows(driver, args)):
+            return None
+        if rule.today is None or rule.today(driver, args):
             return ""
         return rule.instead or f"{op} with these arguments in this state is not sent by the callers of {self.release}"
 
+    def allows(self, driver: Any, op: str, args: dict[str, Any]) -> bool:
+        """Whether ``op`` with ``args`` may be issued in the driver's current state."""
+        return self.judge(driver, op, args) is not None
+
     def describe(self) -> str:
-        """The table as text, for the docs and ``--contract``: each operation, its calls, shape and callers."""
+        """The table as text, for the docs and ``list --contracts``: each operation, its calls, shape and callers."""
         lines = [f"{self.target} ({self.release}): the calls its callers make"]
         for rule in self.rules:
             narrowed = " (narrowed)" if rule.allows is not None else ""

@@ -67,6 +67,9 @@ class ReplayResult:
     numbers: dict[str, Any] = field(default_factory=dict)
     recorded: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
     """The steps the driver ran, without those it skipped as not applicable (the shrinker keeps these)."""
+    off_path: tuple[tuple[int, str, str], ...] = field(default=(), repr=False, compare=False)
+    """``(step, op, what the callers do instead)`` for each step the target accepts but its callers do not send
+    today (:attr:`~harness.judge.drivers.base.Driver.off_path`, from the target's caller contract)."""
     total: int | None = None
 
     @property
@@ -161,26 +164,26 @@ def replay_trace(
     except Exception as exc:  # noqa: BLE001 - a pool that cannot be built is reported, not raised
         return result("error", 0, message=f"building the pool: {type(exc).__name__}: {exc}")
 
-    def recorded() -> tuple[dict[str, Any], ...]:
-        return tuple(driver.trace.steps)
+    def ran() -> dict[str, Any]:
+        return {"recorded": tuple(driver.trace.steps), "off_path": tuple(driver.off_path)}
 
     for number, step in enumerate(trace.steps, 1):
         try:
             driver.step(step["op"], **step["args"])
         except InvariantViolation as violation:
             return result("violation", number, invariant=violation.invariant_id, step=number,
-                          message=violation.detail, numbers=dict(violation.numbers), recorded=recorded())
+                          message=violation.detail, numbers=dict(violation.numbers), **ran())
         except Exception as exc:  # noqa: BLE001 - e.g. a hand-edited handle the driver never issued
             return result("error", number, step=number, message=f"{step['op']}: {type(exc).__name__}: {exc}",
-                          recorded=recorded())
+                          **ran())
     try:
         driver.teardown()
     except InvariantViolation as violation:
         return result("violation", total, invariant=violation.invariant_id, message=violation.detail,
-                      numbers=dict(violation.numbers), recorded=recorded())
+                      numbers=dict(violation.numbers), **ran())
     except Exception as exc:  # noqa: BLE001
-        return result("error", total, message=f"teardown audit: {type(exc).__name__}: {exc}", recorded=recorded())
-    return result("pass", total, recorded=recorded())
+        return result("error", total, message=f"teardown audit: {type(exc).__name__}: {exc}", **ran())
+    return result("pass", total, **ran())
 
 
 # ------------------------------------------------------------- expectations

@@ -89,7 +89,7 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
 
 def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
     """The steps of the trace at ``trace`` that the target accepts but its callers do not send today, each with
-    what they do instead (:meth:`harness.judge.contract.Contract.off_path`), up to the failing step."""
+    what they do instead (:attr:`harness.judge.drivers.base.Driver.off_path`), up to the failing step."""
     path = Path(trace)
     try:
         return _off_path_steps(str(path.resolve()), path.stat().st_mtime_ns)
@@ -99,22 +99,11 @@ def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
 
 @lru_cache(maxsize=64)
 def _off_path_steps(trace: str, _mtime: int) -> tuple[tuple[int, str, str], ...]:
-    from harness.judge.families import family, load_factory, resolve
-    from harness.judge.invariants import InvariantViolation
-    from harness.traces.schema import load_trace
+    from harness.traces.replay import replay_trace
+    from harness.traces.schema import TraceError, load_trace
 
     try:
         loaded = load_trace(Path(trace))
-        factory = load_factory(loaded.implementation)
-        driver = resolve(family(loaded.family).driver)(factory, dict(loaded.config), implementation=loaded.implementation,
-                                                         check_misuse=False, audit_period=loaded.audit_period)
-    except Exception:  # noqa: BLE001 - an unreadable trace or an unloadable target: no steps to name
+    except TraceError:
         return ()
-    try:
-        for step in loaded.steps:
-            driver.step(step["op"], **step["args"])
-    except InvariantViolation:
-        pass  # the finding: the steps before it and itself are what the classification names
-    except Exception:  # noqa: BLE001 - a crash is the finding too
-        pass
-    return tuple(driver.off_path)
+    return replay_trace(loaded).off_path  # up to the finding's step (a replay stops there)

@@ -124,10 +124,10 @@ class Driver:
         if op not in self.operations:
             raise KeyError(f"{type(self).__name__} has no operation {op!r}; known: {sorted(self.operations)}")
         if self.contract is not None:
-            if not self.contract.allows(self, op, args):
+            note = self.contract.judge(self, op, args)
+            if note is None:
                 self.refused_by_contract += 1  # the class forbids this call: not a valid one
                 return None
-            note = self.contract.off_path(self, op, args)
             if note:
                 self.off_path.append((self.steps + 1, op, note))
         self.steps += 1

@@ -191,7 +191,8 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         check(int(result.prefix_len) == cached and int(result.cache_protected_len) == len(key),
               "match-returns-inserted", f"{what} reported what it cached wrongly", prefix_len=int(result.prefix_len),
               expected=cached, cache_protected_len=int(result.cache_protected_len), key=len(key))
-        held.row[: len(key)] = self.model.indices(key, len(key)) if cache else held.row[: len(key)]
+        if cache:
+            held.row[: len(key)] = self.model.indices(key, len(key))
         check([int(i) for i in row[: len(key)].tolist()] == held.row[: len(key)], "match-returns-inserted",
               f"{what} left the request's row other than the tree's indices", row=row[: len(key)].tolist(),
               expected=held.row[: len(key)])
