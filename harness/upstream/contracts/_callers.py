@@ -1,10 +1,13 @@
-"""Caller sites several contract tables cite: the scheduler's and the mem_cache helpers' calls into the pools and caches.
+"""Caller sites several contract tables cite (the scheduler's and the mem_cache helpers' calls into the pools and
+caches), and the predicates several tables share.
 
 One definition each, so a line that moves in a new release is corrected once (``tests/test_contracts.py`` checks each
 against the installed files).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from harness.judge.contract import Cite
 
@@ -68,3 +71,24 @@ DUPLICATE_SEGMENT = Cite('srt/mem_cache/radix_cache.py', 504, 'self.token_to_kv_
 ACTION_SEGMENT = Cite('srt/mem_cache/unified_radix_cache.py', 1405,
                       'self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)',
                       note='the unified cache applies a FreeDeviceKV action')
+
+
+# ------------------------------------------------------------------ what the callers send
+def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
+    """Callers allocate a batch's new tokens, at least one (``alloc_token_slots``, allocation.py:159)."""
+    return bool(args.get("need_size", 0) >= 1)
+
+
+def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+    """``free_indices`` with indices is misuse; the empty free is the one callers send."""
+    return not args.get("indices")
+
+
+def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
+    """``flush_cache`` clears only an idle scheduler, between batches, never inside a batch's free group."""
+    return not driver.model.group_open
+
+
+def non_empty_batch(driver: Any, args: dict[str, Any]) -> bool:
+    """A batch of at least one request: no prefill batch is built without one (``scheduler.py:4307``)."""
+    return bool(args.get("batch"))

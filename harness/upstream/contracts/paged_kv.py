@@ -41,6 +41,10 @@ from harness.upstream.contracts._callers import (
     GROUP_BEGIN,
     GROUP_END,
     SEGMENTS_LOOP,
+    at_least_one_token,
+    non_empty_batch,
+    nothing_to_free,
+    outside_a_group,
 )
 
 # ------------------------------------------------------------------ alloc
@@ -117,16 +121,6 @@ NO_EMPTY_DECODE = Cite("srt/managers/scheduler.py", 4547, "if batch.is_empty():"
                        note="update_running_batch returns an empty batch before prepare_for_decode")
 
 
-def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
-    """Callers allocate at least one token: a batch's new tokens, a load-back's host slots (``allocation.py:159``)."""
-    return bool(args.get("need_size", 0) >= 1)
-
-
-def non_empty_batch(driver: Any, args: dict[str, Any]) -> bool:
-    """A batch of at least one request: no prefill batch is built without one (``scheduler.py:4307``)."""
-    return bool(args.get("batch"))
-
-
 def extend_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
     """Every request extends by at least one token; above page size 1 any such batch; at page size 1 only HiSparse's prealloc extends, one fresh request of at
     least one token with prefix 0 (``decode.py:2405-2424``), every other extend path having taken ``alloc``
@@ -150,16 +144,6 @@ def decode_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
     requests that hold their last token's slot (``allocation.py:644``): a decode follows a prefill."""
     slots = driver.model.slots
     return bool(driver.page_size > 1) and all(slots.get(handle) for handle in args["handles"])
-
-
-def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
-    """``free_indices`` with indices is misuse; the empty free is the one callers send."""
-    return not args.get("indices")
-
-
-def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
-    """``flush_cache`` runs between batches, never inside a batch's free group."""
-    return not driver.model.group_open
 
 
 CONTRACT = Contract(

@@ -23,7 +23,18 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, FLUSH, FREE_ON_ERROR, GROUP_END, ONE_TOKEN_AT_LEAST
+from harness.upstream.contracts._callers import (
+    ALLOC,
+    BATCH_BEGIN,
+    BATCH_END,
+    FLUSH,
+    FREE_ON_ERROR,
+    GROUP_END,
+    ONE_TOKEN_AT_LEAST,
+    at_least_one_token,
+    nothing_to_free,
+    outside_a_group,
+)
 from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
 
 SWA = "srt/mem_cache/allocator/swa.py"
@@ -39,30 +50,15 @@ NO_PADDING = ("no caller sends the padding slots 0 and -1: every free is a slice
               "or a node's value (radix_cache.py:569)")
 
 
-def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
-    """Today: callers allocate a batch's new tokens, and every scheduled request has at least one."""
-    return bool(args.get("need_size", 0) >= 1)
-
-
 def padding_only(driver: Any, args: dict[str, Any]) -> bool:
     """Raw live, foreign or free indices are misuse; what remains is a free of padding (``<= 0``), which ``free``
     drops (``swa.py:834``), or of nothing."""
     return all(int(i) <= 0 for i in args.get("indices") or [])
 
 
-def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
-    """Today: of those, callers send only the empty free (no caller sends padding)."""
-    return not args.get("indices")
-
-
 def never(driver: Any, args: dict[str, Any]) -> bool:
     """Today: no caller makes this call (``instead`` says what they do)."""
     return False
-
-
-def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
-    """Today: ``flush_cache`` clears only when the scheduler is idle (``scheduler.py:5520-5525``), between batches."""
-    return not driver.model.group_open
 
 
 CONTRACT = Contract(

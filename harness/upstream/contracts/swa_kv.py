@@ -33,7 +33,16 @@ from typing import Any
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
 from harness.judge.drivers.swa_contract import CONTRACT as FREE_RULES
 from harness.judge.drivers.swa_contract import allows as free_allows
-from harness.upstream.contracts._callers import ALLOC, BATCH_BEGIN, BATCH_END, EXTEND, FLUSH, ONE_TOKEN_AT_LEAST
+from harness.upstream.contracts._callers import (
+    ALLOC,
+    BATCH_BEGIN,
+    BATCH_END,
+    EXTEND,
+    FLUSH,
+    ONE_TOKEN_AT_LEAST,
+    non_empty_batch,
+    outside_a_group,
+)
 from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
 
 SWA = "srt/mem_cache/allocator/swa.py"
@@ -131,11 +140,6 @@ def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
     return int(args.get("need_size", 0)) >= 1
 
 
-def non_empty_batch(driver: Any, args: dict[str, Any]) -> bool:
-    """A batch of at least one request: no prefill batch is built without one (``scheduler.py:4307``)."""
-    return bool(args.get("batch"))
-
-
 def tokens_for_every_new_request(driver: Any, args: dict[str, Any]) -> bool:
     """Today: an extend admits a request with at least one token and allocates at least one in all
     (``schedule_batch.py:1767``, ``schedule_policy.py:1672``, ``allocation.py:521``)."""
@@ -206,11 +210,6 @@ def peers_released(driver: Any, args: dict[str, Any]) -> bool:
 def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
     """Raw ``indices`` are misuse; the empty free of one of the three calls is the one callers send."""
     return not args.get("indices") and args.get("call", "free") in ("free", "free_swa", "free_full")
-
-
-def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
-    """Today: ``flush_cache`` clears only when the scheduler is idle (``scheduler.py:5520-5525``), between batches."""
-    return not driver.model.group_open
 
 
 CONTRACT = Contract(

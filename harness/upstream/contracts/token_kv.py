@@ -10,8 +10,6 @@ outside any batch.  ``merge_and_sort_free`` is the allocator's own (``alloc`` ca
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.upstream.contracts._callers import (
     ACTION_SEGMENT,
@@ -25,25 +23,13 @@ from harness.upstream.contracts._callers import (
     GROUP_BEGIN,
     GROUP_END,
     SEGMENTS_LOOP,
+    at_least_one_token,
+    nothing_to_free,
+    outside_a_group,
 )
 
 FREE_SEGMENT = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
                     note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
-
-
-def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
-    """Callers allocate a batch's new tokens, and every scheduled request has at least one."""
-    return bool(args.get("need_size", 0) >= 1)
-
-
-def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
-    """``free_indices`` with indices is misuse; the empty free is the one callers send."""
-    return not args.get("indices")
-
-
-def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
-    """``flush_cache`` runs between batches, never inside a batch's free group."""
-    return not driver.model.group_open
 
 
 CONTRACT = Contract(
