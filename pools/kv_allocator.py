@@ -302,8 +302,8 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         self._check_segment_start(start_pos)
         if isinstance(free_index, torch.Tensor) and free_index.numel() == 0:
             return
-        in_row = torch.unique_consecutive(self._named_pages(free_index))  # raises before any change
-        if len(in_row) != len(self._dedup_pages(in_row)):
+        in_row = self._states.runs(self._named_pages(free_index))  # raises before any change
+        if self._states.repeats(in_row):
             raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
                                 "page's tokens together")
         if self._free_group is not None:

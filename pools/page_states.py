@@ -103,18 +103,34 @@ class PageStateTable(HostViews):
         """``torch.unique(pages)`` (ascending); through NumPy on a CPU pool, where it costs a third."""
         if self._host is None:
             return torch.unique(pages)
-        values = np.sort(pages.numpy())
-        if len(values) > 1:
-            keep = np.empty(len(values), dtype=bool)
-            keep[0] = True
-            np.not_equal(values[1:], values[:-1], out=keep[1:])
-            values = values[keep]
-        return torch.from_numpy(values)
+        return torch.from_numpy(_run_heads(np.sort(pages.numpy())))
+
+    def runs(self, pages: Tensor) -> Tensor:
+        """The first id of each run of equal ids, in order (``torch.unique_consecutive``); NumPy on a CPU pool."""
+        if self._host is None:
+            return torch.unique_consecutive(pages)
+        return torch.from_numpy(_run_heads(pages.numpy()))
+
+    def repeats(self, pages: Tensor) -> bool:
+        """Whether some id occurs twice in ``pages`` (valid ids), in O(len(pages))."""
+        if pages.shape[0] < 2:
+            return False
+        return self._repeat_finder()(pages.numpy() if self._host is not None else pages)
 
     def _repeat_finder(self) -> RepeatFinder:
         if self._repeats is None:
             self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
         return self._repeats
+
+
+def _run_heads(values: np.ndarray) -> np.ndarray:
+    """The first value of each run of equal values, in order."""
+    if len(values) > 1:
+        keep = np.empty(len(values), dtype=bool)
+        keep[0] = True
+        np.not_equal(values[1:], values[:-1], out=keep[1:])
+        values = values[keep]
+    return values
 
 
 class RepeatFinder(HostViews):

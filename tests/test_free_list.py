@@ -153,3 +153,12 @@ def test_a_mamba_free_of_one_slot_checks_it_like_a_long_call(path: str, bad: int
             alloc.free(call)
     with pytest.raises(DoubleFreeError):
         alloc.free(ids([2]))  # never handed out
+
+
+def test_runs_keeps_the_first_id_of_each_run_in_order_and_repeats_finds_an_id_named_twice(path: str) -> None:
+    table = PageStateTable(8, CPU)
+    heads = table.runs(ids([3, 3, 1, 1, 1, 3, 5]))
+    assert heads.tolist() == [3, 1, 3, 5]
+    assert table.repeats(heads)
+    assert not table.repeats(table.runs(ids([4, 4, 2, 6, 6])))
+    assert not table.repeats(ids([7]))

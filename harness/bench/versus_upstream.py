@@ -102,6 +102,21 @@ def _alloc_free(make: Callable[[Side, UpstreamModules, torch.device], Any], k: i
     return build
 
 
+def _alloc_free_segment(pages: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
+    """``alloc`` of ``pages`` pages, then ``free_segment`` of the row ending inside its last page, as
+    ``free_kv_row_segments`` frees a request's row."""
+    def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
+        pool = _paged_pool(side, up, device)
+
+        def step() -> None:
+            row = pool.alloc(pages * PAGE_SIZE)
+            pool.free_segment(row[: len(row) - 1], start_pos=0)
+
+        return step
+
+    return build
+
+
 def _lengths(values: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     cpu = torch.tensor(values, dtype=torch.int64)
     return cpu.to(device), cpu
@@ -184,6 +199,8 @@ def steps() -> list[Workload]:
     rows += [Workload("alloc_decode opening a page + free", f"bs {bs}, {where}", _paged_decode(bs, True))
              for bs in (1, 8, 64)]
     rows += [Workload("alloc_decode inside pages", f"bs {bs}, {where}", _paged_decode(bs, False)) for bs in (1, 8, 64)]
+    rows += [Workload("PagedTokenToKVPoolAllocator alloc + free_segment of the row", f"{n} page(s), {where}",
+                      _alloc_free_segment(n)) for n in (1, 16, 256)]
     rows += [Workload("MambaSlotAllocator alloc + free", f"1 slot, {MAMBA_POOL:,}-slot pool", _alloc_free(_mamba_pool, 1))]
     rows += [Workload("MambaSlotAllocator admission round, then each request's free",
                       f"{n} queued, {n // 2} admitted, {MAMBA_POOL:,}-slot pool", _mamba_admission(n))
