@@ -110,12 +110,15 @@ class PageFreeList(HostViews):
             self._buf[self.tail] = page
         self.tail += 1
 
-    def prepend(self, pages: Tensor) -> None:
-        """Put ``pages`` at the head (reused first), keeping their order."""
+    def prepend(self, pages: Tensor | np.ndarray) -> None:
+        """Put ``pages`` at the head (reused first), keeping their order; NumPy ids only on a CPU list."""
         count = len(pages)
         if count > self.head:
             self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
-        if self._host is not None and pages.is_cpu:
+        if isinstance(pages, np.ndarray):
+            assert self._host is not None, "host values go to a CPU free list only"
+            self._host[self.head - count:self.head] = pages
+        elif self._host is not None and pages.is_cpu:
             self._host[self.head - count:self.head] = pages.numpy()
         else:
             self._buf[self.head - count:self.head] = pages

@@ -33,7 +33,9 @@ predicate ``(seq - 1) % page_size == 0``, which is also right for page size 1.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NoReturn
 
+import numpy as np
 import torch
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
@@ -46,6 +48,9 @@ from pools.page_states import PageStateTable
 from pools.paged_checks import PagedBatchChecker, is_int_tensor
 
 __all__ = ["PagedTokenToKVPoolAllocator", "TokenToKVPoolAllocator"]
+
+PageIds = torch.Tensor | np.ndarray
+"""Validated page ids: a tensor, or NumPy ids on a CPU pool."""
 
 
 class _KVAllocatorBase(ABC):
@@ -166,7 +171,7 @@ class _KVAllocatorBase(ABC):
         return pages
 
     @abstractmethod
-    def _release(self, pages: torch.Tensor) -> None:
+    def _release(self, pages: PageIds) -> None:
         """Put validated, freed ``pages`` back on the free list, at the end the allocator reuses from."""
 
     def free(self, indices: torch.Tensor) -> None:
@@ -193,11 +198,14 @@ class _KVAllocatorBase(ABC):
         if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0 or start_pos % ps:
             raise BadSizeError(self.pool_name, "start_pos", start_pos, f"must be a multiple of page_size={ps} >= 0")  # type: ignore[arg-type]
 
-    def _free_now(self, pages: torch.Tensor) -> None:
-        """Mark validated ``pages`` free: staged under ``need_sort``, else back on the free list."""
+    def _free_now(self, pages: PageIds) -> None:
+        """Mark validated ``pages`` free: staged under ``need_sort``, else back on the free list.
+
+        NumPy ids (a CPU pool's :meth:`PageStateTable.segment_pages`) are fresh arrays; a tensor may be the
+        caller's own (page size 1 passes it through), so it is copied before it is kept."""
         self._states.mark(pages, _FREE)
         if self.need_sort:
-            self._staged.append(pages.clone())  # page size 1 passes the caller's tensor itself
+            self._staged.append(torch.from_numpy(pages) if isinstance(pages, np.ndarray) else pages.clone())
             self._num_staged += len(pages)
         else:
             self._release(pages)
@@ -241,7 +249,7 @@ class TokenToKVPoolAllocator(_KVAllocatorBase):
         self._consume(need_size)
         return taken
 
-    def _release(self, pages: torch.Tensor) -> None:
+    def _release(self, pages: PageIds) -> None:
         self._free_list.append(pages)
 
 
@@ -272,6 +280,8 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
             raise BadSizeError(self.pool_name, "page_size", page_size, "the triton kernel needs a power of two")
         self.check_layout = self.device.type == "cpu" if check_layout is None else check_layout
         self._batches = PagedBatchChecker(self.pool_name, page_size, self._states, self.check_layout)
+        self._token_offsets = torch.arange(page_size, device=self.device)
+        """A page's token offsets ``0..page_size-1``, added to ``page * page_size`` by :meth:`alloc`."""
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         ps = self.page_size
@@ -281,14 +291,17 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         taken = self._take_pages(num_pages)
         if taken is None:
             return None
-        out = (taken[:, None] * ps + torch.arange(ps, device=self.device)).reshape(-1)
+        if self._free_list.on_host:  # NumPy: a third of the three torch dispatches
+            out = torch.from_numpy((taken.numpy()[:, None] * ps + self._token_offsets.numpy()).reshape(-1))
+        else:
+            out = (taken[:, None] * ps + self._token_offsets).reshape(-1)
         self._consume(num_pages)
         return out
 
     def _dedup_pages(self, pages: torch.Tensor) -> torch.Tensor:
         return self._states.unique(pages)
 
-    def _release(self, pages: torch.Tensor) -> None:
+    def _release(self, pages: PageIds) -> None:
         self._free_list.prepend(pages)
 
     def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
@@ -302,15 +315,25 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         self._check_segment_start(start_pos)
         if isinstance(free_index, torch.Tensor) and free_index.numel() == 0:
             return
-        in_row = self._states.runs(self._named_pages(free_index))  # raises before any change
-        if self._states.repeats(in_row):
-            raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
-                                "page's tokens together")
+        if not is_int_tensor(free_index) or free_index.dim() != 1:
+            raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {free_index!r}")
+        if free_index.dtype != torch.int64 or free_index.device != self.device:
+            free_index = free_index.to(self.device, torch.int64)
+        in_row = self._states.segment_pages(free_index, self.page_size)
+        if in_row is None:
+            self._explain_segment(free_index)
         if self._free_group is not None:
             self._states.mark(in_row, _PENDING)
-            self._segment_group.append(in_row.clone())
+            self._segment_group.append(torch.from_numpy(in_row) if isinstance(in_row, np.ndarray) else in_row)
             return
         self._free_now(in_row)
+
+    def _explain_segment(self, free_index: torch.Tensor) -> NoReturn:
+        """Raise the error for a refused ``free_segment``: :meth:`free`'s, else a page named in two runs."""
+        in_row = self._states.runs(self._named_pages(free_index))
+        assert self._states.repeats(in_row), "segment_pages refused a segment whose pages are all live, each in one run"
+        raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
+                            "page's tokens together")
 
     # ------------------------------------------------------------ extend/decode
     def alloc_extend(

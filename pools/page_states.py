@@ -99,6 +99,32 @@ class PageStateTable(HostViews):
             bad = bad + self._repeat_finder().misplaced(clipped)
         return int(bad) == 0
 
+    def segment_pages(self, indices: Tensor, page_size: int) -> Tensor | np.ndarray | None:
+        """The pages of a row segment's token ``indices``, in row order, each once (NumPy ids on a CPU pool,
+        fresh, for :meth:`mark` and the free list); ``None`` unless every page named is handed out and
+        named in one run of consecutive tokens.
+
+        A row segment's pages are the heads of its runs of equal page ids, so the state and repeat checks
+        run over those heads (one id a page), not over every token: that is what keeps a validated
+        ``free_segment`` within reach of upstream's, which reads ``indices[::page_size]`` and checks
+        nothing.  A ``None`` says only that the segment is not valid; the caller works out why.
+        """
+        if self._host is not None:
+            ids = indices.numpy()
+            shift = page_size.bit_length() - 1
+            heads = _run_heads(ids >> shift if page_size == 1 << shift else ids // page_size)
+            if self._host.take(heads, mode="clip").tobytes().count(LIVE) != len(heads):
+                return None
+            if len(heads) > 1 and self._repeat_finder()(heads):
+                return None
+            return heads
+        pages = torch.unique_consecutive(indices // page_size)
+        clipped = pages.clamp(0, self.num_pages + 1)
+        bad = (self.states[clipped] != LIVE).sum()
+        if pages.shape[0] > 1:
+            bad = bad + self._repeat_finder().misplaced(clipped)
+        return pages if int(bad) == 0 else None
+
     def unique(self, pages: Tensor) -> Tensor:
         """``torch.unique(pages)`` (ascending); through NumPy on a CPU pool, where it costs a third."""
         if self._host is None:
@@ -154,6 +180,8 @@ class RepeatFinder(HostViews):
         count = ids.shape[0]
         if count < 2:
             return False
+        if count > self._positions.shape[0]:
+            return True  # more ids than values: one repeats (and the stamp has no position for the rest)
         if isinstance(ids, np.ndarray):
             if count <= _SET_AT_MOST:
                 return len(set(ids.tolist())) < count
@@ -164,7 +192,10 @@ class RepeatFinder(HostViews):
         return bool(self.misplaced(ids))
 
     def misplaced(self, ids: Tensor) -> Tensor:
-        """The number of positions whose stamp was overwritten (0-d, not read: a device caller fuses it)."""
+        """The number of positions whose stamp was overwritten (0-d, not read: a device caller fuses it);
+        at least one, unread, when there are more ids than values."""
+        if ids.shape[0] > self._positions.shape[0]:
+            return self._positions.new_ones(())
         order = self._positions[:ids.shape[0]]
         self._stamp[ids] = order
         return (self._stamp[ids] != order).sum()

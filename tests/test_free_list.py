@@ -124,6 +124,16 @@ def test_a_token_free_of_many_slots_naming_one_twice_is_refused_and_changes_noth
     assert alloc.available_size() == 512
 
 
+def test_a_token_free_naming_more_slots_than_the_pool_holds_is_a_double_free_not_a_crash(path: str) -> None:
+    alloc = TokenToKVPoolAllocator(64)
+    slots = alloc.alloc(64)
+    assert slots is not None
+    before = alloc.free_pages.tolist()
+    with pytest.raises(DoubleFreeError, match="twice in one call"):
+        alloc.free(torch.cat([slots, slots[:10]]))  # 74 ids, 66 page values: the repeat finder has no room
+    assert alloc.free_pages.tolist() == before
+
+
 def test_a_paged_free_of_many_tokens_frees_each_page_once_in_ascending_order(path: str) -> None:
     alloc = PagedTokenToKVPoolAllocator(64 * 4, 4)
     slots = alloc.alloc(40 * 4)

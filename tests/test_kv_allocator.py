@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
@@ -387,6 +389,43 @@ def test_a_malformed_free_segment_is_refused_and_changes_nothing(segment: slice 
     with pytest.raises(error):
         pool.free_segment(indices, start_pos=start_pos)
     assert _state(pool) == before
+
+
+def _segment_oracle(live: set[int], indices: list[int], ps: int, last: int) -> list[int] | type[PoolError]:
+    """What ``free_segment`` must do with ``indices``, from the contract alone: the error, in the order
+    ``free`` reports them, or the pages it releases (the heads of the runs of equal page ids)."""
+    if any(i < 0 or i > last for i in indices):
+        return ForeignIndexError
+    if min(indices) < ps:
+        return ReservedIndexError
+    pages = [i // ps for i in indices]
+    if any(p not in live for p in pages):
+        return DoubleFreeError
+    runs = [p for k, p in enumerate(pages) if k == 0 or pages[k - 1] != p]
+    return BadBatchError if len(set(runs)) < len(runs) else runs
+
+
+@pytest.mark.parametrize("device_path", [False, True], ids=["host checks", "the device code path"])
+@settings(max_examples=300)
+@given(tokens=st.lists(st.integers(-2, 41), min_size=1, max_size=24), dtype=st.sampled_from([torch.int64, torch.int32]))
+def test_free_segment_frees_exactly_its_runs_pages_or_refuses_as_the_contract_says_and_changes_nothing(
+        device_path: bool, tokens: list[int], dtype: torch.dtype) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        if device_path:
+            patch.setenv(DEVICE_PATH_ON_CPU, "1")
+        pool = paged(9, "cpu")  # pages 1..9, tokens 4..39; 40 and 41 are past the pool
+    assert pool.alloc(16) is not None and pool.alloc(8) is not None
+    pool.free(idx([8], "cpu"))  # page 2 freed: live pages 1, 3, 4, 5, 6
+    expected = _segment_oracle({1, 3, 4, 5, 6}, tokens, 4, 39)
+    before = snapshot(pool)
+    if isinstance(expected, list):
+        pool.free_segment(torch.tensor(tokens, dtype=dtype), start_pos=0)
+        assert ints(pool.free_pages)[:len(expected)] == expected
+        assert pool.available_size() == before[2] + 4 * len(expected)
+    else:
+        with pytest.raises(expected):
+            pool.free_segment(torch.tensor(tokens, dtype=dtype), start_pos=0)
+        assert snapshot(pool) == before
 
 
 def test_a_free_segment_of_pages_already_freed_is_a_double_free() -> None:
