@@ -9,6 +9,7 @@ from pools.errors import (
     DoubleFreeError,
     ForeignIndexError,
     GroupStateError,
+    KernelUnavailableError,
     PoolError,
     ReservedIndexError,
     UnknownKernelError,
@@ -33,6 +34,7 @@ __all__ = [
     "ReqToTokenPool",
     "ReservedIndexError",
     "TokenToKVPoolAllocator",
+    "KernelUnavailableError",
     "UnknownKernelError",
 ]
 

@@ -125,6 +125,15 @@ class UnknownKernelError(PoolError):
         super().__init__("page_alloc", f"unknown kernel {name!r}; known: {', '.join(self.known)}")
 
 
+class KernelUnavailableError(PoolError, ImportError):
+    """A registered page kernel that cannot load here: ``triton`` without triton (or without the numpy its
+    CPU interpreter needs).  An ``ImportError`` as well, so code that guarded the import keeps working."""
+
+    def __init__(self, name: str, needs: str, cause: str) -> None:
+        self.kernel = name
+        super().__init__("page_alloc", f"the {name} page kernel needs {needs}: {cause}")
+
+
 class InsufficientBlocksError(PoolError, ValueError):
     """More blocks were requested than the block pool has free.
 

@@ -3,6 +3,8 @@
 The KV and Mamba families also run with the device path of their checks and free
 lists forced on the CPU (``POOLFUZZ_DEVICE_PATH_ON_CPU``): the torch-op code a CUDA
 pool runs instead of the NumPy one, judged by the same machines without a GPU.
+A family with optional imports in its kit (the paged allocator's ``triton``) also
+runs with each blocked, as on a host without it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 
 from harness.judge.families import FAMILIES, family_unavailable, upstream_default
 from harness.machines import make_machine, run_machine
+from harness.machines.without import without_modules
 from harness.mutate.targets import DEVICE_PATH_FAMILIES
 from pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
@@ -50,3 +53,12 @@ def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_c
 ) -> None:
     monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
     run_machine(make_machine(family))
+
+
+OPTIONAL_IMPORTS = [(family, name) for family, kit in FAMILIES.items() for name in kit.optional_imports]
+
+
+@pytest.mark.parametrize(("family", "module"), OPTIONAL_IMPORTS)
+def test_a_machine_finds_no_violation_on_a_host_without_its_optional_import(family: str, module: str) -> None:
+    with without_modules([module]):
+        run_machine(make_machine(family))

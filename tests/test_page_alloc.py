@@ -20,7 +20,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.errors import BadBatchError, BadSizeError, UnknownKernelError
+from harness.machines.without import without_modules
+from pools.errors import BadBatchError, BadSizeError, KernelUnavailableError, UnknownKernelError
+from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import KERNEL_NAMES, get_kernel, get_num_new_pages, num_new_pages_per_request, triton_available
 
 HAS_TRITON = triton_available()
@@ -128,6 +130,17 @@ def test_an_unknown_kernel_name_raises_unknown_kernel_error() -> None:
     with pytest.raises(UnknownKernelError) as err:
         get_kernel("cuda-graph")
     assert err.value.name == "cuda-graph" and err.value.known == list(KERNEL_NAMES)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed: there is nothing to block")
+def test_without_triton_the_kernel_is_reported_missing_and_refused_with_a_typed_error_then_restored() -> None:
+    with without_modules(["triton"]):
+        assert not triton_available()
+        with pytest.raises(KernelUnavailableError, match="needs triton") as err:
+            PagedTokenToKVPoolAllocator(64, 4, kernel="triton")
+        assert isinstance(err.value, ImportError) and err.value.kernel == "triton"
+    assert triton_available()
+    assert get_kernel("triton").name == "triton"
 
 
 def test_importing_the_package_does_not_import_triton() -> None:

@@ -60,6 +60,9 @@ class Family:
     substitute class lacking one of its methods is refused before anything is built."""
     device_path: bool = False
     """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
+    optional_imports: tuple[str, ...] = ()
+    """Optional dependencies of the family's pools (``triton``): the machine tests and ``harness mutate`` also
+    run the family with each blocked from import (:mod:`harness.machines.without`), as a host without it would."""
     variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     """Pinned variants of the family's machine that its machine tests run on the CPU, as ``(label, pins)``, each pin
     a keyword of the ``moves`` function; ``harness mutate`` runs these (as ``name[label]``) in place of the machine."""
@@ -145,7 +148,8 @@ FAMILIES: dict[str, Family] = {
                moves="strategies.kv:paged_kv_table", bench_config=_config(size=256, page_size=4, device="cpu"),
                canaries=("harness.canaries.kv",), upstream=("harness.upstream:PagedKV",), invariants=_KV,
                realistic=(("size", _pages(4)), *_ONE_TOKEN),
-               protocol="pools.protocols:PagedKVAllocator", device_path=True, rate_target=4_000),
+               protocol="pools.protocols:PagedKVAllocator", device_path=True, optional_imports=("triton",),
+               rate_target=4_000),
         Family(name="scheduler",
                summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
                default="harness.judge.drivers.scheduler:build_scheduler_pools",

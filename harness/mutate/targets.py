@@ -2,7 +2,8 @@
 
 One *target* per family machine (``tests/test_machines.py`` runs each with misuse
 rules on, and the KV families once more on the device path of the pools' checks),
-and for a family with pinned ``variants`` in its kit (the scheduler) one per variant,
+a run without each of its kit's ``optional_imports`` (``paged_kv[no-triton]``: the fallback a host
+without triton takes), and for a family with pinned ``variants`` in its kit (the scheduler) one per variant,
 as ``tests/test_scheduler_machine.py`` runs them on CPU: each CPU kernel, page size 1,
 hybrid rows, the prefix cache and the sliding window (interpreted Triton is left out:
 it is the slow CPU stand-in for a GPU kernel, and :mod:`pools.page_alloc.triton` is
@@ -47,6 +48,8 @@ DEVICE_PATH_FAMILIES = tuple(f.name for f in FAMILIES.values() if f.device_path)
 """Families (their registry entries' ``device_path``) ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
 (:data:`pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
 _DEVICE_PATH_ENV = "POOLFUZZ_DEVICE_PATH_ON_CPU"
+WITHOUT = "[no-{}]"
+"""The suffix of a family's run with one of its kit's ``optional_imports`` blocked: ``paged_kv[no-triton]``."""
 
 LineHits = dict[str, dict[int, int]]
 """``path -> line -> times executed`` for the mutated files."""
@@ -56,14 +59,25 @@ def family_of(target: str) -> str:
     return target.split("[", 1)[0]
 
 
+def blocked_import(target: str) -> str | None:
+    """The optional import ``target`` runs without (``paged_kv[no-triton]``: ``triton``), if it is such a run."""
+    kit = FAMILIES.get(family_of(target))
+    return next((name for name in kit.optional_imports if target.endswith(WITHOUT.format(name))), None) if kit else None
+
+
 @contextmanager
 def environment(target: str) -> Iterator[None]:
-    """The process environment ``target`` runs in: the device-path variants set the variable, others clear it."""
+    """The process environment ``target`` runs in: the device-path variants set the variable, others clear it;
+    a ``[no-...]`` run has that import blocked."""
+    from harness.machines.without import without_modules
+
     previous = os.environ.pop(_DEVICE_PATH_ENV, None)
     if target.endswith(DEVICE_PATH):
         os.environ[_DEVICE_PATH_ENV] = "1"
+    blocked = blocked_import(target)
     try:
-        yield
+        with without_modules([blocked] if blocked else []):
+            yield
     finally:
         os.environ.pop(_DEVICE_PATH_ENV, None)
         if previous is not None:
@@ -89,6 +103,8 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
         names.extend([f"{family}[{label}]" for label, _ in kit.variants] if kit.variants else [family])
         names.append(f"{family}{WALK}")
     names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
+    names.extend(f"{family}{WITHOUT.format(name)}" for family, kit in FAMILIES.items()
+                 for name in kit.optional_imports if not families or family in families)
     return names
 
 

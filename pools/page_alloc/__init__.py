@@ -51,7 +51,7 @@ import importlib
 from dataclasses import dataclass
 from functools import cache
 
-from pools.errors import UnknownKernelError
+from pools.errors import KernelUnavailableError, UnknownKernelError
 from pools.page_alloc.counting import DecodeFn, ExtendFn, get_num_new_pages, num_new_pages_per_request
 from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
@@ -99,8 +99,10 @@ def get_kernel(name: str) -> PageKernel:
     """Return the implementation called ``name`` (one of :data:`KERNEL_NAMES`).
 
     Raises :class:`~pools.errors.UnknownKernelError` for any other name.  The
-    triton module is imported only here, on first request; if triton is not
-    installed that import raises ``ImportError`` (check :func:`triton_available`).
+    triton module is imported only here, on first request; where it cannot load
+    (triton not installed, or its interpreter's numpy missing) this raises
+    :class:`~pools.errors.KernelUnavailableError`, an ``ImportError`` too
+    (check :func:`triton_available` first).
     """
     if name == "loop":
         return PageKernel(name, alloc_extend_loop, alloc_decode_loop)
@@ -110,7 +112,6 @@ def get_kernel(name: str) -> PageKernel:
         try:
             from pools.page_alloc import triton as triton_kernels
         except ImportError as exc:
-            needs = "the triton page kernel needs triton (and numpy for its CPU interpreter)"
-            raise ImportError(f"{needs}: {exc}") from exc
+            raise KernelUnavailableError(name, "triton (and numpy for its CPU interpreter)", str(exc)) from exc
         return PageKernel(name, triton_kernels.alloc_extend_triton, triton_kernels.alloc_decode_triton)
     raise UnknownKernelError(name, KERNEL_NAMES)

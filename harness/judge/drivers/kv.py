@@ -31,6 +31,7 @@ from pools.errors import (
     DoubleFreeError,
     ForeignIndexError,
     GroupStateError,
+    KernelUnavailableError,
     PoolError,
     ReservedIndexError,
     UnknownKernelError,
@@ -325,7 +326,7 @@ class TokenKVDriver(Driver):
         if self.paged and kernel not in KERNEL_NAMES:
             errors.append(UnknownKernelError)
         if self.paged and kernel == "triton" and not triton_available():
-            return ()  # the import fails first: not the contract's business
+            return (KernelUnavailableError,)  # the kernel is looked up before any size is checked
         bad_page = not is_int(ps) or ps < 1 or (self.paged and kernel == "triton" and ps & (ps - 1))
         if bad_page or not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size % ps:
             errors.append(BadSizeError)
