@@ -29,7 +29,7 @@ from harness.judge.trace import Trace
 from harness.machines import make_machine, pinned_settings, run_machine
 from harness.traces.keep import FALLBACK_FOLDER, keep_trace
 from harness.traces.schema import load_trace
-from harness.upstream.loader import UpstreamUnavailableError
+from harness.upstream.sources import UpstreamUnavailableError
 
 REPO = Path(__file__).resolve().parent.parent
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"

@@ -25,7 +25,8 @@ from harness.machines import run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
 from harness.upstream import loader
-from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, unavailable_reason
+from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, unavailable_reason
+from harness.upstream.sources import UpstreamUnavailableError
 from strategies.page_alloc import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
 
 MISSING = unavailable_reason()

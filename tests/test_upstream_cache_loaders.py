@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from harness.upstream import vllm_loader
-from harness.upstream.loader import UpstreamUnavailableError
 from harness.upstream.rust_core_loader import (
     RustTreeCoreBindings,
     freed_by_actions,
@@ -26,6 +25,7 @@ from harness.upstream.rust_core_loader import (
     rust_tree_core_unavailable_reason,
 )
 from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
+from harness.upstream.sources import UpstreamUnavailableError
 from harness.upstream.vllm_stubs import block_hashes
 
 CACHE_MISSING = sglang_cache_unavailable_reason()

@@ -28,7 +28,7 @@ from harness.machines.settings import pinned_settings
 from harness.machines.table import make_machine
 from harness.upstream import rust_core_loader, sglang_cache
 from harness.upstream.cache_differential import OP_WEIGHTS, SUBJECTS, Disagreement, Op, RecordingAllocator, random_ops, run_sequence
-from harness.upstream.loader import UpstreamUnavailableError
+from harness.upstream.sources import UpstreamUnavailableError
 from pools.protocols import PrefixCache, SWAKVAllocator
 from pools.radix_cache import RadixCache as OurRadixCache
 

@@ -22,7 +22,8 @@ import pytest
 from harness.cli import take_source_options
 from harness.judge.families import UnknownTargetError, load_factory
 from harness.upstream import loader, vllm_loader
-from harness.upstream.loader import UpstreamUnavailableError, folder_version, locate_sglang, source_folder
+from harness.upstream.loader import locate_sglang
+from harness.upstream.sources import UpstreamUnavailableError, folder_version, source_folder
 
 
 def _installed_reason(locate: object) -> str | None:

@@ -26,15 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.judge.families import FAMILIES
-from harness.upstream.loader import (
-    INSTALL_HINT,
-    SUPPORTED_VERSION,
-    UpstreamModules,
-    UpstreamUnavailableError,
-    installed_version,
-    load_upstream,
-    unavailable_reason,
-)
+from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamModules, installed_version, load_upstream, unavailable_reason
+from harness.upstream.sources import UpstreamUnavailableError
 
 TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items() if fam.upstream}
 """Family name -> target spec of its upstream wrapper."""

@@ -37,35 +37,9 @@ from array import array
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
+from harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
 from harness.upstream.engine_config import EOS, EngineConfig
 from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
-
-
-class ModelConfigStandIn:
-    """The ``ModelConfig`` fields ``ScheduleBatch`` reads for a decoder-only text model."""
-
-    vocab_size = 32000
-    is_encoder_decoder = False
-    is_multimodal = False
-    is_hybrid_swa = False
-    attention_chunk_size = None
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"the engine target's model config has no {name!r} (ScheduleBatch read it)")
-
-
-class NoSpeculation:
-    """``SpeculativeAlgorithm.NONE`` as the batch asks it (``spec_algorithm.is_none()`` and peers)."""
-
-    def is_none(self) -> bool:
-        return True
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("is_"):
-            return lambda: False
-        raise AttributeError(name)
 
 
 class EngineLoop:
@@ -76,25 +50,12 @@ class EngineLoop:
         self.config = config
         self.m = modules or load_engine()
         self.rids = itertools.count()
-        m = self.m
-        self.req_to_token_pool, self.allocator = self._build_pools()
-        params = m.cache_init_params.CacheInitParams(
-            disable=False,
-            req_to_token_pool=self.req_to_token_pool,
-            token_to_kv_pool_allocator=self.allocator,
-            page_size=config.page_size,
-            chunked_prefill_size=config.chunk,
-            sliding_window_size=config.sliding_window,
-            **self._core_params(),
-        )
-        if config.cache == "radix":
-            self.tree_cache = m.radix_cache.RadixCache(params)
-        else:
-            self.tree_cache = m.unified_radix_cache.UnifiedRadixCache(params)
+        self.req_to_token_pool, self.allocator = build_pools(self.m, config)
+        self.tree_cache = tree_cache(self.m, config, self.req_to_token_pool, self.allocator)
         self.model_config = ModelConfigStandIn()
         self.spec_algorithm = NoSpeculation()
         self.waiting_queue: list[Any] = []
-        self.running_batch = m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False)
+        self.running_batch = self.m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False)
         self.new_token_ratio = config.new_token_ratio
         """``new_token_ratio_tracker.current`` (new_token_ratio_tracker.py:14-35): a retraction sets it, each decode
         step without one decays it toward ``init * 0.14`` over 600 steps (the environment's defaults)."""
@@ -110,44 +71,6 @@ class EngineLoop:
         """The last iteration formed no batch with requests waiting and nothing running (see :meth:`_iterate`)."""
         self.timed_out = 0
         """Queue heads aborted by the waiting timeout (``EngineConfig.waiting_timeout``)."""
-
-    def _build_pools(self) -> tuple[Any, Any]:
-        """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
-        m, config = self.m, self.config
-        upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
-        if config.pools == "poolfuzz":
-            from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
-
-            return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens,
-                                                                                        config.page_size)
-        if config.hybrid_ssm:
-            from harness.upstream.engine_mamba import hybrid_req_to_token_pool
-
-            rows = hybrid_req_to_token_pool(m, rows=config.rows, context=config.context, mamba_slots=config.mamba_slots)
-        else:
-            rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu",
-                                                enable_memory_saver=False)
-        if config.hybrid_swa:
-            from harness.upstream.engine_swa import swa_kv_layout
-
-            swa = m.modules["swa_allocator"]
-            allocator = swa.SWATokenToKVPoolAllocator(
-                config.tokens, config.swa_tokens, page_size=config.page_size, dtype=torch.float16, device="cpu",
-                kvcache=swa_kv_layout(m), need_sort=False, req_to_token_pool=rows,
-            )
-        elif config.page_size == 1:
-            allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)
-        else:
-            allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
-        return rows, allocator
-
-    def _core_params(self) -> dict[str, Any]:
-        if self.config.cache == "radix":
-            return {}
-        kinds = self.m.component_type.ComponentType
-        # create_unified_radix_cache (registry.py:165-169): FULL, plus SWA for hybrid SWA, plus MAMBA for hybrid SSM.
-        components = (kinds.FULL, *((kinds.SWA,) if self.config.hybrid_swa else ()), *((kinds.MAMBA,) if self.config.hybrid_ssm else ()))
-        return {"tree_components": components, "tree_core_backend": self.config.cache.removeprefix("unified-")}
 
     # ------------------------------------------------------------------ requests
     @engine_call

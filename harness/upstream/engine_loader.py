@@ -49,7 +49,8 @@ from types import ModuleType
 from typing import Any
 
 from harness.upstream.engine_placeholders import StandIn, StandInModule, StandInReached, loading
-from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamUnavailableError, failing_upstream_file, locate_sglang
+from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, locate_sglang
+from harness.upstream.sources import UpstreamUnavailableError, failing_upstream_file
 
 REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.mem_cache",

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from harness.upstream.loader import SOURCE_ENV, SourceFolder, UpstreamUnavailableError, locate_sglang
+from harness.upstream.loader import SOURCE_ENV, locate_sglang
+from harness.upstream.sources import SourceFolder, UpstreamUnavailableError
 
 _lock = threading.Lock()
 

@@ -48,17 +48,8 @@ from typing import Any
 import torch
 
 from harness.upstream import sglang_cache_stubs
-from harness.upstream.loader import (
-    FREE_PAGES,
-    SOURCE_ENV,
-    SourceFolder,
-    UpstreamModules,
-    UpstreamUnavailableError,
-    check_classes,
-    exec_files,
-    load_upstream,
-    locate_sglang,
-)
+from harness.upstream.loader import FREE_PAGES, SOURCE_ENV, SUPPORTED_VERSION, UpstreamModules, load_upstream, locate_sglang
+from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, exec_files
 
 _MEM_CACHE = "sglang.srt.mem_cache"
 # Executed in this order: each file imports only stand-ins and the files above it (``_DEPENDS``).
@@ -170,14 +161,15 @@ class SglangCacheModules:
         assert self.source is not None
         if target in ("SWAKV", "PureSWAKV"):  # the SWA drivers read each side's free list
             problem = check_classes(self.allocators.modules, (FREE_PAGES,), source=self.source,
-                                    files={"base": self.allocators.root / "base.py"})
+                                    files={"base": self.allocators.root / "base.py"}, checked_on=SUPPORTED_VERSION)
             if problem is not None:
                 return problem
         needs = TARGET_NEEDS[target]
         for name, _ in needs:
             if name in self.problems:
                 return self.problems[name]
-        return check_classes(self.modules, needs, source=self.source, files={name: self.root / path for name, path in _FILES})
+        return check_classes(self.modules, needs, source=self.source, files={name: self.root / path for name, path in _FILES},
+                             checked_on=SUPPORTED_VERSION)
 
     def require(self, target: str) -> None:
         """Refuse ``target`` with its one-line reason (:class:`UpstreamUnavailableError`) when it cannot run."""
@@ -315,6 +307,7 @@ def _exec_under(
             {f"{_MEM_CACHE}.{name}": [f"{_MEM_CACHE}.{dep}" for dep in deps] for name, deps in _DEPENDS.items()},
             source=source,
             stand_ins="harness.upstream.sglang_cache_stubs",
+            written_for=f"sglang=={SUPPORTED_VERSION}",
             after=bind_eviction_strategies,
         )
     finally:

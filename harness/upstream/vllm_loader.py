@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.upstream import vllm_stubs
-from harness.upstream.loader import SourceFolder, UpstreamUnavailableError, check_classes, exec_files, folder_version, source_folder
+from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, exec_files, folder_version, source_folder
 
 SUPPORTED_VERSION = "0.33.0"
 DISTRIBUTION = "vllm"
