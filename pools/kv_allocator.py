@@ -280,8 +280,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
             raise BadSizeError(self.pool_name, "page_size", page_size, "the triton kernel needs a power of two")
         self.check_layout = self.device.type == "cpu" if check_layout is None else check_layout
         self._batches = PagedBatchChecker(self.pool_name, page_size, self._states, self.check_layout)
-        self._token_offsets = torch.arange(page_size, device=self.device)
-        """A page's token offsets ``0..page_size-1``, added to ``page * page_size`` by :meth:`alloc`."""
+        self._token_offsets = torch.arange(page_size, device=self.device)  # alloc adds them to page * page_size
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         ps = self.page_size

@@ -68,12 +68,17 @@ def _free_segment(view: KVView, choose: Chooser) -> Step | None:
 
 
 def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
-    """A ``free_segment`` starting off the page grid, or naming a page in two runs (misuse)."""
+    """A ``free_segment`` starting off the page grid, naming a page in two runs, a free, reserved or foreign
+    page after the row, or a row of the wrong shape or dtype (misuse)."""
     live = view.live()
     if not live:
         return None
-    return "free_segment_malformed", {"handle": choose.choice(live),
-                                      "kind": choose.choice(("start off the page grid", "a page in two runs"))}
+    return "free_segment_malformed", {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
+
+
+SEGMENT_MISUSE = ("start off the page grid", "a page in two runs", "a free page", "the reserved page",
+                  "a token past the pool", "a 2-D tensor", "a float tensor")
+"""The ways :meth:`~harness.judge.drivers.kv.KVDriver.free_segment_malformed` breaks a row segment."""
 
 
 def _free_group(view: KVView, choose: Chooser) -> Step | None:
@@ -150,7 +155,7 @@ def token_moves() -> tuple[Move, ...]:
         Move("free again", 0.5, _free_again, misuse=True),
         Move("free repeating", 1, _free_repeat, CORNER_REPEAT, misuse=True, setup=_take_two_pages),
         Move("free raw indices", 0.5, _free_raw, misuse=True),
-        Move("free a malformed row segment", 0.3, _free_segment_malformed, misuse=True),
+        Move("free a malformed row segment", 1, _free_segment_malformed, misuse=True),
         Move("group misuse", 0.2, _group_misuse, misuse=True),
     )
 

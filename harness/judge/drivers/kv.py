@@ -232,21 +232,37 @@ class TokenKVDriver(Driver):
 
     @operation
     def free_segment_malformed(self, handle: int, kind: str) -> None:
-        """``free_segment`` of a live allocation broken one way (misuse): ``"start off the page grid"``
-        (:class:`BadSizeError`) or, above page size 1, ``"a page in two runs"`` (:class:`BadBatchError`);
-        nothing freed."""
+        """``free_segment`` of a live allocation broken one way (misuse), nothing freed: a ``"start off the page
+        grid"`` (:class:`BadSizeError`); above page size 1 ``"a page in two runs"`` (:class:`BadBatchError`);
+        the row with ``"a free page"`` (:class:`DoubleFreeError`), ``"the reserved page"``
+        (:class:`ReservedIndexError`) or ``"a token past the pool"`` (:class:`ForeignIndexError`) after it; or
+        the row as ``"a 2-D tensor"`` or ``"a float tensor"`` (:class:`BadBatchError`).  Every token a segment
+        names is checked, not only each page's first."""
         call = getattr(self.pool, "free_segment", None)
         ps, held = self.page_size, self.model.slots.get(handle, [])
         if call is None or not self.check_misuse or not held:
             return SKIPPED  # type: ignore[return-value]
+        free = next((p for p in range(1, self.model.num_pages + 1) if self.model.page_state(p) == "free"), None)
+        tails: dict[str, tuple[list[int] | None, type[PoolError]]] = {
+            "a free page": (None if free is None else [free * ps], DoubleFreeError),
+            "the reserved page": ([0], ReservedIndexError),
+            "a token past the pool": ([(self.model.num_pages + 1) * ps], ForeignIndexError),
+        }
         error: type[PoolError]
+        tensor: torch.Tensor | None = None
         if kind == "start off the page grid":
             start, indices, error = (1 if ps > 1 else -1), held, BadSizeError
         elif kind == "a page in two runs" and ps > 1 and len(held) >= 2 * ps:
             start, indices, error = 0, [held[0], *held[ps:2 * ps], held[1]], BadBatchError
+        elif kind in tails and tails[kind][0] is not None:
+            tail, error = tails[kind]
+            start, indices = 0, [*held, *(tail or [])]
+        elif kind in ("a 2-D tensor", "a float tensor"):
+            start, indices, error = 0, held, BadBatchError
+            tensor = self._tensor(held).reshape(1, -1) if kind == "a 2-D tensor" else self._tensor(held).float()
         else:
             return SKIPPED  # type: ignore[return-value]
-        tensor = self._tensor(indices)
+        tensor = self._tensor(indices) if tensor is None else tensor
         self.expect_rejected(lambda: call(tensor, start_pos=start), error, f"free_segment with {kind}")
         self.event(f"misuse: free_segment with {kind}")
 

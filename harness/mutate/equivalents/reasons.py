@@ -127,3 +127,9 @@ DEDUP_MESSAGE = "the error path's page list: without the dedup the same DoubleFr
 EMPTY_GENERAL = ("the empty-free early return: the general path validates an empty tensor and frees nothing, the "
                  "same result")
 DECODE_FAST = "the decode fast path when no request opens a page: the kernel computes the same last_loc + 1"
+
+SHIFT_FAST = ("the shift is the division's fast path at a power-of-two page size: a mutant that misses it (a wrong "
+              "shift, or the test never true) divides instead, the same page ids")
+REPEAT_OF_ONE = "a repeat check of one id: the finder answers False for fewer than two ids, as the guard does"
+TWO_RUNS = ("repeats is called on run heads only (a refused free_segment's explanation), and two run heads always "
+            "differ, so a guard that also lets two ids through answers the same False")
