@@ -9,8 +9,6 @@ imports.
 
 from __future__ import annotations
 
-from functools import cache
-
 from pools.page_alloc import triton_available
 from strategies.choosers import Chooser
 from strategies.table import Config
@@ -61,18 +59,13 @@ def region_pages(region: str, max_pages: int) -> tuple[int, int] | None:
             "many pages": (MANY_PAGES - 10, MANY_PAGES)}.get(region)
 
 
-@cache
-def _triton_here() -> bool:
-    return triton_available()
-
-
 def kernel(choose: Chooser, *, page_size: int) -> str:
     """``vectorized`` and ``loop`` (:data:`KERNELS`); ``triton`` at :data:`TRITON_SHARE`, power-of-two sizes only.
 
     The Triton draw shrinks toward not taking it (a uniform draw at or past ``1 - share``).
     """
     name = choose.choice(KERNELS)
-    if page_size & (page_size - 1) == 0 and _triton_here() and choose.random() >= 1.0 - TRITON_SHARE:
+    if page_size & (page_size - 1) == 0 and triton_available() and choose.random() >= 1.0 - TRITON_SHARE:
         return "triton"
     return name
 

@@ -143,6 +143,23 @@ def test_without_triton_the_kernel_is_reported_missing_and_refused_with_a_typed_
     assert get_kernel("triton").name == "triton"
 
 
+class _TakesTriton(random.Random):
+    """A chooser whose every uniform draw takes the Triton kernel where the strategy offers it."""
+
+    def random(self) -> float:
+        return 0.999
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed: there is nothing to block")
+def test_the_kernel_strategy_stops_and_resumes_drawing_triton_with_the_block_whatever_it_drew_before() -> None:
+    from strategies.kv_configs import kernel
+
+    assert kernel(_TakesTriton(0), page_size=4) == "triton"  # an answer a cache could keep
+    with without_modules(["triton"]):
+        assert kernel(_TakesTriton(0), page_size=4) != "triton"
+    assert kernel(_TakesTriton(0), page_size=4) == "triton"
+
+
 def test_importing_the_package_does_not_import_triton() -> None:
     code = "import sys, pools.page_alloc; assert 'triton' not in sys.modules, 'triton imported eagerly'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -9,7 +9,7 @@ wrong availability answer (claiming triton where it does not load, or denying it
 where it does) goes unseen; the kit's ``optional_imports`` names what to block.
 
 Blocking is done in-process, as the mutation workers need (they swap mutated code
-into live modules): the blocked modules and every module holding one of them are
+into live modules): the blocked modules and every module of ours holding one of them are
 taken out of ``sys.modules`` (and off their parent packages), the names are set
 to ``None`` there so an import raises ``ImportError``, and ``functools`` caches of
 the modules that probe for them are cleared.  Everything is put back on exit.
@@ -25,8 +25,17 @@ from types import ModuleType
 
 __all__ = ["without_modules"]
 
+_FIRST_PARTY = ("pools", "strategies", "harness")
+
 def _blocked(name: str, names: Sequence[str]) -> bool:
     return any(name == blocked or name.startswith(blocked + ".") for blocked in names)
+
+
+def _first_party(name: str) -> bool:
+    """Ours (``pools``, ``strategies``, ``harness``): the modules whose fallback is under test.  A third-party
+    module that imported the blocked one keeps it: taking ``torch._dynamo.utils`` out of ``sys.modules`` would
+    make torch execute it a second time on its next import, which torch does not survive."""
+    return name.split(".", 1)[0] in _FIRST_PARTY
 
 
 def _holds(module: ModuleType, held: set[int]) -> bool:
@@ -34,8 +43,9 @@ def _holds(module: ModuleType, held: set[int]) -> bool:
 
 
 def _clear_probes() -> None:
-    """Empty the module-level ``functools`` caches of :mod:`pools`, where an answer may depend on what
-    imports (``triton_available``)."""
+    """Empty the module-level ``functools`` caches of :mod:`pools`, where an answer may depend on what imports
+    (``triton_available``): one cached inside the block would outlive it, and one cached before would leak in.
+    Nothing above :mod:`pools` may cache such an answer (it would not be cleared)."""
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "pools" or name.startswith("pools.")):
             continue
@@ -56,7 +66,7 @@ def without_modules(names: Sequence[str]) -> Iterator[None]:
     with warnings.catch_warnings():  # isinstance() reads __class__, which some deprecated torch objects warn on
         warnings.simplefilter("ignore")
         saved.update({name: module for name, module in list(sys.modules.items())
-                      if name not in saved and module is not None and _holds(module, held)})
+                      if name not in saved and module is not None and _first_party(name) and _holds(module, held)})
     attributes: list[tuple[ModuleType, str, object]] = []
     for name in saved:
         parent, _, child = name.rpartition(".")
