@@ -17,7 +17,8 @@ import pytest
 
 from harness.fuzz.database import DatabaseError, check_database, layers, redacted
 from harness.fuzz.options import FuzzOptions
-from harness.fuzz.session import FuzzRun, opening_line
+from harness.fuzz.run_report import opening_line
+from harness.fuzz.session import FuzzRun
 
 SECRET = "s3cr3t-Pa55"
 FLEET = f"readonly:redis://:{SECRET}@fleet-db:6379/0"

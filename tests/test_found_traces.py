@@ -19,7 +19,8 @@ import pytest
 from harness.canaries import CANARIES
 from harness.fuzz.options import FuzzOptions, select_targets
 from harness.fuzz.protocol import FailureFound, FailureSeen, Shared, WorkerPlan
-from harness.fuzz.session import FuzzRun, exit_status
+from harness.fuzz.run_report import exit_status
+from harness.fuzz.session import FuzzRun
 from harness.fuzz.summary import summary_text
 from harness.fuzz.walk import WalkRun
 from harness.fuzz.worker import UNSHRUNK_FOLDER, Worker

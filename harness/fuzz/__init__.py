@@ -12,7 +12,8 @@ report) and :mod:`~harness.fuzz.summary` (the text summary of a report).
 
 from harness.fuzz.options import FuzzOptions, select_targets
 from harness.fuzz.report import REPORT_SCHEMA, RunReport, summary_text, write_report
-from harness.fuzz.session import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FuzzRun, exit_status
+from harness.fuzz.run_report import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_status
+from harness.fuzz.session import FuzzRun
 
 __all__ = [
     "EXIT_FOUND",

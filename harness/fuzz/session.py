@@ -4,7 +4,7 @@
 :class:`FuzzRun` starts one process per worker (:mod:`harness.fuzz.protocol`,
 ``spawn``), collects their counters and findings over per-worker pipes, drives
 the live display (:mod:`harness.fuzz.progress`) and builds the report
-(:mod:`harness.fuzz.report`): at each finding too, and for the live page
+(:mod:`harness.fuzz.run_report`, of :mod:`harness.fuzz.report`'s parts): at each finding too, and for the live page
 (:mod:`harness.fuzz.snapshots`).
 
 How a run ends:
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import os
 import shutil
 import signal
 import tempfile
@@ -51,7 +50,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.fuzz.database import redacted
 from harness.fuzz.findings import Findings, cut_off_by
 from harness.fuzz.options import FuzzOptions
 from harness.fuzz.process import worker_main
@@ -69,7 +67,8 @@ from harness.fuzz.protocol import (
     Shared,
     WorkerPlan,
 )
-from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, possible_arcs, utc_now, versions
+from harness.fuzz.report import CrashRecord, RunReport, TargetStats, possible_arcs, utc_now
+from harness.fuzz.run_report import build_run_report, opening_line
 from harness.fuzz.shares import ShareBook
 from harness.fuzz.snapshots import Snapshots
 
@@ -84,7 +83,6 @@ INTERRUPT_GRACE_S = 0.5
 """How long a worker shrinking a failure may go on after Ctrl-C or SIGTERM: the unshrunk trace is
 already on disk (written at the first failing step), so an interrupt is honoured within a second."""
 KILL_AFTER_INTERRUPT_S = 0.5
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 @dataclass
@@ -392,50 +390,5 @@ class FuzzRun:
 
     # ------------------------------------------------------------- report
     def build_report(self, *, final: bool = True) -> RunReport:
-        """The report of the run; not ``final``: the report so far, with no ``ended_because``, ``exit_status`` or
-        run-wide ``coverage`` yet (per-target coverage is there)."""
-        o = self.options
-        interrupted = self.stop_reason == "interrupted"
-        found = any(s.failures for s in self.stats.values()) or bool(self.crashes)
-        devices = sorted({s.info.device_name for s in self.finished if s.info is not None} - {""})
-        return RunReport(
-            started=self.started_iso,
-            finished=utc_now(),
-            duration_s=time.time() - self.fuzz_started,
-            startup_s=self.fuzz_started - self.started,
-            interrupted=interrupted,
-            ended_because=(self.stop_reason or "every worker finished (all targets retired)") if final else None,
-            exit_status=exit_status(found, interrupted, self.signal) if final else None,
-            run={
-                "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
-                "steps_per_example": o.steps, "misuse": o.misuse, "database": redacted(o.database),
-                "corpus": str(o.corpus), "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
-                "logs": str(self.logdir) if self.crashes else None,
-            },
-            machine={**machine_info(), "accelerators": devices},
-            versions=versions(),
-            series_interval_s=self.series_every,
-            targets=tuple(self.stats.values()),
-            crashes=tuple(self.crashes),
-            workers=tuple({"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode,
-                           "rounds": s.rounds} for s in self.finished),
-            skipped=tuple(o.skipped),
-            # Combining reads and removes the workers' data files: only once they have all ended.
-            coverage=combine_coverage(self.covdir) if self.covdir is not None and final else None,
-        )
-
-
-def opening_line(o: FuzzOptions) -> str:
-    """The progress line that starts a run; the database is :func:`redacted`, as in the report."""
-    return (f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for {o.seconds:g} s, "
-            f"seed {o.seed}, device {o.device}, database {redacted(o.database)}")
-
-
-def exit_status(found: bool, interrupted: bool, signum: int | None = None) -> int:
-    """1 when anything was found (even if interrupted); interrupted clean, 128 + the signal's number
-    (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process the signal ended; else 0."""
-    if found:
-        return EXIT_FOUND
-    if not interrupted:
-        return EXIT_OK
-    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+        """The report of the run so far (:func:`~harness.fuzz.run_report.build_run_report`)."""
+        return build_run_report(self, final=final)

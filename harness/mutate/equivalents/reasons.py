@@ -133,3 +133,6 @@ SHIFT_FAST = ("the shift is the division's fast path at a power-of-two page size
 REPEAT_OF_ONE = "a repeat check of one id: the finder answers False for fewer than two ids, as the guard does"
 TWO_RUNS = ("repeats is called on run heads only (a refused free_segment's explanation), and two run heads always "
             "differ, so a guard that also lets two ids through answers the same False")
+PIGEONHOLE_EDGE = ("the more-ids-than-values guard at exactly as many ids as values: every caller has checked (or "
+                   "checks in the same sum) that the ids are live pages, and live pages are fewer than the values, so "
+                   "that many ids repeat one and both answers say so")
