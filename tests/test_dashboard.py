@@ -34,7 +34,8 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard
 from harness.dashboard import LiveDashboard, NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run
 from harness.dashboard.bundle import BASIC_TRACES, basic_bundle, bundle_for, full_bundle
 from harness.dashboard.groups import Grouping, latest_rows, target_groups
-from harness.dashboard.reports import TOOL, Run, parse_report, so_far
+from harness.dashboard.report_check import TOOL
+from harness.dashboard.reports import Run, parse_report, so_far
 from harness.fuzz.report import RunReport, SeriesPoint, TargetStats
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.dashboard.reports import SCHEMAS, parse_report, report_schema
+from harness.dashboard.report_check import SCHEMAS, report_schema
+from harness.dashboard.reports import parse_report
 from harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")

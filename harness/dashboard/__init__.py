@@ -23,7 +23,7 @@ from harness.dashboard.command import add_arguments, run
 from harness.dashboard.figures import PlotlyMissingError
 from harness.dashboard.live import LiveDashboard
 from harness.dashboard.page import build_dashboard
-from harness.dashboard.reports import DashboardError, NoReportsError, ReportError
+from harness.dashboard.report_check import DashboardError, NoReportsError, ReportError
 from harness.dashboard.sources import load_reports, load_runs
 
 __all__ = [

@@ -15,7 +15,7 @@ from harness.arguments import positive
 from harness.dashboard.bundle import BUNDLE_MODES
 from harness.dashboard.figures import PlotlyMissingError
 from harness.dashboard.page import build_dashboard
-from harness.dashboard.reports import DashboardError
+from harness.dashboard.report_check import DashboardError
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -42,7 +42,7 @@ class LiveDashboard:
     (plotly.js in one file beside it).  ``report_path`` is where the run's JSON
     report goes, named in the page's footer as ``dashboard`` names it (default:
     the page's own path).  :meth:`update` and :meth:`finish` raise
-    :class:`~harness.dashboard.reports.ReportError` for a report the dashboard
+    :class:`~harness.dashboard.report_check.ReportError` for a report the dashboard
     cannot read and :class:`OSError` when the page cannot be written; the
     caller decides whether that ends the run (it should not: warn and go on).
     """

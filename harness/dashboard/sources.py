@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.dashboard.reports import TOOL, NoReportsError, ReportError, Run, parse_report
+from harness.dashboard.report_check import TOOL, NoReportsError, ReportError
+from harness.dashboard.reports import Run, parse_report
 
 
 def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:
