@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from harness.judge.drivers.kv import MALFORMED_FREES
 from harness.judge.drivers.kv_batches import DECODE_DEFECTS, EXTEND_DEFECTS
+from harness.judge.drivers.kv_misuse import MALFORMED_FREES
 from harness.judge.drivers.page_kernel import CASES
 from harness.judge.drivers.pure_swa import PAGED_CALLS
 from strategies.choosers import Chooser
