@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 import torch
 
+from harness.json_schema import schema_error_field
 from harness.judge import limits
 from harness.judge.families import FAMILIES, family_unavailable, resolve
 from harness.judge.limits import LIMITS, LimitError, check_config, check_step, check_steps
 from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
 from harness.machines.table import config_strategy
 from harness.traces.replay import trace_files
-from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace, schema_error_field, trace_schema
+from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace, trace_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"

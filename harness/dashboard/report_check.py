@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.traces.schema import first_schema_error, packaged_schema, schema_error_field, schema_error_words, strict_validator
+from harness.json_schema import first_schema_error, packaged_schema, schema_error_field, schema_error_words, strict_validator
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

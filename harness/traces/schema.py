@@ -29,11 +29,19 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Iterable, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from harness.json_schema import (
+    PY_TO_JSON,
+    first_schema_error,
+    is_json_int,
+    json_type,
+    packaged_schema,
+    schema_error_field,
+    schema_error_words,
+    strict_validator,
+)
 from harness.judge.limits import MAX_TRACE_BYTES, LimitError, check_config, check_steps
 from harness.judge.trace import DEFAULT_AUDIT_PERIOD, SCHEMA_VERSION, Trace
 
@@ -100,13 +108,13 @@ def loads_trace(text: str, source: str = "<string>") -> Trace:
 def parse_trace(data: Any, source: str = "<memory>") -> Trace:
     """Validate a decoded JSON document and build the :class:`Trace` it describes."""
     if not isinstance(data, dict):
-        raise TraceError(source, "(file)", f"must hold a JSON object, not {_json_type(data)}")
+        raise TraceError(source, "(file)", f"must hold a JSON object, not {json_type(data)}")
     # The version before anything else: a newer schema may have renamed any other field.
     if "schema" not in data:
         raise TraceError(source, "schema", "is missing")
     schema = data["schema"]
-    if not _is_int(schema):
-        raise TraceError(source, "schema", f"must be an integer, not {_json_type(schema)}")
+    if not is_json_int(schema):
+        raise TraceError(source, "schema", f"must be an integer, not {json_type(schema)}")
     if schema != SCHEMA_VERSION:
         raise TraceError(source, "schema", f"schema {schema} is not supported; this poolfuzz reads {SCHEMA_VERSION}")
     error = first_schema_error(trace_validator().iter_errors(data), trace_schema())
@@ -193,7 +201,7 @@ def _check_call(source: str, where: str, signature: inspect.Signature, args: dic
         hint = hints.get(name)
         if hint is not None and not _conforms(value, hint):
             raise TraceError(source, f"{where}.{name}",
-                             f"{prefix}must be {_hint_name(hint)}, not {_json_type(value)} {value!r}")
+                             f"{prefix}must be {_hint_name(hint)}, not {json_type(value)} {value!r}")
     for name, param in signature.parameters.items():
         if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL) and param.default is param.empty \
                 and name not in args:
@@ -209,13 +217,6 @@ def _check_invariant(source: str, where: str, invariant: str | None) -> None:
 
 
 # ---------------------------------------------------------------- JSON Schema
-@functools.cache
-def packaged_schema(package: str, name: str) -> dict[str, Any]:
-    """A JSON Schema shipped as package data (``name`` in ``package``), read once."""
-    schema: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
-    return schema
-
-
 def trace_schema() -> dict[str, Any]:
     """The committed JSON Schema of a trace (``harness/traces/trace.schema.json``)."""
     return packaged_schema(*SCHEMA_RESOURCE)
@@ -225,123 +226,6 @@ def trace_schema() -> dict[str, Any]:
 def trace_validator() -> Validator:
     """The validator of :func:`trace_schema`, built once, on first use (jsonschema is imported then, not before)."""
     return strict_validator(trace_schema())
-
-
-def strict_validator(schema: Mapping[str, Any]) -> Validator:
-    """A draft 2020-12 validator of ``schema`` whose ``integer`` is Python's: ``8.0`` is a number, not an integer."""
-    from jsonschema import Draft202012Validator, validators
-
-    integers = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _checker, value: _is_int(value))
-    strict = validators.extend(Draft202012Validator, type_checker=integers)
-    validator: Validator = strict(schema)
-    return validator
-
-
-AT_ONE_PLACE = ("type", "additionalProperties", "required")
-"""At one place in a document, a wrong type is told first, then an unknown key, then a missing one, then the rest."""
-
-
-def first_schema_error(errors: Iterable[ValidationError], schema: Mapping[str, Any]) -> ValidationError | None:
-    """The one error of ``errors`` to tell: the first in the order the schema lists the fields.
-
-    Errors are ordered by where they are in the document: an object's own
-    errors (a wrong type, an unknown or a missing key) before those of its
-    fields, its fields in the order of the schema's ``properties`` (for a trace:
-    schema, family, implementation, config, steps, expect, audit_period,
-    provenance), an array's items by index; at one place by :data:`AT_ONE_PLACE`.
-    So the error told depends neither on the key order of the file nor on the
-    order jsonschema happens to find them in.
-    """
-    return min(errors, key=lambda error: _place(error, schema), default=None)
-
-
-def _place(error: ValidationError, root: Mapping[str, Any]) -> tuple[tuple[tuple[int, str], ...], int, str]:
-    """Sort key of an error: a rank per step down the document to it, then its keyword's rank at that place.
-
-    A key ranks by its position among the properties of every subschema that
-    applies at that place (the object's own first, then its ``$ref``,
-    ``then``/``else`` and ``allOf`` branches), so a field keeps one rank
-    whichever branch reports it; a key no subschema lists ranks after them.
-    """
-    steps: list[tuple[int, str]] = []
-    nodes: list[Mapping[str, Any]] = [root]
-    for part in error.absolute_path:
-        nodes = [each for node in nodes for each in _alongside(node, root)]
-        if isinstance(part, int):
-            steps.append((part, ""))
-            nodes = [node["items"] for node in nodes if isinstance(node.get("items"), Mapping)]
-            continue
-        names = list(dict.fromkeys(name for node in nodes for name in node.get("properties", {})))
-        steps.append((names.index(part) if part in names else len(names), str(part)))
-        nodes = [node["properties"][part] for node in nodes if part in node.get("properties", {})] or [
-            node["additionalProperties"] for node in nodes if isinstance(node.get("additionalProperties"), Mapping)]
-    keyword = str(error.validator)
-    rank = AT_ONE_PLACE.index(keyword) if keyword in AT_ONE_PLACE else len(AT_ONE_PLACE)
-    return tuple(steps), rank, keyword
-
-
-def _alongside(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """``node`` and every subschema it applies to the same value: its ``$ref``, ``then``, ``else``, ``allOf``..."""
-    found = [node]
-    branches = [node.get("$ref") and _resolve(root, node["$ref"]), node.get("then"), node.get("else"),
-                *node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())]
-    for branch in branches:
-        if isinstance(branch, Mapping):
-            found += _alongside(branch, root)
-    return found
-
-
-def _resolve(root: Mapping[str, Any], ref: str) -> Any:
-    """A ``#/...`` reference inside ``root`` (the only kind these schemas use)."""
-    node: Any = root
-    for part in ref.removeprefix("#").strip("/").split("/"):
-        node = node[part.replace("~1", "/").replace("~0", "~")]
-    return node
-
-
-def schema_error_field(error: ValidationError) -> str:
-    """The field an error is about, as ``steps[1].args``: the key itself for a missing or an unknown key."""
-    where = ""
-    for part in error.absolute_path:
-        where += f"[{part}]" if isinstance(part, int) else f"{'.' if where else ''}{part}"
-    key = _key(error)
-    return f"{where}.{key}" if where and key is not None else key if key is not None else where
-
-
-def _key(error: ValidationError) -> str | None:
-    """For ``required`` the first key missing, for ``additionalProperties`` the first unknown one (file order)."""
-    if error.validator == "required":
-        return next((str(k) for k in error.validator_value if k not in error.instance), None)
-    if error.validator == "additionalProperties" and isinstance(error.schema, Mapping):
-        known = error.schema.get("properties", {})
-        return next((str(k) for k in error.instance if k not in known), None)
-    return None
-
-
-JSON_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "a boolean", "null": "null"}
-"""A JSON Schema type as the error messages name it."""
-
-
-def schema_error_words(error: ValidationError, generic: Mapping[str, str]) -> str:
-    """The problem of an error in a reader's words: the schema's ``x-problem`` for the keyword, else ``generic``.
-
-    Both are templates of ``value`` (the offending value), ``type`` (its JSON
-    type, ``an integer``), ``expected`` (what ``type`` allows, ``a string or
-    null``), ``limit`` (the keyword's value), ``options`` (an enum's values) and
-    ``known`` (the object's properties); a keyword neither names is jsonschema's
-    own message.
-    """
-    schema = error.schema if isinstance(error.schema, Mapping) else {}
-    template = schema.get("x-problem", {}).get(error.validator) or generic.get(str(error.validator))
-    if template is None:
-        return str(error.message)
-    allowed = schema.get("type", [])
-    return str(template).format(
-        value=error.instance, type=_json_type(error.instance), limit=error.validator_value,
-        expected=" or ".join(JSON_TYPE_NAMES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)),
-        options=", ".join(str(o) for o in schema.get("enum", ())), known=", ".join(schema.get("properties", {})),
-    )
 
 
 _WORDS = {
@@ -361,25 +245,6 @@ def _problem(error: ValidationError) -> str:
 
 
 # ---------------------------------------------------------------- type checks
-_PY_TO_JSON: dict[type, str] = {
-    dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
-    bool: "a boolean", type(None): "null",
-}
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    for kind, name in _PY_TO_JSON.items():
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _hints(fn: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
@@ -405,7 +270,7 @@ def _conforms(value: Any, hint: Any) -> bool:
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
-        return _is_int(value)
+        return is_json_int(value)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint in (str, list, dict):
@@ -418,7 +283,7 @@ def _hint_name(hint: Any, article: bool = True) -> str:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         return " or ".join(_hint_name(option, article) for option in typing.get_args(hint))
-    name = _PY_TO_JSON.get(origin or hint, getattr(origin or hint, "__name__", str(hint)))
+    name = PY_TO_JSON.get(origin or hint, getattr(origin or hint, "__name__", str(hint)))
     if not article:
         name = name.split(" ", 1)[-1]
     inner = typing.get_args(hint)
