@@ -1,6 +1,6 @@
 """``poolfuzz`` (also ``python -m harness``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
 
-``fuzz``, ``list`` and ``dashboard`` are parsed here; ``replay``, ``selfcheck``,
+``fuzz``, ``list`` and ``dashboard`` are parsed here (``list`` runs in :mod:`harness.list_command`); ``replay``, ``selfcheck``,
 ``seed-corpus``, ``bench`` and ``mutate`` are handed their remaining arguments
 (``<module>.main(argv)``), imported only when asked for.  Every failure to start is one line on stderr and exit
 status 2, never a traceback.  Every help text names the program :data:`PROG` (``poolfuzz COMMAND``).
@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
-import json
 import os
 import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.arguments import positive
 from harness.helptext import PROG
@@ -225,6 +224,8 @@ def run_command(args_list: list[str]) -> int:
 
     try:
         if args.command == "list":
+            from harness.list_command import cmd_list
+
             return cmd_list(args)
         if args.command == "dashboard":
             from harness.dashboard import run as run_dashboard
@@ -254,99 +255,6 @@ def dispatch(command: str, argv: list[str]) -> int:
     except SystemExit as exc:  # an argparse inside the command: --help (0) or a usage error (2)
         status = exc.code if isinstance(exc.code, int) else EXIT_USAGE
     return int(status or 0)
-
-
-# -------------------------------------------------------------------- list
-def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
-    from harness.judge.families import FAMILIES, family_unavailable, implementation_for, resolve
-    from harness.judge.plugins import PLUGGED_IN
-    from harness.machines.table import machine_class
-
-    described = []
-    for fam in FAMILIES.values():
-        entry: dict[str, Any] = {
-            "family": fam.name, "summary": fam.summary, "default": fam.default,
-            "implementation": implementation_for(fam.name, overrides),
-            "moves": fam.moves, "driver": fam.driver,
-            "canaries": list(fam.canaries), "upstream": list(fam.upstream),
-            "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
-            "plugin": PLUGGED_IN.get(fam.name, ""), "not_covered": list(fam.not_covered),
-        }
-        entry["overridden"] = entry["implementation"] != fam.default
-        try:
-            machine_class(fam.name)
-            entry["operations"] = sorted(resolve(fam.driver).operations)
-        except Exception as exc:  # noqa: BLE001 - listing must survive half-written families
-            entry["available"], entry["problem"] = False, f"{type(exc).__name__}: {exc}"
-        if entry["available"] and fam.default in fam.upstream and not entry["overridden"]:
-            reason = family_unavailable(fam.name)  # an upstream default (engine) loads upstream to say
-            if reason is not None:
-                entry["available"], entry["problem"] = False, reason
-        described.append(entry)
-    return described
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    from harness.judge.families import parse_overrides
-    from harness.judge.invariants import INVARIANTS
-    from harness.judge.plugins import PROBLEMS
-    from pools.page_alloc import KERNEL_NAMES, triton_available
-
-    if args.contracts:
-        return _list_contracts(as_json=args.json)
-    families = describe_families(parse_overrides(args.target))
-    kernels = {"kernels": list(KERNEL_NAMES), "triton_available": triton_available()}
-    if args.json:
-        print(json.dumps({
-            "families": families,
-            "invariants": [{"id": i.id, "statement": i.statement, "guards_against": i.guards_against}
-                           for i in INVARIANTS.values()],
-            "page_alloc": kernels,
-            "plugin_problems": list(PROBLEMS),
-        }, indent=1))
-        return 0
-    print("families (implementation in use; 'override' marks a substitution):")
-    for f in families:
-        mark = "  override, default " + f["default"] if f["overridden"] else ""
-        print(f"  {f['family']:22} {f['implementation']}{mark}")
-        print(f"  {'':22} {f['summary']}")
-        if f["available"]:
-            print(f"  {'':22} operations: {', '.join(f['operations'])}")
-            print(f"  {'':22} invariants: {', '.join(f['invariants'])}")
-            if f["upstream"]:
-                print(f"  {'':22} upstream:   {', '.join(f['upstream'])}")
-            for line in f["not_covered"]:
-                print(f"  {'':22} not covered: {line}")
-        else:
-            print(f"  {'':22} not available: {f['problem']}")
-        if f["plugin"]:
-            print(f"  {'':22} plug-in:    {f['plugin']}")
-    for problem in PROBLEMS:
-        print(f"  left out: {problem}")
-    print("\ninvariants:")
-    width = max(len(i) for i in INVARIANTS)
-    for inv in INVARIANTS.values():
-        print(f"  {inv.id:{width}}  {inv.statement}")
-    triton = "available" if kernels["triton_available"] else "not available"
-    print(f"\npage-alloc kernels: {', '.join(KERNEL_NAMES)} (triton {triton})")
-    return 0
-
-
-def _list_contracts(*, as_json: bool) -> int:
-    from harness.judge.contract import all_contracts
-
-    contracts = all_contracts()
-    if as_json:
-        print(json.dumps([{
-            "target": c.target, "release": c.release, "reads": list(c.reads),
-            "rules": [{"op": r.op, "calls": list(r.calls), "shape": r.shape, "narrowed": r.allows is not None,
-                       "today": r.today is not None, "instead": r.instead,
-                       "callers": [str(cite) for cite in r.callers]} for r in c.rules],
-            "not_called": [{"op": n.op, "why": n.why} for n in c.not_called],
-        } for c in contracts], indent=1))
-        return 0
-    print("\n\n".join(c.describe() for c in contracts))
-    return 0
 
 
 # -------------------------------------------------------------------- fuzz
