@@ -141,13 +141,17 @@ class _KVAllocatorBase(ABC):
 
     def _named_pages(self, indices: torch.Tensor) -> torch.Tensor:
         """The page of each of ``indices``, in their order, repeats kept, validated as :meth:`_pages_of` says."""
-        if not is_int_tensor(indices) or indices.dim() != 1:
-            raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
-        indices = indices.to(self.device, torch.int64)
+        indices = self._as_indices(indices)
         pages = self._states.page_ids(indices, self.page_size)
         if not self._states.valid_free(pages, distinct=self.refuses_repeats):
             self._explain_free(indices)
         return pages
+
+    def _as_indices(self, indices: torch.Tensor) -> torch.Tensor:
+        """``indices`` as int64 on the pool's device; :class:`BadBatchError` unless a 1-D integer tensor."""
+        if not is_int_tensor(indices) or indices.dim() != 1:
+            raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {indices!r}")
+        return indices.to(self.device, torch.int64)
 
     def _explain_free(self, indices: torch.Tensor) -> None:
         """Raise the error for a free that names a page it may not: foreign, reserved, repeated or not handed out."""
@@ -314,10 +318,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         self._check_segment_start(start_pos)
         if isinstance(free_index, torch.Tensor) and free_index.numel() == 0:
             return
-        if not is_int_tensor(free_index) or free_index.dim() != 1:
-            raise BadBatchError(self.pool_name, f"free expects a 1-D integer tensor, got {free_index!r}")
-        if free_index.dtype != torch.int64 or free_index.device != self.device:
-            free_index = free_index.to(self.device, torch.int64)
+        free_index = self._as_indices(free_index)
         in_row = self._states.segment_pages(free_index, self.page_size)
         if in_row is None:
             self._explain_segment(free_index)

@@ -80,7 +80,7 @@ class PageStateTable(HostViews):
         if page_size == 1:
             return indices
         if self._host is not None:
-            return torch.from_numpy(indices.numpy() // page_size)
+            return torch.from_numpy(_page_of(indices.numpy(), page_size))
         return indices // page_size
 
     def valid_free(self, pages: Tensor, *, distinct: bool) -> bool:
@@ -89,41 +89,37 @@ class PageStateTable(HostViews):
         On a device the two checks are one count, read once.
         """
         if self._host is not None:
-            ids = pages.numpy()  # once: each conversion costs more than the check on a few hundred ids
-            if self._host.take(ids, mode="clip").tobytes().count(LIVE) != len(ids):
-                return False
-            return not (distinct and len(ids) > 1 and self._repeat_finder()(ids))
-        clipped = pages.clamp(0, self.num_pages + 1)
-        bad = (self.states[clipped] != LIVE).sum()
-        if distinct and pages.shape[0] > 1:
-            bad = bad + self._repeat_finder().misplaced(clipped)
-        return int(bad) == 0
+            return self._valid_host(pages.numpy(), distinct=distinct)  # one conversion: it costs more than the check
+        return self._valid_device(pages, distinct=distinct)
 
     def segment_pages(self, indices: Tensor, page_size: int) -> Tensor | np.ndarray | None:
         """The pages of a row segment's token ``indices``, in row order, each once (NumPy ids on a CPU pool,
         fresh, for :meth:`mark` and the free list); ``None`` unless every page named is handed out and
         named in one run of consecutive tokens.
 
-        A row segment's pages are the heads of its runs of equal page ids, so the state and repeat checks
+        A row segment's pages are the heads of its runs of equal page ids, so :meth:`valid_free`'s checks
         run over those heads (one id a page), not over every token: that is what keeps a validated
         ``free_segment`` within reach of upstream's, which reads ``indices[::page_size]`` and checks
         nothing.  A ``None`` says only that the segment is not valid; the caller works out why.
         """
         if self._host is not None:
-            ids = indices.numpy()
-            shift = page_size.bit_length() - 1
-            heads = _run_heads(ids >> shift if page_size == 1 << shift else ids // page_size)
-            if self._host.take(heads, mode="clip").tobytes().count(LIVE) != len(heads):
-                return None
-            if len(heads) > 1 and self._repeat_finder()(heads):
-                return None
-            return heads
+            heads = _run_heads(_page_of(indices.numpy(), page_size))
+            return heads if self._valid_host(heads, distinct=True) else None
         pages = torch.unique_consecutive(indices // page_size)
+        return pages if self._valid_device(pages, distinct=True) else None
+
+    def _valid_host(self, ids: np.ndarray, *, distinct: bool) -> bool:
+        assert self._host is not None, "host checks need the host table"
+        if self._host.take(ids, mode="clip").tobytes().count(LIVE) != len(ids):
+            return False
+        return not (distinct and len(ids) > 1 and self._repeat_finder()(ids))
+
+    def _valid_device(self, pages: Tensor, *, distinct: bool) -> bool:
         clipped = pages.clamp(0, self.num_pages + 1)
         bad = (self.states[clipped] != LIVE).sum()
-        if pages.shape[0] > 1:
+        if distinct and pages.shape[0] > 1:
             bad = bad + self._repeat_finder().misplaced(clipped)
-        return pages if int(bad) == 0 else None
+        return int(bad) == 0
 
     def unique(self, pages: Tensor) -> Tensor:
         """``torch.unique(pages)`` (ascending); through NumPy on a CPU pool, where it costs a third."""
@@ -147,6 +143,12 @@ class PageStateTable(HostViews):
         if self._repeats is None:
             self._repeats = RepeatFinder(self.num_pages + 2, self.states.device)
         return self._repeats
+
+
+def _page_of(ids: np.ndarray, page_size: int) -> np.ndarray:
+    """``ids // page_size``: a shift at a power-of-two page size, which is the same floor and cheaper."""
+    shift = page_size.bit_length() - 1
+    return ids >> shift if page_size == 1 << shift else ids // page_size
 
 
 def _run_heads(values: np.ndarray) -> np.ndarray:

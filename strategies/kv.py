@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from harness.judge.drivers.kv_misuse import SEGMENT_MISUSE
 from strategies.choosers import Chooser
 from strategies.kv_configs import paged_kv_config, token_kv_config
 from strategies.kv_misuse import admit_mid_page, paged_catalogue, token_catalogue
@@ -75,10 +76,6 @@ def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
         return None
     return "free_segment_malformed", {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
 
-
-SEGMENT_MISUSE = ("start off the page grid", "a page in two runs", "a free page", "the reserved page",
-                  "a token past the pool", "a 2-D tensor", "a float tensor")
-"""The ways :meth:`~harness.judge.drivers.kv.KVDriver.free_segment_malformed` breaks a row segment."""
 
 
 def _free_group(view: KVView, choose: Chooser) -> Step | None:

@@ -27,6 +27,7 @@ __all__ = ["without_modules"]
 
 _FIRST_PARTY = ("pools", "strategies", "harness")
 
+
 def _blocked(name: str, names: Sequence[str]) -> bool:
     return any(name == blocked or name.startswith(blocked + ".") for blocked in names)
 

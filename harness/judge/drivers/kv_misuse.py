@@ -30,7 +30,11 @@ from pools.errors import (
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import KERNEL_NAMES, triton_available
 
-__all__ = ["MALFORMED_FREES", "KVMisuseDriver", "is_int"]
+__all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
+
+SEGMENT_MISUSE = ("start off the page grid", "a page in two runs", "a free page", "the reserved page",
+                  "a token past the pool", "a 2-D tensor", "a float tensor")
+"""The ways :meth:`KVMisuseDriver.free_segment_malformed` breaks a row segment (the move draws one)."""
 
 
 def is_int(value: Any) -> bool:

@@ -130,7 +130,6 @@ DECODE_FAST = "the decode fast path when no request opens a page: the kernel com
 
 SHIFT_FAST = ("the shift is the division's fast path at a power-of-two page size: a mutant that misses it (a wrong "
               "shift, or the test never true) divides instead, the same page ids")
-REPEAT_OF_ONE = "a repeat check of one id: the finder answers False for fewer than two ids, as the guard does"
 TWO_RUNS = ("repeats is called on run heads only (a refused free_segment's explanation), and two run heads always "
             "differ, so a guard that also lets two ids through answers the same False")
 PIGEONHOLE_EDGE = ("the more-ids-than-values guard at exactly as many ids as values: every caller has checked (or "
