@@ -35,6 +35,9 @@ __all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
 SEGMENT_MISUSE = ("start off the page grid", "a page in two runs", "a free page", "the reserved page",
                   "a token past the pool", "a 2-D tensor", "a float tensor")
 """The ways :meth:`KVMisuseDriver.free_segment_malformed` breaks a row segment (the move draws one)."""
+_AFTER_THE_ROW: dict[str, type[PoolError]] = {"a free page": DoubleFreeError, "the reserved page": ReservedIndexError,
+                                              "a token past the pool": ForeignIndexError}
+"""The error of each kind that appends one page's first token to the row."""
 
 
 def is_int(value: Any) -> bool:
@@ -68,29 +71,30 @@ class KVMisuseDriver(Driver):
         ps, held = self.page_size, self.model.slots.get(handle, [])
         if call is None or not self.check_misuse or not held:
             return SKIPPED  # type: ignore[return-value]
-        free = next((p for p in range(1, self.model.num_pages + 1) if self.model.page_state(p) == "free"), None)
-        tails: dict[str, tuple[list[int] | None, type[PoolError]]] = {
-            "a free page": (None if free is None else [free * ps], DoubleFreeError),
-            "the reserved page": ([0], ReservedIndexError),
-            "a token past the pool": ([(self.model.num_pages + 1) * ps], ForeignIndexError),
-        }
-        error: type[PoolError]
-        tensor: torch.Tensor | None = None
+        error: type[PoolError] = BadBatchError  # unless the kind names another
+        start = 0
+        after = self._page_after_row(kind)
         if kind == "start off the page grid":
-            start, indices, error = (1 if ps > 1 else -1), held, BadSizeError
+            start, tensor, error = (1 if ps > 1 else -1), self._tensor(held), BadSizeError
         elif kind == "a page in two runs" and ps > 1 and len(held) >= 2 * ps:
-            start, indices, error = 0, [held[0], *held[ps:2 * ps], held[1]], BadBatchError
-        elif kind in tails and tails[kind][0] is not None:
-            tail, error = tails[kind]
-            start, indices = 0, [*held, *(tail or [])]
-        elif kind in ("a 2-D tensor", "a float tensor"):
-            start, indices, error = 0, held, BadBatchError
-            tensor = self._tensor(held).reshape(1, -1) if kind == "a 2-D tensor" else self._tensor(held).float()
+            tensor = self._tensor([held[0], *held[ps:2 * ps], held[1]])
+        elif after is not None:
+            tensor, error = self._tensor([*held, after * ps]), _AFTER_THE_ROW[kind]
+        elif kind == "a 2-D tensor":
+            tensor = self._tensor(held).reshape(1, -1)
+        elif kind == "a float tensor":
+            tensor = self._tensor(held).float()
         else:
             return SKIPPED  # type: ignore[return-value]
-        tensor = self._tensor(indices) if tensor is None else tensor
         self.expect_rejected(lambda: call(tensor, start_pos=start), error, f"free_segment with {kind}")
         self.event(f"misuse: free_segment with {kind}")
+
+    def _page_after_row(self, kind: str) -> int | None:
+        """The page whose first token ``kind`` appends to a row segment: a free one, page 0 or one past the pool
+        (``None`` for another kind, or when no page is free)."""
+        if kind == "a free page":
+            return next((p for p in range(1, self.model.num_pages + 1) if self.model.page_state(p) == "free"), None)
+        return {"the reserved page": 0, "a token past the pool": self.model.num_pages + 1}.get(kind)
 
     @operation
     def free_again(self, handle: int) -> None:
