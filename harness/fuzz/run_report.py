@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from harness.fuzz.database import redacted
 from harness.fuzz.options import FuzzOptions
-from harness.fuzz.protocol import Hello
 from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, utc_now, versions
+from harness.fuzz.slots import Slot
 
 __all__ = ["EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunState", "build_run_report", "exit_status",
            "opening_line"]
@@ -25,60 +24,21 @@ __all__ = ["EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunState"
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-class EndedWorker(Protocol):
-    """A worker slot whose process has ended (:class:`~harness.fuzz.session.Slot`), as the report reads it."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def process(self) -> Any: ...
-
-    @property
-    def rounds(self) -> int: ...
-
-    @property
-    def info(self) -> Hello | None: ...
-
-
 class RunState(Protocol):
     """What the report reads of a run (:class:`~harness.fuzz.session.FuzzRun`)."""
 
-    @property
-    def options(self) -> FuzzOptions: ...
-
-    @property
-    def stats(self) -> Mapping[str, TargetStats]: ...
-
-    @property
-    def crashes(self) -> Sequence[CrashRecord]: ...
-
-    @property
-    def finished(self) -> Iterable[EndedWorker]: ...
-
-    @property
-    def stop_reason(self) -> str | None: ...
-
-    @property
-    def signal(self) -> int | None: ...
-
-    @property
-    def started(self) -> float: ...
-
-    @property
-    def started_iso(self) -> str: ...
-
-    @property
-    def fuzz_started(self) -> float: ...
-
-    @property
-    def series_every(self) -> float: ...
-
-    @property
-    def logdir(self) -> Path: ...
-
-    @property
-    def covdir(self) -> Path | None: ...
+    options: FuzzOptions
+    stats: dict[str, TargetStats]
+    crashes: list[CrashRecord]
+    finished: list[Slot]
+    stop_reason: str | None
+    signal: int | None
+    started: float
+    started_iso: str
+    fuzz_started: float
+    series_every: float
+    logdir: Path
+    covdir: Path | None
 
 
 def build_run_report(run: RunState, *, final: bool = True) -> RunReport:

@@ -46,7 +46,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -70,6 +69,7 @@ from harness.fuzz.protocol import (
 from harness.fuzz.report import CrashRecord, RunReport, TargetStats, possible_arcs, utc_now
 from harness.fuzz.run_report import build_run_report, opening_line
 from harness.fuzz.shares import ShareBook
+from harness.fuzz.slots import Slot
 from harness.fuzz.snapshots import Snapshots
 
 MAX_RESPAWNS = 3
@@ -83,28 +83,6 @@ INTERRUPT_GRACE_S = 0.5
 """How long a worker shrinking a failure may go on after Ctrl-C or SIGTERM: the unshrunk trace is
 already on disk (written at the first failing step), so an interrupt is honoured within a second."""
 KILL_AFTER_INTERRUPT_S = 0.5
-
-
-@dataclass
-class Slot:
-    """One worker position; a crashed worker is replaced by the next generation in the same slot."""
-
-    index: int
-    generation: int
-    process: Any
-    conn: Any
-    log: Path
-    target: str | None = None
-    round: RoundStarted | None = None
-    greeted: bool = False
-    said_bye: bool = False
-    asked_to_stop: bool = False
-    rounds: int = 0
-    info: Hello | None = None
-
-    @property
-    def name(self) -> str:
-        return f"w{self.index}" if self.generation == 0 else f"w{self.index}.{self.generation}"
 
 
 class FuzzRun:
