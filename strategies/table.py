@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +81,7 @@ class MoveTable:
     drain: Callable[[Any], Iterator[Step]] | None = None
     """The family's drain plan over a view: steps that empty the pool in policy order (release every holder,
     evict or allocate until refused, free everything), yielded one at a time so each reads the state the last
-    left.  Drain audits (:meth:`~harness.judge.drivers.base.Driver.drain_audit`) run it on a copy of the pool."""
+    left.  Drain audits (:meth:`~harness.judge.driver.Driver.drain_audit`) run it on a copy of the pool."""
 
     def drain_plan(self) -> Callable[[Any], Iterator[Step]] | None:
         """The drain plan as the driver base takes it (over the driver, the view built here), or ``None``."""
@@ -234,3 +234,10 @@ def with_repeat(values: list[int], choose: Chooser) -> list[int]:
 def fixed(op: str, **args: Any) -> Callable[[Any, Chooser], Step]:
     """A move drawing nothing: always ``(op, args)``."""
     return lambda view, choose: (op, dict(args))
+
+
+def move_kinds(prefix: str, kinds: Mapping[str, Callable[[Any, Chooser], Step | None]], weight: float, *,
+               misuse: bool = True, setup: Callable[[Any, Chooser], Step | None] | None = None) -> tuple[Move, ...]:
+    """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
+    share = weight / max(1, len(kinds))
+    return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from harness.bench.workloads import workload_for
-from harness.canaries.block_pool import CANARIES
-from harness.judge.drivers.block_pool import BlockPoolDriver
 from harness.judge.families import family, load_factory
 from harness.judge.invariants import INVARIANTS, InvariantViolation
-from harness.judge.models.block_pool import BlockPoolModel, chain_hashes
+from harness.kits.block_pool.canaries import CANARIES
+from harness.kits.block_pool.driver import BlockPoolDriver
+from harness.kits.block_pool.model import BlockPoolModel, chain_hashes
 from pools import BlockPool
 from pools.protocols import BlockPoolLike
 
-OURS = "harness.judge.drivers.block_pool:build_block_pool"
+OURS = "harness.kits.block_pool.driver:build_block_pool"
 Steps = list[tuple[str, dict[str, Any]]]
 
 

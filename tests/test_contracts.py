@@ -18,7 +18,7 @@ import pytest
 
 from harness.fuzz.walk import WalkRun
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, contract_of
-from harness.judge.drivers.base import Driver
+from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from harness.judge.invariants import InvariantViolation
 from harness.traces.schema import load_trace
@@ -162,7 +162,7 @@ def test_each_operation_calls_only_the_upstream_methods_its_rule_lists(family_na
 
 
 def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the_trace() -> None:
-    from harness.judge.drivers.kv import TokenKVDriver as KVDriver
+    from harness.kits.kv.driver import TokenKVDriver as KVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
     contract = Contract("test:OnlyAlloc", "none", (CallRule("alloc", ("alloc",), "n >= 1", (Cite("x.py", 1, "x"),),
@@ -181,7 +181,7 @@ def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the
 
 
 def test_a_validating_target_is_not_narrowed_by_a_contract() -> None:
-    from harness.judge.drivers.kv import TokenKVDriver as KVDriver
+    from harness.kits.kv.driver import TokenKVDriver as KVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
     class Declares(TokenToKVPoolAllocator):
@@ -242,7 +242,7 @@ def test_a_latent_finding_names_each_step_its_callers_do_not_make_and_what_they_
 
 
 def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() -> None:
-    from harness.judge.drivers.kv import TokenKVDriver
+    from harness.kits.kv.driver import TokenKVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
     contract = Contract("test:Noted", "none", (
@@ -268,7 +268,7 @@ def test_the_contracts_document_lists_every_table_as_list_contracts_prints_it() 
 
 
 def test_a_corner_whose_step_the_contract_refuses_is_not_counted_as_reached() -> None:
-    from harness.judge.drivers.paged_kv import PagedKVDriver
+    from harness.kits.kv.paged import PagedKVDriver
     from pools.kv_allocator import PagedTokenToKVPoolAllocator
     from strategies.table import CORNER_MIXED
 

@@ -211,6 +211,14 @@ def test_an_implementation_that_cannot_be_imported_here_is_unavailable_not_faile
     assert result.describe().startswith("tests.nowhere:Pool is unavailable here: target 'tests.nowhere:Pool': cannot import")
 
 
+def test_a_trace_saved_before_the_kits_moved_still_replays_under_its_old_module_name() -> None:
+    """Canaries and the harness-built defaults moved into ``harness/kits/``; a corpus written before must not rot."""
+    old = rows_trace(GENERATION_BUG, implementation="harness.canaries.rows:GenerationZeroedOnClear")
+    new = rows_trace(GENERATION_BUG, implementation="harness.kits.rows.canaries:GenerationZeroedOnClear")
+    assert replay_trace(old).describe() == replay_trace(new).describe()
+    assert replay_trace(old).invariant == "generation-monotonic"
+
+
 def test_a_cuda_trace_replays_on_cpu() -> None:
     trace = rows_trace(GENERATION_BUG, device="cuda")
     result = replay_trace(trace, device="cpu")

@@ -49,7 +49,7 @@ TARGETS = [
      ["alloc refused: pool short", "pool exactly full", "free group released pages", "alloc while pages are staged",
       "double free rejected", "extend/decode refused: pool short", "extend/decode filled the pool exactly"],
      700.0, 380.0),
-    ("scheduler", "harness.judge.drivers.scheduler:build_scheduler_pools",
+    ("scheduler", "harness.kits.scheduler.driver:build_scheduler_pools",
      ["extend refused: KV short", "KV exactly full", "retract mid-page", "admission rolled back: KV short"],
      1500.0, 150.0),
 ]

@@ -19,10 +19,10 @@ import torch
 
 from harness.bench.workloads import workload_for
 from harness.fuzz.walk import WalkRun, walk_for
-from harness.judge.drivers.base import MAX_DRAIN_STEPS, DrainCopyDiverged, Driver
-from harness.judge.drivers.prefix_cache import PrefixCacheDriver
+from harness.judge.driver import MAX_DRAIN_STEPS, DrainCopyDiverged, Driver
 from harness.judge.families import FAMILIES, family, family_unavailable, load_factory, resolve
 from harness.judge.invariants import InvariantViolation
+from harness.kits.prefix_cache.driver import PrefixCacheDriver
 from harness.traces.replay import replay_trace
 from pools.free_list import PageFreeList
 from pools.prefix_cache import build_prefix_cache, kv_allocator_for

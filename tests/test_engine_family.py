@@ -29,8 +29,8 @@ def test_a_placeholder_lets_a_file_import_but_refuses_to_run() -> None:
 
 
 def _run(config: dict[str, object], seed: int, steps: int = 80) -> object:
-    from harness.judge.drivers.engine import EngineDriver, build_engine
-    from strategies.engine import EngineView, engine_table
+    from harness.kits.engine.driver import EngineDriver, build_engine
+    from harness.kits.engine.moves import EngineView, engine_table
 
     table = engine_table()
     driver = EngineDriver(build_engine, config)
@@ -183,9 +183,9 @@ def _leaky_mamba_engine(where: str) -> object:
 
 
 def _caught(factory: object, config: dict[str, object], *, seeds: int = 10) -> object:
-    from harness.judge.drivers.engine import EngineDriver
     from harness.judge.invariants import InvariantViolation
-    from strategies.engine import EngineView, engine_table
+    from harness.kits.engine.driver import EngineDriver
+    from harness.kits.engine.moves import EngineView, engine_table
 
     table = engine_table()
     for seed in range(seeds):
@@ -214,8 +214,8 @@ def test_the_mamba_slot_accounting_catches_a_dropped_slot(where: str, seen_by: s
 
 @needs_engine
 def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
-    from harness.judge.engine_checks import UpstreamChecker, judge
     from harness.judge.invariants import InvariantViolation
+    from harness.kits.engine.checks import UpstreamChecker, judge
     from harness.upstream.engine import EngineConfig, EngineLoop
 
     loop = EngineLoop(EngineConfig(**{**MAMBA, "cache": "unified-python"}))
@@ -267,7 +267,7 @@ def test_with_the_waiting_timeout_on_the_hung_queue_head_is_aborted_and_the_serv
     from harness.traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
-    result = replay_trace(trace, target="harness.judge.drivers.engine:build_engine_with_waiting_timeout")
+    result = replay_trace(trace, target="harness.kits.engine.driver:build_engine_with_waiting_timeout")
     assert result.outcome == "pass", result.describe()
 
 

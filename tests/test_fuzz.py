@@ -85,11 +85,12 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     ghost = Family(name="ghost", summary="not written yet", default="pools:ReqToTokenPool",
-                   driver="harness.judge.drivers.ghost:GhostDriver", moves="strategies.ghost:table")
+                   driver="harness.kits.ghost.driver:GhostDriver", moves="harness.kits.ghost.moves:table",
+                   limits=FAMILIES["req_to_token"].limits)
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])
     assert "ghost" not in {t.family for t in targets}
-    assert [s["family"] for s in skipped if "strategies.ghost" in s["reason"]] == ["ghost"]
+    assert [s["family"] for s in skipped if "harness.kits.ghost" in s["reason"]] == ["ghost"]
 
 
 # ---------------------------------------------------------------- round logic

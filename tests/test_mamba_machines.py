@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.judge.drivers.hybrid import HybridDriver
-from harness.judge.drivers.mamba import MambaSlotDriver
 from harness.judge.invariants import InvariantViolation
+from harness.kits.mamba.driver import MambaSlotDriver
+from harness.kits.mamba.hybrid import HybridDriver
 from harness.machines import make_machine, pinned_settings, run_machine
 from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
 from pools.req_to_token import Req, ReqToTokenPool

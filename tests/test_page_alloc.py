@@ -152,7 +152,7 @@ class _TakesTriton(random.Random):
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed: there is nothing to block")
 def test_the_kernel_strategy_stops_and_resumes_drawing_triton_with_the_block_whatever_it_drew_before() -> None:
-    from strategies.kv_configs import kernel
+    from harness.kits.kv.configs import kernel
 
     assert kernel(_TakesTriton(0), page_size=4) == "triton"  # an answer a cache could keep
     with without_modules(["triton"]):

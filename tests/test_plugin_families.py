@@ -77,7 +77,7 @@ KIT = {
                 return len(self.free_slots)
     ''',
     "tinykit/driver.py": '''
-        from harness.judge.drivers.base import Driver, operation
+        from harness.judge.driver import Driver, operation
         from harness.judge.invariants import check
         from pools.errors import DoubleFreeError
 

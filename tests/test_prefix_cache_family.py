@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from harness.bench.workloads import workload_for
-from harness.canaries.prefix_cache import CANARIES
-from harness.judge.drivers.base import Driver
-from harness.judge.drivers.prefix_cache import PrefixCacheDriver
+from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, load_factory, resolve
 from harness.judge.invariants import INVARIANTS, InvariantViolation
-from harness.judge.models.prefix_cache import PrefixCacheModel
+from harness.kits.prefix_cache.canaries import CANARIES
+from harness.kits.prefix_cache.driver import PrefixCacheDriver
+from harness.kits.prefix_cache.model import PrefixCacheModel
 from pools.prefix_cache import build_prefix_cache
 from pools.protocols import PrefixCache
 from tests.conftest import DEVICES

@@ -20,7 +20,7 @@ from harness.traces.realistic import lift, lift_step, shrink_realistic, unrealis
 from harness.traces.replay import replay_trace
 from harness.traces.shrink import shrink_trace
 
-PAGE_1_DECODE = "harness.canaries.kv:PageSize1DecodeConsumesNothing"
+PAGE_1_DECODE = "harness.kits.kv.canaries:PageSize1DecodeConsumesNothing"
 """Upstream SGLang finding 1 put back in our paged allocator: decode at page size 1 consumes nothing."""
 
 

@@ -19,11 +19,11 @@ import pytest
 import torch
 from hypothesis import Phase
 
-from harness.canaries.scheduler import CeilRetractScheduler as CeilRetractDriver
-from harness.judge.drivers.scheduler import SchedulerDriver, SchedulerPools, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
+from harness.kits.scheduler.canaries import CeilRetractScheduler as CeilRetractDriver
+from harness.kits.scheduler.driver import SchedulerDriver, SchedulerPools, build_scheduler_pools
+from harness.kits.scheduler.machine import scheduler_machine
 from harness.machines import run_machine, settings_for
-from harness.machines.scheduler import scheduler_machine
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import triton_available
 from tests.conftest import DEVICES

@@ -18,9 +18,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from harness.canaries.scheduler import cached_part_freeing_pools, lock_keeping_pools, window_keeping_pools
-from harness.judge.drivers.scheduler import SchedulerDriver, build_scheduler_pools
 from harness.judge.invariants import InvariantViolation
+from harness.kits.scheduler.canaries import cached_part_freeing_pools, lock_keeping_pools, window_keeping_pools
+from harness.kits.scheduler.driver import SchedulerDriver, build_scheduler_pools
 from harness.machines.table import config_strategy
 
 PS = 4

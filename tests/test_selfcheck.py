@@ -51,7 +51,8 @@ def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytes
 
 def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     unwritten = Family(name="future", summary="not written yet", default="pools:ReqToTokenPool",
-                       driver="harness.judge.drivers.rows:RowPoolDriver", moves="strategies.not_yet:table")
+                       driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.future.moves:table",
+                       limits=FAMILIES["req_to_token"].limits)
     monkeypatch.setitem(FAMILIES, "future", unwritten)
     monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))
     outcome = selfcheck.check_canary("future-bug", seconds=1)

@@ -1,10 +1,10 @@
 """The ``swa_kv`` and ``pure_swa_kv`` families: scripted driver runs, no hypothesis.
 
-Each historical bug (``harness/canaries/swa.py``) is caught by its invariant on a short
+Each historical bug (``harness/kits/swa/canaries.py``) is caught by its invariant on a short
 script that passes on our pool; ``swa-mapping`` and per-side ``conservation`` are shown to
 trip by broken pools defined here; every misuse probe is rejected by our pool and skipped
 when misuse is off; the bench workloads and the walk's sampled configurations (the families' move
-tables, :mod:`strategies.swa`) run clean.
+tables, :mod:`harness.kits.swa.moves`) run clean.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from harness.canaries.swa import CANARIES, NonAtomicDecode, TailHeadKeepsOldEntries, TombstoneKeepsItsEntry, UnmapsOnlyNamedTokens
-from harness.judge.drivers.base import Driver
-from harness.judge.drivers.pure_swa import PureSWAKVDriver
-from harness.judge.drivers.swa import SWAKVDriver
+from harness.judge.driver import Driver
 from harness.judge.invariants import InvariantViolation
+from harness.kits.swa.canaries import CANARIES, NonAtomicDecode, TailHeadKeepsOldEntries, TombstoneKeepsItsEntry, UnmapsOnlyNamedTokens
+from harness.kits.swa.driver import SWAKVDriver
+from harness.kits.swa.moves import pure_swa_kv_table, swa_kv_table
+from harness.kits.swa.pure import PureSWAKVDriver
+from harness.kits.swa.random_moves import CORNER_RECYCLED_TAIL, CORNER_SWA_SHORT_DECODE
 from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
-from strategies.swa import pure_swa_kv_table, swa_kv_table
-from strategies.swa_moves import CORNER_RECYCLED_TAIL, CORNER_SWA_SHORT_DECODE
 from strategies.table import MoveTable, step_of
 
 Steps = list[tuple[str, dict[str, Any]]]
@@ -215,7 +215,7 @@ class RecordsFrees(SWATokenToKVPoolAllocator):
 def test_a_target_that_does_not_validate_gets_the_frees_upstreams_callers_send(monkeypatch: pytest.MonkeyPatch) -> None:
     """free at page size 1 needs every peer mapped (allocator/swa.py:467-475, :558-560), so a request partly out of
     the window goes as free_kv_row_segments sends it: free_full of the part without peers, then free of the rest."""
-    from harness.judge.drivers.swa_contract import CONTRACT, rule_for
+    from harness.kits.swa.contract import CONTRACT, rule_for
 
     assert rule_for("free", 1).needs == "peers mapped" and rule_for("free", 4).needs == "live pages"
     assert rule_for("free_full", 1) is rule_for("free_full", 4) and all(rule.evidence for rule in CONTRACT)

@@ -21,13 +21,13 @@ from harness.judge.differential import check_allocators
 from harness.judge.families import family, load_factory, validates_input
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
+from harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
 from harness.machines import run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
 from harness.upstream import loader
 from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, unavailable_reason
 from harness.upstream.sources import UpstreamUnavailableError
-from strategies.page_alloc import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
 
 MISSING = unavailable_reason()
 needs_upstream = pytest.mark.skipif(MISSING is not None, reason=f"upstream SGLang unavailable: {MISSING}")

@@ -178,7 +178,7 @@ def test_the_differential_catches_a_cache_that_evicts_in_another_order() -> None
 # ---------------------------------------------------------------- machines
 def _recency_only(machine: type[PoolMachine]) -> type[PoolMachine]:
     """The prefix-cache machine with LRU/MRU configs only (kept for speed; every policy is fuzzed by the CLI runs)."""
-    from strategies.prefix_cache import prefix_cache_table
+    from harness.kits.prefix_cache.moves import prefix_cache_table
 
     return type(f"{machine.__name__}-recency", (machine,), {"table": prefix_cache_table(policies=RECENCY)})
 

@@ -23,11 +23,11 @@ import torch
 
 from harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
 from harness.bench.detect import bench_routes, bench_time_to_detect
-from harness.bench.prefix_cache import bench_prefix_cache
 from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, machine_description, to_markdown, to_text, verdict
 from harness.bench.versus_upstream import bench_versus_upstream
 from harness.bench.workloads import checked_and_bare, workloads
 from harness.helptext import prog, summary
+from harness.kits.prefix_cache.bench import bench_prefix_cache
 from pools.mamba import MambaSlotAllocator
 from pools.page_alloc import get_kernel, triton_available
 from pools.req_to_token import ReqToTokenPool

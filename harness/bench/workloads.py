@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.drivers.base import Driver
+from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from pools.errors import PoolError
 from pools.req_to_token import Req

@@ -6,7 +6,7 @@ pool: ``implementation`` is the family default, and ``expect`` records the
 violation on the canary::
 
     {"outcome": "violation", "invariant": "empty-pool-guard",
-     "implementation": "harness.canaries.rows:NegativeZeroSlice"}
+     "implementation": "harness.kits.rows.canaries:NegativeZeroSlice"}
 
 so ``python -m harness replay corpus/`` expects it to pass, and
 ``--target FAMILY=<canary>`` expects the recorded invariant.  Before writing,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.judge.drivers.base import Driver
+from harness.judge.driver import Driver
 from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
@@ -95,7 +95,7 @@ class WalkRun:
     steps: int = 0
     episodes: int = 0
     drains: int = 0
-    """Drain audits passed (:meth:`~harness.judge.drivers.base.Driver.drain_audit`), over every episode."""
+    """Drain audits passed (:meth:`~harness.judge.driver.Driver.drain_audit`), over every episode."""
     events: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:

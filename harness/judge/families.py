@@ -15,11 +15,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.judge.limits import FamilyLimits, register_limits
+from harness.judge.kit import Family
+from harness.judge.limits import register_limits
+from harness.judge.moved import current_module
 from harness.judge.plugins import plugin_families
 
 
@@ -27,225 +28,46 @@ class UnknownTargetError(LookupError):
     """A family name or ``module:attr`` spec that does not resolve."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Family:
-    """One pool family's kit: everything the harness needs to fuzz, replay, bench and check it.
-
-    Every reference is a ``module:attr`` (or module) string, resolved only when used,
-    so this registry imports nothing above the judge and a family whose optional
-    dependency is missing still lists.  Adding a family is one entry here plus the
-    modules it names (``docs/adding-a-family.md``); a package outside this repository
-    adds one through the ``poolfuzz.families`` entry point (:mod:`harness.judge.plugins`).
-    """
-
-    name: str
-    summary: str
-    default: str
-    """The pool factory fuzzed when no ``--target`` substitutes another."""
-    driver: str
-    """The :class:`~harness.judge.drivers.base.Driver` subclass that judges each step."""
-    moves: str
-    """The family's :class:`~strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
-    walk and bench workload are generated from it, so each input is declared once."""
-    bench_config: tuple[tuple[str, Any], ...] = ()
-    """The pool configuration the bench workload runs on, as ``(key, value)`` pairs."""
-    canaries: tuple[str, ...] = ()
-    """Modules whose ``CANARIES`` dicts plant this family's historical bugs (a module may serve several)."""
-    upstream: tuple[str, ...] = ()
-    """Target specs of upstream implementations of this family (``harness.upstream``)."""
-    invariants: tuple[str, ...] = ()
-    """The invariant ids this family's driver checks (``harness list`` shows them)."""
-    protocol: str = ""
-    """The ``typing.Protocol`` (``pools.protocols``) a pool class of this family satisfies: a
-    substitute class lacking one of its methods is refused before anything is built."""
-    device_path: bool = False
-    """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
-    optional_imports: tuple[str, ...] = ()
-    """Optional dependencies of the family's pools (``triton``): the machine tests and ``harness mutate`` also
-    run the family with each blocked from import (:mod:`harness.machines.without`), as a host without it would."""
-    variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
-    """Pinned variants of the family's machine that its machine tests run on the CPU, as ``(label, pins)``, each pin
-    a keyword of the ``moves`` function; ``harness mutate`` runs these (as ``name[label]``) in place of the machine."""
-    rate_target: int = 0
-    """Checked steps per second one fuzz worker must reach (``harness bench``); 0: no target."""
-    audit_period: int = 8
-    """Steps between the driver's full audits in the family's machine (the scheduler's conservation equation
-    runs with the audit, so it audits every 4)."""
-    drain_period: int = 128
-    """Steps between drain audits (the move table's ``drain`` plan run on a copy of the pool; also at teardown);
-    0: at teardown only.  Chosen from their measured cost (``docs/benchmarks.md``, "Drain audits")."""
-    limits: FamilyLimits | None = None
-    """The family's size limits (:mod:`harness.judge.limits`), for a plug-in family; ours are in ``LIMITS``."""
-    realistic: tuple[tuple[str, int | Callable[[Mapping[str, Any]], int]], ...] = ()
-    """The least value a server builds or sends, per config key or step argument (``op.arg``, ``op.arg[*][1]``;
-    a list's floor is its length), as an int or a function of the config: the floors of the realistic shrink
-    (:mod:`harness.traces.realistic`), so an upstream finding also reads as something a user could hit."""
-    not_covered: tuple[str, ...] = ()
-    """What the family's configurations do not reach, one line each with the reason (``harness list`` prints
-    them): a user reads there which of their deployment's paths the fuzzer leaves alone."""
-
-    @property
-    def bench_kwargs(self) -> dict[str, Any]:
-        return dict(self.bench_config)
+KITS = (
+    "harness.kits.rows",
+    "harness.kits.mamba",
+    "harness.kits.kv",
+    "harness.kits.scheduler",
+    "harness.kits.engine",
+    "harness.kits.prefix_cache",
+    "harness.kits.block_pool",
+    "harness.kits.swa",
+)
+"""Our family kits, one line each: a kit is a package whose ``__init__`` declares ``FAMILIES`` (:mod:`harness.kits`)."""
 
 
-_COMMON = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")
-_ROWS = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "generation-monotonic",
-         "clear-restores")
-_KV = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout", "group-window",
-       "clear-restores", "kernel-agreement")
-_MAMBA = (*_COMMON, "reserved-never-handed-out", "no-double-allocation", "group-window", "clear-restores")
-_COMBINATIONS = ("harness.canaries.combinations", "harness.canaries.combinations_caches")
+def _declared(module_name: str) -> tuple[Family, ...]:
+    module = importlib.import_module(module_name)
+    declared = tuple(getattr(module, "FAMILIES", ()))
+    assert declared and all(isinstance(f, Family) for f in declared), f"kit {module_name} declares no FAMILIES"
+    return declared
 
 
-def _config(**values: Any) -> tuple[tuple[str, Any], ...]:
-    return tuple(values.items())
-
-
-def _pages(count: int) -> Callable[[Mapping[str, Any]], int]:
-    """A realistic floor of ``count`` pages, in tokens of the config's ``page_size``."""
-    return lambda config: count * int(config.get("page_size") or 1)
-
-
-_ONE_TOKEN = (("alloc.need_size", 1), ("extend.batch[*][1]", 1))
-"""A request a scheduler sends has at least one token."""
-
-
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        Family(name="req_to_token", summary="request rows, tail pop", default="pools:ReqToTokenPool",
-               driver="harness.judge.drivers.rows:RowPoolDriver", moves="strategies.rows:row_table",
-               bench_config=_config(size=32, max_context_len=16, device="cpu"), canaries=("harness.canaries.rows",),
-               invariants=_ROWS, protocol="pools.protocols:RequestRowPool", rate_target=10_000),
-        Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
-               default="pools:DecodeReqToTokenPool", driver="harness.judge.drivers.rows:DecodeRowPoolDriver",
-               moves="strategies.rows:decode_row_table",
-               bench_config=_config(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
-               canaries=("harness.canaries.rows",), invariants=_ROWS, protocol="pools.protocols:RequestRowPool"),
-        Family(name="mamba_slots", summary="Mamba state slots with group windows", default="pools:MambaSlotAllocator",
-               driver="harness.judge.drivers.mamba:MambaSlotDriver", moves="strategies.mamba:mamba_slot_table",
-               bench_config=_config(size=16, device="cpu"), canaries=("harness.canaries.mamba",),
-               upstream=("harness.upstream:MambaSlots",), invariants=_MAMBA,
-               realistic=(("size", 4), ("alloc.need_size", 1), ("group_begin.num_reqs", 1)),
-               protocol="pools.protocols:MambaSlotPool",
-               device_path=True),
-        Family(name="hybrid_req_to_token", summary="request rows plus Mamba slots, all-or-nothing",
-               default="pools:HybridReqToTokenPool", driver="harness.judge.drivers.hybrid:HybridDriver",
-               moves="strategies.mamba:hybrid_table",
-               bench_config=_config(size=12, max_context_len=16, mamba_size=8, device="cpu"),
-               canaries=("harness.canaries.mamba",), invariants=(*_ROWS, "group-window"),
-               protocol="pools.protocols:HybridRowPool", device_path=True),
-        Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
-               driver="harness.judge.drivers.kv:TokenKVDriver", moves="strategies.kv:token_kv_table",
-               bench_config=_config(size=64, device="cpu"), canaries=("harness.canaries.kv",),
-               upstream=("harness.upstream:TokenKV",), invariants=_KV,
-               realistic=(("size", 16), ("alloc.need_size", 1)),
-               protocol="pools.protocols:TokenKVAllocator",
-               device_path=True),
-        Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
-               default="pools:PagedTokenToKVPoolAllocator", driver="harness.judge.drivers.paged_kv:PagedKVDriver",
-               moves="strategies.kv:paged_kv_table", bench_config=_config(size=256, page_size=4, device="cpu"),
-               canaries=("harness.canaries.kv",), upstream=("harness.upstream:PagedKV",), invariants=_KV,
-               realistic=(("size", _pages(4)), *_ONE_TOKEN),
-               protocol="pools.protocols:PagedKVAllocator", device_path=True, optional_imports=("triton",),
-               rate_target=4_000),
-        Family(name="scheduler",
-               summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
-               default="harness.judge.drivers.scheduler:build_scheduler_pools",
-               driver="harness.judge.drivers.scheduler:SchedulerDriver",
-               moves="strategies.scheduler:scheduler_table", audit_period=4,
-               variants=(("loop", _config(kernels=("loop",))), ("vectorized", _config(kernels=("vectorized",))),
-                         ("page_size=1", _config(kernels=("vectorized",), page_size=1)),
-                         ("hybrid", _config(kernels=("vectorized",), hybrid=True)),
-                         ("prefix_cache", _config(kernels=("vectorized",), mode="prefix_cache")),
-                         ("sliding_window", _config(kernels=("vectorized",), mode="sliding_window"))),
-               bench_config=_config(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
-                                    kernel="vectorized", device="cpu"),
-               canaries=("harness.canaries.scheduler", *_COMBINATIONS),
-               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
-                           "group-window", "clear-restores", "kernel-agreement", "scheduler-conservation",
-                           "kv-accounting", "lock-balance", "cache-accounting", "match-returns-inserted",
-                           "evict-spares-locked", "swa-mapping")),
-        Family(name="engine",
-               summary="SGLang 0.5.23's scheduler memory path: upstream's own calls on its pools and prefix cache "
-                       "(RadixCache, UnifiedRadixCache over the Rust or Python core; full attention, hybrid SWA or hybrid Mamba)",
-               default="harness.upstream:Engine", driver="harness.judge.drivers.engine:EngineDriver",
-               moves="strategies.engine:engine_table", audit_period=1,
-               bench_config=_config(cache="radix", page_size=1, rows=4, tokens=32, context=64, chunk=None,
-                                    new_token_ratio=0.1, pools="upstream", sliding_window=None, swa_tokens=0,
-                                    swa_eviction_interval=128, mamba_slots=0, device="cpu"),
-               canaries=("harness.canaries.engine",),
-               upstream=("harness.upstream:Engine",),
-               not_covered=(
-                   "speculative decoding: alloc_for_spec_decode writes rows with Triton, or sgl_kernel on CPU "
-                   "(allocation.py:745-763); neither runs without a GPU build",
-                   "Mamba above page size 1 (MambaComponent asserts page 1, components/mamba.py:74-79) and the Mamba extra "
-                   "buffer (track_mask_cpu.pin_memory(), schedule_batch.py:3830, raises on a CPU torch)",
-                   "SWA or Mamba over pools/: pools.swa and pools.mamba predate the 0.5.23 interfaces",
-                   "overlap scheduling, mixed chunks, HiCache, streaming sessions, PD disaggregation, LoRA, grammar: "
-                   "0.5.23 paths this loop does not drive",
-               ),
-               invariants=("valid-call-accepted", "reserved-never-handed-out", "no-double-allocation",
-                           "scheduler-conservation", "kv-accounting", "lock-balance", "swa-mapping", "scheduler-progress", "checker-agreement",
-                           "implementations-agree")),
-        Family(name="prefix_cache",
-               summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
-               default="pools.prefix_cache:build_prefix_cache", driver="harness.judge.drivers.prefix_cache:PrefixCacheDriver",
-               moves="strategies.prefix_cache:prefix_cache_table", audit_period=4,
-               bench_config=_config(size=64, page_size=4, eviction_policy="lru", device="cpu"),
-               canaries=("harness.canaries.prefix_cache",),
-               upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
-               invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
-                           "no-double-allocation", "page-layout", "cache-accounting", "lock-balance",
-                           "evict-spares-locked", "eviction-order", "match-returns-inserted", "kv-accounting"),
-               realistic=(("size", _pages(4)), *((f"{op}.prompt", 1) for op in ("request", "insert", "match", "lock"))),
-               protocol="pools.protocols:PrefixCache", device_path=True),
-        Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-               default="harness.judge.drivers.block_pool:build_block_pool",
-               driver="harness.judge.drivers.block_pool:BlockPoolDriver", moves="strategies.block_pool:block_pool_table",
-               bench_config=_config(num_gpu_blocks=33, enable_caching=True, device="cpu"),
-               canaries=("harness.canaries.block_pool",), upstream=("harness.upstream:VllmBlockPool",),
-               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "ref-count",
-                           "free-queue-order", "cache-map"),
-               realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
-               protocol="pools.protocols:BlockPoolLike"),
-        Family(name="swa_kv",
-               summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
-               default="pools:SWATokenToKVPoolAllocator", driver="harness.judge.drivers.swa:SWAKVDriver",
-               moves="strategies.swa:swa_kv_table",
-               bench_config=_config(size=256, size_swa=96, page_size=4, device="cpu"),
-               canaries=("harness.canaries.swa",), upstream=("harness.upstream:SWAKV",),
-               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "in-bounds", "page-layout",
-                           "group-window", "clear-restores", "swa-mapping"),
-               realistic=(("size", _pages(2)), ("size_swa", _pages(1)), *_ONE_TOKEN, ("tail.extend_len", 1)),
-               protocol="pools.protocols:SWAKVAllocator", device_path=True),
-        Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
-               default="pools:PureSWATokenToKVPoolAllocator", driver="harness.judge.drivers.pure_swa:PureSWAKVDriver",
-               moves="strategies.swa:pure_swa_kv_table",
-               bench_config=_config(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
-               invariants=(*_COMMON, "reserved-never-handed-out", "no-double-allocation", "page-layout",
-                           "group-window", "clear-restores", "swa-mapping"),
-               realistic=(("size_swa", _pages(2)), ("alloc.need_size", 1)),
-               protocol="pools.protocols:SWAKVAllocator"),
-    )
-}
+FAMILIES: dict[str, Family] = {f.name: f for kit in KITS for f in _declared(kit)}
+"""Every registered family by name: our kits' in :data:`KITS` order, then the plug-ins'."""
 
 for _plugged in plugin_families(FAMILIES, Family):
     FAMILIES[_plugged.name] = _plugged
-    if _plugged.limits is not None:
-        register_limits(_plugged.name, _plugged.limits)
+for _registered in FAMILIES.values():
+    register_limits(_registered.name, _registered.limits)
+
 
 ENV_VAR = "POOLFUZZ_TARGETS"
 
 
 def resolve(spec: str) -> Any:
-    """Import ``module:attr`` (``attr`` may be dotted)."""
+    """Import ``module:attr`` (``attr`` may be dotted); a module that has moved is read at its new name
+    (:mod:`harness.judge.moved`), so a trace saved before the move still resolves."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UnknownTargetError(f"target {spec!r} is not of the form module:attr")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = importlib.import_module(current_module(module_name))
     except ImportError as exc:
         raise UnknownTargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from exc
     for part in attr.split("."):

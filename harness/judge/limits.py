@@ -4,7 +4,7 @@ A trace is data from anywhere (a bug report, a hand edit, a damaged file), and
 its config goes straight into a pool constructor: ``num_gpu_blocks`` 10**12 would
 build a trillion blocks, and an ``alloc`` of 10**12 tokens is one call away.
 :func:`check_config` and :func:`check_step` hold every value that sizes an
-allocation against :data:`LIMITS` *before* anything is built or called, and raise
+allocation against its family's :class:`FamilyLimits` *before* anything is built or called, and raise
 :class:`LimitError` (a ``ValueError``) naming the field, its value and the limit.
 Config keys a family does not know are refused too.  The trace loader, the
 replay and the fuzz ``--target`` path all call these, so the numbers live here
@@ -38,8 +38,8 @@ so a replay's memory is bounded by construction, whatever the file says:
   shrinking), and :data:`MAX_TRACE_BYTES`, 16 MiB of file.
 
 This module imports nothing above the judge (no hypothesis, machines or fuzz).
-A family added to ``harness.judge.families`` needs its entry here too:
-:func:`check_config` refuses a family it has no limits for.
+Each family's row is part of its kit (``Family.limits``, required): a new family
+cannot skip its limits.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Footprint:
 
 @dataclass(frozen=True)
 class FamilyLimits:
-    """One family's row of :data:`LIMITS`."""
+    """One family's limits (its kit's ``Family.limits``)."""
 
     config: Mapping[str, Limit]
     """Every key a trace's config may hold, and its bound."""
@@ -119,91 +119,30 @@ class FamilyLimits:
     """Step arguments that size a call, as ``op.arg`` or ``op.arg[*][1]`` (items of a list), and their bound."""
 
 
-def _rows_cells(n: Callable[[str, int], int]) -> int:
-    return (n("size", 0) + n("pre_alloc_size", 0)) * n("max_context_len", 0)
-
-
-def _mamba_state(n: Callable[[str, int], int]) -> int:
-    return n("num_layers", 1) * (n("mamba_size", 0) + 1) * (n("conv_shape", 4) + n("temporal_shape", 4))
-
-
-_ROW_CELLS = Footprint("(size + pre_alloc_size) x max_context_len", CELLS, _rows_cells)
-_ROW_CONFIG = {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "device": SETTING}
-_ROW_ARGS = {"alloc_rows.need_size": REQUEST, "alloc_rows_non_int.need_size": REQUEST,
-             "write.start": REQUEST, "write.length": REQUEST}
-_KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST,
-            "free_segment.trim": REQUEST}
-_PAGED = {"page_size": Limit(1, PAGE), "need_sort": SETTING, "kernel": SETTING, "check_layout": SETTING}
-
-LIMITS: dict[str, FamilyLimits] = {
-    "req_to_token": FamilyLimits(_ROW_CONFIG, (_ROW_CELLS,), _ROW_ARGS),
-    "decode_req_to_token": FamilyLimits({**_ROW_CONFIG, "pre_alloc_size": Limit(0, ROWS)}, (_ROW_CELLS,), _ROW_ARGS),
-    "mamba_slots": FamilyLimits({"size": Limit(0, ROWS), "device": SETTING}, (),
-                                {"alloc.need_size": REQUEST, "group_begin.num_reqs": REQUEST}),
-    "hybrid_req_to_token": FamilyLimits(
-        {**_ROW_CONFIG, "mamba_size": Limit(0, ROWS), "num_layers": Limit(1, LAYERS),
-         "conv_shape": Limit(1, STATE_DIM, dims=4), "temporal_shape": Limit(1, STATE_DIM, dims=4)},
-        (_ROW_CELLS, Footprint("num_layers x (mamba_size + 1) x (conv_shape + temporal_shape elements)", CELLS,
-                               _mamba_state)),
-        {**_ROW_ARGS, "group_begin.num_reqs": REQUEST}),
-    "token_kv": FamilyLimits({"size": Limit(0, TOKENS), "need_sort": SETTING, "device": SETTING}, (), _KV_ARGS),
-    "paged_kv": FamilyLimits({"size": Limit(0, TOKENS), **_PAGED, "device": SETTING}, (),
-                             {**_KV_ARGS, "extend.batch[*][1]": REQUEST}),
-    "swa_kv": FamilyLimits(
-        {"size": Limit(0, TOKENS), "size_swa": Limit(0, TOKENS), **_PAGED, "device": SETTING}, (),
-        {"alloc.need_size": REQUEST, "alloc_non_int.need_size": REQUEST, "extend.batch[*][1]": REQUEST,
-         "tail.extend_len": REQUEST, "tail.swa_tail_len": REQUEST, "free_swa.pages": REQUEST}),
-    "pure_swa_kv": FamilyLimits(
-        {"size_swa": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "need_sort": SETTING, "device": SETTING}, (),
-        _KV_ARGS),
-    "prefix_cache": FamilyLimits(
-        {"size": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "eviction_policy": SETTING, "device": SETTING}, (),
-        {"evict.num_tokens": REQUEST, "insert_mismatched.extra": REQUEST, "cache_over.page_size": PAGE}),
-    "block_pool": FamilyLimits(
-        {"num_gpu_blocks": Limit(1, BLOCKS), "enable_caching": SETTING, "device": SETTING}, (),
-        {"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST, "slide.num_skipped": REQUEST}),
-    "engine": FamilyLimits(
-        {"cache": SETTING, "page_size": Limit(1, PAGE), "rows": Limit(1, ROWS), "tokens": Limit(1, TOKENS),
-         "context": Limit(8, CONTEXT), "chunk": Limit(1, CONTEXT, nullable=True), "new_token_ratio": SETTING,
-         "pools": SETTING, "sliding_window": Limit(1, CONTEXT, nullable=True), "swa_tokens": Limit(0, TOKENS),
-         "swa_eviction_interval": Limit(1, CONTEXT), "mamba_slots": Limit(0, ROWS), "waiting_timeout": SETTING,
-         "device": SETTING},
-        (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),),
-        {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
-         "crowd.count": ROWS, "crowd.max_new": REQUEST, "run.iterations": REQUEST}),
-    "scheduler": FamilyLimits(
-        {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "page_size": Limit(1, PAGE),
-         "kv_pages": Limit(0, TOKENS), "hybrid": SETTING, "mamba_size": Limit(0, ROWS), "need_sort": SETTING,
-         "kernel": SETTING, "device": SETTING, "prefix_cache": SETTING, "eviction_policy": SETTING,
-         "sliding_window": Limit(0, CONTEXT, nullable=True), "swa_pages": Limit(0, TOKENS)},
-        (Footprint("size x max_context_len", CELLS, lambda n: n("size", 0) * n("max_context_len", 0)),
-         Footprint("kv_pages x page_size", TOKENS, lambda n: n("kv_pages", 0) * n("page_size", 1)),
-         Footprint("swa_pages x page_size", TOKENS, lambda n: n("swa_pages", 0) * n("page_size", 1))),
-        {"admit.requests[*][*]": REQUEST, "admit.reserve_extra": REQUEST, "prefill.chunk": REQUEST,
-         "retract.keep": REQUEST}),
-}
-"""The table: family, then config key (with the footprints over several) and step argument, to its bound."""
+# ------------------------------------------------------------------ checks
+LIMITS: dict[str, FamilyLimits] = {}
+"""Every registered family's limits by name: :mod:`harness.judge.families` fills it from the kits' ``Family.limits``
+as it builds the registry (this module stays below the registry, so it does not import it)."""
 
 
 def register_limits(family: str, row: FamilyLimits) -> None:
-    """Add a plug-in family's row (its kit's ``limits``); the registry calls this as it loads the plug-in."""
+    """Add ``family``'s row; the registry calls this once per family it registers."""
     if family in LIMITS:
         raise ValueError(f"{family!r} already has size limits")
     LIMITS[family] = row
 
 
-# ------------------------------------------------------------------ checks
 def limits_for(family: str) -> FamilyLimits:
-    """The family's row; a family without one is refused, so a new family cannot skip its limits."""
+    """The family's row (its kit's ``Family.limits``); a family the registry does not hold is refused."""
     row = LIMITS.get(family)
     if row is None:
         raise LimitError(family, "family", family, None,
-                         f"{family!r} has no size limits (harness.judge.limits.LIMITS); known: {', '.join(LIMITS)}")
+                         f"{family!r} has no size limits (no registered family declares it); known: {', '.join(LIMITS)}")
     return row
 
 
 def check_config(family: str, config: Mapping[str, object]) -> None:
-    """Refuse a pool config that names a key ``family`` does not know or a size outside :data:`LIMITS`.
+    """Refuse a pool config that names a key ``family`` does not know or a size outside its limits.
 
     Raises :class:`LimitError` for the first offending key (in the config's
     order), then for the first footprint over its bound.  Nothing is built.
@@ -238,7 +177,7 @@ def check_steps(family: str, steps: Sequence[Mapping[str, Any]], config: Mapping
 
 def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[str, object], *,
                index: int | None = None) -> None:
-    """Refuse step arguments that would size an allocation beyond :data:`LIMITS` (``index``: for the field name).
+    """Refuse step arguments that would size an allocation beyond its family's limits (``index``: for the field name).
 
     ``construct`` (a malformed config the pool must refuse) may break lower
     bounds, that is its point, but not upper ones: the merged config's sizes

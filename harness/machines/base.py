@@ -25,7 +25,7 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from harness.judge.drivers.base import Driver
+from harness.judge.driver import Driver
 from harness.judge.families import family, resolve
 from strategies.choosers import Chooser, DataChooser
 from strategies.table import Move, MoveTable, corner_steps

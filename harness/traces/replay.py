@@ -69,7 +69,7 @@ class ReplayResult:
     """The steps the driver ran, without those it skipped as not applicable (the shrinker keeps these)."""
     off_path: tuple[tuple[int, str, str], ...] = field(default=(), repr=False, compare=False)
     """``(step, op, what the callers do instead)`` for each step the target accepts but its callers do not send
-    today (:attr:`~harness.judge.drivers.base.Driver.off_path`, from the target's caller contract)."""
+    today (:attr:`~harness.judge.driver.Driver.off_path`, from the target's caller contract)."""
     total: int | None = None
 
     @property

@@ -67,7 +67,7 @@ _WRAPPERS: dict[str, tuple[str, Callable[[], object]]] = {
     "RustTreeCore": ("harness.upstream.rust_core_adapter:RustTreeCore", _load_rust_tree_core),
     "SWAKV": ("harness.upstream.swa_adapters:SWAKV", _load_sglang_cache),
     "PureSWAKV": ("harness.upstream.swa_adapters:PureSWAKV", _load_sglang_cache),
-    "Engine": ("harness.judge.drivers.engine:build_engine", _load_engine),
+    "Engine": ("harness.kits.engine.driver:build_engine", _load_engine),
 }
 """Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and what loads upstream first
 (SGLang's allocators; its prefix-cache and SWA modules, plus the wheel's Rust core; vLLM; the scheduler path)."""

@@ -89,7 +89,7 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
 
 def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
     """The steps of the trace at ``trace`` that the target accepts but its callers do not send today, each with
-    what they do instead (:attr:`harness.judge.drivers.base.Driver.off_path`), up to the failing step."""
+    what they do instead (:attr:`harness.judge.driver.Driver.off_path`), up to the failing step."""
     path = Path(trace)
     try:
         return _off_path_steps(str(path.resolve()), path.stat().st_mtime_ns)

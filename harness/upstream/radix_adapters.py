@@ -141,7 +141,7 @@ class RadixCacheOver(UpstreamCacheOver):
     poolfuzz_split_ages: ClassVar[str] = "fresh"
     """The legacy tree stamps a split's upper half as created at the split (``radix_cache.py:677-700``, ``TreeNode()``
     at ``:260``); the default ``UnifiedTreeCore`` keeps the child's (``unified_tree_core.py:1476``).  The model
-    (:data:`harness.judge.models.prefix_cache.SPLIT_AGES`) follows whichever rule the target declares."""
+    (:data:`harness.kits.prefix_cache.model.SPLIT_AGES`) follows whichever rule the target declares."""
 
     def _attach(self) -> None:
         self.mods: SglangCacheModules = load_sglang_cache()

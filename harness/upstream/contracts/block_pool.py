@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.judge.models.block_pool import NULL_BLOCK
+from harness.kits.block_pool.model import NULL_BLOCK
 
 CORE = "v1/core/single_type_kv_cache_manager.py"
 HISPARSE = "v1/hisparse/coordinator.py"

@@ -1,5 +1,5 @@
 """The calls SGLang 0.5.23's scheduler makes on its memory path, as the engine loop makes them (target
-``harness.upstream:Engine``, the factory :func:`harness.judge.drivers.engine.build_engine`).
+``harness.upstream:Engine``, the factory :func:`harness.kits.engine.driver.build_engine`).
 
 The fuzzer does not call a pool here: it chooses what users and the model choose (arrivals,
 which requests sample EOS, aborts, when the scheduler iterates), and

@@ -14,7 +14,7 @@ to ``free_segments``, whose per-segment calls at page size 1 are ``free_swa`` + 
 the full side, as ``free`` is (``allocator/swa.py:474-475``, ``:625-631``); an allocation
 that fails after the fact is given back with ``free`` (``allocation.py:471``).  The driver
 reaches the same code through ``free`` / ``free_swa`` / ``free_full``; which of the three a
-set of pages may be sent is :data:`harness.judge.drivers.swa_contract.CONTRACT` (the class's
+set of pages may be sent is :data:`harness.kits.swa.contract.CONTRACT` (the class's
 own ``expect``s), consulted here so there is one table.  Batches bracket their releases in
 ``free_group_begin`` / ``free_group_end`` and ``clear`` runs only from ``flush_cache``.
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
-from harness.judge.drivers.swa_contract import CONTRACT as FREE_RULES
-from harness.judge.drivers.swa_contract import allows as free_allows
+from harness.kits.swa.contract import CONTRACT as FREE_RULES
+from harness.kits.swa.contract import allows as free_allows
 from harness.upstream.contracts._callers import (
     ALLOC,
     BATCH_BEGIN,
@@ -116,7 +116,7 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
              note="a tree node whose SWA was tombstoned"),
     ),
 }
-"""The upstream lines of each :class:`~harness.judge.drivers.swa_contract.FreeRule`'s evidence, by (call, page sizes)."""
+"""The upstream lines of each :class:`~harness.kits.swa.contract.FreeRule`'s evidence, by (call, page sizes)."""
 
 _uncited = {(rule.call, rule.page_sizes) for rule in FREE_RULES} ^ set(FREE_RULE_CITES)
 if _uncited:

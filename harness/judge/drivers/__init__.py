@@ -1,1 +1,0 @@
-"""Drivers: one per pool family; operations as data, judged against the shadow model."""

@@ -1,0 +1,25 @@
+"""The block-pool kit: vLLM-v1-style ref-counted blocks (prefix hits, an LRU free queue, eviction).
+
+``moves`` (the table), ``catalogue`` (misuse and corners), ``views``, ``model`` (ref counts, the
+free queue's order, the cache map), ``driver`` and ``misuse``, ``canaries``.  The pool is
+:mod:`pools.block_pool`; vLLM's ``BlockPool`` is its upstream target.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.limits import BLOCKS, REQUEST, SETTING, FamilyLimits, Limit
+
+FAMILIES = (
+    Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
+           default="harness.kits.block_pool.driver:build_block_pool",
+           driver="harness.kits.block_pool.driver:BlockPoolDriver", moves="harness.kits.block_pool.moves:block_pool_table",
+           bench_config=settings(num_gpu_blocks=33, enable_caching=True, device="cpu"),
+           canaries=("harness.kits.block_pool.canaries",), upstream=("harness.upstream:VllmBlockPool",),
+           invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
+           realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
+           protocol="pools.protocols:BlockPoolLike",
+           limits=FamilyLimits({"num_gpu_blocks": Limit(1, BLOCKS), "enable_caching": SETTING, "device": SETTING}, (),
+                               {"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST,
+                                "slide.num_skipped": REQUEST})),
+)

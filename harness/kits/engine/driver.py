@@ -1,0 +1,236 @@
+"""The ``engine`` family's driver: scheduler iterations of SGLang's memory path, judged after each one.
+
+The pool under test is an :class:`harness.upstream.engine.EngineLoop`: upstream's ``ReqToTokenPool``,
+KV allocator and prefix cache driven by upstream's own scheduler calls.  The fuzzer chooses only
+what a user and a model choose: which requests arrive (prompts that share prefixes on purpose,
+output budgets), which running requests sample EOS at a result, which get aborted, and when the
+scheduler iterates.  What the scheduler then does with memory (admission, chunking, eviction,
+retraction, checkpoints, releases) is upstream's decision, so every call order reached is one the
+0.5.23 scheduler produces.  After every step both judges of :mod:`harness.kits.engine.checks` run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from harness.judge.driver import SKIPPED, Driver, operation
+from harness.judge.invariants import InvariantViolation
+from harness.kits.engine.checks import UpstreamChecker, judge
+from harness.upstream.engine_loader import active
+
+STEMS: tuple[tuple[int, ...], ...] = (
+    (11, 12, 13, 14, 15, 16, 17, 18),
+    (11, 12, 13, 14, 21, 22, 23, 24),
+    (31, 32, 33, 34, 35, 36, 37, 38),
+)
+"""Prompt stems: the first two share a four-token prefix (a split), the third shares nothing."""
+
+
+class EngineDriver(Driver):
+    """Arrivals, iterations and aborts on one :class:`~harness.upstream.engine.EngineLoop`, or two in step.
+
+    With ``pools="both"`` every step runs on a loop over upstream's pools and on a mirror over
+    poolfuzz's (:mod:`harness.upstream.engine_ours`); after each step both are judged and their
+    observable states compared (``implementations-agree``).
+    """
+
+    family = "engine"
+
+    def __init__(self, factory: Callable[..., Any], config: dict[str, Any], **kwargs: Any) -> None:
+        kwargs["audit_period"] = 1
+        super().__init__(factory, config, **kwargs)
+        self.loop = self.pool
+        self.loops = [self.loop]
+        if config.get("pools") == "both":
+            self.loops.append(factory(**{**config, "pools": "poolfuzz"}))
+        self.checkers = [UpstreamChecker(loop) for loop in self.loops]
+
+    def step(self, op: str, **args: Any) -> Any:
+        """One step with upstream's modules in place for all of it (one :func:`active` window, not one per call)."""
+        with active(self.loop.m):
+            return super().step(op, **args)
+
+    def audit_now(self) -> None:
+        with active(self.loop.m):
+            super().audit_now()
+
+    # ------------------------------------------------------------------ operations
+    @operation
+    def arrive(self, stem: int, length: int, tail: int, max_new: int) -> None:
+        """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
+        base = STEMS[stem % len(STEMS)]
+        prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
+        admitted = [loop.arrive(prompt, max(1, max_new)) is not None for loop in self.loops]
+        if not admitted[0]:
+            self.event("a request refused at admission (too long for the server)")
+        return None
+
+    @operation
+    def crowd(self, count: int, max_new: int) -> None:
+        """``count`` requests with long outputs arrive at once: decode outgrows memory and retracts."""
+        for i in range(count):
+            prompt = [11, 12, 13, 14, 50 + (self.steps + i) % 40]
+            for loop in self.loops:
+                loop.arrive(prompt, max(1, max_new))
+        self.event("a crowd arrived")
+        return None
+
+    @operation
+    def iterate(self, eos: list[int]) -> str:
+        """One scheduler iteration; the live requests at positions ``eos`` sample EOS at its result."""
+        from harness.upstream.engine import EOS
+
+        kinds = []
+        for loop in self.loops:
+            live = list(loop.running_batch.reqs) + list(loop.waiting_queue)
+            tokens = {live[i].rid: EOS for i in eos if i < len(live)}
+            try:
+                kinds.append(loop.iterate(tokens))
+            except InvariantViolation:
+                raise
+            except Exception as exc:  # upstream raised inside its own scheduler path
+                raise InvariantViolation("valid-call-accepted", f"scheduler iteration over {loop.config.pools} pools raised "
+                                         f"{type(exc).__name__}: {exc}", iteration=loop.iterations) from exc
+        self.event(f"iteration: {kinds[0]}")
+        return kinds[0]
+
+    @operation
+    def run(self, iterations: int) -> None:
+        """``iterations`` scheduler iterations with no EOS: requests decode to their budgets (retracting if short)."""
+        for _ in range(iterations):
+            self.iterate([])
+            self.audit_now()
+        return None
+
+    @operation
+    def abort(self, pick: int) -> Any:
+        """Abort a queued or running request (the ``abort_request`` path)."""
+        live = [r.rid for r in self.loop.waiting_queue] + [r.rid for r in self.loop.running_batch.reqs]
+        if not live:
+            return SKIPPED
+        rid = live[pick % len(live)]
+        wheres = [loop.abort(rid) for loop in self.loops]
+        self.event(f"abort of a {wheres[0]} request")
+        return None
+
+    # ------------------------------------------------------------------ judging
+    def observe(self) -> Hashable:
+        return fingerprint(self.loop)
+
+    def audit(self) -> None:
+        for loop, checker in zip(self.loops, self.checkers):
+            judge(loop, checker)
+        if len(self.loops) == 2:
+            ours, theirs = fingerprint(self.loops[1]), fingerprint(self.loops[0])
+            if ours != theirs:
+                fields = [name for name, a, b in zip(FINGERPRINT_FIELDS, theirs, ours) if a != b]
+                raise InvariantViolation(
+                    "implementations-agree", f"the same iterations over upstream's pools and poolfuzz's differ in {fields}",
+                    upstream=dict(zip(FINGERPRINT_FIELDS, theirs)), poolfuzz=dict(zip(FINGERPRINT_FIELDS, ours)),
+                )
+
+    def teardown(self) -> None:
+        """Drain: every request finishes (EOS), judged each iteration, then the idle iteration's checks run."""
+        with active(self.loop.m):
+            self._drain()
+
+    def _drain_bound(self) -> int:
+        """Iterations enough to drain with EOS everywhere: each request's chunks, one decode, and slack for
+        the retractions a crowded pool forces (the bound only stops a loop that never drains)."""
+        loop = self.loop
+        reqs = list(loop.waiting_queue) + list(loop.running_batch.reqs) + ([loop.chunked_req] if loop.chunked_req else [])
+        chunk = loop.config.chunk or loop.config.context
+        return 4 * loop.config.rows + 8 + sum(2 + -(-(len(r.origin_input_ids) + len(r.output_ids)) // chunk) for r in reqs)
+
+    def _drain(self) -> None:
+        from harness.upstream.engine import EOS
+
+        for _ in range(self._drain_bound()):
+            # Drained once an iteration formed no batch with nothing live (``fully_idle``) and nothing arrived
+            # since: ``is_idle`` alone is true right after a prefill, whose batch joins the running batch only
+            # at the next iteration (scheduler.py:3943-3957).
+            if self.loop.fully_idle and self.loop.is_idle():
+                break
+            for loop in self.loops:
+                # Every request the next batch may hold: the running batch, the last prefill (it joins the running
+                # batch next), the chunked request and the queue (a re-prefilled request finishes at its prefill).
+                live = list(loop.running_batch.reqs) + list(loop.waiting_queue) + ([loop.chunked_req] if loop.chunked_req else [])
+                live += list(loop.last_batch.reqs) if loop.last_batch is not None else []
+                loop.iterate({r.rid: EOS for r in live})
+            self.audit_now()
+        else:
+            self.event("teardown did not drain: the idle checks see a busy loop")
+        for loop in self.loops:
+            loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
+        super().teardown()
+
+
+FINGERPRINT_FIELDS = ("free KV", "free rows", "evictable", "protected", "waiting", "running", "chunked", "rows")
+
+
+def fingerprint(loop: Any) -> tuple[Any, ...]:
+    """What a user of the loop can observe: sizes, who waits and runs, and each owner's row.
+
+    At page size 1 a row is compared slot by slot.  Above it, only each row's length: 0.5.23's
+    ``free_segment`` (allocator/paged.py:340) returns a row's pages in row order, while
+    ``pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
+    so the two free lists hold the same pages in another order and later rows name other pages.
+    """
+    rows = loop.req_to_token_pool.req_to_token
+    paged = loop.config.page_size > 1
+    owners = tuple((r.rid, r.kv.kv_allocated_len if paged else tuple(rows[r.kv.req_pool_idx, : r.kv.kv_allocated_len].tolist()))
+                   for r in loop.owners())
+    chunked = loop.chunked_req.rid if loop.chunked_req is not None else None
+    return (loop.allocator.available_size(), loop.req_to_token_pool.available_size(), int(loop.tree_cache.evictable_size()),
+            int(loop.tree_cache.protected_size()), tuple(r.rid for r in loop.waiting_queue),
+            tuple(r.rid for r in loop.running_batch.reqs), chunked, owners)
+
+
+def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
+                 chunk: int | None = None, pools: str = "upstream", new_token_ratio: float = 0.7,
+                 sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
+                 mamba_slots: int = 0, waiting_timeout: bool = False, device: str = "cpu") -> Any:
+    """The loop for one server shape (:class:`~harness.upstream.engine.EngineConfig`); ``pools="both"``
+    builds the upstream-pools loop, and the driver adds the poolfuzz mirror.  CPU only: ``device`` is
+    recorded, as every family's is, and must be ``"cpu"``."""
+    from harness.upstream.engine import EngineConfig, EngineLoop
+
+    if str(device) != "cpu":
+        raise ValueError(f"the engine target runs on CPU (upstream's Triton paths need a GPU build of sglang), not {device}")
+    return EngineLoop(EngineConfig(
+        cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
+        pools="upstream" if pools == "both" else pools, new_token_ratio=new_token_ratio,
+        sliding_window=sliding_window, swa_tokens=swa_tokens, swa_eviction_interval=swa_eviction_interval,
+        mamba_slots=mamba_slots, waiting_timeout=waiting_timeout,
+    ))
+
+
+build_engine.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+
+
+def build_engine_with_waiting_timeout(**config: Any) -> Any:
+    """Upstream's loop with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``--target engine=...:build_engine_with_waiting_timeout``).
+
+    Finding 5's hang stops a plain run within seconds; with the timeout a hung queue head is aborted, as a
+    server configured so would, and fuzzing goes on past it over every shape."""
+    return build_engine(**{**config, "waiting_timeout": True})
+
+
+build_engine_with_waiting_timeout.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+
+
+def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
+                          chunk: int | None = None, pools: str = "poolfuzz", new_token_ratio: float = 0.7,
+                          sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
+                          mamba_slots: int = 0, device: str = "cpu") -> Any:
+    """The same loop over poolfuzz's row pool and KV allocator alone (``--target engine=...:build_poolfuzz_engine``).
+
+    Every drawn shape runs over ``pools/``; a hybrid-SWA or hybrid-Mamba shape runs as full attention, since
+    ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
+    (``pools.swa`` predates it; ``pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
+    and :mod:`harness.upstream.engine_ours` has no adapter for it yet)."""
+    del mamba_slots
+    return build_engine(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
+                        pools="poolfuzz", new_token_ratio=new_token_ratio, sliding_window=None, swa_tokens=0,
+                        swa_eviction_interval=swa_eviction_interval, device=device)

@@ -1,0 +1,38 @@
+"""The KV allocator kit: ``token_kv`` (page size 1) and ``paged_kv`` (``PagedTokenToKVPoolAllocator``).
+
+``moves`` (the tables), ``configs`` (pool shapes), ``views``, ``page_moves`` (page-edge moves the
+SWA kit shares), ``catalogue`` (misuse and corners), ``model``, ``driver`` (the token allocator),
+``paged`` (its paged subclass), ``misuse`` and ``batches`` (malformed calls and their expected
+errors), ``page_kernel`` (the extend/decode kernels against the loop reference), ``canaries``.
+The pools are :mod:`pools.kv_allocator` and :mod:`pools.page_alloc`.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages, settings
+from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
+
+KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST,
+           "free_segment.trim": REQUEST}
+PAGED = {"page_size": Limit(1, PAGE), "need_sort": SETTING, "kernel": SETTING, "check_layout": SETTING}
+"""The keys of a paged allocator's config (the SWA kit's too)."""
+KV_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement")
+
+FAMILIES = (
+    Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
+           driver="harness.kits.kv.driver:TokenKVDriver", moves="harness.kits.kv.moves:token_kv_table",
+           bench_config=settings(size=64, device="cpu"), canaries=("harness.kits.kv.canaries",),
+           upstream=("harness.upstream:TokenKV",), invariants=KV_INVARIANTS,
+           realistic=(("size", 16), ("alloc.need_size", 1)),
+           protocol="pools.protocols:TokenKVAllocator", device_path=True,
+           limits=FamilyLimits({"size": Limit(0, TOKENS), "need_sort": SETTING, "device": SETTING}, (), KV_ARGS)),
+    Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
+           default="pools:PagedTokenToKVPoolAllocator", driver="harness.kits.kv.paged:PagedKVDriver",
+           moves="harness.kits.kv.moves:paged_kv_table", bench_config=settings(size=256, page_size=4, device="cpu"),
+           canaries=("harness.kits.kv.canaries",), upstream=("harness.upstream:PagedKV",), invariants=KV_INVARIANTS,
+           realistic=(("size", pages(4)), *ONE_TOKEN),
+           protocol="pools.protocols:PagedKVAllocator", device_path=True, optional_imports=("triton",),
+           rate_target=4_000,
+           limits=FamilyLimits({"size": Limit(0, TOKENS), **PAGED, "device": SETTING}, (),
+                               {**KV_ARGS, "extend.batch[*][1]": REQUEST})),
+)

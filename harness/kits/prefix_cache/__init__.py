@@ -1,0 +1,30 @@
+"""The prefix-cache kit: a radix tree over its KV allocator (match, insert, lock, evict, release).
+
+``moves`` (the table), ``model`` (the tree as prefixes, locks and ages), ``driver`` over ``calls``
+(one operation per cache call) and ``misuse``, ``bench`` (the eviction-heavy bench workload),
+``canaries``.  The cache is :mod:`pools.prefix_cache`; upstream's ``RadixCache`` and Rust tree
+core are its upstream targets.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import Family, pages, settings
+from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
+
+FAMILIES = (
+    Family(name="prefix_cache",
+           summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
+           default="pools.prefix_cache:build_prefix_cache", driver="harness.kits.prefix_cache.driver:PrefixCacheDriver",
+           moves="harness.kits.prefix_cache.moves:prefix_cache_table", audit_period=4,
+           bench_config=settings(size=64, page_size=4, eviction_policy="lru", device="cpu"),
+           canaries=("harness.kits.prefix_cache.canaries",),
+           upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
+           invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",
+                       "no-double-allocation", "page-layout", "cache-accounting", "lock-balance",
+                       "evict-spares-locked", "eviction-order", "match-returns-inserted", "kv-accounting"),
+           realistic=(("size", pages(4)), *((f"{op}.prompt", 1) for op in ("request", "insert", "match", "lock"))),
+           protocol="pools.protocols:PrefixCache", device_path=True,
+           limits=FamilyLimits(
+               {"size": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "eviction_policy": SETTING, "device": SETTING},
+               (), {"evict.num_tokens": REQUEST, "insert_mismatched.extra": REQUEST, "cache_over.page_size": PAGE})),
+)

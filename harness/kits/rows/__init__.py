@@ -1,0 +1,38 @@
+"""The request-row kit: ``req_to_token`` (``ReqToTokenPool``, tail pop) and ``decode_req_to_token`` (head pop).
+
+``moves`` (the move table and :class:`~harness.kits.rows.moves.RowView`), ``model`` (who holds
+which row), ``driver`` (one operation per pool call), ``canaries`` (the historical row bugs).
+The pools are :mod:`pools.req_to_token`.  The row limits below serve the hybrid pool's kit too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.limits import CELLS, CONTEXT, REQUEST, ROWS, SETTING, FamilyLimits, Footprint, Limit
+
+
+def _rows_cells(n: Callable[[str, int], int]) -> int:
+    return (n("size", 0) + n("pre_alloc_size", 0)) * n("max_context_len", 0)
+
+
+ROW_CELLS = Footprint("(size + pre_alloc_size) x max_context_len", CELLS, _rows_cells)
+ROW_CONFIG = {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "device": SETTING}
+ROW_ARGS = {"alloc_rows.need_size": REQUEST, "alloc_rows_non_int.need_size": REQUEST,
+            "write.start": REQUEST, "write.length": REQUEST}
+ROW_INVARIANTS = (*ALLOCATOR_INVARIANTS, "in-bounds", "generation-monotonic", "clear-restores")
+
+FAMILIES = (
+    Family(name="req_to_token", summary="request rows, tail pop", default="pools:ReqToTokenPool",
+           driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.rows.moves:row_table",
+           bench_config=settings(size=32, max_context_len=16, device="cpu"), canaries=("harness.kits.rows.canaries",),
+           invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool", rate_target=10_000,
+           limits=FamilyLimits(ROW_CONFIG, (ROW_CELLS,), ROW_ARGS)),
+    Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
+           default="pools:DecodeReqToTokenPool", driver="harness.kits.rows.driver:DecodeRowPoolDriver",
+           moves="harness.kits.rows.moves:decode_row_table",
+           bench_config=settings(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
+           canaries=("harness.kits.rows.canaries",), invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool",
+           limits=FamilyLimits({**ROW_CONFIG, "pre_alloc_size": Limit(0, ROWS)}, (ROW_CELLS,), ROW_ARGS)),
+)

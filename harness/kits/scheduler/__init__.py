@@ -1,0 +1,42 @@
+"""The scheduler kit: rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps.
+
+``moves`` (the table), ``machine`` (its hypothesis machine, pinned to a kernel or mode per
+variant), ``model`` and ``cache_model`` (the scheduler's ledger and its prefix cache), ``driver``
+over ``base``, ``kv``, ``cache`` and ``swa`` (one per memory path), ``canaries``.  The pools are
+our own (rows, Mamba, KV, prefix cache, SWA) composed by :func:`~harness.kits.scheduler.driver.build_scheduler_pools`.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.limits import CELLS, CONTEXT, PAGE, REQUEST, ROWS, SETTING, TOKENS, FamilyLimits, Footprint, Limit
+
+FAMILIES = (
+    Family(name="scheduler",
+           summary="rows, Mamba slots and KV (paged, prefix-cached or SWA) driven as scheduler steps",
+           default="harness.kits.scheduler.driver:build_scheduler_pools",
+           driver="harness.kits.scheduler.driver:SchedulerDriver",
+           moves="harness.kits.scheduler.moves:scheduler_table", audit_period=4,
+           variants=(("loop", settings(kernels=("loop",))), ("vectorized", settings(kernels=("vectorized",))),
+                     ("page_size=1", settings(kernels=("vectorized",), page_size=1)),
+                     ("hybrid", settings(kernels=("vectorized",), hybrid=True)),
+                     ("prefix_cache", settings(kernels=("vectorized",), mode="prefix_cache")),
+                     ("sliding_window", settings(kernels=("vectorized",), mode="sliding_window"))),
+           bench_config=settings(size=6, max_context_len=48, page_size=4, kv_pages=48, hybrid=True, mamba_size=6,
+                                 kernel="vectorized", device="cpu"),
+           canaries=("harness.kits.scheduler.canaries", "harness.canaries.combinations",
+                     "harness.canaries.combinations_caches"),
+           invariants=(*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement",
+                       "scheduler-conservation", "kv-accounting", "lock-balance", "cache-accounting",
+                       "match-returns-inserted", "evict-spares-locked", "swa-mapping"),
+           limits=FamilyLimits(
+               {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "page_size": Limit(1, PAGE),
+                "kv_pages": Limit(0, TOKENS), "hybrid": SETTING, "mamba_size": Limit(0, ROWS), "need_sort": SETTING,
+                "kernel": SETTING, "device": SETTING, "prefix_cache": SETTING, "eviction_policy": SETTING,
+                "sliding_window": Limit(0, CONTEXT, nullable=True), "swa_pages": Limit(0, TOKENS)},
+               (Footprint("size x max_context_len", CELLS, lambda n: n("size", 0) * n("max_context_len", 0)),
+                Footprint("kv_pages x page_size", TOKENS, lambda n: n("kv_pages", 0) * n("page_size", 1)),
+                Footprint("swa_pages x page_size", TOKENS, lambda n: n("swa_pages", 0) * n("page_size", 1))),
+               {"admit.requests[*][*]": REQUEST, "admit.reserve_extra": REQUEST, "prefill.chunk": REQUEST,
+                "retract.keep": REQUEST})),
+)

@@ -1,0 +1,43 @@
+"""The sliding-window kit: ``swa_kv`` (full and SWA pools in step) and ``pure_swa_kv`` (SWA only).
+
+``moves`` (the tables), ``random_moves`` and ``pure_moves`` (each family's random moves),
+``catalogue``, ``views``, ``model`` (both sides and their mapping), ``driver``, ``pure`` (the
+pure variant's driver), ``contract`` (which frees are allowed, with upstream's evidence),
+``batches``, ``checks`` and ``misuse``, ``canaries``.  It builds on the KV kit's driver and
+page moves.  The pools are :mod:`pools.swa`.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import ALLOCATOR_INVARIANTS, COMMON_INVARIANTS, ONE_TOKEN, Family, pages, settings
+from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
+from harness.kits.kv import KV_ARGS, PAGED
+
+SWA_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "swa-mapping")
+
+FAMILIES = (
+    Family(name="swa_kv",
+           summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
+           default="pools:SWATokenToKVPoolAllocator", driver="harness.kits.swa.driver:SWAKVDriver",
+           moves="harness.kits.swa.moves:swa_kv_table",
+           bench_config=settings(size=256, size_swa=96, page_size=4, device="cpu"),
+           canaries=("harness.kits.swa.canaries",), upstream=("harness.upstream:SWAKV",),
+           invariants=(*COMMON_INVARIANTS, "reserved-never-handed-out", "no-double-allocation", "in-bounds",
+                       "page-layout", "group-window", "clear-restores", "swa-mapping"),
+           realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, ("tail.extend_len", 1)),
+           protocol="pools.protocols:SWAKVAllocator", device_path=True,
+           limits=FamilyLimits(
+               {"size": Limit(0, TOKENS), "size_swa": Limit(0, TOKENS), **PAGED, "device": SETTING}, (),
+               {"alloc.need_size": REQUEST, "alloc_non_int.need_size": REQUEST, "extend.batch[*][1]": REQUEST,
+                "tail.extend_len": REQUEST, "tail.swa_tail_len": REQUEST, "free_swa.pages": REQUEST})),
+    Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
+           default="pools:PureSWATokenToKVPoolAllocator", driver="harness.kits.swa.pure:PureSWAKVDriver",
+           moves="harness.kits.swa.moves:pure_swa_kv_table",
+           bench_config=settings(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
+           invariants=SWA_INVARIANTS,
+           realistic=(("size_swa", pages(2)), ("alloc.need_size", 1)),
+           protocol="pools.protocols:SWAKVAllocator",
+           limits=FamilyLimits(
+               {"size_swa": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "need_sort": SETTING, "device": SETTING},
+               (), KV_ARGS)),
+)

@@ -1,0 +1,134 @@
+"""The ``pure_swa_kv`` family's random moves (``PureSWATokenToKVPoolAllocator``), read through
+:class:`~harness.kits.swa.views.PureSWAView`.
+
+The token allocator's moves on the pure variant's one page-size-1 pool, plus its SWA
+calls (``free_swa``, a free padded with 0 and -1, the no-op ``free_full``).  The table is
+:func:`harness.kits.swa.moves.pure_swa_kv_table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
+from harness.kits.kv.misuse import MALFORMED_FREES
+from harness.kits.swa.pure import PAGED_CALLS
+from harness.kits.swa.views import PureSWAView
+from strategies.choosers import Chooser
+from strategies.table import CORNER_EXACT, CORNER_REPEAT, Config, Move, Step, fixed, move_kinds, with_repeat
+
+PureDraw = Callable[[PureSWAView, Chooser], Step | None]
+
+
+def _pure_alloc(view: PureSWAView, choose: Chooser) -> Step:
+    """An allocation of a few slots (0 allocates nothing)."""
+    return "alloc", {"need_size": choose.choice((1, 2, 3, 0))}
+
+
+def _pure_fill(view: PureSWAView, choose: Chooser) -> Step:
+    """An allocation of exactly the free slots, or one more (refused) or one fewer."""
+    return "alloc", {"need_size": max(0, view.available() + choose.choice((0, 0, 1, -1)))}
+
+
+def _pure_free(view: PureSWAView, choose: Chooser) -> Step | None:
+    live = view.live()
+    return ("free", {"handle": choose.choice(live)}) if live else None
+
+
+def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
+    """Free inside an open free group (the scheduler's batch release)."""
+    return _pure_free(view, choose) if view.group_open() else None
+
+
+def _pure_open_group(view: PureSWAView, choose: Chooser) -> Step | None:
+    return ("group_begin", {}) if view.holds_pages() and not view.group_open() else None
+
+
+def _pure_free_part(view: PureSWAView, choose: Chooser) -> Step | None:
+    """The first 1-3 slots of an allocation (``sparse``: the same here, a page is one slot)."""
+    live = view.live()
+    if not live:
+        return None
+    return "free_part", {"handle": choose.choice(live), "count": choose.randint(1, 3),
+                         "sparse": choose.choice((False, True))}
+
+
+def _pure_free_through(op: str) -> PureDraw:
+    """``op`` of a live allocation: ``free_swa`` (the same release as ``free``), ``free_padded`` (0 and -1
+    around it, dropped), ``free_full`` (releases nothing: there is no full-attention pool)."""
+    def draw(view: PureSWAView, choose: Chooser) -> Step | None:
+        live = view.live()
+        return (op, {"handle": choose.choice(live)}) if live else None
+    return draw
+
+
+def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
+    """Close the open free group, or open one while slots are live."""
+    if view.group_open():
+        return "group_end", {}
+    return ("group_begin", {}) if view.holds_pages() else None
+
+
+def _pure_free_again(view: PureSWAView, choose: Chooser) -> Step | None:
+    gone = view.released()
+    return ("free_again", {"handle": choose.choice(gone)}) if gone else None
+
+
+def _pure_free_repeating(view: PureSWAView, choose: Chooser) -> Step | None:
+    """Live slots of one allocation freed with one of them named twice."""
+    live = view.live()
+    if not live:
+        return None
+    slots = view.slots(choose.choice(live))
+    return "free_indices", {"indices": with_repeat(choose.sample(slots, min(len(slots), choose.randint(1, 2))), choose)}
+
+
+def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:
+    """Raw slots from -1 to two past the end: padding, foreign, free and live ones."""
+    if not view.holds_pages():
+        return None
+    return "free_indices", {"indices": [choose.randint(-1, view.num_pages + 2) for _ in range(choose.randint(1, 3))]}
+
+
+def _pure_group_misuse(view: PureSWAView, choose: Chooser) -> Step:
+    """Begin inside an open free group (nesting), or end with none open."""
+    return ("group_begin", {}) if view.group_open() else ("group_end", {})
+
+
+def pure_swa_moves() -> tuple[Move, ...]:
+    """The random moves of a pure SWA pool, commonest first (hypothesis shrinks toward the first).
+
+    No ``merge``: the pure pool merges its staging area inside ``alloc`` only.
+    """
+    return (
+        Move("alloc", 4, _pure_alloc),
+        Move("free", 3, _pure_free),
+        Move("clear", 0.3, fixed("clear")),
+        Move("free group", 1.5, _pure_group),
+        Move("free in a free group", 1, _pure_free_in_group, setup=_pure_open_group),
+        Move("free part", 1, _pure_free_part),
+        Move("free_swa", 1, _pure_free_through("free_swa")),
+        Move("free padded", 1, _pure_free_through("free_padded")),
+        Move("free_full", 0.5, _pure_free_through("free_full")),
+        Move("alloc what is free", 0.5, _pure_fill, CORNER_EXACT),
+        Move("alloc negative", 0.2, fixed("alloc", need_size=-1), misuse=True),
+        Move("free again", 0.5, _pure_free_again, misuse=True),
+        Move("free repeating", 1, _pure_free_repeating, CORNER_REPEAT, misuse=True, setup=fixed("alloc", need_size=2)),
+        Move("free raw indices", 0.5, _pure_free_raw, misuse=True),
+        Move("group misuse", 0.2, _pure_group_misuse, misuse=True),
+    )
+
+
+PURE_SWA_MALFORMED: tuple[Config, ...] = ({"page_size": 2}, {"size_swa": -1}, {"size_swa": 2.5})
+"""Constructor overrides ``PureSWATokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
+
+
+def pure_swa_catalogue() -> tuple[Move, ...]:
+    """The token catalogue on a pure SWA pool (its constructor, its free forms) plus the paged calls it refuses."""
+    frees = {form: fixed("free_malformed", form=form) for form in MALFORMED_FREES if form != "2-D tensor"}
+    return (
+        *move_kinds("free of a malformed tensor", frees, 0.2),
+        *move_kinds("alloc of a non-integer size", {str(size): non_integer_alloc(size) for size in NON_INTEGER_SIZES}, 0.1),
+        *move_kinds("malformed constructor", {str(c): fixed("construct", overrides=c) for c in PURE_SWA_MALFORMED}, 0.1),
+        *move_kinds("paged call", {call: fixed("paged_call", call=call) for call in PAGED_CALLS}, 0.1),
+    )
