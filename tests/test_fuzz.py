@@ -34,7 +34,8 @@ from harness.fuzz.progress import Progress, clock, compact
 from harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
 from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.session import FuzzRun
-from harness.judge.families import FAMILIES, Family, UnknownTargetError
+from harness.judge.families import FAMILIES, UnknownTargetError
+from harness.judge.kit import Family
 from harness.traces.schema import load_trace
 
 REPO = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ KIT = {
     """,
     "tinykit/__init__.py": '''
         """A tiny slot pool's kit for poolfuzz: one registry entry, every part named by module:attr."""
-        from harness.judge.families import Family
+        from harness.judge.kit import Family
         from harness.judge.limits import SETTING, FamilyLimits, Limit
 
         FAMILY = Family(

@@ -6,7 +6,8 @@ import pytest
 
 from harness.canaries import CANARIES, Canary, selfcheck
 from harness.canaries.selfcheck import Outcome, exit_status, family_report, report
-from harness.judge.families import FAMILIES, Family
+from harness.judge.families import FAMILIES
+from harness.judge.kit import Family
 
 FAST = ["negative-zero-slice", "silent-double-free-rows", "decode-clear-forgets-prealloc", "clear-leaves-group-open"]
 

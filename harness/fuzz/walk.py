@@ -84,7 +84,7 @@ class WalkRun:
     device: str = "cpu"
     check_misuse: bool | None = None
     audit_period: int = 0
-    """Steps between full audits; 0: the family's (:attr:`~harness.judge.families.Family.audit_period`)."""
+    """Steps between full audits; 0: the family's (:attr:`~harness.judge.kit.Family.audit_period`)."""
     corpus: Path | None = None
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None

@@ -4,7 +4,7 @@ The replay shrinker (:mod:`harness.traces.shrink`) drives sizes toward 0, so an 
 finding reads "a 0-slot SWA pool, a request of 0 tokens": true, and minimal, and no
 scheduler builds it; a maintainer then has to work out whether the bug needs it.  A
 family's kit names the least value a server builds or sends for each config key or step
-argument (:attr:`~harness.judge.families.Family.realistic`: a pool of a few pages, a
+argument (:attr:`~harness.judge.kit.Family.realistic`: a pool of a few pages, a
 request of at least one token), and :func:`shrink_realistic` shrinks within those floors:
 
 1. lift the trace as found (unshrunk: it has the room to absorb the change) to the floors;
