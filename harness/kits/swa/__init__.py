@@ -9,7 +9,7 @@ page moves.  The pools are :mod:`pools.swa`.
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, COMMON_INVARIANTS, ONE_TOKEN, Family, pages, settings
+from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages, settings
 from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
 from harness.kits.kv import KV_ARGS, PAGED
 
@@ -22,8 +22,8 @@ FAMILIES = (
            moves="harness.kits.swa.moves:swa_kv_table",
            bench_config=settings(size=256, size_swa=96, page_size=4, device="cpu"),
            canaries=("harness.kits.swa.canaries",), upstream=("harness.upstream:SWAKV",),
-           invariants=(*COMMON_INVARIANTS, "reserved-never-handed-out", "no-double-allocation", "in-bounds",
-                       "page-layout", "group-window", "clear-restores", "swa-mapping"),
+           invariants=(*ALLOCATOR_INVARIANTS, "in-bounds", "page-layout", "group-window", "clear-restores",
+                       "swa-mapping"),
            realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, ("tail.extend_len", 1)),
            protocol="pools.protocols:SWAKVAllocator", device_path=True,
            limits=FamilyLimits(
