@@ -30,9 +30,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.judge.config import PoolConfig
 from strategies.choosers import Chooser
 
-Config = dict[str, Any]
+Overrides = dict[str, Any]
+"""Constructor keywords a catalogue move merges into a pool's config to build a malformed one (``construct``):
+deliberately outside the family's :class:`~harness.judge.config.PoolConfig`, so a plain mapping."""
 Step = tuple[str, dict[str, Any]]
 
 
@@ -61,21 +64,22 @@ def _the_driver(driver: Any) -> Any:
 class MoveTable:
     """A family's inputs: its configurations, random moves, catalogue, and the view the moves read.
 
-    ``configs(choose)`` draws a constructor configuration (the engine adds ``device``).
+    ``configs(choose)`` draws the family's typed configuration (:class:`~harness.judge.config.PoolConfig`;
+    the engine sets ``device``).
     ``view(driver)`` builds, once per pool, the object every draw receives; a table that
     declares none gets the driver itself (the tables written before views existed).
     ``occupancy(view)`` is the fraction of the pool in use, which hypothesis's
     ``target()`` maximises so examples reach full pools.
     """
 
-    configs: Callable[[Chooser], Config]
+    configs: Callable[[Chooser], PoolConfig]
     moves: tuple[Move, ...]
     catalogue: tuple[Move, ...] = ()
     view: Callable[[Any], Any] = _the_driver
     occupancy: Callable[[Any], float] | None = None
     bench_moves: tuple[str, ...] = field(default=())
     """Names of the moves the bench workload takes; empty: every valid (non-misuse) random move."""
-    corners: Callable[[Config], list[str]] = field(default=lambda config: config_corners(config))
+    corners: Callable[[Any], list[str]] = field(default=lambda config: config_corners(config))
     """Event labels for the corners a configuration starts in (default :func:`config_corners`: ``size`` in
     tokens or rows, ``page_size``)."""
     drain: Callable[[Any], Iterator[Step]] | None = None
@@ -184,16 +188,20 @@ def corner_steps(move: Move, view: Any, choose: Chooser, on_corner: Callable[[st
         yield step
 
 
-def config_corners(config: Config) -> list[str]:
+def config_corners(config: PoolConfig) -> list[str]:
+    """:func:`pool_corners` of a config's ``size`` in tokens or rows and its ``page_size`` (0: a family without)."""
+    return pool_corners(size=getattr(config, "size", None), page_size=getattr(config, "page_size", 0))
+
+
+def pool_corners(*, size: int | None, page_size: int = 0) -> list[str]:
     """Event labels for the corners a pool starts in: page size 1, large pages, an empty pool, a pool of one."""
     labels = []
-    page_size = int(config.get("page_size", 0))
     if page_size == 1:
         labels.append("corner: page size 1")
     elif page_size >= 16:
         labels.append("corner: large pages")
-    if "size" in config:
-        units = int(config["size"]) // max(1, page_size)
+    if size is not None:
+        units = size // max(1, page_size)
         if units <= 1:
             labels.append("corner: an empty pool" if units == 0 else "corner: a pool of one")
     return labels

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 
 from harness.judge.invariants import InvariantViolation
 from harness.kits.scheduler.canaries import cached_part_freeing_pools, lock_keeping_pools, window_keeping_pools
+from harness.kits.scheduler.config import SchedulerConfig
 from harness.kits.scheduler.driver import SchedulerDriver, build_scheduler_pools
 from harness.machines.table import config_strategy
 
@@ -222,9 +223,9 @@ def test_a_window_that_is_never_released_is_caught_on_the_swa_side() -> None:
 # ------------------------------------------------------------------ config
 @settings(max_examples=60, derandomize=True, database=None)
 @given(config_strategy("scheduler"))
-def test_the_config_draws_the_cache_and_the_window_exclusively_and_without_mamba(config: dict[str, Any]) -> None:
-    assert not (config["prefix_cache"] and config["sliding_window"])
-    if config["prefix_cache"] or config["sliding_window"]:
-        assert not config["hybrid"]
-    if config["sliding_window"]:
-        assert config["page_size"] > 1 and config["swa_pages"] >= 1
+def test_the_config_draws_the_cache_and_the_window_exclusively_and_without_mamba(config: SchedulerConfig) -> None:
+    assert not (config.prefix_cache and config.sliding_window)
+    if config.prefix_cache or config.sliding_window:
+        assert not config.hybrid
+    if config.sliding_window:
+        assert config.page_size > 1 and config.swa_pages >= 1

@@ -265,7 +265,7 @@ def test_the_walk_reaches_its_corners_on_sampled_configurations() -> None:
     table, rng = swa_kv_table(), random.Random(1)
     moves, reached = table.walk_moves, set()
     for _ in range(40):
-        driver = SWAKVDriver(SWATokenToKVPoolAllocator, {**table.configs(rng), "device": "cpu"})
+        driver = SWAKVDriver(SWATokenToKVPoolAllocator, table.configs(rng))
         view = table.view(driver)
         for _ in range(30):
             for move in rng.sample(moves, len(moves)):

@@ -16,6 +16,7 @@ import torch
 
 from harness.json_schema import schema_error_field
 from harness.judge import limits
+from harness.judge.config import PoolConfig
 from harness.judge.families import FAMILIES, family_unavailable, resolve
 from harness.judge.kit import Family
 from harness.judge.limits import LimitError, check_config, check_step, check_steps, limits_for
@@ -199,10 +200,10 @@ def test_the_configs_the_fuzzers_draw_are_well_inside_the_limits(name: str) -> N
     @settings(max_examples=200, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(config_strategy(name))
-    def drawn(config: dict[str, Any]) -> None:
-        check_config(name, {**config, "device": "cpu"})
+    def drawn(config: PoolConfig) -> None:
+        check_config(name, config.to_json())
         scaled = {k: v * 50 if isinstance(v, int) and not isinstance(v, bool) and k != "page_size" else v
-                  for k, v in config.items()}
+                  for k, v in config.to_json().items()}
         check_config(name, {**scaled, "device": "cpu"})  # 50 times as large still passes: generous
 
     drawn()
@@ -220,7 +221,7 @@ LIMITED = [
      "config: (size + pre_alloc_size) x max_context_len = 68719476736 exceeds the limit 67108864 for req_to_token"),
     ("a key the family does not know", "hybrid_req_to_token",
      {"size": 2, "max_context_len": 4, "mamba_size": 2, "dtype": "float16"}, "config.dtype",
-     "config.dtype is not a config field of hybrid_req_to_token; known: size, max_context_len, device, mamba_size"),
+     "config.dtype is not a config field of hybrid_req_to_token; known: size, max_context_len, mamba_size, num_layers"),
     ("a boolean size", "token_kv", {"size": True}, "config.size", "config.size = True must be an integer"),
     ("a state shape too large", "hybrid_req_to_token",
      {"size": 2, "max_context_len": 4, "mamba_size": 1 << 16, "num_layers": 64, "conv_shape": [4096]},

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from harness.judge.config import PoolConfig
 from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from pools.errors import PoolError
@@ -138,7 +139,7 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
         factory = load_factory(fam.default)
     except UnknownTargetError as exc:
         return f"skipped: driver not available ({exc})"
-    config = fam.bench_kwargs
+    config = fam.bench_configuration
     recorded: list[tuple[list[dict[str, Any]], CallRecorder]] = []
     for seed in range(runs):
         recorder = CallRecorder()
@@ -160,7 +161,7 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
         checked = min(checked, sum(
             _run_checked(driver_cls(factory, config, implementation=fam.default, audit_period=audit_period), trace)
             for trace, _ in recorded))
-        bare = min(bare, sum(_run_bare(recorder.bound_calls(factory(**config))) for _, recorder in recorded))
+        bare = min(bare, sum(_run_bare(recorder.bound_calls(factory(**config.kwargs()))) for _, recorder in recorded))
     return sum(len(t) for t, _ in recorded), checked, bare, sum(len(r.calls) for _, r in recorded)
 
 
@@ -170,6 +171,6 @@ def workload_for(name: str) -> Workload:
     return load_table(resolve(family(name).moves)).workload()
 
 
-def workloads() -> dict[str, tuple[Workload, dict[str, Any]]]:
+def workloads() -> dict[str, tuple[Workload, PoolConfig]]:
     """Every family with a bench workload, and the pool configuration it runs on (from the registry)."""
-    return {fam.name: (workload_for(fam.name), fam.bench_kwargs) for fam in FAMILIES.values()}
+    return {fam.name: (workload_for(fam.name), fam.bench_configuration) for fam in FAMILIES.values()}

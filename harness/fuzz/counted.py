@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar, Protocol
 
+from harness.judge.config import PoolConfig
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace
 from harness.machines import PoolMachine
@@ -53,7 +54,7 @@ class Counted(PoolMachine):
 
     worker: ClassVar[RoundOwner]
 
-    def start(self, config: dict[str, Any]) -> None:
+    def start(self, config: PoolConfig) -> None:
         super().start(config)
         assert self.driver is not None
         self.driver.events = EventLog(self.worker.events)

@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from harness.judge.config import PoolConfig
 from harness.judge.driver import Driver
 from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
 from harness.judge.invariants import InvariantViolation
@@ -104,7 +104,7 @@ class WalkRun:
         self.driver_class: type[Driver] = resolve(self.driver or family(self.family).driver)
         if self.check_misuse is None:
             self.check_misuse = validates_input(self.factory)
-        fam = family(self.family)
+        fam = self.family_kit = family(self.family)
         self.audit_period = self.audit_period or fam.audit_period
         self.walk = walk_for(self.family)
         self.drain_plan = self.walk.drain_plan()
@@ -131,9 +131,10 @@ class WalkRun:
     # ------------------------------------------------------------ one episode
     def _episode(self, done: Callable[[], bool], limit: int | None) -> Finding | None:
         rng = self.rng
-        config = {**self.walk.configs(rng), "device": self.device}
+        config = self.family_kit.configured(self.walk.configs(rng)).on_device(self.device)
         if self.realistic:
-            config = lift_config(self.family, config)
+            config = self.family_kit.configured(lift_config(self.family, config.to_json()))
+        floors = config.to_json(everything=True) if self.realistic else {}
         self.events.update(self.walk.corners(config))
         enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
         cumulative = list(itertools.accumulate(m.weight for m in enabled))
@@ -151,7 +152,7 @@ class WalkRun:
                     break
                 corner, (op, args) = pick_step(enabled, cumulative, view, rng, fallback=self.moves, tries=DRAW_TRIES)
                 if self.realistic:
-                    args = lift_step(self.family, op, args, config)
+                    args = lift_step(self.family, op, args, floors)
                 self.steps += 1
                 refused = driver.refused_by_contract
                 driver.step(op, **args)
@@ -167,10 +168,10 @@ class WalkRun:
             self.drains += driver.drains if driver is not None else 0
         return None
 
-    def _found(self, exc: BaseException, driver: Driver | None, config: dict[str, Any]) -> Finding:
+    def _found(self, exc: BaseException, driver: Driver | None, config: PoolConfig) -> Finding:
         attached = getattr(exc, "trace", None)  # a drain audit's violation carries the drained driver's longer trace
         trace = attached if isinstance(attached, Trace) else (
-            driver.trace if driver is not None else Trace(self.family, self.spec, config))
+            driver.trace if driver is not None else Trace(self.family, self.spec, config.to_json()))
         found = len(trace.steps)
         violation = exc if isinstance(exc, InvariantViolation) else None
         if violation is not None and self.on_found is not None:

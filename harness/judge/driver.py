@@ -21,15 +21,20 @@ step number and the trace attached, so whoever catches it can save the trace.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from harness.judge.config import PoolConfig
 from harness.judge.contract import contract_of
 from harness.judge.invariants import InvariantViolation, check
 from harness.judge.trace import Trace
 from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+ConfigLike = PoolConfig | Mapping[str, Any]
+"""What a driver is built from: its family's typed config, or a mapping (a trace's JSON, a test's literal) that
+the driver checks and builds into one, once."""
 
 SKIPPED = object()
 """Returned by an operation that would be misuse while misuse checking is off."""
@@ -47,6 +52,22 @@ class DrainCopyDiverged(RuntimeError):
 
 _COPIED_BY_REPLAY: set[type] = set()
 """Pool classes a deep copy failed on: their drain audits copy the driver by replaying its trace."""
+
+
+def family_config(name: str, config: PoolConfig | Mapping[str, Any]) -> PoolConfig:
+    """``config`` as family ``name``'s typed configuration (a driver of no registered family keeps a mapping's
+    keys as an untyped config, so a test's ad-hoc driver still builds)."""
+    from harness.judge.families import FAMILIES
+
+    fam = FAMILIES.get(name)
+    if fam is not None:
+        return fam.configured(config)
+    if isinstance(config, PoolConfig):
+        return config
+    from harness.judge.config import untyped_config
+    from harness.judge.limits import SETTING, FamilyLimits
+
+    return untyped_config(name or "?", FamilyLimits(dict.fromkeys(config, SETTING))).from_mapping(config)
 
 
 def operation(fn: F) -> F:
@@ -92,17 +113,19 @@ class Driver:
     def __init__(
         self,
         factory: Callable[..., Any],
-        config: dict[str, Any],
+        config: ConfigLike,
         *,
         implementation: str = "",
         check_misuse: bool = True,
         audit_period: int = 8,
     ) -> None:
-        self.config = dict(config)
+        self.config: PoolConfig = family_config(self.family, config)
+        """The pool's configuration, typed (a subclass narrows it to its family's class); a mapping given here
+        is checked and built once (:meth:`~harness.judge.kit.Family.configured`)."""
         self.check_misuse = check_misuse
         self.audit_period = max(1, audit_period)
         self.steps = 0
-        self.trace = Trace(family=self.family, implementation=implementation, config=self.config,
+        self.trace = Trace(family=self.family, implementation=implementation, config=self.config.to_json(),
                            audit_period=self.audit_period)
         self.factory = factory
         self.contract = None if check_misuse else contract_of(factory)
@@ -111,7 +134,7 @@ class Driver:
         self.refused_by_contract = 0
         self.off_path: list[tuple[int, str, str]] = []
         """``(step, op, what the callers do instead)`` for each step the class accepts but no caller sends today."""
-        self.pool = factory(**self.config)
+        self.pool = factory(**self.config.kwargs())
         self.events: list[str] = []
         self.drain_plan: DrainPlan | None = None
         self.drain_period = 0
@@ -263,7 +286,7 @@ class Driver:
         allows for it.  A configuration it finds valid, a family that models none,
         or a target that does not validate its input is not a call to make.
         """
-        config = {**self.config, **overrides}
+        config = {**self.config.kwargs(), **overrides}
         errors = self.constructor_errors(config)
         if not errors or not self.check_misuse:
             return SKIPPED
@@ -272,7 +295,8 @@ class Driver:
         return None
 
     def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
-        """The errors a constructor must raise for ``config``; empty when it is valid or not modelled."""
+        """The errors a constructor must raise for ``config``, the keyword arguments of a deliberately malformed
+        call (so a plain mapping, not a checked :class:`PoolConfig`); empty when it is valid or not modelled."""
         return ()
 
     # --------------------------------------------------------- contract helpers

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.judge.config import PoolConfig
     from harness.judge.limits import FamilyLimits
 
 
@@ -80,6 +81,29 @@ class Family:
     @property
     def bench_kwargs(self) -> dict[str, Any]:
         return dict(self.bench_config)
+
+    @property
+    def config_class(self) -> type[PoolConfig]:
+        """The family's typed configuration: its kit's class (``limits=SomeConfig.with_args(...)``), or one
+        generated from a bare limits row (:func:`harness.judge.config.untyped_config`)."""
+        from harness.judge.config import config_class
+
+        return config_class(self.name, self.limits)
+
+    def configured(self, config: PoolConfig | Mapping[str, Any]) -> PoolConfig:
+        """``config`` as the family's typed configuration: JSON (a trace's, a command line's) is checked and built
+        once, here; a typed one must be of the family's class."""
+        cls = self.config_class
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, Mapping):
+            return cls.from_mapping(config)
+        raise TypeError(f"{self.name} takes a {cls.__name__} configuration, not a {type(config).__name__}")
+
+    @property
+    def bench_configuration(self) -> PoolConfig:
+        """The typed config the bench workload runs on (``bench_config``)."""
+        return self.configured(self.bench_kwargs)
 
 
 COMMON_INVARIANTS = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")

@@ -48,7 +48,10 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from harness.judge.config import PoolConfig
 
 TOKENS = 1 << 20
 ROWS = 1 << 16
@@ -117,6 +120,9 @@ class FamilyLimits:
     footprints: tuple[Footprint, ...] = ()
     args: Mapping[str, int] = field(default_factory=dict)
     """Step arguments that size a call, as ``op.arg`` or ``op.arg[*][1]`` (items of a list), and their bound."""
+    typed: type[PoolConfig] | None = None
+    """The kit's config class (:mod:`harness.judge.config`), when the row was built from one
+    (:meth:`~harness.judge.config.PoolConfig.limits`); else the registry generates one from ``config``."""
 
 
 # ------------------------------------------------------------------ checks
@@ -141,13 +147,14 @@ def limits_for(family: str) -> FamilyLimits:
     return row
 
 
-def check_config(family: str, config: Mapping[str, object]) -> None:
-    """Refuse a pool config that names a key ``family`` does not know or a size outside its limits.
+def check_config(family: str, config: Mapping[str, object], row: FamilyLimits | None = None) -> None:
+    """Refuse a pool config that names a key ``family`` does not know or a size outside its limits
+    (``row``, else the registered family's).
 
     Raises :class:`LimitError` for the first offending key (in the config's
     order), then for the first footprint over its bound.  Nothing is built.
     """
-    row = limits_for(family)
+    row = limits_for(family) if row is None else row
     for key, value in config.items():
         limit = _known(family, row, key, f"config.{key}")
         if limit.high is None:

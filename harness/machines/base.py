@@ -25,6 +25,7 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
+from harness.judge.config import PoolConfig
 from harness.judge.driver import Driver
 from harness.judge.families import family, resolve
 from strategies.choosers import Chooser, DataChooser
@@ -61,11 +62,12 @@ class PoolMachine(RuleBasedStateMachine):
         self.failed = False
         self.next_catalogue = 0
 
-    def start(self, config: dict[str, Any]) -> None:
+    def start(self, config: PoolConfig) -> None:
+        """Build the driver on ``config``, on this machine's device."""
         driver_cls = self.driver_class or resolve(family(self.family).driver)
         self.driver = driver_cls(
             type(self).factory,
-            {**config, "device": self.device},
+            family(self.family).configured(config).on_device(self.device),
             implementation=self.implementation,
             check_misuse=self.check_misuse,
             audit_period=self.audit_period,

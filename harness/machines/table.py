@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from hypothesis.strategies import SearchStrategy
 
+from harness.judge.config import PoolConfig
 from harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
 from harness.machines.base import PoolMachine
 from strategies.choosers import DataChooser
@@ -80,12 +81,12 @@ def table_machine(family_name: str) -> type[PoolMachine]:
     return type(f"TableMachine[{family_name}]", (TableMachine,), attrs)
 
 
-def config_strategy(family_name: str) -> SearchStrategy[dict[str, Any]]:
+def config_strategy(family_name: str) -> SearchStrategy[PoolConfig]:
     """The configurations the family's machine draws: its table's ``configs``, through a chooser."""
     table = load_table(resolve(family(family_name).moves))
 
     @st.composite
-    def configs(draw: Any) -> dict[str, Any]:
+    def configs(draw: Any) -> PoolConfig:
         return table.configs(DataChooser(draw))
 
     return configs()

@@ -157,8 +157,8 @@ def replay_trace(
         return result("unavailable", 0, message=str(exc))
     misuse = validates_input(factory) if check_misuse is None else check_misuse
     try:
-        driver = driver_cls(factory, {**trace.config, "device": device}, implementation=spec, check_misuse=misuse,
-                            audit_period=trace.audit_period)
+        config = family(trace.family).configured(trace.config).on_device(device)
+        driver = driver_cls(factory, config, implementation=spec, check_misuse=misuse, audit_period=trace.audit_period)
     except LimitError as exc:  # a config the family's constructor refuses as bad input (engine: an unbuildable shape)
         return result("invalid", 0, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a pool that cannot be built is reported, not raised

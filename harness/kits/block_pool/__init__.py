@@ -8,7 +8,8 @@ free queue's order, the cache map), ``driver`` and ``misuse``, ``canaries``.  Th
 from __future__ import annotations
 
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
-from harness.judge.limits import BLOCKS, REQUEST, SETTING, FamilyLimits, Limit
+from harness.judge.limits import REQUEST
+from harness.kits.block_pool.config import BlockPoolConfig
 
 FAMILIES = (
     Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
@@ -19,7 +20,6 @@ FAMILIES = (
            invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
            realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
            protocol="pools.protocols:BlockPoolLike",
-           limits=FamilyLimits({"num_gpu_blocks": Limit(1, BLOCKS), "enable_caching": SETTING, "device": SETTING}, (),
-                               {"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST,
+           limits=BlockPoolConfig.with_args({"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST,
                                 "slide.num_skipped": REQUEST})),
 )

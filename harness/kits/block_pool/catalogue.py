@@ -15,7 +15,7 @@ from harness.kits.block_pool.misuse import CACHE_MISUSE, FOREIGN_BLOCKS
 from harness.kits.block_pool.model import chain_hashes as model_hashes
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, Step, fixed
+from strategies.table import Move, Overrides, Step, fixed
 
 Draw = Callable[[BlockPoolView, Chooser], Step | None]
 
@@ -106,7 +106,7 @@ def _touch_free_uncached(view: BlockPoolView, choose: Chooser) -> Step | None:
 
 def block_pool_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse ``BlockPool`` must reject beyond double frees, and the null-block caching corner."""
-    constructors: tuple[Config, ...] = ({"num_gpu_blocks": 0}, {"num_gpu_blocks": 2.5}, {"num_gpu_blocks": True})
+    constructors: tuple[Overrides, ...] = ({"num_gpu_blocks": 0}, {"num_gpu_blocks": 2.5}, {"num_gpu_blocks": True})
     return (
         Move("cache after a slide", 0.2, _cache_after_slide, setup=_toward_a_slide),
         Move("evict blocks without a hash", 0.1, _evict_uncached, setup=_build_held_blocks),

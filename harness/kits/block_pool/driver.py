@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from harness.judge.driver import SKIPPED, Driver, operation
+from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from harness.judge.invariants import check, check_unique
+from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.misuse import BlockPoolMisuse
 from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
 from pools.block_pool import BlockPool
@@ -62,9 +63,11 @@ def _without_device(factory: Callable[..., Any]) -> Callable[..., Any]:
 class BlockPoolDriver(Driver, BlockPoolMisuse):
     family = "block_pool"
 
-    def __init__(self, factory: Callable[..., Any], config: dict[str, Any], **kwargs: Any) -> None:
+    config: BlockPoolConfig
+
+    def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(_without_device(factory), config, **kwargs)
-        self.model = BlockPoolModel(int(config["num_gpu_blocks"]), bool(config.get("enable_caching", True)))
+        self.model = BlockPoolModel(self.config.num_gpu_blocks, self.config.enable_caching)
         # How often allocation and the prefix cache met (cached blocks reused, evictable ones touched back):
         # what the machine's target() rewards.
         self.cache_pressure = 0

@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from harness.kits.block_pool.catalogue import block_pool_catalogue
+from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, MoveTable, Step, fixed, with_repeat
+from strategies.table import Move, MoveTable, Step, fixed, with_repeat
 
 ALPHABET = 3
 """Distinct block contents: small, so prompts collide on their prefixes."""
@@ -47,7 +48,7 @@ RAW_IDS = (-1, 12)
 Draw = Callable[[BlockPoolView, Chooser], Step | None]
 
 
-def block_pool_config(choose: Chooser, *, max_blocks: int = MAX_BLOCKS) -> Config:
+def block_pool_config(choose: Chooser, *, max_blocks: int = MAX_BLOCKS) -> BlockPoolConfig:
     """``BlockPool(num_gpu_blocks, enable_caching)`` without ``device`` (the engine adds it; the driver drops it).
 
     ``num_gpu_blocks`` counts the null block, so 1 is a pool with nothing to hand
@@ -56,12 +57,12 @@ def block_pool_config(choose: Chooser, *, max_blocks: int = MAX_BLOCKS) -> Confi
     """
     branch = choose.randrange(3)
     count = choose.randint(3, 6) if branch == 0 else 2 if branch == 1 else choose.randint(1, max_blocks)
-    return {"num_gpu_blocks": count, "enable_caching": choose.choice((True, True, False, True))}
+    return BlockPoolConfig(num_gpu_blocks=count, enable_caching=choose.choice((True, True, False, True)))
 
 
-def block_pool_corners(config: Config) -> list[str]:
+def block_pool_corners(config: BlockPoolConfig) -> list[str]:
     """Event labels for the pools that start in a corner: nothing to hand out (only the null block), one block."""
-    usable = int(config.get("num_gpu_blocks", 0)) - 1
+    usable = config.num_gpu_blocks - 1
     return ["corner: an empty pool"] if usable <= 0 else ["corner: a pool of one"] if usable == 1 else []
 
 

@@ -9,7 +9,8 @@ by :mod:`harness.upstream.engine_build` from the installed SGLang.
 from __future__ import annotations
 
 from harness.judge.kit import Family, settings
-from harness.judge.limits import CELLS, CONTEXT, PAGE, REQUEST, ROWS, SETTING, TOKENS, FamilyLimits, Footprint, Limit
+from harness.judge.limits import REQUEST, ROWS
+from harness.kits.engine.config import EngineTargetConfig
 
 FAMILIES = (
     Family(name="engine",
@@ -34,13 +35,7 @@ FAMILIES = (
            invariants=("valid-call-accepted", "reserved-never-handed-out", "no-double-allocation",
                        "scheduler-conservation", "kv-accounting", "lock-balance", "swa-mapping", "scheduler-progress",
                        "checker-agreement", "implementations-agree"),
-           limits=FamilyLimits(
-               {"cache": SETTING, "page_size": Limit(1, PAGE), "rows": Limit(1, ROWS), "tokens": Limit(1, TOKENS),
-                "context": Limit(8, CONTEXT), "chunk": Limit(1, CONTEXT, nullable=True), "new_token_ratio": SETTING,
-                "pools": SETTING, "sliding_window": Limit(1, CONTEXT, nullable=True), "swa_tokens": Limit(0, TOKENS),
-                "swa_eviction_interval": Limit(1, CONTEXT), "mamba_slots": Limit(0, ROWS), "waiting_timeout": SETTING,
-                "device": SETTING},
-               (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),),
+           limits=EngineTargetConfig.with_args(
                {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
                 "crowd.count": ROWS, "crowd.max_new": REQUEST, "run.iterations": REQUEST})),
 )

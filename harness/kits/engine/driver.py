@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, Driver, operation
+from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from harness.judge.invariants import InvariantViolation
 from harness.kits.engine.checks import UpstreamChecker, judge
+from harness.kits.engine.config import EngineTargetConfig
 from harness.upstream.engine_loader import active
 
 STEMS: tuple[tuple[int, ...], ...] = (
@@ -36,14 +37,15 @@ class EngineDriver(Driver):
     """
 
     family = "engine"
+    config: EngineTargetConfig
 
-    def __init__(self, factory: Callable[..., Any], config: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
         kwargs["audit_period"] = 1
         super().__init__(factory, config, **kwargs)
         self.loop = self.pool
         self.loops = [self.loop]
-        if config.get("pools") == "both":
-            self.loops.append(factory(**{**config, "pools": "poolfuzz"}))
+        if self.config.pools == "both":
+            self.loops.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
         self.checkers = [UpstreamChecker(loop) for loop in self.loops]
 
     def step(self, op: str, **args: Any) -> Any:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.kits.engine.config import EngineTargetConfig
 from harness.upstream.engine_config import CACHES
 from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, MoveTable, Step
+from strategies.table import Move, MoveTable, Step
 
 POOL_CHOICES = ("upstream", "both")
 """Upstream's pools alone, or in step with poolfuzz's (``implementations-agree``)."""
@@ -45,7 +46,7 @@ class EngineView:
         return 1.0 - loop.allocator.available_size() / max(1, loop.config.tokens)
 
 
-def engine_config(choose: Chooser) -> Config:
+def engine_config(choose: Chooser) -> EngineTargetConfig:
     """A server shape: cache kind, page size, rows, KV slots, context, chunked prefill, and a model kind.
 
     A third of the shapes are a hybrid sliding-window model (what 0.5.23 builds for one: the SWA
@@ -70,10 +71,12 @@ def engine_config(choose: Chooser) -> Config:
     cache = choose.choice(CACHES[1:] if swa or mamba else CACHES)
     # The scheduler's new-token ratio starts at 0.7 and decays toward its floor between retractions
     # (new_token_ratio_tracker); a low ratio admits more, so decode runs out and retracts.
-    config: Config = {"cache": cache, "page_size": page_size, "rows": rows, "tokens": tokens, "context": 64,
-                      "chunk": choose.choice((None, None, 8, 16)), "new_token_ratio": choose.choice((0.7, 0.1, 0.1)),
-                      "pools": "upstream" if swa or mamba else choose.choice(POOL_CHOICES),
-                      "sliding_window": None, "swa_tokens": 0, "swa_eviction_interval": 128, "mamba_slots": 0}
+    chunk = choose.choice((None, None, 8, 16))
+    ratio = choose.choice((0.7, 0.1, 0.1))
+    pools = "upstream" if swa or mamba else choose.choice(POOL_CHOICES)
+    config = EngineTargetConfig(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=64, chunk=chunk,
+                                new_token_ratio=ratio, pools=pools, sliding_window=None, swa_tokens=0,
+                                swa_eviction_interval=128, mamba_slots=0)
     if swa:
         # As pool_configurator._solve_pool_sizes (model_executor/pool_configurator.py:879-881) sizes it: the
         # full pool times --swa-full-tokens-ratio (default 0.8), page-aligned; a pool the startup check
@@ -82,11 +85,18 @@ def engine_config(choose: Chooser) -> Config:
         ratio = choose.choice((0.8, 0.8, 0.5, 0.3))
         swa_tokens = int(tokens * ratio) // page_size * page_size
         floor = (window + page_size) // page_size * page_size + page_size
-        config.update(sliding_window=window, swa_tokens=max(swa_tokens, floor),
-                      swa_eviction_interval=choose.choice((1, 4, 128)))
+        config = config.replaced(sliding_window=window, swa_tokens=max(swa_tokens, floor),
+                                 swa_eviction_interval=choose.choice((1, 4, 128)))
     if mamba:
-        config.update(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
+        config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     return config
+
+
+def engine_corners(config: EngineTargetConfig) -> list[str]:
+    """The shape's labels: its cache, page size, chunking, model kind and whose pools."""
+    model = ("hybrid SWA" if config.sliding_window else "hybrid Mamba" if config.mamba_slots else "full attention")
+    return [f"cache {config.cache}", f"page_size {config.page_size}",
+            "chunked prefill" if config.chunk else "no chunking", model, f"pools {config.pools}"]
 
 
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
@@ -136,9 +146,5 @@ def engine_table() -> MoveTable:
         ),
         view=EngineView,
         occupancy=EngineView.occupancy,
-        corners=lambda config: [f"cache {config['cache']}", f"page_size {config['page_size']}",
-                                "chunked prefill" if config["chunk"] else "no chunking",
-                                "hybrid SWA" if config.get("sliding_window") else
-                                "hybrid Mamba" if config.get("mamba_slots") else "full attention",
-                                f"pools {config.get('pools', 'upstream')}"],
+        corners=engine_corners,
     )

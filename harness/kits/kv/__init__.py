@@ -10,12 +10,11 @@ The pools are :mod:`pools.kv_allocator` and :mod:`pools.page_alloc`.
 from __future__ import annotations
 
 from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages, settings
-from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
+from harness.judge.limits import REQUEST
+from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
 
 KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST,
            "free_segment.trim": REQUEST}
-PAGED = {"page_size": Limit(1, PAGE), "need_sort": SETTING, "kernel": SETTING, "check_layout": SETTING}
-"""The keys of a paged allocator's config (the SWA kit's too)."""
 KV_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement")
 
 FAMILIES = (
@@ -25,7 +24,7 @@ FAMILIES = (
            upstream=("harness.upstream:TokenKV",), invariants=KV_INVARIANTS,
            realistic=(("size", 16), ("alloc.need_size", 1)),
            protocol="pools.protocols:TokenKVAllocator", device_path=True,
-           limits=FamilyLimits({"size": Limit(0, TOKENS), "need_sort": SETTING, "device": SETTING}, (), KV_ARGS)),
+           limits=TokenKVConfig.with_args(KV_ARGS)),
     Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
            default="pools:PagedTokenToKVPoolAllocator", driver="harness.kits.kv.paged:PagedKVDriver",
            moves="harness.kits.kv.moves:paged_kv_table", bench_config=settings(size=256, page_size=4, device="cpu"),
@@ -33,6 +32,5 @@ FAMILIES = (
            realistic=(("size", pages(4)), *ONE_TOKEN),
            protocol="pools.protocols:PagedKVAllocator", device_path=True, optional_imports=("triton",),
            rate_target=4_000,
-           limits=FamilyLimits({"size": Limit(0, TOKENS), **PAGED, "device": SETTING}, (),
-                               {**KV_ARGS, "extend.batch[*][1]": REQUEST})),
+           limits=PagedKVConfig.with_args({**KV_ARGS, "extend.batch[*][1]": REQUEST})),
 )

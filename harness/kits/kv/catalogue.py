@@ -24,11 +24,11 @@ from harness.kits.kv.misuse import MALFORMED_FREES
 from harness.kits.kv.page_kernel import CASES
 from harness.kits.kv.views import KVView, PagedKVView
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, Step, fixed, move_kinds
+from strategies.table import Move, Overrides, Step, fixed, move_kinds
 
-TOKEN_KV_MALFORMED: tuple[Config, ...] = ({"size": -1}, {"size": 2.5})
+TOKEN_KV_MALFORMED: tuple[Overrides, ...] = ({"size": -1}, {"size": 2.5})
 """Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
-PAGED_KV_MALFORMED: tuple[Config, ...] = (
+PAGED_KV_MALFORMED: tuple[Overrides, ...] = (
     {"page_size": 0},
     {"page_size": 4, "size": 6},
     {"page_size": 4, "size": -4},
@@ -103,7 +103,7 @@ def _take_many(view: KVView, choose: Chooser) -> Step | None:
     return ("alloc", {"need_size": free * view.page_size}) if free > MANY else None
 
 
-def token_catalogue(constructors: tuple[Config, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:
+def token_catalogue(constructors: tuple[Overrides, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:
     """Misuse every KV allocator must reject: malformed frees, sizes that are not ints, malformed constructors;
     and a free of more than 64 pages at once where the pool has them."""
     return (

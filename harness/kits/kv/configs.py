@@ -9,9 +9,9 @@ imports.
 
 from __future__ import annotations
 
+from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
 from pools.page_alloc import triton_available
 from strategies.choosers import Chooser
-from strategies.table import Config
 
 PAGE_SIZES = (2, 4, 3, 8, 16, 64, 5, 7)
 """Shrinks toward the small powers of two; 3, 5 and 7 exercise the non-power-of-two arithmetic."""
@@ -70,14 +70,14 @@ def kernel(choose: Chooser, *, page_size: int) -> str:
     return name
 
 
-def token_kv_config(choose: Chooser, *, max_size: int = 16) -> Config:
+def token_kv_config(choose: Chooser, *, max_size: int = 16) -> TokenKVConfig:
     """``TokenToKVPoolAllocator(size, device, need_sort)`` without ``device`` (the engine adds it); one draw
     in ten is a pool of :data:`MANY_PAGES`."""
     size = draw_page_count(choose, max_pages=max_size) if choose.random() < 0.9 else MANY_PAGES
-    return {"size": size, "need_sort": choose.choice((False, True))}
+    return TokenKVConfig(size=size, need_sort=choose.choice((False, True)))
 
 
-def paged_kv_config(choose: Chooser, *, max_pages: int = 10, page_size: int | None = None) -> Config:
+def paged_kv_config(choose: Chooser, *, max_pages: int = 10, page_size: int | None = None) -> PagedKVConfig:
     """``PagedTokenToKVPoolAllocator(size, page_size, device, need_sort, kernel)`` without ``device``.
 
     A :data:`CONFIG_REGIONS` region is drawn first, then the page size and the
@@ -93,8 +93,8 @@ def paged_kv_config(choose: Chooser, *, max_pages: int = 10, page_size: int | No
         ps = choose.choice(sizes) if sizes else draw_page_size(choose)
     bounds = region_pages(region, max_pages)
     pages = draw_page_count(choose, max_pages=max_pages) if bounds is None else choose.randint(*bounds)
-    config: Config = {"size": pages * ps, "page_size": ps, "need_sort": choose.choice((False, True)),
-                      "kernel": kernel(choose, page_size=ps)}
-    if region == "any" and choose.choice((False, True)):
-        config["check_layout"] = False
-    return config
+    need_sort = choose.choice((False, True))
+    name = kernel(choose, page_size=ps)
+    skip_layout = region == "any" and choose.choice((False, True))
+    config = PagedKVConfig(size=pages * ps, page_size=ps, need_sort=need_sort, kernel=name)
+    return config.replaced(check_layout=False) if skip_layout else config

@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConfigLike, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
+from harness.kits.kv.config import TokenKVConfig
 from harness.kits.kv.misuse import KVMisuseDriver, is_int
 from harness.kits.kv.model import KVModel
 from pools.errors import BadSizeError, GroupStateError
@@ -39,11 +40,13 @@ class TokenKVDriver(KVMisuseDriver):
     family = "token_kv"
     paged = False
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: TokenKVConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        self.page_size = int(config.get("page_size", 1))
-        self.model = KVModel(int(config["size"]) // self.page_size, self.page_size,
-                             need_sort=bool(config.get("need_sort", False)), head_release=self.paged)
+        self.page_size = self.config.tokens_per_page
+        self.model = KVModel(self.config.size // self.page_size, self.page_size,
+                             need_sort=self.config.need_sort, head_release=self.paged)
 
     # ------------------------------------------------------------ helpers
     def _free_set_state(self) -> tuple[frozenset[int], int]:

@@ -57,7 +57,7 @@ class KVMisuseDriver(Driver):
     page_size: int
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
+        return torch.tensor(values, dtype=torch.int64, device=self.config.device)
 
     @operation
     def free_segment_malformed(self, handle: int, kind: str) -> None:

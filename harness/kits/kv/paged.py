@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConfigLike, operation
 from harness.judge.invariants import check, check_slot_layout
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
+from harness.kits.kv.config import PagedKVConfig
 from harness.kits.kv.driver import TokenKVDriver, ints
 from harness.kits.kv.page_kernel import CASES, kernel_case
 from pools.errors import BadBatchError
@@ -43,10 +44,12 @@ class PagedKVDriver(TokenKVDriver):
         slots = self.model.slots[handle] if handle is not None else []
         return len(slots), (slots[-1] if slots else -1)
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: PagedKVConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        layout = config.get("check_layout")
-        self.layout_checked = torch.device(config["device"]).type == "cpu" if layout is None else bool(layout)
+        layout = self.config.check_layout
+        self.layout_checked = torch.device(self.config.device).type == "cpu" if layout is None else layout
 
     def _batch_ok(self, handles: list[int]) -> bool:
         """Distinct live requests: the same request twice in one batch is a caller bug no pool can see."""
@@ -126,7 +129,7 @@ class PagedKVDriver(TokenKVDriver):
         if args is None or not self.check_misuse or not apply_defect(
                 EXTEND_DEFECTS, defect, args, layout_checked=self.layout_checked):
             return SKIPPED  # type: ignore[return-value]
-        call = extend_call_args(args, self.config["device"])
+        call = extend_call_args(args, self.config.device)
         self.expect_rejected(lambda: self.pool.alloc_extend(**call), BadBatchError,
                              f"alloc_extend(prefix={args.pres}, seq={args.seqs}, last_loc={args.lasts}) with {defect}")
         self.event(f"misuse: malformed extend ({defect})")
@@ -138,7 +141,7 @@ class PagedKVDriver(TokenKVDriver):
         if not handles or args is None or not self.check_misuse or not apply_defect(
                 DECODE_DEFECTS, defect, args, layout_checked=self.layout_checked):
             return SKIPPED  # type: ignore[return-value]
-        call = decode_call_args(args, self.config["device"])
+        call = decode_call_args(args, self.config.device)
         self.expect_rejected(lambda: self.pool.alloc_decode(**call), BadBatchError,
                              f"alloc_decode(seq={args.seqs}, last_loc={args.lasts}) with {defect}")
         self.event(f"misuse: malformed decode ({defect})")
@@ -149,7 +152,7 @@ class PagedKVDriver(TokenKVDriver):
         kernel = getattr(self.pool, "kernel", None)  # pools' own allocators only: a target may name its kernel otherwise
         if not isinstance(kernel, PageKernel) or case not in CASES:
             return SKIPPED  # type: ignore[return-value]
-        found = kernel_case(kernel, self.page_size, case, self.config["device"])
+        found = kernel_case(kernel, self.page_size, case, self.config.device)
         if found is None or (found.error is not None and not self.check_misuse):
             return SKIPPED  # type: ignore[return-value]
         what = f"{kernel.name} kernel, {case}, page size {self.page_size}"

@@ -23,7 +23,7 @@ from harness.kits.mamba.state import STATE_MISUSE
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from harness.kits.rows.moves import RowView, row_catalogue
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, Config, Move, Step, fixed, through
+from strategies.table import CORNER_MIXED, Move, Overrides, Step, fixed, through
 
 COUNTING_PATH = 64
 """A ``free`` of more than this many slots takes the allocator's counting path."""
@@ -103,7 +103,7 @@ def _toward_reserved_and_free(view: MambaSlotView, choose: Chooser) -> Step | No
 
 def mamba_slot_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse a Mamba slot allocator must reject, and its corners, one move each."""
-    constructors: tuple[Config, ...] = ({"size": -1}, {"size": 1.5})
+    constructors: tuple[Overrides, ...] = ({"size": -1}, {"size": 1.5})
     return (
         *window_catalogue(),
         Move("a multi-slot alloc in an open reservation", 0.1, _multi_in_window, CORNER_MULTI_IN_WINDOW,
@@ -216,7 +216,7 @@ def _forged_free(form: str) -> HybridDraw:
 def hybrid_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse a hybrid pool must reject, and its corners, one move each: the request rows'
     (read through the view's rows), then the Mamba side's."""
-    constructors: tuple[Config, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]},
+    constructors: tuple[Overrides, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]},
                                         {"temporal_shape": [-1]}, {"conv_shape": [1.5]}, {"temporal_shape": [2, 0.5]})
     return (
         *through(_rows_of, row_catalogue()),

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, Driver, offends_free, operation
+from harness.judge.driver import SKIPPED, ConfigLike, Driver, offends_free, operation
 from harness.judge.invariants import check, check_unique
+from harness.kits.mamba.config import MambaSlotConfig
 from harness.kits.mamba.model import SlotModel
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 
@@ -50,7 +51,7 @@ class SlotWindowDriver(Driver):
         raise NotImplementedError
 
     def slot_tensor(self, slots: list[int]) -> torch.Tensor:
-        return torch.tensor(slots, dtype=torch.int64, device=str(self.config.get("device", "cpu")))
+        return torch.tensor(slots, dtype=torch.int64, device=self.config.device)
 
     def free_list(self) -> list[int]:
         return [int(s) for s in self.slot_allocator.free_slots.reshape(-1).tolist()]
@@ -205,9 +206,11 @@ class SlotWindowDriver(Driver):
 class MambaSlotDriver(SlotWindowDriver):
     family = "mamba_slots"
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: MambaSlotConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        self.model = SlotModel(int(config["size"]))
+        self.model = SlotModel(self.config.size)
         self.handles: dict[int, int] = {}  # handle -> the slot it was given
 
     @property

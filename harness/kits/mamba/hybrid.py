@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConfigLike, operation
 from harness.judge.invariants import check
+from harness.kits.mamba.config import HybridRowConfig
 from harness.kits.mamba.driver import SlotWindowDriver, as_int, bad_count
 from harness.kits.mamba.model import Claim, HybridModel, SlotModel
 from harness.kits.mamba.state import MambaStateOps
@@ -32,9 +33,11 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
 
     family = "hybrid_req_to_token"
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: HybridRowConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        self.hybrid = HybridModel(int(config["size"]), mamba_size=int(config["mamba_size"]))
+        self.hybrid = HybridModel(self.config.size, mamba_size=self.config.mamba_size)
         self.model = self.hybrid
 
     @property

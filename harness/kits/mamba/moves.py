@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
+from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, CORNER_REPEAT, Config, Move, MoveTable, Step, fixed, pool_size, with_repeat
+from strategies.table import CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Step, fixed, pool_size, with_repeat
 
 MANY_SLOTS = 70
 """A pool large enough for one ``free`` of more than 64 slots (the allocator's counting path)."""
@@ -38,7 +39,7 @@ CORNER_WINDOW = "corner: alloc while a reservation is open"
 
 
 # ---------------------------------------------------------------- configurations
-def mamba_slot_config(choose: Chooser, *, max_size: int = 10) -> Config:
+def mamba_slot_config(choose: Chooser, *, max_size: int = 10) -> MambaSlotConfig:
     """``MambaSlotAllocator(size, device)`` without ``device`` (the engine adds it): mostly room for a
     reservation of a few slots, often the tiny and boundary sizes.
 
@@ -47,19 +48,19 @@ def mamba_slot_config(choose: Chooser, *, max_size: int = 10) -> Config:
     draws it as often as hypothesis does (it drew one pool in ten before the two were one function).
     """
     if choose.randint(0, 3) == 3:
-        return {"size": MANY_SLOTS}
-    return {"size": choose.randint(2, 6) if choose.random() < 0.5 else pool_size(choose, max_size=max_size)}
+        return MambaSlotConfig(size=MANY_SLOTS)
+    return MambaSlotConfig(size=choose.randint(2, 6) if choose.random() < 0.5 else pool_size(choose, max_size=max_size))
 
 
 HYBRID_OFFSETS = (-1, 1, 0, -2, 2, -3, 3)
 """``mamba_size - size`` of a hybrid pool: both sides short first, and equal."""
 
 
-def hybrid_config(choose: Chooser, *, max_size: int = 8) -> Config:
+def hybrid_config(choose: Chooser, *, max_size: int = 8) -> HybridRowConfig:
     """``HybridReqToTokenPool(size, max_context_len, mamba_size)`` with ``mamba_size`` within 3 of ``size``."""
     size = pool_size(choose, max_size=max_size)
-    return {"size": size, "max_context_len": choose.choice((4, 8)),
-            "mamba_size": max(0, size + choose.choice(HYBRID_OFFSETS))}
+    context = choose.choice((4, 8))
+    return HybridRowConfig(size=size, max_context_len=context, mamba_size=max(0, size + choose.choice(HYBRID_OFFSETS)))
 
 
 # ---------------------------------------------------------------- the slot window (both families)

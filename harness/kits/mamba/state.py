@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from harness.judge.config import PoolConfig
 from harness.judge.driver import SKIPPED, operation
 from harness.judge.invariants import check
 from pools.errors import BadBatchError, ForeignIndexError, PoolError, ReservedIndexError
@@ -46,7 +47,7 @@ class MambaStateOps:
 
     pool: Any
     hybrid: Any
-    config: dict[str, Any]
+    config: PoolConfig
     check_misuse: bool
     expect_accepted: Callable[..., Any]
     expect_rejected: Callable[..., None]
@@ -65,7 +66,7 @@ class MambaStateOps:
                 if h in self.hybrid.claims and self.hybrid.holds_slot(h)]
 
     def _index(self, slots: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        return torch.tensor(slots, dtype=dtype, device=self.config["device"])
+        return torch.tensor(slots, dtype=dtype, device=self.config.device)
 
     def _table(self) -> list[float]:
         """Each slot's state as one number (layers and shape must agree within a slot)."""

@@ -9,7 +9,8 @@ core are its upstream targets.
 from __future__ import annotations
 
 from harness.judge.kit import Family, pages, settings
-from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
+from harness.judge.limits import PAGE, REQUEST
+from harness.kits.prefix_cache.config import PrefixCacheConfig
 
 FAMILIES = (
     Family(name="prefix_cache",
@@ -24,7 +25,6 @@ FAMILIES = (
                        "evict-spares-locked", "eviction-order", "match-returns-inserted", "kv-accounting"),
            realistic=(("size", pages(4)), *((f"{op}.prompt", 1) for op in ("request", "insert", "match", "lock"))),
            protocol="pools.protocols:PrefixCache", device_path=True,
-           limits=FamilyLimits(
-               {"size": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "eviction_policy": SETTING, "device": SETTING},
-               (), {"evict.num_tokens": REQUEST, "insert_mismatched.extra": REQUEST, "cache_over.page_size": PAGE})),
+           limits=PrefixCacheConfig.with_args(
+               {"evict.num_tokens": REQUEST, "insert_mismatched.extra": REQUEST, "cache_over.page_size": PAGE})),
 )

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import Driver
+from harness.judge.driver import ConfigLike, Driver
 from harness.judge.invariants import InvariantViolation, check, check_unique
+from harness.kits.prefix_cache.config import PrefixCacheConfig
 from harness.kits.prefix_cache.model import Key, Match, PrefixCacheModel
 from pools.errors import PoolError
 
@@ -51,13 +52,15 @@ class Holder:
 class PrefixCacheCalls(Driver):
     """Base of :class:`~harness.kits.prefix_cache.driver.PrefixCacheDriver`: the checked pool calls."""
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: PrefixCacheConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        self.ps = int(config["page_size"])
-        self.size = int(config["size"])
-        self.device = torch.device(config.get("device", "cpu"))
+        self.ps = self.config.page_size
+        self.size = self.config.size
+        self.device = torch.device(self.config.device)
         self.kv = self.pool.allocator
-        policy = str(config.get("eviction_policy", "lru")).lower()
+        policy = self.config.eviction_policy.lower()
         # How old a split's upper half is: the release's default rule unless the target declares the legacy one.
         split_ages = str(getattr(self.pool, "poolfuzz_split_ages", "inherit"))
         self.model = PrefixCacheModel(self.size // self.ps, self.ps, policy, split_ages=split_ages)

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from harness.kits.prefix_cache.config import PrefixCacheConfig
 from harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, MoveTable, Step, fixed
+from strategies.table import Move, MoveTable, Overrides, Step, fixed
 
 ALPHABET = (0, 1, 2)
 MAX_PROMPT = 12
@@ -102,7 +103,7 @@ class PrefixCacheView:
 
 
 def prefix_cache_config(choose: Chooser, *, page_size: int | None = None,
-                        policies: Sequence[str] = POLICIES) -> Config:
+                        policies: Sequence[str] = POLICIES) -> PrefixCacheConfig:
     """Configs for ``pools.prefix_cache.build_prefix_cache``; the engine adds ``device``.
 
     ``size`` is 8 to 48 tokens rounded up to whole pages: a few prompts fill
@@ -111,7 +112,7 @@ def prefix_cache_config(choose: Chooser, *, page_size: int | None = None,
     """
     ps = choose.choice(PAGE_SIZES) if page_size is None else page_size
     tokens = choose.randint(8, 48)
-    return {"size": -(-tokens // ps) * ps, "page_size": ps, "eviction_policy": choose.choice(tuple(policies))}
+    return PrefixCacheConfig(size=-(-tokens // ps) * ps, page_size=ps, eviction_policy=choose.choice(tuple(policies)))
 
 
 TAILS: tuple[tuple[int, ...], ...] = ((), (2,), (1,), (0,), (2, 1), (1, 0, 2), (2, 2, 0, 1))
@@ -321,7 +322,7 @@ def _cache_of_an_unknown_policy(view: PrefixCacheView, choose: Chooser) -> Step:
 
 def prefix_cache_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse ``RadixCache`` must reject beyond the random moves', and its rarer corners."""
-    constructors: tuple[Config, ...] = ({"eviction_policy": "most-recent"}, {"page_size": 0}, {"size": -8})
+    constructors: tuple[Overrides, ...] = ({"eviction_policy": "most-recent"}, {"page_size": 0}, {"size": -8})
     return (
         Move("node of a holder", 0.1, _node_of_a_holder, setup=fixed("lock", prompt=[0, 0])),
         Move("one prefix matched many times", 0.05, _rematch, setup=fixed("insert", prompt=list(REMATCHED))),

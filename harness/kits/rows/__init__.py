@@ -7,18 +7,10 @@ The pools are :mod:`pools.req_to_token`.  The row limits below serve the hybrid 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
-from harness.judge.limits import CELLS, CONTEXT, REQUEST, ROWS, SETTING, FamilyLimits, Footprint, Limit
+from harness.judge.limits import REQUEST
+from harness.kits.rows.config import DecodeRowConfig, RowConfig
 
-
-def _rows_cells(n: Callable[[str, int], int]) -> int:
-    return (n("size", 0) + n("pre_alloc_size", 0)) * n("max_context_len", 0)
-
-
-ROW_CELLS = Footprint("(size + pre_alloc_size) x max_context_len", CELLS, _rows_cells)
-ROW_CONFIG = {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "device": SETTING}
 ROW_ARGS = {"alloc_rows.need_size": REQUEST, "alloc_rows_non_int.need_size": REQUEST,
             "write.start": REQUEST, "write.length": REQUEST}
 ROW_INVARIANTS = (*ALLOCATOR_INVARIANTS, "in-bounds", "generation-monotonic", "clear-restores")
@@ -28,11 +20,11 @@ FAMILIES = (
            driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.rows.moves:row_table",
            bench_config=settings(size=32, max_context_len=16, device="cpu"), canaries=("harness.kits.rows.canaries",),
            invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool", rate_target=10_000,
-           limits=FamilyLimits(ROW_CONFIG, (ROW_CELLS,), ROW_ARGS)),
+           limits=RowConfig.with_args(ROW_ARGS)),
     Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
            default="pools:DecodeReqToTokenPool", driver="harness.kits.rows.driver:DecodeRowPoolDriver",
            moves="harness.kits.rows.moves:decode_row_table",
            bench_config=settings(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
            canaries=("harness.kits.rows.canaries",), invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool",
-           limits=FamilyLimits({**ROW_CONFIG, "pre_alloc_size": Limit(0, ROWS)}, (ROW_CELLS,), ROW_ARGS)),
+           limits=DecodeRowConfig.with_args(ROW_ARGS)),
 )

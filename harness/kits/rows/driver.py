@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, Driver, offends_free, operation
+from harness.judge.driver import SKIPPED, ConfigLike, Driver, offends_free, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
+from harness.kits.rows.config import RowConfig
 from harness.kits.rows.model import RowModel
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
 from pools.req_to_token import Req
@@ -62,9 +63,11 @@ def is_int(value: Any) -> bool:
 class RowPoolDriver(Driver):
     family = "req_to_token"
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: RowConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        num_rows = int(config["size"]) + int(config.get("pre_alloc_size", 0))
+        num_rows = self.config.size + getattr(self.config, "pre_alloc_size", 0)
         self.model = RowModel(num_rows)
         self.reqs: dict[int, Req] = {}
 
@@ -309,7 +312,7 @@ class RowPoolDriver(Driver):
         if not self._holds_live_row(handle):
             return SKIPPED  # type: ignore[return-value]
         row = self.reqs[handle].req_pool_idx
-        width = self.config["max_context_len"]
+        width = self.config.max_context_len
         start = min(start, width)
         stop = min(start + length, width)
         values = torch.arange(start, stop, dtype=torch.int32) + 1
@@ -327,7 +330,7 @@ class RowPoolDriver(Driver):
         """The sizes a scheduler reads off the pool are the ones it was built with (and ``num_rows``, where the
         pool has it, counts every row it can hand out)."""
         config, pool = self.config, self.pool
-        expected = (config["size"], config["max_context_len"], config.get("pre_alloc_size", 0))
+        expected = (config.size, config.max_context_len, getattr(config, "pre_alloc_size", 0))
         actual = (pool.size, pool.max_context_len, pool.pre_alloc_size)
         check(actual == expected, "in-bounds", "(size, max_context_len, pre_alloc_size) differ from the configuration",
               actual=actual, expected=expected)

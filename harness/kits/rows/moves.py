@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from harness.kits.rows.config import DecodeRowConfig, RowConfig
 from harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, CORNER_REPEAT, Config, Move, MoveTable, Step, fixed, mixed_batch, with_repeat
+from strategies.table import CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Overrides, Step, fixed, mixed_batch, with_repeat
 
 LARGE_ROW_POOL = 20
 """A pool large enough for ``alloc_rows`` of more than 16 rows at once (the pools' vectorised path)."""
@@ -72,13 +73,13 @@ class RowView:
 Draw = Callable[[RowView, Chooser], Step | None]
 
 
-def row_pool_config(choose: Chooser, *, decode: bool = False) -> Config:
+def row_pool_config(choose: Chooser, *, decode: bool = False) -> RowConfig:
     """Tiny pools (0-3 rows) and a large one half the time, any size up to 12 otherwise; a short context."""
     size = choose.choice((0, 1, 2, 3, LARGE_ROW_POOL)) if choose.random() < 0.5 else choose.randint(1, 12)
-    config: Config = {"size": size, "max_context_len": choose.choice((4, 8, 16))}
+    context = choose.choice((4, 8, 16))
     if decode:
-        config["pre_alloc_size"] = choose.randint(0, 4)
-    return config
+        return DecodeRowConfig(size=size, max_context_len=context, pre_alloc_size=choose.randint(0, 4))
+    return RowConfig(size=size, max_context_len=context)
 
 
 # ---------------------------------------------------------------- random moves
@@ -214,7 +215,7 @@ WRITE_SELECTORS_MISUSE = tuple(name for name, (_, errors) in WRITE_SELECTORS.ite
 
 def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
     """Every kind of misuse a request-row pool must reject, and its corners, one move each."""
-    constructors: list[Config] = [{"size": -1}, {"max_context_len": 0}, {"size": 2.0}, {"max_context_len": 4.5}]
+    constructors: list[Overrides] = [{"size": -1}, {"max_context_len": 0}, {"size": 2.0}, {"max_context_len": 4.5}]
     constructors += [{"pre_alloc_size": -1}, {"pre_alloc_size": 1.0}] if decode else []
     return (
         Move("alloc_rows of every free row", 0.3, _every_free_row),

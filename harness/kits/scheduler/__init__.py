@@ -9,7 +9,8 @@ our own (rows, Mamba, KV, prefix cache, SWA) composed by :func:`~harness.kits.sc
 from __future__ import annotations
 
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
-from harness.judge.limits import CELLS, CONTEXT, PAGE, REQUEST, ROWS, SETTING, TOKENS, FamilyLimits, Footprint, Limit
+from harness.judge.limits import REQUEST
+from harness.kits.scheduler.config import SchedulerConfig
 
 FAMILIES = (
     Family(name="scheduler",
@@ -29,14 +30,7 @@ FAMILIES = (
            invariants=(*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement",
                        "scheduler-conservation", "kv-accounting", "lock-balance", "cache-accounting",
                        "match-returns-inserted", "evict-spares-locked", "swa-mapping"),
-           limits=FamilyLimits(
-               {"size": Limit(0, ROWS), "max_context_len": Limit(1, CONTEXT), "page_size": Limit(1, PAGE),
-                "kv_pages": Limit(0, TOKENS), "hybrid": SETTING, "mamba_size": Limit(0, ROWS), "need_sort": SETTING,
-                "kernel": SETTING, "device": SETTING, "prefix_cache": SETTING, "eviction_policy": SETTING,
-                "sliding_window": Limit(0, CONTEXT, nullable=True), "swa_pages": Limit(0, TOKENS)},
-               (Footprint("size x max_context_len", CELLS, lambda n: n("size", 0) * n("max_context_len", 0)),
-                Footprint("kv_pages x page_size", TOKENS, lambda n: n("kv_pages", 0) * n("page_size", 1)),
-                Footprint("swa_pages x page_size", TOKENS, lambda n: n("swa_pages", 0) * n("page_size", 1))),
+           limits=SchedulerConfig.with_args(
                {"admit.requests[*][*]": REQUEST, "admit.reserve_extra": REQUEST, "prefill.chunk": REQUEST,
                 "retract.keep": REQUEST})),
 )

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import Driver
+from harness.judge.driver import ConfigLike, Driver
 from harness.judge.invariants import check, check_unique
 from harness.kits.scheduler.cache_model import PrefixCacheModel
+from harness.kits.scheduler.config import SchedulerConfig
 from harness.kits.scheduler.model import SchedulerModel
 from pools.req_to_token import Req
 
@@ -29,24 +30,26 @@ class SchedulerDriverBase(Driver):
     its ``full_attn_allocator`` with a sliding window.
     """
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: SchedulerConfig
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
         c = self.config
         self.rows = self.pool.req_to_token_pool
         self.kv = self.pool.token_to_kv_pool_allocator
-        self.hybrid = bool(c.get("hybrid", False))
-        self.device = torch.device(c.get("device", "cpu"))
-        self.ps = int(c["page_size"])
-        self.max_len = int(c["max_context_len"])
-        self.window = int(c.get("sliding_window") or 0)
+        self.hybrid = c.hybrid
+        self.device = torch.device(c.device)
+        self.ps = c.page_size
+        self.max_len = c.max_context_len
+        self.window = c.sliding_window or 0
         self.full: Any = self.kv.full_attn_allocator if self.window else self.kv
         """The allocator of the full-attention side (the only side without a window)."""
-        cached = bool(c.get("prefix_cache", False))
+        cached = c.prefix_cache
         if cached and getattr(self.pool, "tree_cache", None) is None:
             raise ValueError("the config asks for a prefix cache but the target built none (tree_cache is None)")
         self.model = SchedulerModel(
-            int(c["size"]), int(c["kv_pages"]), self.ps, int(c.get("mamba_size", 0)), self.hybrid,
-            num_swa_pages=int(c.get("swa_pages", 0)) if self.window else 0,
+            c.size, c.kv_pages, self.ps, c.mamba_size, self.hybrid,
+            num_swa_pages=c.swa_pages if self.window else 0,
             cache=PrefixCacheModel(self.ps) if cached else None,
         )
         self.reqs: dict[int, Req] = {}

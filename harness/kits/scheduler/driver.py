@@ -47,7 +47,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConfigLike, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.kits.scheduler.base import SchedulerDriverBase
 from harness.kits.scheduler.cache import CacheBook
@@ -113,7 +113,7 @@ class SchedulerDriver(SchedulerDriverBase):
             errors.append(UnknownEvictionPolicyError)
         return tuple(dict.fromkeys(errors))
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
         self.cache = CacheBook(self) if self.model.cache is not None else None
         self.swa = WindowBook(self) if self.window else None

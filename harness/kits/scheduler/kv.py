@@ -105,7 +105,7 @@ class KVStep:
                 i = first_difference(expected, out)
                 raise InvariantViolation("kernel-agreement" if name == "full" else "swa-mapping",
                                          f"{what}: the {name} side differs from the loop oracle at output {i}",
-                                         kernel=d.config.get("kernel"), expected=expected[i: i + 4], actual=out[i: i + 4])
+                                         kernel=d.config.kernel, expected=expected[i: i + 4], actual=out[i: i + 4])
             d.check_fresh(pages, free, what, f"{name} page")
             after = d.free_pages(alloc)
             check(sorted(after) == sorted(set(before) - set(pages)) and len(after) == len(before) - need, "page-layout",

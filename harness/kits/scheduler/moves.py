@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from harness.kits.scheduler.config import SchedulerConfig
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, MoveTable, Step, config_corners
+from strategies.table import Move, MoveTable, Step, pool_corners
 
 MAX_CONTEXT_LENS = (16, 24, 48)
 MODES = ("plain", "prefix_cache", "sliding_window")
@@ -125,8 +126,8 @@ def scheduler_modes(*, hybrid: bool | None = None, page_size: int | None = None,
 def scheduler_config(
     choose: Chooser, *, kernels: Sequence[str] = KERNELS, hybrid: bool | None = None, page_size: int | None = None,
     mode: str | None = None,
-) -> Config:
-    """A config for :func:`harness.kits.scheduler.driver.build_scheduler_pools`; the engine adds ``device``.
+) -> SchedulerConfig:
+    """A config for :func:`harness.kits.scheduler.driver.build_scheduler_pools`; the engine sets ``device``.
 
     ``hybrid``, ``page_size`` and ``mode`` (one of :data:`MODES`) pin those keys (``None``
     draws them).  The options are exclusive and leave Mamba rows out: SGLang 0.5.23 pairs
@@ -143,23 +144,20 @@ def scheduler_config(
         sizes = ((WINDOW_TRITON_PAGE_SIZES if triton else WINDOW_PAGE_SIZES) if window
                  else (TRITON_PAGE_SIZES if triton else PAGE_SIZES))
         page_size = choose.choice(sizes)
-    config: Config = {
-        "kernel": kernel,
-        "page_size": page_size,
-        "size": choose.randint(1, 6),
-        "kv_pages": choose.randint(1 if chosen == "plain" else 3, 16),
-        "max_context_len": choose.choice(MAX_CONTEXT_LENS),
-        "hybrid": (choose.choice((False, True)) if hybrid is None else hybrid) if chosen == "plain" else False,
-        "mamba_size": choose.randint(1, 6),
-        "need_sort": choose.choice((False, True)),
-        "prefix_cache": chosen == "prefix_cache",
-        "eviction_policy": choose.choice(EVICTION_POLICIES) if chosen == "prefix_cache" else "lru",
-        "sliding_window": None,
-        "swa_pages": 0,
-    }
+    size = choose.randint(1, 6)
+    kv_pages = choose.randint(1 if chosen == "plain" else 3, 16)
+    max_context_len = choose.choice(MAX_CONTEXT_LENS)
+    with_mamba = (choose.choice((False, True)) if hybrid is None else hybrid) if chosen == "plain" else False
+    mamba_size = choose.randint(1, 6)
+    need_sort = choose.choice((False, True))
+    policy = choose.choice(EVICTION_POLICIES) if chosen == "prefix_cache" else "lru"
+    config = SchedulerConfig(kernel=kernel, page_size=page_size, size=size, kv_pages=kv_pages,
+                             max_context_len=max_context_len, hybrid=with_mamba, mamba_size=mamba_size,
+                             need_sort=need_sort, prefix_cache=chosen == "prefix_cache", eviction_policy=policy,
+                             sliding_window=None, swa_pages=0)
     if window:
-        config["sliding_window"] = choose.randint(1, 4) if choose.random() < 0.5 else choose.randint(1, 12)
-        config["swa_pages"] = choose.randint(3, 12)
+        sliding_window = choose.randint(1, 4) if choose.random() < 0.5 else choose.randint(1, 12)
+        config = config.replaced(sliding_window=sliding_window, swa_pages=choose.randint(3, 12))
     return config
 
 
@@ -323,7 +321,6 @@ def scheduler_table(
     )
 
 
-def scheduler_corners(config: Config) -> list[str]:
+def scheduler_corners(config: SchedulerConfig) -> list[str]:
     """The KV pool's corners (``kv_pages`` pages of ``page_size``): ``size`` counts request rows here, not tokens."""
-    page_size = int(config.get("page_size", 1))
-    return config_corners({"page_size": page_size, "size": int(config.get("kv_pages", 0)) * page_size})
+    return pool_corners(size=config.kv_pages * config.page_size, page_size=config.page_size)

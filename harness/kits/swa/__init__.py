@@ -10,8 +10,9 @@ page moves.  The pools are :mod:`pools.swa`.
 from __future__ import annotations
 
 from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages, settings
-from harness.judge.limits import PAGE, REQUEST, SETTING, TOKENS, FamilyLimits, Limit
-from harness.kits.kv import KV_ARGS, PAGED
+from harness.judge.limits import REQUEST
+from harness.kits.kv import KV_ARGS
+from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
 
 SWA_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "swa-mapping")
 
@@ -26,8 +27,7 @@ FAMILIES = (
                        "swa-mapping"),
            realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, ("tail.extend_len", 1)),
            protocol="pools.protocols:SWAKVAllocator", device_path=True,
-           limits=FamilyLimits(
-               {"size": Limit(0, TOKENS), "size_swa": Limit(0, TOKENS), **PAGED, "device": SETTING}, (),
+           limits=SWAKVConfig.with_args(
                {"alloc.need_size": REQUEST, "alloc_non_int.need_size": REQUEST, "extend.batch[*][1]": REQUEST,
                 "tail.extend_len": REQUEST, "tail.swa_tail_len": REQUEST, "free_swa.pages": REQUEST})),
     Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
@@ -37,7 +37,5 @@ FAMILIES = (
            invariants=SWA_INVARIANTS,
            realistic=(("size_swa", pages(2)), ("alloc.need_size", 1)),
            protocol="pools.protocols:SWAKVAllocator",
-           limits=FamilyLimits(
-               {"size_swa": Limit(0, TOKENS), "page_size": Limit(1, PAGE), "need_sort": SETTING, "device": SETTING},
-               (), KV_ARGS)),
+           limits=PureSWAKVConfig.with_args(KV_ARGS)),
 )

@@ -17,6 +17,7 @@ import torch
 
 from harness.judge.driver import SKIPPED, operation
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
+from harness.kits.swa.config import SWAKVConfig
 from harness.kits.swa.model import SWAModel
 from pools.errors import BadBatchError, BadSizeError, PoolError, UnknownKernelError
 from pools.page_alloc import KERNEL_NAMES
@@ -37,7 +38,7 @@ class SWABatchMisuse:
     model: SWAModel
     page_size: int
     pool: Any
-    config: dict[str, Any]
+    config: SWAKVConfig
     check_misuse: bool
     layout_checked: bool
     expect_rejected: Callable[..., None]
@@ -75,7 +76,7 @@ class SWABatchMisuse:
         if args is None or not self.check_misuse or not apply_defect(
                 EXTEND_DEFECTS, defect, args, layout_checked=self.layout_checked):
             return SKIPPED
-        call = extend_call_args(args, self.config["device"])
+        call = extend_call_args(args, self.config.device)
         need = sum(self.model.extend_pages_needed(p, s) for p, s in zip(args.pres, args.seqs) if 0 <= p <= s)
         self._judge_malformed(defect, args, lambda: self.pool.alloc_extend(**call), need,
                               f"alloc_extend(prefix={args.pres}, seq={args.seqs}, last_loc={args.lasts}) with {defect}")
@@ -89,7 +90,7 @@ class SWABatchMisuse:
         if not handles or args is None or not self.check_misuse or not apply_defect(
                 DECODE_DEFECTS, defect, args, layout_checked=self.layout_checked):
             return SKIPPED
-        call = decode_call_args(args, self.config["device"])
+        call = decode_call_args(args, self.config.device)
         need = sum(self.model.decode_pages_needed(s) for s in args.seqs if s >= 1)
         self._judge_malformed(defect, args, lambda: self.pool.alloc_decode(**call), need,
                               f"alloc_decode(seq={args.seqs}, last_loc={args.lasts}) with {defect}")
@@ -101,7 +102,7 @@ class SWABatchMisuse:
         """``alloc_extend_swa_tail`` of two new requests (it takes one): ``BadBatchError``."""
         if self.page_size == 1 or not self.check_misuse:
             return SKIPPED
-        ps, device = self.page_size, self.config["device"]
+        ps, device = self.page_size, self.config.device
         zeros, seqs = torch.zeros(2, dtype=torch.int64), torch.tensor([ps, ps], dtype=torch.int64)
         self.expect_rejected(lambda: self.pool.alloc_extend_swa_tail(
             zeros.to(device), zeros, seqs.to(device), seqs, torch.full((2,), -1, device=device), 2 * ps, ps),

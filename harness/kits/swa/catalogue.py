@@ -16,7 +16,7 @@ from harness.kits.swa.misuse import FREE_CALLS
 from harness.kits.swa.random_moves import free_swa_gone, slide, wrong_regime
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
-from strategies.table import Config, Move, Step, fixed
+from strategies.table import Move, Overrides, Step, fixed
 
 SWADraw = Callable[[SWAView, Chooser], Step | None]
 
@@ -67,7 +67,7 @@ def _tail_misuse(kind: str) -> SWADraw:
 
 def swa_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse ``SWATokenToKVPoolAllocator`` must reject, one move each, and its empty-call corners."""
-    constructors: tuple[Config, ...] = ({"page_size": 0}, {"size": -4}, {"size_swa": 2.5}, {"kernel": "gpu"})
+    constructors: tuple[Overrides, ...] = ({"page_size": 0}, {"size": -4}, {"size_swa": 2.5}, {"kernel": "gpu"})
     return (
         Move("empty extend batch", 0.05, fixed("extend", batch=[])),
         *(Move(f"{call} of no index", 0.03, fixed("free_indices", indices=[], call=call)) for call in FREE_CALLS),

@@ -31,11 +31,12 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import Driver, operation
+from harness.judge.driver import ConfigLike, Driver, operation
 from harness.judge.invariants import check, check_unique
 from harness.kits.kv.driver import ints
 from harness.kits.swa.batches import SWABatchMisuse
 from harness.kits.swa.checks import Grant, SideState, audit_mapping, check_handed_out, check_side_change, judge_grant
+from harness.kits.swa.config import SWAKVConfig
 from harness.kits.swa.contract import allows
 from harness.kits.swa.misuse import FREE_CALLS, free_errors, reject_misuse, skipped
 from harness.kits.swa.model import SWAModel
@@ -44,17 +45,19 @@ from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStat
 
 class SWAKVDriver(Driver, SWABatchMisuse):
     family = "swa_kv"
+    config: SWAKVConfig
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
-        ps = self.page_size = int(config["page_size"])
-        self.model = SWAModel(int(config["size"]) // ps, int(config["size_swa"]) // ps, ps)
-        layout = config.get("check_layout")
-        self.layout_checked = torch.device(config["device"]).type == "cpu" if layout is None else bool(layout)
+        c = self.config
+        ps = self.page_size = c.page_size
+        self.model = SWAModel(c.size // ps, c.size_swa // ps, ps)
+        layout = c.check_layout
+        self.layout_checked = torch.device(c.device).type == "cpu" if layout is None else layout
 
     # ------------------------------------------------------------ helpers
     def _tensor(self, values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=self.config["device"])
+        return torch.tensor(values, dtype=torch.int64, device=self.config.device)
 
     def _peers(self, slots: list[int]) -> list[int]:
         return ints(self.pool.full_to_swa_index_mapping[self._tensor(slots)]) if slots else []

@@ -22,12 +22,13 @@ from collections.abc import Iterator
 
 from harness.kits.kv.configs import draw_page_count, draw_page_size
 from harness.kits.swa.catalogue import swa_catalogue
+from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
 from harness.kits.swa.misuse import FREE_CALLS
 from harness.kits.swa.pure_moves import pure_swa_catalogue, pure_swa_moves
 from harness.kits.swa.random_moves import swa_moves
 from harness.kits.swa.views import PureSWAView, SWAView
 from strategies.choosers import Chooser
-from strategies.table import Config, MoveTable, Step, config_corners
+from strategies.table import MoveTable, Step, config_corners, pool_corners
 
 # ---------------------------------------------------------------- swa_kv configurations
 CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tight SWA side", "roomy", "any")
@@ -39,7 +40,7 @@ REGION_PAGE_SIZES: dict[str, tuple[int, ...]] = {"page size 1": (1,), "small pag
 (the KV allocators' :data:`~harness.kits.kv.configs.PAGE_SIZES`, 1, or any size up to 64)."""
 
 
-def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> Config:
+def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> SWAKVConfig:
     """``SWATokenToKVPoolAllocator(size, size_swa, page_size, device, need_sort, kernel)`` without ``device``.
 
     A :data:`CONFIG_REGIONS` region first, then the page size and the sides within it.  The
@@ -65,15 +66,16 @@ def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> Config:
                else choose.randint(0, full))
         if choose.random() < 0.5:
             swa = min(swa, max(1, full - 1))  # the SWA side runs short first
-    return {"size": full * ps, "size_swa": swa * ps, "page_size": ps, "need_sort": choose.choice((False, True)),
-            "kernel": choose.choice(("vectorized", "loop"))}
+    need_sort = choose.choice((False, True))
+    return SWAKVConfig(size=full * ps, size_swa=swa * ps, page_size=ps, need_sort=need_sort,
+                       kernel=choose.choice(("vectorized", "loop")))
 
 
-def swa_corners(config: Config) -> list[str]:
+def swa_corners(config: SWAKVConfig) -> list[str]:
     """The corners a pool starts in (page size 1, large pages, a full side of no page or one), and an SWA
     side of no page or one."""
     labels = config_corners(config)
-    swa_pages = int(config["size_swa"]) // max(1, int(config["page_size"]))
+    swa_pages = config.size_swa // config.tokens_per_page
     if swa_pages <= 1:
         labels.append("corner: an SWA side of no page" if swa_pages == 0 else "corner: an SWA side of one page")
     return labels
@@ -133,16 +135,16 @@ ROOMY_PURE_SIZE = 64
 """A pure pool the size of the bench's, one draw in ten."""
 
 
-def pure_swa_kv_config(choose: Chooser, *, max_size: int = 16) -> Config:
+def pure_swa_kv_config(choose: Chooser, *, max_size: int = 16) -> PureSWAKVConfig:
     """``PureSWATokenToKVPoolAllocator(size_swa, page_size=1, device, need_sort)`` without ``device``: a tiny
     or small pool, one draw in ten one of :data:`ROOMY_PURE_SIZE` slots."""
     size = draw_page_count(choose, max_pages=max_size) if choose.random() < 0.9 else ROOMY_PURE_SIZE
-    return {"size_swa": size, "need_sort": choose.choice((False, True))}
+    return PureSWAKVConfig(size_swa=size, need_sort=choose.choice((False, True)))
 
 
-def pure_swa_corners(config: Config) -> list[str]:
+def pure_swa_corners(config: PureSWAKVConfig) -> list[str]:
     """An empty pool or a pool of one slot (every pure pool has page size 1: not a corner here)."""
-    return config_corners({"size": config["size_swa"]})
+    return pool_corners(size=config.size_swa)
 
 
 def pure_swa_kv_table() -> MoveTable:

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import Driver, operation
+from harness.judge.driver import ConfigLike, Driver, operation
 from harness.judge.invariants import check
 from harness.kits.kv.driver import TokenKVDriver, ints
 from harness.kits.kv.model import KVModel
+from harness.kits.swa.config import PureSWAKVConfig
 from harness.kits.swa.driver import reject_misuse, skipped
 from pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, PoolError
 
@@ -50,11 +51,12 @@ class PureSWAKVDriver(TokenKVDriver):
     family = "pure_swa_kv"
     malformed_frees: tuple[str, ...] = ("list", "float tensor")  # the padding filter flattens a 2-D tensor, as upstream
 
-    def __init__(self, factory: Any, config: dict[str, Any], **kwargs: Any) -> None:
+    config: PureSWAKVConfig  # type: ignore[assignment]  # not the token driver's: no ``size``
+
+    def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         Driver.__init__(self, factory, config, **kwargs)  # the token driver's own __init__ reads ``size``
         self.page_size = 1
-        self.model = KVModel(int(config["size_swa"]), 1, need_sort=bool(config.get("need_sort", False)),
-                             head_release=False)
+        self.model = KVModel(self.config.size_swa, 1, need_sort=self.config.need_sort, head_release=False)
 
     def _free_state(self) -> tuple[list[int], int]:
         return ints(self.pool.swa_attn_allocator.get_all_free_pages()), int(self.pool.available_size())

@@ -15,7 +15,7 @@ from harness.kits.kv.misuse import MALFORMED_FREES
 from harness.kits.swa.pure import PAGED_CALLS
 from harness.kits.swa.views import PureSWAView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_EXACT, CORNER_REPEAT, Config, Move, Step, fixed, move_kinds, with_repeat
+from strategies.table import CORNER_EXACT, CORNER_REPEAT, Move, Overrides, Step, fixed, move_kinds, with_repeat
 
 PureDraw = Callable[[PureSWAView, Chooser], Step | None]
 
@@ -119,7 +119,7 @@ def pure_swa_moves() -> tuple[Move, ...]:
     )
 
 
-PURE_SWA_MALFORMED: tuple[Config, ...] = ({"page_size": 2}, {"size_swa": -1}, {"size_swa": 2.5})
+PURE_SWA_MALFORMED: tuple[Overrides, ...] = ({"page_size": 2}, {"size_swa": -1}, {"size_swa": 2.5})
 """Constructor overrides ``PureSWATokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
 
 

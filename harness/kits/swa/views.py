@@ -30,7 +30,7 @@ class SWAView:
 
     @property
     def need_sort(self) -> bool:
-        return bool(self._driver.config.get("need_sort"))
+        return self._driver.config.need_sort
 
     @property
     def full_pages(self) -> int:
