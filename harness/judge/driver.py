@@ -36,6 +36,10 @@ ConfigLike = PoolConfig | Mapping[str, Any]
 """What a driver is built from: its family's typed config, or a mapping (a trace's JSON, a test's literal) that
 the driver checks and builds into one, once."""
 
+ConstructorKwargs = dict[str, Any]
+"""The keywords of a deliberately malformed constructor call (``construct``): a config with overrides the family's
+:class:`PoolConfig` would refuse, so a plain mapping, never a config."""
+
 SKIPPED = object()
 """Returned by an operation that would be misuse while misuse checking is off."""
 
@@ -286,7 +290,7 @@ class Driver:
         allows for it.  A configuration it finds valid, a family that models none,
         or a target that does not validate its input is not a call to make.
         """
-        config = {**self.config.kwargs(), **overrides}
+        config: ConstructorKwargs = {**self.config.kwargs(), **overrides}
         errors = self.constructor_errors(config)
         if not errors or not self.check_misuse:
             return SKIPPED
@@ -294,7 +298,7 @@ class Driver:
         self.event(f"misuse: malformed constructor ({', '.join(sorted(overrides))})")
         return None
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """The errors a constructor must raise for ``config``, the keyword arguments of a deliberately malformed
         call (so a plain mapping, not a checked :class:`PoolConfig`); empty when it is valid or not modelled."""
         return ()

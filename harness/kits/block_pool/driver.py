@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, operation
 from harness.judge.invariants import check, check_unique
 from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.misuse import BlockPoolMisuse
@@ -104,7 +104,7 @@ class BlockPoolDriver(Driver, BlockPoolMisuse):
         self.expect_rejected(call, error, what)
         return None
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``num_gpu_blocks`` an int >= 1 (block 0 is the null block)."""
         count = config.get("num_gpu_blocks")
         return () if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else (BadSizeError,)

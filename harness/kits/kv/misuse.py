@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, Driver, operation
+from harness.judge.driver import SKIPPED, ConstructorKwargs, Driver, operation
 from harness.judge.invariants import check
 from harness.kits.kv.model import KVModel
 from pools.errors import (
@@ -163,7 +163,7 @@ class KVMisuseDriver(Driver):
     malformed_frees: tuple[str, ...] = MALFORMED_FREES
     """The forms this family's ``free`` must reject."""
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``size`` a non-negative multiple of ``page_size`` (>= 1); a known kernel, Triton at powers of two only."""
         ps, size = config.get("page_size", 1), config.get("size")
         by_name = self._kernel_by_name()  # a target that fixes its own kernel (a canary) does not read the name

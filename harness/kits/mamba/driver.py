@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, Driver, offends_free, operation
+from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
 from harness.judge.invariants import check, check_unique
 from harness.kits.mamba.config import MambaSlotConfig
 from harness.kits.mamba.model import SlotModel
@@ -297,7 +297,7 @@ class MambaSlotDriver(SlotWindowDriver):
             self.event(f"misuse: free of a {form}")
         return result
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         return (BadSizeError,) if bad_count(config.get("size")) else ()
 
     @operation

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, operation
+from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
 from harness.judge.invariants import check
 from harness.kits.mamba.config import HybridRowConfig
 from harness.kits.mamba.driver import SlotWindowDriver, as_int, bad_count
@@ -62,7 +62,7 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
             return None  # the owner must be in the batch with its row, so only the slot is claimed twice
         return None if value is None else Req(rid=-2, mamba_pool_idx=value)
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """Rows as :class:`RowPoolDriver` says; ``mamba_size`` and state dimensions >= 0, ``num_layers`` >= 1."""
         dims = [*config.get("conv_shape", ()), *config.get("temporal_shape", ())]
         if bad_count(config.get("mamba_size")) or bad_count(config.get("num_layers", 1) - 1) or any(map(bad_count, dims)):

@@ -30,9 +30,7 @@ negative lock, ``cache-accounting`` for a page counted twice).
 
 from __future__ import annotations
 
-from typing import Any
-
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConstructorKwargs, operation
 from harness.judge.invariants import InvariantViolation, check
 from harness.kits.prefix_cache.calls import Holder, PrefixCacheCalls
 from harness.kits.prefix_cache.misuse import PrefixCacheMisuse
@@ -45,7 +43,7 @@ __all__ = ["Holder", "PrefixCacheDriver"]
 class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
     family = "prefix_cache"
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``page_size`` >= 1 and ``size`` a non-negative multiple of it (the allocator's), a known policy."""
         ps, size, policy = config.get("page_size"), config.get("size"), config.get("eviction_policy", "lru")
         errors: list[type[PoolError]] = []

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, Driver, offends_free, operation
+from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.kits.rows.config import RowConfig
 from harness.kits.rows.model import RowModel
@@ -289,7 +289,7 @@ class RowPoolDriver(Driver):
         self.event(f"corner: a write through {selector}")
         return None
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``size`` and ``pre_alloc_size`` ints >= 0, ``max_context_len`` an int > 0."""
         counts = [config.get("size", 0), config.get("pre_alloc_size", 0), config.get("max_context_len", 1)]
         if not all(is_int(n) for n in counts):

@@ -47,7 +47,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, operation
+from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.kits.scheduler.base import SchedulerDriverBase
 from harness.kits.scheduler.cache import CacheBook
@@ -98,7 +98,7 @@ def build_scheduler_pools(
 class SchedulerDriver(SchedulerDriverBase):
     family = "scheduler"
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """The component pools' own: row and KV sizes >= 0, a page size >= 1, a known kernel and eviction policy."""
         errors: list[type[PoolError]] = []
         for name in ("size", "kv_pages", "mamba_size", "swa_pages"):

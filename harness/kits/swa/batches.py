@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, operation
+from harness.judge.driver import SKIPPED, ConstructorKwargs, operation
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
 from harness.kits.swa.config import SWAKVConfig
 from harness.kits.swa.model import SWAModel
@@ -119,7 +119,7 @@ class SWABatchMisuse:
         self.event("misuse: alloc of a size that is not an int")
         return None
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """A page size >= 1, both sizes non-negative multiples of it; above page size 1 a known kernel."""
         ps = config.get("page_size")
         if not isinstance(ps, int) or isinstance(ps, bool) or ps < 1:

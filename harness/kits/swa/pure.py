@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import ConfigLike, Driver, operation
+from harness.judge.driver import ConfigLike, ConstructorKwargs, Driver, operation
 from harness.judge.invariants import check
 from harness.kits.kv.driver import TokenKVDriver, ints
 from harness.kits.kv.model import KVModel
@@ -109,7 +109,7 @@ class PureSWAKVDriver(TokenKVDriver):
             self.event(f"misuse: {call} on a pure SWA pool")
         return result  # type: ignore[no-any-return]
 
-    def constructor_errors(self, config: dict[str, Any]) -> tuple[type[PoolError], ...]:
+    def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``page_size`` must be 1 and ``size_swa`` a non-negative size."""
         size, ps = config.get("size_swa"), config.get("page_size", 1)
         if ps != 1 or not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size % 1:
