@@ -23,7 +23,8 @@ from harness.fuzz.run_report import exit_status
 from harness.fuzz.session import FuzzRun
 from harness.fuzz.summary import summary_text
 from harness.fuzz.walk import WalkRun
-from harness.fuzz.worker import UNSHRUNK_FOLDER, Worker
+from harness.fuzz.worker import Worker
+from harness.fuzz.worker_reports import UNSHRUNK_FOLDER
 from harness.judge.families import FAMILIES, check_target
 from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace

@@ -25,7 +25,7 @@ shrinking anything.  While a violation is being shrunk the round is *not*
 abandoned; the parent lets it finish for ``--grace`` seconds, then sends
 SIGTERM, and the smallest failing trace seen so far is saved (``shrunk:
 false``).  Before any of that, the first failing step of a round is written
-unshrunk, under the corpus's :data:`UNSHRUNK_FOLDER`, and announced
+unshrunk, under the corpus's :data:`~harness.fuzz.worker_reports.UNSHRUNK_FOLDER`, and announced
 (:meth:`Worker.first_sighting`), so a counterexample is never lost to the clock,
 a signal or a kill; that file stays, as the record of what was found at that step,
 beside the shrunk trace that follows.
@@ -33,7 +33,6 @@ beside the shrunk trace that follows.
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import time
@@ -47,8 +46,6 @@ from harness.fuzz.failure_text import error_text, poisons_cuda
 from harness.fuzz.protocol import (
     FLUSH_SECONDS,
     CoverageSample,
-    FailureFound,
-    FailureSeen,
     Hello,
     Message,
     ProgressReport,
@@ -59,27 +56,22 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
-from harness.fuzz.realistic import REALISTIC_SECONDS, realistic_note
 from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
 from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
 from harness.fuzz.shares import EngineBook, pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
+from harness.fuzz.worker_reports import WorkerReports
 from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace, fill_provenance
-from harness.machines import PoolMachine, build_settings, failure_trace, make_machine, run_machine, violation_of
+from harness.judge.trace import Trace
+from harness.machines import PoolMachine, build_settings, make_machine, run_machine
 from harness.machines.run import ShortestFailure, describe_shrunk
 from harness.traces.keep import keep_trace
 
-UNSHRUNK_FOLDER = "unshrunk"
-"""Under ``--corpus``: the unshrunk trace of each failing step a worker announced, ``unshrunk/<family>/...``.
-
-Kept apart from the shrunk traces (``<family>/...``), so the corpus's one-file-per-bug stays true of those while
-the trace the first report named, and the report's ``found_at`` still names, replays after shrinking as before it."""
 #: How often a worker measuring coverage sends the arcs its current target reached, in seconds.
 COVERAGE_SAMPLE_SECONDS = 2.0
 
 
-class Worker:
+class Worker(WorkerReports):
     """The round loop of one worker process; see the module docstring."""
 
     def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool],
@@ -178,29 +170,6 @@ class Worker:
                 self.retired[self.target.index] = 1
             assert violation.trace is not None
             self.first_sighting(violation, violation.trace)
-
-    def first_sighting(self, violation: InvariantViolation, trace: Trace) -> None:
-        """Write the unshrunk failing trace now and tell the parent, before any shrinking.
-
-        Shrinking may take longer than the run has left, and the process may be killed during it;
-        the finding must not depend on it finishing.  The file goes under :data:`UNSHRUNK_FOLDER` and
-        stays there: the shrunk trace :meth:`found` reports replaces it as the failure's trace, not on disk.
-        """
-        target = self.target
-        if target is None:
-            return
-        unshrunk = copy.deepcopy(trace)
-        unshrunk.expect_violation(violation.invariant_id)
-        self.as_found[target.key] = unshrunk
-        fill_provenance(unshrunk, seed=self.seed, note=(
-            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
-            "unshrunk: saved the moment it was found"))
-        kept = keep_trace(unshrunk, Path(self.plan.corpus) / UNSHRUNK_FOLDER)
-        self.send(FailureSeen(
-            target=target.key, family=target.family, implementation=target.spec, invariant=violation.invariant_id,
-            trace=str(kept.path) if kept.path is not None else None, steps=len(unshrunk.steps),
-            message=str(violation), round=self.round_no, seed=self.seed, problem=kept.problem,
-        ))
 
     # --------------------------------------------------------------- rounds
     def run(self) -> None:
@@ -380,49 +349,3 @@ class Worker:
         self.round_size[target.key] = next_round_size(
             self.examples - examples_before, time.monotonic() - started, self.plan.round_seconds
         )
-
-    def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, int]) -> None:
-        violation = violation_of(exc)
-        message = str(violation) if violation is not None else error_text(
-            exc, self.error_trace, "the last example that raised")
-        self.poisoned = poisons_cuda(message)  # the process ends; the parent starts another
-        trace = failure_trace(exc)
-        path = violation.trace_path if violation is not None else None
-        self.found(target, violation.invariant_id if violation is not None else None, message, path=path, trace=trace,
-                   shrunk=True, where=where)
-
-    def save_partial(self, target: TargetRef, where: dict[str, int]) -> None:
-        """Stopped while shrinking: save the smallest failing trace seen so far."""
-        violation = self.shortest.violation
-        assert violation is not None and violation.trace is not None
-        trace = violation.trace
-        trace.expect_violation(violation.invariant_id)
-        fill_provenance(trace, seed=where["seed"], note=(
-            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); "
-            "partially shrunk: the run ended while shrinking"
-        ))
-        kept = keep_trace(trace, Path(self.plan.corpus))
-        message = str(violation) + (f"\n  ({kept.problem})" if kept.problem else "")
-        self.found(target, violation.invariant_id, message, path=kept.path, trace=trace, shrunk=False, where=where)
-
-    def found(self, target: TargetRef, invariant: str | None, message: str, *, path: Path | None,
-              trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
-        """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
-        which takes the place of the first sighting's unshrunk one in the report)."""
-        self.retired[target.index] = 1
-        realistic = None
-        if shrunk and invariant is not None and trace is not None:
-            left = min(REALISTIC_SECONDS, self.plan.deadline - time.time() - 1.0)  # the report must not wait on it
-            note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant,
-                                             trace=self.as_found.pop(target.key, trace), seed=where["seed"],
-                                             corpus=Path(self.plan.corpus), device=self.plan.device, seconds=left,
-                                             stop=self.stop.is_set)
-            message += note
-        self.send(FailureFound(
-            target=target.key, family=target.family, implementation=target.spec,
-            kind="violation" if invariant is not None else "error",
-            invariant=invariant,
-            trace=str(path) if path is not None else None,
-            steps=len(trace.steps) if trace is not None else None,
-            message=message, shrunk=shrunk, round=where["round"], seed=where["seed"], realistic=realistic,
-        ))

@@ -230,4 +230,7 @@ def untyped_config(family: str, row: FamilyLimits) -> type[PoolConfig]:
 
 def config_class(family: str, row: FamilyLimits) -> type[PoolConfig]:
     """The class a config of ``family`` is built as: its kit's, or one generated from its limits row."""
-    return row.typed if row.typed is not None else untyped_config(family, row)
+    if row.typed is None:
+        return untyped_config(family, row)
+    assert issubclass(row.typed, PoolConfig), f"{family}'s limits name {row.typed!r}, not a PoolConfig"
+    return row.typed

@@ -48,10 +48,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard
-
-if TYPE_CHECKING:
-    from harness.judge.config import PoolConfig
+from typing import Any, TypeGuard
 
 TOKENS = 1 << 20
 ROWS = 1 << 16
@@ -120,8 +117,9 @@ class FamilyLimits:
     footprints: tuple[Footprint, ...] = ()
     args: Mapping[str, int] = field(default_factory=dict)
     """Step arguments that size a call, as ``op.arg`` or ``op.arg[*][1]`` (items of a list), and their bound."""
-    typed: type[PoolConfig] | None = None
-    """The kit's config class (:mod:`harness.judge.config`), when the row was built from one
+    typed: type | None = None
+    """The kit's config class (a :class:`~harness.judge.config.PoolConfig`, which imports this module), when the
+    row was built from one
     (:meth:`~harness.judge.config.PoolConfig.limits`); else the registry generates one from ``config``."""
 
 

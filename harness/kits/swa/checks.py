@@ -12,6 +12,8 @@ and the model (:class:`~harness.kits.swa.model.SWAModel`); none calls the pool.
 * :func:`check_side_change`: per side, exactly the counted pages left (or joined)
   the free pages and the available size moved by them (``conservation``, or
   ``group-window`` when a free group ends).
+* :func:`audit_sides`: the audit's per-side conservation, and the pool's ``available_size()``
+  and ``size`` (the smaller side's).
 * :func:`audit_mapping`: the whole mapping table against the model, and its
   trailing ``-1`` (``swa-mapping``).
 """
@@ -102,6 +104,26 @@ def check_side_change(before: SideState, after: SideState, sign: int, full_pages
         check(new_avail == old_avail + sign * len(pages) * page_size, invariant, f"{what} changed the {name} side's "
               "available size by the wrong amount", side=name, before=old_avail, after=new_avail,
               pages=sorted(pages))
+
+
+def audit_sides(model: SWAModel, sides: SideState, *, available: int, size: int) -> None:
+    """Each side's free pages (unique, off page 0, existing, the model's) and available size; the pool's
+    ``available_size()`` and ``size``, the smaller side's (``conservation``)."""
+    full, full_avail, swa, swa_avail = sides
+    ps = model.page_size
+    for name, pages, avail, side in (("full", full, full_avail, model.full), ("SWA", swa, swa_avail, model.swa)):
+        check_unique(list(pages), "no-double-allocation", f"the {name} side's free pages")
+        check(0 not in pages, "reserved-never-handed-out", f"page 0 is among the {name} side's free pages")
+        outside = [p for p in pages if not 1 <= p <= side.num_pages]
+        check(not outside, "in-bounds", f"{name} free pages that do not exist", pages=outside)
+        check(set(pages) == side.free, "conservation", f"the {name} side's free pages differ from the model",
+              side=name, missing=sorted(side.free - set(pages)), extra=sorted(set(pages) - side.free))
+        check(avail == len(side.free) * ps, "conservation", f"the {name} side's available size disagrees",
+              side=name, available=avail, expected=len(side.free) * ps)
+    check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
+          available=available, full=full_avail, swa=swa_avail)
+    check(size == min(model.full_pages, model.swa_pages) * ps, "conservation", "size is not the smaller side's",
+          size=size)
 
 
 def audit_mapping(model: SWAModel, table: list[int]) -> None:

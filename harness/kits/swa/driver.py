@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from harness.judge.driver import ConfigLike, Driver, operation
-from harness.judge.invariants import check, check_unique
+from harness.judge.invariants import check
 from harness.kits.kv.driver import ints
 from harness.kits.swa.batches import SWABatchMisuse
-from harness.kits.swa.checks import Grant, SideState, audit_mapping, check_handed_out, check_side_change, judge_grant
+from harness.kits.swa.checks import Grant, SideState, audit_mapping, audit_sides, check_handed_out, check_side_change, judge_grant
 from harness.kits.swa.config import SWAKVConfig
 from harness.kits.swa.contract import allows
 from harness.kits.swa.misuse import FREE_CALLS, free_errors, reject_misuse, skipped
@@ -386,21 +386,5 @@ class SWAKVDriver(Driver, SWABatchMisuse):
     # -------------------------------------------------------------- audits
     def audit(self) -> None:
         self.model.self_check()
-        full, full_avail, swa, swa_avail = self._sides()
-        ps = self.page_size
-        for name, pages, avail, side in (("full", full, full_avail, self.model.full), ("SWA", swa, swa_avail, self.model.swa)):
-            check_unique(list(pages), "no-double-allocation", f"the {name} side's free pages")
-            check(0 not in pages, "reserved-never-handed-out", f"page 0 is among the {name} side's free pages")
-            outside = [p for p in pages if not 1 <= p <= side.num_pages]
-            check(not outside, "in-bounds", f"{name} free pages that do not exist", pages=outside)
-            check(set(pages) == side.free, "conservation", f"the {name} side's free pages differ from the model",
-                  side=name, missing=sorted(side.free - set(pages)), extra=sorted(set(pages) - side.free))
-            check(avail == len(side.free) * ps, "conservation", f"the {name} side's available size disagrees",
-                  side=name, available=avail, expected=len(side.free) * ps)
-        available = int(self.pool.available_size())
-        check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
-              available=available, full=full_avail, swa=swa_avail)
-        size = int(self.pool.size)
-        check(size == min(self.model.full_pages, self.model.swa_pages) * ps, "conservation",
-              "size is not the smaller side's", size=size)
+        audit_sides(self.model, self._sides(), available=int(self.pool.available_size()), size=int(self.pool.size))
         audit_mapping(self.model, ints(self.pool.full_to_swa_index_mapping))
