@@ -6,6 +6,7 @@ Every test ends with :func:`assert_consistent`, the pool invariants of
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -251,8 +252,8 @@ def test_blocks_of_another_pool_or_not_blocks_at_all_are_rejected(pool: BlockPoo
     other = BlockPool(7).get_new_blocks(1)
     mine = pool.get_new_blocks(1)
     for call in (pool.free_blocks, pool.touch):
-        assert_rejected_unchanged(pool, ForeignIndexError, lambda call=call: call(mine + other))
-        assert_rejected_unchanged(pool, BadBatchError, lambda call=call: call(mine + [1]))  # type: ignore[list-item]
+        assert_rejected_unchanged(pool, ForeignIndexError, functools.partial(call, mine + other))
+        assert_rejected_unchanged(pool, BadBatchError, functools.partial(call, [*mine, 1]))  # type: ignore[list-item]
 
 
 def test_touching_a_free_block_that_is_not_cached_is_rejected(pool: BlockPool) -> None:

@@ -30,11 +30,15 @@ def test_every_family_of_ours_declares_a_config_class_whose_fields_its_default_p
 
 
 @pytest.mark.parametrize(("build", "field", "words"), [
-    (lambda: RowConfig(size="3", max_context_len=4), "config.size", "must be an integer"),
+    (lambda: RowConfig(size="3", max_context_len=4),  # type: ignore[arg-type]
+     "config.size", "must be an integer"),
     (lambda: RowConfig(size=True, max_context_len=4), "config.size", "must be an integer"),
-    (lambda: PagedKVConfig(size=8, page_size=2, need_sort="yes"), "config.need_sort", "must be true or false"),
-    (lambda: PagedKVConfig(size=8, page_size=2, check_layout=1), "config.check_layout", "true or false or null"),
-    (lambda: HybridRowConfig(size=2, max_context_len=4, mamba_size=2, conv_shape=(4, "x")), "config.conv_shape",
+    (lambda: PagedKVConfig(size=8, page_size=2, need_sort="yes"),  # type: ignore[arg-type]
+     "config.need_sort", "must be true or false"),
+    (lambda: PagedKVConfig(size=8, page_size=2, check_layout=1),  # type: ignore[arg-type]
+     "config.check_layout", "true or false or null"),
+    (lambda: HybridRowConfig(size=2, max_context_len=4, mamba_size=2, conv_shape=(4, "x")),  # type: ignore[arg-type]
+     "config.conv_shape",
      "a list of an integer"),
     (lambda: RowConfig(size=-1, max_context_len=4), "config.size", "below the minimum 0"),
     (lambda: SchedulerConfig(size=4, max_context_len=8, page_size=4, kv_pages=1 << 19), "config: kv_pages x page_size",

@@ -139,6 +139,7 @@ def _recording_walk(family_name: str, spec: str) -> tuple[WalkRun, list[tuple[st
                 return super().step(op, **args)
             finally:
                 calls = list(log)
+                assert contract is not None
                 rule: CallRule | None = contract.by_op.get(op)
                 allowed = set(contract.reads) | (set(rule.calls) if rule is not None else set())
                 if not set(calls) <= allowed:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ def test_a_placeholder_lets_a_file_import_but_refuses_to_run() -> None:
     with pytest.raises(StandInReached, match="truth"):
         bool(placeholder)
 
-    class Derived(placeholder):  # type: ignore[misc]  # a class deriving from a placeholder derives from object
+    class Derived(placeholder):  # type: ignore[misc,valid-type]  # a class deriving from a placeholder derives from object
         pass
 
     assert Derived.__mro__ == (Derived, object)
@@ -102,7 +104,7 @@ def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
     assert caught == canary.invariant
 
 
-MAMBA = {"page_size": 1, "rows": 4, "tokens": 48, "context": 64, "chunk": None, "new_token_ratio": 0.1, "mamba_slots": 12}
+MAMBA: dict[str, Any] = {"page_size": 1, "rows": 4, "tokens": 48, "context": 64, "chunk": None, "new_token_ratio": 0.1, "mamba_slots": 12}
 
 
 @needs_engine
@@ -182,7 +184,7 @@ def _leaky_mamba_engine(where: str) -> object:
     return build
 
 
-def _caught(factory: object, config: dict[str, object], *, seeds: int = 10) -> object:
+def _caught(factory: object, config: Mapping[str, object], *, seeds: int = 10) -> object:
     from harness.judge.invariants import InvariantViolation
     from harness.kits.engine.driver import EngineDriver
     from harness.kits.engine.moves import EngineView, engine_table

@@ -212,10 +212,10 @@ class UntypedConfig(PoolConfig):
         return key in self._given
 
 
-_UNTYPED: dict[str, type[PoolConfig]] = {}
+_UNTYPED: dict[str, type[UntypedConfig]] = {}
 
 
-def untyped_config(family: str, row: FamilyLimits) -> type[PoolConfig]:
+def untyped_config(family: str, row: FamilyLimits) -> type[UntypedConfig]:
     """The config class of a family whose kit declares none: one ``Any`` field per key of ``row``, default ``None``."""
     made = _UNTYPED.get(family)
     if made is None:
