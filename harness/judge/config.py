@@ -69,6 +69,8 @@ class PoolConfig(metaclass=_RecordsGiven):
 
     family: ClassVar[str] = ""
     footprints: ClassVar[tuple[Footprint, ...]] = ()
+    takes_device: ClassVar[bool] = True
+    """Whether the family's constructor takes ``device`` (:meth:`kwargs`); a trace records it either way."""
 
     device: str = setting("cpu")
     """Where the pool's tensors live; every engine sets it the same way (:meth:`on_device`)."""
@@ -122,8 +124,12 @@ class PoolConfig(metaclass=_RecordsGiven):
         return {name: _plain(getattr(self, name)) for name in names}
 
     def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of the family's pool constructor: exactly the keys it was given."""
-        return self.to_json()
+        """The keyword arguments of the family's pool constructor: exactly the keys it was given (``device``
+        only where the constructor takes one)."""
+        given = self.to_json()
+        if not self.takes_device:
+            given.pop("device", None)
+        return given
 
     @classmethod
     def limits(cls) -> FamilyLimits:

@@ -38,6 +38,11 @@ class Trace:
         """Record that this trace breaks ``invariant_id`` on its own implementation (a found counterexample)."""
         self.expect = {"outcome": "violation", "invariant": invariant_id, "implementation": self.implementation}
 
+    @property
+    def recorded_device(self) -> str:
+        """The device the trace ran on (its config's ``device``; CPU for a trace that names none)."""
+        return str(self.config.get("device", "cpu"))
+
     def describe(self) -> str:
         return f"{self.family} trace ({len(self.steps)} steps, implementation {self.implementation or 'default'})"
 

@@ -107,7 +107,7 @@ def replay_device(trace: Trace, device: str | None = None) -> str:
     """``device`` if given; else the recorded one, or CPU when it was CUDA and none is here."""
     if device:
         return device
-    recorded = str(trace.config.get("device", "cpu"))
+    recorded = trace.recorded_device
     if recorded.startswith("cuda"):
         import torch
 

@@ -98,7 +98,7 @@ def verdict(path: Path | str, trace: Trace, result: ReplayResult, *, fixed: bool
         return "missing", f"MISS {path}: {result.describe()} (--skip-missing skips such traces)"
     if not same_implementation(trace, trace.implementation, result.implementation):
         notes.insert(0, f"against {result.implementation}")
-    recorded = str(trace.config.get("device", "cpu"))
+    recorded = trace.recorded_device
     if recorded != result.device:
         notes.insert(0, f"recorded on {recorded}, replayed on {result.device}")
     suffix = f" [{'; '.join(notes)}]" if notes else ""

@@ -13,6 +13,7 @@ class BlockPoolConfig(PoolConfig):
     """``num_gpu_blocks`` blocks (block 0 the null block); ``enable_caching`` keeps freed blocks' hashes."""
 
     family = "block_pool"
+    takes_device = False  # blocks hold no tensors: vLLM's BlockPool takes no device, and the trace records it only
 
     num_gpu_blocks: int = bounded(1, BLOCKS)
     enable_caching: bool = setting(True)

@@ -47,26 +47,12 @@ def build_block_pool(num_gpu_blocks: int, enable_caching: bool = True, device: s
     return BlockPool(num_gpu_blocks, enable_caching)
 
 
-def _without_device(factory: Callable[..., Any]) -> Callable[..., Any]:
-    """The recorded ``device`` stays in the trace, not in the call: a block-pool target need not take it."""
-
-    def build(**config: Any) -> Any:
-        config.pop("device", None)
-        return factory(**config)
-
-    for declared in ("poolfuzz_contract", "poolfuzz_check_misuse"):  # what the target declares travels with it
-        if hasattr(factory, declared):
-            setattr(build, declared, getattr(factory, declared))
-    return build
-
-
 class BlockPoolDriver(Driver, BlockPoolMisuse):
     family = "block_pool"
-
     config: BlockPoolConfig
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
-        super().__init__(_without_device(factory), config, **kwargs)
+        super().__init__(factory, config, **kwargs)
         self.model = BlockPoolModel(self.config.num_gpu_blocks, self.config.enable_caching)
         # How often allocation and the prefix cache met (cached blocks reused, evictable ones touched back):
         # what the machine's target() rewards.
