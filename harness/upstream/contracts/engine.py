@@ -23,8 +23,10 @@ the driver consults no table.  Paths are relative to the ``sglang`` package fold
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import MAMBA_END
+from harness.upstream.contracts._callers import DECODE_MEM_CHECK, MAMBA_BEGIN, MAMBA_END, MAMBA_REJECTED_FREE
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"
@@ -51,14 +53,12 @@ FILTER_RUNNING = _at(3966, "running_batch.filter_batch()")
 ADDER = _at(4157, "adder = self.get_prefill_adder_class()(", note="PrefillAdder (schedule_policy.py)")
 RESUME_CHUNK = _at(4177, "self.chunked_req.init_next_round_input()")
 ADD_CHUNK = _at(4184, "self.chunked_req = adder.add_chunked_req(self.chunked_req)")
-MAMBA_BEGIN = _at(4201, "mamba_allocator.alloc_group_begin(len(self.waiting_queue))")
 MATCH = _at(4260, "req.init_next_round_input(self.tree_cache)", note="match_prefix of a queued request")
 ADD_ONE = _at(4270, "res = adder.add_one_req(")
-MAMBA_REVERT = _at(4296, "self.tree_cache.req_to_token_pool.mamba_allocator.free(",
-                   note="a request the adder did not take gives back the slot its match copied into")
+MAMBA_REVERT = replace(MAMBA_REJECTED_FREE, note="a request the adder did not take gives back the slot its match copied into")
 INIT_BATCH = _at(4335, "new_batch = ScheduleBatch.init_new(")
 EXTEND = _at(4357, "new_batch.prepare_for_extend()", note="-> alloc_for_extend (schedule_batch.py:2914)")
-DECODE_MEM = _at(4469, "kv_full_retract_flag = not batch.check_decode_mem()", note="update_running_batch")
+DECODE_MEM = replace(DECODE_MEM_CHECK, note="update_running_batch")
 RETRACT = _at(4493, "retracted_reqs, new_token_ratio, reqs_to_abort = batch.retract_decode()",
               note="release_req -> release_kv_cache(checkpoint=False), schedule_batch.py:2389")
 REQUEUE = _at(4540, "self._add_request_to_queue(req, is_retracted=True)")

@@ -28,28 +28,28 @@ The driver issues ``free`` where most callers reach ``free_segment``: the overri
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.upstream.contracts._callers import (
-    ACTION_SEGMENT,
-    BATCH_BEGIN,
-    BATCH_END,
-    DUPLICATE_SEGMENT,
-    EVICT_SEGMENT,
+    ALLOC,
+    CLEAR_BETWEEN_BATCHES,
     EXTEND,
+    FLUSH,
+    FREE_ON_ERROR,
+    FREE_SEGMENT_RULE,
     GROUP_BEGIN,
     GROUP_END,
-    SEGMENTS_LOOP,
-    at_least_one_token,
+    SEGMENT_IS_FREE,
+    at_least_one,
+    free_group_rules,
     non_empty_batch,
     nothing_to_free,
-    outside_a_group,
 )
 
 # ------------------------------------------------------------------ alloc
-ALLOC = Cite("srt/mem_cache/allocation.py", 159, "allocator.alloc(num_tokens)",
-             note="alloc_token_slots: the page-size-1 path of extend and decode")
+ALLOC_PS1 = replace(ALLOC, note="alloc_token_slots: the page-size-1 path of extend and decode")
 HISPARSE_ALLOC = Cite("srt/mem_cache/allocator/hisparse.py", 129, "self.logical_attn_allocator.alloc(need_size)",
                       note="HiSparse's alloc, page size 1 only (hisparse.py:123), on its paged logical allocator")
 HICACHE_LOAD = Cite("srt/managers/cache_controller.py", 937, "self.mem_pool_device_allocator.alloc(len(host_indices))",
@@ -58,13 +58,12 @@ FLEXKV_ALLOC = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 335,
                     "token_slots = self.token_to_kv_pool_allocator.alloc(uncached_len)")
 
 # ------------------------------------------------------------------ free
-FREE_ON_ERROR = Cite("srt/mem_cache/allocation.py", 471, "token_to_kv_pool_allocator.free(out_cache_loc)",
-                     note="alloc_for_extend hands a failed batch's slots back")
+EXTEND_FREE_ON_ERROR = replace(FREE_ON_ERROR, note="alloc_for_extend hands a failed batch's slots back")
 FREE_ON_DECODE_ERROR = Cite("srt/mem_cache/allocation.py", 681, "token_to_kv_pool_allocator.free(out_cache_loc)")
 HISPARSE_FREE = Cite("srt/mem_cache/allocator/hisparse.py", 290, "self.logical_attn_allocator.free(free_index)",
                      note="HiSparse forwards every free to the paged logical allocator")
-SEGMENT_IS_FREE = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
-                       note="free_segment of an allocator that does not override it (HiSparse): a row segment")
+HISPARSE_SEGMENT = replace(SEGMENT_IS_FREE,
+                           note="free_segment of an allocator that does not override it (HiSparse): a row segment")
 FLEXKV_FREE_ALL = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 347,
                        "self.token_to_kv_pool_allocator.free(token_slots)")
 FLEXKV_FREE_TAIL = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 353,
@@ -82,8 +81,7 @@ EMPTY_FREE = Cite("srt/mem_cache/allocator/paged.py", 329, "if free_index.numel(
 SWA_BEGIN = Cite("srt/mem_cache/allocator/swa.py", 648, "self.full_attn_allocator.free_group_begin()",
                  note="the SWA allocator opens its paged full side's group with its own")
 SWA_END = Cite("srt/mem_cache/allocator/swa.py", 661, "self.full_attn_allocator.free_group_end()")
-FLUSH = Cite("srt/managers/scheduler.py", 5525, "self.token_to_kv_pool_allocator.clear()",
-             note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
+IDLE_FLUSH = replace(FLUSH, note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
 
 # ------------------------------------------------------------------ extend
 EXTEND_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 431, "elif alloc_page_size == 1:",
@@ -150,24 +148,18 @@ CONTRACT = Contract(
     target="harness.upstream:PagedKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 whole pages", (ALLOC, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
-                 today=at_least_one_token, instead="callers allocate at least one token (allocation.py:159)"),
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 whole pages", (ALLOC_PS1, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
+                 today=at_least_one, instead="callers allocate at least one token (allocation.py:159)"),
         CallRule("free", ("free",), "free(a request's or an allocation's whole row of slots)",
-                 (FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, SEGMENT_IS_FREE, FLEXKV_FREE_ALL, PAGE_DEDUP)),
-        CallRule("free_segment", ("free_segment",),
-                 "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
-                 (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT)),
+                 (EXTEND_FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, HISPARSE_SEGMENT, FLEXKV_FREE_ALL, PAGE_DEDUP)),
+        FREE_SEGMENT_RULE,
         CallRule("free_part", ("free",),
                  "free(some pages of a plain allocation: all their tokens, or a subset naming each page)",
-                 (FLEXKV_FREE_TAIL, SEGMENT_IS_FREE, HISPARSE_SUBSET, PAGE_DEDUP)),
+                 (FLEXKV_FREE_TAIL, HISPARSE_SEGMENT, HISPARSE_SUBSET, PAGE_DEDUP)),
         CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
                  (EMPTY_FREE,), allows=nothing_to_free),
-        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN, SWA_BEGIN)),
-        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END, SWA_END)),
-        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
-                 "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
-                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
-                 instead="flush_cache clears only an idle scheduler, between batches (scheduler.py:5520-5525)"),
+        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_BETWEEN_BATCHES, flush=IDLE_FLUSH,
+                          also_begin=(SWA_BEGIN,), also_end=(SWA_END,)),
         CallRule("extend", ("alloc_extend",),
                  "alloc_extend(prefix_lens, seq_lens, last_loc, sum of new tokens) of a non-empty batch; "
                  "at page size 1 the callers send only one fresh request of >= 1 token",

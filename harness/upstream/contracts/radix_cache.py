@@ -19,6 +19,7 @@ behind the cache (its own contract), not to the tree; the audits read the three 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
@@ -31,10 +32,14 @@ from harness.upstream.contracts._callers import (
     DECODE_ALLOC,
     EVICT_FOR_ALLOC,
     EXTEND_ALLOC,
+    FLUSH_RESET,
+    FULLY_IDLE,
     PREFIX_INDICES,
     RELEASE_CHECKPOINT,
     RELEASE_UNLOCK,
+    TREE_MISUSE,
     WAITING_MATCH,
+    evicts_something,
 )
 
 # ------------------------------------------------------------------ match and lock
@@ -64,19 +69,11 @@ SIMULATED_INSERT = Cite("srt/managers/schedule_policy.py", 386, "self.waiting_qu
                         note="a whole key inserted outside any request, nothing locked")
 
 # ------------------------------------------------------------------ reset
-FLUSH_IDLE = Cite("srt/managers/scheduler.py", 5520, "if self.is_fully_idle(ignore_waiting=self._engine_paused):",
-                  note="flush_cache: no running, chunked or waiting request, so no request holds a lock or a row")
-FLUSH_RESET = Cite("srt/managers/scheduler.py", 5523, "self.tree_cache.reset()")
+FLUSH_IDLE = replace(FULLY_IDLE, note="flush_cache: no running, chunked or waiting request, so no request holds a lock or a row")
 SIMULATED_RESET = Cite("srt/managers/schedule_policy.py", 350, "self.waiting_queue_radix_tree.reset()",
                        note="the simulated tree, which no one locks")
 
 CHECKPOINT_CALLS = ("insert", "match_prefix", "path_device_indices", "inc_lock_ref", "dec_lock_ref")
-
-
-def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
-    """Callers evict a shortfall: ``evict_to_free_tokens`` only when it is positive (allocator/base.py:167),
-    ``_evict_until_allocatable`` at least a page (common.py:312), FlexKV only a positive need (:329)."""
-    return bool(args.get("num_tokens", 0) >= 1)
 
 
 def nothing_held(driver: Any, args: dict[str, Any]) -> bool:
@@ -132,11 +129,6 @@ CONTRACT = Contract(
     not_called=(
         NotCalled("node_lookup", "0.5.23's RadixCache has no lookup by id: callers keep the TreeNode a match returned "
                                  "(req.last_node, radix_cache.py:543); the wrapper's node() only walks children"),
-        NotCalled("insert_mismatched", "misuse: a value longer or shorter than its key"),
-        NotCalled("insert_malformed", "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
-        NotCalled("recache", "misuse: pages the tree holds cached again under another key"),
-        NotCalled("release_malformed", "misuse: release_request with a broken argument"),
-        NotCalled("cache_over", "misuse: a second cache of another page size or an unknown policy"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        *TREE_MISUSE,
     ),
 )

@@ -21,10 +21,11 @@ the tree.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.contract import CallRule, Cite, Contract
 from harness.upstream.contracts._callers import (
+    ACTION_SEGMENT,
     ADMISSION_LOCK,
     ADMISSION_MATCH,
     CHECK_LOCK,
@@ -33,17 +34,20 @@ from harness.upstream.contracts._callers import (
     DECODE_ALLOC,
     EVICT_FOR_ALLOC,
     EXTEND_ALLOC,
+    FLUSH_RESET,
     PREFIX_INDICES,
     RELEASE_CHECKPOINT,
     RELEASE_UNLOCK,
+    TREE_MISUSE,
     WAITING_MATCH,
+    evicts_something,
 )
 
 URC = "srt/mem_cache/unified_radix_cache.py"
 ADAPTER = "srt/mem_cache/rust_tree_core/adapter.py"
 
 # ------------------------------------------------------------------ the scheduler's calls (as for the legacy tree)
-FLUSH_RESET = Cite("srt/managers/scheduler.py", 5523, "self.tree_cache.reset()", note="flush_cache on an idle scheduler")
+IDLE_FLUSH_RESET = replace(FLUSH_RESET, note="flush_cache on an idle scheduler")
 
 # ------------------------------------------------------------------ UnifiedRadixCache -> the core
 MATCH = Cite(URC, 622, "result = self.tree_core.match_prefix(params)", note="_match_tree")
@@ -69,8 +73,7 @@ CP_PROMPT_INSERT = Cite(URC, 1271, "self.insert(", note="the prompt-boundary ins
 CP_PATH = Cite(URC, 1287, "new_indices = self.path_device_indices(new_last_node)")
 CP_UNLOCK = Cite(URC, 1300, "self.unlock(req.lock)")
 CP_LOCK = Cite(URC, 1307, "req.lock = self.lock(")
-FREE_ACTION = Cite(URC, 1405, "self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)",
-                   note="a FreeDeviceKV action: the insert's duplicates, an evicted leaf")
+FREE_ACTION = replace(ACTION_SEGMENT, note="a FreeDeviceKV action: the insert's duplicates, an evicted leaf")
 EVICT_GUARD = Cite(URC, 1017, "if target_reached(ct) or (not to_target and tracker[ct] >= request_cnt):",
                    note="_evict_components: a request of 0 tokens starts no FULL walk")
 EVICT_START = Cite(URC, 1024, "self.tree_core.evict_device_start(ct, walk_quota)")
@@ -92,12 +95,6 @@ CHECKPOINT_CALLS = (*INSERT_CALLS, *MATCH_CALLS, "inc_lock_ref", "dec_lock_ref")
 MATCH_CITES = (MATCH, MATCH_BINDING, PATH_ROOT, PATH, ROOT)
 EVICT_CITES = (EVICT_FOR_ALLOC, EVICT_START, EVICT_NEXT, EVICT_LEAF, EVICT_END, FREE_ACTION)
 INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
-
-
-def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
-    """``_evict_components`` starts a FULL walk only for a positive request (unified_radix_cache.py:1017), and
-    ``evict_to_free_tokens`` asks only for a positive shortfall (allocator/base.py:167)."""
-    return bool(args.get("num_tokens", 0) >= 1)
 
 
 CONTRACT = Contract(
@@ -149,18 +146,11 @@ CONTRACT = Contract(
         CallRule("reset", ("reset",),
                  "reset(), live holders or not (a flush drops the streaming sessions' locks and rows with the tree); "
                  "the allocator is cleared with it",
-                 (FLUSH_RESET, RESET, RESET_BINDING, SESSIONS_DROPPED)),
+                 (IDLE_FLUSH_RESET, RESET, RESET_BINDING, SESSIONS_DROPPED)),
         CallRule("node_lookup", ("is_full_device_evicted", "root_node_handle"),
                  "is_full_device_evicted(the node id a live holder locked), a query on a node id the caller holds",
                  (IS_EVICTED, Cite(ADAPTER, 794, "return self._binding.is_full_device_evicted(node_id)"), ROOT)),
     ),
     reads=("evictable_size", "protected_size", "total_size", "sanity_check"),
-    not_called=(
-        NotCalled("insert_mismatched", "misuse: a value longer or shorter than its key"),
-        NotCalled("insert_malformed", "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
-        NotCalled("recache", "misuse: pages the tree holds cached again under another key"),
-        NotCalled("release_malformed", "misuse: release_request with a broken argument"),
-        NotCalled("cache_over", "misuse: a second cache of another page size or an unknown policy"),
-        NotCalled("construct", "misuse: a malformed constructor"),
-    ),
+    not_called=TREE_MISUSE,
 )

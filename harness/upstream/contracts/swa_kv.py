@@ -28,29 +28,35 @@ make that decode.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
 from harness.kits.swa.contract import allows as free_allows
 from harness.upstream.contracts._callers import (
+    ACTION_SEGMENT,
     ALLOC,
-    BATCH_BEGIN,
-    BATCH_END,
+    CLEAR_OUTSIDE_A_GROUP,
+    DECODE_MEM_CHECK,
     EXTEND,
-    FLUSH,
+    FREE_ON_ERROR,
     ONE_TOKEN_AT_LEAST,
+    PEERED_SEGMENTS,
+    PEERLESS_SEGMENTS,
+    SWA_WINDOW_SEGMENT,
+    at_least_one,
+    free_group_rules,
     non_empty_batch,
-    outside_a_group,
 )
 from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
+from harness.upstream.contracts._callers import GROUP_END_FOR_SWA_EVICTION as GROUP_END
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"
 ALLOCATION = "srt/mem_cache/allocation.py"
 PD_DECODE = "srt/disaggregation/decode.py"
 BATCH = "srt/managers/schedule_batch.py"
-PROCESSOR = "srt/managers/scheduler_components/batch_result_processor.py"
 
 EXTEND_PS1 = Cite(ALLOCATION, 432, "alloc_token_slots(batch.tree_cache, batch.extend_num_tokens)",
                   note="alloc_for_extend at page size 1")
@@ -63,10 +69,12 @@ NO_EMPTY_PROMPT = Cite("srt/managers/io_struct.py", 499, 'raise ValueError("inpu
 NO_EMPTY_CHUNK = Cite("srt/managers/schedule_policy.py", 1672, "if extend_len <= 0:", note="a chunk of no tokens is not admitted")
 REUSE_ONLY_WITH_TOKENS = Cite(ALLOCATION, 521, "if alloc_extend_num_tokens > 0:",
                               note="the dLLM reuse path allocates only when a request brings new tokens")
-GROUP_END = Cite(BATCH, 4123, "token_to_kv_pool_allocator.free_group_end()", note="maybe_evict_swa")
+PEER_MAPPED = Cite(SWA, 560, 'expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg="caller wants free_full")')
+EXPAND_TO_PAGES = Cite(SWA, 512, "mapping_indices = self._expand_to_full_pages(free_index)")
+PEERLESS_DROPPED = Cite(SWA, 605, "swa_indices = swa_indices[swa_indices > 0]")
 
 DECODE_GATE: tuple[Cite, ...] = (
-    Cite("srt/managers/scheduler.py", 4469, "kv_full_retract_flag = not batch.check_decode_mem()"),
+    DECODE_MEM_CHECK,
     Cite(BATCH, 3415, "1 for r in requests if r.kv.kv_committed_len % page_size == 0",
          note="one page per request whose next token opens one"),
     Cite("srt/mem_cache/allocator/base.py", 185, "return self.available_size() >= num_tokens",
@@ -81,36 +89,33 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
     ("free", "1"): (
         Cite(SWA, 474, "self.free_swa(free_index)", note="free() releases the SWA peers first, then free_full (:475)"),
         Cite(SWA, 507, "self._free_swa_pages(free_index, start_pos=0)", note="at page size 1"),
-        Cite(SWA, 560, 'expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg="caller wants free_full")'),
-        Cite(COMMON, 188, "allocator.free_full_segments(swa_dead)", note="free_kv_row_segments: the part without peers"),
-        Cite(COMMON, 190, "allocator.free_segments(swa_alive)", note="free_kv_row_segments: the rest"),
-        Cite(ALLOCATION, 471, "token_to_kv_pool_allocator.free(out_cache_loc)"),
+        PEER_MAPPED,
+        replace(PEERLESS_SEGMENTS, note="free_kv_row_segments: the part without peers"),
+        replace(PEERED_SEGMENTS, note="free_kv_row_segments: the rest"),
+        FREE_ON_ERROR,
     ),
     ("free", ">1"): (
-        Cite(SWA, 512, "mapping_indices = self._expand_to_full_pages(free_index)",
-             note="whole pages; the paged side dedups pages too (paged.py:333)"),
-        Cite(SWA, 605, "swa_indices = swa_indices[swa_indices > 0]", note="pages without peers read as 0, dropped"),
-        Cite(ALLOCATION, 471, "token_to_kv_pool_allocator.free(out_cache_loc)"),
-        Cite("srt/mem_cache/unified_radix_cache.py", 1405,
-             "self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)", note="a tree node's value"),
+        replace(EXPAND_TO_PAGES, note="whole pages; the paged side dedups pages too (paged.py:333)"),
+        replace(PEERLESS_DROPPED, note="pages without peers read as 0, dropped"),
+        FREE_ON_ERROR,
+        replace(ACTION_SEGMENT, note="a tree node's value"),
     ),
     ("free_swa", "1"): (
-        Cite(COMMON, 137, "free_segment(free_slots, start_pos=evicted_seqlen)",
-             note="_evict_swa: free_swa_segment (:136) of the oldest tokens out of the window"),
+        replace(SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136) of the oldest tokens out of the window"),
         Cite(SWA, 530, "self._free_swa_pages(free_index, start_pos=start_pos)",
              note="free_swa_segment, the same release as free_swa at page size 1 (:507)"),
-        Cite(SWA, 560, 'expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg="caller wants free_full")'),
+        PEER_MAPPED,
     ),
     ("free_swa", ">1"): (
         Cite("srt/mem_cache/unified_cache/components/swa.py", 1562, "alloc.free_swa_segment(indices, start_pos=0)",
              note="a tree node's SWA tombstoned"),
-        Cite(SWA, 512, "mapping_indices = self._expand_to_full_pages(free_index)"),
-        Cite(SWA, 605, "swa_indices = swa_indices[swa_indices > 0]"),
+        EXPAND_TO_PAGES,
+        PEERLESS_DROPPED,
     ),
     ("free_full", "any"): (
         Cite(SWA, 617, "self.full_to_swa_index_mapping[free_index] == 0,",
              note='expect(_SWA_PEER_RELEASED, ..., msg="caller wants free"); free_full_segment the same (:638)'),
-        Cite(COMMON, 188, "allocator.free_full_segments(swa_dead)"),
+        PEERLESS_SEGMENTS,
         Cite("srt/mem_cache/unified_radix_cache.py", 1408,
              "self.token_to_kv_pool_allocator.free_full_segment(indices, start_pos=0)",
              note="a tree node whose SWA was tombstoned"),
@@ -133,11 +138,6 @@ def free_cites(*calls: str) -> tuple[Cite, ...]:
 def page_size_1(driver: Any, args: dict[str, Any]) -> bool:
     """``alloc`` is the page-size-1 call: ``swa.py:274`` asserts it (above it ``alloc`` is the driver's misuse)."""
     return bool(driver.page_size == 1)
-
-
-def at_least_one_token(driver: Any, args: dict[str, Any]) -> bool:
-    """Today: callers allocate a batch's new tokens, and every scheduled request has at least one."""
-    return int(args.get("need_size", 0)) >= 1
 
 
 def tokens_for_every_new_request(driver: Any, args: dict[str, Any]) -> bool:
@@ -218,7 +218,7 @@ CONTRACT = Contract(
     rules=(
         CallRule("alloc", ("alloc",), "page size 1: alloc(n) of a few tokens",
                  (ALLOC, ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
-                 allows=page_size_1, today=at_least_one_token,
+                 allows=page_size_1, today=at_least_one,
                  instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)"),
         CallRule("extend", ("alloc", "alloc_extend"),
                  "a non-empty batch of new requests and continued ones whose last token is in the window: "
@@ -262,13 +262,7 @@ CONTRACT = Contract(
                  (Cite(SWA, 468, "if free_index.numel() == 0:", note="free"),
                   Cite(SWA, 503, "if self._swa_req_ring or free_index.numel() == 0:", note="free_swa"),
                   Cite(SWA, 610, "if free_index.numel() == 0:", note="free_full")), allows=nothing_to_free),
-        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN)),
-        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END)),
-        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
-                 "clear(); then an empty begin/end pair, as the next batch's processing makes",
-                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
-                 instead="flush_cache clears only when the scheduler is fully idle (scheduler.py:5520-5525), "
-                         "never inside a batch's free group"),
+        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_OUTSIDE_A_GROUP),
     ),
     reads=("available_size", "full_available_size", "swa_available_size"),
     not_called=(

@@ -10,51 +10,40 @@ outside any batch.  ``merge_and_sort_free`` is the allocator's own (``alloc`` ca
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.upstream.contracts._callers import (
-    ACTION_SEGMENT,
     ALLOC,
-    BATCH_BEGIN,
-    BATCH_END,
-    DUPLICATE_SEGMENT,
-    EVICT_SEGMENT,
-    FLUSH,
+    CLEAR_BETWEEN_BATCHES,
     FREE_ON_ERROR,
+    FREE_SEGMENT_RULE,
     GROUP_BEGIN,
     GROUP_END,
-    SEGMENTS_LOOP,
-    at_least_one_token,
+    NODE_OF_A_ROW,
+    SEGMENT_IS_FREE,
+    at_least_one,
+    free_group_rules,
     nothing_to_free,
-    outside_a_group,
 )
 
-FREE_SEGMENT = Cite("srt/mem_cache/allocator/base.py", 293, "self.free(free_index)",
-                    note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
+FREE_SEGMENT = replace(SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
 
 
 CONTRACT = Contract(
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), today=at_least_one_token,
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), today=at_least_one,
                  instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)"),
         CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, FREE_ON_ERROR)),
-        CallRule("free_segment", ("free_segment",),
-                 "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
-                 (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT)),
+        FREE_SEGMENT_RULE,
         CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
-                 (FREE_SEGMENT, Cite("srt/mem_cache/radix_cache.py", 569,
-                                     "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)",
-                                     note="eviction frees one node's slots of a longer row"))),
+                 (FREE_SEGMENT, NODE_OF_A_ROW)),
         CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
                  (Cite("srt/mem_cache/allocator/token.py", 68, "if free_index.numel() == 0:",
                        note="free's own early return for the empty frees its callers send"),), allows=nothing_to_free),
-        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (GROUP_BEGIN, BATCH_BEGIN)),
-        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (GROUP_END, BATCH_END)),
-        CallRule("clear", ("clear", "free_group_begin", "free_group_end"),
-                 "clear() between batches; then an empty begin/end pair, as the next batch's processing makes",
-                 (FLUSH, BATCH_BEGIN, BATCH_END), today=outside_a_group,
-                 instead="flush_cache clears only an idle scheduler, between batches (scheduler.py:5520-5525)"),
+        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_BETWEEN_BATCHES),
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
