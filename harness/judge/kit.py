@@ -40,8 +40,9 @@ class Family:
     moves: str
     """The family's :class:`~strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
     walk and bench workload are generated from it, so each input is declared once."""
-    bench_config: tuple[tuple[str, Any], ...] = ()
-    """The pool configuration the bench workload runs on, as ``(key, value)`` pairs."""
+    bench_config: PoolConfig | tuple[tuple[str, Any], ...] = ()
+    """The pool configuration the bench workload runs on (and a substitute target must take): the family's typed
+    config, or (a plug-in's) ``(key, value)`` pairs."""
     canaries: tuple[str, ...] = ()
     """Modules whose ``CANARIES`` dicts plant this family's historical bugs (a module may serve several)."""
     upstream: tuple[str, ...] = ()
@@ -80,7 +81,8 @@ class Family:
 
     @property
     def bench_kwargs(self) -> dict[str, Any]:
-        return dict(self.bench_config)
+        """The bench configuration as constructor keywords."""
+        return self.bench_configuration.kwargs()
 
     @property
     def config_class(self) -> type[PoolConfig]:
@@ -103,7 +105,8 @@ class Family:
     @property
     def bench_configuration(self) -> PoolConfig:
         """The typed config the bench workload runs on (``bench_config``)."""
-        return self.configured(self.bench_kwargs)
+        config = self.bench_config
+        return self.configured(config if not isinstance(config, tuple) else dict(config))
 
 
 COMMON_INVARIANTS = ("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "conservation")

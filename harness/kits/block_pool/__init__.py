@@ -7,7 +7,7 @@ free queue's order, the cache map), ``driver`` and ``misuse``, ``canaries``.  Th
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
 from harness.judge.limits import REQUEST
 from harness.kits.block_pool.config import BlockPoolConfig
 
@@ -15,7 +15,7 @@ FAMILIES = (
     Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
            default="harness.kits.block_pool.driver:build_block_pool",
            driver="harness.kits.block_pool.driver:BlockPoolDriver", moves="harness.kits.block_pool.moves:block_pool_table",
-           bench_config=settings(num_gpu_blocks=33, enable_caching=True, device="cpu"),
+           bench_config=BlockPoolConfig(num_gpu_blocks=33, enable_caching=True, device="cpu"),
            canaries=("harness.kits.block_pool.canaries",), upstream=("harness.upstream:VllmBlockPool",),
            invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
            realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),

@@ -8,7 +8,7 @@ by :mod:`harness.upstream.engine_build` from the installed SGLang.
 
 from __future__ import annotations
 
-from harness.judge.kit import Family, settings
+from harness.judge.kit import Family
 from harness.judge.limits import REQUEST, ROWS
 from harness.kits.engine.config import EngineTargetConfig
 
@@ -18,9 +18,9 @@ FAMILIES = (
                    "(RadixCache, UnifiedRadixCache over the Rust or Python core; full attention, hybrid SWA or hybrid Mamba)",
            default="harness.upstream:Engine", driver="harness.kits.engine.driver:EngineDriver",
            moves="harness.kits.engine.moves:engine_table", audit_period=1,
-           bench_config=settings(cache="radix", page_size=1, rows=4, tokens=32, context=64, chunk=None,
-                                 new_token_ratio=0.1, pools="upstream", sliding_window=None, swa_tokens=0,
-                                 swa_eviction_interval=128, mamba_slots=0, device="cpu"),
+           bench_config=EngineTargetConfig(cache="radix", page_size=1, rows=4, tokens=32, context=64, chunk=None,
+                                           new_token_ratio=0.1, pools="upstream", sliding_window=None, swa_tokens=0,
+                                           swa_eviction_interval=128, mamba_slots=0, device="cpu"),
            canaries=("harness.kits.engine.canaries",),
            upstream=("harness.upstream:Engine",),
            not_covered=(

@@ -7,7 +7,7 @@ over the row kit's), ``canaries``.  The pools are :mod:`pools.mamba`.
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
 from harness.judge.limits import REQUEST
 from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
 from harness.kits.rows import ROW_ARGS, ROW_INVARIANTS
@@ -15,7 +15,7 @@ from harness.kits.rows import ROW_ARGS, ROW_INVARIANTS
 FAMILIES = (
     Family(name="mamba_slots", summary="Mamba state slots with group windows", default="pools:MambaSlotAllocator",
            driver="harness.kits.mamba.driver:MambaSlotDriver", moves="harness.kits.mamba.moves:mamba_slot_table",
-           bench_config=settings(size=16, device="cpu"), canaries=("harness.kits.mamba.canaries",),
+           bench_config=MambaSlotConfig(size=16, device="cpu"), canaries=("harness.kits.mamba.canaries",),
            upstream=("harness.upstream:MambaSlots",),
            invariants=(*ALLOCATOR_INVARIANTS, "group-window", "clear-restores"),
            realistic=(("size", 4), ("alloc.need_size", 1), ("group_begin.num_reqs", 1)),
@@ -24,7 +24,7 @@ FAMILIES = (
     Family(name="hybrid_req_to_token", summary="request rows plus Mamba slots, all-or-nothing",
            default="pools:HybridReqToTokenPool", driver="harness.kits.mamba.hybrid:HybridDriver",
            moves="harness.kits.mamba.moves:hybrid_table",
-           bench_config=settings(size=12, max_context_len=16, mamba_size=8, device="cpu"),
+           bench_config=HybridRowConfig(size=12, max_context_len=16, mamba_size=8, device="cpu"),
            canaries=("harness.kits.mamba.canaries",), invariants=(*ROW_INVARIANTS, "group-window"),
            protocol="pools.protocols:HybridRowPool", device_path=True,
            limits=HybridRowConfig.with_args({**ROW_ARGS, "group_begin.num_reqs": REQUEST})),

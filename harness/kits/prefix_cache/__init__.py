@@ -8,7 +8,7 @@ core are its upstream targets.
 
 from __future__ import annotations
 
-from harness.judge.kit import Family, pages, settings
+from harness.judge.kit import Family, pages
 from harness.judge.limits import PAGE, REQUEST
 from harness.kits.prefix_cache.config import PrefixCacheConfig
 
@@ -17,7 +17,7 @@ FAMILIES = (
            summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
            default="pools.prefix_cache:build_prefix_cache", driver="harness.kits.prefix_cache.driver:PrefixCacheDriver",
            moves="harness.kits.prefix_cache.moves:prefix_cache_table", audit_period=4,
-           bench_config=settings(size=64, page_size=4, eviction_policy="lru", device="cpu"),
+           bench_config=PrefixCacheConfig(size=64, page_size=4, eviction_policy="lru", device="cpu"),
            canaries=("harness.kits.prefix_cache.canaries",),
            upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
            invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "reserved-never-handed-out",

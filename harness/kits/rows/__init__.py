@@ -7,7 +7,7 @@ The pools are :mod:`pools.req_to_token`.  The row limits below serve the hybrid 
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
 from harness.judge.limits import REQUEST
 from harness.kits.rows.config import DecodeRowConfig, RowConfig
 
@@ -18,13 +18,13 @@ ROW_INVARIANTS = (*ALLOCATOR_INVARIANTS, "in-bounds", "generation-monotonic", "c
 FAMILIES = (
     Family(name="req_to_token", summary="request rows, tail pop", default="pools:ReqToTokenPool",
            driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.rows.moves:row_table",
-           bench_config=settings(size=32, max_context_len=16, device="cpu"), canaries=("harness.kits.rows.canaries",),
+           bench_config=RowConfig(size=32, max_context_len=16), canaries=("harness.kits.rows.canaries",),
            invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool", rate_target=10_000,
            limits=RowConfig.with_args(ROW_ARGS)),
     Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
            default="pools:DecodeReqToTokenPool", driver="harness.kits.rows.driver:DecodeRowPoolDriver",
            moves="harness.kits.rows.moves:decode_row_table",
-           bench_config=settings(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
+           bench_config=DecodeRowConfig(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
            canaries=("harness.kits.rows.canaries",), invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool",
            limits=DecodeRowConfig.with_args(ROW_ARGS)),
 )

@@ -9,7 +9,7 @@ page moves.  The pools are :mod:`pools.swa`.
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages, settings
+from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages
 from harness.judge.limits import REQUEST
 from harness.kits.kv import KV_ARGS
 from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
@@ -21,7 +21,7 @@ FAMILIES = (
            summary="full and sliding-window KV in step: alloc, extend, SWA tail, decode, free_swa, groups",
            default="pools:SWATokenToKVPoolAllocator", driver="harness.kits.swa.driver:SWAKVDriver",
            moves="harness.kits.swa.moves:swa_kv_table",
-           bench_config=settings(size=256, size_swa=96, page_size=4, device="cpu"),
+           bench_config=SWAKVConfig(size=256, size_swa=96, page_size=4, device="cpu"),
            canaries=("harness.kits.swa.canaries",), upstream=("harness.upstream:SWAKV",),
            invariants=(*ALLOCATOR_INVARIANTS, "in-bounds", "page-layout", "group-window", "clear-restores",
                        "swa-mapping"),
@@ -33,7 +33,7 @@ FAMILIES = (
     Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
            default="pools:PureSWATokenToKVPoolAllocator", driver="harness.kits.swa.pure:PureSWAKVDriver",
            moves="harness.kits.swa.moves:pure_swa_kv_table",
-           bench_config=settings(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
+           bench_config=PureSWAKVConfig(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
            invariants=SWA_INVARIANTS,
            realistic=(("size_swa", pages(2)), ("alloc.need_size", 1)),
            protocol="pools.protocols:SWAKVAllocator",
