@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness.fuzz.walk import WalkRun
-from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, contract_of
+from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, all_contracts, contract_of
 from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from harness.judge.invariants import InvariantViolation
@@ -200,7 +200,7 @@ def test_a_contract_listing_an_operation_twice_or_not_resolving_is_refused() -> 
         Contract("t", "r", (rule,), (NotCalled("alloc", "twice"),))
 
     class Broken:
-        poolfuzz_contract = "harness.upstream.contracts:NOT_THERE"
+        poolfuzz_contract = "harness.kits.kv.contracts:NOT_THERE"
 
     with pytest.raises(ContractError, match="NOT_THERE"):
         contract_of(Broken)
@@ -221,14 +221,21 @@ def test_every_committed_upstream_finding_makes_only_calls_its_target_accepts(pa
             return  # the finding itself: every step up to it was a call the class accepts
 
 
-def test_every_contract_table_imports_without_upstream_installed() -> None:
-    import harness.upstream.contracts as package
+def test_every_contract_table_imports_without_upstream_installed_and_each_upstream_target_has_one() -> None:
+    from harness.judge.families import FAMILIES, KITS
 
-    names = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
-    assert names
-    for name in names:
-        module = importlib.import_module(f"{package.__name__}.{name}")
-        assert isinstance(module.CONTRACT, Contract), name
+    tables = []
+    for kit in KITS:
+        try:
+            package = importlib.import_module(f"{kit}.contracts")
+        except ModuleNotFoundError:
+            continue
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            assert isinstance(module.CONTRACT, Contract), info.name
+            tables.append(module.CONTRACT)
+    assert sorted(c.target for c in tables) == sorted(c.target for c in all_contracts())
+    assert len(tables) == len({spec for f in FAMILIES.values() for spec in f.upstream})  # one table per target
 
 
 def test_a_latent_finding_names_each_step_its_callers_do_not_make_and_what_they_do_instead() -> None:

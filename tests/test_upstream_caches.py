@@ -154,9 +154,9 @@ def test_the_legacy_python_cache_ages_a_split_node_at_the_split_unlike_the_defau
 @needs_cache
 def test_the_legacy_radix_cache_target_selects_the_models_legacy_split_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     """The withdrawn finding 4 trace passes on the legacy target only because it declares its split rule."""
+    from harness.kits.prefix_cache.upstream import RadixCacheOver
     from harness.traces.replay import replay_trace
     from harness.traces.schema import load_trace
-    from harness.upstream.radix_adapters import RadixCacheOver
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "prefix_cache" / "prefix_cache-99d8e670a8f7dc52.json")
     assert replay_trace(trace, target="harness.upstream:RadixCache").outcome == "pass"

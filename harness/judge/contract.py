@@ -24,10 +24,12 @@ A target declares its contract with the class attribute ``poolfuzz_contract =
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
+
+from harness.judge.moved import current_module
 
 
 class ContractError(ValueError):
@@ -140,7 +142,7 @@ class Contract:
 def _resolve(spec: str) -> Contract:
     module, _, attr = spec.partition(":")
     try:
-        contract = getattr(importlib.import_module(module), attr)
+        contract = getattr(importlib.import_module(current_module(module)), attr)
     except (ImportError, AttributeError) as exc:
         raise ContractError(f"poolfuzz_contract {spec!r} does not resolve: {exc}") from exc
     if not isinstance(contract, Contract):
@@ -148,16 +150,28 @@ def _resolve(spec: str) -> Contract:
     return contract
 
 
-def all_contracts(package: str = "harness.upstream.contracts") -> list[Contract]:
-    """Every ``CONTRACT`` of the modules of ``package``, in module order (importable without upstream installed)."""
+def all_contracts(packages: Sequence[str] | None = None) -> list[Contract]:
+    """Every ``CONTRACT`` of the modules of ``packages`` (default: the ``contracts`` package of each of our kits,
+    where its upstream targets' tables live), ordered by module name (importable without upstream installed)."""
     import pkgutil
 
-    root = importlib.import_module(package)
+    if packages is None:
+        from harness.judge.families import KITS
+
+        packages = [f"{kit}.contracts" for kit in KITS]
+    modules: list[tuple[str, str]] = []
+    for package in packages:
+        try:
+            root = importlib.import_module(package)
+        except ModuleNotFoundError as exc:
+            if exc.name != package:
+                raise
+            continue  # a kit with no upstream target has no tables
+        modules += [(info.name, f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)
+                    if not info.name.startswith("_")]
     found = []
-    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue  # shared parts of the tables, not a table
-        contract = getattr(importlib.import_module(f"{package}.{info.name}"), "CONTRACT", None)
+    for _, module in sorted(modules):
+        contract = getattr(importlib.import_module(module), "CONTRACT", None)
         if isinstance(contract, Contract):
             found.append(contract)
     return found

@@ -44,6 +44,22 @@ MOVED: dict[str, str] = {
     "harness.canaries.block_pool": "harness.kits.block_pool.canaries",
     "harness.judge.drivers.engine": "harness.kits.engine.driver",
     "harness.canaries.engine": "harness.kits.engine.canaries",
+    # The upstream wrappers and their caller contracts joined their kits (December 2026); traces name the
+    # wrappers as ``harness.upstream:NAME``, which did not move.
+    "harness.upstream.adapters": "harness.kits.kv.upstream",
+    "harness.upstream.swa_adapters": "harness.kits.swa.upstream",
+    "harness.upstream.vllm_adapters": "harness.kits.block_pool.upstream",
+    "harness.upstream.radix_adapters": "harness.kits.prefix_cache.upstream",
+    "harness.upstream.rust_core_adapter": "harness.kits.prefix_cache.upstream_rust",
+    "harness.upstream.contracts.token_kv": "harness.kits.kv.contracts.token_kv",
+    "harness.upstream.contracts.paged_kv": "harness.kits.kv.contracts.paged_kv",
+    "harness.upstream.contracts.mamba_slots": "harness.kits.mamba.contracts.mamba_slots",
+    "harness.upstream.contracts.swa_kv": "harness.kits.swa.contracts.swa_kv",
+    "harness.upstream.contracts.pure_swa_kv": "harness.kits.swa.contracts.pure_swa_kv",
+    "harness.upstream.contracts.radix_cache": "harness.kits.prefix_cache.contracts.radix_cache",
+    "harness.upstream.contracts.rust_tree_core": "harness.kits.prefix_cache.contracts.rust_tree_core",
+    "harness.upstream.contracts.block_pool": "harness.kits.block_pool.contracts.block_pool",
+    "harness.upstream.contracts.engine": "harness.kits.engine.contracts.engine",
 }
 """Old module name to new, for every module a trace's ``implementation`` could name."""
 

@@ -59,14 +59,14 @@ def _load_engine() -> None:
 
 
 _WRAPPERS: dict[str, tuple[str, Callable[[], object]]] = {
-    "TokenKV": ("harness.upstream.adapters:TokenKV", load_upstream),
-    "PagedKV": ("harness.upstream.adapters:PagedKV", load_upstream),
-    "MambaSlots": ("harness.upstream.adapters:MambaSlots", load_upstream),
-    "VllmBlockPool": ("harness.upstream.vllm_adapters:VllmBlockPool", _load_vllm),
-    "RadixCache": ("harness.upstream.radix_adapters:RadixCache", _load_sglang_cache),
-    "RustTreeCore": ("harness.upstream.rust_core_adapter:RustTreeCore", _load_rust_tree_core),
-    "SWAKV": ("harness.upstream.swa_adapters:SWAKV", _load_sglang_cache),
-    "PureSWAKV": ("harness.upstream.swa_adapters:PureSWAKV", _load_sglang_cache),
+    "TokenKV": ("harness.kits.kv.upstream:TokenKV", load_upstream),
+    "PagedKV": ("harness.kits.kv.upstream:PagedKV", load_upstream),
+    "MambaSlots": ("harness.kits.mamba.upstream:MambaSlots", load_upstream),
+    "VllmBlockPool": ("harness.kits.block_pool.upstream:VllmBlockPool", _load_vllm),
+    "RadixCache": ("harness.kits.prefix_cache.upstream:RadixCache", _load_sglang_cache),
+    "RustTreeCore": ("harness.kits.prefix_cache.upstream_rust:RustTreeCore", _load_rust_tree_core),
+    "SWAKV": ("harness.kits.swa.upstream:SWAKV", _load_sglang_cache),
+    "PureSWAKV": ("harness.kits.swa.upstream:PureSWAKV", _load_sglang_cache),
     "Engine": ("harness.kits.engine.driver:build_engine", _load_engine),
 }
 """Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and what loads upstream first

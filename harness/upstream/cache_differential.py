@@ -1,8 +1,8 @@
 """Three prefix caches, one operation sequence: upstream's Python ``RadixCache``, the Rust
 TreeCore in the 0.5.23 wheel, and :class:`pools.radix_cache.RadixCache` must answer alike.
 
-All three are driven through one API (ours; :mod:`harness.upstream.radix_adapters` and
-:mod:`harness.upstream.rust_core_adapter` translate it into upstream's calls), each over
+All three are driven through one API (ours; :mod:`harness.kits.prefix_cache.upstream` and
+:mod:`harness.kits.prefix_cache.upstream_rust` translate it into upstream's calls), each over
 its own :class:`RecordingAllocator`.  The contract they share (SGLang 0.5.23): keys are
 page-aligned; ``insert`` returns the length already cached and leaves those duplicates to
 the caller; ``match`` splits where it ends and returns the cached path; a lock moves the
@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from harness.upstream.radix_adapters import RadixCacheOver
-from harness.upstream.rust_core_adapter import TreeCoreOver
+from harness.kits.prefix_cache.upstream import RadixCacheOver
+from harness.kits.prefix_cache.upstream_rust import TreeCoreOver
 from pools.radix_cache import RadixCache
 
 POLICIES = ("lru", "mru", "fifo", "filo")

@@ -208,7 +208,7 @@ def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tok
     ))
 
 
-build_engine.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_engine.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
 def build_engine_with_waiting_timeout(**config: Any) -> Any:
@@ -219,7 +219,7 @@ def build_engine_with_waiting_timeout(**config: Any) -> Any:
     return build_engine(**{**config, "waiting_timeout": True})
 
 
-build_engine_with_waiting_timeout.poolfuzz_contract = "harness.upstream.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_engine_with_waiting_timeout.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
 def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,

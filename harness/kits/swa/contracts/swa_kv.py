@@ -34,7 +34,7 @@ from typing import Any
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
 from harness.kits.swa.contract import allows as free_allows
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ACTION_SEGMENT,
     ALLOC,
     CLEAR_OUTSIDE_A_GROUP,
@@ -49,8 +49,8 @@ from harness.upstream.contracts._callers import (
     free_group_rules,
     non_empty_batch,
 )
-from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
-from harness.upstream.contracts._callers import GROUP_END_FOR_SWA_EVICTION as GROUP_END
+from harness.upstream.callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
+from harness.upstream.callers import GROUP_END_FOR_SWA_EVICTION as GROUP_END
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ACTION_SEGMENT,
     ADMISSION_LOCK,
     ADMISSION_MATCH,

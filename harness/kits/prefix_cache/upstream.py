@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.upstream.adapters import PagedKV, TokenKV, _UpstreamKV
+from harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
 from harness.upstream.loader import SUPPORTED_VERSION
 from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
 from pools.errors import TreeInvariantError, TreeNodeError
@@ -69,8 +69,8 @@ class FreeSegmentShim:
     """What upstream's caches need of an allocator (``device``, ``page_size``, ``free_segment``)
     over any allocator with ``free``, counting what each ``free_segment`` released.
 
-    An upstream allocator wrapper (:class:`harness.upstream.adapters.TokenKV` /
-    :class:`~harness.upstream.adapters.PagedKV`) gets upstream's own ``free_segment``.
+    An upstream allocator wrapper (:class:`harness.kits.kv.upstream.TokenKV` /
+    :class:`~harness.kits.kv.upstream.PagedKV`) gets upstream's own ``free_segment``.
     """
 
     allocator: Any
@@ -80,7 +80,7 @@ class FreeSegmentShim:
 
     def free_segment(self, indices: torch.Tensor, *, start_pos: int) -> None:
         self.released.append(int(indices.numel()))
-        if isinstance(self.allocator, _UpstreamKV):
+        if isinstance(self.allocator, UpstreamKV):
             self.allocator.inner.free_segment(indices, start_pos=start_pos)
         elif indices.numel():
             self.allocator.free(indices)
@@ -298,7 +298,7 @@ class RadixCache(RadixCacheOver):
     """``prefix_cache``: upstream ``RadixCache`` over upstream's KV allocator, built as
     ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
 
-    poolfuzz_contract: ClassVar[str] = "harness.upstream.contracts.radix_cache:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "harness.kits.prefix_cache.contracts.radix_cache:CONTRACT"
 
     def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
         super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ADMISSION_LOCK,
     ADMISSION_MATCH,
     CHECK_LOCK,

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ALLOC,
     CLEAR_BETWEEN_BATCHES,
     EXTEND,

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.upstream.radix_adapters import (
+from harness.kits.prefix_cache.upstream import (
     TokenIds,
     UpstreamCacheOver,
     UpstreamMatch,
@@ -199,7 +199,7 @@ class RustTreeCore(TreeCoreOver):
     """``prefix_cache``: the Rust TreeCore over upstream's KV allocator, built as
     ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
 
-    poolfuzz_contract: ClassVar[str] = "harness.upstream.contracts.rust_tree_core:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "harness.kits.prefix_cache.contracts.rust_tree_core:CONTRACT"
 
     def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
         super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import DECODE_MEM_CHECK, MAMBA_BEGIN, MAMBA_END, MAMBA_REJECTED_FREE
+from harness.upstream.callers import DECODE_MEM_CHECK, MAMBA_BEGIN, MAMBA_END, MAMBA_REJECTED_FREE
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"

@@ -24,8 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import FULLY_IDLE, MAMBA_BEGIN, MAMBA_REJECTED_FREE, at_least_one, outside_a_group
-from harness.upstream.contracts._callers import MAMBA_END as GROUP_END
+from harness.upstream.callers import FULLY_IDLE, MAMBA_BEGIN, MAMBA_REJECTED_FREE, at_least_one, outside_a_group
+from harness.upstream.callers import MAMBA_END as GROUP_END
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
                  note="HybridReqToTokenPool.alloc, one slot per request without one")

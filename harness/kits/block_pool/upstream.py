@@ -76,7 +76,7 @@ class VllmBlockPool:
     """``block_pool``: upstream ``BlockPool(num_gpu_blocks, enable_caching, hash_block_size)``, events and metrics off."""
 
     poolfuzz_check_misuse: ClassVar[bool] = False
-    poolfuzz_contract: ClassVar[str] = "harness.upstream.contracts.block_pool:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "harness.kits.block_pool.contracts.block_pool:CONTRACT"
     upstream_class: ClassVar[str] = "BlockPool"
     upstream_version: ClassVar[str] = SUPPORTED_VERSION
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ALLOC,
     CLEAR_OUTSIDE_A_GROUP,
     FREE_ON_ERROR,
@@ -38,7 +38,7 @@ from harness.upstream.contracts._callers import (
     free_group_rules,
     nothing_to_free,
 )
-from harness.upstream.contracts._callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
+from harness.upstream.callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
 
 SWA = "srt/mem_cache/allocator/swa.py"
 

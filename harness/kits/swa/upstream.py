@@ -144,7 +144,7 @@ class SWAKV(_UpstreamSWA):
     """``swa_kv``: upstream ``SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "SWATokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.upstream.contracts.swa_kv:CONTRACT"
+    poolfuzz_contract = "harness.kits.swa.contracts.swa_kv:CONTRACT"
 
     def __init__(
         self,
@@ -169,7 +169,7 @@ class PureSWAKV(_UpstreamSWA):
     """``swa_kv`` (pure): upstream ``PureSWATokenToKVPoolAllocator(size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "PureSWATokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.upstream.contracts.pure_swa_kv:CONTRACT"
+    poolfuzz_contract = "harness.kits.swa.contracts.pure_swa_kv:CONTRACT"
 
     def __init__(self, size_swa: int, page_size: int = 1, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
         self.mods = load_sglang_cache()

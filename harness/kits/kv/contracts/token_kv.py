@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.contracts._callers import (
+from harness.upstream.callers import (
     ALLOC,
     CLEAR_BETWEEN_BATCHES,
     FREE_ON_ERROR,

@@ -1,0 +1,1 @@
+"""The caller contract of the Mamba kit's upstream target (:mod:`harness.judge.contract`): ``mamba_slots``."""

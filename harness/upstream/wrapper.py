@@ -1,0 +1,41 @@
+"""What every upstream wrapper shares: the misuse switch, the wrapped object, its provenance.
+
+A wrapper (one per upstream target, in its family's kit: ``harness/kits/<kit>/upstream.py``) builds the
+real upstream object and forwards the family protocol (:mod:`pools.protocols`) to it, translating only
+signatures.  No call is validated or repaired there, so the harness judges upstream's behaviour, not ours:
+upstream does not validate its input, so every wrapper sets ``poolfuzz_check_misuse = False``, and machines
+issue valid calls only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from harness.upstream.loader import SUPPORTED_VERSION
+
+
+def empty_indices(device: str | torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64, device=device)
+
+
+class UpstreamWrapper:
+    """What every wrapper shares: the misuse switch, the wrapped object, provenance."""
+
+    poolfuzz_check_misuse: ClassVar[bool] = False
+    upstream_class: ClassVar[str] = ""
+    upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    inner: Any
+
+    def __repr__(self) -> str:
+        return f"<upstream sglang=={self.upstream_version} {self.upstream_class} size={self.inner.size}>"
+
+    def available_size(self) -> int:
+        return int(self.inner.available_size())
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.inner.free(indices)
