@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ Overrides = dict[str, Any]
 """Constructor keywords a catalogue move merges into a pool's config to build a malformed one (``construct``):
 deliberately outside the family's :class:`~harness.judge.config.PoolConfig`, so a plain mapping."""
 Step = tuple[str, dict[str, Any]]
+Draw = Callable[[Any, Chooser], Step | None]
+"""A move's ``draw`` (or ``setup``): ``(op, args)`` from the view and a chooser, or ``None``."""
 
 
 @dataclass(frozen=True)
@@ -249,3 +251,74 @@ def move_kinds(prefix: str, kinds: Mapping[str, Callable[[Any, Chooser], Step | 
     """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
+
+
+class DriverView:
+    """The base of a family's view: it holds the driver it reads (``_driver``), and nothing else.
+
+    Each read goes to the driver (or its model) when a draw asks, never to a copy, so a view built
+    once per pool answers for the state the last step left.  ``__slots__`` keeps it that one attribute;
+    a subclass declares ``__slots__ = ()`` (or its own extra slots) to stay so, and may narrow the
+    driver's type with an annotation (``_driver: SWAKVDriver``).
+    """
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: Any) -> None:
+        self._driver: Any = driver
+
+
+def viewed_table(view: Any, configs: Callable[[Chooser], PoolConfig], moves: tuple[Move, ...],
+                 catalogue: tuple[Move, ...] = (), *, bench_moves: tuple[str, ...] = (),
+                 corners: Callable[[Any], list[str]] | None = None,
+                 drain: Callable[[Any], Iterator[Step]] | None = None) -> MoveTable:
+    """A :class:`MoveTable` over ``view``, a view class whose ``occupancy`` method is the table's occupancy:
+    how most families declare theirs.  ``corners`` left out keeps the table's default."""
+    optional: dict[str, Any] = {} if corners is None else {"corners": corners}
+    return MoveTable(configs=configs, moves=moves, catalogue=catalogue, view=view, occupancy=view.occupancy,
+                     bench_moves=bench_moves, drain=drain, **optional)
+
+
+def picking(op: str, offered: Callable[[Any], Sequence[Any]], key: str,
+            pick: Callable[[Sequence[Any], Chooser], Any], **fixed_args: Any) -> Draw:
+    """A draw naming ``pick(values, choose)`` of what ``offered(view)`` gives as ``op``'s ``key``, ``fixed_args``
+    after it; ``None`` when it gives nothing.  Its draws are ``pick``'s, and only those: the shape of most
+    moves that name live handles, released ones or rows (:func:`one_of`, :func:`some_of`, :func:`some_repeated`)."""
+    def draw(view: Any, choose: Chooser) -> Step | None:
+        values = offered(view)
+        return (op, {key: pick(values, choose), **fixed_args}) if values else None
+    return draw
+
+
+def _one(values: Sequence[Any], choose: Chooser) -> Any:
+    return choose.choice(values)
+
+
+def one_of(op: str, offered: Callable[[Any], Sequence[Any]], *, key: str = "handle", **fixed_args: Any) -> Draw:
+    """:func:`picking` one of what ``offered(view)`` gives (one ``choose.choice``), as ``op``'s ``key``
+    (``handle`` unless told)."""
+    return picking(op, offered, key, _one, **fixed_args)
+
+
+def some_of(values: Sequence[Any], choose: Chooser, *, most: int = 3) -> list[Any]:
+    """One to ``most`` distinct picks of ``values`` (fewer when it has fewer; it must not be empty): a
+    ``choose.randint`` of how many, then a ``choose.sample`` of them."""
+    return choose.sample(values, choose.randint(1, min(most, len(values))))
+
+
+def some_repeated(values: Sequence[int], choose: Chooser, *, most: int = 2) -> list[int]:
+    """:func:`with_repeat` of up to ``most`` distinct picks of ``values`` (a ``choose.randint(1, most)`` cut to
+    how many it has, then a ``choose.sample``): one index named twice in one call."""
+    return with_repeat(choose.sample(values, min(len(values), choose.randint(1, most))), choose)
+
+
+def repeated_within(op: str, key: str, holders: Callable[[Any], Sequence[int]],
+                    parts: Callable[[Any, int], Sequence[int]]) -> Draw:
+    """A draw naming one holder's parts (its slots) in one call, one of them twice: a ``choose.choice`` of
+    ``holders(view)``, then :func:`some_repeated` of ``parts(view, holder)``; ``None`` when there is no holder."""
+    def draw(view: Any, choose: Chooser) -> Step | None:
+        live = holders(view)
+        if not live:
+            return None
+        return op, {key: some_repeated(parts(view, choose.choice(live)), choose)}
+    return draw

@@ -34,7 +34,7 @@ from harness.kits.block_pool.catalogue import block_pool_catalogue
 from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
-from strategies.table import Move, MoveTable, Step, fixed, with_repeat
+from strategies.table import Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
 
 ALPHABET = 3
 """Distinct block contents: small, so prompts collide on their prefixes."""
@@ -147,9 +147,7 @@ def _cache(view: BlockPoolView, choose: Chooser) -> Step | None:
     return "cache", {"handle": handle, "num_full": num_full}
 
 
-def _free(view: BlockPoolView, choose: Chooser) -> Step | None:
-    live = view.live()
-    return ("free", {"handle": choose.choice(live)}) if live else None
+_free = one_of("free", BlockPoolView.live)
 
 
 def _slide(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -212,14 +210,10 @@ def _reset_at_the_boundary(view: BlockPoolView, choose: Chooser) -> Step | None:
     return ("reset", {}) if view.has_cached() and view.usable - view.num_free <= 1 else None
 
 
-def _free_again(view: BlockPoolView, choose: Chooser) -> Step | None:
-    freed = view.freed()
-    return ("free", {"handle": choose.choice(freed)}) if freed else None
+_free_again = one_of("free", BlockPoolView.freed)
 
 
-def _allocate_negative(view: BlockPoolView, choose: Chooser) -> Step | None:
-    live = view.live()
-    return ("allocate", {"handle": choose.choice(live), "num_blocks": -1}) if live else None
+_allocate_negative = one_of("allocate", BlockPoolView.live, num_blocks=-1)
 
 
 def _by_id(call: str) -> Draw:
@@ -289,13 +283,7 @@ def block_pool_drain(view: BlockPoolView) -> Iterator[Step]:
 
 def block_pool_table() -> MoveTable:
     """The ``block_pool`` family's table."""
-    return MoveTable(
-        configs=block_pool_config,
-        moves=block_pool_moves(),
-        catalogue=block_pool_catalogue(),
-        view=BlockPoolView,
-        occupancy=BlockPoolView.occupancy,
+    return viewed_table(
+        BlockPoolView, block_pool_config, block_pool_moves(), block_pool_catalogue(), corners=block_pool_corners,
         bench_moves=("prefill", "allocate", "cache", "free", "slide", "touch", "evict a request's blocks", "reset"),
-        corners=block_pool_corners,
-        drain=block_pool_drain,
-    )
+        drain=block_pool_drain)

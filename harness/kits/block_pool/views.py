@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from strategies.table import DriverView
 
 
-class BlockPoolView:
+class BlockPoolView(DriverView):
     """What the block-pool moves may read: requests (live, freed, their tables), the free count, cached blocks.
 
     Reads the driver's model, which every step has just compared with the pool, so it
@@ -13,10 +13,7 @@ class BlockPoolView:
     knows of its own requests.
     """
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     @property
     def num_gpu_blocks(self) -> int:

@@ -9,25 +9,20 @@ come from stems that share prefixes so the tree splits and hits.
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.kits.engine.config import EngineTargetConfig
 from harness.upstream.engine_config import CACHES
 from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 from strategies.choosers import Chooser
-from strategies.table import Move, MoveTable, Step
+from strategies.table import DriverView, Move, MoveTable, Step, viewed_table
 
 POOL_CHOICES = ("upstream", "both")
 """Upstream's pools alone, or in step with poolfuzz's (``implementations-agree``)."""
 
 
-class EngineView:
+class EngineView(DriverView):
     """What the engine moves may read: how many requests wait and run, and the server shape."""
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     @property
     def waiting(self) -> int:
@@ -135,16 +130,10 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
 
 def engine_table() -> MoveTable:
     """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
-    return MoveTable(
-        configs=engine_config,
-        moves=(
-            Move("iterate", 6, _iterate),
-            Move("arrive", 4, _arrive),
-            Move("crowd", 2, _crowd),
-            Move("run", 2, _run, corner="decode under memory pressure"),
-            Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
-        ),
-        view=EngineView,
-        occupancy=EngineView.occupancy,
-        corners=engine_corners,
-    )
+    return viewed_table(EngineView, engine_config, (
+        Move("iterate", 6, _iterate),
+        Move("arrive", 4, _arrive),
+        Move("crowd", 2, _crowd),
+        Move("run", 2, _run, corner="decode under memory pressure"),
+        Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
+    ), corners=engine_corners)

@@ -24,7 +24,7 @@ from harness.kits.kv.misuse import MALFORMED_FREES
 from harness.kits.kv.page_kernel import CASES
 from harness.kits.kv.views import KVView, PagedKVView
 from strategies.choosers import Chooser
-from strategies.table import Move, Overrides, Step, fixed, move_kinds
+from strategies.table import Move, Overrides, Step, fixed, move_kinds, some_of
 
 TOKEN_KV_MALFORMED: tuple[Overrides, ...] = ({"size": -1}, {"size": 2.5})
 """Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
@@ -50,7 +50,7 @@ def _malformed_extend(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
         reqs = view.holding_requests()
         if not reqs:
             return None
-        handles: list[int | None] = [*choose.sample(reqs, choose.randint(1, min(2, len(reqs)))),
+        handles: list[int | None] = [*some_of(reqs, choose, most=2),
                                      *[None] * choose.randint(0, 1)]
         choose.shuffle(handles)
         return "extend_malformed", {"handles": handles, "defect": defect}
@@ -62,7 +62,7 @@ def _malformed_decode(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
         reqs = view.holding_requests()
         if not reqs:
             return None
-        return "decode_malformed", {"handles": choose.sample(reqs, choose.randint(1, min(3, len(reqs)))),
+        return "decode_malformed", {"handles": some_of(reqs, choose),
                                     "defect": defect}
     return draw
 

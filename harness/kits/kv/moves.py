@@ -16,7 +16,9 @@ page with requests that do not.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
 
 from harness.kits.kv.catalogue import admit_mid_page, paged_catalogue, token_catalogue
 from harness.kits.kv.configs import paged_kv_config, token_kv_config
@@ -24,7 +26,19 @@ from harness.kits.kv.misuse import SEGMENT_MISUSE
 from harness.kits.kv.page_moves import edge_extend_lengths
 from harness.kits.kv.views import KVView, PagedKVView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_EXACT, CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Step, with_repeat
+from strategies.table import (
+    CORNER_EXACT,
+    CORNER_MIXED,
+    CORNER_REPEAT,
+    Move,
+    MoveTable,
+    Step,
+    one_of,
+    picking,
+    repeated_within,
+    some_of,
+    viewed_table,
+)
 
 
 # ---------------------------------------------------------------- token moves
@@ -43,19 +57,24 @@ def _alloc_misaligned(view: KVView, choose: Chooser) -> Step:
     return "alloc", {"need_size": choose.choice((-ps, -1, ps + 1, ps - 1) if ps > 1 else (-1,))}
 
 
-def _free(view: KVView, choose: Chooser) -> Step | None:
-    """Free everything a live handle holds (a plain allocation or a request)."""
-    live = view.live()
-    return ("free", {"handle": choose.choice(live)}) if live else None
+_free = one_of("free", KVView.live)
+"""Free everything a live handle holds (a plain allocation or a request)."""
 
 
-def _free_part(view: KVView, choose: Chooser) -> Step | None:
-    """Free the first 1..3 pages of a plain allocation; ``sparse`` names one token a page."""
-    plain = view.plain()
-    if not plain:
-        return None
-    return "free_part", {"handle": choose.choice(plain), "count": choose.randint(1, 3),
-                         "sparse": choose.choice((False, True))}
+def free_part(holders: Callable[[Any], Sequence[int]]) -> Callable[[Any, Chooser], Step | None]:
+    """``free_part`` of the first 1..3 pages of one of ``holders(view)``, ``sparse`` or not (one token a page):
+    the token allocator's, and the pure SWA pool's (:mod:`harness.kits.swa.pure_moves`, its pages one slot)."""
+    def draw(view: Any, choose: Chooser) -> Step | None:
+        among = holders(view)
+        if not among:
+            return None
+        return "free_part", {"handle": choose.choice(among), "count": choose.randint(1, 3),
+                             "sparse": choose.choice((False, True))}
+    return draw
+
+
+_free_part = free_part(KVView.plain)
+"""Free the first 1..3 pages of a plain allocation; ``sparse`` names one token a page."""
 
 
 def _free_segment(view: KVView, choose: Chooser) -> Step | None:
@@ -103,23 +122,16 @@ def _clear(view: KVView, choose: Chooser) -> Step | None:
     return ("clear", {}) if view.holds_pages() else None
 
 
-def _free_again(view: KVView, choose: Chooser) -> Step | None:
-    """Free again the slots a handle already gave back: a double free (misuse)."""
-    gone = view.released()
-    return ("free_again", {"handle": choose.choice(gone)}) if gone else None
+_free_again = one_of("free_again", KVView.released)
+"""Free again the slots a handle already gave back: a double free (misuse)."""
 
 
 def _take_two_pages(view: KVView, choose: Chooser) -> Step:
     return "alloc", {"need_size": 2 * view.page_size}
 
 
-def _free_repeat(view: KVView, choose: Chooser) -> Step | None:
-    """A live slot named twice in one ``free`` (misuse for the token allocator; the paged one dedups pages)."""
-    live = view.live()
-    if not live:
-        return None
-    slots = view.slots_of(choose.choice(live))
-    return "free_indices", {"indices": with_repeat(choose.sample(slots, min(len(slots), choose.randint(1, 2))), choose)}
+_free_repeat = repeated_within("free_indices", "indices", KVView.live, KVView.slots_of)
+"""A live slot named twice in one ``free`` (misuse for the token allocator; the paged one dedups pages)."""
 
 
 def _free_raw(view: KVView, choose: Chooser) -> Step | None:
@@ -178,15 +190,8 @@ def kv_drain(view: KVView) -> Iterator[Step]:
 
 def token_kv_table() -> MoveTable:
     """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
-    return MoveTable(
-        configs=token_kv_config,
-        moves=token_moves(),
-        catalogue=token_catalogue(),
-        view=KVView,
-        occupancy=KVView.occupancy,
-        bench_moves=("alloc", "free", "free group", "free part", "merge", "clear"),
-        drain=kv_drain,
-    )
+    return viewed_table(KVView, token_kv_config, token_moves(), token_catalogue(),
+                        bench_moves=("alloc", "free", "free group", "free part", "merge", "clear"), drain=kv_drain)
 
 
 # ---------------------------------------------------------------- paged moves
@@ -231,7 +236,7 @@ def _extend(view: PagedKVView, choose: Chooser) -> Step | None:
     reqs = view.requests()
     if not reqs:
         return None
-    existing = choose.sample(reqs, choose.randint(1, min(3, len(reqs))))
+    existing = some_of(reqs, choose)
     return _extend_batch(view, choose, existing, choose.choice((0, 1, 1, 2)))
 
 
@@ -262,10 +267,8 @@ def _fill(view: PagedKVView, choose: Chooser) -> Step:
     return "extend", {"batch": [[None, max(0, pages * ps - choose.randint(0, ps - 1))]]}
 
 
-def _decode(view: PagedKVView, choose: Chooser) -> Step | None:
-    """One decode step for a few live requests, some at a page edge and some not, in any order."""
-    reqs = view.requests()
-    return ("decode", {"handles": choose.sample(reqs, choose.randint(1, min(4, len(reqs))))}) if reqs else None
+_decode = picking("decode", PagedKVView.requests, "handles", partial(some_of, most=4))
+"""One decode step for a few live requests, some at a page edge and some not, in any order."""
 
 
 def _to_edge(view: PagedKVView, choose: Chooser) -> Step | None:
@@ -287,7 +290,7 @@ def _decode_mixed(view: PagedKVView, choose: Chooser) -> Step | None:
     room = view.free_pages()
     if not edge or not mid or not room:
         return None
-    handles = [*choose.sample(mid, choose.randint(1, min(2, len(mid)))),
+    handles = [*some_of(mid, choose, most=2),
                *choose.sample(edge, choose.randint(1, min(2, len(edge), room)))]
     choose.shuffle(handles)
     return "decode", {"handles": handles}
@@ -359,13 +362,7 @@ def paged_kv_table(*, page_size: int | None = None) -> MoveTable:
 
     ``page_size`` fixes the page size of every configuration (the table of one page size).
     """
-    return MoveTable(
-        configs=lambda choose: paged_kv_config(choose, page_size=page_size),
-        moves=paged_moves(),
-        catalogue=paged_catalogue(),
-        view=PagedKVView,
-        occupancy=KVView.occupancy,
+    return viewed_table(  # PagedKVView's occupancy is KVView's: pages in use
+        PagedKVView, lambda choose: paged_kv_config(choose, page_size=page_size), paged_moves(), paged_catalogue(),
         bench_moves=("admit", "extend at page edges", "decode", "alloc", "free", "free group", "free part", "merge",
-                     "clear"),
-        drain=kv_drain,
-    )
+                     "clear"), drain=kv_drain)

@@ -10,20 +10,18 @@ internals.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from strategies.table import DriverView
 
 
-class KVView:
+class KVView(DriverView):
     """What the token allocator's moves may read: page geometry, free pages, live and released handles,
     their slots, the free group and the staging area (through the driver's model).
 
     The paged driver is a token driver too, and :class:`PagedKVView` extends this view.
     """
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     @property
     def page_size(self) -> int:

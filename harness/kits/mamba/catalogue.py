@@ -23,7 +23,7 @@ from harness.kits.mamba.state import STATE_MISUSE
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from harness.kits.rows.moves import RowView, row_catalogue
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, Move, Overrides, Step, fixed, through
+from strategies.table import CORNER_MIXED, Move, Overrides, Step, fixed, one_of, through
 
 COUNTING_PATH = 64
 """A ``free`` of more than this many slots takes the allocator's counting path."""
@@ -197,10 +197,7 @@ def _state_misuse(kind: str) -> HybridDraw:
 
 
 def _claiming(claim: str) -> HybridDraw:
-    def draw(view: HybridView, choose: Chooser) -> Step | None:
-        both = view.holding_both()
-        return ("alloc_claiming", {"handle": choose.choice(both), "claim": claim}) if both else None
-    return draw
+    return one_of("alloc_claiming", HybridView.holding_both, claim=claim)
 
 
 def _beam_rows(view: HybridView, choose: Chooser) -> Step | None:

@@ -24,12 +24,26 @@ but not its slot in one batch with new ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
 from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Step, fixed, pool_size, with_repeat
+from strategies.table import (
+    CORNER_MIXED,
+    CORNER_REPEAT,
+    Move,
+    MoveTable,
+    Step,
+    fixed,
+    one_of,
+    picking,
+    pool_size,
+    some_of,
+    some_repeated,
+    viewed_table,
+)
 
 MANY_SLOTS = 70
 """A pool large enough for one ``free`` of more than 64 slots (the allocator's counting path)."""
@@ -117,18 +131,10 @@ def _open_a_reservation(view: MambaSlotView, choose: Chooser) -> Step:
     return "group_begin", {"num_reqs": choose.choice((2, 3, max(2, view.free_count() // 2)))}
 
 
-def _slot_free(view: MambaSlotView, choose: Chooser) -> Step | None:
-    """One to three live slots freed in one call."""
-    live = view.live()
-    return ("free", {"handles": choose.sample(live, choose.randint(1, min(3, len(live))))}) if live else None
-
-
-def _slot_free_repeating(view: MambaSlotView, choose: Chooser) -> Step | None:
-    """Live slots freed in one call with one named twice, next to itself or with others between."""
-    live = view.live()
-    if not live:
-        return None
-    return "free", {"handles": with_repeat(choose.sample(live, min(len(live), choose.randint(1, 3))), choose)}
+_slot_free = picking("free", MambaSlotView.live, "handles", some_of)
+"""One to three live slots freed in one call."""
+_slot_free_repeating = picking("free", MambaSlotView.live, "handles", partial(some_repeated, most=3))
+"""Live slots freed in one call with one named twice, next to itself or with others between."""
 
 
 def _slot_free_again(view: MambaSlotView, choose: Chooser) -> Step | None:
@@ -184,15 +190,8 @@ def mamba_slot_drain(view: MambaSlotView) -> Iterator[Step]:
 
 def mamba_slot_table() -> MoveTable:
     """``mamba_slots``: windows opened with reservations around what is free, repeats inside one free."""
-    return MoveTable(
-        configs=mamba_slot_config,
-        moves=mamba_slot_moves(),
-        catalogue=mamba_slot_catalogue(),
-        view=MambaSlotView,
-        occupancy=MambaSlotView.occupancy,
-        bench_moves=("alloc", "group begin", "group end", "free", "clear"),
-        drain=mamba_slot_drain,
-    )
+    return viewed_table(MambaSlotView, mamba_slot_config, mamba_slot_moves(), mamba_slot_catalogue(),
+                        bench_moves=("alloc", "group begin", "group end", "free", "clear"), drain=mamba_slot_drain)
 
 
 # ---------------------------------------------------------------- hybrid_req_to_token moves
@@ -214,15 +213,11 @@ def _hybrid_group_begin(view: HybridView, choose: Chooser) -> Step | None:
     return None if view.group_open else ("group_begin", {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6)))})
 
 
-def _hybrid_free(view: HybridView, choose: Chooser) -> Step | None:
-    """Row only: the slot stays live (donated to a cache) until ``free_mamba_cache``."""
-    rows = view.row_holders()
-    return ("free", {"handle": choose.choice(rows)}) if rows else None
+_hybrid_free = one_of("free", HybridView.row_holders)
+"""Row only: the slot stays live (donated to a cache) until ``free_mamba_cache``."""
 
 
-def _hybrid_free_cache(view: HybridView, choose: Chooser) -> Step | None:
-    slots = view.slot_holders()
-    return ("free_mamba_cache", {"handle": choose.choice(slots)}) if slots else None
+_hybrid_free_cache = one_of("free_mamba_cache", HybridView.slot_holders)
 
 
 def _finish(view: HybridView, choose: Chooser) -> Step | None:
@@ -253,8 +248,7 @@ def _hybrid_alloc_repeating(view: HybridView, choose: Chooser) -> Step | None:
     known = view.known()
     if not known:
         return None
-    batch: list[int | None] = [*with_repeat(choose.sample(known, min(len(known), choose.randint(1, 2))), choose),
-                               *([None] * choose.randint(0, 1))]
+    batch: list[int | None] = [*some_repeated(known, choose), *([None] * choose.randint(0, 1))]
     choose.shuffle(batch)
     return "alloc", {"batch": batch}
 
@@ -307,12 +301,6 @@ def hybrid_drain(view: HybridView) -> Iterator[Step]:
 
 def hybrid_table() -> MoveTable:
     """``hybrid_req_to_token``: batches sized to the shorter side, row-only requests readmitted beside new ones."""
-    return MoveTable(
-        configs=hybrid_config,
-        moves=hybrid_moves(),
-        catalogue=hybrid_catalogue(),
-        view=HybridView,
-        occupancy=HybridView.occupancy,
-        bench_moves=("alloc", "group begin", "group end", "free row", "free cache", "write", "clear"),
-        drain=hybrid_drain,
-    )
+    return viewed_table(
+        HybridView, hybrid_config, hybrid_moves(), hybrid_catalogue(),
+        bench_moves=("alloc", "group begin", "group end", "free row", "free cache", "write", "clear"), drain=hybrid_drain)

@@ -18,12 +18,11 @@ are capped, the oldest released first, so the pool keeps turning over.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from harness.kits.prefix_cache.config import PrefixCacheConfig
 from harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
 from strategies.choosers import Chooser
-from strategies.table import Move, MoveTable, Overrides, Step, fixed
+from strategies.table import DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
 
 ALPHABET = (0, 1, 2)
 MAX_PROMPT = 12
@@ -48,13 +47,10 @@ MAX_LOCKS = 2
 Draw = Callable[["PrefixCacheView", Chooser], Step | None]
 
 
-class PrefixCacheView:
+class PrefixCacheView(DriverView):
     """What the prefix-cache moves may read: holders by kind, free pages, what the tree caches, the page size."""
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     @property
     def page_size(self) -> int:
@@ -177,10 +173,8 @@ def _extend(view: PrefixCacheView, choose: Chooser) -> Step | None:
     return ("extend", {"handle": choose.choice(requests), "tokens": generated(choose)}) if requests else None
 
 
-def _checkpoint(view: PrefixCacheView, choose: Chooser) -> Step | None:
-    """A running request caches what it has so far (its lock moves to the new last node)."""
-    requests = view.requests()
-    return ("checkpoint", {"handle": choose.choice(requests)}) if requests else None
+_checkpoint = one_of("checkpoint", PrefixCacheView.requests)
+"""A running request caches what it has so far (its lock moves to the new last node)."""
 
 
 def _settle(release: bool) -> Draw:
@@ -197,10 +191,7 @@ def _settle(release: bool) -> Draw:
 
 def _release(cache: bool) -> Draw:
     """A running request released: cached first (``finish``), or not (an abort)."""
-    def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
-        requests = view.requests()
-        return ("finish", {"handle": choose.choice(requests), "cache": cache}) if requests else None
-    return draw
+    return one_of("finish", PrefixCacheView.requests, cache=cache)
 
 
 def _lock(view: PrefixCacheView, choose: Chooser) -> Step | None:
@@ -214,9 +205,7 @@ def _drop_oldest_lock(view: PrefixCacheView, choose: Chooser) -> Step | None:
     return ("unlock", {"handle": locks[0]}) if locks else None
 
 
-def _unlock(view: PrefixCacheView, choose: Chooser) -> Step | None:
-    locks = view.locks()
-    return ("unlock", {"handle": choose.choice(locks)}) if locks else None
+_unlock = one_of("unlock", PrefixCacheView.locks)
 
 
 def _insert(view: PrefixCacheView, choose: Chooser) -> Step:
@@ -233,10 +222,8 @@ def _reset(view: PrefixCacheView, choose: Chooser) -> Step | None:
     return ("reset", {}) if view.reset_due() else None
 
 
-def _unlock_again(view: PrefixCacheView, choose: Chooser) -> Step | None:
-    """A second unlock of a released holder, where the pool can tell (``unlocked_handles``)."""
-    unlocked = view.unlocked()
-    return ("unlock", {"handle": choose.choice(unlocked)}) if unlocked else None
+_unlock_again = one_of("unlock", PrefixCacheView.unlocked)
+"""A second unlock of a released holder, where the pool can tell (``unlocked_handles``)."""
 
 
 def _insert_mismatched(view: PrefixCacheView, choose: Chooser) -> Step:
@@ -299,9 +286,7 @@ def _toward_a_release(view: PrefixCacheView, choose: Chooser) -> Step | None:
     return None
 
 
-def _node_of_a_holder(view: PrefixCacheView, choose: Chooser) -> Step | None:
-    live = view.holders()
-    return ("node_lookup", {"handle": choose.choice(live)}) if live else None
+_node_of_a_holder = one_of("node_lookup", PrefixCacheView.holders)
 
 
 REMATCHED = list(STEMS[2][:6])

@@ -11,12 +11,26 @@ rows rebound at once, a write through each kind of row selector).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from harness.kits.rows.config import DecodeRowConfig, RowConfig
 from harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, CORNER_REPEAT, Move, MoveTable, Overrides, Step, fixed, mixed_batch, with_repeat
+from strategies.table import (
+    CORNER_MIXED,
+    CORNER_REPEAT,
+    DriverView,
+    Move,
+    MoveTable,
+    Overrides,
+    Step,
+    fixed,
+    mixed_batch,
+    one_of,
+    picking,
+    some_of,
+    some_repeated,
+    viewed_table,
+)
 
 LARGE_ROW_POOL = 20
 """A pool large enough for ``alloc_rows`` of more than 16 rows at once (the pools' vectorised path)."""
@@ -24,17 +38,14 @@ FAST_PATH_ROWS = 16
 """``alloc_rows`` above this many rows takes the pools' vectorised path."""
 
 
-class RowView:
+class RowView(DriverView):
     """What the row moves may read: request handles, free and raw rows, generations (through the driver's model).
 
     A hybrid pool's driver is a row driver too, so the hybrid table reads its rows
     through this same view.
     """
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     @property
     def num_rows(self) -> int:
@@ -101,14 +112,10 @@ def _readmit(view: RowView, choose: Chooser) -> Step | None:
     return ("alloc", {"batch": [choose.choice(gone), *([None] * choose.randint(0, 2))]}) if gone else None
 
 
-def _free(view: RowView, choose: Chooser) -> Step | None:
-    live = view.live()
-    return ("free", {"handle": choose.choice(live)}) if live else None
+_free = one_of("free", RowView.live)
 
 
-def _free_again(view: RowView, choose: Chooser) -> Step | None:
-    gone = view.gone()
-    return ("free", {"handle": choose.choice(gone)}) if gone else None
+_free_again = one_of("free", RowView.gone)
 
 
 def _alloc_rows(view: RowView, choose: Chooser) -> Step:
@@ -116,17 +123,9 @@ def _alloc_rows(view: RowView, choose: Chooser) -> Step:
     return "alloc_rows", {"need_size": choose.choice((0, 1, 2, free, free + 1, max(0, free - 1)))}
 
 
-def _free_rows(view: RowView, choose: Chooser) -> Step | None:
-    raw = view.raw_rows()
-    return ("free_rows", {"rows": choose.sample(raw, choose.randint(1, min(3, len(raw))))}) if raw else None
-
-
-def _free_rows_repeating(view: RowView, choose: Chooser) -> Step | None:
-    """Live rows freed in one call with one of them named twice."""
-    live = view.live_rows()
-    if not live:
-        return None
-    return "free_rows", {"rows": with_repeat(choose.sample(live, min(len(live), choose.randint(1, 2))), choose)}
+_free_rows = picking("free_rows", RowView.raw_rows, "rows", some_of)
+_free_rows_repeating = picking("free_rows", RowView.live_rows, "rows", some_repeated)
+"""Live rows freed in one call with one of them named twice."""
 
 
 def _free_rows_arbitrary(view: RowView, choose: Chooser) -> Step:
@@ -186,10 +185,7 @@ def _toward_rebinding(view: RowView, choose: Chooser) -> Step | None:
 
 
 def _claiming(claim: str) -> Draw:
-    def draw(view: RowView, choose: Chooser) -> Step | None:
-        live = view.live()
-        return ("alloc_claiming", {"handle": choose.choice(live), "claim": claim}) if live else None
-    return draw
+    return one_of("alloc_claiming", RowView.live, claim=claim)
 
 
 def _write_rows(padding: bool) -> Draw:
@@ -261,15 +257,9 @@ def row_drain(view: RowView) -> Iterator[Step]:
 
 def row_table(*, decode: bool = False) -> MoveTable:
     """The request-row families' table: mixed batches, readmissions and repeats at a steady rate."""
-    return MoveTable(
-        configs=lambda choose: row_pool_config(choose, decode=decode),
-        moves=row_moves(),
-        catalogue=row_catalogue(decode=decode),
-        view=RowView,
-        occupancy=RowView.occupancy,
-        bench_moves=("alloc", "free", "alloc_rows", "free_rows", "write", "clear"),
-        drain=row_drain,
-    )
+    return viewed_table(RowView, lambda choose: row_pool_config(choose, decode=decode), row_moves(),
+                        row_catalogue(decode=decode),
+                        bench_moves=("alloc", "free", "alloc_rows", "free_rows", "write", "clear"), drain=row_drain)
 
 
 def decode_row_table() -> MoveTable:

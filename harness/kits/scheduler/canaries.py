@@ -36,7 +36,25 @@ class CeilRetractScheduler(SchedulerDriver):
         return -(-keep // self.ps) * self.ps
 
 
-class CachedPartFreeingCache(RadixCache):
+class _AfterRelease(RadixCache):
+    """Production's ``release_request``, then :meth:`after_release` on what it returned: the base of the two
+    release-path canaries, whose planted bug is one step more after a correct release."""
+
+    def release_request(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: TreeNode, cache_protected_len: int,
+        *, cache: bool = True, prompt_len: int | None = None,
+    ) -> RequestCacheResult:
+        result = super().release_request(token_ids, kv_indices, lock_node, cache_protected_len,
+                                         cache=cache, prompt_len=prompt_len)
+        self.after_release(result, kv_indices, lock_node, cache=cache)
+        return result
+
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
+                      cache: bool) -> None:
+        """The planted step; production takes none."""
+
+
+class CachedPartFreeingCache(_AfterRelease):
     """A release path that also frees the part of the row it has just handed to the cache.
 
     After inserting a finished request, ``kv_indices[prefix_len:cache_protected_len]``
@@ -46,18 +64,13 @@ class CachedPartFreeingCache(RadixCache):
     them twice (``kv-accounting``).
     """
 
-    def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: TreeNode, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
-    ) -> RequestCacheResult:
-        result = super().release_request(token_ids, kv_indices, lock_node, cache_protected_len,
-                                         cache=cache, prompt_len=prompt_len)
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
+                      cache: bool) -> None:
         if result.cache_protected_len > result.prefix_len:
             self.allocator.free(kv_indices[result.prefix_len: result.cache_protected_len].to(torch.int64))
-        return result
 
 
-class LockKeepingCache(RadixCache):
+class LockKeepingCache(_AfterRelease):
     """A release without insertion (retract, abort) that forgets to drop the request's lock.
 
     The path stays protected after its holder left: never evictable, so the pool
@@ -66,15 +79,10 @@ class LockKeepingCache(RadixCache):
     requests lock (``lock-balance``).
     """
 
-    def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: TreeNode, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
-    ) -> RequestCacheResult:
-        result = super().release_request(token_ids, kv_indices, lock_node, cache_protected_len,
-                                         cache=cache, prompt_len=prompt_len)
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
+                      cache: bool) -> None:
         if not cache and lock_node is not self.root:
             self.inc_lock_ref(lock_node)  # the lock super() dropped, taken back: net, it never moved
-        return result
 
 
 class WindowKeepingSWA(SWATokenToKVPoolAllocator):

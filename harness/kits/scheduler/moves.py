@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.kits.scheduler.config import SchedulerConfig
 from strategies.choosers import Chooser
-from strategies.table import Move, MoveTable, Step, pool_corners
+from strategies.table import DriverView, Move, MoveTable, Step, one_of, pool_corners, viewed_table
 
 MAX_CONTEXT_LENS = (16, 24, 48)
 MODES = ("plain", "prefix_cache", "sliding_window")
@@ -72,14 +72,11 @@ SCHEDULER_MALFORMED: tuple[dict[str, Any], ...] = (
 """Scheduler configurations one of whose pools must refuse to be built."""
 
 
-class SchedulerView:
+class SchedulerView(DriverView):
     """What the scheduler moves may read: the live, prefilling and running handles, whether the prefix cache
     is on, whether a reset is due, and how full the KV sides are (through the driver's model and trace)."""
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    __slots__ = ()
 
     def live(self) -> list[int]:
         """Every live request's handle, in order."""
@@ -245,10 +242,8 @@ def _retract(view: SchedulerView, choose: Chooser) -> Step | None:
     return ("retract", {"handle": choose.choice(live), "keep": choose.randint(0, MAX_KEEP)}) if live else None
 
 
-def _abort(view: SchedulerView, choose: Chooser) -> Step | None:
-    """A request aborts mid-flight: row first, then Mamba slot and KV, no free group."""
-    live = view.live()
-    return ("abort", {"handle": choose.choice(live)}) if live else None
+_abort = one_of("abort", SchedulerView.live)
+"""A request aborts mid-flight: row first, then Mamba slot and KV, no free group."""
 
 
 def _toward_live(view: SchedulerView, choose: Chooser) -> Step | None:
@@ -310,15 +305,10 @@ def scheduler_table(
     scheduler_modes(hybrid=hybrid, page_size=page_size, mode=mode)  # a pin that fits no mode fails here
     if not kernels:
         raise ValueError("a scheduler table needs at least one kernel")
-    return MoveTable(
-        configs=partial(scheduler_config, kernels=tuple(kernels), hybrid=hybrid, page_size=page_size, mode=mode),
-        moves=scheduler_moves(),
-        catalogue=scheduler_catalogue(),
-        view=SchedulerView,
-        occupancy=SchedulerView.occupancy,
-        bench_moves=("admit", "prefill", "decode", "finish", "retract", "abort", "clear"),
-        corners=scheduler_corners,
-    )
+    return viewed_table(
+        SchedulerView, partial(scheduler_config, kernels=tuple(kernels), hybrid=hybrid, page_size=page_size, mode=mode),
+        scheduler_moves(), scheduler_catalogue(), corners=scheduler_corners,
+        bench_moves=("admit", "prefill", "decode", "finish", "retract", "abort", "clear"))
 
 
 def scheduler_corners(config: SchedulerConfig) -> list[str]:

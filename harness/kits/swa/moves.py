@@ -28,7 +28,7 @@ from harness.kits.swa.pure_moves import pure_swa_catalogue, pure_swa_moves
 from harness.kits.swa.random_moves import swa_moves
 from harness.kits.swa.views import PureSWAView, SWAView
 from strategies.choosers import Chooser
-from strategies.table import MoveTable, Step, config_corners, pool_corners
+from strategies.table import MoveTable, Step, config_corners, pool_corners, viewed_table
 
 # ---------------------------------------------------------------- swa_kv configurations
 CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tight SWA side", "roomy", "any")
@@ -118,16 +118,8 @@ def pure_swa_kv_drain(view: PureSWAView) -> Iterator[Step]:
 
 def swa_kv_table() -> MoveTable:
     """``swa_kv``: admissions and tails sized to page edges, decodes, the window sliding, frees on both sides."""
-    return MoveTable(
-        configs=swa_kv_config,
-        moves=swa_moves(),
-        catalogue=swa_catalogue(),
-        view=SWAView,
-        occupancy=SWAView.occupancy,
-        bench_moves=SWA_BENCH_MOVES,
-        corners=swa_corners,
-        drain=swa_kv_drain,
-    )
+    return viewed_table(SWAView, swa_kv_config, swa_moves(), swa_catalogue(), bench_moves=SWA_BENCH_MOVES,
+                        corners=swa_corners, drain=swa_kv_drain)
 
 
 # ---------------------------------------------------------------- pure_swa_kv
@@ -149,13 +141,7 @@ def pure_swa_corners(config: PureSWAKVConfig) -> list[str]:
 
 def pure_swa_kv_table() -> MoveTable:
     """``pure_swa_kv``: the token allocator's moves on the pure pool, its SWA frees, its catalogue."""
-    return MoveTable(
-        configs=pure_swa_kv_config,
-        moves=pure_swa_moves(),
-        catalogue=pure_swa_catalogue(),
-        view=PureSWAView,
-        occupancy=PureSWAView.occupancy,
+    return viewed_table(
+        PureSWAView, pure_swa_kv_config, pure_swa_moves(), pure_swa_catalogue(), corners=pure_swa_corners,
         bench_moves=("alloc", "free", "free group", "free part", "clear", "free_swa", "free padded", "free_full"),
-        corners=pure_swa_corners,
-        drain=pure_swa_kv_drain,
-    )
+        drain=pure_swa_kv_drain)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
 from harness.kits.kv.misuse import MALFORMED_FREES
+from harness.kits.kv.moves import free_part
 from harness.kits.swa.pure import PAGED_CALLS
 from harness.kits.swa.views import PureSWAView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_EXACT, CORNER_REPEAT, Move, Overrides, Step, fixed, move_kinds, with_repeat
+from strategies.table import CORNER_EXACT, CORNER_REPEAT, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
 
 PureDraw = Callable[[PureSWAView, Chooser], Step | None]
 
@@ -30,9 +31,7 @@ def _pure_fill(view: PureSWAView, choose: Chooser) -> Step:
     return "alloc", {"need_size": max(0, view.available() + choose.choice((0, 0, 1, -1)))}
 
 
-def _pure_free(view: PureSWAView, choose: Chooser) -> Step | None:
-    live = view.live()
-    return ("free", {"handle": choose.choice(live)}) if live else None
+_pure_free = one_of("free", PureSWAView.live)
 
 
 def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
@@ -44,22 +43,14 @@ def _pure_open_group(view: PureSWAView, choose: Chooser) -> Step | None:
     return ("group_begin", {}) if view.holds_pages() and not view.group_open() else None
 
 
-def _pure_free_part(view: PureSWAView, choose: Chooser) -> Step | None:
-    """The first 1-3 slots of an allocation (``sparse``: the same here, a page is one slot)."""
-    live = view.live()
-    if not live:
-        return None
-    return "free_part", {"handle": choose.choice(live), "count": choose.randint(1, 3),
-                         "sparse": choose.choice((False, True))}
+_pure_free_part = free_part(PureSWAView.live)
+"""The first 1-3 slots of an allocation (``sparse``: the same here, a page is one slot)."""
 
 
 def _pure_free_through(op: str) -> PureDraw:
     """``op`` of a live allocation: ``free_swa`` (the same release as ``free``), ``free_padded`` (0 and -1
     around it, dropped), ``free_full`` (releases nothing: there is no full-attention pool)."""
-    def draw(view: PureSWAView, choose: Chooser) -> Step | None:
-        live = view.live()
-        return (op, {"handle": choose.choice(live)}) if live else None
-    return draw
+    return one_of(op, PureSWAView.live)
 
 
 def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
@@ -69,18 +60,11 @@ def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
     return ("group_begin", {}) if view.holds_pages() else None
 
 
-def _pure_free_again(view: PureSWAView, choose: Chooser) -> Step | None:
-    gone = view.released()
-    return ("free_again", {"handle": choose.choice(gone)}) if gone else None
+_pure_free_again = one_of("free_again", PureSWAView.released)
 
 
-def _pure_free_repeating(view: PureSWAView, choose: Chooser) -> Step | None:
-    """Live slots of one allocation freed with one of them named twice."""
-    live = view.live()
-    if not live:
-        return None
-    slots = view.slots(choose.choice(live))
-    return "free_indices", {"indices": with_repeat(choose.sample(slots, min(len(slots), choose.randint(1, 2))), choose)}
+_pure_free_repeating = repeated_within("free_indices", "indices", PureSWAView.live, PureSWAView.slots)
+"""Live slots of one allocation freed with one of them named twice."""
 
 
 def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:

@@ -14,11 +14,13 @@ decision.  The table is :func:`harness.kits.swa.moves.swa_kv_table`; the catalog
 
 from __future__ import annotations
 
+from functools import partial
+
 from harness.kits.kv.page_moves import edge_extend_lengths
 from harness.kits.swa.misuse import FREE_CALLS
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
-from strategies.table import Move, Step
+from strategies.table import Move, Step, one_of, picking, some_of
 
 
 def _new_length(view: SWAView, choose: Chooser) -> int:
@@ -40,16 +42,14 @@ def _grow(view: SWAView, choose: Chooser) -> Step | None:
         return None
     ps = view.page_size
     batch: list[list[int | None]] = [[h, choose.choice(edge_extend_lengths(view.length(h), ps))]
-                                     for h in choose.sample(live, choose.randint(1, min(3, len(live))))]
+                                     for h in some_of(live, choose)]
     batch += [[None, _new_length(view, choose)] for _ in range(choose.randint(0, 1))]
     choose.shuffle(batch)
     return "extend", {"batch": batch}
 
 
-def _decode(view: SWAView, choose: Chooser) -> Step | None:
-    """A decode step for a few requests whose last token is in the window."""
-    live = view.handles(continuable=True)
-    return ("decode", {"handles": choose.sample(live, choose.randint(1, min(4, len(live))))}) if live else None
+_decode = picking("decode", lambda view: view.handles(continuable=True), "handles", partial(some_of, most=4))
+"""A decode step for a few requests whose last token is in the window."""
 
 
 def _decode_at_edge(view: SWAView, choose: Chooser) -> Step | None:
@@ -124,10 +124,8 @@ def _open_group(view: SWAView, choose: Chooser) -> Step | None:
     return ("group_begin", {}) if view.any_live() and not view.group_open() else None
 
 
-def _free_full(view: SWAView, choose: Chooser) -> Step | None:
-    """Free a request none of whose tokens is in the window any more."""
-    gone = view.handles(windowed=False)
-    return ("free_full", {"handle": choose.choice(gone)}) if gone else None
+_free_full = one_of("free_full", lambda view: view.handles(windowed=False))
+"""Free a request none of whose tokens is in the window any more."""
 
 
 def _alloc(view: SWAView, choose: Chooser) -> Step | None:
@@ -177,10 +175,8 @@ def free_swa_gone(view: SWAView, choose: Chooser) -> Step | None:
     return ("free_swa_again", {"handle": choose.choice(gone)}) if gone else None
 
 
-def _free_full_mapped(view: SWAView, choose: Chooser) -> Step | None:
-    """``free_full`` of a request still in the window (``free`` is the call)."""
-    windowed = view.handles(windowed=True)
-    return ("free_full", {"handle": choose.choice(windowed)}) if windowed else None
+_free_full_mapped = one_of("free_full", lambda view: view.handles(windowed=True))
+"""``free_full`` of a request still in the window (``free`` is the call)."""
 
 
 def wrong_regime(view: SWAView, choose: Chooser) -> Step:

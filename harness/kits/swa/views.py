@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from strategies.table import DriverView
+
 if TYPE_CHECKING:
     from harness.kits.swa.driver import SWAKVDriver
     from harness.kits.swa.pure import PureSWAKVDriver
 
 
-class SWAView:
+class SWAView(DriverView):
     """What the ``swa_kv`` moves may read: the page size, each side's free pages, the live requests with
     their lengths and windows, and what freed requests released (through the driver's model)."""
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: SWAKVDriver) -> None:
-        self._driver = driver
+    __slots__ = ()
+    _driver: SWAKVDriver
 
     @property
     def page_size(self) -> int:
@@ -99,14 +99,12 @@ class SWAView:
         return max(shares, default=0.0)
 
 
-class PureSWAView:
+class PureSWAView(DriverView):
     """What the ``pure_swa_kv`` moves may read: the pool's slots, the live allocations and their slots,
     what freed allocations released, the free group (through the driver's model)."""
 
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: PureSWAKVDriver) -> None:
-        self._driver = driver
+    __slots__ = ()
+    _driver: PureSWAKVDriver
 
     @property
     def page_size(self) -> int:
