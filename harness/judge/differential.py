@@ -35,6 +35,7 @@ from harness.judge.invariants import InvariantViolation, check, check_slot_layou
 from harness.judge.page_batch import PageBatch
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import PageKernel, get_kernel, triton_available
+from pools.page_alloc.counting import triton_page_size
 
 POISON = -7777
 """Written into ``out_indices`` before each run: no real slot is negative."""
@@ -48,7 +49,7 @@ AllocatorFactory = Callable[..., Any]
 def kernel_names(page_size: int) -> list[str]:
     """The registered kernels that can serve ``page_size`` here (triton: installed and a power of two)."""
     names = ["loop", "vectorized"]
-    if triton_available() and page_size & (page_size - 1) == 0:
+    if triton_available() and triton_page_size(page_size):
         names.append("triton")
     return names
 

@@ -78,6 +78,12 @@ def check_page_size(pool: str, page_size: int) -> None:
         raise BadSizeError(pool, "page_size", page_size, "must be an integer >= 1")
 
 
+def triton_page_size(page_size: int) -> bool:
+    """Whether the ``triton`` kernel takes ``page_size`` (an int >= 1): a power of two, since ``tl.arange(0,
+    page_size)`` spans a page.  The one statement of the rule: the kernel, the drivers and the draws ask it."""
+    return page_size & (page_size - 1) == 0
+
+
 def _ceil_div(x: Tensor, d: int) -> Tensor:
     return (x + (d - 1)) // d
 

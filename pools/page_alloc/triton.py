@@ -49,7 +49,7 @@ from torch import Tensor
 from triton.runtime.interpreter import InterpretedFunction
 
 from pools.errors import BadBatchError, BadSizeError
-from pools.page_alloc.counting import check_page_size
+from pools.page_alloc.counting import check_page_size, triton_page_size
 
 __all__ = ["PHASE2_BLOCK", "alloc_decode_triton", "alloc_extend_triton"]
 
@@ -174,7 +174,7 @@ def _pick(kernels: tuple[Any, Any], device: torch.device) -> Any:
 
 def _check_page_size(page_size: int) -> None:
     check_page_size(_POOL, page_size)
-    if page_size & (page_size - 1):
+    if not triton_page_size(page_size):
         raise BadSizeError(_POOL, "page_size", page_size, "must be a power of two for the triton kernel")
 
 

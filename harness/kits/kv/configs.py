@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
 from pools.page_alloc import triton_available
+from pools.page_alloc.counting import triton_page_size
 from strategies.choosers import Chooser
 
 PAGE_SIZES = (2, 4, 3, 8, 16, 64, 5, 7)
@@ -65,7 +66,7 @@ def kernel(choose: Chooser, *, page_size: int) -> str:
     The Triton draw shrinks toward not taking it (a uniform draw at or past ``1 - share``).
     """
     name = choose.choice(KERNELS)
-    if page_size & (page_size - 1) == 0 and triton_available() and choose.random() >= 1.0 - TRITON_SHARE:
+    if triton_page_size(page_size) and triton_available() and choose.random() >= 1.0 - TRITON_SHARE:
         return "triton"
     return name
 

@@ -29,6 +29,7 @@ from pools.errors import (
 )
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
 from pools.page_alloc import KERNEL_NAMES, triton_available
+from pools.page_alloc.counting import triton_page_size
 
 __all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
 
@@ -173,7 +174,7 @@ class KVMisuseDriver(Driver):
             errors.append(UnknownKernelError)
         if self.paged and kernel == "triton" and not triton_available():
             return (KernelUnavailableError,)  # the kernel is looked up before any size is checked
-        bad_page = not is_int(ps) or ps < 1 or (self.paged and kernel == "triton" and ps & (ps - 1))
+        bad_page = not is_int(ps) or ps < 1 or (self.paged and kernel == "triton" and not triton_page_size(ps))
         if bad_page or not isinstance(size, (int, float)) or isinstance(size, bool) or size < 0 or size % ps:
             errors.append(BadSizeError)
         return tuple(errors)
