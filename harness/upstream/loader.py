@@ -28,17 +28,15 @@ time are shared with the other upstream loaders: :mod:`harness.upstream.sources`
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
-from harness.upstream import stubs
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, exec_files, folder_version, source_folder
+from harness.upstream import sources, stubs
+from harness.upstream.sources import FileModule, LoadedFiles, SourceFolder, UpstreamUnavailableError, check_classes
 
 SUPPORTED_VERSION = "0.5.23"
 """The version the stand-ins were written for and every finding was made on; others are tried, not promised."""
@@ -66,10 +64,7 @@ come with it."""
 
 def installed_version() -> str | None:
     """The installed ``sglang`` version, or ``None`` when it is not installed."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return sources.distribution_version(DISTRIBUTION)
 
 
 def locate_sglang() -> SourceFolder:
@@ -78,23 +73,8 @@ def locate_sglang() -> SourceFolder:
     The installed copy is refused when it is missing, or when its metadata and its own
     ``_version.py`` disagree (a half-overwritten install: which surface would be loaded is unknown).
     """
-    given = os.environ.get(SOURCE_ENV)
-    if given:
-        return source_folder(given, DISTRIBUTION, env=SOURCE_ENV, probe="srt")
-    version = installed_version()
-    if version is None:
-        raise UpstreamUnavailableError(
-            f"upstream SGLang is not installed; the upstream targets need {DISTRIBUTION} (made and checked on "
-            f"{SUPPORTED_VERSION}: {INSTALL_HINT}, without its CUDA dependencies), or {SOURCE_ENV}=PATH of its files"
-        )
-    package = Path(str(importlib.metadata.distribution(DISTRIBUTION).locate_file(DISTRIBUTION)))
-    stated = folder_version(package, DISTRIBUTION)
-    if stated is not None and stated != version:
-        raise UpstreamUnavailableError(
-            f"the installed {DISTRIBUTION}'s metadata says {version} but its files ({package}) say {stated}: "
-            f"a mixed install; reinstall one version, e.g. {INSTALL_HINT} (--force-reinstall)"
-        )
-    return SourceFolder(DISTRIBUTION, version, package.parent, "installed")
+    return sources.locate_copy(DISTRIBUTION, env=SOURCE_ENV, probe="srt", installed=installed_version, title="SGLang",
+                               needed_by="the upstream targets", supported=SUPPORTED_VERSION, install_hint=INSTALL_HINT)
 
 
 def locate_distribution() -> tuple[str, Path, Path]:
@@ -104,13 +84,14 @@ def locate_distribution() -> tuple[str, Path, Path]:
 
 
 @dataclass(frozen=True)
-class UpstreamModules:
+class UpstreamModules(LoadedFiles):
     """The upstream allocator modules that loaded, where they came from, and why the others did not.
 
     ``base``, ``token``, ``paged`` and ``mamba`` are the modules; reading one that did not load
-    raises :class:`UpstreamUnavailableError` with its reason.
+    (or :meth:`module`, by name) raises :class:`UpstreamUnavailableError` with its reason.
     """
 
+    kind: ClassVar[str] = "allocator"
     version: str
     root: Path
     modules: dict[str, ModuleType]
@@ -118,28 +99,10 @@ class UpstreamModules:
     """Short file name (``"mamba"``) -> one-line reason it did not load."""
     source: SourceFolder | None = None
 
-    def module(self, name: str) -> ModuleType:
-        """The loaded module ``name`` (``"token"``...), or :class:`UpstreamUnavailableError` with the reason."""
-        try:
-            return self.modules[name]
-        except KeyError:
-            raise UpstreamUnavailableError(self.problems.get(name, f"no upstream allocator module {name!r}")) from None
-
-    @property
-    def base(self) -> ModuleType:
-        return self.module("base")
-
-    @property
-    def token(self) -> ModuleType:
-        return self.module("token")
-
-    @property
-    def paged(self) -> ModuleType:
-        return self.module("paged")
-
-    @property
-    def mamba(self) -> ModuleType:
-        return self.module("mamba")
+    base = FileModule("base")
+    token = FileModule("token")
+    paged = FileModule("paged")
+    mamba = FileModule("mamba")
 
     def target_problem(self, target: str) -> str | None:
         """Why allocator target ``target`` (``"TokenKV"``...) cannot run on this copy, or ``None``."""
@@ -212,28 +175,9 @@ def load_upstream() -> UpstreamModules:
             return _loaded[key]
         source = locate_sglang()
         folder = source.package / "srt/mem_cache/allocator"
-        inserted = stubs.stub_modules(kernel_file=source.site / _KERNEL_FILE)
-        names = [*inserted, *(f"{_ALLOCATOR}.{name}" for name in _FILES)]
-        saved = {name: sys.modules[name] for name in names if name in sys.modules}
-        sys.modules.update(inserted)
-        try:
-            loaded, problems = exec_files(
-                [(f"{_ALLOCATOR}.{name}", folder / f"{name}.py") for name in _FILES],
-                {f"{_ALLOCATOR}.{name}": [f"{_ALLOCATOR}.{dep}" for dep in deps] for name, deps in _DEPENDS.items()},
-                source=source,
-                stand_ins="harness.upstream.stubs",
-                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}",
-            )
-        finally:
-            for name in names:
-                sys.modules.pop(name, None)
-            sys.modules.update(saved)
-        short = len(_ALLOCATOR) + 1
-        _loaded[key] = UpstreamModules(
-            version=source.version,
-            root=folder,
-            modules={name[short:]: module for name, module in loaded.items()},
-            problems={name[short:]: why for name, why in problems.items()},
-            source=source,
-        )
+        loaded, problems = sources.exec_package(_ALLOCATOR, [(name, folder / f"{name}.py") for name in _FILES], _DEPENDS,
+                                                stand_ins=stubs.stub_modules(kernel_file=source.site / _KERNEL_FILE),
+                                                stand_ins_from="harness.upstream.stubs", source=source,
+                                                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}")
+        _loaded[key] = UpstreamModules(version=source.version, root=folder, modules=loaded, problems=problems, source=source)
         return _loaded[key]

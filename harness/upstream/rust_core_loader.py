@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from harness.upstream.loader import SOURCE_ENV, locate_sglang
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError
+from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, refusal
 
 _lock = threading.Lock()
 
@@ -177,11 +177,7 @@ def load_rust_tree_core() -> RustTreeCoreBindings:
 
 def rust_tree_core_unavailable_reason() -> str | None:
     """Why :func:`load_rust_tree_core` would fail, or ``None`` (for test skips)."""
-    try:
-        load_rust_tree_core()
-    except UpstreamUnavailableError as exc:
-        return str(exc)
-    return None
+    return refusal(load_rust_tree_core)
 
 
 @dataclass

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import threading
 import time
 from array import array
@@ -43,13 +42,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from harness.upstream import sglang_cache_stubs
 from harness.upstream.loader import FREE_PAGES, SOURCE_ENV, SUPPORTED_VERSION, UpstreamModules, load_upstream, locate_sglang
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, exec_files
+from harness.upstream.sources import FileModule, LoadedFiles, SourceFolder, UpstreamUnavailableError, check_classes, exec_package
 
 _MEM_CACHE = "sglang.srt.mem_cache"
 # Executed in this order: each file imports only stand-ins and the files above it (``_DEPENDS``).
@@ -105,9 +104,14 @@ class LogicalClock:
 
 
 @dataclass(frozen=True)
-class SglangCacheModules:
-    """The loaded prefix-cache and SWA modules, with constructors that fill in CPU-only arguments."""
+class SglangCacheModules(LoadedFiles):
+    """The loaded prefix-cache and SWA modules, with constructors that fill in CPU-only arguments.
 
+    ``component_type``, ``base_prefix_cache``, ``radix_cache`` and ``swa`` are the files; reading one
+    that did not load (or :meth:`module`, by name) raises :class:`UpstreamUnavailableError` with its reason.
+    """
+
+    kind: ClassVar[str] = "mem_cache"
     version: str
     root: Path
     allocators: UpstreamModules
@@ -120,28 +124,10 @@ class SglangCacheModules:
     source: SourceFolder | None = None
     swa_kv_pool: type | None = None
 
-    def module(self, name: str) -> ModuleType:
-        """The loaded file ``name``, or :class:`UpstreamUnavailableError` with why it did not load."""
-        try:
-            return self.modules[name]
-        except KeyError:
-            raise UpstreamUnavailableError(self.problems.get(name, f"no upstream mem_cache module {name!r}")) from None
-
-    @property
-    def component_type(self) -> ModuleType:
-        return self.module("unified_cache.component_type")
-
-    @property
-    def base_prefix_cache(self) -> ModuleType:
-        return self.module("base_prefix_cache")
-
-    @property
-    def radix_cache(self) -> ModuleType:
-        return self.module("radix_cache")
-
-    @property
-    def swa(self) -> ModuleType:
-        return self.module("allocator.swa")
+    component_type = FileModule("unified_cache.component_type")
+    base_prefix_cache = FileModule("base_prefix_cache")
+    radix_cache = FileModule("radix_cache")
+    swa = FileModule("allocator.swa")
 
     @property
     def swa_kv_pool_class(self) -> type:
@@ -286,9 +272,6 @@ def _exec_under(
     ``evict_policy`` runs, the stand-in ``get_eviction_strategy`` is bound to its strategies;
     a version lacking one of them refuses ``evict_policy`` (and so ``radix_cache``).
     """
-    names = [*stand_ins, *(f"{_MEM_CACHE}.{name}" for name, _ in _FILES)]
-    saved = {name: sys.modules[name] for name in names if name in sys.modules}
-    sys.modules.update(stand_ins)
 
     def bind_eviction_strategies(dotted: str, module: ModuleType) -> str | None:
         if dotted != f"{_MEM_CACHE}.evict_policy":
@@ -301,22 +284,9 @@ def _exec_under(
         vars(stand_ins[f"{_MEM_CACHE}.utils"])["get_eviction_strategy"] = strategy
         return None
 
-    try:
-        loaded, failed = exec_files(
-            [(f"{_MEM_CACHE}.{name}", root / path) for name, path in _FILES],
-            {f"{_MEM_CACHE}.{name}": [f"{_MEM_CACHE}.{dep}" for dep in deps] for name, deps in _DEPENDS.items()},
-            source=source,
-            stand_ins="harness.upstream.sglang_cache_stubs",
-            written_for=f"sglang=={SUPPORTED_VERSION}",
-            after=bind_eviction_strategies,
-        )
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
-    prefix = len(_MEM_CACHE) + 1
-    return ({name[prefix:]: module for name, module in loaded.items()},
-            {name[prefix:]: why for name, why in failed.items()})
+    return exec_package(_MEM_CACHE, [(name, root / path) for name, path in _FILES], _DEPENDS, stand_ins=stand_ins,
+                        stand_ins_from="harness.upstream.sglang_cache_stubs", source=source,
+                        written_for=f"sglang=={SUPPORTED_VERSION}", after=bind_eviction_strategies)
 
 
 def sglang_cache_unavailable_reason(target: str | None = None) -> str | None:

@@ -5,14 +5,17 @@ dependencies, so the loaders (:mod:`harness.upstream.loader` for SGLang's alloca
 :mod:`~harness.upstream.sglang_cache`, :mod:`~harness.upstream.vllm_loader`) execute
 the few files a target drives, one at a time, with stand-ins for the helpers they
 import.  What they share lives here: a :class:`SourceFolder` (which copy, which
-version, chosen how), reading a folder's version without executing it, executing
-files in dependency order with one-line reasons for those that fail, and checking
-that the classes a target drives are there.  Every refusal is an
-:class:`UpstreamUnavailableError`, which the CLI prints as one line.
+version, chosen how: :func:`locate_copy`), reading a folder's version without executing
+it, executing files in dependency order under stand-ins with one-line reasons for those
+that fail (:func:`exec_package`), checking that the classes a target drives are there,
+and reading a loaded file off the result (:class:`LoadedFiles`, :class:`FileModule`).
+Every refusal is an :class:`UpstreamUnavailableError`, which the CLI prints as one line
+(:func:`refusal` reads it for a test skip).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -22,11 +25,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar, overload
 
 from harness.judge.families import UnknownTargetError
 
-__all__ = ["SourceFolder", "UpstreamUnavailableError", "check_classes", "exec_files", "failing_upstream_file",
-           "folder_version", "source_folder"]
+__all__ = ["FileModule", "LoadedFiles", "SourceFolder", "UpstreamUnavailableError", "check_classes", "distribution_version", "exec_files",
+           "exec_package", "failing_upstream_file", "folder_version", "locate_copy", "refusal", "source_folder"]
 
 
 class UpstreamUnavailableError(UnknownTargetError):
@@ -120,6 +124,60 @@ def source_folder(path: str | os.PathLike[str], distribution: str, *, env: str, 
     )
 
 
+def distribution_version(distribution: str) -> str | None:
+    """The installed ``distribution``'s version (its metadata), or ``None`` when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def locate_copy(
+    distribution: str,
+    *,
+    env: str,
+    probe: str,
+    installed: Callable[[], str | None],
+    title: str,
+    needed_by: str,
+    supported: str,
+    install_hint: str,
+) -> SourceFolder:
+    """The copy of ``distribution`` to load: ``env``'s folder when set (:func:`source_folder`), else the installed one.
+
+    ``installed()`` is the installed version (asked only when ``env`` is unset).  The installed copy
+    is refused when it is missing (naming ``title``, the targets that ``needed_by`` it, the
+    ``supported`` version and ``install_hint``), or when its metadata and its own files
+    (:func:`folder_version`) disagree: a half-overwritten install, whose surface is unknown.
+    """
+    given = os.environ.get(env)
+    if given:
+        return source_folder(given, distribution, env=env, probe=probe)
+    version = installed()
+    if version is None:
+        raise UpstreamUnavailableError(
+            f"upstream {title} is not installed; {needed_by} need {distribution} (made and checked on "
+            f"{supported}: {install_hint}, without its CUDA dependencies), or {env}=PATH of its files"
+        )
+    package = Path(str(importlib.metadata.distribution(distribution).locate_file(distribution)))
+    stated = folder_version(package, distribution)
+    if stated is not None and stated != version:
+        raise UpstreamUnavailableError(
+            f"the installed {distribution}'s metadata says {version} but its files ({package}) say {stated}: "
+            f"a mixed install; reinstall one version, e.g. {install_hint} (--force-reinstall)"
+        )
+    return SourceFolder(distribution, version, package.parent, "installed")
+
+
+def refusal(load: Callable[[], object]) -> str | None:
+    """Why ``load()`` is refused (its :class:`UpstreamUnavailableError`'s message), or ``None`` when it returns."""
+    try:
+        load()
+    except UpstreamUnavailableError as exc:
+        return str(exc)
+    return None
+
+
 # ------------------------------------------------------------------ executing files
 def _exec_file(name: str, path: Path, *, stand_ins: str, written_for: str) -> ModuleType:
     """Execute ``path`` as module ``name`` (left in ``sys.modules`` for the files that import it; the caller cleans up).
@@ -207,6 +265,46 @@ def exec_files(
     return loaded, problems
 
 
+def exec_package(
+    package: str,
+    files: Iterable[tuple[str, Path]],
+    depends: Mapping[str, Iterable[str]],
+    *,
+    stand_ins: Mapping[str, ModuleType],
+    stand_ins_from: str,
+    source: SourceFolder,
+    written_for: str,
+    after: Callable[[str, ModuleType], str | None] | None = None,
+) -> tuple[dict[str, ModuleType], dict[str, str]]:
+    """:func:`exec_files` for files of the dotted ``package``, with ``stand_ins`` in ``sys.modules`` meanwhile.
+
+    ``files`` and ``depends`` name the files by their name under ``package`` (``"token"``,
+    ``"allocator.swa"``), and so do the results; ``after`` sees the full dotted name.
+    ``stand_ins_from`` (the module that made them) and ``written_for`` are for the reasons.
+    Afterwards every stand-in and every file's name is removed from ``sys.modules`` and what
+    those names held before is put back, so a later real import is not shadowed.
+    """
+    dotted = [(f"{package}.{name}", path) for name, path in files]
+    names = [*stand_ins, *(name for name, _ in dotted)]
+    saved = {name: sys.modules[name] for name in names if name in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        loaded, problems = exec_files(
+            dotted,
+            {f"{package}.{name}": [f"{package}.{dep}" for dep in deps] for name, deps in depends.items()},
+            source=source,
+            stand_ins=stand_ins_from,
+            written_for=written_for,
+            after=after,
+        )
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+    short = len(package) + 1
+    return {name[short:]: module for name, module in loaded.items()}, {name[short:]: why for name, why in problems.items()}
+
+
 def check_classes(
     modules: Mapping[str, ModuleType],
     needs: Iterable[tuple[str, str]],
@@ -230,3 +328,41 @@ def check_classes(
                 where = source.relative(files[module_name]) if module_name in files else module_name
                 return f"{source.label}: {where} has no {attr} ({checked_on} has it: renamed, moved or added since)"
     return None
+
+
+# ------------------------------------------------------------------ reading what loaded
+class LoadedFiles:
+    """What a loader's result shares: its files that loaded, by name, why the others did not, and reading one.
+
+    The result (a frozen dataclass) declares ``modules`` and ``problems`` as its fields and
+    ``kind``, the word naming its files in the reason for a name it never tried.
+    """
+
+    kind: ClassVar[str] = ""
+    modules: dict[str, ModuleType]
+    problems: dict[str, str]
+
+    def module(self, name: str) -> ModuleType:
+        """The loaded file ``name``, or :class:`UpstreamUnavailableError` with why it did not load."""
+        try:
+            return self.modules[name]
+        except KeyError:
+            raise UpstreamUnavailableError(self.problems.get(name, f"no upstream {self.kind} module {name!r}")) from None
+
+
+class FileModule:
+    """A read-only attribute of a :class:`LoadedFiles` that is one of its files: ``base = FileModule("base")``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> FileModule:
+        ...
+
+    @overload
+    def __get__(self, instance: LoadedFiles, owner: type) -> ModuleType:
+        ...
+
+    def __get__(self, instance: LoadedFiles | None, owner: type) -> FileModule | ModuleType:
+        return self if instance is None else instance.module(self.name)

@@ -18,17 +18,15 @@ moved (docs/compatibility.md).  Install the supported one without its CUDA depen
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.upstream import vllm_stubs
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, exec_files, folder_version, source_folder
+from harness.upstream import sources, vllm_stubs
+from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes
 
 SUPPORTED_VERSION = "0.33.0"
 DISTRIBUTION = "vllm"
@@ -90,10 +88,7 @@ _failed: dict[str | None, str] = {}
 
 def installed_version() -> str | None:
     """The installed ``vllm`` version, or ``None`` when it is not installed."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return sources.distribution_version(DISTRIBUTION)
 
 
 def locate_vllm() -> SourceFolder:
@@ -102,23 +97,8 @@ def locate_vllm() -> SourceFolder:
     The installed copy is refused when missing, or when its metadata and its own ``_version.py``
     disagree (a mixed install).
     """
-    given = os.environ.get(SOURCE_ENV)
-    if given:
-        return source_folder(given, DISTRIBUTION, env=SOURCE_ENV, probe="v1")
-    version = installed_version()
-    if version is None:
-        raise UpstreamUnavailableError(
-            f"upstream vLLM is not installed; the block-pool targets need {DISTRIBUTION} (made and checked on "
-            f"{SUPPORTED_VERSION}: {INSTALL_HINT}, without its CUDA dependencies), or {SOURCE_ENV}=PATH of its files"
-        )
-    package = Path(str(importlib.metadata.distribution(DISTRIBUTION).locate_file(DISTRIBUTION)))
-    stated = folder_version(package, DISTRIBUTION)
-    if stated is not None and stated != version:
-        raise UpstreamUnavailableError(
-            f"the installed {DISTRIBUTION}'s metadata says {version} but its files ({package}) say {stated}: "
-            f"a mixed install; reinstall one version, e.g. {INSTALL_HINT} (--force-reinstall)"
-        )
-    return SourceFolder(DISTRIBUTION, version, package.parent, "installed")
+    return sources.locate_copy(DISTRIBUTION, env=SOURCE_ENV, probe="v1", installed=installed_version, title="vLLM",
+                               needed_by="the block-pool targets", supported=SUPPORTED_VERSION, install_hint=INSTALL_HINT)
 
 
 def locate_distribution() -> tuple[str, Path]:
@@ -142,37 +122,18 @@ def load_vllm() -> VllmModules:
             raise UpstreamUnavailableError(_failed[key])
         source = locate_vllm()
         folder = source.package / "v1/core"
-        stand_ins = vllm_stubs.vllm_stand_ins()
-        names = [*stand_ins, *(f"{_CORE}.{name}" for name in _FILES)]
-        saved = {name: sys.modules[name] for name in names if name in sys.modules}
-        sys.modules.update(stand_ins)
-        try:
-            loaded, problems = exec_files(
-                [(f"{_CORE}.{name}", folder / f"{name}.py") for name in _FILES],
-                {f"{_CORE}.block_pool": [f"{_CORE}.kv_cache_utils"]},
-                source=source,
-                stand_ins=_STAND_INS,
-                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}",
-            )
-        finally:
-            for name in names:
-                sys.modules.pop(name, None)
-            sys.modules.update(saved)
+        files = [(name, folder / f"{name}.py") for name in _FILES]
+        loaded, problems = sources.exec_package(_CORE, files, {"block_pool": ("kv_cache_utils",)},
+                                                stand_ins=vllm_stubs.vllm_stand_ins(), stand_ins_from=_STAND_INS, source=source,
+                                                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}")
         if problems:
             reason = next(iter(problems.values()))
             _failed[key] = reason
             raise UpstreamUnavailableError(reason)
-        short = len(_CORE) + 1
-        _loaded[key] = VllmModules(
-            version=source.version, root=folder, source=source, **{name[short:]: module for name, module in loaded.items()}
-        )
+        _loaded[key] = VllmModules(version=source.version, root=folder, source=source, **loaded)
         return _loaded[key]
 
 
 def vllm_unavailable_reason() -> str | None:
     """Why :func:`load_vllm` would fail, or ``None`` when it can succeed (used for test skips)."""
-    try:
-        load_vllm()
-    except UpstreamUnavailableError as exc:
-        return str(exc)
-    return None
+    return sources.refusal(load_vllm)

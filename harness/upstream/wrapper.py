@@ -4,7 +4,9 @@ A wrapper (one per upstream target, in its family's kit: ``harness/kits/<kit>/up
 real upstream object and forwards the family protocol (:mod:`pools.protocols`) to it, translating only
 signatures.  No call is validated or repaired there, so the harness judges upstream's behaviour, not ours:
 upstream does not validate its input, so every wrapper sets ``poolfuzz_check_misuse = False``, and machines
-issue valid calls only.
+issue valid calls only.  The calls several families forward unchanged (free groups and ``clear``; the
+paged ``alloc_extend`` / ``alloc_decode``) are forwarded here once, by :class:`FreeGroupForwarding` and
+:class:`ExtendDecodeForwarding`.
 """
 
 from __future__ import annotations
@@ -39,3 +41,43 @@ class UpstreamWrapper:
 
     def free(self, indices: torch.Tensor) -> None:
         self.inner.free(indices)
+
+
+class FreeGroupForwarding:
+    """``free_group_begin``, ``free_group_end`` and ``clear`` forwarded to ``inner`` unchanged (the KV and SWA wrappers)."""
+
+    inner: Any
+
+    def free_group_begin(self) -> None:
+        self.inner.free_group_begin()
+
+    def free_group_end(self) -> None:
+        self.inner.free_group_end()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+
+class ExtendDecodeForwarding:
+    """``alloc_extend`` and ``alloc_decode`` forwarded to ``inner`` unchanged (the paged KV and SWA wrappers).
+
+    Upstream's token allocator has neither (its base raises ``NotImplementedError``), so ``TokenKV`` does not mix this in.
+    """
+
+    inner: Any
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+    ) -> torch.Tensor | None:
+        return self.inner.alloc_extend(  # type: ignore[no-any-return]
+            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
+        )
+
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
+        return self.inner.alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[no-any-return]

@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 
 from harness.upstream.loader import load_upstream
-from harness.upstream.wrapper import UpstreamWrapper, empty_indices
+from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices
 
 
-class UpstreamKV(UpstreamWrapper):
-    """The allocator surface shared by the token and paged wrappers."""
+class UpstreamKV(UpstreamWrapper, FreeGroupForwarding):
+    """The allocator surface shared by the token and paged wrappers (free groups and ``clear``: :class:`FreeGroupForwarding`)."""
 
     size: int
     page_size: int
@@ -37,20 +37,11 @@ class UpstreamKV(UpstreamWrapper):
     def in_free_group(self) -> bool:
         return self.inner.free_group is not None
 
-    def free_group_begin(self) -> None:
-        self.inner.free_group_begin()
-
-    def free_group_end(self) -> None:
-        self.inner.free_group_end()
-
     def merge_and_sort_free(self) -> None:
         self.inner.merge_and_sort_free()
 
     def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
         self.inner.free_segment(free_index, start_pos=start_pos)
-
-    def clear(self) -> None:
-        self.inner.clear()
 
     def get_all_free_pages(self) -> torch.Tensor:
         """Free list plus pages released but not yet merged (``need_sort``)."""
@@ -82,8 +73,10 @@ class TokenKV(UpstreamKV):
         return torch.cat((self.inner.free_pages, self.inner.release_pages))
 
 
-class PagedKV(UpstreamKV):
+class PagedKV(UpstreamKV, ExtendDecodeForwarding):
     """``paged_kv``: upstream ``PagedTokenToKVPoolAllocator(size, page_size, dtype, device, kvcache, need_sort)``.
+
+    ``alloc_extend`` / ``alloc_decode`` are forwarded unchanged (:class:`~harness.upstream.wrapper.ExtendDecodeForwarding`).
 
     ``kernel="triton"`` on a CUDA device launches upstream's own Triton kernels; anything
     else (our ``loop``/``vectorized``, or ``triton`` on CPU, where upstream's kernels
@@ -127,19 +120,3 @@ class PagedKV(UpstreamKV):
         pages = torch.unique(super().pending_free_pages())
         by_id = self.inner.free_page_ids_group
         return torch.cat((pages, *by_id)) if by_id else pages
-
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-    ) -> torch.Tensor | None:
-        return self.inner.alloc_extend(  # type: ignore[no-any-return]
-            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
-        )
-
-    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
-        return self.inner.alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[no-any-return]

@@ -132,6 +132,43 @@ class UpstreamCacheOver:
         name = self.pool_name.removeprefix("upstream ")
         return f"<upstream sglang=={self.upstream_version} {name} page_size={self.page_size} {self.eviction_policy}>"
 
+    def checkpoint(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
+        *, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        """Cache the request's tokens so far and move its lock to the new last node (each wrapper's own calls)."""
+        raise NotImplementedError
+
+    def _tail_freer(self) -> Any:
+        """What :meth:`release_request` frees the request's tail through (``free_segment``)."""
+        raise NotImplementedError
+
+    def _release_lock(self, node: Any) -> None:
+        """The unlock of :meth:`release_request`, between the two frees."""
+        raise NotImplementedError
+
+    def release_request(
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
+        *, cache: bool = True, prompt_len: int | None = None,
+    ) -> UpstreamRequestResult:
+        """``release_kv_cache``'s calls for one request: :meth:`checkpoint` (when ``cache``), one ``free_segment``
+        of the uncached tail ``[cache_protected_len, len(tokens))``, :meth:`_release_lock`, then one of the
+        over-allocated part ``[ceil_align(len(tokens), page_size), len(row))`` (the module docstring)."""
+        tokens = token_list(token_ids)
+        cpl, node, prefix_len, duplicates = cache_protected_len, lock_node, cache_protected_len, 0
+        if cache:
+            done = self.checkpoint(tokens, kv_indices, lock_node, cache_protected_len, prompt_len=prompt_len)
+            cpl, node, prefix_len, duplicates = done.cache_protected_len, done.last_node, done.prefix_len, done.num_duplicates_freed
+        ps = int(self.allocator.page_size)
+        over = -(-len(tokens) // ps) * ps
+        freer = self._tail_freer()
+        tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
+        freer.free_segment(tail[0], start_pos=cpl)
+        self._release_lock(node)
+        if over < len(kv_indices):
+            freer.free_segment(tail[1], start_pos=over)
+        return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
+
 
 class RadixCacheOver(UpstreamCacheOver):
     """Upstream ``RadixCache(CacheInitParams(...))`` over any ``allocator``, with our cache's constructor."""
@@ -240,25 +277,13 @@ class RadixCacheOver(UpstreamCacheOver):
         return UpstreamRequestResult(req.last_node, int(req.kv.cache_protected_len),
                                      cache_protected_len + duplicates, duplicates, 0)
 
-    def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
-    ) -> UpstreamRequestResult:
-        """``release_kv_cache``'s upstream calls for one request (module docstring)."""
-        tokens = token_list(token_ids)
-        cpl, node, prefix_len, duplicates = cache_protected_len, lock_node, cache_protected_len, 0
-        if cache:
-            done = self.checkpoint(tokens, kv_indices, lock_node, cache_protected_len, prompt_len=prompt_len)
-            cpl, node, prefix_len, duplicates = done.cache_protected_len, done.last_node, done.prefix_len, done.num_duplicates_freed
-        ps = int(self.allocator.page_size)
-        over = -(-len(tokens) // ps) * ps
-        freer = self.inner.token_to_kv_pool_allocator
-        tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
-        freer.free_segment(tail[0], start_pos=cpl)
+    def _tail_freer(self) -> Any:
+        """The allocator upstream's cache holds (``token_to_kv_pool_allocator``), as ``release_kv_cache`` frees."""
+        return self.inner.token_to_kv_pool_allocator
+
+    def _release_lock(self, node: Any) -> None:
+        """Upstream ``dec_lock_ref`` on the request's last node, as ``release_kv_cache`` unlocks it."""
         self.inner.dec_lock_ref(node)
-        if over < len(kv_indices):
-            freer.free_segment(tail[1], start_pos=over)
-        return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
 
     # ------------------------------------------------------------ audit
     def sanity_check(self) -> None:

@@ -161,30 +161,19 @@ class TreeCoreOver(UpstreamCacheOver):
         new_last = RustNode(int(result.last_device_node))
         new_indices = self.path_indices(new_last)
         kv_indices[cpl : len(new_indices)] = new_indices[cpl:].to(kv_indices.device, kv_indices.dtype)
-        if lock_node.id != self.root.id or self._receipts.get(lock_node.id):
-            self.dec_lock_ref(lock_node)
+        self._release_lock(lock_node)
         self.inc_lock_ref(new_last)
         duplicates = sum(int(t.numel()) for t in frees)
         return UpstreamRequestResult(new_last, len(new_indices), int(result.prefix_len), duplicates, 0)
 
-    def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: RustNode, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
-    ) -> UpstreamRequestResult:
-        tokens = token_list(token_ids)
-        cpl, node, prefix_len, duplicates = cache_protected_len, lock_node, cache_protected_len, 0
-        if cache:
-            done = self.checkpoint(tokens, kv_indices, lock_node, cache_protected_len, prompt_len=prompt_len)
-            cpl, node, prefix_len, duplicates = done.cache_protected_len, done.last_node, done.prefix_len, done.num_duplicates_freed
-        ps = int(self.allocator.page_size)
-        over = -(-len(tokens) // ps) * ps
-        tail = [kv_indices[cpl : len(tokens)], kv_indices[over:]]
-        self._shim.free_segment(tail[0], start_pos=cpl)
+    def _tail_freer(self) -> Any:
+        """The allocator behind the shim: ``UnifiedRadixCache``'s frees go to the allocator, the core holds none."""
+        return self._shim
+
+    def _release_lock(self, node: RustNode) -> None:
+        """Release the lock held on ``node``: any node but the root, and the root only if a receipt is held."""
         if node.id != self.root.id or self._receipts.get(node.id):
             self.dec_lock_ref(node)
-        if over < len(kv_indices):
-            self._shim.free_segment(tail[1], start_pos=over)
-        return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
 
     # ------------------------------------------------------------ audit
     def sanity_check(self) -> None:

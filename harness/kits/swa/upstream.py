@@ -20,22 +20,22 @@ evaluated by the stand-in and recorded, never raised: :meth:`SWAKV.invariant_hit
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from harness.upstream.loader import SUPPORTED_VERSION
 from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
+from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper
 
 
-class _UpstreamSWA:
-    """The surface both SWA wrappers forward to ``inner`` (``pools.protocols.SWAKVAllocator``)."""
+class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding):
+    """The surface both SWA wrappers forward to ``inner`` (``pools.protocols.SWAKVAllocator``).
 
-    poolfuzz_check_misuse: ClassVar[bool] = False
-    upstream_class: ClassVar[str] = ""
-    upstream_version: ClassVar[str] = SUPPORTED_VERSION
+    ``available_size`` and ``alloc`` are :class:`~harness.upstream.wrapper.UpstreamWrapper`'s; free groups,
+    ``clear``, ``alloc_extend`` and ``alloc_decode`` are forwarded by its mix-ins, as for the paged KV wrapper.
+    """
+
     mods: SglangCacheModules
-    inner: Any
     page_size: int
     device: torch.device
     need_sort: bool
@@ -72,9 +72,6 @@ class _UpstreamSWA:
     def in_free_group(self) -> bool:
         return self.full_attn_allocator.free_group is not None
 
-    def available_size(self) -> int:
-        return int(self.inner.available_size())
-
     def full_available_size(self) -> int:
         return int(self.inner.full_available_size())
 
@@ -83,22 +80,6 @@ class _UpstreamSWA:
 
     def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
         return self.inner.translate_loc_from_full_to_swa(kv_indices)  # type: ignore[no-any-return]
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        return self.inner.alloc(need_size)  # type: ignore[no-any-return]
-
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-    ) -> torch.Tensor | None:
-        return self.inner.alloc_extend(  # type: ignore[no-any-return]
-            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
-        )
 
     def alloc_extend_swa_tail(
         self,
@@ -114,9 +95,6 @@ class _UpstreamSWA:
             prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens, swa_tail_len
         )
 
-    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
-        return self.inner.alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[no-any-return]
-
     def free(self, free_index: torch.Tensor) -> None:
         self.inner.free(free_index)
 
@@ -125,15 +103,6 @@ class _UpstreamSWA:
 
     def free_full(self, free_index: torch.Tensor) -> None:
         self.inner.free_full(free_index)
-
-    def free_group_begin(self) -> None:
-        self.inner.free_group_begin()
-
-    def free_group_end(self) -> None:
-        self.inner.free_group_end()
-
-    def clear(self) -> None:
-        self.inner.clear()
 
     def invariant_hits(self) -> list[Any]:
         """Upstream's own ``expect`` checks that failed since the last call (process-wide, drained)."""
