@@ -79,22 +79,15 @@ def test_list_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> No
 
 # ------------------------------------------------------------- usage errors
 @pytest.mark.parametrize(("target", "fragment"), [
+    # targets that do not resolve
     ("no_such_family", "unknown family 'no_such_family'"),
     ("req_to_token=no.such.module:Pool", "cannot import 'no.such.module'"),
     ("req_to_token=tests.fuzz_planted:Nope", "has no attribute 'Nope'"),
-])
-def test_a_target_that_does_not_resolve_is_a_one_line_usage_error(
-    capsys: pytest.CaptureFixture[str], target: str, fragment: str
-) -> None:
-    code, _, err = run_cli(capsys, "fuzz", "--target", target, "--seconds", "1")
-    assert_one_line_usage_error(code, err, fragment)
-
-
-@pytest.mark.parametrize(("target", "fragment"), [
+    # classes of another family: a usage error, not a finding
     ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
     ("token_kv=pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
 ])
-def test_a_class_of_another_family_is_a_usage_error_not_a_finding(
+def test_a_target_that_does_not_resolve_or_is_of_another_family_is_a_one_line_usage_error(
     capsys: pytest.CaptureFixture[str], target: str, fragment: str
 ) -> None:
     code, _, err = run_cli(capsys, "fuzz", "--target", target, "--seconds", "1")

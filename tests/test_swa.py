@@ -170,27 +170,28 @@ def test_decode_is_all_or_nothing_when_only_the_swa_side_is_short(device: str) -
     assert_mapping_sound(alloc)
 
 
+def assert_continuing_is_rejected_unchanged(alloc: SWATokenToKVPoolAllocator, pre: int, last: int) -> None:
+    """A decode (to ``pre + 1`` tokens) and an extend (to ``pre + 2``) of a ``pre``-token prefix whose last
+    slot is given as ``last``: each a ``BadBatchError`` that leaves the allocator as it was."""
+    before = snapshot(alloc)
+    with pytest.raises(BadBatchError):
+        decode(alloc, [pre + 1], [last])
+    with pytest.raises(BadBatchError):
+        extend(alloc, [pre], [pre + 2], [last])
+    assert snapshot(alloc) == before
+
+
 def test_continuing_a_prefix_whose_last_token_left_the_window_is_rejected_unchanged(device: str) -> None:
     alloc = make(device)
     slots = ints(extend(alloc, [0], [8], [-1]))
     alloc.free_swa(idx(slots[4:], device))
-    before = snapshot(alloc)
-    with pytest.raises(BadBatchError):
-        decode(alloc, [9], [slots[7]])
-    with pytest.raises(BadBatchError):
-        extend(alloc, [8], [10], [slots[7]])
-    assert snapshot(alloc) == before
+    assert_continuing_is_rejected_unchanged(alloc, 8, slots[7])
 
 
 def test_a_request_without_a_prefix_must_pass_last_loc_minus_one(device: str) -> None:
     alloc = make(device)
     mapped = ints(extend(alloc, [0], [3], [-1]))
-    before = snapshot(alloc)
-    with pytest.raises(BadBatchError):
-        decode(alloc, [1], [mapped[2]])
-    with pytest.raises(BadBatchError):
-        extend(alloc, [0], [2], [mapped[2]])
-    assert snapshot(alloc) == before
+    assert_continuing_is_rejected_unchanged(alloc, 0, mapped[2])
 
 
 @pytest.mark.parametrize(("pres", "seqs", "lasts", "count"), [

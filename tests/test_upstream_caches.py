@@ -51,14 +51,21 @@ def _satisfies(pool: Any, protocol: type) -> bool:
 
 
 # ------------------------------------------------------------------ targets
-@needs_cache
-@pytest.mark.parametrize("page_size", [1, 4])
-def test_upstream_radix_cache_is_a_prefix_cache_built_from_the_family_config(page_size: int) -> None:
-    factory = _target("RadixCache")
+def _holding_two_pages(name: str, page_size: int) -> tuple[Any, Any]:
+    """Target ``name`` (a prefix cache that trusts its input) built on 8 pages, with 2 pages of slots inserted
+    under keys ``0..2 * page_size - 1``: the cache, and the slots inserted."""
+    factory = _target(name)
     cache = factory(size=8 * page_size, page_size=page_size, eviction_policy="lru", device="cpu")
     assert _satisfies(cache, PrefixCache) and not validates_input(factory)
     value = cache.allocator.alloc(2 * page_size)
     assert cache.insert(list(range(2 * page_size)), value) == 0
+    return cache, value
+
+
+@needs_cache
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_upstream_radix_cache_is_a_prefix_cache_built_from_the_family_config(page_size: int) -> None:
+    cache, value = _holding_two_pages("RadixCache", page_size)
     matched = cache.match_prefix(list(range(page_size)) + [99])
     assert (matched.prefix_len, matched.indices.tolist()) == (page_size, value[:page_size].tolist())
     assert cache.inc_lock_ref(matched.last_node) == -page_size
@@ -71,11 +78,7 @@ def test_upstream_radix_cache_is_a_prefix_cache_built_from_the_family_config(pag
 @needs_rust
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_rust_tree_core_target_runs_the_same_calls_and_its_own_sanity_check(page_size: int) -> None:
-    factory = _target("RustTreeCore")
-    cache = factory(size=8 * page_size, page_size=page_size, eviction_policy="lru", device="cpu")
-    assert _satisfies(cache, PrefixCache) and not validates_input(factory)
-    value = cache.allocator.alloc(2 * page_size)
-    assert cache.insert(list(range(2 * page_size)), value) == 0
+    cache, _ = _holding_two_pages("RustTreeCore", page_size)
     again = cache.allocator.alloc(2 * page_size)
     assert cache.insert(list(range(2 * page_size)), again) == 2 * page_size
     assert cache.last_insert_frees == again.tolist()  # the core names the caller's duplicates

@@ -22,6 +22,11 @@ FLUSH_SECONDS = 0.5
 EXIT_RESTART = 75
 
 
+def worker_name(worker: int, generation: int) -> str:
+    """``w3`` for worker position 3's first process, ``w3.2`` for its third (each replaces a crashed one)."""
+    return f"w{worker}" if generation == 0 else f"w{worker}.{generation}"
+
+
 @dataclass(frozen=True)
 class TargetRef:
     """One fuzz target: a family bound to an implementation, and its slot in the shared tables."""
@@ -54,7 +59,7 @@ class WorkerPlan:
 
     @property
     def name(self) -> str:
-        return f"w{self.worker}" if self.generation == 0 else f"w{self.worker}.{self.generation}"
+        return worker_name(self.worker, self.generation)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.protocol import Hello, RoundStarted
+from harness.fuzz.protocol import Hello, RoundStarted, worker_name
 
 __all__ = ["Slot"]
 
@@ -31,4 +31,4 @@ class Slot:
 
     @property
     def name(self) -> str:
-        return f"w{self.index}" if self.generation == 0 else f"w{self.index}.{self.generation}"
+        return worker_name(self.index, self.generation)

@@ -19,9 +19,10 @@ budget keeps most of what hypothesis's shrinker finds and bounds the wait.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -32,27 +33,33 @@ from harness.machines.base import PoolMachine
 from harness.traces.keep import keep_trace
 from harness.traces.shrink import shrink_trace
 
+_Found = TypeVar("_Found")
+
+
+def _first_inside(exc: BaseException, pick: Callable[[BaseException], _Found | None]) -> _Found | None:
+    """What ``pick`` finds in ``exc`` or, depth first, in the exceptions of the groups it holds."""
+    found = pick(exc)
+    if found is not None:
+        return found
+    for inner in getattr(exc, "exceptions", ()):
+        found = _first_inside(inner, pick)
+        if found is not None:
+            return found
+    return None
+
+
+def _trace_of(exc: BaseException) -> Trace | None:
+    trace = getattr(exc, "trace", None)
+    return trace if isinstance(trace, Trace) else None
+
 
 def failure_trace(exc: BaseException) -> Trace | None:
     """The trace attached to a violation (also inside exception groups)."""
-    trace = getattr(exc, "trace", None)
-    if isinstance(trace, Trace):
-        return trace
-    for inner in getattr(exc, "exceptions", ()):
-        found = failure_trace(inner)
-        if found is not None:
-            return found
-    return None
+    return _first_inside(exc, _trace_of)
 
 
 def violation_of(exc: BaseException) -> InvariantViolation | None:
-    if isinstance(exc, InvariantViolation):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = violation_of(inner)
-        if found is not None:
-            return found
-    return None
+    return _first_inside(exc, lambda e: e if isinstance(e, InvariantViolation) else None)
 
 
 HYPOTHESIS_SHRINK_SECONDS = 2.0

@@ -72,20 +72,26 @@ def raw_partition(loop: Any) -> dict[str, Any]:
     return {"free": free_pages, "tree": tree, "private": private, "rows": row_pages, "total": total}
 
 
+def _holders(tree: list[int], requests: dict[str, list[int]], free: list[int]) -> dict[int, list[str]]:
+    """Who holds each page or slot id: ``"tree"``, a request id, ``"free"``; an id held twice lists every holder."""
+    holders: dict[int, list[str]] = {}
+    for item in tree:
+        holders.setdefault(item, []).append("tree")
+    for rid, items in requests.items():
+        for item in items:
+            holders.setdefault(item, []).append(rid)
+    for item in free:
+        holders.setdefault(item, []).append("free")
+    return holders
+
+
 def our_verdict(loop: Any) -> tuple[bool, str]:
     """(leak, message) of our page partition; structural breaches raise at once."""
     part = raw_partition(loop)
     counts: Counter[int] = Counter(part["free"])
     dup_free = sorted(p for p, n in counts.items() if n > 1)
     check(not dup_free, "no-double-allocation", "the allocator's free list holds a page twice", pages=dup_free)
-    holders: dict[int, list[str]] = {}
-    for page in part["tree"]:
-        holders.setdefault(page, []).append("tree")
-    for rid, pages in part["private"].items():
-        for page in pages:
-            holders.setdefault(page, []).append(rid)
-    for page in part["free"]:
-        holders.setdefault(page, []).append("free")
+    holders = _holders(part["tree"], part["private"], part["free"])
     twice = {p: who for p, who in holders.items() if len(who) > 1}
     check(not twice, "scheduler-conservation", "a KV page is held twice (free, tree or a request's own part)",
           pages=dict(sorted(twice.items())[:8]))
@@ -191,14 +197,7 @@ def mamba_verdict(loop: Any) -> tuple[bool, str]:
     counts: Counter[int] = Counter(part["free"])
     dup_free = sorted(v for v, n in counts.items() if n > 1)
     check(not dup_free, "no-double-allocation", "mamba_allocator's free list holds a Mamba slot twice", slots=dup_free[:8])
-    holders: dict[int, list[str]] = {}
-    for slot in part["tree"]:
-        holders.setdefault(slot, []).append("tree")
-    for rid, slots in part["held"].items():
-        for slot in slots:
-            holders.setdefault(slot, []).append(rid)
-    for slot in part["free"]:
-        holders.setdefault(slot, []).append("free")
+    holders = _holders(part["tree"], part["held"], part["free"])
     twice = {v: who for v, who in holders.items() if len(who) > 1}
     check(not twice, "scheduler-conservation", "a Mamba slot is held twice (free, tree or a live request)",
           slots=dict(sorted(twice.items())[:8]))

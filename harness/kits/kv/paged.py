@@ -122,29 +122,33 @@ class PagedKVDriver(TokenKVDriver):
         free = [p for p in range(1, self.model.num_pages + 1) if p not in held]
         return BatchArgs(pres, seqs, [last for _, last in tails], self.page_size, self.model.num_pages, free)
 
+    def _reject_malformed(self, handles: list[int | None], defect: str, *, decode: bool) -> Any:
+        """``alloc_decode`` (``decode``) or ``alloc_extend`` of ``handles`` with ``defect``: ``BadBatchError``."""
+        args = self._batch_args(handles, decode=decode) if handles or not decode else None  # no empty decode batch
+        if args is None or not self.check_misuse or not apply_defect(
+                DECODE_DEFECTS if decode else EXTEND_DEFECTS, defect, args, layout_checked=self.layout_checked):
+            return SKIPPED
+        if decode:
+            kwargs = decode_call_args(args, self.config.device)
+            call: Callable[[], Any] = lambda: self.pool.alloc_decode(**kwargs)
+            what = f"alloc_decode(seq={args.seqs}, last_loc={args.lasts})"
+        else:
+            kwargs = extend_call_args(args, self.config.device)
+            call = lambda: self.pool.alloc_extend(**kwargs)
+            what = f"alloc_extend(prefix={args.pres}, seq={args.seqs}, last_loc={args.lasts})"
+        self.expect_rejected(call, BadBatchError, f"{what} with {defect}")
+        self.event(f"misuse: malformed {'decode' if decode else 'extend'} ({defect})")
+        return None
+
     @operation
     def extend_malformed(self, handles: list[int | None], defect: str) -> None:
         """``alloc_extend`` of ``handles`` (each grown by a page and a token) with one defect: ``BadBatchError``."""
-        args = self._batch_args(handles, decode=False)
-        if args is None or not self.check_misuse or not apply_defect(
-                EXTEND_DEFECTS, defect, args, layout_checked=self.layout_checked):
-            return SKIPPED  # type: ignore[return-value]
-        call = extend_call_args(args, self.config.device)
-        self.expect_rejected(lambda: self.pool.alloc_extend(**call), BadBatchError,
-                             f"alloc_extend(prefix={args.pres}, seq={args.seqs}, last_loc={args.lasts}) with {defect}")
-        self.event(f"misuse: malformed extend ({defect})")
+        return self._reject_malformed(handles, defect, decode=False)
 
     @operation
     def decode_malformed(self, handles: list[int], defect: str) -> None:
         """``alloc_decode`` of live requests with one defect: ``BadBatchError``, nothing taken."""
-        args = self._batch_args(list(handles), decode=True)
-        if not handles or args is None or not self.check_misuse or not apply_defect(
-                DECODE_DEFECTS, defect, args, layout_checked=self.layout_checked):
-            return SKIPPED  # type: ignore[return-value]
-        call = decode_call_args(args, self.config.device)
-        self.expect_rejected(lambda: self.pool.alloc_decode(**call), BadBatchError,
-                             f"alloc_decode(seq={args.seqs}, last_loc={args.lasts}) with {defect}")
-        self.event(f"misuse: malformed decode ({defect})")
+        return self._reject_malformed(list(handles), defect, decode=True)
 
     @operation
     def kernel_call(self, case: str) -> None:
