@@ -26,11 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
 
 from harness.kits.scheduler.config import SchedulerConfig
 from strategies.choosers import Chooser
-from strategies.table import DriverView, Move, MoveTable, Step, one_of, pool_corners, viewed_table
+from strategies.table import DriverView, Move, MoveTable, Overrides, Step, one_of, pool_corners, viewed_table
 
 MAX_CONTEXT_LENS = (16, 24, 48)
 MODES = ("plain", "prefix_cache", "sliding_window")
@@ -65,7 +64,7 @@ STEMS = (
 """Shared prompt pieces: they agree on their first half, so prompts built from them share
 whole pages at every page size up to 8 and diverge inside a page at the larger ones."""
 
-SCHEDULER_MALFORMED: tuple[dict[str, Any], ...] = (
+SCHEDULER_MALFORMED: tuple[Overrides, ...] = (
     {"kv_pages": -1}, {"size": -1}, {"page_size": 0}, {"kernel": "gpu"},
     {"prefix_cache": True, "sliding_window": None, "eviction_policy": "newest"},
 )
@@ -286,7 +285,7 @@ def scheduler_moves() -> tuple[Move, ...]:
     )
 
 
-def _construct(overrides: dict[str, Any]) -> Callable[[SchedulerView, Chooser], Step]:
+def _construct(overrides: Overrides) -> Callable[[SchedulerView, Chooser], Step]:
     """A constructor from this pool's config with ``overrides`` (a fresh copy each time)."""
     return lambda view, choose: ("construct", {"overrides": dict(overrides)})
 
