@@ -59,19 +59,11 @@ _COPIED_BY_REPLAY: set[type] = set()
 
 
 def family_config(name: str, config: PoolConfig | Mapping[str, Any]) -> PoolConfig:
-    """``config`` as family ``name``'s typed configuration (a driver of no registered family keeps a mapping's
-    keys as an untyped config, so a test's ad-hoc driver still builds)."""
-    from harness.judge.families import FAMILIES
+    """``config`` as family ``name``'s typed configuration (:meth:`~harness.judge.kit.Family.configured`); a driver
+    of no registered family is refused (:class:`~harness.judge.families.UnknownTargetError`)."""
+    from harness.judge.families import family
 
-    fam = FAMILIES.get(name)
-    if fam is not None:
-        return fam.configured(config)
-    if isinstance(config, PoolConfig):
-        return config
-    from harness.judge.config import untyped_config
-    from harness.judge.limits import SETTING, FamilyLimits
-
-    return untyped_config(name or "?", FamilyLimits(dict.fromkeys(config, SETTING))).from_mapping(config)
+    return family(name).configured(config)
 
 
 def operation(fn: F) -> F:
