@@ -37,7 +37,7 @@ from typing import Any
 
 from harness.judge.families import UnknownTargetError, family, load_factory, resolve, validates_input
 from harness.judge.invariants import InvariantViolation
-from harness.judge.limits import LimitError, check_config, check_steps
+from harness.judge.limits import LimitError, check_steps
 from harness.judge.trace import Trace
 
 
@@ -147,7 +147,7 @@ def replay_trace(
     except UnknownTargetError as exc:
         return result("error", 0, message=f"cannot load the family's driver: {exc}")
     try:  # before anything is imported or built: a trace never sizes memory beyond the limits
-        check_config(trace.family, trace.config)
+        recorded = family(trace.family).configured(trace.config)  # the config's keys, types and sizes, checked once
         check_steps(trace.family, trace.steps, trace.config)
     except LimitError as exc:
         return result("invalid", 0, message=str(exc))
@@ -157,8 +157,7 @@ def replay_trace(
         return result("unavailable", 0, message=str(exc))
     misuse = validates_input(factory) if check_misuse is None else check_misuse
     try:
-        config = family(trace.family).configured(trace.config).on_device(device)
-        driver = driver_cls(factory, config, implementation=spec, check_misuse=misuse, audit_period=trace.audit_period)
+        driver = driver_cls(factory, recorded.on_device(device), implementation=spec, check_misuse=misuse, audit_period=trace.audit_period)
     except LimitError as exc:  # a config the family's constructor refuses as bad input (engine: an unbuildable shape)
         return result("invalid", 0, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a pool that cannot be built is reported, not raised
