@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -27,6 +28,24 @@ def test_every_family_of_ours_declares_a_config_class_whose_fields_its_default_p
     if family_unavailable(name) is None:
         parameters = inspect.signature(resolve(FAMILIES[name].default)).parameters
         assert set(cls.limits().config) <= set(parameters), name
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_config_field_left_out_reads_as_the_default_pools_own_default(name: str) -> None:
+    """A key a config was not given is not passed (the pool's default applies), yet drivers read the field:
+    the two defaults must agree, or a driver would judge a pool built otherwise than it reads."""
+    if family_unavailable(name) is not None:
+        pytest.skip("its default target does not load here")
+    parameters = inspect.signature(resolve(FAMILIES[name].default)).parameters
+    for field in dataclasses.fields(FAMILIES[name].config_class):
+        declared = parameters.get(field.name)
+        if field.name.startswith("_") or declared is None or field.default is dataclasses.MISSING:
+            continue
+        pool_default = declared.default
+        if isinstance(pool_default, tuple):
+            pool_default = tuple(pool_default)
+        assert pool_default is not inspect.Parameter.empty, (name, field.name, "the pool requires it")
+        assert field.default == pool_default, (name, field.name, field.default, pool_default)
 
 
 @pytest.mark.parametrize(("build", "field", "words"), [
