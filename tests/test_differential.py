@@ -22,6 +22,7 @@ from harness.judge.differential import check_allocators, check_kernels, kernel_n
 from harness.judge.invariants import InvariantViolation
 from harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
 from pools.page_alloc import PageKernel, get_kernel, triton_available
+from pools.page_alloc.vectorized import token_positions
 from tests.conftest import DEVICES
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (and numpy for its interpreter) not installed")
@@ -109,12 +110,8 @@ def _extend_with_floor_bug(
     ps, num_tokens = page_size, out_indices.numel()
     if prefix_lens.numel() == 0 or num_tokens == 0:
         return
-    ext_lens = seq_lens - prefix_lens
-    ext_end = torch.cumsum(ext_lens, 0)
-    j = torch.arange(num_tokens, dtype=torch.int64, device=out_indices.device)
-    owner = torch.searchsorted(ext_end, j, right=True)
+    owner, pos = token_positions(prefix_lens, seq_lens, num_tokens)
     pre = prefix_lens[owner]
-    pos = pre + (j - (ext_end - ext_lens)[owner])
     first_new_page = prefix_lens // ps  # BUG: should be (prefix_lens + ps - 1) // ps
     in_partial = pos < first_new_page[owner] * ps
     continued = last_loc[owner] + 1 + (pos - pre)

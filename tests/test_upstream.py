@@ -181,3 +181,31 @@ def test_each_standalone_reproduction_reproduces_without_importing_the_harness(s
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           cwd=script.parent)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
+
+
+class _RecordingInner:
+    """A fake upstream object: records the calls it gets and returns a marker."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def __getattr__(self, name: str) -> object:
+        def record(*args: object, **kwargs: object) -> str:
+            self.calls.append((name, args, kwargs))
+            return f"{name} result"
+
+        return record
+
+
+def test_a_forwarded_method_passes_its_arguments_unchanged_and_shows_the_protocols_signature() -> None:
+    import inspect
+
+    from harness.upstream.wrapper import ExtendDecodeForwarding
+    from pools.protocols import PagedKVAllocator
+
+    wrapper = ExtendDecodeForwarding()
+    wrapper.inner = inner = _RecordingInner()
+    lens = torch.tensor([3])
+    assert wrapper.alloc_decode(lens, lens, last_loc=lens) == "alloc_decode result"
+    assert inner.calls == [("alloc_decode", (lens, lens), {"last_loc": lens})]
+    assert inspect.signature(ExtendDecodeForwarding.alloc_extend) == inspect.signature(PagedKVAllocator.alloc_extend)

@@ -11,15 +11,32 @@ paged ``alloc_extend`` / ``alloc_decode``) are forwarded here once, by :class:`F
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
 from harness.upstream.loader import SUPPORTED_VERSION
+from pools.protocols import PagedKVAllocator
 
 
 def empty_indices(device: str | torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64, device=device)
+
+
+def forwarded(protocol: type, name: str) -> Callable[..., Any]:
+    """A method that calls ``self.inner.<name>`` with its arguments unchanged.
+
+    It carries ``protocol``'s declaration of ``name`` (docstring, ``__wrapped__``), so ``inspect.signature`` and
+    ``help`` show the protocol's signature: a long signature forwarded as it is is stated once, in the protocol.
+    """
+    declared = getattr(protocol, name)
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    return functools.update_wrapper(forward, declared)
 
 
 class UpstreamWrapper:
@@ -66,18 +83,5 @@ class ExtendDecodeForwarding:
 
     inner: Any
 
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-    ) -> torch.Tensor | None:
-        return self.inner.alloc_extend(  # type: ignore[no-any-return]
-            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens
-        )
-
-    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
-        return self.inner.alloc_decode(seq_lens, seq_lens_cpu, last_loc)  # type: ignore[no-any-return]
+    alloc_extend = forwarded(PagedKVAllocator, "alloc_extend")
+    alloc_decode = forwarded(PagedKVAllocator, "alloc_decode")

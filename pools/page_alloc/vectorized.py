@@ -38,7 +38,7 @@ from torch import Tensor
 from pools.errors import BadBatchError
 from pools.page_alloc.counting import check_page_size
 
-__all__ = ["alloc_decode_vectorized", "alloc_extend_vectorized"]
+__all__ = ["alloc_decode_vectorized", "alloc_extend_vectorized", "token_positions"]
 
 _POOL = "page_alloc.vectorized"
 
@@ -52,6 +52,20 @@ def _check_batch(*named: tuple[str, Tensor]) -> None:
     for name, t in rest:
         if t.numel() != first.numel():
             raise BadBatchError(_POOL, f"{name} has {t.numel()} entries, {first_name} has {first.numel()}")
+
+
+def token_positions(prefix_lens: Tensor, seq_lens: Tensor, num_tokens: int) -> tuple[Tensor, Tensor]:
+    """For each of the batch's ``num_tokens`` output slots, its request (the owner) and its token position.
+
+    Slot ``j`` belongs to the first request whose inclusive end of extend lengths exceeds ``j``
+    (``right=True``: a zero-length request shares its end with the next one's start), and sits at
+    position ``prefix_lens[owner] + (j - start of owner)``.
+    """
+    ext_lens = seq_lens - prefix_lens
+    ext_end = torch.cumsum(ext_lens, 0)
+    j = torch.arange(num_tokens, dtype=torch.int64, device=seq_lens.device)
+    owner = torch.searchsorted(ext_end, j, right=True)
+    return owner, prefix_lens[owner] + (j - (ext_end - ext_lens)[owner])
 
 
 def alloc_extend_vectorized(
@@ -74,16 +88,8 @@ def alloc_extend_vectorized(
     num_tokens = out_indices.numel()
     if prefix_lens.numel() == 0 or num_tokens == 0:
         return
-    device = out_indices.device
-
-    ext_lens = seq_lens - prefix_lens
-    ext_end = torch.cumsum(ext_lens, 0)
-    j = torch.arange(num_tokens, dtype=torch.int64, device=device)
-    # right=True: a zero-length request shares its end with the next request's
-    # start, and slot j belongs to the first request whose end exceeds j.
-    owner = torch.searchsorted(ext_end, j, right=True)
+    owner, pos = token_positions(prefix_lens, seq_lens, num_tokens)
     pre = prefix_lens[owner]
-    pos = pre + (j - (ext_end - ext_lens)[owner])
 
     first_new_page = (prefix_lens + (ps - 1)) // ps  # ceil(pre / ps), per request
     in_partial = pos < first_new_page[owner] * ps

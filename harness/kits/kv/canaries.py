@@ -13,7 +13,7 @@ from torch import Tensor
 from harness.canaries.catalogue import Canary
 from pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.page_alloc import PageKernel
-from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
+from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized, token_positions
 
 PHASE2_BOUND = 8
 """The compile-time phase-2 bound of :func:`extend_truncated_phase2`, in tokens (upstream: ``chunked_prefill_size``)."""
@@ -37,12 +37,8 @@ def extend_without_empty_guard(
     num_tokens = out_indices.numel()
     if prefix_lens.numel() == 0 or num_tokens == 0:
         return
-    ext_lens = seq_lens - prefix_lens
-    ext_end = torch.cumsum(ext_lens, 0)
-    j = torch.arange(num_tokens, dtype=torch.int64, device=out_indices.device)
-    owner = torch.searchsorted(ext_end, j, right=True)
+    owner, pos = token_positions(prefix_lens, seq_lens, num_tokens)
     pre = prefix_lens[owner]
-    pos = pre + (j - (ext_end - ext_lens)[owner])
     first_new_page = (prefix_lens + (ps - 1)) // ps
     in_partial = pos < first_new_page[owner] * ps
     continued = last_loc[owner] + 1 + (pos - pre)

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
-from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper
+from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded
+from pools.protocols import SWAKVAllocator
 
 
 class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding):
@@ -81,19 +82,7 @@ class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding)
     def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
         return self.inner.translate_loc_from_full_to_swa(kv_indices)  # type: ignore[no-any-return]
 
-    def alloc_extend_swa_tail(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-        swa_tail_len: int,
-    ) -> torch.Tensor | None:
-        return self.inner.alloc_extend_swa_tail(  # type: ignore[no-any-return]
-            prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens, swa_tail_len
-        )
+    alloc_extend_swa_tail = forwarded(SWAKVAllocator, "alloc_extend_swa_tail")
 
     def free(self, free_index: torch.Tensor) -> None:
         self.inner.free(free_index)
