@@ -3,7 +3,8 @@ caches), and the predicates and rules several tables share.
 
 One definition each, so a line that moves in a new release is corrected once (``tests/test_contracts.py`` checks each
 against the installed files).  A table that says more of a shared line gives it its own note with
-:func:`dataclasses.replace`, so the line itself is still spelled here only.
+:func:`dataclasses.replace`, so the line itself is still spelled here only.  Tables import this module and write
+``callers.NAME``, so a shared line reads as shared where it is cited.
 """
 
 from __future__ import annotations

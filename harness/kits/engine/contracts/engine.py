@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.callers import DECODE_MEM_CHECK, MAMBA_BEGIN, MAMBA_END, MAMBA_REJECTED_FREE
+from harness.upstream import callers
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"
@@ -55,10 +55,10 @@ RESUME_CHUNK = _at(4177, "self.chunked_req.init_next_round_input()")
 ADD_CHUNK = _at(4184, "self.chunked_req = adder.add_chunked_req(self.chunked_req)")
 MATCH = _at(4260, "req.init_next_round_input(self.tree_cache)", note="match_prefix of a queued request")
 ADD_ONE = _at(4270, "res = adder.add_one_req(")
-MAMBA_REVERT = replace(MAMBA_REJECTED_FREE, note="a request the adder did not take gives back the slot its match copied into")
+MAMBA_REVERT = replace(callers.MAMBA_REJECTED_FREE, note="a request the adder did not take gives back the slot its match copied into")
 INIT_BATCH = _at(4335, "new_batch = ScheduleBatch.init_new(")
 EXTEND = _at(4357, "new_batch.prepare_for_extend()", note="-> alloc_for_extend (schedule_batch.py:2914)")
-DECODE_MEM = replace(DECODE_MEM_CHECK, note="update_running_batch")
+DECODE_MEM = replace(callers.DECODE_MEM_CHECK, note="update_running_batch")
 RETRACT = _at(4493, "retracted_reqs, new_token_ratio, reqs_to_abort = batch.retract_decode()",
               note="release_req -> release_kv_cache(checkpoint=False), schedule_batch.py:2389")
 REQUEUE = _at(4540, "self._add_request_to_queue(req, is_retracted=True)")
@@ -99,8 +99,8 @@ ITERATION_CALLS = (
     "Req.update_finish_state", "release_kv_cache", "free_group_end",
 )
 ITERATION_CITES = (
-    STASH, FILTER_LAST, MERGE, FILTER_RUNNING, ADDER, RESUME_CHUNK, ADD_CHUNK, MAMBA_BEGIN, MATCH, ADD_ONE,
-    MAMBA_REVERT, MAMBA_END, INIT_BATCH, EXTEND, DECODE_MEM, RETRACT, REQUEUE, DECODE,
+    STASH, FILTER_LAST, MERGE, FILTER_RUNNING, ADDER, RESUME_CHUNK, ADD_CHUNK, callers.MAMBA_BEGIN, MATCH, ADD_ONE,
+    MAMBA_REVERT, callers.MAMBA_END, INIT_BATCH, EXTEND, DECODE_MEM, RETRACT, REQUEUE, DECODE,
     PREFILL_BEGIN, PREFILL_FINISH, PREFILL_RELEASE, PREFILL_CHECKPOINT, MIDDLE_CHUNK, PREFILL_END,
     DECODE_BEGIN, DECODE_FINISH, DECODE_RELEASE, DECODE_END,
 )

@@ -32,24 +32,10 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.callers import (
-    ALLOC,
-    CLEAR_BETWEEN_BATCHES,
-    EXTEND,
-    FLUSH,
-    FREE_ON_ERROR,
-    FREE_SEGMENT_RULE,
-    GROUP_BEGIN,
-    GROUP_END,
-    SEGMENT_IS_FREE,
-    at_least_one,
-    free_group_rules,
-    non_empty_batch,
-    nothing_to_free,
-)
+from harness.upstream import callers
 
 # ------------------------------------------------------------------ alloc
-ALLOC_PS1 = replace(ALLOC, note="alloc_token_slots: the page-size-1 path of extend and decode")
+ALLOC_PS1 = replace(callers.ALLOC, note="alloc_token_slots: the page-size-1 path of extend and decode")
 HISPARSE_ALLOC = Cite("srt/mem_cache/allocator/hisparse.py", 129, "self.logical_attn_allocator.alloc(need_size)",
                       note="HiSparse's alloc, page size 1 only (hisparse.py:123), on its paged logical allocator")
 HICACHE_LOAD = Cite("srt/managers/cache_controller.py", 937, "self.mem_pool_device_allocator.alloc(len(host_indices))",
@@ -58,11 +44,11 @@ FLEXKV_ALLOC = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 335,
                     "token_slots = self.token_to_kv_pool_allocator.alloc(uncached_len)")
 
 # ------------------------------------------------------------------ free
-EXTEND_FREE_ON_ERROR = replace(FREE_ON_ERROR, note="alloc_for_extend hands a failed batch's slots back")
+EXTEND_FREE_ON_ERROR = replace(callers.FREE_ON_ERROR, note="alloc_for_extend hands a failed batch's slots back")
 FREE_ON_DECODE_ERROR = Cite("srt/mem_cache/allocation.py", 681, "token_to_kv_pool_allocator.free(out_cache_loc)")
 HISPARSE_FREE = Cite("srt/mem_cache/allocator/hisparse.py", 290, "self.logical_attn_allocator.free(free_index)",
                      note="HiSparse forwards every free to the paged logical allocator")
-HISPARSE_SEGMENT = replace(SEGMENT_IS_FREE,
+HISPARSE_SEGMENT = replace(callers.SEGMENT_IS_FREE,
                            note="free_segment of an allocator that does not override it (HiSparse): a row segment")
 FLEXKV_FREE_ALL = Cite("srt/mem_cache/storage/flexkv/flexkv_radix_cache.py", 347,
                        "self.token_to_kv_pool_allocator.free(token_slots)")
@@ -81,7 +67,7 @@ EMPTY_FREE = Cite("srt/mem_cache/allocator/paged.py", 329, "if free_index.numel(
 SWA_BEGIN = Cite("srt/mem_cache/allocator/swa.py", 648, "self.full_attn_allocator.free_group_begin()",
                  note="the SWA allocator opens its paged full side's group with its own")
 SWA_END = Cite("srt/mem_cache/allocator/swa.py", 661, "self.full_attn_allocator.free_group_end()")
-IDLE_FLUSH = replace(FLUSH, note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
+IDLE_FLUSH = replace(callers.FLUSH, note="flush_cache, only when the scheduler is fully idle (scheduler.py:5520)")
 
 # ------------------------------------------------------------------ extend
 EXTEND_ONLY_PAGED = Cite("srt/mem_cache/allocation.py", 431, "elif alloc_page_size == 1:",
@@ -149,23 +135,23 @@ CONTRACT = Contract(
     release="sglang==0.5.23",
     rules=(
         CallRule("alloc", ("alloc",), "alloc(n), n >= 1 whole pages", (ALLOC_PS1, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
-                 today=at_least_one, instead="callers allocate at least one token (allocation.py:159)"),
+                 today=callers.at_least_one, instead="callers allocate at least one token (allocation.py:159)"),
         CallRule("free", ("free",), "free(a request's or an allocation's whole row of slots)",
                  (EXTEND_FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, HISPARSE_SEGMENT, FLEXKV_FREE_ALL, PAGE_DEDUP)),
-        FREE_SEGMENT_RULE,
+        callers.FREE_SEGMENT_RULE,
         CallRule("free_part", ("free",),
                  "free(some pages of a plain allocation: all their tokens, or a subset naming each page)",
                  (FLEXKV_FREE_TAIL, HISPARSE_SEGMENT, HISPARSE_SUBSET, PAGE_DEDUP)),
         CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
-                 (EMPTY_FREE,), allows=nothing_to_free),
-        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_BETWEEN_BATCHES, flush=IDLE_FLUSH,
+                 (EMPTY_FREE,), allows=callers.nothing_to_free),
+        *callers.free_group_rules(callers.GROUP_BEGIN, callers.GROUP_END, callers.CLEAR_BETWEEN_BATCHES, flush=IDLE_FLUSH,
                           also_begin=(SWA_BEGIN,), also_end=(SWA_END,)),
         CallRule("extend", ("alloc_extend",),
                  "alloc_extend(prefix_lens, seq_lens, last_loc, sum of new tokens) of a non-empty batch; "
                  "at page size 1 the callers send only one fresh request of >= 1 token",
-                 (EXTEND, EXTEND_ONLY_PAGED, EXTEND_LAST_LOC, PREALLOC_EXTEND, PREALLOC_ONLY_PAGED, HISPARSE_PREALLOC,
+                 (callers.EXTEND, EXTEND_ONLY_PAGED, EXTEND_LAST_LOC, PREALLOC_EXTEND, PREALLOC_ONLY_PAGED, HISPARSE_PREALLOC,
                   HISPARSE_PREALLOC_SHAPE, HISPARSE_LOGICAL_EXTEND, SPEC_ONLY_PAGED, NO_EMPTY_PREFILL),
-                 allows=non_empty_batch, today=extend_as_callers_send,
+                 allows=callers.non_empty_batch, today=extend_as_callers_send,
                  instead="every scheduled request extends by >= 1 token, and at page size 1 the callers extend through alloc_token_slots (allocation.py:431, 522, 794), "
                          "except HiSparse's prealloc of one fresh request (disaggregation/decode.py:2405-2424)"),
         CallRule("decode", ("alloc_decode",),

@@ -13,37 +13,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.callers import (
-    ALLOC,
-    CLEAR_BETWEEN_BATCHES,
-    FREE_ON_ERROR,
-    FREE_SEGMENT_RULE,
-    GROUP_BEGIN,
-    GROUP_END,
-    NODE_OF_A_ROW,
-    SEGMENT_IS_FREE,
-    at_least_one,
-    free_group_rules,
-    nothing_to_free,
-)
+from harness.upstream import callers
 
-FREE_SEGMENT = replace(SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
+FREE_SEGMENT = replace(callers.SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
 
 
 CONTRACT = Contract(
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (ALLOC,), today=at_least_one,
+        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (callers.ALLOC,), today=callers.at_least_one,
                  instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)"),
-        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, FREE_ON_ERROR)),
-        FREE_SEGMENT_RULE,
+        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, callers.FREE_ON_ERROR)),
+        callers.FREE_SEGMENT_RULE,
         CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
-                 (FREE_SEGMENT, NODE_OF_A_ROW)),
+                 (FREE_SEGMENT, callers.NODE_OF_A_ROW)),
         CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
                  (Cite("srt/mem_cache/allocator/token.py", 68, "if free_index.numel() == 0:",
-                       note="free's own early return for the empty frees its callers send"),), allows=nothing_to_free),
-        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_BETWEEN_BATCHES),
+                       note="free's own early return for the empty frees its callers send"),), allows=callers.nothing_to_free),
+        *callers.free_group_rules(callers.GROUP_BEGIN, callers.GROUP_END, callers.CLEAR_BETWEEN_BATCHES),
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(

@@ -24,8 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.callers import FULLY_IDLE, MAMBA_BEGIN, MAMBA_REJECTED_FREE, at_least_one, outside_a_group
-from harness.upstream.callers import MAMBA_END as GROUP_END
+from harness.upstream import callers
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
                  note="HybridReqToTokenPool.alloc, one slot per request without one")
@@ -44,19 +43,19 @@ FREE_REQUEST = Cite("srt/mem_cache/memory_pool.py", 1831, "self.mamba_allocator.
                     note="free_mamba_cache")
 FREE_ROW = Cite("srt/mem_cache/memory_pool.py", 1846, "self.mamba_allocator.free(row)",
                 note="the whole ping-pong row: several slots in one call")
-FREE_REJECTED = replace(MAMBA_REJECTED_FREE, note="a request the admission loop did not add, inside the window")
+FREE_REJECTED = replace(callers.MAMBA_REJECTED_FREE, note="a request the admission loop did not add, inside the window")
 EMPTY_FREE = Cite("srt/mem_cache/allocator/mamba.py", 80, "if free_index.numel() == 0:",
                   note="free's own early return for the empty frees its callers send")
 INT64_SLOTS = Cite("srt/mem_cache/allocator/mamba.py", 87, "1, self.size + 1, dtype=torch.int64, device=self.device",
                    note="every slot a caller frees is a slice of this int64 free list or of the int64 "
                         "ping-pong map (memory_pool.py:1527)")
 
-GROUP_BEGIN = replace(MAMBA_BEGIN, note="the admission loop; 0 with an empty queue, more than the pool holds with a long one")
+GROUP_BEGIN = replace(callers.MAMBA_BEGIN, note="the admission loop; 0 with an empty queue, more than the pool holds with a long one")
 CLEAR_HYBRID = Cite("srt/mem_cache/memory_pool.py", 1866, "self.mamba_allocator.clear()",
                     note="HybridReqToTokenPool.clear")
 CLEAR_DECODE = Cite("srt/disaggregation/decode.py", 358, "self.mamba_allocator.clear()",
                     note="the disaggregated decode pool's clear")
-FLUSH_IDLE = replace(FULLY_IDLE, note="flush_cache clears the pools (scheduler.py:5524) only when idle, between passes")
+FLUSH_IDLE = replace(callers.FULLY_IDLE, note="flush_cache clears the pools (scheduler.py:5524) only when idle, between passes")
 FLUSH = Cite("srt/managers/scheduler.py", 5524, "self.req_to_token_pool.clear()")
 ROLE_SWITCH_IDLE = Cite("srt/disaggregation/role_switch.py", 73, "if not scheduler.is_fully_idle():",
                         note="the PD role switch clears (role_switch.py:293) only after this check")
@@ -80,7 +79,7 @@ CONTRACT = Contract(
     release="sglang==0.5.23",
     rules=(
         CallRule("alloc", ("alloc",), "alloc(n), n >= 1 (1 per request, 1 or 2 tracking slots), in or out of a window",
-                 (ALLOC_ONE, MATCH_ALLOC, PING_PONG, PING_PONG_COUNT, HICACHE_ALLOC), today=at_least_one,
+                 (ALLOC_ONE, MATCH_ALLOC, PING_PONG, PING_PONG_COUNT, HICACHE_ALLOC), today=callers.at_least_one,
                  instead="callers take one slot per request, or 1 or 2 tracking slots (allocation_sizing.py:19)"),
         CallRule("free", ("free",), "free(int64 tensor of one or a few distinct live slots), in or out of a window",
                  (FREE_EARLY, FREE_REQUEST, FREE_ROW, FREE_REJECTED)),
@@ -88,13 +87,13 @@ CONTRACT = Contract(
                  (FREE_REQUEST, FREE_ROW, EMPTY_FREE, INT64_SLOTS), today=int64_slots,
                  instead="every slot tensor callers free comes from the int64 free list or ping-pong map (mamba.py:87)"),
         CallRule("group_begin", ("alloc_group_begin",), "alloc_group_begin(n >= 0), no window open",
-                 (GROUP_BEGIN,), allows=outside_a_group),
-        CallRule("group_end", ("alloc_group_end",), "alloc_group_end(), the window open", (GROUP_END,),
+                 (GROUP_BEGIN,), allows=callers.outside_a_group),
+        CallRule("group_end", ("alloc_group_end",), "alloc_group_end(), the window open", (callers.MAMBA_END,),
                  allows=window_open),
         CallRule("clear", ("clear",), "clear(); the callers of 0.5.23 clear from flush_cache or the role switch, "
                  "when idle, never inside a window",
                  (CLEAR_HYBRID, CLEAR_DECODE, FLUSH_IDLE, FLUSH, ROLE_SWITCH_IDLE, ROLE_SWITCH, NO_WINDOW_SURVIVES),
-                 today=outside_a_group,
+                 today=callers.outside_a_group,
                  instead="0.5.23 clears only when idle (scheduler.py:5520-5524, role_switch.py:73), and the window "
                          "spans one synchronous stretch of _get_new_batch_prefill_raw (scheduler.py:4201-4303) that "
                          "an exception ends with the process (scheduler.py:6373)"),

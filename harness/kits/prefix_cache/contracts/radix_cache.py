@@ -23,24 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.upstream.callers import (
-    ADMISSION_LOCK,
-    ADMISSION_MATCH,
-    CHECK_LOCK,
-    CHECK_UNLOCK,
-    CHECKPOINT_KV,
-    DECODE_ALLOC,
-    EVICT_FOR_ALLOC,
-    EXTEND_ALLOC,
-    FLUSH_RESET,
-    FULLY_IDLE,
-    PREFIX_INDICES,
-    RELEASE_CHECKPOINT,
-    RELEASE_UNLOCK,
-    TREE_MISUSE,
-    WAITING_MATCH,
-    evicts_something,
-)
+from harness.upstream import callers
 
 # ------------------------------------------------------------------ match and lock
 MATCH_CALL = Cite("srt/mem_cache/common.py", 233, "match_result = tree_cache.match_prefix(", note="match_kv_cache")
@@ -69,7 +52,7 @@ SIMULATED_INSERT = Cite("srt/managers/schedule_policy.py", 386, "self.waiting_qu
                         note="a whole key inserted outside any request, nothing locked")
 
 # ------------------------------------------------------------------ reset
-FLUSH_IDLE = replace(FULLY_IDLE, note="flush_cache: no running, chunked or waiting request, so no request holds a lock or a row")
+FLUSH_IDLE = replace(callers.FULLY_IDLE, note="flush_cache: no running, chunked or waiting request, so no request holds a lock or a row")
 SIMULATED_RESET = Cite("srt/managers/schedule_policy.py", 350, "self.waiting_queue_radix_tree.reset()",
                        note="the simulated tree, which no one locks")
 
@@ -89,46 +72,46 @@ CONTRACT = Contract(
         CallRule("request", ("match_prefix", "path_device_indices", "inc_lock_ref", "evict", "dec_lock_ref"),
                  "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node), evict(n >= 1) when "
                  "the allocator is short of the tail; a refused allocation releases the lock (dec_lock_ref)",
-                 (ADMISSION_MATCH, MATCH_CALL, PREFIX_INDICES, PATH_INDICES, ADMISSION_LOCK, LOCK, EVICT_FOR_ALLOC,
-                  EVICT_DEFAULT, CHECK_LOCK, CHECK_UNLOCK, UNLOCK)),
+                 (callers.ADMISSION_MATCH, MATCH_CALL, callers.PREFIX_INDICES, PATH_INDICES, callers.ADMISSION_LOCK, LOCK, callers.EVICT_FOR_ALLOC,
+                  EVICT_DEFAULT, callers.CHECK_LOCK, callers.CHECK_UNLOCK, UNLOCK)),
         CallRule("extend", ("evict",), "evict(n >= 1) when the allocator is short of a request's new pages",
-                 (DECODE_ALLOC, EXTEND_ALLOC, EVICT_FOR_ALLOC, EVICT_DEFAULT)),
+                 (callers.DECODE_ALLOC, callers.EXTEND_ALLOC, callers.EVICT_FOR_ALLOC, EVICT_DEFAULT)),
         CallRule("checkpoint", CHECKPOINT_CALLS,
                  "RadixCache.checkpoint's calls: insert(the request's page-aligned tokens, its row), free the duplicates, "
                  "match_prefix(the same key) and its path, the lock moved to the new last node (the driver takes the "
                  "new lock before releasing the old: the same counts as two holders of nested paths)",
-                 (CHECKPOINT_KV, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK)),
+                 (callers.CHECKPOINT_KV, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK)),
         CallRule("settle", ("checkpoint", "dec_lock_ref"),
                  "upstream RadixCache.checkpoint(req, up_to=len(tokens)) itself on a stand-in request; with release, "
                  "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
-                 (CHECKPOINT_KV, RELEASE_CHECKPOINT, RELEASE_UNLOCK, UNLOCK)),
+                 (callers.CHECKPOINT_KV, callers.RELEASE_CHECKPOINT, callers.RELEASE_UNLOCK, UNLOCK)),
         CallRule("finish", CHECKPOINT_CALLS,
                  "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, "
                  "dec_lock_ref(last node)",
-                 (RELEASE_CHECKPOINT, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK, RELEASE_UNLOCK, UNLOCK)),
+                 (callers.RELEASE_CHECKPOINT, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK, callers.RELEASE_UNLOCK, UNLOCK)),
         CallRule("lock", ("match_prefix", "path_device_indices", "inc_lock_ref"),
                  "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node)",
-                 (WAITING_MATCH, MATCH_CALL, PATH_INDICES, CHECK_LOCK, ADMISSION_LOCK, LOCK)),
+                 (callers.WAITING_MATCH, MATCH_CALL, PATH_INDICES, callers.CHECK_LOCK, callers.ADMISSION_LOCK, LOCK)),
         CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds), once",
-                 (CHECK_UNLOCK, RELEASE_UNLOCK, UNLOCK)),
+                 (callers.CHECK_UNLOCK, callers.RELEASE_UNLOCK, UNLOCK)),
         CallRule("insert", ("evict", "insert"),
                  "insert(a whole page-aligned key, fresh KV) outside any request, as the simulated tree does and as a "
                  "checkpoint with cache_protected_len 0 does; evict(n >= 1) first when the allocator is short",
-                 (SIMULATED_INSERT, CP_INSERT, EVICT_FOR_ALLOC, EVICT_DEFAULT)),
+                 (SIMULATED_INSERT, CP_INSERT, callers.EVICT_FOR_ALLOC, EVICT_DEFAULT)),
         CallRule("match", ("match_prefix", "path_device_indices"), "match_prefix(a whole prompt, maybe empty)",
-                 (WAITING_MATCH, SIMULATED_MATCH, MATCH_CALL, PATH_INDICES)),
+                 (callers.WAITING_MATCH, SIMULATED_MATCH, MATCH_CALL, PATH_INDICES)),
         CallRule("rematch", ("match_prefix", "path_device_indices"),
                  "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
-                 (WAITING_MATCH, MATCH_CALL, PATH_INDICES)),
-        CallRule("evict", ("evict",), "evict(n), n >= 1", (EVICT_FOR_ALLOC, EVICT_DEFAULT, EVICT_AGAIN, EVICT_NEED),
-                 today=evicts_something, instead="callers evict only a positive shortfall (allocator/base.py:167)"),
+                 (callers.WAITING_MATCH, MATCH_CALL, PATH_INDICES)),
+        CallRule("evict", ("evict",), "evict(n), n >= 1", (callers.EVICT_FOR_ALLOC, EVICT_DEFAULT, EVICT_AGAIN, EVICT_NEED),
+                 today=callers.evicts_something, instead="callers evict only a positive shortfall (allocator/base.py:167)"),
         CallRule("reset", ("reset",), "reset() with nothing locked or live; the allocator is cleared with it",
-                 (FLUSH_IDLE, FLUSH_RESET, SIMULATED_RESET), allows=nothing_held),
+                 (FLUSH_IDLE, callers.FLUSH_RESET, SIMULATED_RESET), allows=nothing_held),
     ),
     reads=("evictable_size", "protected_size", "total_size"),
     not_called=(
         NotCalled("node_lookup", "0.5.23's RadixCache has no lookup by id: callers keep the TreeNode a match returned "
                                  "(req.last_node, radix_cache.py:543); the wrapper's node() only walks children"),
-        *TREE_MISUSE,
+        *callers.TREE_MISUSE,
     ),
 )

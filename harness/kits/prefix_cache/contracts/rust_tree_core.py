@@ -24,30 +24,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract
-from harness.upstream.callers import (
-    ACTION_SEGMENT,
-    ADMISSION_LOCK,
-    ADMISSION_MATCH,
-    CHECK_LOCK,
-    CHECK_UNLOCK,
-    CHECKPOINT_KV,
-    DECODE_ALLOC,
-    EVICT_FOR_ALLOC,
-    EXTEND_ALLOC,
-    FLUSH_RESET,
-    PREFIX_INDICES,
-    RELEASE_CHECKPOINT,
-    RELEASE_UNLOCK,
-    TREE_MISUSE,
-    WAITING_MATCH,
-    evicts_something,
-)
+from harness.upstream import callers
 
 URC = "srt/mem_cache/unified_radix_cache.py"
 ADAPTER = "srt/mem_cache/rust_tree_core/adapter.py"
 
 # ------------------------------------------------------------------ the scheduler's calls (as for the legacy tree)
-IDLE_FLUSH_RESET = replace(FLUSH_RESET, note="flush_cache on an idle scheduler")
+IDLE_FLUSH_RESET = replace(callers.FLUSH_RESET, note="flush_cache on an idle scheduler")
 
 # ------------------------------------------------------------------ UnifiedRadixCache -> the core
 MATCH = Cite(URC, 622, "result = self.tree_core.match_prefix(params)", note="_match_tree")
@@ -73,7 +56,7 @@ CP_PROMPT_INSERT = Cite(URC, 1271, "self.insert(", note="the prompt-boundary ins
 CP_PATH = Cite(URC, 1287, "new_indices = self.path_device_indices(new_last_node)")
 CP_UNLOCK = Cite(URC, 1300, "self.unlock(req.lock)")
 CP_LOCK = Cite(URC, 1307, "req.lock = self.lock(")
-FREE_ACTION = replace(ACTION_SEGMENT, note="a FreeDeviceKV action: the insert's duplicates, an evicted leaf")
+FREE_ACTION = replace(callers.ACTION_SEGMENT, note="a FreeDeviceKV action: the insert's duplicates, an evicted leaf")
 EVICT_GUARD = Cite(URC, 1017, "if target_reached(ct) or (not to_target and tracker[ct] >= request_cnt):",
                    note="_evict_components: a request of 0 tokens starts no FULL walk")
 EVICT_START = Cite(URC, 1024, "self.tree_core.evict_device_start(ct, walk_quota)")
@@ -93,7 +76,7 @@ EVICT_CALLS = ("evict_device_start", "evict_device_next_node", "evict_device_lea
 INSERT_CALLS = ("begin_insert", "resume_insert", "end_insert")
 CHECKPOINT_CALLS = (*INSERT_CALLS, *MATCH_CALLS, "inc_lock_ref", "dec_lock_ref")
 MATCH_CITES = (MATCH, MATCH_BINDING, PATH_ROOT, PATH, ROOT)
-EVICT_CITES = (EVICT_FOR_ALLOC, EVICT_START, EVICT_NEXT, EVICT_LEAF, EVICT_END, FREE_ACTION)
+EVICT_CITES = (callers.EVICT_FOR_ALLOC, EVICT_START, EVICT_NEXT, EVICT_LEAF, EVICT_END, FREE_ACTION)
 INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
 
 
@@ -105,44 +88,44 @@ CONTRACT = Contract(
         CallRule("request", (*MATCH_CALLS, "inc_lock_ref", *EVICT_CALLS, "dec_lock_ref"),
                  "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node, []), the FULL eviction "
                  "walk for n >= 1 when the allocator is short of the tail; a refused allocation releases the lock",
-                 (ADMISSION_MATCH, *MATCH_CITES, PREFIX_INDICES, ADMISSION_LOCK, LOCK, INC, INC_BINDING, *EVICT_CITES,
-                  CHECK_LOCK, CHECK_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+                 (callers.ADMISSION_MATCH, *MATCH_CITES, callers.PREFIX_INDICES, callers.ADMISSION_LOCK, LOCK, INC, INC_BINDING, *EVICT_CITES,
+                  callers.CHECK_LOCK, callers.CHECK_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
         CallRule("extend", EVICT_CALLS, "the FULL eviction walk for n >= 1 when the allocator is short of new pages",
-                 (DECODE_ALLOC, EXTEND_ALLOC, *EVICT_CITES)),
+                 (callers.DECODE_ALLOC, callers.EXTEND_ALLOC, *EVICT_CITES)),
         CallRule("checkpoint", CHECKPOINT_CALLS,
                  "checkpoint_into_tree: insert(page-aligned tokens, row), the duplicates freed, the path's indices, the "
                  "lock moved to the insert's last node; the driver finds that node with match_prefix(the same key), "
                  "which touches the path the insert just touched, and takes the new lock before releasing the old "
                  "(the same counts as two holders of nested paths)",
-                 (CHECKPOINT_KV, CP_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, *MATCH_CITES, CP_UNLOCK, UNLOCK, DEC,
+                 (callers.CHECKPOINT_KV, CP_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, *MATCH_CITES, CP_UNLOCK, UNLOCK, DEC,
                   CP_LOCK, LOCK, INC)),
         CallRule("settle", (*INSERT_CALLS, "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
                  "checkpoint_into_tree's FULL-only sequence: insert(prev_prefix_len = cache_protected_len), the "
                  "prompt-boundary insert, the path, unlock the old node, lock the new one; with release, "
                  "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
-                 (CHECKPOINT_KV, RELEASE_CHECKPOINT, CP_INSERT, CP_PROMPT_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, ROOT,
-                  CP_UNLOCK, UNLOCK, DEC, CP_LOCK, LOCK, INC, RELEASE_UNLOCK)),
+                 (callers.CHECKPOINT_KV, callers.RELEASE_CHECKPOINT, CP_INSERT, CP_PROMPT_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, ROOT,
+                  CP_UNLOCK, UNLOCK, DEC, CP_LOCK, LOCK, INC, callers.RELEASE_UNLOCK)),
         CallRule("finish", CHECKPOINT_CALLS,
                  "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, "
                  "dec_lock_ref(last node, receipt)",
-                 (RELEASE_CHECKPOINT, CP_INSERT, *INSERT_CITES, CP_PATH, *MATCH_CITES, CP_UNLOCK, CP_LOCK, LOCK, INC,
-                  RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+                 (callers.RELEASE_CHECKPOINT, CP_INSERT, *INSERT_CITES, CP_PATH, *MATCH_CITES, CP_UNLOCK, CP_LOCK, LOCK, INC,
+                  callers.RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
         CallRule("lock", (*MATCH_CALLS, "inc_lock_ref"),
                  "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node, [])",
-                 (WAITING_MATCH, *MATCH_CITES, CHECK_LOCK, ADMISSION_LOCK, LOCK, INC, INC_BINDING)),
+                 (callers.WAITING_MATCH, *MATCH_CITES, callers.CHECK_LOCK, callers.ADMISSION_LOCK, LOCK, INC, INC_BINDING)),
         CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds, that lock's receipt, False), once",
-                 (CHECK_UNLOCK, RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
+                 (callers.CHECK_UNLOCK, callers.RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
         CallRule("insert", (*EVICT_CALLS, *INSERT_CALLS),
                  "insert(a whole page-aligned key, fresh KV, prev_prefix_len 0) outside any request, as a checkpoint "
                  "of a request that matched nothing does; the eviction walk for n >= 1 first when the allocator is short",
                  (CP_INSERT, *INSERT_CITES, *EVICT_CITES)),
         CallRule("match", MATCH_CALLS, "match_prefix(a whole prompt, maybe empty) and its path's indices",
-                 (WAITING_MATCH, *MATCH_CITES, PREFIX_INDICES)),
+                 (callers.WAITING_MATCH, *MATCH_CITES, callers.PREFIX_INDICES)),
         CallRule("rematch", MATCH_CALLS,
                  "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
-                 (WAITING_MATCH, *MATCH_CITES)),
+                 (callers.WAITING_MATCH, *MATCH_CITES)),
         CallRule("evict", EVICT_CALLS, "the FULL eviction walk for n tokens, n >= 1", (EVICT_GUARD, *EVICT_CITES),
-                 today=evicts_something, instead="a FULL walk starts only for a positive request (unified_radix_cache.py:1017)"),
+                 today=callers.evicts_something, instead="a FULL walk starts only for a positive request (unified_radix_cache.py:1017)"),
         CallRule("reset", ("reset",),
                  "reset(), live holders or not (a flush drops the streaming sessions' locks and rows with the tree); "
                  "the allocator is cleared with it",
@@ -152,5 +135,5 @@ CONTRACT = Contract(
                  (IS_EVICTED, Cite(ADAPTER, 794, "return self._binding.is_full_device_evicted(node_id)"), ROOT)),
     ),
     reads=("evictable_size", "protected_size", "total_size", "sanity_check"),
-    not_called=TREE_MISUSE,
+    not_called=callers.TREE_MISUSE,
 )

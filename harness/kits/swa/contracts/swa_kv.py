@@ -34,23 +34,7 @@ from typing import Any
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
 from harness.kits.swa.contract import allows as free_allows
-from harness.upstream.callers import (
-    ACTION_SEGMENT,
-    ALLOC,
-    CLEAR_OUTSIDE_A_GROUP,
-    DECODE_MEM_CHECK,
-    EXTEND,
-    FREE_ON_ERROR,
-    ONE_TOKEN_AT_LEAST,
-    PEERED_SEGMENTS,
-    PEERLESS_SEGMENTS,
-    SWA_WINDOW_SEGMENT,
-    at_least_one,
-    free_group_rules,
-    non_empty_batch,
-)
-from harness.upstream.callers import GROUP_BEGIN_FOR_SWA_EVICTION as GROUP_BEGIN
-from harness.upstream.callers import GROUP_END_FOR_SWA_EVICTION as GROUP_END
+from harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"
@@ -74,7 +58,7 @@ EXPAND_TO_PAGES = Cite(SWA, 512, "mapping_indices = self._expand_to_full_pages(f
 PEERLESS_DROPPED = Cite(SWA, 605, "swa_indices = swa_indices[swa_indices > 0]")
 
 DECODE_GATE: tuple[Cite, ...] = (
-    DECODE_MEM_CHECK,
+    callers.DECODE_MEM_CHECK,
     Cite(BATCH, 3415, "1 for r in requests if r.kv.kv_committed_len % page_size == 0",
          note="one page per request whose next token opens one"),
     Cite("srt/mem_cache/allocator/base.py", 185, "return self.available_size() >= num_tokens",
@@ -90,18 +74,18 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
         Cite(SWA, 474, "self.free_swa(free_index)", note="free() releases the SWA peers first, then free_full (:475)"),
         Cite(SWA, 507, "self._free_swa_pages(free_index, start_pos=0)", note="at page size 1"),
         PEER_MAPPED,
-        replace(PEERLESS_SEGMENTS, note="free_kv_row_segments: the part without peers"),
-        replace(PEERED_SEGMENTS, note="free_kv_row_segments: the rest"),
-        FREE_ON_ERROR,
+        replace(callers.PEERLESS_SEGMENTS, note="free_kv_row_segments: the part without peers"),
+        replace(callers.PEERED_SEGMENTS, note="free_kv_row_segments: the rest"),
+        callers.FREE_ON_ERROR,
     ),
     ("free", ">1"): (
         replace(EXPAND_TO_PAGES, note="whole pages; the paged side dedups pages too (paged.py:333)"),
         replace(PEERLESS_DROPPED, note="pages without peers read as 0, dropped"),
-        FREE_ON_ERROR,
-        replace(ACTION_SEGMENT, note="a tree node's value"),
+        callers.FREE_ON_ERROR,
+        replace(callers.ACTION_SEGMENT, note="a tree node's value"),
     ),
     ("free_swa", "1"): (
-        replace(SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136) of the oldest tokens out of the window"),
+        replace(callers.SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136) of the oldest tokens out of the window"),
         Cite(SWA, 530, "self._free_swa_pages(free_index, start_pos=start_pos)",
              note="free_swa_segment, the same release as free_swa at page size 1 (:507)"),
         PEER_MAPPED,
@@ -115,7 +99,7 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
     ("free_full", "any"): (
         Cite(SWA, 617, "self.full_to_swa_index_mapping[free_index] == 0,",
              note='expect(_SWA_PEER_RELEASED, ..., msg="caller wants free"); free_full_segment the same (:638)'),
-        PEERLESS_SEGMENTS,
+        callers.PEERLESS_SEGMENTS,
         Cite("srt/mem_cache/unified_radix_cache.py", 1408,
              "self.token_to_kv_pool_allocator.free_full_segment(indices, start_pos=0)",
              note="a tree node whose SWA was tombstoned"),
@@ -217,14 +201,14 @@ CONTRACT = Contract(
     release="sglang==0.5.23",
     rules=(
         CallRule("alloc", ("alloc",), "page size 1: alloc(n) of a few tokens",
-                 (ALLOC, ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
-                 allows=page_size_1, today=at_least_one,
+                 (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
+                 allows=page_size_1, today=callers.at_least_one,
                  instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)"),
         CallRule("extend", ("alloc", "alloc_extend"),
                  "a non-empty batch of new requests and continued ones whose last token is in the window: "
                  "alloc(total) at page size 1, alloc_extend above it",
-                 (EXTEND_PS1, EXTEND, ONE_TOKEN_AT_LEAST, NO_EMPTY_PROMPT, NO_EMPTY_CHUNK, REUSE_ONLY_WITH_TOKENS),
-                 allows=non_empty_batch, today=tokens_for_every_new_request,
+                 (EXTEND_PS1, callers.EXTEND, callers.ONE_TOKEN_AT_LEAST, NO_EMPTY_PROMPT, NO_EMPTY_CHUNK, REUSE_ONLY_WITH_TOKENS),
+                 allows=callers.non_empty_batch, today=tokens_for_every_new_request,
                  instead="every scheduled request extends by >= 1 token (schedule_batch.py:1767, "
                          "schedule_policy.py:1672); one reusing its KV is sent with prefix == seq only beside one "
                          "that brings tokens (allocation.py:521-529)"),
@@ -262,7 +246,7 @@ CONTRACT = Contract(
                  (Cite(SWA, 468, "if free_index.numel() == 0:", note="free"),
                   Cite(SWA, 503, "if self._swa_req_ring or free_index.numel() == 0:", note="free_swa"),
                   Cite(SWA, 610, "if free_index.numel() == 0:", note="free_full")), allows=nothing_to_free),
-        *free_group_rules(GROUP_BEGIN, GROUP_END, CLEAR_OUTSIDE_A_GROUP),
+        *callers.free_group_rules(callers.GROUP_BEGIN_FOR_SWA_EVICTION, callers.GROUP_END_FOR_SWA_EVICTION, callers.CLEAR_OUTSIDE_A_GROUP),
     ),
     reads=("available_size", "full_available_size", "swa_available_size"),
     not_called=(
