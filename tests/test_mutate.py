@@ -313,3 +313,71 @@ def test_equivalent_mutants_are_scored_apart_and_a_killed_one_is_reported_as_a_w
     assert counts["equivalent"]["survived"] == 1
     wrong = wrong_equivalents_text(pairs)
     assert killed_listed.id in wrong and listed.id + ":" not in wrong
+
+
+_GOOD_EQUIVALENT = """\
+[[equivalent]]
+module = "pools.free_list"
+function = "PageFreeList.__init__"
+operator = "0->1"
+source = 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")'
+col = 33
+description = "`0` -> `1`"
+reason = "INIT_REPLACED"
+"""
+
+
+def test_an_equivalents_table_is_read_in_order_with_each_reason_its_constants_text(tmp_path: Path) -> None:
+    from harness.mutate.equivalents import reasons
+    from harness.mutate.equivalents.entry import Equivalent, load_equivalents
+
+    table = tmp_path / "good.toml"
+    table.write_text(_GOOD_EQUIVALENT + "\n" + _GOOD_EQUIVALENT.replace('"INIT_REPLACED"', '"SLACK"'))
+    assert load_equivalents(table) == (
+        Equivalent("pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
+                   33, "`0` -> `1`", reasons.INIT_REPLACED),
+        Equivalent("pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
+                   33, "`0` -> `1`", reasons.SLACK))
+
+
+@pytest.mark.parametrize(("edit", "field", "problem"), [
+    (lambda text: text.replace("col = 33\n", ""), "col", "missing"),
+    (lambda text: text.replace('"INIT_REPLACED"', '"NO_SUCH_REASON"'), "reason", "names no string constant"),
+    (lambda text: text.replace('"INIT_REPLACED"', '"annotations"'), "reason", "names no string constant"),
+    (lambda text: text.replace("col = 33", 'col = "33"'), "col", "not of type int"),
+    (lambda text: text.replace("col = 33", "col = true"), "col", "not of type int"),
+    (lambda text: text + 'why = "inline prose"\n', "why", "unknown key"),
+], ids=["missing-key", "unknown-reason", "reason-not-a-string", "col-a-string", "col-a-boolean", "extra-key"])
+def test_a_malformed_equivalents_entry_is_refused_naming_the_file_the_entry_and_the_field(
+        tmp_path: Path, edit: Any, field: str, problem: str) -> None:
+    from harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
+
+    table = tmp_path / "bad.toml"
+    table.write_text(_GOOD_EQUIVALENT + "\n" + edit(_GOOD_EQUIVALENT))
+    with pytest.raises(EquivalentsFileError) as refused:
+        load_equivalents(table)
+    assert (refused.value.file, refused.value.entry, refused.value.field) == (str(table), 2, field)
+    assert str(table) in str(refused.value) and "entry 2" in str(refused.value) and repr(field) in str(refused.value)
+    assert problem in str(refused.value)
+
+
+def test_an_equivalents_file_that_is_not_toml_or_holds_no_entries_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
+
+    for name, text in (("broken.toml", "[[equivalent]\n"), ("empty.toml", ""), ("misnamed.toml", "[[equivalents]]\n")):
+        table = tmp_path / name
+        table.write_text(text)
+        with pytest.raises(EquivalentsFileError, match=name) as refused:
+            load_equivalents(str(table))
+        assert refused.value.entry is None
+
+
+def test_the_packaged_equivalents_tables_load_in_order_from_the_installed_package() -> None:
+    from importlib.resources import files
+
+    from harness.mutate.equivalents import EQUIVALENTS, TABLES
+    from harness.mutate.equivalents.entry import load_equivalents
+
+    tables = [load_equivalents(files("harness.mutate.equivalents") / name) for name in TABLES]
+    assert all(tables) and EQUIVALENTS == tuple(entry for table in tables for entry in table)
+    assert len({entry.key for entry in EQUIVALENTS}) == len(EQUIVALENTS), "one mutant listed twice"

@@ -12,17 +12,26 @@ reported as a wrong entry (``mutate`` prints it; the argument was wrong, and the
 An entry names a mutant by what it edits, not by its line number, so it survives edits
 elsewhere in the module: module, function, operator and the description ``mutate --list``
 prints, the text of its line and the column.  ``tests/test_mutate.py`` checks that every entry still names a generated mutant.
+
+The entries are data, one TOML table a pool area (``prefix.toml``, ``swa.toml``, ``pages.toml``, package data
+next to this file): each ``[[equivalent]]`` has the six fields above and a ``reason``, the name of one of the
+shared arguments in ``reasons.py``.  ``entry.load_equivalents`` reads a table and refuses a malformed entry by
+file, entry number and field.
 """
 
 from __future__ import annotations
 
-from harness.mutate.equivalents import pages, prefix, swa
-from harness.mutate.equivalents.entry import Equivalent
+from importlib.resources import files
+
+from harness.mutate.equivalents.entry import Equivalent, load_equivalents
 from harness.mutate.equivalents.reasons import SELF_CHECK
 
-__all__ = ["EQUIVALENTS", "SELF_CHECKS", "Equivalent", "equivalence"]
+__all__ = ["EQUIVALENTS", "SELF_CHECKS", "TABLES", "Equivalent", "equivalence"]
 
-EQUIVALENTS: tuple[Equivalent, ...] = (*prefix.ENTRIES, *swa.ENTRIES, *pages.ENTRIES)
+TABLES = ("prefix.toml", "swa.toml", "pages.toml")
+"""The tables of this package, in the order ``EQUIVALENTS`` lists their entries."""
+
+EQUIVALENTS: tuple[Equivalent, ...] = tuple(entry for table in TABLES for entry in load_equivalents(files(__name__) / table))
 
 _BY_KEY = {entry.key: entry for entry in EQUIVALENTS}
 

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
-_TOUCH_AFTER_INSERT = (
+TOUCH_AFTER_INSERT = (
     "the insert just stamped every node on this path; stamping them again (or not) changes their ages only "
     "relative to each other, and nodes on one path are never compared: an ancestor becomes an eviction "
     "candidate only once its descendants are gone, so no policy order can tell")
 
-_EMPTY_FREE = "a free of an empty tensor is a no-op of the allocator (it returns before touching the free list)"
+EMPTY_FREE = "a free of an empty tensor is a no-op of the allocator (it returns before touching the free list)"
+
+LAST_TOUCH_SKIPPED = "it skips only the last touch: " + TOUCH_AFTER_INSERT
+
+EMPTY_PROMPT_KEY = "an empty prompt key descends to the root: touching the root and splitting at it change nothing"
+
+WHOLE_PROMPT_KEY = ("a prompt key equal to the key ends at the node the insert just made: no split, and the touch "
+                    "is one more stamp of the inserted path, equivalent as the last touch is")
+
+LOOP_LABEL = ("the loop's `what` is read only by the AlreadyCachedError message below (message-only, but the "
+              "classifier does not follow a loop target)")
+
+NO_INDICES = "on no indices the vectorised test below is `.any()` of an empty tensor: False, the same answer"
+
+DEEPCOPY_MEMO = ("the memo entry matters only for a cycle through the pool itself, which no pool holds; deepcopy "
+                 "records the clone after __deepcopy__ returns anyway")
+
+VIEWS_RETAKEN = "the views are deep-copied too, then replaced by views of the copied tensors two lines below"
+
+NONE_VIEW_RETAKEN = ("a view that is None is taken anew from the copied tensor: a device-path pool on the CPU then "
+                     "reads through NumPy, with the same answers")
+
+NONE_ATTRIBUTE = "an attribute set to None that the original lacked reads as None either way (getattr with a default)"
+
+LAST_NONE_VIEW = "only a device-path pool has a None view, and it has no other view after it to take"
+
+FROMBUFFER_VIEW = "np.frombuffer over a CPU tensor shares its memory as .numpy() does: the same view"
 
 HEAP_VERSION = ("a node's heap_version is read only for heap entries, and `_push` sets it before making the "
                 "first one: its initial value is never compared")
