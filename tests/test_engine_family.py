@@ -284,3 +284,25 @@ def test_a_trace_naming_a_shape_no_server_builds_is_refused_as_bad_input(tmp_pat
     path.write_text(json.dumps(data))
     result = replay_trace(load_trace(path))
     assert result.outcome == "invalid" and "not a shape 0.5.23 builds" in result.describe(), result.describe()
+
+
+@needs_engine
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_an_aborted_chunked_request_is_released_before_its_next_chunk_and_the_pools_balance(page_size: int) -> None:
+    from harness.kits.engine.driver import EngineDriver, build_engine
+
+    config = {"cache": "radix", "page_size": page_size, "rows": 4, "tokens": 48, "context": 64, "chunk": 8}
+    driver = EngineDriver(build_engine, config)
+    driver.step("arrive", stem=0, length=30, tail=2, max_new=4)
+    driver.step("iterate", eos=[])
+    chunked = driver.loop.chunked_req
+    assert chunked is not None, "a 32-token prompt under an 8-token chunk is still chunked after one iteration"
+    assert driver.step("abort", pick=0) is None
+    assert [loop.pending_chunked_abort for loop in driver.loops] == [loop.chunked_req for loop in driver.loops]
+    driver.step("run", iterations=4)  # audited after every iteration, by both judges
+    for loop in driver.loops:
+        assert loop.chunked_req is None and loop.pending_chunked_abort is None
+        assert loop.is_idle(), "nothing of the aborted request is queued, running or chunked"
+    assert chunked.finished() and not chunked.kv.holds_kv
+    assert "abort of a chunked request" in driver.events
+    driver.teardown()

@@ -64,6 +64,8 @@ class EngineLoop:
         self.last_batch: Any = None
         self.chunked_req: Any = None
         self.to_abort: set[str] = set()
+        self.pending_chunked_abort: Any = None
+        """``_pending_chunked_abort_req``: the chunked request an abort named, released at the next iteration's top."""
         self.iterations = 0
         self.fully_idle = True
         """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
@@ -105,9 +107,14 @@ class EngineLoop:
     def abort(self, rid: str) -> str:
         """``abort_request``: drop a queued request, or mark a running one to finish on its next result.
 
+        The chunked request is only marked (scheduler.py:5676-5678): tearing it down mid-iteration is
+        unsafe, so :meth:`_process_pending_chunked_abort` releases it when the next iteration begins.
         A queued request that holds a Mamba slot (one a match copied into, or a retracted request's)
         is released with ``checkpoint=False`` as the queued-abort path does (scheduler.py:5715-5720).
         """
+        if self.chunked_req is not None and self.chunked_req.rid == rid:
+            self.pending_chunked_abort = self.chunked_req
+            return "chunked"
         for req in self.waiting_queue:
             if req.rid == rid and not req.kv.holds_kv:
                 self.waiting_queue.remove(req)
@@ -176,6 +183,7 @@ class EngineLoop:
 
     def _next_batch(self) -> Any:
         """``get_next_batch_to_run`` (scheduler.py:3894), the memory statements in order."""
+        self._process_pending_chunked_abort()
         exclude: list[Any] = []
         if self.chunked_req is not None:
             exclude.append(self.chunked_req)
@@ -206,6 +214,23 @@ class EngineLoop:
             decode = self._update_running_batch(self.running_batch)
             return decode if decode is not None and not decode.is_empty() else None
         return None
+
+    def _process_pending_chunked_abort(self) -> None:
+        """``process_pending_chunked_abort`` (scheduler.py:3778-3819): the aborted chunked request is finished
+        as aborted and its KV released with ``checkpoint=False``, so its next chunk never runs; the chunk
+        already in the last batch leaves it at the merge, as a finished request."""
+        req, self.pending_chunked_abort = self.pending_chunked_abort, None
+        if req is None:
+            return
+        if self.chunked_req is not req:  # already past chunked prefill: abort it where it is now (:3794-3804)
+            if not req.finished() and req.kv.holds_kv:
+                self.abort(req.rid)
+            return
+        req.finished_reason = self.m.schedule_batch.FINISH_ABORT("aborted by poolfuzz")  # prepare_abort
+        req.to_finish = None
+        self.tree_cache.finish(req.cache_request_handle, self.m.base_prefix_cache.CacheRequestOutcome.ABORT)
+        self._release(req, checkpoint=False)
+        self.chunked_req = None
 
     def _new_prefill_batch(self) -> Any:
         """``get_new_batch_prefill`` (scheduler.py:4079-4360) without HiCache, LoRA and DP."""

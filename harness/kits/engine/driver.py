@@ -107,8 +107,10 @@ class EngineDriver(Driver):
 
     @operation
     def abort(self, pick: int) -> Any:
-        """Abort a queued or running request (the ``abort_request`` path)."""
-        live = [r.rid for r in self.loop.waiting_queue] + [r.rid for r in self.loop.running_batch.reqs]
+        """Abort a queued, running or chunked request (the ``abort_request`` path)."""
+        loop = self.loop
+        chunked = [loop.chunked_req.rid] if loop.chunked_req is not None else []
+        live = [r.rid for r in loop.waiting_queue] + [r.rid for r in loop.running_batch.reqs] + chunked
         if not live:
             return SKIPPED
         rid = live[pick % len(live)]
