@@ -20,13 +20,28 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
     from jsonschema.protocols import Validator
 
-__all__ = ["AT_ONE_PLACE", "JSON_TYPE_NAMES", "PY_TO_JSON", "first_schema_error", "is_json_int", "json_type", "packaged_schema",
-           "schema_error_field", "schema_error_words", "strict_validator"]
+__all__ = [
+    "AT_ONE_PLACE",
+    "JSON_TYPE_NAMES",
+    "PY_TO_JSON",
+    "first_schema_error",
+    "is_json_int",
+    "json_type",
+    "packaged_schema",
+    "schema_error_field",
+    "schema_error_words",
+    "strict_validator",
+]
 
 
 PY_TO_JSON: dict[type, str] = {
-    dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
-    bool: "a boolean", type(None): "null",
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
 }
 
 
@@ -99,7 +114,8 @@ def _place(error: ValidationError, root: Mapping[str, Any]) -> tuple[tuple[tuple
         names = list(dict.fromkeys(name for node in nodes for name in node.get("properties", {})))
         steps.append((names.index(part) if part in names else len(names), str(part)))
         nodes = [node["properties"][part] for node in nodes if part in node.get("properties", {})] or [
-            node["additionalProperties"] for node in nodes if isinstance(node.get("additionalProperties"), Mapping)]
+            node["additionalProperties"] for node in nodes if isinstance(node.get("additionalProperties"), Mapping)
+        ]
     keyword = str(error.validator)
     rank = AT_ONE_PLACE.index(keyword) if keyword in AT_ONE_PLACE else len(AT_ONE_PLACE)
     return tuple(steps), rank, keyword
@@ -108,8 +124,14 @@ def _place(error: ValidationError, root: Mapping[str, Any]) -> tuple[tuple[tuple
 def _alongside(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """``node`` and every subschema it applies to the same value: its ``$ref``, ``then``, ``else``, ``allOf``..."""
     found = [node]
-    branches = [node.get("$ref") and _resolve(root, node["$ref"]), node.get("then"), node.get("else"),
-                *node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())]
+    branches = [
+        node.get("$ref") and _resolve(root, node["$ref"]),
+        node.get("then"),
+        node.get("else"),
+        *node.get("allOf", ()),
+        *node.get("anyOf", ()),
+        *node.get("oneOf", ()),
+    ]
     for branch in branches:
         if isinstance(branch, Mapping):
             found += _alongside(branch, root)
@@ -143,8 +165,15 @@ def _key(error: ValidationError) -> str | None:
     return None
 
 
-JSON_TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "a boolean", "null": "null"}
+JSON_TYPE_NAMES = {
+    "object": "an object",
+    "array": "an array",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "null": "null",
+}
 """A JSON Schema type as the error messages name it."""
 
 
@@ -163,7 +192,10 @@ def schema_error_words(error: ValidationError, generic: Mapping[str, str]) -> st
         return str(error.message)
     allowed = schema.get("type", [])
     return str(template).format(
-        value=error.instance, type=json_type(error.instance), limit=error.validator_value,
+        value=error.instance,
+        type=json_type(error.instance),
+        limit=error.validator_value,
         expected=" or ".join(JSON_TYPE_NAMES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)),
-        options=", ".join(str(o) for o in schema.get("enum", ())), known=", ".join(schema.get("properties", {})),
+        options=", ".join(str(o) for o in schema.get("enum", ())),
+        known=", ".join(schema.get("properties", {})),
     )

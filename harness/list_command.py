@@ -21,12 +21,20 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
     described = []
     for fam in FAMILIES.values():
         entry: dict[str, Any] = {
-            "family": fam.name, "summary": fam.summary, "default": fam.default,
+            "family": fam.name,
+            "summary": fam.summary,
+            "default": fam.default,
             "implementation": implementation_for(fam.name, overrides),
-            "moves": fam.moves, "driver": fam.driver,
-            "canaries": list(fam.canaries), "upstream": list(fam.upstream),
-            "invariants": list(fam.invariants), "operations": [], "available": True, "problem": None,
-            "plugin": PLUGGED_IN.get(fam.name, ""), "not_covered": list(fam.not_covered),
+            "moves": fam.moves,
+            "driver": fam.driver,
+            "canaries": list(fam.canaries),
+            "upstream": list(fam.upstream),
+            "invariants": list(fam.invariants),
+            "operations": [],
+            "available": True,
+            "problem": None,
+            "plugin": PLUGGED_IN.get(fam.name, ""),
+            "not_covered": list(fam.not_covered),
         }
         entry["overridden"] = entry["implementation"] != fam.default
         try:
@@ -53,13 +61,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     families = describe_families(parse_overrides(args.target))
     kernels = {"kernels": list(KERNEL_NAMES), "triton_available": triton_available()}
     if args.json:
-        print(json.dumps({
-            "families": families,
-            "invariants": [{"id": i.id, "statement": i.statement, "guards_against": i.guards_against}
-                           for i in INVARIANTS.values()],
-            "page_alloc": kernels,
-            "plugin_problems": list(PROBLEMS),
-        }, indent=1))
+        print(
+            json.dumps(
+                {
+                    "families": families,
+                    "invariants": [{"id": i.id, "statement": i.statement, "guards_against": i.guards_against} for i in INVARIANTS.values()],
+                    "page_alloc": kernels,
+                    "plugin_problems": list(PROBLEMS),
+                },
+                indent=1,
+            )
+        )
         return 0
     print("families (implementation in use; 'override' marks a substitution):")
     for f in families:
@@ -93,13 +105,32 @@ def _list_contracts(*, as_json: bool) -> int:
 
     contracts = all_contracts()
     if as_json:
-        print(json.dumps([{
-            "target": c.target, "release": c.release, "reads": list(c.reads),
-            "rules": [{"op": r.op, "calls": list(r.calls), "shape": r.shape, "narrowed": r.allows is not None,
-                       "today": r.today is not None, "instead": r.instead,
-                       "callers": [str(cite) for cite in r.callers]} for r in c.rules],
-            "not_called": [{"op": n.op, "why": n.why} for n in c.not_called],
-        } for c in contracts], indent=1))
+        print(
+            json.dumps(
+                [
+                    {
+                        "target": c.target,
+                        "release": c.release,
+                        "reads": list(c.reads),
+                        "rules": [
+                            {
+                                "op": r.op,
+                                "calls": list(r.calls),
+                                "shape": r.shape,
+                                "narrowed": r.allows is not None,
+                                "today": r.today is not None,
+                                "instead": r.instead,
+                                "callers": [str(cite) for cite in r.callers],
+                            }
+                            for r in c.rules
+                        ],
+                        "not_called": [{"op": n.op, "why": n.why} for n in c.not_called],
+                    }
+                    for c in contracts
+                ],
+                indent=1,
+            )
+        )
         return 0
     print("\n\n".join(c.describe() for c in contracts))
     return 0

@@ -40,8 +40,7 @@ class Chooser(Protocol):
 
     def choice(self, seq: Sequence[T]) -> T: ...
 
-    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *,
-                k: int = 1) -> list[T]: ...
+    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *, k: int = 1) -> list[T]: ...
 
     def sample(self, population: Sequence[T], k: int) -> list[T]: ...
 
@@ -89,8 +88,7 @@ class DataChooser:
             raise IndexError("cannot choose from an empty sequence")
         return seq[self.randint(0, len(seq) - 1)]
 
-    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *,
-                k: int = 1) -> list[T]:
+    def choices(self, population: Sequence[T], weights: Sequence[float] | None = None, *, k: int = 1) -> list[T]:
         """``k`` picks with replacement; weights are honoured as ``random`` does, by a uniform draw each."""
         if weights is None:
             return [self.choice(population) for _ in range(k)]
@@ -113,8 +111,7 @@ class DataChooser:
             raise ValueError(f"sample of {k} from a population of {n}")
         if k == 0:
             return []
-        indices = self._draw(st.lists(st.integers(min_value=0, max_value=n - 1), min_size=k, max_size=k,
-                                          unique=True))
+        indices = self._draw(st.lists(st.integers(min_value=0, max_value=n - 1), min_size=k, max_size=k, unique=True))
         return [population[i] for i in indices]
 
     def shuffle(self, x: MutableSequence[Any]) -> None:

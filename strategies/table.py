@@ -125,11 +125,11 @@ class MoveTable:
 def through(view: Callable[[Any], Any], moves: tuple[Move, ...]) -> tuple[Move, ...]:
     """``moves`` written for ``view``, taken by a table whose own view is another: each draw builds ``view``
     from the state it is given.  How one family's table reuses another's (a hybrid pool's rows)."""
+
     def lift(draw: Callable[[Any, Chooser], Step | None]) -> Callable[[Any, Chooser], Step | None]:
         return lambda state, choose: draw(view(state), choose)
 
-    return tuple(Move(m.name, m.weight, lift(m.draw), m.corner, m.misuse, None if m.setup is None else lift(m.setup))
-                 for m in moves)
+    return tuple(Move(m.name, m.weight, lift(m.draw), m.corner, m.misuse, None if m.setup is None else lift(m.setup)) for m in moves)
 
 
 def load_table(made: Any) -> MoveTable:
@@ -140,8 +140,15 @@ def load_table(made: Any) -> MoveTable:
     return table
 
 
-def pick_step(enabled: tuple[Move, ...] | list[Move], cumulative: list[float], view: Any, choose: Chooser, *,
-              fallback: tuple[Move, ...], tries: int = 4) -> tuple[str, Step]:
+def pick_step(
+    enabled: tuple[Move, ...] | list[Move],
+    cumulative: list[float],
+    view: Any,
+    choose: Chooser,
+    *,
+    fallback: tuple[Move, ...],
+    tries: int = 4,
+) -> tuple[str, Step]:
     """A step of a weighted pick among ``enabled`` (or of its setup), with the corner label it reaches.
 
     Up to ``tries`` picks; then every move of ``fallback`` in a drawn order, so a state
@@ -170,8 +177,7 @@ def step_of(move: Move, view: Any, choose: Chooser) -> tuple[str, Step] | None:
     return None if step is None else ("", step)
 
 
-def corner_steps(move: Move, view: Any, choose: Chooser, on_corner: Callable[[str], None], *,
-                 setups: int = 3) -> Iterator[Step]:
+def corner_steps(move: Move, view: Any, choose: Chooser, on_corner: Callable[[str], None], *, setups: int = 3) -> Iterator[Step]:
     """Up to ``setups`` setup steps, then ``move``'s own step, its corner label passed to ``on_corner``.
 
     A generator: the caller runs each step before the next is drawn from the state it
@@ -227,8 +233,7 @@ def mixed_batch(holders: list[int], free: int, choose: Chooser) -> list[int | No
     refuse) or one fewer; the holders make the batch longer than what is free.
     """
     new = max(0, free + choose.choice((0, 0, 1, -1)))
-    batch: list[int | None] = [*choose.sample(holders, choose.randint(1, min(3, len(holders)))),
-                               *([None] * min(new, 6))]
+    batch: list[int | None] = [*choose.sample(holders, choose.randint(1, min(3, len(holders)))), *([None] * min(new, 6))]
     choose.shuffle(batch)
     return batch
 
@@ -246,8 +251,14 @@ def fixed(op: str, **args: Any) -> Callable[[Any, Chooser], Step]:
     return lambda view, choose: (op, dict(args))
 
 
-def move_kinds(prefix: str, kinds: Mapping[str, Callable[[Any, Chooser], Step | None]], weight: float, *,
-               misuse: bool = True, setup: Callable[[Any, Chooser], Step | None] | None = None) -> tuple[Move, ...]:
+def move_kinds(
+    prefix: str,
+    kinds: Mapping[str, Callable[[Any, Chooser], Step | None]],
+    weight: float,
+    *,
+    misuse: bool = True,
+    setup: Callable[[Any, Chooser], Step | None] | None = None,
+) -> tuple[Move, ...]:
     """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
@@ -268,25 +279,42 @@ class DriverView:
         self._driver: Any = driver
 
 
-def viewed_table(view: Any, configs: Callable[[Chooser], PoolConfig], moves: tuple[Move, ...],
-                 catalogue: tuple[Move, ...] = (), *, bench_moves: tuple[str, ...] = (),
-                 corners: Callable[[Any], list[str]] | None = None,
-                 drain: Callable[[Any], Iterator[Step]] | None = None) -> MoveTable:
+def viewed_table(
+    view: Any,
+    configs: Callable[[Chooser], PoolConfig],
+    moves: tuple[Move, ...],
+    catalogue: tuple[Move, ...] = (),
+    *,
+    bench_moves: tuple[str, ...] = (),
+    corners: Callable[[Any], list[str]] | None = None,
+    drain: Callable[[Any], Iterator[Step]] | None = None,
+) -> MoveTable:
     """A :class:`MoveTable` over ``view``, a view class whose ``occupancy`` method is the table's occupancy:
     how most families declare theirs.  ``corners`` left out keeps the table's default."""
     optional: dict[str, Any] = {} if corners is None else {"corners": corners}
-    return MoveTable(configs=configs, moves=moves, catalogue=catalogue, view=view, occupancy=view.occupancy,
-                     bench_moves=bench_moves, drain=drain, **optional)
+    return MoveTable(
+        configs=configs,
+        moves=moves,
+        catalogue=catalogue,
+        view=view,
+        occupancy=view.occupancy,
+        bench_moves=bench_moves,
+        drain=drain,
+        **optional,
+    )
 
 
-def picking(op: str, offered: Callable[[Any], Sequence[Any]], key: str,
-            pick: Callable[[Sequence[Any], Chooser], Any], **fixed_args: Any) -> Draw:
+def picking(
+    op: str, offered: Callable[[Any], Sequence[Any]], key: str, pick: Callable[[Sequence[Any], Chooser], Any], **fixed_args: Any
+) -> Draw:
     """A draw naming ``pick(values, choose)`` of what ``offered(view)`` gives as ``op``'s ``key``, ``fixed_args``
     after it; ``None`` when it gives nothing.  Its draws are ``pick``'s, and only those: the shape of most
     moves that name live handles, released ones or rows (:func:`one_of`, :func:`some_of`, :func:`some_repeated`)."""
+
     def draw(view: Any, choose: Chooser) -> Step | None:
         values = offered(view)
         return (op, {key: pick(values, choose), **fixed_args}) if values else None
+
     return draw
 
 
@@ -312,13 +340,14 @@ def some_repeated(values: Sequence[int], choose: Chooser, *, most: int = 2) -> l
     return with_repeat(choose.sample(values, min(len(values), choose.randint(1, most))), choose)
 
 
-def repeated_within(op: str, key: str, holders: Callable[[Any], Sequence[int]],
-                    parts: Callable[[Any, int], Sequence[int]]) -> Draw:
+def repeated_within(op: str, key: str, holders: Callable[[Any], Sequence[int]], parts: Callable[[Any, int], Sequence[int]]) -> Draw:
     """A draw naming one holder's parts (its slots) in one call, one of them twice: a ``choose.choice`` of
     ``holders(view)``, then :func:`some_repeated` of ``parts(view, holder)``; ``None`` when there is no holder."""
+
     def draw(view: Any, choose: Chooser) -> Step | None:
         live = holders(view)
         if not live:
             return None
         return op, {key: some_repeated(parts(view, choose.choice(live)), choose)}
+
     return draw

@@ -35,7 +35,10 @@ def found_corpus(request: pytest.FixtureRequest) -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--target", action="append", default=[], metavar="FAMILY=module:attr",
+        "--target",
+        action="append",
+        default=[],
+        metavar="FAMILY=module:attr",
         help="fuzz another implementation of a pool family (repeatable)",
     )
 

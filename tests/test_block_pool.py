@@ -41,8 +41,13 @@ def assert_consistent(pool: BlockPool) -> None:
 
 def snapshot(pool: BlockPool) -> tuple[Any, ...]:
     """Everything a refused call must leave as it was."""
-    return (pool.free_block_ids(), pool.cached_block_ids(), pool.ref_counts(),
-            [b.block_hash for b in pool.blocks], pool.get_num_free_blocks())
+    return (
+        pool.free_block_ids(),
+        pool.cached_block_ids(),
+        pool.ref_counts(),
+        [b.block_hash for b in pool.blocks],
+        pool.get_num_free_blocks(),
+    )
 
 
 def assert_rejected_unchanged(pool: BlockPool, error: type[PoolError], call: Callable[[], Any]) -> PoolError:

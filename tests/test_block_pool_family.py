@@ -26,8 +26,7 @@ OURS = "harness.kits.block_pool.driver:build_block_pool"
 Steps = list[tuple[str, dict[str, Any]]]
 
 
-def driver(spec: str = OURS, *, num_gpu_blocks: int = 6, enable_caching: bool = True,
-           check_misuse: bool = True) -> BlockPoolDriver:
+def driver(spec: str = OURS, *, num_gpu_blocks: int = 6, enable_caching: bool = True, check_misuse: bool = True) -> BlockPoolDriver:
     config = {"num_gpu_blocks": num_gpu_blocks, "enable_caching": enable_caching, "device": "cpu"}
     return BlockPoolDriver(load_factory(spec), config, implementation=spec, check_misuse=check_misuse)
 
@@ -46,8 +45,12 @@ def run(steps: Steps, spec: str = OURS, **config: Any) -> InvariantViolation | N
 
 # A request caches two blocks and finishes; a second one hits both (free, cached) and needs two more.
 CACHED_AND_REVIVED: Steps = [
-    ("admit", {"tokens": [1, 2]}), ("allocate", {"handle": 0, "num_blocks": 2}), ("cache", {"handle": 0, "num_full": 2}),
-    ("free", {"handle": 0}), ("admit", {"tokens": [1, 2, 0, 0]}), ("allocate", {"handle": 1, "num_blocks": 2}),
+    ("admit", {"tokens": [1, 2]}),
+    ("allocate", {"handle": 0, "num_blocks": 2}),
+    ("cache", {"handle": 0, "num_full": 2}),
+    ("free", {"handle": 0}),
+    ("admit", {"tokens": [1, 2, 0, 0]}),
+    ("allocate", {"handle": 1, "num_blocks": 2}),
 ]
 
 
@@ -139,14 +142,25 @@ def test_an_allocation_beyond_the_free_count_is_misuse_or_the_callers_to_refuse(
     quiet.teardown()
 
 
-@pytest.mark.parametrize("steps", [
-    [("admit", {"tokens": [0]}), ("allocate", {"handle": 0, "num_blocks": 1}), ("free", {"handle": 0}),
-     ("free", {"handle": 0})],
-    [("touch", {"block_ids": [1]})],
-    [("admit", {"tokens": [0]}), ("allocate", {"handle": 0, "num_blocks": 1}), ("cache", {"handle": 0, "num_full": 1}),
-     ("cache", {"handle": 0, "num_full": 1}), ("touch", {"block_ids": [1]}), ("free", {"handle": 0}),
-     ("free", {"handle": 1}), ("free_blocks", {"block_ids": [1]}), ("evict", {"block_ids": [-1, 9]})],
-], ids=["double-free", "touch-free-uncached", "mixed"])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [("admit", {"tokens": [0]}), ("allocate", {"handle": 0, "num_blocks": 1}), ("free", {"handle": 0}), ("free", {"handle": 0})],
+        [("touch", {"block_ids": [1]})],
+        [
+            ("admit", {"tokens": [0]}),
+            ("allocate", {"handle": 0, "num_blocks": 1}),
+            ("cache", {"handle": 0, "num_full": 1}),
+            ("cache", {"handle": 0, "num_full": 1}),
+            ("touch", {"block_ids": [1]}),
+            ("free", {"handle": 0}),
+            ("free", {"handle": 1}),
+            ("free_blocks", {"block_ids": [1]}),
+            ("evict", {"block_ids": [-1, 9]}),
+        ],
+    ],
+    ids=["double-free", "touch-free-uncached", "mixed"],
+)
 def test_our_pool_rejects_each_misuse_with_its_typed_error_and_changes_nothing(steps: Steps) -> None:
     assert run(steps, num_gpu_blocks=4) is None
 
@@ -164,14 +178,11 @@ def test_the_bench_walk_runs_clean_on_our_pool() -> None:
 
 # -------------------------------------------------------------- canaries
 CANARY_TRACES: dict[str, tuple[Steps, dict[str, Any]]] = {
-    "duplicate-free-queued-twice": (CACHED_AND_REVIVED[:4] + [("touch", {"block_ids": [1, 1]}), ("free", {"handle": 1})],
-                                    {}),
-    "hashed-block-freed-to-front": (CACHED_AND_REVIVED[:4] + [("admit", {"tokens": []}),
-                                                              ("allocate", {"handle": 1, "num_blocks": 1})], {}),
+    "duplicate-free-queued-twice": (CACHED_AND_REVIVED[:4] + [("touch", {"block_ids": [1, 1]}), ("free", {"handle": 1})], {}),
+    "hashed-block-freed-to-front": (CACHED_AND_REVIVED[:4] + [("admit", {"tokens": []}), ("allocate", {"handle": 1, "num_blocks": 1})], {}),
     "null-block-handed-out": ([("admit", {"tokens": []}), ("allocate", {"handle": 0, "num_blocks": 1})], {}),
     "touch-leaves-block-queued": (CACHED_AND_REVIVED[:5], {}),
-    "reused-block-keeps-hash": (CACHED_AND_REVIVED[:4] + [("admit", {"tokens": [2]}),
-                                                          ("allocate", {"handle": 1, "num_blocks": 5})], {}),
+    "reused-block-keeps-hash": (CACHED_AND_REVIVED[:4] + [("admit", {"tokens": [2]}), ("allocate", {"handle": 1, "num_blocks": 5})], {}),
 }
 
 

@@ -27,8 +27,11 @@ MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"upstream vLLM unavailable: {MISSING}")
 
 SPEC = "harness.upstream:VllmBlockPool"
-TRACES = [path for path in sorted((Path(__file__).resolve().parents[1] / "corpus" / "block_pool").glob("block_pool-*.json"))
-          if "withdrawn vLLM finding 1" in path.read_text()]
+TRACES = [
+    path
+    for path in sorted((Path(__file__).resolve().parents[1] / "corpus" / "block_pool").glob("block_pool-*.json"))
+    if "withdrawn vLLM finding 1" in path.read_text()
+]
 """The traces of the withdrawn finding 1, now regression traces of the vLLM target."""
 
 
@@ -52,8 +55,13 @@ def lifecycle(pool: Any) -> None:
 
 
 def state(pool: Any) -> tuple[Any, ...]:
-    return (pool.free_block_ids(), pool.cached_block_ids(), pool.ref_counts(), pool.get_num_free_blocks(),
-            [block.block_hash for block in pool.blocks])
+    return (
+        pool.free_block_ids(),
+        pool.cached_block_ids(),
+        pool.ref_counts(),
+        pool.get_num_free_blocks(),
+        [block.block_hash for block in pool.blocks],
+    )
 
 
 def test_the_target_resolves_to_a_valid_calls_only_adapter_and_leaves_no_vllm_module_behind() -> None:

@@ -30,8 +30,7 @@ NAMES = sorted(CANARIES)
 
 
 def ci_budget() -> settings:
-    return pinned_settings(max_examples=400, stateful_step_count=20,
-                           phases=[Phase.explicit, Phase.generate, Phase.target])
+    return pinned_settings(max_examples=400, stateful_step_count=20, phases=[Phase.explicit, Phase.generate, Phase.target])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -42,11 +42,22 @@ def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_harness_is_the_same_door(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--help"], cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
-    for option in ("--target", "--seconds", "--minutes", "--workers", "--seed", "--device", "--corpus", "--report",
-                   "--steps", "--no-misuse", "--coverage", "--database"):
+    for option in (
+        "--target",
+        "--seconds",
+        "--minutes",
+        "--workers",
+        "--seed",
+        "--device",
+        "--corpus",
+        "--report",
+        "--steps",
+        "--no-misuse",
+        "--coverage",
+        "--database",
+    ):
         assert option in result.stdout
 
 
@@ -78,15 +89,18 @@ def test_list_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> No
 
 
 # ------------------------------------------------------------- usage errors
-@pytest.mark.parametrize(("target", "fragment"), [
-    # targets that do not resolve
-    ("no_such_family", "unknown family 'no_such_family'"),
-    ("req_to_token=no.such.module:Pool", "cannot import 'no.such.module'"),
-    ("req_to_token=tests.fuzz_planted:Nope", "has no attribute 'Nope'"),
-    # classes of another family: a usage error, not a finding
-    ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
-    ("token_kv=pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
-])
+@pytest.mark.parametrize(
+    ("target", "fragment"),
+    [
+        # targets that do not resolve
+        ("no_such_family", "unknown family 'no_such_family'"),
+        ("req_to_token=no.such.module:Pool", "cannot import 'no.such.module'"),
+        ("req_to_token=tests.fuzz_planted:Nope", "has no attribute 'Nope'"),
+        # classes of another family: a usage error, not a finding
+        ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
+        ("token_kv=pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
+    ],
+)
 def test_a_target_that_does_not_resolve_or_is_of_another_family_is_a_one_line_usage_error(
     capsys: pytest.CaptureFixture[str], target: str, fragment: str
 ) -> None:
@@ -100,19 +114,26 @@ def existing_file(tmp_path: Path) -> Path:
     return notes
 
 
-@pytest.mark.parametrize(("flag", "value", "fragment"), [
-    ("--corpus", "{notes}", "exists and is not a folder"),
-    ("--corpus", "{notes}/found", "cannot write there"),
-    ("--report", "{tmp}", "is a folder, not a file"),
-    ("--report", "{notes}/report.json", "its folder"),
-    ("--dashboard", "{tmp}", "is a folder, not a file"),
-    ("--database", "{notes}", "exists and is not a folder"),
-    ("--database", "bogus://x", "unknown scheme 'bogus://'"),
-    ("--database", "{tmp}/db,readonly:ftp://fleet", "unknown scheme 'ftp://'"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--corpus", "{notes}", "exists and is not a folder"),
+        ("--corpus", "{notes}/found", "cannot write there"),
+        ("--report", "{tmp}", "is a folder, not a file"),
+        ("--report", "{notes}/report.json", "its folder"),
+        ("--dashboard", "{tmp}", "is a folder, not a file"),
+        ("--database", "{notes}", "exists and is not a folder"),
+        ("--database", "bogus://x", "unknown scheme 'bogus://'"),
+        ("--database", "{tmp}/db,readonly:ftp://fleet", "unknown scheme 'ftp://'"),
+    ],
+)
 def test_an_output_that_cannot_be_written_is_refused_before_any_worker_starts(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    flag: str, value: str, fragment: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    flag: str,
+    value: str,
+    fragment: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = value.format(notes=existing_file(tmp_path), tmp=tmp_path)
@@ -138,10 +159,18 @@ def test_every_help_names_one_program_in_plain_words(capsys: pytest.CaptureFixtu
     assert "``" not in out and ":func:" not in out and ":class:" not in out and "python -m harness." not in out
 
 
-@pytest.mark.parametrize("argv", [
-    ["fuzz", "--workers", "zero"], ["fuzz", "--workers", "0"], ["fuzz", "--seconds", "-1"],
-    ["fuzz", "--seconds", "1", "--minutes", "1"], ["fuzz", "--device", "tpu"], ["no-such-command"], [],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fuzz", "--workers", "zero"],
+        ["fuzz", "--workers", "0"],
+        ["fuzz", "--seconds", "-1"],
+        ["fuzz", "--seconds", "1", "--minutes", "1"],
+        ["fuzz", "--device", "tpu"],
+        ["no-such-command"],
+        [],
+    ],
+)
 def test_malformed_arguments_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, _, err = run_cli(capsys, *argv)
     assert code == 2 and "usage:" in err
@@ -157,18 +186,14 @@ def test_cuda_without_a_device_is_a_usage_error(capsys: pytest.CaptureFixture[st
 def test_other_commands_get_the_remaining_arguments(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    (tmp_path / "fake_command.py").write_text(
-        "def main(argv):\n    print('fake got', argv)\n    return 3\n"
-    )
+    (tmp_path / "fake_command.py").write_text("def main(argv):\n    print('fake got', argv)\n    return 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(cli.DISPATCHED, "replay", ("fake_command", "a stand-in"))
     code, out, _ = run_cli(capsys, "replay", "corpus/x.json", "--verbose")
     assert (code, out) == (3, "fake got ['corpus/x.json', '--verbose']\n")
 
 
-def test_a_command_whose_module_is_missing_says_so_and_exits_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_command_whose_module_is_missing_says_so_and_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(cli.DISPATCHED, "bench", ("harness.no_such_module", "a stand-in"))
     code, _, err = run_cli(capsys, "bench", "--quick")
     assert_one_line_usage_error(code, err, "'bench' is not available", "harness.no_such_module is missing")

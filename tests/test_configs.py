@@ -48,33 +48,53 @@ def test_a_config_field_left_out_reads_as_the_default_pools_own_default(name: st
         assert field.default == pool_default, (name, field.name, field.default, pool_default)
 
 
-@pytest.mark.parametrize(("build", "field", "words"), [
-    (lambda: RowConfig(size="3", max_context_len=4),  # type: ignore[arg-type]
-     "config.size", "must be an integer"),
-    (lambda: RowConfig(size=True, max_context_len=4), "config.size", "must be an integer"),
-    (lambda: PagedKVConfig(size=8, page_size=2, need_sort="yes"),  # type: ignore[arg-type]
-     "config.need_sort", "must be true or false"),
-    (lambda: PagedKVConfig(size=8, page_size=2, check_layout=1),  # type: ignore[arg-type]
-     "config.check_layout", "true or false or null"),
-    (lambda: HybridRowConfig(size=2, max_context_len=4, mamba_size=2, conv_shape=(4, "x")),  # type: ignore[arg-type]
-     "config.conv_shape",
-     "a list of an integer"),
-    (lambda: RowConfig(size=-1, max_context_len=4), "config.size", "below the minimum 0"),
-    (lambda: SchedulerConfig(size=4, max_context_len=8, page_size=4, kv_pages=1 << 19), "config: kv_pages x page_size",
-     "exceeds the limit"),
-])
+@pytest.mark.parametrize(
+    ("build", "field", "words"),
+    [
+        (
+            lambda: RowConfig(size="3", max_context_len=4),  # type: ignore[arg-type]
+            "config.size",
+            "must be an integer",
+        ),
+        (lambda: RowConfig(size=True, max_context_len=4), "config.size", "must be an integer"),
+        (
+            lambda: PagedKVConfig(size=8, page_size=2, need_sort="yes"),  # type: ignore[arg-type]
+            "config.need_sort",
+            "must be true or false",
+        ),
+        (
+            lambda: PagedKVConfig(size=8, page_size=2, check_layout=1),  # type: ignore[arg-type]
+            "config.check_layout",
+            "true or false or null",
+        ),
+        (
+            lambda: HybridRowConfig(size=2, max_context_len=4, mamba_size=2, conv_shape=(4, "x")),  # type: ignore[arg-type]
+            "config.conv_shape",
+            "a list of an integer",
+        ),
+        (lambda: RowConfig(size=-1, max_context_len=4), "config.size", "below the minimum 0"),
+        (
+            lambda: SchedulerConfig(size=4, max_context_len=8, page_size=4, kv_pages=1 << 19),
+            "config: kv_pages x page_size",
+            "exceeds the limit",
+        ),
+    ],
+)
 def test_a_config_built_in_code_is_refused_naming_the_field(build: object, field: str, words: str) -> None:
     with pytest.raises(LimitError) as caught:
         build()  # type: ignore[operator]
     assert caught.value.field == field and words in str(caught.value)
 
 
-@pytest.mark.parametrize(("config", "field", "words"), [
-    ({"size": 4}, "config.max_context_len", "is missing"),
-    ({"size": 4, "max_context_len": 8, "max_contxt_len": 8}, "config.max_contxt_len", "is not a config field"),
-    ({"size": 4.0, "max_context_len": 8}, "config.size", "must be an integer"),
-    ({"size": 4, "max_context_len": 8, "device": 0}, "config.device", "must be a string"),
-])
+@pytest.mark.parametrize(
+    ("config", "field", "words"),
+    [
+        ({"size": 4}, "config.max_context_len", "is missing"),
+        ({"size": 4, "max_context_len": 8, "max_contxt_len": 8}, "config.max_contxt_len", "is not a config field"),
+        ({"size": 4.0, "max_context_len": 8}, "config.size", "must be an integer"),
+        ({"size": 4, "max_context_len": 8, "device": 0}, "config.device", "must be a string"),
+    ],
+)
 def test_a_config_read_from_json_is_refused_naming_the_field(config: dict[str, object], field: str, words: str) -> None:
     with pytest.raises(LimitError) as caught:
         RowConfig.from_mapping(config)
@@ -87,8 +107,7 @@ def test_a_config_passes_its_constructor_exactly_the_keys_it_was_built_with() ->
     assert drawn.kwargs() == {"size": 8, "page_size": 2, "kernel": "vectorized", "device": "cpu"}
     assert drawn.check_layout is None and drawn.need_sort is False  # read as the pool's defaults
     moved = drawn.on_device("cuda:0").replaced(check_layout=False)
-    assert moved.kwargs() == {"size": 8, "page_size": 2, "kernel": "vectorized", "device": "cuda:0",
-                              "check_layout": False}
+    assert moved.kwargs() == {"size": 8, "page_size": 2, "kernel": "vectorized", "device": "cuda:0", "check_layout": False}
     assert moved == PagedKVConfig(size=8, page_size=2, kernel="vectorized", device="cuda:0", check_layout=False)
     assert drawn.on_device("cpu") is drawn
 

@@ -56,9 +56,7 @@ def _cites(contract: Contract) -> list[Cite]:
 
 
 @pytest.mark.parametrize(("family_name", "spec"), TARGETS)
-def test_every_upstream_target_declares_a_contract_covering_every_operation_of_its_driver(
-    family_name: str, spec: str
-) -> None:
+def test_every_upstream_target_declares_a_contract_covering_every_operation_of_its_driver(family_name: str, spec: str) -> None:
     contract = contract_of(_factory(spec))
     assert contract is not None, f"{spec} declares no poolfuzz_contract"
     assert contract.target == spec
@@ -79,7 +77,7 @@ def test_every_citation_names_a_line_of_the_installed_release_that_holds_the_cal
         if found is None or f"{cite.package}=={found[1]}" != contract.release:
             continue
         lines = (found[0] / cite.path).read_text().splitlines()
-        window = "\n".join(lines[max(0, cite.line - 3): cite.line + 2])
+        window = "\n".join(lines[max(0, cite.line - 3) : cite.line + 2])
         assert cite.text in window, f"{cite}: not within two lines of line {cite.line}"
         checked += 1
     if not checked:
@@ -104,6 +102,7 @@ class _Recorder:
         def recorded(*args: Any, **kwargs: Any) -> Any:
             log.append(name)
             return value(*args, **kwargs)
+
         return recorded
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -166,8 +165,11 @@ def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the
     from harness.kits.kv.driver import TokenKVDriver as KVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
-    contract = Contract("test:OnlyAlloc", "none", (CallRule("alloc", ("alloc",), "n >= 1", (Cite("x.py", 1, "x"),),
-                                                             allows=lambda driver, args: args["need_size"] >= 1),))
+    contract = Contract(
+        "test:OnlyAlloc",
+        "none",
+        (CallRule("alloc", ("alloc",), "n >= 1", (Cite("x.py", 1, "x"),), allows=lambda driver, args: args["need_size"] >= 1),),
+    )
 
     class OnlyAlloc(TokenToKVPoolAllocator):
         poolfuzz_contract = contract
@@ -212,7 +214,8 @@ def test_every_committed_upstream_finding_makes_only_calls_its_target_accepts(pa
     contract = contract_of(_factory(trace.implementation))
     assert contract is not None
     replayed: Driver = resolve(family(trace.family).driver)(
-        _factory(trace.implementation), trace.config, implementation=trace.implementation, check_misuse=False)
+        _factory(trace.implementation), trace.config, implementation=trace.implementation, check_misuse=False
+    )
     for step in trace.steps:
         assert contract.allows(replayed, step["op"], step["args"]), f"step {step} is a call the class forbids"
         try:
@@ -253,9 +256,20 @@ def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() 
     from harness.kits.kv.driver import TokenKVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
-    contract = Contract("test:Noted", "none", (
-        CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),), today=lambda driver, args: args["need_size"] < 4,
-                 instead="callers take at most 3"),))
+    contract = Contract(
+        "test:Noted",
+        "none",
+        (
+            CallRule(
+                "alloc",
+                ("alloc",),
+                "",
+                (Cite("x.py", 1, "x"),),
+                today=lambda driver, args: args["need_size"] < 4,
+                instead="callers take at most 3",
+            ),
+        ),
+    )
 
     class Noted(TokenToKVPoolAllocator):
         poolfuzz_contract = contract
@@ -281,8 +295,7 @@ def test_a_corner_whose_step_the_contract_refuses_is_not_counted_as_reached() ->
     from strategies.table import CORNER_MIXED
 
     cite = (Cite("x.py", 1, "x"),)
-    contract = Contract("test:NoDecode", "none",
-                        tuple(CallRule(op, (), "", cite) for op in sorted(PagedKVDriver.operations - {"decode"})))
+    contract = Contract("test:NoDecode", "none", tuple(CallRule(op, (), "", cite) for op in sorted(PagedKVDriver.operations - {"decode"})))
 
     class NoDecode(PagedTokenToKVPoolAllocator):
         poolfuzz_check_misuse = False

@@ -59,18 +59,32 @@ def fuzz_settings() -> Settings:
     Hypothesis's own shrink phase is left out: it costs seconds here, and the
     runner's replay shrinker must reach a minimal trace without its help.
     """
-    return Settings(max_examples=40, stateful_step_count=8, derandomize=True, database=None, deadline=None,
-                    report_multiple_bugs=False, print_blob=False, suppress_health_check=list(HealthCheck),
-                    phases=[Phase.explicit, Phase.generate])
+    return Settings(
+        max_examples=40,
+        stateful_step_count=8,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
 
 
 Steps = list[tuple[str, dict[str, Any]]]
 
 
-def rows_trace(steps: Steps, *, expect: dict[str, Any] | None = None,
-               implementation: str = DEFAULT, size: int = 3, device: str = "cpu") -> Trace:
-    return Trace("req_to_token", implementation, {"size": size, "max_context_len": 4, "device": device},
-                 [{"op": op, "args": args} for op, args in steps], expect or {"outcome": "pass"})
+def rows_trace(
+    steps: Steps, *, expect: dict[str, Any] | None = None, implementation: str = DEFAULT, size: int = 3, device: str = "cpu"
+) -> Trace:
+    return Trace(
+        "req_to_token",
+        implementation,
+        {"size": size, "max_context_len": 4, "device": device},
+        [{"op": op, "args": args} for op, args in steps],
+        expect or {"outcome": "pass"},
+    )
 
 
 GENERATION_BUG: Steps = [("alloc", {"batch": [None]}), ("clear", {})]
@@ -90,6 +104,7 @@ def test_the_corpus_directory_exists() -> None:
 
 
 if COMMITTED:
+
     @pytest.mark.parametrize("path", COMMITTED, ids=[str(p.relative_to(CORPUS)) for p in COMMITTED])
     def test_committed_trace_replays_as_expected(path: Path) -> None:
         """On its implementation as expected; and, when it records a broken variant (an expected violation
@@ -159,14 +174,21 @@ def test_replay_reports_the_violated_invariant_and_the_step() -> None:
     trace = rows_trace([*GENERATION_BUG, ("alloc", {"batch": [None]})])
     result = replay_trace(trace, target=BROKEN)
     assert (result.outcome, result.invariant, result.step) == ("violation", "generation-monotonic", 3)
-    assert result.describe() == ("[generation-monotonic] at step 3 of 3: row 3 generation after binding "
-                                 "(expected=2, actual=1)")
+    assert result.describe() == ("[generation-monotonic] at step 3 of 3: row 3 generation after binding (expected=2, actual=1)")
 
 
 def test_the_step_number_counts_the_trace_as_replayed_skipped_steps_included() -> None:
     """A step the driver skips (a write to a request that holds no row) still counts: step N is the file's Nth."""
-    trace = rows_trace([("alloc", {"batch": [None]}), ("free", {"handle": 0}), ("write", {"handle": 0, "start": 0, "length": 1}),
-                        ("clear", {}), ("alloc", {"batch": [None]}), ("alloc", {"batch": []})])
+    trace = rows_trace(
+        [
+            ("alloc", {"batch": [None]}),
+            ("free", {"handle": 0}),
+            ("write", {"handle": 0, "start": 0, "length": 1}),
+            ("clear", {}),
+            ("alloc", {"batch": [None]}),
+            ("alloc", {"batch": []}),
+        ]
+    )
     result = replay_trace(trace, target=BROKEN)
     assert len(result.recorded) == 4  # the driver skipped the write
     assert (result.invariant, result.step, result.steps, result.total) == ("generation-monotonic", 5, 5, 6)
@@ -233,10 +255,13 @@ def test_a_cpu_trace_replays_on_cuda() -> None:
     assert result.device == "cuda" and matches_expectation(result, trace)
 
 
-@pytest.mark.parametrize(("target", "outcome", "invariant", "matches"), [
-    (None, "pass", None, True),  # our pool: expected to pass
-    (BROKEN, "violation", "generation-monotonic", True),  # the variant the expectation names
-])
+@pytest.mark.parametrize(
+    ("target", "outcome", "invariant", "matches"),
+    [
+        (None, "pass", None, True),  # our pool: expected to pass
+        (BROKEN, "violation", "generation-monotonic", True),  # the variant the expectation names
+    ],
+)
 def test_an_expectation_applies_to_the_implementation_it_names(
     target: str | None, outcome: str, invariant: str | None, matches: bool
 ) -> None:
@@ -246,8 +271,7 @@ def test_an_expectation_applies_to_the_implementation_it_names(
 
 
 def test_a_violation_expected_without_naming_an_implementation_applies_to_the_traces_own() -> None:
-    trace = rows_trace(GENERATION_BUG, implementation=BROKEN,
-                       expect={"outcome": "violation", "invariant": "generation-monotonic"})
+    trace = rows_trace(GENERATION_BUG, implementation=BROKEN, expect={"outcome": "violation", "invariant": "generation-monotonic"})
     assert matches_expectation(replay_trace(trace), trace)
     assert matches_expectation(replay_trace(trace, target=DEFAULT), trace)
 
@@ -259,8 +283,12 @@ def test_an_error_never_matches_an_expectation() -> None:
 
 
 # -------------------------------------------------------------- shrinking
-BEFORE: Steps = [("alloc", {"batch": [None, None]}), ("alloc_rows", {"need_size": 2}),
-          ("write", {"handle": 0, "start": 3, "length": 4}), ("free", {"handle": 1})]
+BEFORE: Steps = [
+    ("alloc", {"batch": [None, None]}),
+    ("alloc_rows", {"need_size": 2}),
+    ("write", {"handle": 0, "start": 3, "length": 4}),
+    ("free", {"handle": 1}),
+]
 AFTER: Steps = [("free_rows", {"rows": [3]}), ("alloc_rows", {"need_size": 0}), ("write", {"handle": 0, "start": 0, "length": 2})]
 NOISY = [*BEFORE, *GENERATION_BUG, *AFTER]
 
@@ -338,8 +366,7 @@ for i in range(150):
 def test_two_processes_saving_the_same_traces_leave_one_complete_file_each(tmp_path: Path) -> None:
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name, str(go)], env=env)
-               for name in ("a", "b")]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name, str(go)], env=env) for name in ("a", "b")]
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{n}").exists() for n in "ab") and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -388,7 +415,8 @@ def test_cli_passes_a_corpus_our_pools_pass(traces: Path, capsys: pytest.Capture
 def test_cli_reproduces_a_seeded_violation_on_the_broken_variant(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(traces / "rows" / "nested"), "--target", f"req_to_token={BROKEN}"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
-        f"OK   {traces}/rows/nested/seeded.json reproduced expected [generation-monotonic] at teardown [against {BROKEN}]")
+        f"OK   {traces}/rows/nested/seeded.json reproduced expected [generation-monotonic] at teardown [against {BROKEN}]"
+    )
 
 
 def test_cli_exits_1_when_a_trace_does_not_match(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -397,7 +425,8 @@ def test_cli_exits_1_when_a_trace_does_not_match(traces: Path, capsys: pytest.Ca
     capsys.readouterr()
     assert main([str(traces / "rows" / "edited.json")]) == 1
     assert capsys.readouterr().out.splitlines()[0] == (
-        f"FAIL {traces}/rows/edited.json expected pass, got error at step 2 of 2: free: KeyError: 4")
+        f"FAIL {traces}/rows/edited.json expected pass, got error at step 2 of 2: free: KeyError: 4"
+    )
 
 
 def test_cli_exits_1_when_an_expected_violation_is_gone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -417,9 +446,7 @@ def test_cli_skips_a_trace_whose_implementation_is_unavailable_here_with_skip_mi
     assert out.endswith("3 traces: 2 matched, 0 failed, 1 skipped, 0 missing, 0 invalid\n")
 
 
-def test_cli_exits_2_on_a_trace_whose_implementation_is_unavailable_here(
-    traces: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_exits_2_on_a_trace_whose_implementation_is_unavailable_here(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(traces, "rows/elsewhere.json", rows_trace(GENERATION_BUG, implementation="tests.nowhere:Pool"))
     assert main([str(traces)]) == 2
     out = capsys.readouterr().out
@@ -439,12 +466,15 @@ def test_cli_exits_2_on_an_unreadable_trace_naming_file_and_field(traces: Path, 
     assert "Traceback" not in out
 
 
-@pytest.mark.parametrize("argv", [
-    ["nowhere/"],
-    ["--target", "req_to_token=pools:NoSuchPool"],
-    ["--target", "rows=pools:ReqToTokenPool"],
-    ["--device", "tpu"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nowhere/"],
+        ["--target", "req_to_token=pools:NoSuchPool"],
+        ["--target", "rows=pools:ReqToTokenPool"],
+        ["--device", "tpu"],
+    ],
+)
 def test_cli_exits_2_on_usage_errors(traces: Path, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(traces), *argv] if argv[0].startswith("-") else argv) == 2
     assert "Traceback" not in capsys.readouterr().err
@@ -460,8 +490,14 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
-    done = subprocess.run([sys.executable, "-m", "harness.traces.replay_cli", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.traces.replay_cli", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"BAD  {tmp_path}/cut.json: field '(file)': ends early, the file looks truncated")
     assert "Traceback" not in done.stderr

@@ -40,18 +40,42 @@ from harness.fuzz.report import RunReport, SeriesPoint, TargetStats
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
 TARGETS = [
-    ("req_to_token", "pools:ReqToTokenPool", ["alloc needing no row", "alloc refused: pool short", "pool exactly full"],
-     120.0, 900.0),
-    ("mamba_slots", "pools:MambaSlotAllocator",
-     ["group opened with a reservation", "group reservation exhausted", "group end returned slots",
-      "alloc refused: pool short", "pool exactly full"], 400.0, 610.0),
-    ("paged_kv", "pools:PagedTokenToKVPoolAllocator",
-     ["alloc refused: pool short", "pool exactly full", "free group released pages", "alloc while pages are staged",
-      "double free rejected", "extend/decode refused: pool short", "extend/decode filled the pool exactly"],
-     700.0, 380.0),
-    ("scheduler", "harness.kits.scheduler.driver:build_scheduler_pools",
-     ["extend refused: KV short", "KV exactly full", "retract mid-page", "admission rolled back: KV short"],
-     1500.0, 150.0),
+    ("req_to_token", "pools:ReqToTokenPool", ["alloc needing no row", "alloc refused: pool short", "pool exactly full"], 120.0, 900.0),
+    (
+        "mamba_slots",
+        "pools:MambaSlotAllocator",
+        [
+            "group opened with a reservation",
+            "group reservation exhausted",
+            "group end returned slots",
+            "alloc refused: pool short",
+            "pool exactly full",
+        ],
+        400.0,
+        610.0,
+    ),
+    (
+        "paged_kv",
+        "pools:PagedTokenToKVPoolAllocator",
+        [
+            "alloc refused: pool short",
+            "pool exactly full",
+            "free group released pages",
+            "alloc while pages are staged",
+            "double free rejected",
+            "extend/decode refused: pool short",
+            "extend/decode filled the pool exactly",
+        ],
+        700.0,
+        380.0,
+    ),
+    (
+        "scheduler",
+        "harness.kits.scheduler.driver:build_scheduler_pools",
+        ["extend refused: KV short", "KV exactly full", "retract mid-page", "admission rolled back: KV short"],
+        1500.0,
+        150.0,
+    ),
 ]
 DURATION_S = 3600.0
 INTERVAL_S = 60.0
@@ -63,61 +87,124 @@ def _curve(t: float, top: float, tau: float) -> float:
     return top * (1.0 - math.exp(-t / tau))
 
 
-def _target(name: str, impl: str, labels: list[str], tau: float, speed: float, *, night: int,
-            fails_at: float | None, coverage: bool) -> dict[str, Any]:
+def _target(
+    name: str, impl: str, labels: list[str], tau: float, speed: float, *, night: int, fails_at: float | None, coverage: bool
+) -> dict[str, Any]:
     """One target's entry: cumulative samples that saturate, and stop growing once the target failed."""
     series: list[dict[str, Any]] = []
     for i in range(int(DURATION_S / INTERVAL_S) + 1):
         t = i * INTERVAL_S
         active = min(t, fails_at) if fails_at is not None else t
-        series.append({
-            "t": t, "steps": int(active * speed), "examples": int(active * speed / 200),
-            "events": round(_curve(active, len(labels) - (night < 2), tau)),
-            "coverage": round(40 + _curve(active, 35 + 3 * night, tau * 1.5), 1) if coverage else None,
-            "failures": int(fails_at is not None and t >= fails_at),
-        })
-    reached = labels[:series[-1]["events"]]
+        series.append(
+            {
+                "t": t,
+                "steps": int(active * speed),
+                "examples": int(active * speed / 200),
+                "events": round(_curve(active, len(labels) - (night < 2), tau)),
+                "coverage": round(40 + _curve(active, 35 + 3 * night, tau * 1.5), 1) if coverage else None,
+                "failures": int(fails_at is not None and t >= fails_at),
+            }
+        )
+    reached = labels[: series[-1]["events"]]
     failures: list[dict[str, Any]] = []
     if fails_at is not None:
-        failures.append({
-            "target": name, "family": name, "implementation": impl, "kind": "violation", "invariant": "conservation",
-            "trace": TRACE, "steps": 7, "shrunk": True, "round": 31, "seed": 2966120417, "worker": "w2",
-            "found_after_s": fails_at, "replay": f"python -m harness replay {TRACE}",
-            "message": "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)\n"
-                       "  step 1: alloc_extend(prefix_lens=[0], seq_lens=[9])\n  step 2: free_group_begin()",
-        })
+        failures.append(
+            {
+                "target": name,
+                "family": name,
+                "implementation": impl,
+                "kind": "violation",
+                "invariant": "conservation",
+                "trace": TRACE,
+                "steps": 7,
+                "shrunk": True,
+                "round": 31,
+                "seed": 2966120417,
+                "worker": "w2",
+                "found_after_s": fails_at,
+                "replay": f"python -m harness replay {TRACE}",
+                "message": "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)\n"
+                "  step 1: alloc_extend(prefix_lens=[0], seq_lens=[9])\n  step 2: free_group_begin()",
+            }
+        )
     last = series[-1]
     return {
-        "target": name, "family": name, "implementation": impl, "status": "failed" if failures else "ok",
-        "examples": last["examples"], "steps": last["steps"], "fuzz_seconds": DURATION_S,
-        "steps_per_second": round(speed * (1 + 0.05 * night), 1), "rounds": 1800,
-        "events": {label: 40 * (k + 1) for k, label in enumerate(reached)}, "failures": failures, "crashes": [],
-        "series": series, "coverage": last["coverage"],
+        "target": name,
+        "family": name,
+        "implementation": impl,
+        "status": "failed" if failures else "ok",
+        "examples": last["examples"],
+        "steps": last["steps"],
+        "fuzz_seconds": DURATION_S,
+        "steps_per_second": round(speed * (1 + 0.05 * night), 1),
+        "rounds": 1800,
+        "events": {label: 40 * (k + 1) for k, label in enumerate(reached)},
+        "failures": failures,
+        "crashes": [],
+        "series": series,
+        "coverage": last["coverage"],
     }
 
 
-def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True,
-                 schema: int = 2) -> dict[str, Any]:
+def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True, schema: int = 2) -> dict[str, Any]:
     """Night ``night`` (0, 1, 2: January 1st to 3rd, 2026) as ``python -m harness fuzz`` writes it."""
-    targets = [_target(*spec, night=night, fails_at=FAILURE_AT_S if spec[0] in failing else None, coverage=coverage)
-               for spec in TARGETS]
+    targets = [_target(*spec, night=night, fails_at=FAILURE_AT_S if spec[0] in failing else None, coverage=coverage) for spec in TARGETS]
     failures = [f for t in targets for f in t["failures"]]
     report: dict[str, Any] = {
-        "schema": schema, "tool": TOOL, "started": f"2026-01-0{night + 1}T22:00:03+00:00",
-        "finished": f"2026-01-0{night + 1}T23:00:09+00:00", "duration_s": DURATION_S, "startup_s": 4.2,
-        "interrupted": False, "ended_because": "time is up", "exit_status": 1 if failures else 0,
-        "run": {"seed": 20260101 + night, "budget_s": DURATION_S, "workers": 16, "device": "cpu",
-                "steps_per_example": 200, "misuse": True, "database": ".hypothesis/poolfuzz",
-                "corpus": "corpus/found", "grace_s": 60.0, "coverage": coverage, "cwd": "/srv/poolfuzz", "logs": None},
-        "machine": {"hostname": "fuzzbox-1", "platform": "Linux-6.8-x86_64", "machine": "x86_64", "cpu_count": 16,
-                    "python_executable": "/srv/poolfuzz/.venv/bin/python", "accelerators": []},
-        "versions": {"python": "3.11.9", "poolfuzz": "0.1.0", "hypothesis": "6.130.0", "torch": "2.13.0",
-                     "triton": None, "coverage": "7.6.0", "redis": None},
-        "totals": {"examples": sum(t["examples"] for t in targets), "steps": sum(t["steps"] for t in targets),
-                   "steps_per_second": 2100.0, "failures": len(failures), "crashes": 0},
-        "series_interval_s": INTERVAL_S, "targets": targets, "failures": failures, "crashes": [],
+        "schema": schema,
+        "tool": TOOL,
+        "started": f"2026-01-0{night + 1}T22:00:03+00:00",
+        "finished": f"2026-01-0{night + 1}T23:00:09+00:00",
+        "duration_s": DURATION_S,
+        "startup_s": 4.2,
+        "interrupted": False,
+        "ended_because": "time is up",
+        "exit_status": 1 if failures else 0,
+        "run": {
+            "seed": 20260101 + night,
+            "budget_s": DURATION_S,
+            "workers": 16,
+            "device": "cpu",
+            "steps_per_example": 200,
+            "misuse": True,
+            "database": ".hypothesis/poolfuzz",
+            "corpus": "corpus/found",
+            "grace_s": 60.0,
+            "coverage": coverage,
+            "cwd": "/srv/poolfuzz",
+            "logs": None,
+        },
+        "machine": {
+            "hostname": "fuzzbox-1",
+            "platform": "Linux-6.8-x86_64",
+            "machine": "x86_64",
+            "cpu_count": 16,
+            "python_executable": "/srv/poolfuzz/.venv/bin/python",
+            "accelerators": [],
+        },
+        "versions": {
+            "python": "3.11.9",
+            "poolfuzz": "0.1.0",
+            "hypothesis": "6.130.0",
+            "torch": "2.13.0",
+            "triton": None,
+            "coverage": "7.6.0",
+            "redis": None,
+        },
+        "totals": {
+            "examples": sum(t["examples"] for t in targets),
+            "steps": sum(t["steps"] for t in targets),
+            "steps_per_second": 2100.0,
+            "failures": len(failures),
+            "crashes": 0,
+        },
+        "series_interval_s": INTERVAL_S,
+        "targets": targets,
+        "failures": failures,
+        "crashes": [],
         "workers": [{"worker": f"w{i}", "pid": 1000 + i, "exit_code": 0, "rounds": 112} for i in range(16)],
-        "skipped": [], "coverage": {"branch": True, "percent": 71.3, "files": {}} if coverage else None,
+        "skipped": [],
+        "coverage": {"branch": True, "percent": 71.3, "files": {}} if coverage else None,
     }
     return schema_1(report) if schema == 1 else report
 
@@ -198,16 +285,20 @@ def test_a_folder_passes_over_json_that_is_not_a_report_but_a_named_file_must_be
     assert caught.value.source == trace
 
 
-@pytest.mark.parametrize(("edit", "field", "problem"), [
-    (lambda r: r.update(schema=4), "schema", "schema 4 is not one this dashboard reads"),
-    (lambda r: r.pop("series_interval_s"), "series_interval_s", "missing"),
-    (lambda r: r["targets"][1]["series"][2].update(t="soon"), "targets[1].series[2].t", "expected a number"),
-    (lambda r: r["targets"][0].update(steps=True), "targets[0].steps", "expected an integer, got a boolean"),
-    (lambda r: r["targets"][2]["failures"].append({"kind": "violation"}), "targets[2].failures[0].message", "missing"),
-    (lambda r: r.update(started="last night"), "started", "not an ISO 8601 time"),
-])
+@pytest.mark.parametrize(
+    ("edit", "field", "problem"),
+    [
+        (lambda r: r.update(schema=4), "schema", "schema 4 is not one this dashboard reads"),
+        (lambda r: r.pop("series_interval_s"), "series_interval_s", "missing"),
+        (lambda r: r["targets"][1]["series"][2].update(t="soon"), "targets[1].series[2].t", "expected a number"),
+        (lambda r: r["targets"][0].update(steps=True), "targets[0].steps", "expected an integer, got a boolean"),
+        (lambda r: r["targets"][2]["failures"].append({"kind": "violation"}), "targets[2].failures[0].message", "missing"),
+        (lambda r: r.update(started="last night"), "started", "not an ISO 8601 time"),
+    ],
+)
 def test_a_bad_field_is_one_error_naming_the_file_and_the_field(
-        tmp_path: Path, edit: Callable[[dict[str, Any]], Any], field: str, problem: str) -> None:
+    tmp_path: Path, edit: Callable[[dict[str, Any]], Any], field: str, problem: str
+) -> None:
     report = night_report(0)
     edit(report)
     path = write(tmp_path, "bad.json", report)
@@ -249,18 +340,32 @@ def test_a_failure_without_replay_gets_one_built_from_its_trace() -> None:
 Samples = list[tuple[float, int, int, float | None]]  # (t, steps, distinct events, coverage)
 
 
-@pytest.mark.parametrize(("samples", "quiet"), [
-    pytest.param([(0, 0, 0, None), (60, 100, 2, None), (120, 200, 3, None), (180, 300, 3, None), (240, 400, 3, None)],
-                 120, id="from-the-last-new-event-label-to-the-end"),
-    pytest.param([(0, 0, 0, 10.0), (60, 100, 2, 20.0), (120, 200, 2, 20.0), (180, 300, 2, 20.5), (240, 400, 2, 20.5)],
-                 60, id="new-coverage-is-new-behaviour-too"),
-    pytest.param([(0, 0, 0, None), (60, 100, 2, None), (120, 150, 2, None), (180, 150, 2, None), (240, 150, 2, None)],
-                 60, id="a-retired-target-is-quiet-only-until-its-steps-stop"),
-])
+@pytest.mark.parametrize(
+    ("samples", "quiet"),
+    [
+        pytest.param(
+            [(0, 0, 0, None), (60, 100, 2, None), (120, 200, 3, None), (180, 300, 3, None), (240, 400, 3, None)],
+            120,
+            id="from-the-last-new-event-label-to-the-end",
+        ),
+        pytest.param(
+            [(0, 0, 0, 10.0), (60, 100, 2, 20.0), (120, 200, 2, 20.0), (180, 300, 2, 20.5), (240, 400, 2, 20.5)],
+            60,
+            id="new-coverage-is-new-behaviour-too",
+        ),
+        pytest.param(
+            [(0, 0, 0, None), (60, 100, 2, None), (120, 150, 2, None), (180, 150, 2, None), (240, 150, 2, None)],
+            60,
+            id="a-retired-target-is-quiet-only-until-its-steps-stop",
+        ),
+    ],
+)
 def test_quiet_time_is_fuzzing_time_since_the_last_new_behaviour(samples: Samples, quiet: float) -> None:
     report = night_report(0)
-    report["targets"][0]["series"] = [{"t": t, "steps": steps, "examples": steps // 200, "events": events,
-                                       "coverage": coverage, "failures": 0} for t, steps, events, coverage in samples]
+    report["targets"][0]["series"] = [
+        {"t": t, "steps": steps, "examples": steps // 200, "events": events, "coverage": coverage, "failures": 0}
+        for t, steps, events, coverage in samples
+    ]
     assert parsed(report).targets[0].quiet_seconds() == quiet
 
 
@@ -284,31 +389,43 @@ def test_a_night_is_a_utc_start_date_so_every_box_of_the_last_night_is_kept(tmp_
     assert len(load_runs([tmp_path], nights=2)) == 4
 
 
-def test_by_night_two_boxes_on_one_night_are_one_night_and_the_page_says_how_nights_are_counted(
-        tmp_path: Path) -> None:
-    html = dashboard_of(tmp_path, on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
-                        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:01:15+00:00"), by_night=True)
+def test_by_night_two_boxes_on_one_night_are_one_night_and_the_page_says_how_nights_are_counted(tmp_path: Path) -> None:
+    html = dashboard_of(
+        tmp_path,
+        on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:01:15+00:00"),
+        by_night=True,
+    )
     assert '<div class="value">1</div><div class="label">night loaded (UTC start date)</div>' in html
     assert "Only one night loaded (one UTC start date" in html and 'id="trend-plot"' not in html
     assert "a night is the UTC date a report started on: every report started that date, from any box" in html
 
 
 def test_by_night_the_trend_has_one_category_per_utc_date(tmp_path: Path) -> None:
-    html = dashboard_of(tmp_path, night_report(0), night_report(1),
-                        on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
-                        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:59+00:00"), by_night=True)
+    html = dashboard_of(
+        tmp_path,
+        night_report(0),
+        night_report(1),
+        on_box(night_report(2), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:59+00:00"),
+        by_night=True,
+    )
     assert '"categoryarray":["2026-01-01","2026-01-02","2026-01-03"]' in html
     assert "A night is the UTC date a report started on" in html
 
 
 def test_by_night_a_target_fuzzed_by_several_boxes_in_one_night_is_one_combined_trend_point() -> None:
     first, second = night_report(2, failing=("paged_kv",)), night_report(2, failing=("paged_kv",))
-    first["targets"][2].update(events={"pool exactly full": 3, "double free rejected": 1}, coverage=61.5,
-                               steps=1000, steps_per_second=100.0)
-    second["targets"][2].update(events={"pool exactly full": 9, "alloc refused: pool short": 2}, coverage=64.0,
-                                steps=3000, steps_per_second=300.0)
-    runs = [parse_report(on_box(first, "fuzzbox-1", "2026-01-03T22:00:03+00:00"), Path("a.json")),
-            parse_report(on_box(second, "fuzzbox-2", "2026-01-03T22:00:30+00:00"), Path("b.json"))]
+    first["targets"][2].update(
+        events={"pool exactly full": 3, "double free rejected": 1}, coverage=61.5, steps=1000, steps_per_second=100.0
+    )
+    second["targets"][2].update(
+        events={"pool exactly full": 9, "alloc refused: pool short": 2}, coverage=64.0, steps=3000, steps_per_second=300.0
+    )
+    runs = [
+        parse_report(on_box(first, "fuzzbox-1", "2026-01-03T22:00:03+00:00"), Path("a.json")),
+        parse_report(on_box(second, "fuzzbox-2", "2026-01-03T22:00:30+00:00"), Path("b.json")),
+    ]
     [point] = target_groups(runs, "paged_kv", Grouping(by_night=True))
     assert point.group == "2026-01-03" and len(point.runs) == 2
     assert (point.events, point.coverage, point.failures) == (3, 64.0, 2)
@@ -333,7 +450,7 @@ def test_two_runs_on_one_date_are_two_runs_not_one_night_with_doubled_rows_and_s
     morning, evening = two_runs_on_one_date()
     html = dashboard_of(tmp_path, morning, evening)
     assert '<div class="value">2</div><div class="label">runs loaded</div>' in html
-    table = html[html.index('<table class="targets"'):html.index("</table>")]
+    table = html[html.index('<table class="targets"') : html.index("</table>")]
     assert table.count('<tr><td class="key">') == 4  # the latest run's targets, once each
     steps = big_number(sum(t["steps"] for t in evening["targets"]))
     assert f'<div class="value">{steps}</div><div class="label">steps fuzzed</div>' in html
@@ -342,7 +459,7 @@ def test_two_runs_on_one_date_are_two_runs_not_one_night_with_doubled_rows_and_s
     assert "run 2026-01-03 21:30" in html and "run 2026-01-03 09:00" in html  # the footer tells them apart
     merged = dashboard_of(tmp_path, morning, evening, by_night=True)
     assert '<div class="value">1</div><div class="label">night loaded (UTC start date)</div>' in merged
-    merged_table = merged[merged.index('<table class="targets"'):merged.index("</table>")]
+    merged_table = merged[merged.index('<table class="targets"') : merged.index("</table>")]
     assert merged_table.count('<tr><td class="key">') == 8
 
 
@@ -352,12 +469,19 @@ def test_a_run_is_its_start_box_and_seed_and_labels_add_only_what_tells_runs_apa
         report["run"]["seed"] = seed
         return parsed(report)
 
-    runs = [at("fuzzbox-1", "2026-01-03T22:00:03+00:00", 1), at("fuzzbox-1", "2026-01-03T22:00:41+00:00", 2),
-            at("fuzzbox-1", "2026-01-03T22:00:41+00:00", 3), at("fuzzbox-2", "2026-01-03T22:10:00+00:00", 4)]
+    runs = [
+        at("fuzzbox-1", "2026-01-03T22:00:03+00:00", 1),
+        at("fuzzbox-1", "2026-01-03T22:00:41+00:00", 2),
+        at("fuzzbox-1", "2026-01-03T22:00:41+00:00", 3),
+        at("fuzzbox-2", "2026-01-03T22:10:00+00:00", 4),
+    ]
     assert runs[0].run_id == "2026-01-03T22:00:03Z fuzzbox-1 seed 1"
     assert list(Grouping().labels(runs).values()) == [
-        "2026-01-03 22:00:03 fuzzbox-1", "2026-01-03 22:00:41 fuzzbox-1 seed 2", "2026-01-03 22:00:41 fuzzbox-1 seed 3",
-        "2026-01-03 22:10 fuzzbox-2"]
+        "2026-01-03 22:00:03 fuzzbox-1",
+        "2026-01-03 22:00:41 fuzzbox-1 seed 2",
+        "2026-01-03 22:00:41 fuzzbox-1 seed 3",
+        "2026-01-03 22:10 fuzzbox-2",
+    ]
     assert list(Grouping().labels(runs[3:]).values()) == ["2026-01-03 22:10"]  # one box: no box in the label
     assert list(Grouping(by_night=True).labels(runs).values()) == ["2026-01-03"]
 
@@ -390,30 +514,34 @@ def dropping_samples(report: dict[str, Any]) -> dict[str, Any]:
     samples = [(0, 0, None), (60, 3, 40.0), (120, 5, 54.0), (180, 4, 51.5), (240, 5, 52.0), (300, 6, 55.0)]
     report["targets"][0]["series"] = [
         {"t": t, "steps": int(t * 900), "examples": int(t * 4.5), "events": events, "coverage": coverage, "failures": 0}
-        for t, events, coverage in samples]
+        for t, events, coverage in samples
+    ]
     return report
 
 
 def test_so_far_is_a_running_maximum_that_keeps_not_measured_until_measured() -> None:
-    raw = [SeriesPoint(0.0, 0, 0, 0, None, 0), SeriesPoint(1.0, 5, 1, 2, 54.0, 0), SeriesPoint(2.0, 9, 2, 1, 51.5, 0),
-           SeriesPoint(3.0, 12, 3, 3, None, 1)]
-    assert [(s.events, s.coverage, s.failures) for s in so_far(raw)] == [(0, None, 0), (2, 54.0, 0), (2, 54.0, 0),
-                                                                        (3, 54.0, 1)]
+    raw = [
+        SeriesPoint(0.0, 0, 0, 0, None, 0),
+        SeriesPoint(1.0, 5, 1, 2, 54.0, 0),
+        SeriesPoint(2.0, 9, 2, 1, 51.5, 0),
+        SeriesPoint(3.0, 12, 3, 3, None, 1),
+    ]
+    assert [(s.events, s.coverage, s.failures) for s in so_far(raw)] == [(0, None, 0), (2, 54.0, 0), (2, 54.0, 0), (3, 54.0, 1)]
 
 
 def test_the_reached_so_far_curves_never_fall_even_where_the_samples_do(tmp_path: Path) -> None:
     html = dashboard_of(tmp_path, dropping_samples(night_report(2)))
     data, layout = figure_of(html, "behaviour-plot")
-    events, coverage = (next(t for t in data if t["name"] == "req_to_token" and t["xaxis"] == axis and
-                             t["mode"] == "lines") for axis in ("x", "x2"))
+    events, coverage = (
+        next(t for t in data if t["name"] == "req_to_token" and t["xaxis"] == axis and t["mode"] == "lines") for axis in ("x", "x2")
+    )
     assert events["y"] == [0, 3, 5, 5, 5, 6]
     assert coverage["y"] == [None, 40.0, 54.0, 54.0, 54.0, 55.0]
     assert "measured 51.5%" in coverage["customdata"][3] and coverage["customdata"][2] == ""
     for trace in data:  # every curve of the plot
         ys = [y for y in trace["y"] if y is not None]
         assert ys == sorted(ys), trace["name"]
-    assert [a["text"] for a in layout["annotations"]] == ["Distinct event labels reached so far",
-                                                          "Branch coverage of pools/, best so far"]
+    assert [a["text"] for a in layout["annotations"]] == ["Distinct event labels reached so far", "Branch coverage of pools/, best so far"]
 
 
 # ------------------------------------------------------------------- page
@@ -440,7 +568,7 @@ def figure_of(page: str, div_id: str) -> tuple[list[dict[str, Any]], dict[str, A
     assert found is not None, div_id
     decoder = json.JSONDecoder()
     data, end = decoder.raw_decode(page, found.end())
-    after_comma = page[page.index(",", end) + 1:]
+    after_comma = page[page.index(",", end) + 1 :]
     layout, _ = decoder.raw_decode(page, len(page) - len(after_comma.lstrip()))
     return data, layout
 
@@ -452,8 +580,7 @@ def test_every_trace_the_pages_draw_is_in_the_basic_bundle(page: str) -> None:
     assert bundle_for({"scatter", "heatmap"}).kind == "full"  # a figure the basic bundle cannot draw
 
 
-def test_without_a_usable_basic_bundle_the_page_inlines_the_full_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_usable_basic_bundle_the_page_inlines_the_full_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.dashboard import bundle
 
     try:
@@ -468,8 +595,7 @@ def test_without_a_usable_basic_bundle_the_page_inlines_the_full_one(
         bundle.basic_bundle.cache_clear()  # the next test reads the real one again
 
 
-def test_a_shared_bundle_is_one_file_beside_the_pages_and_each_page_references_it(three_nights: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_a_shared_bundle_is_one_file_beside_the_pages_and_each_page_references_it(three_nights: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     first = build_dashboard([three_nights], site / "index.html", bundle="shared")
     basic = basic_bundle()
@@ -511,25 +637,43 @@ def test_a_failure_shows_when_its_first_failing_step_came_and_when_its_shrunk_re
 
 
 @pytest.mark.parametrize("state", ["done", "running", "partial"])
-def test_a_schema_3_failure_shows_its_unshrunk_trace_time_to_first_failing_step_and_its_shrink(
-    tmp_path: Path, state: str
-) -> None:
+def test_a_schema_3_failure_shows_its_unshrunk_trace_time_to_first_failing_step_and_its_shrink(tmp_path: Path, state: str) -> None:
     report = night_report(2, failing=("paged_kv",), schema=3)
     unshrunk = "corpus/found/unshrunk/paged_kv/paged_kv-0123456789abcdef.json"
-    found_at = {"after_s": 12.5, "since_start_s": 15.0, "invariant": "conservation", "message": "[conservation] ...",
-                "trace": unshrunk, "steps": 91, "worker": "w2", "replay": f"python -m harness replay {unshrunk}"}
-    shrink = {"state": state, "after_s": None if state == "running" else 70.5,
-              "seconds": None if state == "running" else 58.0,
-              "note": "cut off (the run was interrupted): the smallest failing trace seen was saved" if state == "partial" else None}
+    found_at = {
+        "after_s": 12.5,
+        "since_start_s": 15.0,
+        "invariant": "conservation",
+        "message": "[conservation] ...",
+        "trace": unshrunk,
+        "steps": 91,
+        "worker": "w2",
+        "replay": f"python -m harness replay {unshrunk}",
+    }
+    shrink = {
+        "state": state,
+        "after_s": None if state == "running" else 70.5,
+        "seconds": None if state == "running" else 58.0,
+        "note": "cut off (the run was interrupted): the smallest failing trace seen was saved" if state == "partial" else None,
+    }
     for record in (*report["failures"], *(f for t in report["targets"] for f in t["failures"])):
-        record.update(first_seen_after_s=12.5, unshrunk_steps=91, found_at=found_at, shrink=shrink,
-                      shrunk=state == "done", found_after_s=None if state == "running" else 70.5)
+        record.update(
+            first_seen_after_s=12.5,
+            unshrunk_steps=91,
+            found_at=found_at,
+            shrink=shrink,
+            shrunk=state == "done",
+            found_after_s=None if state == "running" else 70.5,
+        )
         if state == "running":
             record.update(trace=unshrunk, steps=91)
     html = without_plotly_js(dashboard_of(tmp_path, report))
     assert f"after 12 s of fuzzing: unshrunk trace <code>{unshrunk}</code> (91 steps)" in html
-    shown = {"done": "after 70 s of fuzzing (shrinking took 58 s)", "running": "not yet: still shrinking",
-             "partial": "none, the shrink is partial after 58 s: cut off (the run was interrupted)"}[state]
+    shown = {
+        "done": "after 70 s of fuzzing (shrinking took 58 s)",
+        "running": "not yet: still shrinking",
+        "partial": "none, the shrink is partial after 58 s: cut off (the run was interrupted)",
+    }[state]
     assert shown in html
 
 
@@ -544,17 +688,18 @@ def test_a_run_without_failures_says_so(tmp_path: Path) -> None:
 def fleet_reports() -> list[dict[str, Any]]:
     """Night 2 on two boxes: fuzzbox-1 found the paged_kv violation, fuzzbox-2 (whose report is read last) did not;
     night 1 on fuzzbox-1 only, where the scheduler also failed."""
-    return [on_box(night_report(1, failing=("scheduler",)), "fuzzbox-1", "2026-01-02T22:00:03+00:00"),
-            on_box(night_report(2, failing=("paged_kv",)), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
-            on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:41+00:00")]
+    return [
+        on_box(night_report(1, failing=("scheduler",)), "fuzzbox-1", "2026-01-02T22:00:03+00:00"),
+        on_box(night_report(2, failing=("paged_kv",)), "fuzzbox-1", "2026-01-03T22:00:03+00:00"),
+        on_box(night_report(2), "fuzzbox-2", "2026-01-03T22:00:41+00:00"),
+    ]
 
 
 def fleet_night(tmp_path: Path) -> str:
     return dashboard_of(tmp_path, *fleet_reports(), by_night=True)
 
 
-def test_by_night_every_boxs_failure_is_shown_even_when_another_box_reported_the_target_later(
-        tmp_path: Path) -> None:
+def test_by_night_every_boxs_failure_is_shown_even_when_another_box_reported_the_target_later(tmp_path: Path) -> None:
     html = without_plotly_js(fleet_night(tmp_path))
     assert html.count('class="failure"') == 1 and "on fuzzbox-1, in the run started 2026-01-03 22:00 UTC" in html
     assert '<div class="value">1</div><div class="label">target failing</div>' in html
@@ -571,8 +716,8 @@ def test_by_night_every_box_of_the_latest_night_has_its_row_run_line_and_curve(t
     assert order == [key for key in ("paged_kv", "req_to_token", "mamba_slots", "scheduler") for _ in range(2)]
     assert "host fuzzbox-1" in html and "host fuzzbox-2" in html
     assert all(f'"name":{json.dumps(f"paged_kv · {box}")}' in html for box in ("fuzzbox-1", "fuzzbox-2"))
-    table = html[html.index('<table class="targets"'):]
-    table = table[:table.index("</table>")]
+    table = html[html.index('<table class="targets"') :]
+    table = table[: table.index("</table>")]
     assert table.count('<tr><td class="key">') == 8  # four targets on each box of the latest night
     assert "2026-01-02" not in table  # the older night is in the trend, not in the table
 
@@ -584,7 +729,8 @@ def test_by_night_a_target_the_latest_night_did_not_fuzz_keeps_the_rows_of_its_o
         report["targets"] = [t for t in report["targets"] if t["target"] != "req_to_token"]
     rows = latest_rows([parsed(older), parsed(sharded[0]), parsed(sharded[1])], Grouping(by_night=True))
     assert [(run.box, t.key) for run, t in rows] == [("fuzzbox-1", "req_to_token")] + [
-        (box, key) for key in ("mamba_slots", "paged_kv", "scheduler") for box in ("a", "b")]
+        (box, key) for key in ("mamba_slots", "paged_kv", "scheduler") for box in ("a", "b")
+    ]
 
 
 def test_several_runs_draw_a_trend_and_a_single_run_says_how_to_get_one(page: str, tmp_path: Path) -> None:
@@ -626,8 +772,7 @@ def never_ran(report: dict[str, Any], index: int) -> dict[str, Any]:
     """Target ``index`` as a runner before the fix wrote one that got no round: ``ok``, 0 steps, 0.0% coverage."""
     entry = report["targets"][index]
     entry.update(examples=0, steps=0, steps_per_second=0.0, events={}, coverage=0.0)
-    entry["series"] = [{**sample, "steps": 0, "examples": 0, "events": 0, "coverage": 0.0}
-                       for sample in entry["series"]]
+    entry["series"] = [{**sample, "steps": 0, "examples": 0, "events": 0, "coverage": 0.0} for sample in entry["series"]]
     return report
 
 
@@ -667,16 +812,14 @@ def dashboard_cli(*argv: str) -> int:
     return run(parser.parse_args(list(argv)))
 
 
-def test_the_command_writes_the_page_and_names_it(three_nights: Path, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_writes_the_page_and_names_it(three_nights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "site" / "index.html"
     assert dashboard_cli(str(three_nights), "-o", str(output), "--nights", "1") == 0
     assert capsys.readouterr().out == f"dashboard: {output}\n"
     assert 'id="trend-plot"' not in output.read_text()
 
 
-def test_a_bad_report_is_one_error_line_and_exit_status_2(three_nights: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_report_is_one_error_line_and_exit_status_2(three_nights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = write(three_nights, "nightly-2026-01-04.json", {**night_report(2), "schema": 9})
     output = tmp_path / "d.html"
     assert dashboard_cli(str(three_nights), "-o", str(output)) == 2
@@ -691,8 +834,7 @@ def test_nights_must_be_a_positive_count(three_nights: Path) -> None:
     assert caught.value.code == 2
 
 
-def test_by_night_runs_and_bundle_reach_the_page_from_the_command_line(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_by_night_runs_and_bundle_reach_the_page_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for i, report in enumerate(two_runs_on_one_date()):
         write(tmp_path / "in", f"r{i}.json", report)
     site = tmp_path / "site"
@@ -711,8 +853,7 @@ def test_by_night_runs_and_bundle_reach_the_page_from_the_command_line(tmp_path:
 def live_report(seconds: int, *, finished: str = "2026-01-03T22:10:00+00:00") -> dict[str, Any]:
     """What the coordinator hands :class:`LiveDashboard`: ``RunReport.to_json()`` of two targets ``seconds`` in."""
     targets = []
-    for key, impl, speed in (("req_to_token", "pools:ReqToTokenPool", 900), ("mamba_slots", "pools:MambaSlotAllocator",
-                                                                                  600)):
+    for key, impl, speed in (("req_to_token", "pools:ReqToTokenPool", 900), ("mamba_slots", "pools:MambaSlotAllocator", 600)):
         stats = TargetStats(key=key, family=key, implementation=impl)
         for t in range(0, seconds + 1, 5):
             stats.steps, stats.examples, stats.seconds = t * speed, t * speed // 200, float(t)
@@ -720,11 +861,22 @@ def live_report(seconds: int, *, finished: str = "2026-01-03T22:10:00+00:00") ->
             stats.sample(float(t))
         targets.append(stats)
     return RunReport(
-        started="2026-01-03T22:00:03+00:00", finished=finished, duration_s=float(seconds), startup_s=1.5,
-        interrupted=False, ended_because="time is up", exit_status=0,
+        started="2026-01-03T22:00:03+00:00",
+        finished=finished,
+        duration_s=float(seconds),
+        startup_s=1.5,
+        interrupted=False,
+        ended_because="time is up",
+        exit_status=0,
         run={"seed": 7, "budget_s": 3600.0, "workers": 2, "device": "cpu", "database": None, "cwd": "/srv/poolfuzz"},
-        machine={"hostname": "fuzzbox-1"}, versions={"python": "3.11.9"}, series_interval_s=5.0,
-        targets=tuple(targets), crashes=(), workers=(), skipped=(), coverage=None,
+        machine={"hostname": "fuzzbox-1"},
+        versions={"python": "3.11.9"},
+        series_interval_s=5.0,
+        targets=tuple(targets),
+        crashes=(),
+        workers=(),
+        skipped=(),
+        coverage=None,
     ).to_json()
 
 
@@ -752,8 +904,7 @@ def test_a_live_page_reloads_itself_while_the_run_goes_on_and_the_final_page_doe
         live.update(final)
 
 
-def test_a_live_update_takes_well_under_a_second_and_reads_no_bundle_from_disk(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_live_update_takes_well_under_a_second_and_reads_no_bundle_from_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.dashboard import bundle
 
     live = LiveDashboard(tmp_path / "live.html")
@@ -788,13 +939,11 @@ def test_a_live_page_can_share_its_bundle_and_bad_settings_are_refused(tmp_path:
 
 # ---------------------------------------------------------------- browser
 def find_chromium() -> str | None:
-    return next((path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))),
-                None)
+    return next((path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None)
 
 
 CHROMIUM = find_chromium()
-needs_chromium = pytest.mark.skipif(CHROMIUM is None,
-                                    reason="headless Chromium is not installed (apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
 
 #: Injected into the ``<head>`` of a copy of each page.  It posts every load of the page to the wrapper, and once
 #: plotly has drawn: the page's width and scroll width, its script errors (``#script-errors``), whether a live
@@ -885,11 +1034,28 @@ def browse(folder: Path, frames: list[tuple[Path, int, int]], *, hold_ms: int = 
     wrapper = folder / "wrapper.html"
     wrapper.write_text(WRAPPER % {"frames": json.dumps(shown), "hold": hold_ms})
     done = subprocess.run(
-        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={folder / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1500,1000",
-         "--virtual-time-budget=70000", "--dump-dom", wrapper.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True)
+        [
+            CHROMIUM,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={folder / 'profile'}",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--window-size=1500,1000",
+            "--virtual-time-budget=70000",
+            "--dump-dom",
+            wrapper.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     found = re.search(r'<pre id="results">(.*?)</pre>', done.stdout, flags=re.DOTALL)
     assert found is not None and found.group(1), done.stdout[-2000:]
     results: dict[str, Any] = json.loads(html_module.unescape(found.group(1)))
@@ -900,7 +1066,7 @@ def overlaps(items: list[dict[str, Any]]) -> list[str]:
     """Every pair of drawn labels whose boxes intersect (tick labels among themselves are plotly's business)."""
     clashes = []
     for i, a in enumerate(items):
-        for b in items[i + 1:]:
+        for b in items[i + 1 :]:
             if a["kind"] == b["kind"] == "tick":
                 continue
             (al, at, ar, ab), (bl, bt, br, bb) = a["box"], b["box"]
@@ -912,14 +1078,18 @@ def overlaps(items: list[dict[str, Any]]) -> list[str]:
 def outside(plot: dict[str, Any]) -> list[str]:
     """Legends and titles drawn (partly) outside their figure, where they would be cut off."""
     left, top, right, bottom = plot["svg"]
-    return [f"{item['kind']} {item['text']!r}" for item in plot["items"] if item["kind"] != "tick" and (
-        item["box"][0] < left - 0.5 or item["box"][1] < top - 0.5 or item["box"][2] > right + 0.5
-        or item["box"][3] > bottom + 0.5)]
+    return [
+        f"{item['kind']} {item['text']!r}"
+        for item in plot["items"]
+        if item["kind"] != "tick"
+        and (item["box"][0] < left - 0.5 or item["box"][1] < top - 0.5 or item["box"][2] > right + 0.5 or item["box"][3] > bottom + 0.5)
+    ]
 
 
 @needs_chromium
 def test_pages_render_offline_with_every_plot_drawn_and_nothing_overlapping_at_1400_and_800_px(
-        built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The page by run (three runs) and a fleet by night (eight legend entries, the longest names), at both widths;
     and, to show the check has teeth, the legend where the page used to put it (y = -0.14 of the plot)."""
     from harness.dashboard import figures
@@ -942,29 +1112,31 @@ def test_pages_render_offline_with_every_plot_drawn_and_nothing_overlapping_at_1
             assert kinds["legend"] == 1 and kinds["axis title"] >= 2 and kinds["tick"] > 10, (where, plot_id, kinds)
             assert overlaps(plot["items"]) == [], (where, plot_id)
             assert outside(plot) == [], (where, plot_id)
-    assert any("legend" in clash and "fuzzing time" in clash
-               for clash in overlaps(layouts["4"]["plots"]["behaviour-plot"]["items"])), layouts["4"]
+    assert any("legend" in clash and "fuzzing time" in clash for clash in overlaps(layouts["4"]["plots"]["behaviour-plot"]["items"])), (
+        layouts["4"]
+    )
 
 
 @needs_chromium
-def test_in_a_browser_a_live_page_reloads_a_stale_or_final_one_does_not_and_a_shared_bundle_loads(
-        tmp_path: Path) -> None:
+def test_in_a_browser_a_live_page_reloads_a_stale_or_final_one_does_not_and_a_shared_bundle_loads(tmp_path: Path) -> None:
     """Live, stale and final pages sharing one bundle; a shared page without its bundle, and a broken script, are
     reported in the page's error box."""
     now = datetime.datetime.now(datetime.UTC)
     site = tmp_path / "site"
-    LiveDashboard(site / "live.html", refresh_s=0.3, bundle="shared").update(
-        live_report(20, finished=now.isoformat(timespec="seconds")))
+    LiveDashboard(site / "live.html", refresh_s=0.3, bundle="shared").update(live_report(20, finished=now.isoformat(timespec="seconds")))
     LiveDashboard(site / "stale.html", refresh_s=0.3, bundle="shared").update(
-        live_report(20, finished=(now - datetime.timedelta(hours=2)).isoformat(timespec="seconds")))
+        live_report(20, finished=(now - datetime.timedelta(hours=2)).isoformat(timespec="seconds"))
+    )
     LiveDashboard(site / "final.html", refresh_s=0.3, bundle="shared").finish(live_report(30))
     lone = tmp_path / "elsewhere" / "final.html"  # a shared page copied without its bundle
     lone.parent.mkdir()
     lone.write_text((site / "final.html").read_text())
-    broken = write(tmp_path, "broken.html", without_plotly_js((site / "final.html").read_text()).replace(
-        "</main>", "<script>notAFunction()</script></main>"))
-    frames = [(site / "live.html", 800, 3), (site / "stale.html", 800, 1), (site / "final.html", 800, 1),
-              (lone, 800, 1), (broken, 800, 1)]
+    broken = write(
+        tmp_path,
+        "broken.html",
+        without_plotly_js((site / "final.html").read_text()).replace("</main>", "<script>notAFunction()</script></main>"),
+    )
+    frames = [(site / "live.html", 800, 3), (site / "stale.html", 800, 1), (site / "final.html", 800, 1), (lone, 800, 1), (broken, 800, 1)]
     results = browse(tmp_path / "browser", frames, hold_ms=1500)
     loads, layouts = results["loads"], results["layouts"]
     assert loads["0"] >= 3 and not layouts["0"]["stale"]  # it reloaded itself, again and again

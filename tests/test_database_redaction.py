@@ -25,24 +25,37 @@ FLEET = f"readonly:redis://:{SECRET}@fleet-db:6379/0"
 FLEET_SHOWN = "readonly:redis://:***@fleet-db:6379/0"
 
 
-@pytest.mark.parametrize(("spec", "shown"), [
-    pytest.param(f"redis://:{SECRET}@fleet-db:6379/0", "redis://:***@fleet-db:6379/0", id="password-only"),
-    pytest.param(f"redis://fuzz:{SECRET}@fleet-db:6379/0", "redis://fuzz:***@fleet-db:6379/0", id="user-and-password"),
-    pytest.param(f"rediss://fuzz:{SECRET}@fleet-db/1", "rediss://fuzz:***@fleet-db/1", id="tls"),
-    pytest.param(f"unix://:{SECRET}@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0", id="unix-socket"),
-    pytest.param(f"redis://fleet-db:6379/0?password={SECRET}&socket_timeout=5",
-                 "redis://fleet-db:6379/0?password=***&socket_timeout=5", id="password-query-parameter"),
-    pytest.param("redis://:p%40ss@fleet-db:6379/0", "redis://:***@fleet-db:6379/0", id="percent-encoded-password"),
-    pytest.param(f"redis://:{SECRET}@[::1", "redis://***", id="unparseable-url-is-hidden-whole"),
-])
+@pytest.mark.parametrize(
+    ("spec", "shown"),
+    [
+        pytest.param(f"redis://:{SECRET}@fleet-db:6379/0", "redis://:***@fleet-db:6379/0", id="password-only"),
+        pytest.param(f"redis://fuzz:{SECRET}@fleet-db:6379/0", "redis://fuzz:***@fleet-db:6379/0", id="user-and-password"),
+        pytest.param(f"rediss://fuzz:{SECRET}@fleet-db/1", "rediss://fuzz:***@fleet-db/1", id="tls"),
+        pytest.param(f"unix://:{SECRET}@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0", id="unix-socket"),
+        pytest.param(
+            f"redis://fleet-db:6379/0?password={SECRET}&socket_timeout=5",
+            "redis://fleet-db:6379/0?password=***&socket_timeout=5",
+            id="password-query-parameter",
+        ),
+        pytest.param("redis://:p%40ss@fleet-db:6379/0", "redis://:***@fleet-db:6379/0", id="percent-encoded-password"),
+        pytest.param(f"redis://:{SECRET}@[::1", "redis://***", id="unparseable-url-is-hidden-whole"),
+    ],
+)
 def test_the_password_of_a_redis_layer_is_replaced_and_the_rest_kept(spec: str, shown: str) -> None:
     assert redacted(spec) == shown
 
 
-@pytest.mark.parametrize("spec", [
-    ".hypothesis/poolfuzz", "none", "redis://fleet-db:6379/0", "redis://fuzz@fleet-db:6379/0", "",
-    "/srv/db:with:colons@odd",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ".hypothesis/poolfuzz",
+        "none",
+        "redis://fleet-db:6379/0",
+        "redis://fuzz@fleet-db:6379/0",
+        "",
+        "/srv/db:with:colons@odd",
+    ],
+)
 def test_a_spec_without_a_password_is_left_exactly_as_written(spec: str) -> None:
     assert redacted(spec) == spec
 

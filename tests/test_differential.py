@@ -48,8 +48,11 @@ def test_every_kernel_writes_the_oracles_slots_for_a_decode_batch(device: str, b
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@given(batch=st.one_of(extend_batches(max_batch=16, max_tokens=256, free_kinds=ALL_FREE_LISTS),
-                       decode_batches(max_batch=16, free_kinds=ALL_FREE_LISTS)))
+@given(
+    batch=st.one_of(
+        extend_batches(max_batch=16, max_tokens=256, free_kinds=ALL_FREE_LISTS), decode_batches(max_batch=16, free_kinds=ALL_FREE_LISTS)
+    )
+)
 def test_allocators_with_every_kernel_return_the_same_slots_and_free_lists(device: str, batch: PageBatch) -> None:
     names = [n for n in kernel_names(batch.page_size) if device != "cpu" or n != "triton"]
     check_allocators(batch, names, device=device)
@@ -57,8 +60,7 @@ def test_allocators_with_every_kernel_return_the_same_slots_and_free_lists(devic
 
 @needs_triton
 @INTERPRETED
-@given(batch=st.one_of(extend_batches(triton=True, max_batch=4, max_tokens=48, huge=False),
-                       decode_batches(triton=True, max_batch=4)))
+@given(batch=st.one_of(extend_batches(triton=True, max_batch=4, max_tokens=48, huge=False), decode_batches(triton=True, max_batch=4)))
 def test_interpreted_triton_writes_the_oracles_slots_on_small_batches(batch: PageBatch) -> None:
     check_kernels(batch, [get_kernel("triton")])
 
@@ -95,8 +97,9 @@ def test_every_kernel_agrees_on_the_edges_that_bit_sglang(edge: str, device: str
     small = batch.extend_num_tokens < 64  # small enough for interpreted Triton too
     check_kernels(batch, kernels_for(batch.page_size) if small else kernels_on(device, batch.page_size), device=device)
     for kind in ALL_FREE_LISTS:
-        shaped = build_page_batch(batch.page_size, list(batch.prefix_lens), list(batch.seq_lens), free_kind=kind,
-                                  spare=2, decode=batch.decode)
+        shaped = build_page_batch(
+            batch.page_size, list(batch.prefix_lens), list(batch.seq_lens), free_kind=kind, spare=2, decode=batch.decode
+        )
         check_allocators(shaped, ["loop", "vectorized"], device=device)
 
 
@@ -138,8 +141,7 @@ def _catches(batch: PageBatch) -> bool:
 
 
 def test_a_floor_for_ceil_bug_in_the_vectorized_phase_arithmetic_fails_kernel_agreement() -> None:
-    search = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                      suppress_health_check=list(HealthCheck))
+    search = settings(max_examples=300, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     minimal = find(extend_batches(max_batch=8, max_tokens=64), _catches, settings=search)
     # Shrunk, it is the textbook case: a mid-page prefix (here or in an earlier request, whose
     # miscounted pages shift every later request's share of free_pages).

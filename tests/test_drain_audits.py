@@ -29,8 +29,12 @@ from pools.prefix_cache import build_prefix_cache, kv_allocator_for
 from pools.radix_cache import MatchResult, RadixCache, TokenIds
 
 DRAINED = [name for name in FAMILIES if walk_for(name).drain is not None]
-UPSTREAM = [("prefix_cache", "harness.upstream:RadixCache"), ("block_pool", "harness.upstream:VllmBlockPool"),
-            ("token_kv", "harness.upstream:TokenKV"), ("pure_swa_kv", "harness.upstream:PureSWAKV")]
+UPSTREAM = [
+    ("prefix_cache", "harness.upstream:RadixCache"),
+    ("block_pool", "harness.upstream:VllmBlockPool"),
+    ("token_kv", "harness.upstream:TokenKV"),
+    ("pure_swa_kv", "harness.upstream:PureSWAKV"),
+]
 
 
 class MatchKeepsStaleAges(RadixCache):
@@ -62,8 +66,7 @@ def build_module_holding(size: int, page_size: int, eviction_policy: str = "lru"
     return ModuleHoldingCache(kv_allocator_for(size, page_size, device), eviction_policy=eviction_policy)
 
 
-REUSED_PREFIX = [("insert", {"prompt": [1, 1, 1, 1]}), ("insert", {"prompt": [2, 2, 2, 2]}),
-                 ("match", {"prompt": [1, 1, 1, 1]})]
+REUSED_PREFIX = [("insert", {"prompt": [1, 1, 1, 1]}), ("insert", {"prompt": [2, 2, 2, 2]}), ("match", {"prompt": [1, 1, 1, 1]})]
 """Two cached prompts, the older one matched again: LRU must evict the other first."""
 
 
@@ -125,7 +128,7 @@ def test_a_periodic_drain_finds_the_stale_age_before_the_run_ends() -> None:
             driver.step(op, **args)
     found = raised.value.trace
     assert raised.value.invariant_id == "eviction-order" and found is not None
-    assert driver.trace.steps == found.steps[:len(REUSED_PREFIX)]
+    assert driver.trace.steps == found.steps[: len(REUSED_PREFIX)]
     assert len(driver.trace.steps) == len(REUSED_PREFIX), "the periodic drain ran on a copy"
 
 

@@ -91,9 +91,14 @@ def test_low_admission_ratio_drives_decode_into_retraction() -> None:
 
 
 @needs_engine
-@pytest.mark.parametrize("name", [
-    "engine-release-frees-protected-prefix", "engine-release-keeps-lock", "engine-overallocated-decode-not-returned",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "engine-release-frees-protected-prefix",
+        "engine-release-keeps-lock",
+        "engine-overallocated-decode-not-returned",
+    ],
+)
 def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
     from harness.canaries import collected
     from harness.judge.families import resolve
@@ -137,8 +142,7 @@ def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
 def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None:
     from harness.upstream.engine_loader import active
 
-    driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1},
-                  seed=5)
+    driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1}, seed=5)
     loop = driver.loop  # type: ignore[attr-defined]
     with active(loop.m):
         assert type(loop.allocator).__name__ == "SWATokenToKVPoolAllocator"

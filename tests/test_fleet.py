@@ -95,12 +95,33 @@ class Run:
 def fuzz_machine(workdir: Path, database: str, *, seed: int, seconds: int) -> Run:
     """``python -m harness fuzz`` in its own process and working directory (so its own default corpus)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "harness", "fuzz", "--target", PLANTED, "--database", database,
-               "--workers", "1", "--steps", str(STEPS), "--seconds", str(seconds), "--seed", str(seed),
-               "--report", "report.json", "--plain", "--progress-every", "5"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "fuzz",
+        "--target",
+        PLANTED,
+        "--database",
+        database,
+        "--workers",
+        "1",
+        "--steps",
+        str(STEPS),
+        "--seconds",
+        str(seconds),
+        "--seed",
+        str(seed),
+        "--report",
+        "report.json",
+        "--plain",
+        "--progress-every",
+        "5",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
@@ -131,8 +152,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     redis = pytest.importorskip("redis", reason="the redis package is missing (pip install 'poolfuzz[redis]')")
     root = tmp_path_factory.mktemp("fleet")
     port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"redis://127.0.0.1:{port}/0"
         client = redis.Redis.from_url(url, socket_connect_timeout=1)
@@ -162,14 +186,14 @@ def machine_a_finds_the_leak(root: Path, url: str, client: Any) -> Run:
         run = fuzz_machine(root / f"machine-a-seed{seed}", url, seed=seed, seconds=40)
         if run.failure["round"] >= 1:
             return run
-    pytest.fail(f"round 0 found the planted leak for every seed in {SEEDS}: it no longer needs the replay to be "
-                "found, so the fleet test cannot tell replay from luck; make the planted bug rarer")
+    pytest.fail(
+        f"round 0 found the planted leak for every seed in {SEEDS}: it no longer needs the replay to be "
+        "found, so the fleet test cannot tell replay from luck; make the planted bug rarer"
+    )
 
 
 # --------------------------------------------------------------------- tests
-def test_a_failure_one_machine_found_is_the_first_thing_another_machine_hits(
-    fleet: Fleet, tmp_path: Path
-) -> None:
+def test_a_failure_one_machine_found_is_the_first_thing_another_machine_hits(fleet: Fleet, tmp_path: Path) -> None:
     a = fleet.machine_a
     assert fleet.client.keys("hypothesis-example:*"), "A saved nothing to the fleet's database"
     b = fuzz_machine(tmp_path / "machine-b", fleet.redis_url, seed=a.report["run"]["seed"], seconds=5)
@@ -183,14 +207,11 @@ def test_a_failure_one_machine_found_is_the_first_thing_another_machine_hits(
     assert found_b["found_after_s"] <= found_a["found_after_s"], (found_a, found_b)
 
 
-def test_a_developer_replays_the_fleets_failure_read_only_and_keeps_it_locally(
-    fleet: Fleet, tmp_path: Path
-) -> None:
+def test_a_developer_replays_the_fleets_failure_read_only_and_keeps_it_locally(fleet: Fleet, tmp_path: Path) -> None:
     a = fleet.machine_a
     local = tmp_path / "developer" / ".hypothesis" / "poolfuzz"
     before = fleet.snapshot()
-    developer = fuzz_machine(tmp_path / "developer", f"{local},readonly:{fleet.redis_url}",
-                             seed=a.report["run"]["seed"], seconds=5)
+    developer = fuzz_machine(tmp_path / "developer", f"{local},readonly:{fleet.redis_url}", seed=a.report["run"]["seed"], seconds=5)
     assert developer.failure["round"] == 0 and developer.failure["invariant"] == a.failure["invariant"]
     assert developer.trace_steps() == a.trace_steps()
     assert fleet.snapshot() == before  # not a key added, removed or changed in the fleet's database

@@ -39,8 +39,7 @@ class RefusesBatchesOfThree(ReqToTokenPool):
 _OPPOSITE = {"lru": "mru", "mru": "lru", "fifo": "filo", "filo": "fifo"}
 
 
-def build_evicts_in_the_opposite_order(size: int, page_size: int, eviction_policy: str = "lru",
-                                       device: str = "cpu") -> RadixCache:
+def build_evicts_in_the_opposite_order(size: int, page_size: int, eviction_policy: str = "lru", device: str = "cpu") -> RadixCache:
     """A prefix cache that evicts whole unlocked leaves, but in its policy's opposite order (an MRU posing as LRU)."""
     cache = build_prefix_cache(size, page_size, eviction_policy, device)
     opposite = _OPPOSITE.get(str(eviction_policy).lower())

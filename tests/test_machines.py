@@ -35,8 +35,7 @@ POOL_FAMILIES = [name for name in FAMILIES if name != "scheduler"]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", POOL_FAMILIES)
-def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str],
-                                    found_corpus: Path) -> None:
+def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str], found_corpus: Path) -> None:
     skip_unless_loadable(family)
     run_machine(make_machine(family, overrides=target_overrides, device=device), corpus=found_corpus)
 
@@ -48,9 +47,7 @@ def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(f
 
 
 @pytest.mark.parametrize("family", DEVICE_PATH_FAMILIES)
-def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_checks(
-    family: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_checks(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
     run_machine(make_machine(family))
 

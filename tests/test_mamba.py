@@ -185,9 +185,21 @@ def test_short_pool_opens_the_group_with_no_reservation(allocator: Any) -> None:
         (True, lambda a, live, res, dev: a.alloc(-2), BadSizeError),
     ],
     ids=[
-        "negative-alloc", "float-alloc", "slot-zero", "foreign-slot", "negative-slot", "free-slot",
-        "duplicate-in-call", "float-indices", "2-d-indices", "0-d-indices", "end-without-begin", "negative-group", "unconsumed-reserved-slot",
-        "nested-begin", "negative-alloc-in-group",
+        "negative-alloc",
+        "float-alloc",
+        "slot-zero",
+        "foreign-slot",
+        "negative-slot",
+        "free-slot",
+        "duplicate-in-call",
+        "float-indices",
+        "2-d-indices",
+        "0-d-indices",
+        "end-without-begin",
+        "negative-group",
+        "unconsumed-reserved-slot",
+        "nested-begin",
+        "negative-alloc-in-group",
     ],
 )
 def test_allocator_misuse_raises_its_typed_error_and_leaves_the_allocator_unchanged(
@@ -385,9 +397,7 @@ def test_free_mamba_cache_twice_raises_double_free(hybrid: Any) -> None:
     [(4, BadBatchError), (0, ReservedIndexError), (9, ForeignIndexError), ("1", BadBatchError)],
     ids=["stale-slot", "slot-zero", "foreign-slot", "not-an-int"],
 )
-def test_bad_mamba_handle_is_rejected_without_consuming_anything(
-    hybrid: Any, handle: Any, error: type[PoolError]
-) -> None:
+def test_bad_mamba_handle_is_rejected_without_consuming_anything(hybrid: Any, handle: Any, error: type[PoolError]) -> None:
     pool, batch = hybrid(), reqs(3)
     pool.alloc(batch[:1])
     batch[2].mamba_pool_idx = handle

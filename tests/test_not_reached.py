@@ -19,10 +19,18 @@ OTHER_MODULE = "/repo/tests/fuzz_planted.py"
 POSSIBLE = {POOL_MODULE: frozenset({(1, 2), (2, 3), (3, 4), (2, 5)})}
 
 
-def target(key: str = "req_to_token", *, steps: int = 0, arcs: frozenset[tuple[str, int, int]] = frozenset(),
-           measured: bool = True) -> TargetStats:
-    stats = TargetStats(key, "req_to_token", "pools:ReqToTokenPool", steps=steps, examples=steps // 10,
-                        seconds=1.0 if steps else 0.0, possible_arcs=POSSIBLE if measured else None)
+def target(
+    key: str = "req_to_token", *, steps: int = 0, arcs: frozenset[tuple[str, int, int]] = frozenset(), measured: bool = True
+) -> TargetStats:
+    stats = TargetStats(
+        key,
+        "req_to_token",
+        "pools:ReqToTokenPool",
+        steps=steps,
+        examples=steps // 10,
+        seconds=1.0 if steps else 0.0,
+        possible_arcs=POSSIBLE if measured else None,
+    )
     stats.add_arcs(arcs)
     return stats
 
@@ -54,18 +62,35 @@ def test_the_series_sample_of_an_unrun_target_has_null_coverage() -> None:
 
 
 def failed(stats: TargetStats) -> TargetStats:
-    stats.failures.append(FailureRecord(
-        target=stats.key, family=stats.family, implementation=stats.implementation, kind="error", invariant=None,
-        trace=None, steps=None, message="HealthCheck: too slow", shrunk=True, round=0, seed=1, realistic=None, worker="w0",
-        found_after_s=0.2))
+    stats.failures.append(
+        FailureRecord(
+            target=stats.key,
+            family=stats.family,
+            implementation=stats.implementation,
+            kind="error",
+            invariant=None,
+            trace=None,
+            steps=None,
+            message="HealthCheck: too slow",
+            shrunk=True,
+            round=0,
+            seed=1,
+            realistic=None,
+            worker="w0",
+            found_after_s=0.2,
+        )
+    )
     return stats
 
 
-@pytest.mark.parametrize(("stats", "shown"), [
-    pytest.param(target(steps=0), NOT_REACHED, id="ok-without-steps"),
-    pytest.param(target(steps=10), "ok", id="ok-with-steps"),
-    pytest.param(failed(target(steps=0)), "failed", id="failed-before-its-first-step"),
-])
+@pytest.mark.parametrize(
+    ("stats", "shown"),
+    [
+        pytest.param(target(steps=0), NOT_REACHED, id="ok-without-steps"),
+        pytest.param(target(steps=10), "ok", id="ok-with-steps"),
+        pytest.param(failed(target(steps=0)), "failed", id="failed-before-its-first-step"),
+    ],
+)
 def test_only_an_ok_target_without_steps_is_shown_as_not_reached(stats: TargetStats, shown: str) -> None:
     report_target = stats.to_json()
     assert report_target["status"] == ("failed" if stats.failures else "ok")  # the report's field is unchanged
@@ -74,10 +99,16 @@ def test_only_an_ok_target_without_steps_is_shown_as_not_reached(stats: TargetSt
 
 def report_of(*targets: TargetStats) -> dict[str, Any]:
     rows = [t.to_json() for t in targets]
-    return {"duration_s": 3.0, "interrupted": False, "crashes": [], "skipped": [], "coverage": None,
-            "run": {"workers": 1, "seed": 7, "device": "cpu"}, "targets": rows,
-            "totals": {"examples": sum(t["examples"] for t in rows), "steps": sum(t["steps"] for t in rows),
-                       "steps_per_second": 10.0}}
+    return {
+        "duration_s": 3.0,
+        "interrupted": False,
+        "crashes": [],
+        "skipped": [],
+        "coverage": None,
+        "run": {"workers": 1, "seed": 7, "device": "cpu"},
+        "targets": rows,
+        "totals": {"examples": sum(t["examples"] for t in rows), "steps": sum(t["steps"] for t in rows), "steps_per_second": 10.0},
+    }
 
 
 def test_the_summary_row_of_an_unrun_target_says_not_reached() -> None:

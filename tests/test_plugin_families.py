@@ -76,7 +76,7 @@ KIT = {
             def available_size(self):
                 return len(self.free_slots)
     ''',
-    "tinykit/driver.py": '''
+    "tinykit/driver.py": """
         from harness.judge.driver import Driver, operation
         from harness.judge.invariants import check
         from pools.errors import DoubleFreeError
@@ -117,7 +117,7 @@ KIT = {
             def audit(self):
                 check(self.pool.available_size() + len(self.live) == self.config["size"], "conservation",
                       "free plus live is not the pool", free=self.pool.available_size(), live=len(self.live))
-    ''',
+    """,
     "tinykit/moves.py": '''
         from strategies.table import Move, MoveTable
 
@@ -182,8 +182,9 @@ class Installed:
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_"))}
         env.update(PYTHONPATH=str(self.site), CI="1")
-        return subprocess.run([sys.executable, "-m", "harness", *args], cwd=self.work, env=env, check=False,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args], cwd=self.work, env=env, check=False, capture_output=True, text=True, timeout=timeout
+        )
 
 
 @pytest.fixture(scope="module")
@@ -193,9 +194,25 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         path = root / "src" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                           "--no-build-isolation", "--target", str(root / "site"), str(root / "src")],
-                          check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(root / "site"),
+            str(root / "src"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot pip-install the kit here: {(done.stderr or done.stdout).strip()[-300:]}")
     (root / "work").mkdir()
@@ -217,8 +234,9 @@ def test_an_installed_kit_is_listed_with_its_generated_machine(installed: Instal
 
 
 def test_an_installed_kit_is_fuzzed_and_its_pool_runs_clean(installed: Installed) -> None:
-    result = installed.run("fuzz", "--target", "tiny_slots", "--seconds", "3", "--workers", "1",
-                           "--corpus", "found", "--report", "report.json")
+    result = installed.run(
+        "fuzz", "--target", "tiny_slots", "--seconds", "3", "--workers", "1", "--corpus", "found", "--report", "report.json"
+    )
     assert result.returncode == 0, _out(result)
     report = json.loads((installed.work / "report.json").read_text())
     (target,) = report["targets"]
@@ -228,8 +246,9 @@ def test_an_installed_kit_is_fuzzed_and_its_pool_runs_clean(installed: Installed
 def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Installed) -> None:
     caught = installed.run("selfcheck", "--canary", "tiny-leaky-free", "--seconds-per-canary", "20")
     assert caught.returncode == 0 and "tiny-leaky-free" in caught.stdout, _out(caught)
-    found = installed.run("fuzz", "--target", "tiny_slots=tinykit.canaries:LeakyFree", "--seconds", "20",
-                          "--workers", "1", "--corpus", "leaky")
+    found = installed.run(
+        "fuzz", "--target", "tiny_slots=tinykit.canaries:LeakyFree", "--seconds", "20", "--workers", "1", "--corpus", "leaky"
+    )
     assert found.returncode == 1, _out(found)
     (trace,) = sorted(p for p in (installed.work / "leaky").rglob("*.json") if "unshrunk" not in p.parts)
     invariant = json.loads(trace.read_text())["expect"]["invariant"]
@@ -242,16 +261,24 @@ def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Instal
 
 
 def test_an_installed_kits_machine_runs_under_the_pytest_plugin(installed: Installed) -> None:
-    (installed.work / "test_tiny.py").write_text(textwrap.dedent('''
+    (installed.work / "test_tiny.py").write_text(
+        textwrap.dedent("""
         from harness.pytest_plugin import poolfuzz_test
 
         test_slot_pool = poolfuzz_test("tiny_slots", "tinykit.pool:SlotPool", max_examples=10, steps=10)
         test_leaky_pool = poolfuzz_test("tiny_slots", "tinykit.canaries:LeakyFree", max_examples=50, steps=10)
-    '''))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_", "PYTEST_"))}
     env.update(PYTHONPATH=str(installed.site), CI="1")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
-                             "test_tiny.py"], cwd=installed.work, env=env, check=False, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "test_tiny.py"],
+        cwd=installed.work,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1 and "1 failed, 1 passed" in result.stdout, _out(result)
     assert "tiny_slots=tinykit.canaries:LeakyFree on cpu broke invariant" in result.stdout, _out(result)

@@ -27,8 +27,16 @@ NEW_INVARIANTS = ("cache-accounting", "lock-balance", "evict-spares-locked", "ma
 Steps = list[tuple[str, dict[str, Any]]]
 
 
-def driver(ps: int, *, size_pages: int = 8, policy: str = "lru", spec: str = "", device: str = "cpu",
-           driver_class: type[PrefixCacheDriver] = PrefixCacheDriver, check_misuse: bool = True) -> PrefixCacheDriver:
+def driver(
+    ps: int,
+    *,
+    size_pages: int = 8,
+    policy: str = "lru",
+    spec: str = "",
+    device: str = "cpu",
+    driver_class: type[PrefixCacheDriver] = PrefixCacheDriver,
+    check_misuse: bool = True,
+) -> PrefixCacheDriver:
     factory = load_factory(spec) if spec else build_prefix_cache
     config = {"size": size_pages * ps, "page_size": ps, "eviction_policy": policy, "device": device}
     return driver_class(factory, config, check_misuse=check_misuse)
@@ -63,8 +71,7 @@ def test_a_match_ending_inside_a_node_splits_it_there_and_returns_the_inserted_i
 
 
 @pytest.mark.parametrize(("split_ages", "order"), [("inherit", [[0], [1]]), ("fresh", [[1], [0]])])
-def test_fifo_after_a_split_takes_the_upper_half_by_its_childs_age_or_by_the_split(split_ages: str,
-                                                                                   order: list[list[int]]) -> None:
+def test_fifo_after_a_split_takes_the_upper_half_by_its_childs_age_or_by_the_split(split_ages: str, order: list[list[int]]) -> None:
     """Finding 4's sequence: insert [0, 0], insert [1], match [0, 1] (splits [0, 0]), evict 2 under FIFO."""
     model = PrefixCacheModel(num_pages=8, page_size=1, policy="fifo", split_ages=split_ages)
     model.take([1, 2, 3])
@@ -95,8 +102,7 @@ def test_locks_count_every_page_of_the_path_and_protected_follows_them() -> None
     assert model.protected == 0
 
 
-@pytest.mark.parametrize(("policy", "order"), [("lru", [2, 3, 1]), ("mru", [1, 3, 2]), ("fifo", [1, 2, 3]),
-                                               ("filo", [3, 2, 1])])
+@pytest.mark.parametrize(("policy", "order"), [("lru", [2, 3, 1]), ("mru", [1, 3, 2]), ("fifo", [1, 2, 3]), ("filo", [3, 2, 1])])
 def test_evict_takes_leaves_in_the_policy_order(policy: str, order: list[int]) -> None:
     model = PrefixCacheModel(num_pages=8, page_size=1, policy=policy)
     for first in (1, 2, 3):
@@ -184,8 +190,7 @@ def test_a_second_unlock_is_misuse_only_where_a_pool_can_tell() -> None:
 def test_misuse_steps_are_skipped_for_targets_that_do_not_validate() -> None:
     d = driver(1, check_misuse=False)
     d.step("insert", prompt=[1, 2])
-    misuse: Steps = [("recache", {"prompt": [5, 5]}), ("insert_mismatched", {"prompt": [1], "extra": 1}),
-                     ("evict", {"num_tokens": -1})]
+    misuse: Steps = [("recache", {"prompt": [5, 5]}), ("insert_mismatched", {"prompt": [1], "extra": 1}), ("evict", {"num_tokens": -1})]
     for op, args in misuse:
         d.step(op, **args)
     assert d.trace.steps == [{"op": "insert", "args": {"prompt": [1, 2]}}]
@@ -194,11 +199,15 @@ def test_misuse_steps_are_skipped_for_targets_that_do_not_validate() -> None:
 # ------------------------------------------------------------------ canaries and invariant teeth
 SCRIPTS: dict[str, tuple[int, Steps]] = {
     "evictable-counts-key-length": (4, [("insert", {"prompt": [0] * 6})]),
-    "double-unlock-goes-negative": (1, [("insert", {"prompt": [0, 0]}), ("lock", {"prompt": [0, 0]}),
-                                        ("unlock", {"handle": 0}), ("unlock", {"handle": 0})]),
+    "double-unlock-goes-negative": (
+        1,
+        [("insert", {"prompt": [0, 0]}), ("lock", {"prompt": [0, 0]}), ("unlock", {"handle": 0}), ("unlock", {"handle": 0})],
+    ),
     "insert-leaks-split-duplicates": (1, [("insert", {"prompt": [0, 0, 0]}), ("insert", {"prompt": [0, 0]})]),
-    "evict-takes-locked-leaf": (1, [("insert", {"prompt": [0, 0]}), ("lock", {"prompt": [0, 0]}),
-                                    ("insert", {"prompt": [1, 1]}), ("evict", {"num_tokens": 1})]),
+    "evict-takes-locked-leaf": (
+        1,
+        [("insert", {"prompt": [0, 0]}), ("lock", {"prompt": [0, 0]}), ("insert", {"prompt": [1, 1]}), ("evict", {"num_tokens": 1})],
+    ),
     "shared-page-counted-twice": (1, [("insert", {"prompt": [0, 0]}), ("recache", {"prompt": [1, 1]})]),
     "match-reuses-partial-page": (2, [("insert", {"prompt": [0, 1, 0, 1]}), ("match", {"prompt": [0, 1, 0, 2]})]),
     "release-frees-cached-prefix": (1, [("request", {"prompt": [0, 0, 0]}), ("finish", {"handle": 0, "cache": True})]),

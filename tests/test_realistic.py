@@ -41,16 +41,17 @@ def test_the_first_value_below_a_floor_is_named_with_its_field() -> None:
 
 def test_a_floor_on_a_list_is_a_floor_on_its_length() -> None:
     config = {"size": 16, "page_size": 2, "eviction_policy": "lru"}
-    assert unrealistic("prefix_cache", config, [{"op": "request", "args": {"prompt": []}}]) == \
-        "steps[0].args.prompt = 0 < 1"
+    assert unrealistic("prefix_cache", config, [{"op": "request", "args": {"prompt": []}}]) == "steps[0].args.prompt = 0 < 1"
     assert lift_step("prefix_cache", "request", {"prompt": []}, config) == {"prompt": [1]}
     assert lift_step("prefix_cache", "request", {"prompt": [5, 6]}, config) == {"prompt": [5, 6]}
 
 
 def test_lifting_raises_what_is_below_its_floor_and_leaves_its_input_alone() -> None:
     config = {"size": 2, "size_swa": 0, "page_size": 2}
-    steps: list[dict[str, Any]] = [{"op": "extend", "args": {"batch": [[None, 0], [3, 5]]}},
-                                   {"op": "tail", "args": {"handle": None, "extend_len": 0, "swa_tail_len": 0}}]
+    steps: list[dict[str, Any]] = [
+        {"op": "extend", "args": {"batch": [[None, 0], [3, 5]]}},
+        {"op": "tail", "args": {"handle": None, "extend_len": 0, "swa_tail_len": 0}},
+    ]
     before = copy.deepcopy(steps)
     lifted_config, lifted_steps = lift("swa_kv", config, steps)
     assert steps == before and config == {"size": 2, "size_swa": 0, "page_size": 2}
@@ -81,8 +82,7 @@ def test_the_realistic_trace_of_a_finding_fails_within_every_floor_where_the_min
 def test_a_lifted_trace_shrinks_within_the_floors_and_expects_the_invariant_it_shows() -> None:
     """An empty pool and a request of no tokens, lifted to a four-slot pool and a one-token request: the decode
     then writes where the request's page says it must not (``page-layout``), and the trace says so."""
-    trace = Trace("paged_kv", PAGE_1_DECODE, {"size": 0, "page_size": 1, "need_sort": False, "kernel": "vectorized",
-                                              "device": "cpu"})
+    trace = Trace("paged_kv", PAGE_1_DECODE, {"size": 0, "page_size": 1, "need_sort": False, "kernel": "vectorized", "device": "cpu"})
     trace.record("extend", {"batch": [[None, 0]]})
     trace.record("decode", {"handles": [0]})
     lifted = shrink_realistic(trace, invariant_id="empty-pool-guard", target=PAGE_1_DECODE)
@@ -99,23 +99,27 @@ def test_a_trace_below_its_floors_is_not_shrunk_within_them() -> None:
 
 def test_our_own_pools_get_no_realistic_search(tmp_path: Any) -> None:
     trace, invariant = page_1_finding()
-    assert realistic_note("paged_kv", PAGE_1_DECODE, invariant_id=invariant, trace=trace, seed=0,
-                          corpus=tmp_path) == ("", None)
+    assert realistic_note("paged_kv", PAGE_1_DECODE, invariant_id=invariant, trace=trace, seed=0, corpus=tmp_path) == ("", None)
 
 
 def test_the_summary_names_the_realistic_trace_and_the_invariant_it_shows() -> None:
-    failure = {"message": "[empty-pool-guard] refused", "invariant": "empty-pool-guard", "trace": "min.json",
-               "steps": 2, "replay": "python -m harness replay min.json",
-               "realistic": {"trace": "real.json", "steps": 3, "invariant": "no-double-allocation"}}
+    failure = {
+        "message": "[empty-pool-guard] refused",
+        "invariant": "empty-pool-guard",
+        "trace": "min.json",
+        "steps": 2,
+        "replay": "python -m harness replay min.json",
+        "realistic": {"trace": "real.json", "steps": 3, "invariant": "no-double-allocation"},
+    }
     lines = failure_lines("paged_kv=harness.upstream:PagedKV", failure)
-    assert lines[-1] == ("    realistic trace (pools and requests a server builds, shows as [no-double-allocation]): "
-                         "real.json (3 steps)")
+    assert lines[-1] == ("    realistic trace (pools and requests a server builds, shows as [no-double-allocation]): real.json (3 steps)")
 
 
 def test_no_realistic_search_runs_when_the_run_has_no_time_left(tmp_path: Any) -> None:
     trace, invariant = page_1_finding()
-    note, found = realistic_note("paged_kv", "harness.upstream:PagedKV", invariant_id=invariant, trace=trace, seed=0,
-                                 corpus=tmp_path, seconds=0.1)
+    note, found = realistic_note(
+        "paged_kv", "harness.upstream:PagedKV", invariant_id=invariant, trace=trace, seed=0, corpus=tmp_path, seconds=0.1
+    )
     assert found is None and "no time left" in note
     assert list(tmp_path.iterdir()) == []
 
@@ -123,6 +127,5 @@ def test_no_realistic_search_runs_when_the_run_has_no_time_left(tmp_path: Any) -
 def test_the_search_stops_when_asked() -> None:
     """With nothing to lift, only the walk could find a trace; a stop asked for at once ends it with none."""
     started = time.monotonic()
-    assert find_realistic("paged_kv", PAGE_1_DECODE, invariant_id="empty-pool-guard", seconds=30,
-                          stop=lambda: True) is None
+    assert find_realistic("paged_kv", PAGE_1_DECODE, invariant_id="empty-pool-guard", seconds=30, stop=lambda: True) is None
     assert time.monotonic() - started < 5

@@ -26,8 +26,7 @@ def test_a_range_names_the_indexed_releases_between_its_ends_and_a_list_names_it
     assert parse_across("vllm==0.32.0, 0.33.0") == Across("vllm", versions=("0.32.0", "0.33.0"))
 
 
-@pytest.mark.parametrize("spec", ["sglang", "sglang==", "torch==2.3..2.4", "sglang==0.5.23..0.5.19",
-                                  "sglang==banana"])
+@pytest.mark.parametrize("spec", ["sglang", "sglang==", "torch==2.3..2.4", "sglang==0.5.23..0.5.19", "sglang==banana"])
 def test_a_malformed_across_is_a_usage_error(spec: str) -> None:
     with pytest.raises(AcrossError):
         parse_across(spec)
@@ -68,8 +67,7 @@ def test_each_release_is_replayed_in_its_own_folder_and_the_report_says_where_it
     table = replay_across([MAMBA_FINDING], across, cache=tmp_path, listed=lambda p: INDEX, fetch=fetch)
     rows = table[str(MAMBA_FINDING)]
     assert fetched == ["0.5.21", "0.5.22", "0.5.23"]
-    assert [(r.version, r.verdict) for r in rows] == [("0.5.21", "not available"), ("0.5.22", "not loadable"),
-                                                     ("0.5.23", "reproduces")]
+    assert [(r.version, r.verdict) for r in rows] == [("0.5.21", "not available"), ("0.5.22", "not loadable"), ("0.5.23", "reproduces")]
     assert rows[2].detail == "[clear-restores] at step 2 of 2"
     lines = report(table, across)
     assert lines[0].endswith("(expects [clear-restores])")

@@ -41,9 +41,32 @@ def validator() -> Any:
 def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("report")
     report = tmp / "report.json"
-    code = cli.main(["fuzz", "--database", str(tmp / "db"), "--corpus", str(tmp / "corpus"), "--report", str(report),
-                     "--seed", "7", "--seconds", "3", "--workers", "2", "--steps", "20", "--coverage",
-                     "--series-every", "1", "--target", LEAKY, "--target", "decode_req_to_token"])
+    code = cli.main(
+        [
+            "fuzz",
+            "--database",
+            str(tmp / "db"),
+            "--corpus",
+            str(tmp / "corpus"),
+            "--report",
+            str(report),
+            "--seed",
+            "7",
+            "--seconds",
+            "3",
+            "--workers",
+            "2",
+            "--steps",
+            "20",
+            "--coverage",
+            "--series-every",
+            "1",
+            "--target",
+            LEAKY,
+            "--target",
+            "decode_req_to_token",
+        ]
+    )
     assert code == 1
     data: dict[str, Any] = json.loads(report.read_text())
     return data
@@ -53,9 +76,7 @@ def errors(validator: Any, report: dict[str, Any]) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(report)]
 
 
-def test_a_real_runs_report_matches_the_schema_with_every_section_filled(
-    validator: Any, real_report: dict[str, Any]
-) -> None:
+def test_a_real_runs_report_matches_the_schema_with_every_section_filled(validator: Any, real_report: dict[str, Any]) -> None:
     assert errors(validator, real_report) == []
     assert real_report["schema"] == REPORT_SCHEMA == validator.schema["properties"]["schema"]["const"]
     leaky = next(t for t in real_report["targets"] if t["target"] == LEAKY)
@@ -72,21 +93,25 @@ def test_the_dashboard_reads_a_real_runs_report_through_the_schema(real_report: 
     assert not (REPO / "docs" / "report.schema.json").exists()  # one copy, shipped in the package
 
 
-def test_crash_records_as_the_runner_writes_them_match_the_schema(
-    validator: Any, real_report: dict[str, Any]
-) -> None:
+def test_crash_records_as_the_runner_writes_them_match_the_schema(validator: Any, real_report: dict[str, Any]) -> None:
     report = copy.deepcopy(real_report)
-    crash = CrashRecord(worker="w0", target=LEAKY, round=3, seed=12345, exit_code=-11, reason="killed by SIGSEGV",
-                        log="report.logs/w0.log", log_tail="Fatal Python error: Segmentation fault").to_json()
+    crash = CrashRecord(
+        worker="w0",
+        target=LEAKY,
+        round=3,
+        seed=12345,
+        exit_code=-11,
+        reason="killed by SIGSEGV",
+        log="report.logs/w0.log",
+        log_tail="Fatal Python error: Segmentation fault",
+    ).to_json()
     before_first_round = {**crash, "target": None, "round": None, "seed": None}
     report["crashes"] = [crash, before_first_round]
     report["targets"][0]["crashes"] = [crash]
     assert errors(validator, report) == []
 
 
-def test_a_target_that_never_ran_is_written_with_null_coverage_and_matches_the_schema(
-    validator: Any, real_report: dict[str, Any]
-) -> None:
+def test_a_target_that_never_ran_is_written_with_null_coverage_and_matches_the_schema(validator: Any, real_report: dict[str, Any]) -> None:
     report = copy.deepcopy(real_report)
     unreached = TargetStats("mamba_slots", "mamba_slots", "pools:MambaSlotAllocator", possible_arcs=possible_arcs())
     unreached.sample(0.0)
@@ -96,9 +121,7 @@ def test_a_target_that_never_ran_is_written_with_null_coverage_and_matches_the_s
 
 
 @pytest.mark.parametrize("change", ["an undocumented field", "a missing field", "a wrong type"])
-def test_the_schema_rejects_a_report_that_drifts_from_it(
-    validator: Any, real_report: dict[str, Any], change: str
-) -> None:
+def test_the_schema_rejects_a_report_that_drifts_from_it(validator: Any, real_report: dict[str, Any], change: str) -> None:
     report = copy.deepcopy(real_report)
     sample = report["targets"][0]["series"][-1]
     if change == "an undocumented field":

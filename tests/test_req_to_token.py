@@ -128,9 +128,7 @@ def test_freeing_a_request_twice_raises_double_free(pool: RowPool) -> None:
     ("rows", "error"),
     [([0], ReservedIndexError), ([5], ForeignIndexError), ([-1], ForeignIndexError), ([2, 2], DoubleFreeError)],
 )
-def test_free_rows_misuse_raises_its_typed_error_with_the_pool_unchanged(
-    pool: RowPool, rows: list[int], error: type[PoolError]
-) -> None:
+def test_free_rows_misuse_raises_its_typed_error_with_the_pool_unchanged(pool: RowPool, rows: list[int], error: type[PoolError]) -> None:
     pool.alloc_rows(4)
     assert_rejected_unchanged(pool, error, lambda: pool.free_rows(rows))
 
@@ -178,14 +176,35 @@ def test_writing_row_zero_is_refused_and_other_rows_are_written(pool: RowPool) -
 @pytest.mark.parametrize(
     ("rows", "error"),
     [
-        (slice(None), ReservedIndexError), (slice(0, 2), ReservedIndexError), ([1, 0], ReservedIndexError),
-        (torch.tensor([-5]), ForeignIndexError), (torch.tensor([1, 5]), ForeignIndexError), (-1, ForeignIndexError),
-        ([5], ForeignIndexError), (True, BadBatchError), (torch.ones(5, dtype=torch.bool), BadBatchError),
-        (torch.tensor([1.0]), BadBatchError), (slice(2, None, -1), BadBatchError), (slice(1, None, 0), BadBatchError),
+        (slice(None), ReservedIndexError),
+        (slice(0, 2), ReservedIndexError),
+        ([1, 0], ReservedIndexError),
+        (torch.tensor([-5]), ForeignIndexError),
+        (torch.tensor([1, 5]), ForeignIndexError),
+        (-1, ForeignIndexError),
+        ([5], ForeignIndexError),
+        (True, BadBatchError),
+        (torch.ones(5, dtype=torch.bool), BadBatchError),
+        (torch.tensor([1.0]), BadBatchError),
+        (slice(2, None, -1), BadBatchError),
+        (slice(1, None, 0), BadBatchError),
         (None, BadBatchError),
     ],
-    ids=["whole-table", "slice-from-0", "list-with-0", "tensor-wrapping-to-0", "tensor-past-end", "negative-int",
-         "list-past-end", "bool", "bool-mask", "float-tensor", "backward-slice", "step-0-slice", "none"],
+    ids=[
+        "whole-table",
+        "slice-from-0",
+        "list-with-0",
+        "tensor-wrapping-to-0",
+        "tensor-past-end",
+        "negative-int",
+        "list-past-end",
+        "bool",
+        "bool-mask",
+        "float-tensor",
+        "backward-slice",
+        "step-0-slice",
+        "none",
+    ],
 )
 def test_a_write_whose_rows_reach_row_0_or_past_the_table_is_refused(rows: Any, error: type[PoolError]) -> None:
     pool = ReqToTokenPool(4, 8)

@@ -58,8 +58,7 @@ def test_a_read_only_fleet_layer_is_replayed_into_the_local_layer_and_never_writ
     trace = walk_failure()
     save_walk_failure(fleet, TARGET, trace)
     before = dict(fleet.data)
-    saved = replay_walk_failures(MultiplexedDatabase(local, ReadOnlyDatabase(fleet)), TARGET, spec=LEAKY,
-                                 check_misuse=None)
+    saved = replay_walk_failures(MultiplexedDatabase(local, ReadOnlyDatabase(fleet)), TARGET, spec=LEAKY, check_misuse=None)
     assert saved is not None
     assert list(local.fetch(walk_key(TARGET))) == [trace.dumps().encode()]
     assert fleet.data == before

@@ -39,9 +39,7 @@ def budget(kernel: str, device: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_the_scheduler_machine_finds_no_violation_with_each_kernel(
-    kernel: str, device: str, target_overrides: dict[str, str]
-) -> None:
+def test_the_scheduler_machine_finds_no_violation_with_each_kernel(kernel: str, device: str, target_overrides: dict[str, str]) -> None:
     machine = scheduler_machine(kernel, device=device, overrides=target_overrides)
     run_machine(machine, settings=settings_for(**budget(kernel, device)))
 
@@ -59,9 +57,7 @@ def test_the_scheduler_machine_finds_no_violation_over_hybrid_rows(device: str, 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["prefix_cache", "sliding_window"])
-def test_the_scheduler_machine_finds_no_violation_with_each_kv_option(
-    mode: str, device: str, target_overrides: dict[str, str]
-) -> None:
+def test_the_scheduler_machine_finds_no_violation_with_each_kv_option(mode: str, device: str, target_overrides: dict[str, str]) -> None:
     run_machine(scheduler_machine("vectorized", device=device, mode=mode, overrides=target_overrides))
 
 
@@ -119,7 +115,8 @@ def view_keeping_pools(**config: Any) -> SchedulerPools:
     pools = build_scheduler_pools(**config)
     kv = pools.token_to_kv_pool_allocator
     pools.token_to_kv_pool_allocator = ViewKeepingAllocator(
-        kv.size, kv.page_size, device=config.get("device", "cpu"), need_sort=kv.need_sort, kernel=config["kernel"])
+        kv.size, kv.page_size, device=config.get("device", "cpu"), need_sort=kv.need_sort, kernel=config["kernel"]
+    )
     return pools
 
 

@@ -96,15 +96,17 @@ def test_the_leak_equation_catches_a_leaked_page() -> None:
     assert driver.cache is not None
     caught = violation(driver.cache.check_ledger)
     assert caught.invariant_id == "kv-accounting"
-    assert caught.numbers["available"] + caught.numbers["evictable"] + caught.numbers["protected"] \
-        + caught.numbers["uncached"] == caught.numbers["total"] - PS
+    assert (
+        caught.numbers["available"] + caught.numbers["evictable"] + caught.numbers["protected"] + caught.numbers["uncached"]
+        == caught.numbers["total"] - PS
+    )
 
 
 def test_the_leak_equation_catches_a_doubly_owned_page() -> None:
     driver = cached()
     served_once(driver)
     first, _ = admit(driver, PROMPT, PROMPT)
-    driver.full.free(torch.tensor(row(driver, first)[2 * PS:]))  # its own page, free while it still holds it
+    driver.full.free(torch.tensor(row(driver, first)[2 * PS :]))  # its own page, free while it still holds it
     assert driver.cache is not None
     assert violation(driver.cache.check_ledger).invariant_id == "kv-accounting"
 
@@ -114,7 +116,7 @@ def test_a_leak_that_a_double_owner_hides_balances_the_count_but_not_the_pages()
     served_once(driver)
     first, _ = admit(driver, PROMPT, PROMPT)
     driver.full.alloc(PS)
-    driver.full.free(torch.tensor(row(driver, first)[2 * PS:]))
+    driver.full.free(torch.tensor(row(driver, first)[2 * PS :]))
     assert driver.cache is not None
     driver.cache.check_ledger()  # the counts balance
     caught = violation(driver.check_equation)

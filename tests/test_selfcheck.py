@@ -32,10 +32,12 @@ def test_a_detection_reports_the_time_steps_and_shrunk_trace_length() -> None:
 
 def test_the_family_table_gives_median_and_worst_times_to_detect_and_to_report() -> None:
     rows, cache = CANARIES["negative-zero-slice"], CANARIES["double-unlock-goes-negative"]
-    outcomes = [Outcome("a", rows, "caught", seconds_to_detect=0.5, seconds_to_report=1.0),
-                Outcome("a", rows, "caught", seconds_to_detect=1.5, seconds_to_report=4.0),
-                Outcome("a", rows, "caught", seconds_to_detect=0.25, seconds_to_report=0.75),
-                Outcome("b", cache, "missed")]
+    outcomes = [
+        Outcome("a", rows, "caught", seconds_to_detect=0.5, seconds_to_report=1.0),
+        Outcome("a", rows, "caught", seconds_to_detect=1.5, seconds_to_report=4.0),
+        Outcome("a", rows, "caught", seconds_to_detect=0.25, seconds_to_report=0.75),
+        Outcome("b", cache, "missed"),
+    ]
     table = family_report(outcomes, shrunk=True).splitlines()
     assert table[2].split() == ["req_to_token", "3", "3", "0.50", "1.50", "1.00", "4.00"]
     assert table[3].split() == ["prefix_cache", "1", "0", "-", "-", "-", "-"]
@@ -43,17 +45,21 @@ def test_the_family_table_gives_median_and_worst_times_to_detect_and_to_report()
 
 
 def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(CANARIES, "no-bug", Canary("req_to_token", "pools:ReqToTokenPool", "none", "none",
-                                                   "conservation"))
+    monkeypatch.setitem(CANARIES, "no-bug", Canary("req_to_token", "pools:ReqToTokenPool", "none", "none", "conservation"))
     outcome = selfcheck.check_canary("no-bug", seconds=0.5)
     assert outcome.status == "missed" and outcome.invariant is None
     assert exit_status([outcome]) == 1
 
 
 def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    unwritten = Family(name="future", summary="not written yet", default="pools:ReqToTokenPool",
-                       driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.future.moves:table",
-                       limits=FAMILIES["req_to_token"].limits)
+    unwritten = Family(
+        name="future",
+        summary="not written yet",
+        default="pools:ReqToTokenPool",
+        driver="harness.kits.rows.driver:RowPoolDriver",
+        moves="harness.kits.future.moves:table",
+        limits=FAMILIES["req_to_token"].limits,
+    )
     monkeypatch.setitem(FAMILIES, "future", unwritten)
     monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))
     outcome = selfcheck.check_canary("future-bug", seconds=1)

@@ -30,8 +30,14 @@ print(",".join(missing))
 
 
 def modules_missing_after(setup: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", MISSING.format(setup=setup)], cwd=REPO, capture_output=True,
-                         text=True, check=True, env={"PATH": "", "PYTHONPATH": str(REPO), "HYPOTHESIS_PROFILE": "dev"})
+    out = subprocess.run(
+        [sys.executable, "-c", MISSING.format(setup=setup)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "", "PYTHONPATH": str(REPO), "HYPOTHESIS_PROFILE": "dev"},
+    )
     return [name for name in out.stdout.strip().split(",") if name]
 
 

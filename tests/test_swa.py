@@ -62,8 +62,10 @@ def decode(alloc: SWATokenToKVPoolAllocator, seqs: list[int], lasts: list[int]) 
 
 def snapshot(alloc: SWATokenToKVPoolAllocator | PureSWATokenToKVPoolAllocator) -> tuple[Any, ...]:
     """Everything a refused call must leave as it was."""
-    sides = [(ints(side.free_pages), ints(side.get_all_free_pages()), ints(side.pending_free_pages()))
-             for side in (alloc.full_attn_allocator, alloc.swa_attn_allocator)]
+    sides = [
+        (ints(side.free_pages), ints(side.get_all_free_pages()), ints(side.pending_free_pages()))
+        for side in (alloc.full_attn_allocator, alloc.swa_attn_allocator)
+    ]
     return sides, ints(alloc.full_to_swa_index_mapping), alloc.in_free_group, alloc.available_size()
 
 
@@ -194,11 +196,15 @@ def test_a_request_without_a_prefix_must_pass_last_loc_minus_one(device: str) ->
     assert_continuing_is_rejected_unchanged(alloc, 0, mapped[2])
 
 
-@pytest.mark.parametrize(("pres", "seqs", "lasts", "count"), [
-    ([2], [1], [-1], -1),  # seq_len below prefix_len
-    ([0], [5], [-1], 4),  # extend_num_tokens does not match the lengths
-    ([0], [5], [-1, -1], 5),  # last_loc of the wrong shape
-], ids=["seq-below-prefix", "token-count", "last-loc-shape"])
+@pytest.mark.parametrize(
+    ("pres", "seqs", "lasts", "count"),
+    [
+        ([2], [1], [-1], -1),  # seq_len below prefix_len
+        ([0], [5], [-1], 4),  # extend_num_tokens does not match the lengths
+        ([0], [5], [-1, -1], 5),  # last_loc of the wrong shape
+    ],
+    ids=["seq-below-prefix", "token-count", "last-loc-shape"],
+)
 def test_a_malformed_extend_raises_before_either_side_changes(
     pres: list[int], seqs: list[int], lasts: list[int], count: int, device: str
 ) -> None:
@@ -302,8 +308,12 @@ def test_double_foreign_and_padding_frees_raise_typed_errors_unchanged(op: str, 
     alloc.free(idx(slots[:1], device))
     release = getattr(alloc, op)
     before = snapshot(alloc)
-    for bad, error in (([slots[0]], DoubleFreeError), ([alloc.size_full + ps], ForeignIndexError),
-                       ([-1], ForeignIndexError), ([0], ReservedIndexError)):
+    for bad, error in (
+        ([slots[0]], DoubleFreeError),
+        ([alloc.size_full + ps], ForeignIndexError),
+        ([-1], ForeignIndexError),
+        ([0], ReservedIndexError),
+    ):
         with pytest.raises(error):
             release(idx(bad, device))
         assert snapshot(alloc) == before
@@ -415,7 +425,7 @@ def test_a_seeded_walk_of_scheduler_steps_keeps_the_mapping_sound(ps: int, devic
             i = rng.randrange(len(rows))
             upto = (len(rows[i]) - 1) // ps * ps  # keep the last token's page
             if upto > swa_from[i]:
-                alloc.free_swa(idx(rows[i][swa_from[i]:upto], device))
+                alloc.free_swa(idx(rows[i][swa_from[i] : upto], device))
                 swa_from[i] = upto
         else:
             i = rng.randrange(len(rows))

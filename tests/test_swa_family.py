@@ -31,8 +31,14 @@ PS = 4
 PAGED = {"size": 8 * PS, "size_swa": 4 * PS, "page_size": PS}
 
 
-def drive(factory: Callable[..., Any], config: dict[str, Any], steps: Steps, *, check_misuse: bool = True,
-          driver_class: type[Driver] = SWAKVDriver) -> Driver:
+def drive(
+    factory: Callable[..., Any],
+    config: dict[str, Any],
+    steps: Steps,
+    *,
+    check_misuse: bool = True,
+    driver_class: type[Driver] = SWAKVDriver,
+) -> Driver:
     driver = driver_class(factory, {**config, "device": "cpu"}, check_misuse=check_misuse)
     for op, args in steps:
         driver.step(op, **args)
@@ -52,19 +58,39 @@ def new(*lengths: int) -> tuple[str, dict[str, Any]]:
 
 # ----------------------------------------------------------------- canaries
 CANARY_SCRIPTS: dict[str, tuple[type[SWATokenToKVPoolAllocator], dict[str, Any], Steps]] = {
-    "swa-tail-head-keeps-old-entries": (TailHeadKeepsOldEntries, PAGED, [
-        new(PS), ("free", {"handle": 0}),
-        ("tail", {"handle": None, "extend_len": 2 * PS, "swa_tail_len": PS}),  # its head reuses the freed page
-    ]),
-    "swa-free-unmaps-only-named-tokens": (UnmapsOnlyNamedTokens, PAGED, [
-        new(2 * PS), ("free", {"handle": 0, "sparse": True}),
-    ]),
-    "swa-tombstone-keeps-its-entry": (TombstoneKeepsItsEntry, PAGED, [
-        new(2 * PS), ("free_swa", {"handle": 0, "pages": 1}),
-    ]),
-    "swa-non-atomic-decode": (NonAtomicDecode, {"size": 8 * PS, "size_swa": 2 * PS, "page_size": PS}, [
-        new(2 * PS), ("decode", {"handles": [0]}),  # the SWA side has no page left, the full side has six
-    ]),
+    "swa-tail-head-keeps-old-entries": (
+        TailHeadKeepsOldEntries,
+        PAGED,
+        [
+            new(PS),
+            ("free", {"handle": 0}),
+            ("tail", {"handle": None, "extend_len": 2 * PS, "swa_tail_len": PS}),  # its head reuses the freed page
+        ],
+    ),
+    "swa-free-unmaps-only-named-tokens": (
+        UnmapsOnlyNamedTokens,
+        PAGED,
+        [
+            new(2 * PS),
+            ("free", {"handle": 0, "sparse": True}),
+        ],
+    ),
+    "swa-tombstone-keeps-its-entry": (
+        TombstoneKeepsItsEntry,
+        PAGED,
+        [
+            new(2 * PS),
+            ("free_swa", {"handle": 0, "pages": 1}),
+        ],
+    ),
+    "swa-non-atomic-decode": (
+        NonAtomicDecode,
+        {"size": 8 * PS, "size_swa": 2 * PS, "page_size": PS},
+        [
+            new(2 * PS),
+            ("decode", {"handles": [0]}),  # the SWA side has no page left, the full side has six
+        ],
+    ),
 }
 
 
@@ -125,12 +151,15 @@ class PureWithoutTheIdentity(PureSWATokenToKVPoolAllocator):
         return super().alloc(need_size)
 
 
-@pytest.mark.parametrize(("pool", "steps", "invariant", "side"), [
-    (FreeSwaKeepsTheSwaPage, [new(2 * PS), ("free_swa", {"handle": 0, "pages": 1})], "conservation", "SWA"),
-    (FreeFullKeepsTheFullPages, [new(PS), ("free_swa", {"handle": 0}), ("free_full", {"handle": 0})],
-     "conservation", "full"),
-    (MapsTwoTokensToOneSwaSlot, [new(2 * PS)], "swa-mapping", None),
-], ids=["swa-side-leak", "full-side-leak", "swa-slot-mapped-twice"])
+@pytest.mark.parametrize(
+    ("pool", "steps", "invariant", "side"),
+    [
+        (FreeSwaKeepsTheSwaPage, [new(2 * PS), ("free_swa", {"handle": 0, "pages": 1})], "conservation", "SWA"),
+        (FreeFullKeepsTheFullPages, [new(PS), ("free_swa", {"handle": 0}), ("free_full", {"handle": 0})], "conservation", "full"),
+        (MapsTwoTokensToOneSwaSlot, [new(2 * PS)], "swa-mapping", None),
+    ],
+    ids=["swa-side-leak", "full-side-leak", "swa-slot-mapped-twice"],
+)
 def test_a_broken_pool_trips_its_invariant_on_the_side_it_breaks(
     pool: type[SWATokenToKVPoolAllocator], steps: Steps, invariant: str, side: str | None
 ) -> None:
@@ -149,28 +178,42 @@ def test_a_pure_pool_whose_mapping_is_not_the_identity_trips_swa_mapping() -> No
 
 # ------------------------------------------------------------------ misuse
 MISUSE: dict[str, tuple[dict[str, Any], Steps]] = {
-    "paged": (PAGED, [
-        new(2 * PS, 1), ("free_swa", {"handle": 0, "pages": 2}),
-        ("decode", {"handles": [0]}),  # its last token left the window
-        ("extend", {"batch": [[0, 1]]}),
-        ("free_swa_again", {"handle": 0}),
-        ("free_full", {"handle": 1}),  # still in the window
-        ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 2}),  # the tail would start mid-page
-        ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 6}),
-        ("alloc", {"need_size": PS}),  # the page-size-1 call
-        ("free", {"handle": 1}), ("free_again", {"handle": 1, "call": "free"}),
-        ("free_again", {"handle": 1, "call": "free_swa"}), ("free_again", {"handle": 1, "call": "free_full"}),
-        ("free_indices", {"indices": [1], "call": "free"}),  # page 0
-        ("free_indices", {"indices": [9 * PS], "call": "free_swa"}),  # past the pool
-        ("free_indices", {"indices": [-1], "call": "free_full"}),
-        ("group_end", {}), ("group_begin", {}), ("group_begin", {}), ("group_end", {}),
-    ]),
-    "page size 1": ({"size": 6, "size_swa": 4, "page_size": 1}, [
-        ("alloc", {"need_size": 2}), ("alloc", {"need_size": -1}),
-        ("tail", {"handle": None, "extend_len": 1, "swa_tail_len": 1}),  # the paged call
-        ("free_swa", {"handle": 0, "pages": 1}), ("free_swa_again", {"handle": 0}),
-        ("free_indices", {"indices": [2, 2], "call": "free"}),  # one slot named twice
-    ]),
+    "paged": (
+        PAGED,
+        [
+            new(2 * PS, 1),
+            ("free_swa", {"handle": 0, "pages": 2}),
+            ("decode", {"handles": [0]}),  # its last token left the window
+            ("extend", {"batch": [[0, 1]]}),
+            ("free_swa_again", {"handle": 0}),
+            ("free_full", {"handle": 1}),  # still in the window
+            ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 2}),  # the tail would start mid-page
+            ("tail", {"handle": None, "extend_len": 5, "swa_tail_len": 6}),
+            ("alloc", {"need_size": PS}),  # the page-size-1 call
+            ("free", {"handle": 1}),
+            ("free_again", {"handle": 1, "call": "free"}),
+            ("free_again", {"handle": 1, "call": "free_swa"}),
+            ("free_again", {"handle": 1, "call": "free_full"}),
+            ("free_indices", {"indices": [1], "call": "free"}),  # page 0
+            ("free_indices", {"indices": [9 * PS], "call": "free_swa"}),  # past the pool
+            ("free_indices", {"indices": [-1], "call": "free_full"}),
+            ("group_end", {}),
+            ("group_begin", {}),
+            ("group_begin", {}),
+            ("group_end", {}),
+        ],
+    ),
+    "page size 1": (
+        {"size": 6, "size_swa": 4, "page_size": 1},
+        [
+            ("alloc", {"need_size": 2}),
+            ("alloc", {"need_size": -1}),
+            ("tail", {"handle": None, "extend_len": 1, "swa_tail_len": 1}),  # the paged call
+            ("free_swa", {"handle": 0, "pages": 1}),
+            ("free_swa_again", {"handle": 0}),
+            ("free_indices", {"indices": [2, 2], "call": "free"}),  # one slot named twice
+        ],
+    ),
 }
 
 
@@ -184,12 +227,20 @@ def test_every_misuse_probe_is_rejected_by_our_pool_and_skipped_with_misuse_off(
 
 
 def test_a_free_of_a_request_partly_out_of_the_window_and_a_tail_over_a_prefix_stay_clean() -> None:
-    drive(SWATokenToKVPoolAllocator, PAGED, [
-        new(3 * PS - 1), ("free_swa", {"handle": 0, "pages": 1}),
-        ("decode", {"handles": [0]}), ("decode", {"handles": [0]}),  # the second opens a page on both sides
-        ("tail", {"handle": 0, "extend_len": PS + 1, "swa_tail_len": PS}),  # head continues the prefix's page
-        ("group_begin", {}), ("free", {"handle": 0, "sparse": True}), ("group_end", {}),
-    ])
+    drive(
+        SWATokenToKVPoolAllocator,
+        PAGED,
+        [
+            new(3 * PS - 1),
+            ("free_swa", {"handle": 0, "pages": 1}),
+            ("decode", {"handles": [0]}),
+            ("decode", {"handles": [0]}),  # the second opens a page on both sides
+            ("tail", {"handle": 0, "extend_len": PS + 1, "swa_tail_len": PS}),  # head continues the prefix's page
+            ("group_begin", {}),
+            ("free", {"handle": 0, "sparse": True}),
+            ("group_end", {}),
+        ],
+    )
 
 
 PAGE_SIZE_1 = {"size": 8, "size_swa": 4, "page_size": 1}
@@ -232,27 +283,41 @@ def test_upstream_swa_frees_a_request_partly_out_of_the_window_at_page_size_1_cl
     """The driver no longer sends upstream free() after free_swa() (its _SWA_PEER_MAPPED case)."""
     from harness.judge.families import load_factory
 
-    driver = drive(load_factory("harness.upstream:SWAKV"), {**PAGE_SIZE_1, "need_sort": False}, PARTLY_OUT,
-                   check_misuse=False)
+    driver = drive(load_factory("harness.upstream:SWAKV"), {**PAGE_SIZE_1, "need_sort": False}, PARTLY_OUT, check_misuse=False)
     assert "free split as free_kv_row_segments does: free_full below the window, free for the rest" in driver.events
     assert not driver.pool.invariant_hits()
 
 
 def test_the_pure_pool_drops_padding_and_its_free_full_changes_nothing() -> None:
-    drive(PureSWATokenToKVPoolAllocator, {"size_swa": 6, "need_sort": True}, [
-        ("alloc", {"need_size": 2}), ("alloc", {"need_size": 2}), ("free_full", {"handle": 0}),
-        ("free_padded", {"handle": 0}), ("free_indices", {"indices": [0, -1]}), ("free_indices", {"indices": [1]}),
-        ("free_swa", {"handle": 1}), ("alloc", {"need_size": 5}),
-    ], driver_class=PureSWAKVDriver)
+    drive(
+        PureSWATokenToKVPoolAllocator,
+        {"size_swa": 6, "need_sort": True},
+        [
+            ("alloc", {"need_size": 2}),
+            ("alloc", {"need_size": 2}),
+            ("free_full", {"handle": 0}),
+            ("free_padded", {"handle": 0}),
+            ("free_indices", {"indices": [0, -1]}),
+            ("free_indices", {"indices": [1]}),
+            ("free_swa", {"handle": 1}),
+            ("alloc", {"need_size": 5}),
+        ],
+        driver_class=PureSWAKVDriver,
+    )
 
 
 # -------------------------------------------------------------------- walks
-@pytest.mark.parametrize(("driver_class", "factory", "config", "table"), [
-    (SWAKVDriver, SWATokenToKVPoolAllocator, {"size": 64 * PS, "size_swa": 24 * PS, "page_size": PS}, swa_kv_table),
-    (PureSWAKVDriver, PureSWATokenToKVPoolAllocator, {"size_swa": 64}, pure_swa_kv_table),
-], ids=["swa_kv", "pure_swa_kv"])
-def test_the_bench_walk_runs_clean_on_our_pools(driver_class: type[Driver], factory: Callable[..., Any],
-                                                config: dict[str, Any], table: Callable[[], MoveTable]) -> None:
+@pytest.mark.parametrize(
+    ("driver_class", "factory", "config", "table"),
+    [
+        (SWAKVDriver, SWATokenToKVPoolAllocator, {"size": 64 * PS, "size_swa": 24 * PS, "page_size": PS}, swa_kv_table),
+        (PureSWAKVDriver, PureSWATokenToKVPoolAllocator, {"size_swa": 64}, pure_swa_kv_table),
+    ],
+    ids=["swa_kv", "pure_swa_kv"],
+)
+def test_the_bench_walk_runs_clean_on_our_pools(
+    driver_class: type[Driver], factory: Callable[..., Any], config: dict[str, Any], table: Callable[[], MoveTable]
+) -> None:
     driver = driver_class(factory, {**config, "device": "cpu"})
     workload, rng = table().workload(), random.Random(0)
     for _ in range(300):

@@ -38,8 +38,7 @@ def caught(request: pytest.FixtureRequest) -> tuple[str, Canary, int]:
     return name, entry, walk.steps
 
 
-def test_each_combination_canary_is_caught_by_its_invariant_within_the_step_budget(
-        caught: tuple[str, Canary, int]) -> None:
+def test_each_combination_canary_is_caught_by_its_invariant_within_the_step_budget(caught: tuple[str, Canary, int]) -> None:
     assert caught[2] <= STEP_BUDGET
 
 
@@ -69,9 +68,11 @@ def test_a_seeds_run_reports_median_and_worst_per_canary(capsys: pytest.CaptureF
 
 def test_the_summary_gives_no_worst_time_when_a_seed_missed() -> None:
     entry = COMBINATIONS["free-rows-checks-a-set"]
-    chases = [Outcome("c", entry, "caught", seconds_to_detect=0.5, engine="walk"),
-              Outcome("c", entry, "caught", seconds_to_detect=1.5, engine="hypothesis"),
-              Outcome("c", entry, "missed")]
+    chases = [
+        Outcome("c", entry, "caught", seconds_to_detect=0.5, engine="walk"),
+        Outcome("c", entry, "caught", seconds_to_detect=1.5, engine="hypothesis"),
+        Outcome("c", entry, "missed"),
+    ]
     summary = summarise("c", chases)
     assert summary == SeedSummary("c", entry.family, 2, 3, 1.0, None, 0.5)
     text = seeds_report([summary], chases, budget=10)

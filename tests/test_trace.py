@@ -92,12 +92,14 @@ def test_fill_provenance_adds_versions_and_date_but_keeps_an_existing_note() -> 
 # -------------------------------------------------------------- rejection
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     """Mutation setting a dotted path (``steps.1.args.need_size``) in the document."""
+
     def mutate(document: dict[str, Any]) -> None:
         *parents, last = path.split(".")
         node: Any = document
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node[part]
         node[int(last) if isinstance(node, list) else last] = value
+
     return mutate
 
 
@@ -108,6 +110,7 @@ def _drop(path: str) -> Callable[[dict[str, Any]], None]:
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node[part]
         del node[last]
+
     return mutate
 
 
@@ -131,7 +134,12 @@ REJECTED = [
     ("unknown op", _set("steps.2.op", "release"), "steps[2].op", "step 3: 'release' is not an operation of RowPoolDriver"),
     ("argument misspelt", _set("steps.1.args", {"need": 1}), "steps[1].args.need", "step 2: is not a parameter of alloc_rows(need_size)"),
     ("argument missing", _set("steps.1.args", {}), "steps[1].args.need_size", "step 2: is missing (required by alloc_rows(need_size))"),
-    ("argument of the wrong type", _set("steps.1.args.need_size", 1.5), "steps[1].args.need_size", "step 2: must be an integer, not a number 1.5"),
+    (
+        "argument of the wrong type",
+        _set("steps.1.args.need_size", 1.5),
+        "steps[1].args.need_size",
+        "step 2: must be an integer, not a number 1.5",
+    ),
     ("bool for an int", _set("steps.2.args.handle", True), "steps[2].args.handle", "must be an integer, not a boolean"),
     ("list item of the wrong type", _set("steps.0.args.batch", [None, "a"]), "steps[0].args.batch", "must be an array of integer or null"),
     ("expect missing", _drop("expect"), "expect", "is missing"),
@@ -139,22 +147,42 @@ REJECTED = [
     ("violation without invariant", _drop("expect.invariant"), "expect.invariant", "is missing"),
     ("unknown invariant id", _set("expect.invariant", "no-leaks"), "expect.invariant", "'no-leaks' is not an invariant id"),
     ("pass naming an invariant", _set("expect.outcome", "pass"), "expect.invariant", "is not allowed with outcome 'pass'"),
-    ("regression with a violation", _set("expect.regression", {"invariant": "conservation", "implementation": "a:B"}),
-     "expect.regression", "is not allowed with outcome 'violation'"),
-    ("regression not an object", lambda d: d.update(expect={"outcome": "pass", "regression": "conservation"}),
-     "expect.regression", "must be an object, not a string"),
-    ("regression without invariant", lambda d: d.update(expect={"outcome": "pass", "regression": {"implementation": "a:B"}}),
-     "expect.regression.invariant", "is missing"),
-    ("regression of an unknown invariant",
-     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "leaks", "implementation": "a:B"}}),
-     "expect.regression.invariant", "'leaks' is not an invariant id"),
-    ("regression naming no implementation",
-     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": ""}}),
-     "expect.regression.implementation", "'' is not module:attr"),
-    ("regression with an extra field",
-     lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": "a:B",
-                                                                  "fixed": True}}),
-     "expect.regression.fixed", "is not a regression field"),
+    (
+        "regression with a violation",
+        _set("expect.regression", {"invariant": "conservation", "implementation": "a:B"}),
+        "expect.regression",
+        "is not allowed with outcome 'violation'",
+    ),
+    (
+        "regression not an object",
+        lambda d: d.update(expect={"outcome": "pass", "regression": "conservation"}),
+        "expect.regression",
+        "must be an object, not a string",
+    ),
+    (
+        "regression without invariant",
+        lambda d: d.update(expect={"outcome": "pass", "regression": {"implementation": "a:B"}}),
+        "expect.regression.invariant",
+        "is missing",
+    ),
+    (
+        "regression of an unknown invariant",
+        lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "leaks", "implementation": "a:B"}}),
+        "expect.regression.invariant",
+        "'leaks' is not an invariant id",
+    ),
+    (
+        "regression naming no implementation",
+        lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": ""}}),
+        "expect.regression.implementation",
+        "'' is not module:attr",
+    ),
+    (
+        "regression with an extra field",
+        lambda d: d.update(expect={"outcome": "pass", "regression": {"invariant": "conservation", "implementation": "a:B", "fixed": True}}),
+        "expect.regression.fixed",
+        "is not a regression field",
+    ),
     ("audit period of the wrong type", _set("audit_period", "8"), "audit_period", "must be an integer, not a string"),
     ("audit period below 1", _set("audit_period", 0), "audit_period", "must be at least 1, not 0"),
     ("seed of the wrong type", _set("provenance.seed", 1.5), "provenance.seed", "must be an integer or a string or null"),
@@ -197,44 +225,74 @@ def test_every_family_has_limits_naming_only_keys_its_default_pool_takes() -> No
 def test_the_configs_the_fuzzers_draw_are_well_inside_the_limits(name: str) -> None:
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(config_strategy(name))
     def drawn(config: PoolConfig) -> None:
         check_config(name, config.to_json())
-        scaled = {k: v * 50 if isinstance(v, int) and not isinstance(v, bool) and k != "page_size" else v
-                  for k, v in config.to_json().items()}
+        scaled = {
+            k: v * 50 if isinstance(v, int) and not isinstance(v, bool) and k != "page_size" else v for k, v in config.to_json().items()
+        }
         check_config(name, {**scaled, "device": "cpu"})  # 50 times as large still passes: generous
 
     drawn()
 
 
 LIMITED = [
-    ("a trillion blocks", "block_pool", {"num_gpu_blocks": 10**12}, "config.num_gpu_blocks",
-     "config.num_gpu_blocks = 1000000000000 exceeds the limit 1048576 for block_pool"),
-    ("a negative page size", "paged_kv", {"size": 8, "page_size": -4}, "config.page_size",
-     "config.page_size = -4 is below the minimum 1 for paged_kv"),
-    ("a page size of 0", "prefix_cache", {"size": 8, "page_size": 0}, "config.page_size",
-     "config.page_size = 0 is below the minimum 1 for prefix_cache"),
-    ("rows x context too large together", "req_to_token", {"size": 1 << 16, "max_context_len": 1 << 20},
-     "config: (size + pre_alloc_size) x max_context_len",
-     "config: (size + pre_alloc_size) x max_context_len = 68719476736 exceeds the limit 67108864 for req_to_token"),
-    ("a key the family does not know", "hybrid_req_to_token",
-     {"size": 2, "max_context_len": 4, "mamba_size": 2, "dtype": "float16"}, "config.dtype",
-     "config.dtype is not a config field of hybrid_req_to_token; known: size, max_context_len, mamba_size, num_layers"),
+    (
+        "a trillion blocks",
+        "block_pool",
+        {"num_gpu_blocks": 10**12},
+        "config.num_gpu_blocks",
+        "config.num_gpu_blocks = 1000000000000 exceeds the limit 1048576 for block_pool",
+    ),
+    (
+        "a negative page size",
+        "paged_kv",
+        {"size": 8, "page_size": -4},
+        "config.page_size",
+        "config.page_size = -4 is below the minimum 1 for paged_kv",
+    ),
+    (
+        "a page size of 0",
+        "prefix_cache",
+        {"size": 8, "page_size": 0},
+        "config.page_size",
+        "config.page_size = 0 is below the minimum 1 for prefix_cache",
+    ),
+    (
+        "rows x context too large together",
+        "req_to_token",
+        {"size": 1 << 16, "max_context_len": 1 << 20},
+        "config: (size + pre_alloc_size) x max_context_len",
+        "config: (size + pre_alloc_size) x max_context_len = 68719476736 exceeds the limit 67108864 for req_to_token",
+    ),
+    (
+        "a key the family does not know",
+        "hybrid_req_to_token",
+        {"size": 2, "max_context_len": 4, "mamba_size": 2, "dtype": "float16"},
+        "config.dtype",
+        "config.dtype is not a config field of hybrid_req_to_token; known: size, max_context_len, mamba_size, num_layers",
+    ),
     ("a boolean size", "token_kv", {"size": True}, "config.size", "config.size = True must be an integer"),
-    ("a state shape too large", "hybrid_req_to_token",
-     {"size": 2, "max_context_len": 4, "mamba_size": 1 << 16, "num_layers": 64, "conv_shape": [4096]},
-     "config: num_layers x (mamba_size + 1) x (conv_shape + temporal_shape elements)", "exceeds the limit 67108864"),
-    ("KV pages of a scheduler", "scheduler", {"size": 1, "max_context_len": 4, "page_size": 64, "kv_pages": 1 << 20},
-     "config: kv_pages x page_size", "= 67108864 exceeds the limit 1048576 for scheduler"),
+    (
+        "a state shape too large",
+        "hybrid_req_to_token",
+        {"size": 2, "max_context_len": 4, "mamba_size": 1 << 16, "num_layers": 64, "conv_shape": [4096]},
+        "config: num_layers x (mamba_size + 1) x (conv_shape + temporal_shape elements)",
+        "exceeds the limit 67108864",
+    ),
+    (
+        "KV pages of a scheduler",
+        "scheduler",
+        {"size": 1, "max_context_len": 4, "page_size": 64, "kv_pages": 1 << 20},
+        "config: kv_pages x page_size",
+        "= 67108864 exceeds the limit 1048576 for scheduler",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("family", "config", "field", "message"), [r[1:] for r in LIMITED], ids=[r[0] for r in LIMITED])
-def test_check_config_names_the_field_its_value_and_the_limit(
-    family: str, config: dict[str, Any], field: str, message: str
-) -> None:
+def test_check_config_names_the_field_its_value_and_the_limit(family: str, config: dict[str, Any], field: str, message: str) -> None:
     with pytest.raises(LimitError) as caught:
         check_config(family, {**config, "device": "cpu"})
     assert isinstance(caught.value, ValueError)
@@ -255,36 +313,79 @@ def test_a_family_without_limits_is_refused() -> None:
 
 def test_a_kit_cannot_declare_a_family_without_limits() -> None:
     with pytest.raises(TypeError, match="limits"):
-        Family(name="new_family", summary="no limits", default="pools:ReqToTokenPool",  # type: ignore[call-arg]
-               driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.rows.moves:row_table")
+        Family(
+            name="new_family",
+            summary="no limits",
+            default="pools:ReqToTokenPool",  # type: ignore[call-arg]
+            driver="harness.kits.rows.driver:RowPoolDriver",
+            moves="harness.kits.rows.moves:row_table",
+        )
 
 
 ROWS = {"size": 2, "max_context_len": 4, "device": "cpu"}
 STEP_LIMITED = [
-    ("an alloc of a trillion tokens", "token_kv", "alloc", {"need_size": 10**12}, "steps[0].args.need_size",
-     "= 1000000000000 exceeds the limit 2097152 (in magnitude) for token_kv"),
-    ("a negative write offset", "req_to_token", "write", {"handle": 0, "start": -10**12, "length": 10**12},
-     "steps[0].args.start", "exceeds the limit 2097152 (in magnitude)"),
-    ("one long extend in a batch", "paged_kv", "extend", {"batch": [[None, 4], [None, 1 << 22]]},
-     "steps[0].args.batch[1][1]", "= 4194304 exceeds"),
-    ("an extend batch too long in total", "paged_kv", "extend", {"batch": [[None, 1 << 20]] * 3},
-     "sum of steps[0].args.batch[*][1]", "= 3145728 exceeds the limit 2097152 for paged_kv"),
-    ("a value far longer than its key", "prefix_cache", "insert_mismatched", {"prompt": [1], "extra": 10**12},
-     "steps[0].args.extra", "exceeds"),
-    ("NaN, which json reads", "mamba_slots", "alloc", {"need_size": float("nan")}, "steps[0].args.need_size",
-     "= nan exceeds"),
-    ("a huge pool built by construct", "req_to_token", "construct", {"overrides": {"size": 10**12, "max_context_len": -1}},
-     "steps[0].args.overrides.size", "exceeds the limit 65536 (in magnitude)"),
-    ("construct naming an unknown key", "block_pool", "construct", {"overrides": {"blocks": 3}},
-     "steps[0].args.overrides.blocks", "is not a config field of block_pool"),
+    (
+        "an alloc of a trillion tokens",
+        "token_kv",
+        "alloc",
+        {"need_size": 10**12},
+        "steps[0].args.need_size",
+        "= 1000000000000 exceeds the limit 2097152 (in magnitude) for token_kv",
+    ),
+    (
+        "a negative write offset",
+        "req_to_token",
+        "write",
+        {"handle": 0, "start": -(10**12), "length": 10**12},
+        "steps[0].args.start",
+        "exceeds the limit 2097152 (in magnitude)",
+    ),
+    (
+        "one long extend in a batch",
+        "paged_kv",
+        "extend",
+        {"batch": [[None, 4], [None, 1 << 22]]},
+        "steps[0].args.batch[1][1]",
+        "= 4194304 exceeds",
+    ),
+    (
+        "an extend batch too long in total",
+        "paged_kv",
+        "extend",
+        {"batch": [[None, 1 << 20]] * 3},
+        "sum of steps[0].args.batch[*][1]",
+        "= 3145728 exceeds the limit 2097152 for paged_kv",
+    ),
+    (
+        "a value far longer than its key",
+        "prefix_cache",
+        "insert_mismatched",
+        {"prompt": [1], "extra": 10**12},
+        "steps[0].args.extra",
+        "exceeds",
+    ),
+    ("NaN, which json reads", "mamba_slots", "alloc", {"need_size": float("nan")}, "steps[0].args.need_size", "= nan exceeds"),
+    (
+        "a huge pool built by construct",
+        "req_to_token",
+        "construct",
+        {"overrides": {"size": 10**12, "max_context_len": -1}},
+        "steps[0].args.overrides.size",
+        "exceeds the limit 65536 (in magnitude)",
+    ),
+    (
+        "construct naming an unknown key",
+        "block_pool",
+        "construct",
+        {"overrides": {"blocks": 3}},
+        "steps[0].args.overrides.blocks",
+        "is not a config field of block_pool",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("family", "op", "args", "field", "problem"), [r[1:] for r in STEP_LIMITED],
-                         ids=[r[0] for r in STEP_LIMITED])
-def test_step_arguments_that_size_an_allocation_are_bounded(
-    family: str, op: str, args: dict[str, Any], field: str, problem: str
-) -> None:
+@pytest.mark.parametrize(("family", "op", "args", "field", "problem"), [r[1:] for r in STEP_LIMITED], ids=[r[0] for r in STEP_LIMITED])
+def test_step_arguments_that_size_an_allocation_are_bounded(family: str, op: str, args: dict[str, Any], field: str, problem: str) -> None:
     config = {**FAMILIES[family].bench_kwargs, **(ROWS if family == "req_to_token" else {})}
     with pytest.raises(LimitError) as caught:
         check_steps(family, [{"op": op, "args": args}], config)
@@ -322,7 +423,9 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path)
     with pytest.raises(TraceError) as caught:
         load_trace(path)
     assert (caught.value.field, caught.value.problem) == (
-        "(file)", f"is {limits.MAX_TRACE_BYTES + 1} bytes, over the limit of {limits.MAX_TRACE_BYTES} for a trace")
+        "(file)",
+        f"is {limits.MAX_TRACE_BYTES + 1} bytes, over the limit of {limits.MAX_TRACE_BYTES} for a trace",
+    )
 
 
 def test_an_unknown_schema_version_says_which_one_this_poolfuzz_reads() -> None:
@@ -347,12 +450,15 @@ def test_a_truncated_file_is_reported_as_truncated(tmp_path: Path, keep: float) 
     assert "truncated" in caught.value.problem
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"", "is empty"),
-    (b'{"schema": 1 "family": 2}', "is not valid JSON: Expecting ',' delimiter (line 1 column 14)"),
-    (b"[1, 2]", "must hold a JSON object, not an array"),
-    (b'{"schema": 1}\xff', "is not UTF-8 text (byte 13)"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "is empty"),
+        (b'{"schema": 1 "family": 2}', "is not valid JSON: Expecting ',' delimiter (line 1 column 14)"),
+        (b"[1, 2]", "must hold a JSON object, not an array"),
+        (b'{"schema": 1}\xff', "is not UTF-8 text (byte 13)"),
+    ],
+)
 def test_a_file_that_is_not_a_trace_object_is_refused(tmp_path: Path, content: bytes, problem: str) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -392,8 +498,7 @@ def test_a_dumped_trace_matches_the_schema(validator: Any) -> None:
     assert raw_errors(validator, document) == []
     passing = {**document, "expect": {"outcome": "pass"}, "implementation": ""}
     assert raw_errors(validator, json.loads(parse_trace(passing).dumps())) == []
-    regression = {**document, "expect": {"outcome": "pass",
-                                         "regression": {"invariant": "conservation", "implementation": "a.b:C"}}}
+    regression = {**document, "expect": {"outcome": "pass", "regression": {"invariant": "conservation", "implementation": "a.b:C"}}}
     assert raw_errors(validator, json.loads(parse_trace(regression).dumps())) == []
 
 
@@ -406,9 +511,18 @@ def test_every_committed_trace_matches_the_schema(validator: Any) -> None:
 
 STRUCTURAL = {r[0] for r in REJECTED} - {
     # what only the loader knows: the registry, the pool's constructor, the driver's operations, the catalogue
-    "unknown family", "config key misspelt", "config value of the wrong type", "config missing a required key",
-    "unknown op", "argument misspelt", "argument missing", "argument of the wrong type", "bool for an int",
-    "list item of the wrong type", "unknown invariant id", "regression of an unknown invariant",
+    "unknown family",
+    "config key misspelt",
+    "config value of the wrong type",
+    "config missing a required key",
+    "unknown op",
+    "argument misspelt",
+    "argument missing",
+    "argument of the wrong type",
+    "bool for an int",
+    "list item of the wrong type",
+    "unknown invariant id",
+    "regression of an unknown invariant",
 }
 
 

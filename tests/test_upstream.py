@@ -42,9 +42,7 @@ def _trace_id(path: Path) -> str:
 
 @pytest.mark.parametrize("installed", [None, pytest.param("0.5.22", marks=needs_upstream)])  # another version: the
 # refusal reads the installed copy's own files, so it needs one
-def test_a_missing_or_other_sglang_is_refused_with_the_install_command(
-    installed: str | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_missing_or_other_sglang_is_refused_with_the_install_command(installed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loader, "installed_version", lambda: installed)
     with pytest.raises(UpstreamUnavailableError, match=SUPPORTED_VERSION) as refused:
         loader.locate_distribution()
@@ -87,8 +85,12 @@ PAGED_SIZES = st.integers(min_value=2, max_value=16)
 
 
 @needs_upstream
-@given(batch=st.one_of(extend_batches(free_kinds=FREE_KINDS, max_batch=16, max_tokens=256),
-                       decode_batches(free_kinds=FREE_KINDS, max_batch=16, page_size=PAGED_SIZES)))
+@given(
+    batch=st.one_of(
+        extend_batches(free_kinds=FREE_KINDS, max_batch=16, max_tokens=256),
+        decode_batches(free_kinds=FREE_KINDS, max_batch=16, page_size=PAGED_SIZES),
+    )
+)
 def test_upstream_paged_allocator_agrees_with_the_loop_oracle_away_from_page_size_1_decode(batch: PageBatch) -> None:
     from harness.upstream import PagedKV
 
@@ -176,10 +178,8 @@ def test_each_standalone_reproduction_reproduces_without_importing_the_harness(s
     import subprocess
 
     source = script.read_text() + (CORPUS / "_wheel_allocators.py").read_text()
-    assert "harness" not in [line.split()[1].split(".")[0] for line in source.splitlines()
-                             if line.startswith(("import ", "from "))]
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          cwd=script.parent)
+    assert "harness" not in [line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=script.parent)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
 
 

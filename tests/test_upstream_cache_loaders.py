@@ -66,9 +66,7 @@ def rust() -> RustTreeCoreBindings:
 # ------------------------------------------------------------------ versions
 @pytest.mark.parametrize("installed", [None, pytest.param("0.32.0", marks=needs_vllm)])  # another version: the
 # refusal reads the installed copy's own files, so it needs one
-def test_a_missing_or_other_vllm_is_refused_with_the_install_command(
-    installed: str | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_missing_or_other_vllm_is_refused_with_the_install_command(installed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_loader, "installed_version", lambda: installed)
     with pytest.raises(UpstreamUnavailableError, match=vllm_loader.SUPPORTED_VERSION) as refused:
         vllm_loader.locate_distribution()

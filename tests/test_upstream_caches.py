@@ -93,9 +93,7 @@ def test_rust_tree_core_target_runs_the_same_calls_and_its_own_sanity_check(page
 
 
 @needs_rust
-def test_a_rust_core_that_does_not_load_is_an_unavailable_target_naming_torch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_rust_core_that_does_not_load_is_an_unavailable_target_naming_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "mem_cache.cpython-311-x86_64-linux-gnu.so"
     broken.write_bytes(b"not an ELF file")
     monkeypatch.setattr(rust_core_loader, "_rust_loaded", None)
@@ -107,11 +105,14 @@ def test_a_rust_core_that_does_not_load_is_an_unavailable_target_naming_torch(
 
 
 @needs_cache
-@pytest.mark.parametrize(("name", "config"), [
-    ("SWAKV", {"size": 16, "size_swa": 8, "page_size": 1}),
-    ("SWAKV", {"size": 16, "size_swa": 8, "page_size": 4}),
-    ("PureSWAKV", {"size_swa": 8}),
-])
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("SWAKV", {"size": 16, "size_swa": 8, "page_size": 1}),
+        ("SWAKV", {"size": 16, "size_swa": 8, "page_size": 4}),
+        ("PureSWAKV", {"size_swa": 8}),
+    ],
+)
 def test_swa_targets_are_swa_allocators_built_from_the_family_config(name: str, config: dict[str, Any]) -> None:
     factory = _target(name)
     pool = factory(**config, device="cpu", need_sort=False)
@@ -131,9 +132,16 @@ def test_python_rust_and_our_cache_answer_seeded_sequences_alike(page_size: int,
 
 
 @needs_rust
-@given(ops=st.lists(st.builds(Op, st.sampled_from(list(OP_WEIGHTS)), st.lists(st.integers(1, 3), max_size=9).map(tuple),
-                              st.integers(0, 8), st.integers(0, 7)), max_size=40),
-       page_size=st.sampled_from([1, 2]), policy=st.sampled_from(RECENCY))
+@given(
+    ops=st.lists(
+        st.builds(
+            Op, st.sampled_from(list(OP_WEIGHTS)), st.lists(st.integers(1, 3), max_size=9).map(tuple), st.integers(0, 8), st.integers(0, 7)
+        ),
+        max_size=40,
+    ),
+    page_size=st.sampled_from([1, 2]),
+    policy=st.sampled_from(RECENCY),
+)
 @pinned_settings(max_examples=15, deadline=None)
 def test_python_rust_and_our_cache_agree_on_drawn_sequences(ops: list[Op], page_size: int, policy: str) -> None:
     run_sequence(ops, page_size=page_size, eviction_policy=policy)
@@ -147,8 +155,7 @@ FIFO_AFTER_A_SPLIT = [Op("insert", (1, 1)), Op("insert", (2,)), Op("match", (1, 
 def test_the_legacy_python_cache_ages_a_split_node_at_the_split_unlike_the_default_core_and_ours() -> None:
     """FIFO after a split: the Rust core and ours keep the child's creation (SGLang 0.5.23's default
     ``UnifiedTreeCore._split_node``, unified_tree_core.py:1476); the legacy ``RadixCache`` stamps the split."""
-    run_sequence(FIFO_AFTER_A_SPLIT, page_size=1, eviction_policy="fifo",
-                 subjects={"ours": SUBJECTS["ours"], "rust": SUBJECTS["rust"]})
+    run_sequence(FIFO_AFTER_A_SPLIT, page_size=1, eviction_policy="fifo", subjects={"ours": SUBJECTS["ours"], "rust": SUBJECTS["rust"]})
     with pytest.raises(Disagreement, match="indices freed") as found:
         run_sequence(FIFO_AFTER_A_SPLIT, page_size=1, eviction_policy="fifo")
     assert found.value.answers == {"ours": [2, 1], "python": [2, 3], "rust": [2, 1]}

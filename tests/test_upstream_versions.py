@@ -150,18 +150,22 @@ def test_a_missing_allocator_file_refuses_only_its_target(sglang_copy: Path) -> 
 
 @needs_sglang
 def test_a_renamed_class_refuses_only_the_target_that_drives_it(sglang_copy: Path) -> None:
-    _edit(sglang_copy / "sglang/srt/mem_cache/allocator/swa.py",
-          "class PureSWATokenToKVPoolAllocator(", "class PureSWAAllocatorRenamed(")
+    _edit(sglang_copy / "sglang/srt/mem_cache/allocator/swa.py", "class PureSWATokenToKVPoolAllocator(", "class PureSWAAllocatorRenamed(")
     reason = _refusal("PureSWAKV")
-    assert reason is not None and reason.endswith("srt/mem_cache/allocator/swa.py has no PureSWATokenToKVPoolAllocator "
-                                                  f"({loader.SUPPORTED_VERSION} has it: renamed, moved or added since)")
+    assert reason is not None and reason.endswith(
+        "srt/mem_cache/allocator/swa.py has no PureSWATokenToKVPoolAllocator "
+        f"({loader.SUPPORTED_VERSION} has it: renamed, moved or added since)"
+    )
     assert _refusal("SWAKV") is None and _refusal("RadixCache") is None
 
 
 @needs_sglang
 def test_an_import_the_stand_ins_do_not_cover_refuses_the_file_and_what_depends_on_it(sglang_copy: Path) -> None:
-    _edit(sglang_copy / "sglang/srt/mem_cache/base_prefix_cache.py",
-          "import torch\n", "import torch\n\nfrom sglang.srt.utils import helper_added_in_a_later_release\n")
+    _edit(
+        sglang_copy / "sglang/srt/mem_cache/base_prefix_cache.py",
+        "import torch\n",
+        "import torch\n\nfrom sglang.srt.utils import helper_added_in_a_later_release\n",
+    )
     reason = _refusal("RadixCache")
     assert reason is not None and "\n" not in reason
     assert "executing upstream srt/mem_cache/base_prefix_cache.py failed (ImportError" in reason
@@ -233,8 +237,11 @@ def test_a_rust_binding_missing_a_member_the_adapter_uses_is_named() -> None:
 def test_a_copy_runs_a_target_through_its_walk(sglang_copy: Path) -> None:
     from harness.fuzz.walk import WalkRun
 
-    _edit(sglang_copy / "sglang/srt/mem_cache/allocator/paged.py", "\nclass PagedTokenToKVPoolAllocator(",
-          "\nPOOLFUZZ_FROM_THE_COPY = True\n\n\nclass PagedTokenToKVPoolAllocator(")
+    _edit(
+        sglang_copy / "sglang/srt/mem_cache/allocator/paged.py",
+        "\nclass PagedTokenToKVPoolAllocator(",
+        "\nPOOLFUZZ_FROM_THE_COPY = True\n\n\nclass PagedTokenToKVPoolAllocator(",
+    )
     assert loader.load_upstream().paged.POOLFUZZ_FROM_THE_COPY
     walk = WalkRun("token_kv", 5, spec="harness.upstream:TokenKV")
     assert walk.run(max_steps=150) is None and walk.steps == 150
@@ -244,14 +251,39 @@ def test_a_copy_runs_a_target_through_its_walk(sglang_copy: Path) -> None:
 def test_the_sglang_src_option_reaches_the_fuzz_workers(tmp_path: Path) -> None:
     site = copy_sglang(tmp_path / "src")
     touched = tmp_path / "executed-from-the-copy"
-    _edit(site / "sglang/srt/mem_cache/allocator/token.py", "\nclass TokenToKVPoolAllocator(",
-          f"\nopen({str(touched)!r}, 'a').write('token.py\\n')\n\n\nclass TokenToKVPoolAllocator(")
+    _edit(
+        site / "sglang/srt/mem_cache/allocator/token.py",
+        "\nclass TokenToKVPoolAllocator(",
+        f"\nopen({str(touched)!r}, 'a').write('token.py\\n')\n\n\nclass TokenToKVPoolAllocator(",
+    )
     env = {key: value for key, value in os.environ.items() if key != loader.SOURCE_ENV}
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "fuzz", "--sglang-src", str(site), "--target", "token_kv=harness.upstream:TokenKV",
-         "--seconds", "2", "--workers", "1", "--plain", "--database", "none", "--corpus", str(tmp_path / "corpus"),
-         "--report", str(tmp_path / "report.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "fuzz",
+            "--sglang-src",
+            str(site),
+            "--target",
+            "token_kv=harness.upstream:TokenKV",
+            "--seconds",
+            "2",
+            "--workers",
+            "1",
+            "--plain",
+            "--database",
+            "none",
+            "--corpus",
+            str(tmp_path / "corpus"),
+            "--report",
+            str(tmp_path / "report.json"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert touched.is_file() and len(touched.read_text().splitlines()) >= 2, "parent and worker both load the copy"

@@ -35,8 +35,12 @@ def extend_inputs(bs: int, ps: int, seed: int, device: str = "cpu") -> tuple[tor
 
 
 def extend_per_request_torch(
-    prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor, free_pages: torch.Tensor,
-    out_indices: torch.Tensor, page_size: int,
+    prefix_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    last_loc: torch.Tensor,
+    free_pages: torch.Tensor,
+    out_indices: torch.Tensor,
+    page_size: int,
 ) -> None:
     """The baseline seed 002 replaced: one iteration per request, scalar reads and torch slices in each.
 
@@ -51,14 +55,14 @@ def extend_per_request_torch(
         first_new = -(-pre // ps) * ps
         num1 = min(seq, first_new) - pre
         if num1:
-            out_indices[out_at:out_at + num1] = torch.arange(last + 1, last + 1 + num1)
+            out_indices[out_at : out_at + num1] = torch.arange(last + 1, last + 1 + num1)
         out_at += num1
         rest = seq - pre - num1
         if rest <= 0:
             continue
         n_pages = -(-rest // ps)
-        pages = free_pages[page_at:page_at + n_pages]
+        pages = free_pages[page_at : page_at + n_pages]
         slots = (pages[:, None] * ps + torch.arange(ps)).reshape(-1)[:rest]
-        out_indices[out_at:out_at + rest] = slots
+        out_indices[out_at : out_at + rest] = slots
         out_at += rest
         page_at += n_pages

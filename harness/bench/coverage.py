@@ -84,15 +84,13 @@ class Measurement:
             head, rule = head + " missed lines and arcs |", rule + "---|"
         rows = [head, rule]
         for f in self.files:
-            row = (f"| `{f.path}` | {f.statements} | {f.missing_statements} | {f.branches} | {f.missing_branches} "
-                   f"| {f.percent:.1f}% |")
+            row = f"| `{f.path}` | {f.statements} | {f.missing_statements} | {f.branches} | {f.missing_branches} | {f.percent:.1f}% |"
             rows.append(row + (f" {f.missing} |" if missing else ""))
         statements = sum(f.statements for f in self.files)
         branches = sum(f.branches for f in self.files)
         missed = sum(f.missing_statements for f in self.files)
         partial = sum(f.missing_branches for f in self.files)
-        rows.append(f"| **total** | {statements} | {missed} | {branches} | {partial} | **{self.total:.1f}%** |"
-                    + (" |" if missing else ""))
+        rows.append(f"| **total** | {statements} | {missed} | {branches} | {partial} | **{self.total:.1f}%** |" + (" |" if missing else ""))
         return "\n".join(rows)
 
 
@@ -100,9 +98,24 @@ def _run_one(test_file: str, data_dir: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CI": "true", "COVERAGE_FILE": str(data_dir / ".coverage")}
     for name in ("HYPOTHESIS_PROFILE", "PYTEST_ADDOPTS", "POOLFUZZ_TARGETS"):
         env.pop(name, None)  # the ci profile and the default targets, whatever the caller's
-    command = [sys.executable, "-m", "coverage", "run", "--branch", "--source=pools", "--parallel-mode",
-               f"--rcfile={ROOT / 'pyproject.toml'}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-               test_file]
+    command = [
+        sys.executable,
+        "-m",
+        "coverage",
+        "run",
+        "--branch",
+        "--source=pools",
+        "--parallel-mode",
+        f"--rcfile={ROOT / 'pyproject.toml'}",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        test_file,
+    ]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -155,24 +168,34 @@ def _file_coverage(path: str, entry: dict[str, Any]) -> FileCoverage | None:
     summary = entry["summary"]
     lines = set(entry["missing_lines"])
     arcs = [f"{a}->{b if b > 0 else 'exit'}" for a, b in entry.get("missing_branches", []) if a not in lines]
-    return FileCoverage(name, summary["num_statements"], summary["missing_lines"], summary.get("num_branches", 0),
-                        summary.get("missing_branches", 0), ", ".join(_ranges(sorted(lines)) + arcs))
+    return FileCoverage(
+        name,
+        summary["num_statements"],
+        summary["missing_lines"],
+        summary.get("num_branches", 0),
+        summary.get("missing_branches", 0),
+        ", ".join(_ranges(sorted(lines)) + arcs),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("coverage"), description=summary(__doc__))
     parser.add_argument("--jobs", type=int, default=2, help="test files run at once (default 2)")
     parser.add_argument("--missing", action="store_true", help="list the missed lines and arcs of each file")
-    parser.add_argument("--fail-under", type=float, default=None, metavar="PERCENT",
-                        help=f"exit 1 when the total is below PERCENT (the coverage test uses {REQUIRED})")
+    parser.add_argument(
+        "--fail-under",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help=f"exit 1 when the total is below PERCENT (the coverage test uses {REQUIRED})",
+    )
     args = parser.parse_args(argv)
     try:
         result = measure(jobs=args.jobs)
     except RuntimeError as exc:
         print(f"poolfuzz coverage: {exc}", file=sys.stderr)
         return 1
-    print(f"Branch coverage of pools/ by the machine tests ({', '.join(MACHINE_TESTS)}; CI=true, "
-          f"{result.seconds:.0f} s):\n")
+    print(f"Branch coverage of pools/ by the machine tests ({', '.join(MACHINE_TESTS)}; CI=true, {result.seconds:.0f} s):\n")
     print(result.table(missing=args.missing))
     if args.fail_under is not None and result.total < args.fail_under:
         print(f"\npoolfuzz coverage: {result.total:.1f}% is below {args.fail_under}%", file=sys.stderr)

@@ -37,8 +37,10 @@ MEDIAN_TARGET_S = 1.0
 # ------------------------------------------------------------------ time to detect
 def bench_time_to_detect(quick: bool) -> Section:
     seeds = 2 if quick else 5
-    section = Section(f"Time to detect: every canary under {seeds} seeds (selfcheck --seeds {seeds}, one worker)",
-                      ["canary", "family", "caught", "median s", "worst s", "by walk"])
+    section = Section(
+        f"Time to detect: every canary under {seeds} seeds (selfcheck --seeds {seeds}, one worker)",
+        ["canary", "family", "caught", "median s", "worst s", "by walk"],
+    )
     outcomes: list[Outcome] = []
     for name in CANARIES:
         chases = [check_canary(name, seconds=DETECT_LIMIT_S, seed=seed, shrink=False) for seed in range(seeds)]
@@ -47,21 +49,33 @@ def bench_time_to_detect(quick: bool) -> Section:
             continue
         outcomes += chases
         s = summarise(name, chases)
-        section.rows.append([name, s.family, f"{s.caught}/{s.seeds}", _seconds(s.median),
-                             _seconds(s.worst) if s.worst is not None else f">{DETECT_LIMIT_S:g}", f"{s.walk_share:.0%}"])
+        section.rows.append(
+            [
+                name,
+                s.family,
+                f"{s.caught}/{s.seeds}",
+                _seconds(s.median),
+                _seconds(s.worst) if s.worst is not None else f">{DETECT_LIMIT_S:g}",
+                f"{s.walk_share:.0%}",
+            ]
+        )
     times = [o.seconds_to_detect for o in outcomes if o.status == "caught" and o.seconds_to_detect is not None]
     every = all(o.status == "caught" for o in outcomes) and bool(outcomes)
     median = statistics.median(times) if times else float("inf")
-    section.notes.append(f"Target: every canary caught by its expected invariant in each seed within "
-                         f"{DETECT_LIMIT_S:g} s: {len(times)}/{len(outcomes)} chases, worst "
-                         f"{max(times, default=float('inf')):.2f} s, {verdict(every)}.")
-    section.notes.append(f"Target: median time to detect at most {MEDIAN_TARGET_S:g} s: {median:.2f} s, "
-                         f"{verdict(median <= MEDIAN_TARGET_S)}.")
+    section.notes.append(
+        f"Target: every canary caught by its expected invariant in each seed within "
+        f"{DETECT_LIMIT_S:g} s: {len(times)}/{len(outcomes)} chases, worst "
+        f"{max(times, default=float('inf')):.2f} s, {verdict(every)}."
+    )
+    section.notes.append(
+        f"Target: median time to detect at most {MEDIAN_TARGET_S:g} s: {median:.2f} s, {verdict(median <= MEDIAN_TARGET_S)}."
+    )
     section.notes.append(
         "Each chase alternates walk bursts (0.25 s, 0.5 s, then 1 s) with chunks of 20 hypothesis examples, as a "
         "worker alternates its rounds; a violation of another invariant first does not end it, so "
         "the time is to the canary's own invariant.  No shrinking: it does not count towards detection.  "
-        "`by walk` is the share of seeds in which the walk, not hypothesis, reported it.")
+        "`by walk` is the share of seeds in which the walk, not hypothesis, reported it."
+    )
     return section
 
 
@@ -124,8 +138,16 @@ def fuzz_rate(name: str, seconds: float, walk_share: float | None) -> float:
     """Steps/s of a real one-worker ``fuzz`` run of ``name`` (``walk_share`` 0: hypothesis only)."""
     targets, _ = select_targets([name])
     with tempfile.TemporaryDirectory(prefix="poolfuzz-bench-") as scratch:
-        options = FuzzOptions(targets=targets, seconds=seconds, workers=1, seed=11, corpus=Path(scratch, "corpus"),
-                              database=str(Path(scratch, "db")), walk_share=walk_share, progress_every=1e9)
+        options = FuzzOptions(
+            targets=targets,
+            seconds=seconds,
+            workers=1,
+            seed=11,
+            corpus=Path(scratch, "corpus"),
+            database=str(Path(scratch, "db")),
+            walk_share=walk_share,
+            progress_every=1e9,
+        )
         with open(Path(scratch, "progress.log"), "w") as err:
             report = FuzzRun(options, err=err).run()
     return float(report["totals"]["steps_per_second"])
@@ -133,9 +155,10 @@ def fuzz_rate(name: str, seconds: float, walk_share: float | None) -> float:
 
 def bench_routes(quick: bool) -> Section:
     seconds, fuzz_seconds = (2.0, 6.0) if quick else (6.0, 20.0)
-    section = Section("Fuzzing routes: checked steps/s of one worker, walk engine and hypothesis side by side",
-                      ["family", "walk steps/s", "hypothesis steps/s", "walk / hypothesis",
-                       f"worker mix ({WALK_SHARE:.0%} walk)"])
+    section = Section(
+        "Fuzzing routes: checked steps/s of one worker, walk engine and hypothesis side by side",
+        ["family", "walk steps/s", "hypothesis steps/s", "walk / hypothesis", f"worker mix ({WALK_SHARE:.0%} walk)"],
+    )
     for name in FAMILIES:
         rates = route_rates(name, seconds, slices=3)
         if isinstance(rates, str):
@@ -148,17 +171,20 @@ def bench_routes(quick: bool) -> Section:
         alone, mixed = fuzz_rate(name, fuzz_seconds, 0.0), fuzz_rate(name, fuzz_seconds, None)
         section.notes.append(
             f"Target: `fuzz --target {name} --workers 1` at least {target:,} checked steps/s: {mixed:,.0f} with the "
-            f"walk ({alone:,.0f} hypothesis only, {mixed / alone:.1f}x), {verdict(mixed >= target)}.")
+            f"walk ({alone:,.0f} hypothesis only, {mixed / alone:.1f}x), {verdict(mixed >= target)}."
+        )
     section.notes.append(
         f"Walk and hypothesis are timed in alternating slices of {seconds / 3:g} s on the production pools (seed 0); "
         "the walk draws fresh configurations every episode (tiny and boundary pools included), hypothesis runs the "
         f"family's machine with the nightly round settings ({build_settings('fuzz-round').stateful_step_count} steps "
         "an example, no database).  The worker mix is the time-weighted rate of a worker's alternation.  The fuzz "
-        f"runs are real one-worker `fuzz` sessions of {fuzz_seconds:g} s, their report's steps/s.")
+        f"runs are real one-worker `fuzz` sessions of {fuzz_seconds:g} s, their report's steps/s."
+    )
     section.notes.append(
         "Both routes call the same driver operations, with the same per-call checks and a full audit every 8 "
         "steps and at the end of each episode or example: no invariant is checked less often on the walk.  What "
         "the walk saves is hypothesis's engine per step (choice sequences, bundles, rule selection).  The KV "
         "families stay slower: one `alloc_extend` costs hundreds of microseconds of small torch operations in the "
-        "pool itself (the bare-pool column of the harness table).")
+        "pool itself (the bare-pool column of the harness table)."
+    )
     return section

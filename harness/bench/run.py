@@ -64,9 +64,17 @@ def _alloc_only(pool: ReqToTokenPool, need: int, budget: Budget, block: int = 10
 
 
 def bench_rows(budget: Budget) -> Section:
-    section = Section("ReqToTokenPool.alloc_rows alone (microseconds per call)",
-                      ["rows", "tail pop, 14,745/16,384 free", "tail pop, 58/64 free", "head slice, 14,745/16,384 free",
-                       "16,384 vs 64 slots", "head slice / tail pop"])
+    section = Section(
+        "ReqToTokenPool.alloc_rows alone (microseconds per call)",
+        [
+            "rows",
+            "tail pop, 14,745/16,384 free",
+            "tail pop, 58/64 free",
+            "head slice, 14,745/16,384 free",
+            "16,384 vs 64 slots",
+            "head slice / tail pop",
+        ],
+    )
     worst_size, worst_head = 0.0, float("inf")
     for need in (1, 2, 3, 4):
         big, small = _row_pool(ReqToTokenPool, 16_384, 14_745), _row_pool(ReqToTokenPool, 64, 58)
@@ -74,7 +82,9 @@ def bench_rows(budget: Budget) -> Section:
         t = {name: _alloc_only(pool, need, budget) for name, pool in (("big", big), ("small", small), ("head", head))}
         size_ratio, head_ratio = t["big"] / t["small"], t["head"] / t["big"]
         worst_size, worst_head = max(worst_size, size_ratio), min(worst_head, head_ratio)
-        section.rows.append([str(need), fmt_us(t["big"]), fmt_us(t["small"]), fmt_us(t["head"]), fmt_ratio(size_ratio), fmt_ratio(head_ratio)])
+        section.rows.append(
+            [str(need), fmt_us(t["big"]), fmt_us(t["small"]), fmt_us(t["head"]), fmt_ratio(size_ratio), fmt_ratio(head_ratio)]
+        )
     # Where the time goes: the free-list work alone, and the generation counter update.
     free_list = list(range(1, 14_746))
     generation = torch.zeros(16_385, dtype=torch.int64).numpy()
@@ -95,20 +105,25 @@ def bench_rows(budget: Budget) -> Section:
             generation[row] += 1
 
     parts = compare({"tail": tail_only, "head": head_only, "gen": bump}, budget)
-    section.notes.append(f"Target: 16,384-slot pool at most 1.5x the 64-slot pool: worst {fmt_ratio(worst_size)}, "
-                         f"{verdict(worst_size <= 1.5)}.")
-    section.notes.append(f"Target: tail pop at least 8x faster than the head slice (seed 000 measured 10.5x): "
-                         f"worst {fmt_ratio(worst_head)}, {verdict(worst_head >= 8)}.")
+    section.notes.append(
+        f"Target: 16,384-slot pool at most 1.5x the 64-slot pool: worst {fmt_ratio(worst_size)}, {verdict(worst_size <= 1.5)}."
+    )
+    section.notes.append(
+        f"Target: tail pop at least 8x faster than the head slice (seed 000 measured 10.5x): "
+        f"worst {fmt_ratio(worst_head)}, {verdict(worst_head >= 8)}."
+    )
     section.notes.append(
         f"Breakdown at 4 rows: the free-list work alone costs {fmt_us(parts['tail'])} us (tail pop) vs "
         f"{fmt_us(parts['head'])} us (head slice), {fmt_ratio(parts['head'] / parts['tail'])}; bumping four generations "
         f"through the numpy view of `req_generation` (scalar updates, as `alloc_rows` does for small batches) costs {fmt_us(parts['gen'])} us, and the free-membership "
-        "table and argument checks the rest.")
+        "table and argument checks the rest."
+    )
     if worst_head < 8:
         section.notes.append(
             "Why the 8x target is missed: both variants pay the same fixed costs per call (generation bump, "
             "membership table, argument checks), and on this CPU the head slice's copy of ~14,700 pointers is "
-            "cheaper than on the machine seed 000 measured (32 us there), so the fixed part weighs more.")
+            "cheaper than on the machine seed 000 measured (32 us there), so the fixed part weighs more."
+        )
     return section
 
 
@@ -131,7 +146,8 @@ def bench_extend(budget: Budget, quick: bool) -> Section:
     for bs in (1, 8, 64, 256):
         inputs = extend_inputs(bs, ps, seed=bs)
         fns: dict[str, Callable[[], None]] = {
-            k: _extend_call(k, inputs, ps) for k in kernels if k != "triton" or bs <= (8 if quick else 64)}
+            k: _extend_call(k, inputs, ps) for k in kernels if k != "triton" or bs <= (8 if quick else 64)
+        }
         pre, seq, last, pages, out = inputs
         fns["per-request torch"] = lambda: extend_per_request_torch(pre, seq, last, pages, out, ps)  # noqa: B023
         t = compare(fns, budget if "triton" not in fns else Budget(budget.seconds, 3))
@@ -141,26 +157,32 @@ def bench_extend(budget: Budget, quick: bool) -> Section:
         if "triton" in kernels:
             row.append(fmt_ratio(t["loop"] / t["triton"]) if "triton" in t else "-")
         section.rows.append(row)
-    section.notes.append(f"Target: vectorized at least 4x the per-request loop at batch 64: {fmt_ratio(speedups[64])}, "
-                         f"{verdict(speedups[64] >= 4)}.")
-    section.notes.append(f"Target: vectorized no worse than 0.8x the per-request loop at batch 1: {fmt_ratio(speedups[1])}, "
-                         f"{verdict(speedups[1] >= 0.8)}.")
+    section.notes.append(
+        f"Target: vectorized at least 4x the per-request loop at batch 64: {fmt_ratio(speedups[64])}, {verdict(speedups[64] >= 4)}."
+    )
+    section.notes.append(
+        f"Target: vectorized no worse than 0.8x the per-request loop at batch 1: {fmt_ratio(speedups[1])}, {verdict(speedups[1] >= 0.8)}."
+    )
     if speedups[1] < 0.8:
         section.notes.append(
             "Why batch 1 misses on this machine: the vectorized path is about twenty whole-batch torch ops "
             "whatever the batch size, a few microseconds of dispatch each on CPU, while the per-request loop on CPU "
             "tensors reads its scalars for free.  Seed 002's 0.84-0.94x was measured on CUDA, where each of the "
-            "loop's scalar reads is a device sync; the CUDA section is where that comparison belongs.")
+            "loop's scalar reads is a device sync; the CUDA section is where that comparison belongs."
+        )
     section.notes.append(
         "The per-request column is the shape of loop seed 002 replaced (scalar reads and torch slices per "
         "request; each read is a device sync on CUDA), and the targets are stated against it.  The `loop` "
         "column is our oracle, a per-token pure-Python loop over host lists: on CPU it has no torch dispatch "
         "at all, so for one small request it is faster than any batch of torch ops, and the vectorized path "
-        "only overtakes it as batches grow.  On CUDA the oracle would need a host copy of every input.")
+        "only overtakes it as batches grow.  On CUDA the oracle would need a host copy of every input."
+    )
     if "triton" in kernels:
-        section.notes.append("The triton column runs the Triton *interpreter* on CPU tensors (numpy emulation of "
-                             "each program): a correctness path, not a performance one.  Compiled timings are "
-                             "in the CUDA section.")
+        section.notes.append(
+            "The triton column runs the Triton *interpreter* on CPU tensors (numpy emulation of "
+            "each program): a correctness path, not a performance one.  Compiled timings are "
+            "in the CUDA section."
+        )
     else:
         section.notes.append("triton is not installed: no triton column.")
     return section
@@ -187,9 +209,11 @@ def bench_mamba(budget: Budget) -> Section:
     reset = MambaSlotAllocator(4 * n)
     t = compare({"grouped": _admission(True, n), "single": _admission(False, n), "clear": reset.clear}, budget)
     grouped, single = t["grouped"] - t["clear"], t["single"] - t["clear"]
-    section = Section(f"Mamba admission of {n} requests (microseconds per round, clear() subtracted)",
-                      ["grouped window", "per-request alloc(1)", "speed-up"],
-                      [[fmt_us(grouped), fmt_us(single), fmt_ratio(single / grouped)]])
+    section = Section(
+        f"Mamba admission of {n} requests (microseconds per round, clear() subtracted)",
+        ["grouped window", "per-request alloc(1)", "speed-up"],
+        [[fmt_us(grouped), fmt_us(single), fmt_ratio(single / grouped)]],
+    )
     section.notes.append("No numeric target; seed 001 claims the grouped window cuts per-request bookkeeping.")
     return section
 
@@ -197,9 +221,10 @@ def bench_mamba(budget: Budget) -> Section:
 # ------------------------------------------------------------ harness speed
 def bench_harness(budget: Budget, quick: bool) -> Section:
     runs, steps = (4, 100) if quick else (10, 200)
-    section = Section(f"Harness throughput: driver steps without hypothesis ({runs} seeded runs of {steps} steps)",
-                      ["family", "steps", "checked steps/s", "bare pool calls/s", "checking overhead",
-                       "overhead, audits at teardown only"])
+    section = Section(
+        f"Harness throughput: driver steps without hypothesis ({runs} seeded runs of {steps} steps)",
+        ["family", "steps", "checked steps/s", "bare pool calls/s", "checking overhead", "overhead, audits at teardown only"],
+    )
     worst = 0.0
     rounds = max(2, budget.rounds // 2)
     for family, (workload, _) in workloads().items():
@@ -211,23 +236,25 @@ def bench_harness(budget: Budget, quick: bool) -> Section:
         lazy = checked_and_bare(family, workload, runs=runs, steps=steps, rounds=rounds, audit_period=10**9)
         lazy_ratio = fmt_ratio(lazy[1] / lazy[2]) if not isinstance(lazy, str) else "-"
         worst = max(worst, checked / bare)
-        section.rows.append([family, str(n), f"{n / checked:,.0f}", f"{calls / bare:,.0f}", fmt_ratio(checked / bare),
-                             lazy_ratio])
-    section.notes.append(f"Target: checking overhead at most 3x the same pool calls unchecked: worst {fmt_ratio(worst)}, "
-                         f"{verdict(worst <= 3)}.")
+        section.rows.append([family, str(n), f"{n / checked:,.0f}", f"{calls / bare:,.0f}", fmt_ratio(checked / bare), lazy_ratio])
+    section.notes.append(
+        f"Target: checking overhead at most 3x the same pool calls unchecked: worst {fmt_ratio(worst)}, {verdict(worst <= 3)}."
+    )
     section.notes.append(
         "Checked = replaying the recorded driver steps through a fresh driver (model updates, per-call checks, a "
         "full audit every 8 steps and at teardown; the last column audits at teardown only).  Bare = replaying "
         "the exact pool calls those steps made, recorded at the pools' public methods, on a fresh pool with no "
         "driver.  Direct table writes the scheduler makes (`req_to_token[row, a:b] = ...`) are not pool calls "
-        "and are left out of the bare side.")
+        "and are left out of the bare side."
+    )
     if worst > 3:
         section.notes.append(
             "Why the target is missed where it is: the pools under test are cheap (a list pop, a small tensor "
             "op), while a checked step compares the pool with a pure-Python model.  Misuse probes snapshot the "
             "whole pool before and after (`observe()`, O(pool + requests seen)), valid calls read the whole free "
             "list back to prove what was consumed, and audits are O(pool).  The allocator families, whose calls "
-            "do real tensor work, stay near or under the target.")
+            "do real tensor work, stay near or under the target."
+        )
     return section
 
 
@@ -269,18 +296,25 @@ def _kept_scaling(path: Path) -> str:
     if path.exists():
         text = path.read_text()
         if SCALING_HEADER in text:
-            return text[text.index(SCALING_HEADER):].rstrip() + "\n"
+            return text[text.index(SCALING_HEADER) :].rstrip() + "\n"
     return f"{SCALING_HEADER}\n\nSteps per second of `python -m harness fuzz` against workers: to be measured.\n"
 
 
 def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: float) -> None:
     scaling = _kept_scaling(path)
     mode = "`--quick` (noisy)" if quick else "full"
-    body = ["# Benchmarks", "",
-            "Produced by `python -m harness bench` " + f"({mode} run, {seconds:.0f} s); every ratio compares two "
-            "timings from the same run, interleaved and best-of-N.  Rerun it to refresh this file; the worker "
-            "scaling section at the end is measured separately and kept as is.", "",
-            "Machine:", "", *machine_description(), ""]
+    body = [
+        "# Benchmarks",
+        "",
+        "Produced by `python -m harness bench` " + f"({mode} run, {seconds:.0f} s); every ratio compares two "
+        "timings from the same run, interleaved and best-of-N.  Rerun it to refresh this file; the worker "
+        "scaling section at the end is measured separately and kept as is.",
+        "",
+        "Machine:",
+        "",
+        *machine_description(),
+        "",
+    ]
     body += [to_markdown(s) for s in sections]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(body) + "\n" + scaling)
@@ -299,11 +333,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = Budget.of(args.quick)
     started = perf_counter()
     sections = []
-    for run in (lambda: bench_versus_upstream(budget),
-                lambda: bench_rows(budget), lambda: bench_extend(budget, args.quick), lambda: bench_mamba(budget),
-                lambda: bench_harness(budget, args.quick), lambda: bench_prefix_cache(budget, args.quick),
-                *(() if args.quick else (lambda: bench_routes(False), lambda: bench_time_to_detect(False))),
-                lambda: bench_cuda(args.quick)):
+    for run in (
+        lambda: bench_versus_upstream(budget),
+        lambda: bench_rows(budget),
+        lambda: bench_extend(budget, args.quick),
+        lambda: bench_mamba(budget),
+        lambda: bench_harness(budget, args.quick),
+        lambda: bench_prefix_cache(budget, args.quick),
+        *(() if args.quick else (lambda: bench_routes(False), lambda: bench_time_to_detect(False))),
+        lambda: bench_cuda(args.quick),
+    ):
         section = run()
         sections.append(section)
         print(to_text(section), end="\n\n", flush=True)

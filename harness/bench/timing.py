@@ -88,8 +88,10 @@ def machine_description() -> list[str]:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     import hypothesis
 
-    lines = [f"- CPU: {model}, {os.cpu_count()} logical cores ({usable} usable); CPU timings use one torch thread",
-             f"- Python {platform.python_version()}, torch {torch.__version__}, hypothesis {hypothesis.__version__}"]
+    lines = [
+        f"- CPU: {model}, {os.cpu_count()} logical cores ({usable} usable); CPU timings use one torch thread",
+        f"- Python {platform.python_version()}, torch {torch.__version__}, hypothesis {hypothesis.__version__}",
+    ]
     if triton_available():
         import triton
 
@@ -98,15 +100,16 @@ def machine_description() -> list[str]:
     lines.append(f"- GPU: {gpu}")
     if hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
-        lines.append(f"- Load average when the run started: {load:.2f} (other processes share these cores; "
-                     "ratios are interleaved best-of-N, absolute times inflate with load)")
+        lines.append(
+            f"- Load average when the run started: {load:.2f} (other processes share these cores; "
+            "ratios are interleaved best-of-N, absolute times inflate with load)"
+        )
     lines.append(f"- Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     return lines
 
 
 def to_text(section: Section) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in section.rows)) if section.rows else len(h)
-              for i, h in enumerate(section.header)]
+    widths = [max(len(h), *(len(r[i]) for r in section.rows)) if section.rows else len(h) for i, h in enumerate(section.header)]
     lines = [section.title, "  ".join(h.ljust(w) for h, w in zip(section.header, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in section.rows]
     lines += [f"  * {note}" for note in section.notes]

@@ -88,9 +88,12 @@ def _mamba_pool(side: Side, up: UpstreamModules, device: torch.device) -> Any:
 
 
 # ------------------------------------------------------------------ steps
-def _alloc_free(make: Callable[[Side, UpstreamModules, torch.device], Any], k: int,
-                ) -> Callable[[Side, UpstreamModules, torch.device], Step]:
+def _alloc_free(
+    make: Callable[[Side, UpstreamModules, torch.device], Any],
+    k: int,
+) -> Callable[[Side, UpstreamModules, torch.device], Step]:
     """``alloc(k)`` then ``free`` of those slots, on the pool ``make`` builds."""
+
     def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
         pool = make(side, up, device)
 
@@ -105,6 +108,7 @@ def _alloc_free(make: Callable[[Side, UpstreamModules, torch.device], Any], k: i
 def _alloc_free_segment(pages: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
     """``alloc`` of ``pages`` pages, then ``free_segment`` of the row ending inside its last page, as
     ``free_kv_row_segments`` frees a request's row."""
+
     def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
         pool = _paged_pool(side, up, device)
 
@@ -171,6 +175,7 @@ def _paged_decode(bs: int, opens_pages: bool) -> Callable[[Side, UpstreamModules
 def _mamba_admission(n: int) -> Callable[[Side, UpstreamModules, torch.device], Step]:
     """A scheduler's use: a window reserves for the queue of ``n``, half are admitted (one slot each),
     the window's end returns the rest in one call, and each admitted request later frees its own slot."""
+
     def build(side: Side, up: UpstreamModules, device: torch.device) -> Step:
         pool = _mamba_pool(side, up, device)
 
@@ -188,25 +193,47 @@ def _mamba_admission(n: int) -> Callable[[Side, UpstreamModules, torch.device], 
 
 def steps() -> list[Workload]:
     """Every row of the table, in order."""
-    rows = [Workload("TokenToKVPoolAllocator alloc + free", f"{k} slot(s), {TOKEN_POOL:,}-slot pool",
-                     _alloc_free(_token_pool, k)) for k in (1, 16, 256)]
+    rows = [
+        Workload("TokenToKVPoolAllocator alloc + free", f"{k} slot(s), {TOKEN_POOL:,}-slot pool", _alloc_free(_token_pool, k))
+        for k in (1, 16, 256)
+    ]
     where = f"page {PAGE_SIZE}, {PAGED_POOL:,}-slot pool"
-    rows += [Workload("PagedTokenToKVPoolAllocator alloc_extend + free", f"bs {bs}, {EXTEND_TOKENS} tokens each, {where}",
-                      _paged_extend(bs, 0)) for bs in (1, 8, 64)]
-    rows += [Workload("alloc_extend after a 37-token prefix + free of the new pages",
-                      f"bs {bs}, {EXTEND_TOKENS} tokens each, {where}", _paged_extend(bs, PREFIX_TOKENS))
-             for bs in (1, 8, 64)]
-    rows += [Workload("alloc_decode opening a page + free", f"bs {bs}, {where}", _paged_decode(bs, True))
-             for bs in (1, 8, 64)]
+    rows += [
+        Workload("PagedTokenToKVPoolAllocator alloc_extend + free", f"bs {bs}, {EXTEND_TOKENS} tokens each, {where}", _paged_extend(bs, 0))
+        for bs in (1, 8, 64)
+    ]
+    rows += [
+        Workload(
+            "alloc_extend after a 37-token prefix + free of the new pages",
+            f"bs {bs}, {EXTEND_TOKENS} tokens each, {where}",
+            _paged_extend(bs, PREFIX_TOKENS),
+        )
+        for bs in (1, 8, 64)
+    ]
+    rows += [Workload("alloc_decode opening a page + free", f"bs {bs}, {where}", _paged_decode(bs, True)) for bs in (1, 8, 64)]
     rows += [Workload("alloc_decode inside pages", f"bs {bs}, {where}", _paged_decode(bs, False)) for bs in (1, 8, 64)]
-    rows += [Workload("PagedTokenToKVPoolAllocator alloc + free_segment of the row", f"{n} page(s), {where}",
-                      _alloc_free_segment(n)) for n in (1, 16, 256)]
+    rows += [
+        Workload("PagedTokenToKVPoolAllocator alloc + free_segment of the row", f"{n} page(s), {where}", _alloc_free_segment(n))
+        for n in (1, 16, 256)
+    ]
     rows += [Workload("MambaSlotAllocator alloc + free", f"1 slot, {MAMBA_POOL:,}-slot pool", _alloc_free(_mamba_pool, 1))]
-    rows += [Workload("MambaSlotAllocator admission round, then each request's free",
-                      f"{n} queued, {n // 2} admitted, {MAMBA_POOL:,}-slot pool", _mamba_admission(n))
-             for n in (16, 256)]
-    rows += [Workload("MambaSlotAllocator alloc + free (not a scheduler path)", f"{k} slots, {MAMBA_POOL:,}-slot pool",
-                      _alloc_free(_mamba_pool, k), scheduler_path=False) for k in (16, 256)]
+    rows += [
+        Workload(
+            "MambaSlotAllocator admission round, then each request's free",
+            f"{n} queued, {n // 2} admitted, {MAMBA_POOL:,}-slot pool",
+            _mamba_admission(n),
+        )
+        for n in (16, 256)
+    ]
+    rows += [
+        Workload(
+            "MambaSlotAllocator alloc + free (not a scheduler path)",
+            f"{k} slots, {MAMBA_POOL:,}-slot pool",
+            _alloc_free(_mamba_pool, k),
+            scheduler_path=False,
+        )
+        for k in (16, 256)
+    ]
     return rows
 
 
@@ -243,21 +270,26 @@ def bench_versus_upstream(budget: Budget) -> Section:
             worst = max(worst, ratio) if workload.scheduler_path else worst
             row += [fmt_us(best["ours"]), fmt_us(best["upstream"]), fmt_ratio(ratio)]
         section.rows.append(row)
-    section.notes.append(f"Target: ours at most {RATIO_TARGET:.2f}x upstream on every scheduler-path row: worst "
-                         f"{fmt_ratio(worst)}, {verdict(worst <= RATIO_TARGET)}.")
+    section.notes.append(
+        f"Target: ours at most {RATIO_TARGET:.2f}x upstream on every scheduler-path row: worst "
+        f"{fmt_ratio(worst)}, {verdict(worst <= RATIO_TARGET)}."
+    )
     section.notes.append(
         "Rows marked 'not a scheduler path' are shown, not held to the target: a scheduler takes Mamba slots one "
         "per request (alloc(1), from a group window) and frees each request's own slot; many slots move at once "
         "only through the window, which the admission rows measure.  On such bulk calls at a 1,024-slot pool "
         "upstream's whole call is a few microseconds, and our ownership table (marking every slot taken and "
-        "checking every slot freed) costs about as much again.")
+        "checking every slot freed) costs about as much again."
+    )
     section.notes.append(
         "All our validation is on: double, foreign and reserved frees, repeated slots in one call, malformed "
         "batches and, on the CPU, the last_loc layout of every extend and decode batch.  Upstream validates none "
-        "of these.  Both sides run on one torch thread; each step leaves its pool as it found it.")
+        "of these.  Both sides run on one torch thread; each step leaves its pool as it found it."
+    )
     section.notes.append(
         "Where ours is faster: a free costs O(pages freed) here (pools/free_list.py) and O(pool) upstream, "
-        "which rebuilds its free list with torch.cat on every free.")
+        "which rebuilds its free list with torch.cat on every free."
+    )
     if not cuda:
         section.notes.append("No CUDA column: no CUDA device on this machine.")
     return section

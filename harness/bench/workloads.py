@@ -30,8 +30,9 @@ from strategies.table import load_table
 Step = tuple[str, dict[str, Any]]
 Workload = Callable[[Any, random.Random], Step]
 
-QUERIES = frozenset({"available_size", "reserved_size", "is_free", "is_live", "get_all_free_pages",
-                     "pending_free_pages", "mamba_available_size"})
+QUERIES = frozenset(
+    {"available_size", "reserved_size", "is_free", "is_live", "get_all_free_pages", "pending_free_pages", "mamba_available_size"}
+)
 """Pool methods the drivers call only to look: left out of the bare replay."""
 
 
@@ -126,8 +127,9 @@ def _run_checked(driver: Driver, steps: list[dict[str, Any]]) -> float:
     return perf_counter() - start
 
 
-def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, rounds: int,
-                     audit_period: int = 8) -> tuple[int, float, float, int] | str:
+def checked_and_bare(
+    name: str, workload: Workload, *, runs: int, steps: int, rounds: int, audit_period: int = 8
+) -> tuple[int, float, float, int] | str:
     """``(steps, best checked seconds, best bare seconds, pool calls)`` over ``runs`` seeded runs, or why skipped.
 
     Runs are as long as a fuzz example (``steps``), each on a fresh pool, so the
@@ -158,9 +160,13 @@ def checked_and_bare(name: str, workload: Workload, *, runs: int, steps: int, ro
         recorded.append((driver.trace.steps, recorder))
     checked = bare = float("inf")
     for _ in range(rounds):
-        checked = min(checked, sum(
-            _run_checked(driver_cls(factory, config, implementation=fam.default, audit_period=audit_period), trace)
-            for trace, _ in recorded))
+        checked = min(
+            checked,
+            sum(
+                _run_checked(driver_cls(factory, config, implementation=fam.default, audit_period=audit_period), trace)
+                for trace, _ in recorded
+            ),
+        )
         bare = min(bare, sum(_run_bare(recorder.bound_calls(factory(**config.kwargs()))) for _, recorder in recorded))
     return sum(len(t) for t, _ in recorded), checked, bare, sum(len(r.calls) for _, r in recorded)
 

@@ -85,12 +85,14 @@ def verify_seed(trace: Trace) -> None:
     for target in (None, canary):
         result = replay_trace(trace, target=target)
         if not matches_expectation(result, trace):
-            raise SeedError(f"trace does not replay as a regression test against {result.implementation}: "
-                            f"got {result.describe()}\n{trace.steps_text()}")
+            raise SeedError(
+                f"trace does not replay as a regression test against {result.implementation}: got {result.describe()}\n{trace.steps_text()}"
+            )
 
 
-def seed_trace(family_name: str, canary: str, note: str, *, corpus: Path = DEFAULT_CORPUS,
-               settings: Settings | None = None, device: str = "cpu") -> Path:
+def seed_trace(
+    family_name: str, canary: str, note: str, *, corpus: Path = DEFAULT_CORPUS, settings: Settings | None = None, device: str = "cpu"
+) -> Path:
     """Fuzz ``canary``, shrink, verify and save the regression trace under ``corpus/<family>/``."""
     trace = regression_trace(find_violation(family_name, canary, settings=settings, device=device), canary, note)
     verify_seed(trace)
@@ -100,13 +102,18 @@ def seed_trace(family_name: str, canary: str, note: str, *, corpus: Path = DEFAU
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.canaries.seeding [NAME | FAMILY=module:attr ...] [--corpus DIR] [--note TEXT]``."""
     parser = argparse.ArgumentParser(prog=prog("seed-corpus"), description=summary(__doc__))
-    parser.add_argument("seeds", nargs="*", metavar="NAME|FAMILY=module:attr",
-                        help=f"canary names from harness.canaries (default: {', '.join(SEEDS)}) or explicit specs")
+    parser.add_argument(
+        "seeds",
+        nargs="*",
+        metavar="NAME|FAMILY=module:attr",
+        help=f"canary names from harness.canaries (default: {', '.join(SEEDS)}) or explicit specs",
+    )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--note", default="", help="provenance note for explicit FAMILY=module:attr seeds")
     args = parser.parse_args(argv)
     jobs: list[tuple[str, str, str, str | None]] = []  # family, spec, note, invariant the canary declares
     from harness.canaries import CANARIES
+
     for item in args.seeds or SEEDS:
         if "=" in item:
             for family_name, spec in parse_overrides([item]).items():

@@ -116,8 +116,7 @@ def probed(machine: type[PoolMachine], probe: Probe, seed: int) -> type[PoolMach
             probe.hit(violation)
             raise
 
-    namespace = {"do": do, "teardown": teardown, "__module__": machine.__module__,
-                 "_hypothesis_internal_use_seed": seed}
+    namespace = {"do": do, "teardown": teardown, "__module__": machine.__module__, "_hypothesis_internal_use_seed": seed}
     return type(machine.__name__, (machine,), namespace)
 
 
@@ -149,8 +148,11 @@ class Chase:
             return outcome
         try:
             machine = canary_machine(outcome.name) if self.engine != "walk" else None
-            walk = None if self.engine == "hypothesis" else WalkRun(
-                canary.family, self.seed, spec=canary.spec, driver=canary.driver or "", shrink=False)
+            walk = (
+                None
+                if self.engine == "hypothesis"
+                else WalkRun(canary.family, self.seed, spec=canary.spec, driver=canary.driver or "", shrink=False)
+            )
         except UnknownTargetError as exc:
             outcome.status, outcome.detail = "error", str(exc)
             return outcome
@@ -207,20 +209,17 @@ class Chase:
         outcome.detail = violation.detail
         trace = finding.trace if finding is not None else failure_trace(exc)
         if finding is not None and self.shrink:
-            trace = shrink_trace(finding.trace, invariant_id=violation.invariant_id, target=self.canary.spec,
-                                 max_seconds=SHRINK_SECONDS)
+            trace = shrink_trace(finding.trace, invariant_id=violation.invariant_id, target=self.canary.spec, max_seconds=SHRINK_SECONDS)
         outcome.shrunk_steps = len(trace.steps) if trace is not None else None
         outcome.seconds_to_report = perf_counter() - self.started
 
 
-def check_canary(name: str, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, engine: str = "mixed",
-                 shrink: bool = True) -> Outcome:
+def check_canary(name: str, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, engine: str = "mixed", shrink: bool = True) -> Outcome:
     """Chase one canary under one seed (see the module docstring)."""
     return Chase(name, seconds=seconds, seed=seed, engine=engine, shrink=shrink).run()
 
 
-def run_selfcheck(names: Sequence[str], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
-                  engine: str = "mixed") -> list[Outcome]:
+def run_selfcheck(names: Sequence[str], *, seconds: float = DEFAULT_SECONDS, seed: int = 0, engine: str = "mixed") -> list[Outcome]:
     return [check_canary(name, seconds=seconds, seed=seed, engine=engine) for name in names]
 
 
@@ -232,8 +231,10 @@ def report(outcomes: Sequence[Outcome]) -> str:
     """The per-canary table and a summary line."""
     name_w = max([len("canary"), *(len(o.name) for o in outcomes)])
     fam_w = max([len("family"), *(len(o.canary.family) for o in outcomes)])
-    header = (f"{'canary':{name_w}}  {'family':{fam_w}}  {'result':18}  {'invariant':26}  {'detect s':>8}  "
-              f"{'steps':>6}  {'shrunk':>6}  {'total s':>7}  engine      first")
+    header = (
+        f"{'canary':{name_w}}  {'family':{fam_w}}  {'result':18}  {'invariant':26}  {'detect s':>8}  "
+        f"{'steps':>6}  {'shrunk':>6}  {'total s':>7}  engine      first"
+    )
     lines = [header, "-" * len(header)]
     for o in outcomes:
         result = o.status if o.status != "wrong-invariant" else f"wrong (want {o.canary.invariant})"
@@ -271,8 +272,15 @@ def summarise(name: str, outcomes: Sequence[Outcome]) -> SeedSummary:
     caught = sum(o.status == "caught" for o in outcomes)
     by_walk = sum(o.engine == "walk" for o in outcomes if o.status == "caught")
     worst = max(times) if times and caught == len(outcomes) else None
-    return SeedSummary(name, outcomes[0].canary.family, caught, len(outcomes),
-                       statistics.median(times) if times else None, worst, by_walk / caught if caught else 0.0)
+    return SeedSummary(
+        name,
+        outcomes[0].canary.family,
+        caught,
+        len(outcomes),
+        statistics.median(times) if times else None,
+        worst,
+        by_walk / caught if caught else 0.0,
+    )
 
 
 def seeds_report(summaries: Sequence[SeedSummary], outcomes: Sequence[Outcome], budget: float) -> str:
@@ -282,14 +290,17 @@ def seeds_report(summaries: Sequence[SeedSummary], outcomes: Sequence[Outcome], 
     lines = [header, "-" * len(header)]
     for s in summaries:
         worst = _fmt(s.worst, ".2f") if s.caught == s.seeds else f">{budget:g}"
-        lines.append(f"{s.name:{name_w}}  {s.family:20}  {f'{s.caught}/{s.seeds}':>7}  {_fmt(s.median, '.2f'):>8}  "
-                     f"{worst:>8}  {s.walk_share:7.0%}")
+        lines.append(
+            f"{s.name:{name_w}}  {s.family:20}  {f'{s.caught}/{s.seeds}':>7}  {_fmt(s.median, '.2f'):>8}  {worst:>8}  {s.walk_share:7.0%}"
+        )
     times = [o.seconds_to_detect for o in outcomes if o.status == "caught" and o.seconds_to_detect is not None]
     every = sum(s.caught == s.seeds for s in summaries)
     if times:
-        lines.append(f"{every}/{len(summaries)} canaries caught by their expected invariant under every seed; "
-                     f"over all {len(outcomes)} chases median {statistics.median(times):.2f} s, "
-                     f"worst {max(times):.2f} s" + ("" if len(times) == len(outcomes) else f" (of {len(times)} caught)"))
+        lines.append(
+            f"{every}/{len(summaries)} canaries caught by their expected invariant under every seed; "
+            f"over all {len(outcomes)} chases median {statistics.median(times):.2f} s, "
+            f"worst {max(times):.2f} s" + ("" if len(times) == len(outcomes) else f" (of {len(times)} caught)")
+        )
     return "\n".join(lines)
 
 
@@ -323,17 +334,32 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog("selfcheck"), description=summary(__doc__))
-    parser.add_argument("--seconds-per-canary", type=float, default=DEFAULT_SECONDS, metavar="N",
-                        help=f"fuzzing budget per canary and seed (default {DEFAULT_SECONDS:g})")
-    parser.add_argument("--canary", action="extend", nargs="+", default=[], metavar="NAME",
-                        choices=sorted(CANARIES), help="check only these canaries (repeatable)")
+    parser.add_argument(
+        "--seconds-per-canary",
+        type=float,
+        default=DEFAULT_SECONDS,
+        metavar="N",
+        help=f"fuzzing budget per canary and seed (default {DEFAULT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--canary",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        choices=sorted(CANARIES),
+        help="check only these canaries (repeatable)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
-    parser.add_argument("--seeds", type=int, default=1, metavar="N",
-                        help="chase each canary under N seeds and report median and worst time to detect")
-    parser.add_argument("--shrink", action="store_true",
-                        help="with --seeds, shrink every finding too and report the time to the shrunk report")
-    parser.add_argument("--engine", choices=ENGINES, default="mixed",
-                        help="walk bursts alternating with hypothesis chunks (default), or one engine alone")
+    parser.add_argument(
+        "--seeds", type=int, default=1, metavar="N", help="chase each canary under N seeds and report median and worst time to detect"
+    )
+    parser.add_argument(
+        "--shrink", action="store_true", help="with --seeds, shrink every finding too and report the time to the shrunk report"
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="mixed", help="walk bursts alternating with hypothesis chunks (default), or one engine alone"
+    )
     parser.add_argument("--list", action="store_true", help="list the canaries and exit")
     return parser
 
@@ -351,12 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         chases = []
         for seed in range(args.seed, args.seed + max(1, args.seeds)):
-            outcome = check_canary(name, seconds=args.seconds_per_canary, seed=seed, engine=args.engine,
-                                   shrink=shrink)
+            outcome = check_canary(name, seconds=args.seconds_per_canary, seed=seed, engine=args.engine, shrink=shrink)
             chases.append(outcome)
             reported = f", reported at {outcome.seconds_to_report:.2f} s" if shrink and outcome.seconds_to_report else ""
-            print(f"  {name} (seed {seed}): {outcome.status} in {_fmt(outcome.seconds_to_detect, '.2f')} s{reported} "
-                  f"({outcome.seconds_total:.1f} s)", flush=True)
+            print(
+                f"  {name} (seed {seed}): {outcome.status} in {_fmt(outcome.seconds_to_detect, '.2f')} s{reported} "
+                f"({outcome.seconds_total:.1f} s)",
+                flush=True,
+            )
         outcomes += chases
         summaries.append(summarise(name, chases))
     print(report(outcomes) if args.seeds <= 1 else seeds_report(summaries, outcomes, args.seconds_per_canary))

@@ -98,8 +98,10 @@ def bundle_for(trace_types: Iterable[str]) -> Bundle:
 
 
 #: What a page calls when the shared bundle's file did not load (``onerror`` of its ``<script>``).
-MISSING_SHARED = ("window.poolfuzzRecordError && window.poolfuzzRecordError("
-                  "'plotly.js did not load: {name} is not beside this page (copy it along with the page)')")
+MISSING_SHARED = (
+    "window.poolfuzzRecordError && window.poolfuzzRecordError("
+    "'plotly.js did not load: {name} is not beside this page (copy it along with the page)')"
+)
 
 
 def script_tag(bundle: Bundle, mode: str) -> str:

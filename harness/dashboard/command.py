@@ -24,27 +24,45 @@ DEFAULT_OUTPUT = Path("poolfuzz-dashboard.html")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``dashboard`` subcommand's arguments, on the subparser :mod:`harness.cli` made for it."""
-    parser.add_argument("sources", nargs="+", type=Path, metavar="REPORT_OR_DIR",
-                        help="nightly fuzz reports (JSON), or folders searched for them (*.json, recursively)")
-    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT, metavar="FILE.html",
-                        help=f"where to write the page (default {DEFAULT_OUTPUT}); opens offline")
-    parser.add_argument("--by-night", action="store_true",
-                        help="group the reports into nights: every report started on one UTC date, from any box, "
-                             "is one night (one row per box in the table, one trend point per target); by default "
-                             "each report is its own run")
-    parser.add_argument("--nights", type=positive(int), metavar="N",
-                        help="only the reports started on the N most recent UTC dates (default all)")
+    parser.add_argument(
+        "sources",
+        nargs="+",
+        type=Path,
+        metavar="REPORT_OR_DIR",
+        help="nightly fuzz reports (JSON), or folders searched for them (*.json, recursively)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        metavar="FILE.html",
+        help=f"where to write the page (default {DEFAULT_OUTPUT}); opens offline",
+    )
+    parser.add_argument(
+        "--by-night",
+        action="store_true",
+        help="group the reports into nights: every report started on one UTC date, from any box, "
+        "is one night (one row per box in the table, one trend point per target); by default "
+        "each report is its own run",
+    )
+    parser.add_argument(
+        "--nights", type=positive(int), metavar="N", help="only the reports started on the N most recent UTC dates (default all)"
+    )
     parser.add_argument("--runs", type=positive(int), metavar="N", help="only the N most recent reports (default all)")
-    parser.add_argument("--bundle", choices=BUNDLE_MODES, default="inline",
-                        help="inline: plotly.js inside the page, one self-contained file (default); shared: "
-                             "plotly.js in one file beside the page, which every page in that folder uses")
+    parser.add_argument(
+        "--bundle",
+        choices=BUNDLE_MODES,
+        default="inline",
+        help="inline: plotly.js inside the page, one self-contained file (default); shared: "
+        "plotly.js in one file beside the page, which every page in that folder uses",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the page; 0 when written, 2 (one line on stderr) for a bad report, no report, or no plotly."""
     try:
-        written = build_dashboard(args.sources, args.output, nights=args.nights, last=args.runs,
-                                  by_night=args.by_night, bundle=args.bundle)
+        written = build_dashboard(args.sources, args.output, nights=args.nights, last=args.runs, by_night=args.by_night, bundle=args.bundle)
     except (DashboardError, PlotlyMissingError) as exc:
         print(f"poolfuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

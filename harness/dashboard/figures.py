@@ -105,21 +105,22 @@ def _plot(figure: Any, div_id: str) -> Plot:
 
     drawn = figure.to_dict()
     drawn["layout"]["template"] = _template()
-    html = str(pio.to_html(drawn, validate=False, full_html=False, include_plotlyjs=False, div_id=div_id,
-                           config=PLOT_CONFIG))
+    html = str(pio.to_html(drawn, validate=False, full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG))
     return Plot(html, frozenset(str(trace.get("type", "scatter")) for trace in drawn["data"]))
 
 
-LEGEND = {"orientation": "h", "xref": "paper", "x": 0, "xanchor": "left",
-          "yref": "container", "y": 0, "yanchor": "bottom"}
+LEGEND = {"orientation": "h", "xref": "paper", "x": 0, "xanchor": "left", "yref": "container", "y": 0, "yanchor": "bottom"}
 """Below everything: ``yref="container"`` reserves the legend's height (however many rows it wraps to) as
 bottom margin, so the x-axis titles are laid out above it instead of under it."""
 
 
 def _style(figure: Any, *, height: int) -> None:
     figure.update_layout(
-        height=height, font={"family": FONT, "size": 13},
-        margin={"l": 50, "r": 20, "t": 50, "b": 10}, hovermode="closest", legend=LEGEND,
+        height=height,
+        font={"family": FONT, "size": 13},
+        margin={"l": 50, "r": 20, "t": 50, "b": 10},
+        hovermode="closest",
+        legend=LEGEND,
     )
     figure.update_xaxes(automargin=True)
     figure.update_yaxes(automargin=True)
@@ -166,28 +167,53 @@ def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[st
         dash = DASHES[drawn.get(target.key, 0) % len(DASHES)]
         drawn[target.key] = drawn.get(target.key, 0) + 1
         times = [s.t / scale for s in series]
-        common = {"mode": "lines", "line": {"color": colours[target.key], "width": 2, "shape": "hv", "dash": dash},
-                  "legendgroup": name, "name": name}
-        figure.add_trace(go.Scatter(
-            x=times, y=[s.events for s in series], showlegend=True,
-            hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y}} distinct events so far<extra></extra>", **common,
-        ), row=1, col=1)
+        common = {
+            "mode": "lines",
+            "line": {"color": colours[target.key], "width": 2, "shape": "hv", "dash": dash},
+            "legendgroup": name,
+            "name": name,
+        }
+        figure.add_trace(
+            go.Scatter(
+                x=times,
+                y=[s.events for s in series],
+                showlegend=True,
+                hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y}} distinct events so far<extra></extra>",
+                **common,
+            ),
+            row=1,
+            col=1,
+        )
         if covered:
-            figure.add_trace(go.Scatter(
-                x=times, y=[s.coverage for s in series], showlegend=False, connectgaps=False,
-                customdata=[_measured_note(raw.coverage, best.coverage) for raw, best in zip(target.series, series)],
-                hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches, best so far"
-                              "%{customdata}<extra></extra>", **common,
-            ), row=1, col=2)
+            figure.add_trace(
+                go.Scatter(
+                    x=times,
+                    y=[s.coverage for s in series],
+                    showlegend=False,
+                    connectgaps=False,
+                    customdata=[_measured_note(raw.coverage, best.coverage) for raw, best in zip(target.series, series)],
+                    hovertemplate=f"{name}<br>%{{x:.2f}} {unit}: %{{y:.1f}}% of branches, best so far%{{customdata}}<extra></extra>",
+                    **common,
+                ),
+                row=1,
+                col=2,
+            )
         if target.failures:
             points = _failure_points(series, target)
-            figure.add_trace(go.Scatter(
-                x=[t / scale for t, _, _ in points], y=[events for _, events, _ in points], mode="markers",
-                marker={"symbol": "x", "size": 13, "color": "#c62828", "line": {"width": 1, "color": "#7f0000"}},
-                legendgroup=name, showlegend=False, name=f"{name} failure",
-                hovertemplate=[f"{name}<br>failure: {label}<br>after %{{x:.2f}} {unit}<extra></extra>"
-                               for _, _, label in points],
-            ), row=1, col=1)
+            figure.add_trace(
+                go.Scatter(
+                    x=[t / scale for t, _, _ in points],
+                    y=[events for _, events, _ in points],
+                    mode="markers",
+                    marker={"symbol": "x", "size": 13, "color": "#c62828", "line": {"width": 1, "color": "#7f0000"}},
+                    legendgroup=name,
+                    showlegend=False,
+                    name=f"{name} failure",
+                    hovertemplate=[f"{name}<br>failure: {label}<br>after %{{x:.2f}} {unit}<extra></extra>" for _, _, label in points],
+                ),
+                row=1,
+                col=1,
+            )
     figure.update_xaxes(title_text=f"fuzzing time ({unit})", rangemode="tozero")
     figure.update_yaxes(rangemode="tozero", row=1, col=1)
     if covered:
@@ -203,12 +229,10 @@ def _measured_note(measured: float | None, best: float | None) -> str:
     return f"<br>(measured {measured:.1f}%: a newly reached module added its branches)"
 
 
-TREND_PANELS = ("Distinct event labels reached", "Branch coverage of pools/ (%)",
-                "Fuzzing speed (steps per second)", "Failures")
+TREND_PANELS = ("Distinct event labels reached", "Branch coverage of pools/ (%)", "Fuzzing speed (steps per second)", "Failures")
 
 
-def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str, str], div_id: str,
-                 grouping: Grouping) -> Plot:
+def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str, str], div_id: str, grouping: Grouping) -> Plot:
     """Per target and step (run, or night): events reached, coverage, steps/s and failures; one category a step.
 
     The four panels share their x axis, so only the bottom row names the steps
@@ -222,8 +246,7 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
     labels = grouping.labels(runs)
     if not grouping.by_night:  # "2026-01-03 22:00 fuzzbox-1" as two lines under its point: the date, then the rest
         labels = {key: label.replace(" ", "<br>", 1) for key, label in labels.items()}
-    figure = _figure(rows=2, cols=2, subplot_titles=TREND_PANELS, shared_xaxes=True,
-                     vertical_spacing=0.1, horizontal_spacing=0.1)
+    figure = _figure(rows=2, cols=2, subplot_titles=TREND_PANELS, shared_xaxes=True, vertical_spacing=0.1, horizontal_spacing=0.1)
     any_coverage = any_failure = False
     for key in keys:
         points = target_groups(runs, key, grouping)
@@ -236,13 +259,23 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
         ]
         any_coverage = any_coverage or any(v is not None for v in values[1][0])
         for panel, (ys, what) in enumerate(values):
-            figure.add_trace(go.Scatter(y=ys, showlegend=panel == 0, **common, **line,
-                                        hovertemplate=f"{key}<br>%{{x}}: {what}<extra></extra>"),
-                             row=panel // 2 + 1, col=panel % 2 + 1)
+            figure.add_trace(
+                go.Scatter(y=ys, showlegend=panel == 0, **common, **line, hovertemplate=f"{key}<br>%{{x}}: {what}<extra></extra>"),
+                row=panel // 2 + 1,
+                col=panel % 2 + 1,
+            )
         any_failure = any_failure or any(point.failures for point in points)
-        figure.add_trace(go.Bar(y=[point.failures for point in points], marker_color=colours[key], showlegend=False,
-                                hovertemplate=f"{key}<br>%{{x}}: %{{y}} failure(s)<extra></extra>", **common),
-                         row=2, col=2)
+        figure.add_trace(
+            go.Bar(
+                y=[point.failures for point in points],
+                marker_color=colours[key],
+                showlegend=False,
+                hovertemplate=f"{key}<br>%{{x}}: %{{y}} failure(s)<extra></extra>",
+                **common,
+            ),
+            row=2,
+            col=2,
+        )
     categories = list(labels.values())
     for panel in range(4):
         row, col = panel // 2 + 1, panel % 2 + 1
@@ -252,11 +285,14 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
     figure.update_yaxes(dtick=1, row=2, col=2)
     what = "night (UTC start date)" if grouping.by_night else "run (start, UTC)"
     figure.update_xaxes(title_text=what, row=2)
-    for empty, text, axes in ((not any_coverage, "not measured (fuzz with --coverage)", "2"),
-                              (not any_failure, f"no failures in any {grouping.noun}", "4")):
+    for empty, text, axes in (
+        (not any_coverage, "not measured (fuzz with --coverage)", "2"),
+        (not any_failure, f"no failures in any {grouping.noun}", "4"),
+    ):
         if empty:
-            figure.add_annotation(text=text, showarrow=False, font={"color": "#777", "size": 14},
-                                  xref=f"x{axes} domain", yref=f"y{axes} domain", x=0.5, y=0.5)
+            figure.add_annotation(
+                text=text, showarrow=False, font={"color": "#777", "size": 14}, xref=f"x{axes} domain", yref=f"y{axes} domain", x=0.5, y=0.5
+            )
     figure.update_layout(barmode="group")
     _style(figure, height=660)
     return _plot(figure, div_id)

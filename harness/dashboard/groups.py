@@ -72,8 +72,7 @@ class Grouping:
         levels = [{key: _run_label(run, boxes, detail) for key, run in first.items()} for detail in range(3)]
         labels = {}
         for key in sorted(first):
-            labels[key] = next((level[key] for level in levels if list(level.values()).count(level[key]) == 1),
-                               levels[-1][key])
+            labels[key] = next((level[key] for level in levels if list(level.values()).count(level[key]) == 1), levels[-1][key])
         return labels
 
 
@@ -137,5 +136,9 @@ def latest_rows(runs: Sequence[Run], grouping: Grouping) -> list[tuple[Run, Targ
     for run in ordered:
         for target in run.targets:
             last_group[target.key] = grouping.key(run)
-    return [(run, entry) for key, group in last_group.items()
-            for run in ordered if grouping.key(run) == group and (entry := run.target(key)) is not None]
+    return [
+        (run, entry)
+        for key, group in last_group.items()
+        for run in ordered
+        if grouping.key(run) == group and (entry := run.target(key)) is not None
+    ]

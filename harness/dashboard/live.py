@@ -47,8 +47,9 @@ class LiveDashboard:
     caller decides whether that ends the run (it should not: warn and go on).
     """
 
-    def __init__(self, path: Path, *, refresh_s: float = DEFAULT_REFRESH_S, bundle: str = "inline",
-                 report_path: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, *, refresh_s: float = DEFAULT_REFRESH_S, bundle: str = "inline", report_path: Path | None = None
+    ) -> None:
         if refresh_s <= 0:
             raise ValueError(f"refresh_s must be positive, not {refresh_s}")
         if bundle not in BUNDLE_MODES:

@@ -27,59 +27,73 @@ from harness.dashboard.style import CSS, ERROR_CATCHER
 from harness.dashboard.writing import write_atomically
 
 
-def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str], grouping: Grouping,
-                      plots: list[figures.Plot]) -> str:
+def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str], grouping: Grouping, plots: list[figures.Plot]) -> str:
     named = list(zip(row_names(rows), rows))
     plotted = [(name, t) for name, (_, t) in named if t.series]
     missing = [name for name, (run, _) in named if not run.has_series]
     boxes = "; a target several boxes fuzzed has a line per box" if grouping.by_night else ""
-    parts = [('<p class="explain">Distinct event labels (rare pool states the drivers flag, such as '
-              "<em>pool exactly full</em>) and branch coverage of <code>pools/</code> reached so far in the latest "
-              f"{grouping.noun} of each target, against fuzzing time{boxes}. Both curves only rise: each point is "
-              "the most reached up to then (coverage is measured against the <code>pools/</code> modules a target "
-              "has entered so far, so entering a new one can lower the measured percentage; the curve keeps the "
-              "best and the hover says when a sample was lower). A curve that flattens early means the strategies "
-              "stopped reaching new states; a red ✕ marks a failure (the target is not fuzzed after it).</p>")]
+    parts = [
+        (
+            '<p class="explain">Distinct event labels (rare pool states the drivers flag, such as '
+            "<em>pool exactly full</em>) and branch coverage of <code>pools/</code> reached so far in the latest "
+            f"{grouping.noun} of each target, against fuzzing time{boxes}. Both curves only rise: each point is "
+            "the most reached up to then (coverage is measured against the <code>pools/</code> modules a target "
+            "has entered so far, so entering a new one can lower the measured percentage; the curve keeps the "
+            "best and the hover says when a sample was lower). A curve that flattens early means the strategies "
+            "stopped reaching new states; a red ✕ marks a failure (the target is not fuzzed after it).</p>"
+        )
+    ]
     if missing:
-        parts.append(f'<div class="note">No curve for {esc(", ".join(missing))}: their report has no time series '
-                     "(schema 1).</div>")
+        parts.append(f'<div class="note">No curve for {esc(", ".join(missing))}: their report has no time series (schema 1).</div>')
     if plotted:
         if all(s.coverage is None for _, t in plotted for s in t.series or ()):
-            parts.append('<p class="explain">Branch coverage was not measured in this run (fuzz with '
-                         "<code>--coverage</code> to add it).</p>")
+            parts.append(
+                '<p class="explain">Branch coverage was not measured in this run (fuzz with <code>--coverage</code> to add it).</p>'
+            )
         plots.append(figures.behaviour_figure(plotted, colours, "behaviour-plot"))
         parts.append(f'<div class="plot">{plots[-1].html}</div>')
     return "".join(parts)
 
 
-def trend_section(runs: Sequence[Run], keys: Sequence[str], colours: dict[str, str], grouping: Grouping,
-                  plots: list[figures.Plot]) -> str:
+def trend_section(runs: Sequence[Run], keys: Sequence[str], colours: dict[str, str], grouping: Grouping, plots: list[figures.Plot]) -> str:
     if len(grouping.keys(runs)) < 2:
         if grouping.by_night:
-            return ('<div class="note">Only one night loaded (one UTC start date, however many boxes reported it): '
-                    "pass several nights' reports (or the folder that holds them) to see each target's trend.</div>")
-        return ('<div class="note">Only one run loaded: pass several runs\' reports (or the folder that holds them) '
-                "to see each target's trend.</div>")
+            return (
+                '<div class="note">Only one night loaded (one UTC start date, however many boxes reported it): '
+                "pass several nights' reports (or the folder that holds them) to see each target's trend.</div>"
+            )
+        return (
+            '<div class="note">Only one run loaded: pass several runs\' reports (or the folder that holds them) '
+            "to see each target's trend.</div>"
+        )
     if grouping.by_night:
-        what = ("One point per target and night. A night is the UTC date a report started on: every report started "
-                "that date, from any box, is the same night, so a target several boxes fuzzed is one point: the event "
-                "labels any of them reached, the best coverage, their steps over their fuzzing time, and all their "
-                "failures.")
+        what = (
+            "One point per target and night. A night is the UTC date a report started on: every report started "
+            "that date, from any box, is the same night, so a target several boxes fuzzed is one point: the event "
+            "labels any of them reached, the best coverage, their steps over their fuzzing time, and all their "
+            "failures."
+        )
     else:
-        what = ("One point per target and run: each report is its own run (its start, box and seed), so two runs "
-                "on one date are two points (<code>--by-night</code> groups them by UTC start date).")
+        what = (
+            "One point per target and run: each report is its own run (its start, box and seed), so two runs "
+            "on one date are two points (<code>--by-night</code> groups them by UTC start date)."
+        )
     plots.append(figures.trend_figure(runs, keys, colours, "trend-plot", grouping))
-    return (f'<p class="explain">{what} Coverage is per target and needs schema-2 reports from runs with '
-            f'<code>--coverage</code>.</p><div class="plot">{plots[-1].html}</div>')
+    return (
+        f'<p class="explain">{what} Coverage is per target and needs schema-2 reports from runs with '
+        f'<code>--coverage</code>.</p><div class="plot">{plots[-1].html}</div>'
+    )
 
 
 def sources_footer(runs: Sequence[Run], grouping: Grouping) -> str:
     labels = grouping.labels(runs)
-    rows = "".join(f"<tr><td>{esc(grouping.noun)} {esc(labels[grouping.key(r)])}</td>{_started(r, grouping)}"
-                   f"<td>schema {r.schema}</td><td>{len(r.targets)} targets</td>"
-                   f"<td><code>{esc(r.source)}</code>{_copies(r)}</td></tr>" for r in reversed(runs))
-    return (f"<footer><div>Reports loaded, newest first ({esc(grouping.rule)}):</div>"
-            f"<table>{rows}</table></footer>")
+    rows = "".join(
+        f"<tr><td>{esc(grouping.noun)} {esc(labels[grouping.key(r)])}</td>{_started(r, grouping)}"
+        f"<td>schema {r.schema}</td><td>{len(r.targets)} targets</td>"
+        f"<td><code>{esc(r.source)}</code>{_copies(r)}</td></tr>"
+        for r in reversed(runs)
+    )
+    return f"<footer><div>Reports loaded, newest first ({esc(grouping.rule)}):</div><table>{rows}</table></footer>"
 
 
 def _started(run: Run, grouping: Grouping) -> str:
@@ -126,8 +140,11 @@ longer, by the viewer's clock."""
 def live_script(runs: Sequence[Run], live: Live) -> str:
     updated = _updated(runs[-1])
     stale = max(STALE_AFTER_S, 20 * live.refresh_s)
-    return LIVE_SCRIPT % {"ms": round(live.refresh_s * 1000), "stale_ms": round(stale * 1000),
-                          "updated_ms": "null" if updated is None else str(round(updated.timestamp() * 1000))}
+    return LIVE_SCRIPT % {
+        "ms": round(live.refresh_s * 1000),
+        "stale_ms": round(stale * 1000),
+        "updated_ms": "null" if updated is None else str(round(updated.timestamp() * 1000)),
+    }
 
 
 def _updated(run: Run) -> datetime.datetime | None:
@@ -146,10 +163,12 @@ def live_banner(runs: Sequence[Run], live: Live) -> str:
     run = runs[-1]
     updated = _updated(run)
     since = f" since {when(updated)}" if updated else ""
-    return (f'<div class="live">Live: this run is still going on ({esc(duration(run.duration_s))} fuzzed so far); '
-            f"the page reloads itself every {live.refresh_s:g} s and stops once the run has ended."
-            f'<div id="live-stale" hidden>No update{esc(since)}: the run seems to have stopped without writing its '
-            "final page, so this page no longer reloads.</div></div>")
+    return (
+        f'<div class="live">Live: this run is still going on ({esc(duration(run.duration_s))} fuzzed so far); '
+        f"the page reloads itself every {live.refresh_s:g} s and stops once the run has ended."
+        f'<div id="live-stale" hidden>No update{esc(since)}: the run seems to have stopped without writing its '
+        "final page, so this page no longer reloads.</div></div>"
+    )
 
 
 @dataclass(frozen=True)
@@ -163,8 +182,7 @@ class Page:
 BY_RUN = Grouping(by_night=False)
 
 
-def render(runs: Sequence[Run], *, grouping: Grouping = BY_RUN, bundle_mode: str = "inline",
-           live: Live | None = None) -> Page:
+def render(runs: Sequence[Run], *, grouping: Grouping = BY_RUN, bundle_mode: str = "inline", live: Live | None = None) -> Page:
     """The whole page for ``runs`` (oldest first, as :func:`load_runs` returns them)."""
     rows = latest_rows(runs, grouping)
     keys = list(dict.fromkeys(t.key for _, t in rows))
@@ -174,23 +192,33 @@ def render(runs: Sequence[Run], *, grouping: Grouping = BY_RUN, bundle_mode: str
     steps = len(grouping.keys(runs))
     plots: list[figures.Plot] = []
     contexts = "".join(f'<div class="context">{run_context(run)}</div>' for run in latest_runs)
-    latest = ("each target in every report of the most recent night that fuzzed it (a night is a UTC start date): "
-              "a row per box when several boxes fuzzed it that night" if grouping.by_night else
-              "each target in the most recent run that fuzzed it (every report is its own run; "
-              "<code>--by-night</code> puts the reports of one UTC date together)")
+    latest = (
+        "each target in every report of the most recent night that fuzzed it (a night is a UTC start date): "
+        "a row per box when several boxes fuzzed it that night"
+        if grouping.by_night
+        else "each target in the most recent run that fuzzed it (every report is its own run; "
+        "<code>--by-night</code> puts the reports of one UTC date together)"
+    )
     body = [
         "<h1>poolfuzz nightly at a glance</h1>",
-        ('<p class="lede">Stateful fuzzing of the memory pools of LLM serving engines: every target is a pool '
-         "implementation checked step by step against its model; a failure is an invariant violation with a "
-         "shrunk, replayable trace.</p>"),
+        (
+            '<p class="lede">Stateful fuzzing of the memory pools of LLM serving engines: every target is a pool '
+            "implementation checked step by step against its model; a failure is an invariant violation with a "
+            "shrunk, replayable trace.</p>"
+        ),
         live_banner(runs, live) if live else "",
-        contexts, cards(rows, steps, grouping), *notes(latest_runs),
+        contexts,
+        cards(rows, steps, grouping),
+        *notes(latest_runs),
         f"<h2>Targets in the latest {grouping.noun}</h2>",
         f'<p class="explain">{latest[0].upper()}{latest[1:]}.</p>',
         targets_table(rows, colours),
-        "<h2>Failures</h2>", failure_list(rows, grouping),
-        f"<h2>Behaviour over the latest {grouping.noun}</h2>", behaviour_section(rows, colours, grouping, plots),
-        f"<h2>Across {grouping.nouns}</h2>", trend_section(runs, keys, colours, grouping, plots),
+        "<h2>Failures</h2>",
+        failure_list(rows, grouping),
+        f"<h2>Behaviour over the latest {grouping.noun}</h2>",
+        behaviour_section(rows, colours, grouping, plots),
+        f"<h2>Across {grouping.nouns}</h2>",
+        trend_section(runs, keys, colours, grouping, plots),
         sources_footer(runs, grouping),
     ]
     bundle = bundle_for(set().union(*(plot.trace_types for plot in plots))) if plots else None
@@ -202,7 +230,9 @@ def render(runs: Sequence[Run], *, grouping: Grouping = BY_RUN, bundle_mode: str
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>poolfuzz {'live' if live else 'nightly'} — {esc(title)}</title><style>{CSS}</style>{reload}"
         f'</head><body><div id="script-errors" hidden></div><script>{ERROR_CATCHER}</script>{plotly_js}'
-        f"<main>{''.join(body)}</main></body></html>\n", bundle)
+        f"<main>{''.join(body)}</main></body></html>\n",
+        bundle,
+    )
 
 
 def write_page(page: Page, output: Path, bundle_mode: str) -> Path:
@@ -213,8 +243,15 @@ def write_page(page: Page, output: Path, bundle_mode: str) -> Path:
     return output
 
 
-def build_dashboard(sources: Sequence[Path], output: Path, *, nights: int | None = None, last: int | None = None,
-                    by_night: bool = False, bundle: str = "inline") -> Path:
+def build_dashboard(
+    sources: Sequence[Path],
+    output: Path,
+    *,
+    nights: int | None = None,
+    last: int | None = None,
+    by_night: bool = False,
+    bundle: str = "inline",
+) -> Path:
     """Write the dashboard for the reports in ``sources`` (files or folders) to ``output``; returns ``output``.
 
     Each report is its own run unless ``by_night`` groups them by UTC start

@@ -19,8 +19,18 @@ from harness.json_schema import first_schema_error, packaged_schema, schema_erro
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["READ", "SCHEMAS", "TOOL", "DashboardError", "NoReportsError", "ReportError", "check_report",
-           "reader_schema", "reader_validator", "report_schema"]
+__all__ = [
+    "READ",
+    "SCHEMAS",
+    "TOOL",
+    "DashboardError",
+    "NoReportsError",
+    "ReportError",
+    "check_report",
+    "reader_schema",
+    "reader_validator",
+    "report_schema",
+]
 
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2, 3)
@@ -56,21 +66,48 @@ class NoReportsError(DashboardError):
 # --------------------------------------------------------------- validation
 NEEDED, SINCE_2, OPTIONAL = "needed", "needed from schema 2 on", "optional"
 READ: dict[str, dict[str, str]] = {
-    "": {"started": NEEDED, "duration_s": NEEDED, "interrupted": OPTIONAL, "run": NEEDED,
-         "series_interval_s": SINCE_2, "targets": NEEDED, "skipped": OPTIONAL, "coverage": OPTIONAL},
-    "/properties/run": {"seed": OPTIONAL, "workers": OPTIONAL, "device": NEEDED, "database": OPTIONAL,
-                        "cwd": OPTIONAL},
+    "": {
+        "started": NEEDED,
+        "duration_s": NEEDED,
+        "interrupted": OPTIONAL,
+        "run": NEEDED,
+        "series_interval_s": SINCE_2,
+        "targets": NEEDED,
+        "skipped": OPTIONAL,
+        "coverage": OPTIONAL,
+    },
+    "/properties/run": {"seed": OPTIONAL, "workers": OPTIONAL, "device": NEEDED, "database": OPTIONAL, "cwd": OPTIONAL},
     "/properties/coverage": {"percent": OPTIONAL},
     "/properties/skipped/items": {"family": OPTIONAL, "reason": OPTIONAL},
-    "/$defs/target": {"target": NEEDED, "family": NEEDED, "implementation": NEEDED, "status": NEEDED,
-                      "examples": NEEDED, "steps": NEEDED, "steps_per_second": NEEDED, "events": NEEDED,
-                      "coverage": SINCE_2, "failures": NEEDED, "crashes": NEEDED, "series": SINCE_2},
-    "/$defs/sample": {"t": NEEDED, "steps": NEEDED, "examples": NEEDED, "events": NEEDED, "coverage": OPTIONAL,
-                      "failures": NEEDED},
-    "/$defs/failure": {"invariant": OPTIONAL, "kind": NEEDED, "message": NEEDED, "trace": OPTIONAL,
-                       "steps": OPTIONAL, "shrunk": OPTIONAL, "replay": OPTIONAL, "found_after_s": OPTIONAL,
-                       "first_seen_after_s": OPTIONAL, "unshrunk_steps": OPTIONAL, "found_at": OPTIONAL,
-                       "shrink": OPTIONAL},
+    "/$defs/target": {
+        "target": NEEDED,
+        "family": NEEDED,
+        "implementation": NEEDED,
+        "status": NEEDED,
+        "examples": NEEDED,
+        "steps": NEEDED,
+        "steps_per_second": NEEDED,
+        "events": NEEDED,
+        "coverage": SINCE_2,
+        "failures": NEEDED,
+        "crashes": NEEDED,
+        "series": SINCE_2,
+    },
+    "/$defs/sample": {"t": NEEDED, "steps": NEEDED, "examples": NEEDED, "events": NEEDED, "coverage": OPTIONAL, "failures": NEEDED},
+    "/$defs/failure": {
+        "invariant": OPTIONAL,
+        "kind": NEEDED,
+        "message": NEEDED,
+        "trace": OPTIONAL,
+        "steps": OPTIONAL,
+        "shrunk": OPTIONAL,
+        "replay": OPTIONAL,
+        "found_after_s": OPTIONAL,
+        "first_seen_after_s": OPTIONAL,
+        "unshrunk_steps": OPTIONAL,
+        "found_at": OPTIONAL,
+        "shrink": OPTIONAL,
+    },
     "/$defs/found_at": {"after_s": NEEDED, "trace": OPTIONAL, "steps": OPTIONAL},
     "/$defs/shrink": {"state": NEEDED, "seconds": OPTIONAL, "note": OPTIONAL},
 }
@@ -109,10 +146,12 @@ def reader_schema(version: int) -> dict[str, Any]:
             assert not unknown, f"READ names fields the report schema lacks at {pointer or '/'}: {unknown}"
             if not read:
                 return {key: node[key] for key in ("description", "type") if key in node}
-            out["properties"] = {name: _nullable(cut(sub, f"{pointer}/properties/{name}"), read[name] == OPTIONAL)
-                                 for name, sub in node["properties"].items() if name in read}
-            out["required"] = [name for name in out["properties"]
-                               if read[name] == NEEDED or (read[name] == SINCE_2 and version >= 2)]
+            out["properties"] = {
+                name: _nullable(cut(sub, f"{pointer}/properties/{name}"), read[name] == OPTIONAL)
+                for name, sub in node["properties"].items()
+                if name in read
+            }
+            out["required"] = [name for name in out["properties"] if read[name] == NEEDED or (read[name] == SINCE_2 and version >= 2)]
             if node.get("additionalProperties") is False:
                 del out["additionalProperties"]
         for key in ("items", "additionalProperties"):
@@ -157,8 +196,15 @@ _WORDS = {
 
 
 def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-             int: "an integer", float: "a number"}
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "an integer",
+        float: "a number",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -172,8 +218,7 @@ def check_report(report: Any, source: Path) -> int:
     if isinstance(schema, bool) or not isinstance(schema, int):
         raise ReportError(source, "schema", f"expected an integer, got {_json_type(schema)}")
     if schema not in SCHEMAS:
-        raise ReportError(source, "schema",
-                          f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
+        raise ReportError(source, "schema", f"report schema {schema} is not one this dashboard reads ({', '.join(map(str, SCHEMAS))})")
     error = first_schema_error(reader_validator(schema).iter_errors(report), reader_schema(schema))
     if error is not None:
         raise ReportError(source, schema_error_field(error), schema_error_words(error, _WORDS))

@@ -91,8 +91,7 @@ def so_far(series: Sequence[SeriesPoint]) -> list[SeriesPoint]:
         events, failures = max(events, s.events), max(failures, s.failures)
         if s.coverage is not None:
             coverage = s.coverage if coverage is None else max(coverage, s.coverage)
-        out.append(SeriesPoint(t=s.t, steps=steps, examples=examples, events=events, coverage=coverage,
-                               failures=failures))
+        out.append(SeriesPoint(t=s.t, steps=steps, examples=examples, events=events, coverage=coverage, failures=failures))
     return out
 
 
@@ -229,11 +228,21 @@ def _failure(f: Mapping[str, Any], target: str) -> Failure:
     found_at, shrink = f.get("found_at") or {}, f.get("shrink") or {}
     first_seen = found_at.get("after_s", f.get("first_seen_after_s"))
     return Failure(
-        target=target, invariant=f.get("invariant"), kind=f["kind"], message=f["message"], trace=trace,
-        steps=f.get("steps"), shrunk=True if shrunk is None else shrunk, replay=replay,
-        found_after_s=_number(f.get("found_after_s")), first_seen_after_s=_number(first_seen),
-        unshrunk_trace=found_at.get("trace"), unshrunk_steps=found_at.get("steps", f.get("unshrunk_steps")),
-        shrink_state=shrink.get("state"), shrink_s=_number(shrink.get("seconds")), shrink_note=shrink.get("note"),
+        target=target,
+        invariant=f.get("invariant"),
+        kind=f["kind"],
+        message=f["message"],
+        trace=trace,
+        steps=f.get("steps"),
+        shrunk=True if shrunk is None else shrunk,
+        replay=replay,
+        found_after_s=_number(f.get("found_after_s")),
+        first_seen_after_s=_number(first_seen),
+        unshrunk_trace=found_at.get("trace"),
+        unshrunk_steps=found_at.get("steps", f.get("unshrunk_steps")),
+        shrink_state=shrink.get("state"),
+        shrink_s=_number(shrink.get("seconds")),
+        shrink_note=shrink.get("note"),
     )
 
 
@@ -243,18 +252,31 @@ def _measured(coverage: float | None, steps: int) -> float | None:
 
 
 def _sample(s: Mapping[str, Any]) -> SeriesPoint:
-    return SeriesPoint(t=float(s["t"]), steps=s["steps"], examples=s["examples"], events=s["events"],
-                       coverage=_measured(_number(s.get("coverage")), s["steps"]), failures=s["failures"])
+    return SeriesPoint(
+        t=float(s["t"]),
+        steps=s["steps"],
+        examples=s["examples"],
+        events=s["events"],
+        coverage=_measured(_number(s.get("coverage")), s["steps"]),
+        failures=s["failures"],
+    )
 
 
 def _target(t: Mapping[str, Any], schema: int) -> TargetRun:
     key = t["target"]
     v2 = schema >= 2  # schema 1 has neither series nor coverage per target
     return TargetRun(
-        key=key, family=t["family"], implementation=t["implementation"], status=t["status"],
-        examples=t["examples"], steps=t["steps"], steps_per_second=float(t["steps_per_second"]),
-        events=dict(t["events"]), coverage=_measured(_number(t["coverage"]), t["steps"]) if v2 else None,
-        failures=tuple(_failure(f, key) for f in t["failures"]), crashes=len(t["crashes"]),
+        key=key,
+        family=t["family"],
+        implementation=t["implementation"],
+        status=t["status"],
+        examples=t["examples"],
+        steps=t["steps"],
+        steps_per_second=float(t["steps_per_second"]),
+        events=dict(t["events"]),
+        coverage=_measured(_number(t["coverage"]), t["steps"]) if v2 else None,
+        failures=tuple(_failure(f, key) for f in t["failures"]),
+        crashes=len(t["crashes"]),
         series=tuple(_sample(s) for s in t["series"]) if v2 else None,
     )
 
@@ -264,10 +286,18 @@ def parse_report(report: Any, source: Path) -> Run:
     schema = check_report(report, source)
     run, coverage, database = report["run"], report.get("coverage"), report["run"].get("database")
     return Run(
-        source=source, report=report, schema=schema, started=_started(source, report["started"]),
-        duration_s=float(report["duration_s"]), interrupted=bool(report.get("interrupted")), seed=run.get("seed"),
-        workers=run.get("workers"), device=run["device"], database=None if database is None else redacted(database),
-        cwd=run.get("cwd"), coverage=None if coverage is None else _number(coverage.get("percent")),
+        source=source,
+        report=report,
+        schema=schema,
+        started=_started(source, report["started"]),
+        duration_s=float(report["duration_s"]),
+        interrupted=bool(report.get("interrupted")),
+        seed=run.get("seed"),
+        workers=run.get("workers"),
+        device=run["device"],
+        database=None if database is None else redacted(database),
+        cwd=run.get("cwd"),
+        coverage=None if coverage is None else _number(coverage.get("percent")),
         targets=tuple(_target(t, schema) for t in report["targets"]),
         skipped=tuple(f"{s.get('family') or '?'}: {s.get('reason') or ''}" for s in report.get("skipped") or ()),
     )

@@ -78,13 +78,14 @@ def notes(latest_runs: Sequence[Run]) -> list[str]:
     found = []
     for run in latest_runs:
         if not run.has_series:
-            found.append(f"<code>{esc(run.source)}</code> is a schema-1 report: it has no time series, so its targets "
-                         "have no behaviour curve and their <em>no new behaviour for</em> is unknown (—).")
+            found.append(
+                f"<code>{esc(run.source)}</code> is a schema-1 report: it has no time series, so its targets "
+                "have no behaviour curve and their <em>no new behaviour for</em> is unknown (—)."
+            )
         if run.interrupted:
             why = _text(run.report, "ended_because")
             because = f" ({esc(why)})" if why and why != "interrupted" else ""
-            found.append(f"<code>{esc(run.source)}</code> was interrupted{because}: "
-                         "its numbers cover part of the budget.")
+            found.append(f"<code>{esc(run.source)}</code> was interrupted{because}: its numbers cover part of the budget.")
         found += [f"Not fuzzed in the run of {esc(when(run.started))}: {esc(s)}" for s in run.skipped]
     return [f'<div class="note">{n}</div>' for n in found]
 
@@ -105,11 +106,17 @@ def cards(rows: Sequence[tuple[Run, TargetRun]], steps: int, grouping: Grouping)
     if crashed:
         items.insert(2, (str(crashed), "worker crashes", "bad"))
     if unreached:
-        items.insert(2, (str(unreached), "targets not reached (no step ran)" if unreached != 1
-                         else "target not reached (no step ran)", "bad"))
-    return '<div class="cards">' + "".join(
-        f'<div class="card {tone}"><div class="value">{esc(value)}</div><div class="label">{esc(label)}</div></div>'
-        for value, label, tone in items) + "</div>"
+        items.insert(
+            2, (str(unreached), "targets not reached (no step ran)" if unreached != 1 else "target not reached (no step ran)", "bad")
+        )
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card {tone}"><div class="value">{esc(value)}</div><div class="label">{esc(label)}</div></div>'
+            for value, label, tone in items
+        )
+        + "</div>"
+    )
 
 
 def _loaded(count: int, grouping: Grouping) -> str:
@@ -141,16 +148,26 @@ def worst_first(rows: Sequence[tuple[Run, TargetRun]]) -> list[tuple[Run, Target
 
 def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]) -> str:
     several_runs = len({run.source for run, _ in rows}) > 1
-    head = ["target", "family", "implementation", "status", "examples", "steps", "steps/s", "distinct events",
-            "branch coverage", "failures", "no new behaviour for"] + (["box", "run started"] if several_runs else [])
-    numeric = {"examples", "steps", "steps/s", "distinct events", "branch coverage", "failures",
-               "no new behaviour for"}
+    head = [
+        "target",
+        "family",
+        "implementation",
+        "status",
+        "examples",
+        "steps",
+        "steps/s",
+        "distinct events",
+        "branch coverage",
+        "failures",
+        "no new behaviour for",
+    ] + (["box", "run started"] if several_runs else [])
+    numeric = {"examples", "steps", "steps/s", "distinct events", "branch coverage", "failures", "no new behaviour for"}
     titles = {
         "steps/s": "steps per second while this target was fuzzed, summed over workers",
         "distinct events": "distinct event labels reached: rare pool states the drivers flag (hover a number)",
         "branch coverage": "branch coverage of pools/ by this target's runs (fuzz with --coverage)",
         "no new behaviour for": "fuzzing time at the end of the run in which no new event label and no new "
-                                    "covered branch appeared: long means the strategies have stopped finding anything",
+        "covered branch appeared: long means the strategies have stopped finding anything",
     }
     out = ['<div class="table-wrap"><table class="targets"><thead><tr>']
     out += [f'<th class="{"num" if h in numeric else ""}" title="{esc(titles.get(h, ""))}">{esc(h)}</th>' for h in head]
@@ -159,11 +176,12 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
         quiet = t.quiet_seconds()
         events = "\n".join(f"{label}: {count:,}" for label, count in t.events.items()) or "none reached"
         cells = [
-            (f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span>'
-             f"<code>{esc(t.key)}</code></td>"),
-            f"<td>{esc(t.family)}</td>", f'<td class="impl mono">{esc(t.implementation)}</td>',
+            (f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span><code>{esc(t.key)}</code></td>'),
+            f"<td>{esc(t.family)}</td>",
+            f'<td class="impl mono">{esc(t.implementation)}</td>',
             f"<td>{_pill(t.shown_status)}</td>",
-            f'<td class="num">{t.examples:,}</td>', f'<td class="num">{t.steps:,}</td>',
+            f'<td class="num">{t.examples:,}</td>',
+            f'<td class="num">{t.steps:,}</td>',
             f'<td class="num">{t.steps_per_second:,.0f}</td>',
             f'<td class="num" title="{esc(events)}">{len(t.events)}</td>',
             f'<td class="num">{_coverage_cell(t)}</td>',
@@ -172,16 +190,19 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
         ]
         if several_runs:
             # only the start's date and time may go on two lines, so the table fits the page
-            cells += [f'<td class="box">{esc(run.box)}</td>',
-                      (f'<td><span class="nowrap">{run.started:%Y-%m-%d}</span> '
-                       f'<span class="nowrap">{run.started:%H:%M} UTC</span></td>')]
+            cells += [
+                f'<td class="box">{esc(run.box)}</td>',
+                (f'<td><span class="nowrap">{run.started:%Y-%m-%d}</span> <span class="nowrap">{run.started:%H:%M} UTC</span></td>'),
+            ]
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
-    out.append('<p class="legend"><em>No new behaviour for</em>: time since the last new event label or newly covered '
-               "branch, up to the end of this target's fuzzing (its failure, or the end of the run). "
-               "Long means the strategies have stopped finding anything new here. "
-               "<em>Not reached</em>: the target ran no step in that run (the run ended before a worker got to it), "
-               "so nothing about it was checked or measured.</p>")
+    out.append(
+        '<p class="legend"><em>No new behaviour for</em>: time since the last new event label or newly covered '
+        "branch, up to the end of this target's fuzzing (its failure, or the end of the run). "
+        "Long means the strategies have stopped finding anything new here. "
+        "<em>Not reached</em>: the target ran no step in that run (the run ended before a worker got to it), "
+        "so nothing about it was checked or measured.</p>"
+    )
     return "".join(out)
 
 
@@ -203,10 +224,10 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
                 f'<span class="invariant">{esc(what)}</span></div>'
                 f'<div class="message mono">{esc(f.headline)}</div><dl>'
                 + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
-                + f"</dl><details><summary>full message</summary><pre>{esc(f.message.strip())}</pre></details></div>")
+                + f"</dl><details><summary>full message</summary><pre>{esc(f.message.strip())}</pre></details></div>"
+            )
     if not items:
-        where = "in the latest night of any target, on any box" if grouping.by_night else \
-            "in the latest run of any target"
+        where = "in the latest night of any target, on any box" if grouping.by_night else "in the latest run of any target"
         return f'<div class="empty">No failures: no invariant violation or error {where}.</div>'
     return "".join(items)
 
@@ -232,8 +253,11 @@ def failure_facts(f: Failure) -> list[tuple[str, str]]:
     if f.trace is not None:
         steps = f" ({f.steps} steps)" if f.steps is not None else ""
         if f.shrink_state is None:
-            steps = f" ({f.steps} steps{'' if f.shrunk else ', only partially shrunk (the run ended while shrinking)'})" \
-                if f.steps is not None else ""
+            steps = (
+                f" ({f.steps} steps{'' if f.shrunk else ', only partially shrunk (the run ended while shrinking)'})"
+                if f.steps is not None
+                else ""
+            )
         label = "shrunk trace" if f.shrunk else ("trace" if f.trace == f.unshrunk_trace else "smallest failing trace")
         facts.append((label, f"<code>{esc(f.trace)}</code>{esc(steps)}"))
     else:

@@ -25,8 +25,9 @@ def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:
     found: list[tuple[Path, bool]] = []
     for source in sources:
         if source.is_dir():
-            found += [(p, False) for p in sorted(source.rglob("*.json"))
-                      if not any(part.startswith(".") for part in p.relative_to(source).parts)]
+            found += [
+                (p, False) for p in sorted(source.rglob("*.json")) if not any(part.startswith(".") for part in p.relative_to(source).parts)
+            ]
         elif source.exists():
             found.append((source, True))
         else:

@@ -60,7 +60,7 @@ def redacted(spec: str) -> str:
     for part in spec.split(","):
         layer = part.strip()
         if layer.startswith(READ_ONLY):
-            layer = layer[len(READ_ONLY):].strip()
+            layer = layer[len(READ_ONLY) :].strip()
         parts.append(part.replace(layer, _redacted_url(layer), 1) if is_redis(layer) else part)
     return ",".join(parts)
 
@@ -69,7 +69,7 @@ def _redacted_url(url: str) -> str:
     try:
         scheme, netloc, path, query, fragment = urlsplit(url)
     except ValueError:  # not a URL redis-py could open either; hide everything after the scheme
-        return url[:url.index("://") + 3] + HIDDEN
+        return url[: url.index("://") + 3] + HIDDEN
     user_info, at, host = netloc.rpartition("@")
     user, colon, password = user_info.partition(":")
     if colon and password:
@@ -91,7 +91,7 @@ def layers(spec: str) -> list[tuple[str, bool]]:
     found = []
     for part in (p.strip() for p in spec.split(",")):
         read_only = part.startswith(READ_ONLY)
-        layer = part[len(READ_ONLY):].strip() if read_only else part
+        layer = part[len(READ_ONLY) :].strip() if read_only else part
         if not layer or layer.lower() == "none":
             raise DatabaseError(f"--database {redacted(spec)}: empty or 'none' layer {redacted(part)!r} among several")
         found.append((layer, read_only))
@@ -102,8 +102,7 @@ def open_database(spec: str) -> Any:
     """The hypothesis ``ExampleDatabase`` named by ``spec``, or ``None`` for ``none``."""
     from hypothesis.database import MultiplexedDatabase, ReadOnlyDatabase
 
-    opened = [ReadOnlyDatabase(_open_layer(layer)) if read_only else _open_layer(layer)
-              for layer, read_only in layers(spec)]
+    opened = [ReadOnlyDatabase(_open_layer(layer)) if read_only else _open_layer(layer) for layer, read_only in layers(spec)]
     if not opened:
         return None
     return opened[0] if len(opened) == 1 else MultiplexedDatabase(*opened)
@@ -117,9 +116,7 @@ def _open_layer(spec: str) -> Any:
     try:
         import redis
     except ImportError:
-        raise DatabaseError(
-            f"--database {redacted(spec)}: the redis package is not installed (pip install 'poolfuzz[redis]')"
-        ) from None
+        raise DatabaseError(f"--database {redacted(spec)}: the redis package is not installed (pip install 'poolfuzz[redis]')") from None
     from hypothesis.extra.redis import RedisExampleDatabase
 
     try:
@@ -138,8 +135,9 @@ def check_database(spec: str) -> None:
     for layer, _ in layers(spec):
         if "://" in layer and not is_redis(layer):
             scheme = layer.split("://", 1)[0]
-            raise DatabaseError(f"--database {redacted(spec)}: unknown scheme {scheme + '://'!r}; "
-                                f"a layer is a folder or one of {', '.join(REDIS_SCHEMES)}")
+            raise DatabaseError(
+                f"--database {redacted(spec)}: unknown scheme {scheme + '://'!r}; a layer is a folder or one of {', '.join(REDIS_SCHEMES)}"
+            )
         if not is_redis(layer):
             try:
                 check_folder(Path(layer), "--database")

@@ -49,19 +49,38 @@ class Findings:
         stats = self.stats[message.target]
         if stats.failures:
             return False
-        found_at = FoundAt(after_s=round(after_s, 2), since_start_s=round(since_start_s, 2), invariant=message.invariant,
-                           message=message.message, trace=message.trace, steps=message.steps, worker=worker)
+        found_at = FoundAt(
+            after_s=round(after_s, 2),
+            since_start_s=round(since_start_s, 2),
+            invariant=message.invariant,
+            message=message.message,
+            trace=message.trace,
+            steps=message.steps,
+            worker=worker,
+        )
         as_found = FailureFound(
-            target=message.target, family=message.family, implementation=message.implementation, kind="violation",
-            invariant=message.invariant, trace=message.trace, steps=message.steps, message=message.message,
-            shrunk=False, round=message.round, seed=message.seed, realistic=None)
-        stats.failures.append(FailureRecord.of(as_found, worker=worker, found_after_s=None, found_at=found_at,
-                                               shrink=ShrinkOutcome(SHRINK_RUNNING)))
-        lines = [f"FAILURE FOUND {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "
-                 f"({since_start_s:.1f} s since start): {message.first_line}"]
+            target=message.target,
+            family=message.family,
+            implementation=message.implementation,
+            kind="violation",
+            invariant=message.invariant,
+            trace=message.trace,
+            steps=message.steps,
+            message=message.message,
+            shrunk=False,
+            round=message.round,
+            seed=message.seed,
+            realistic=None,
+        )
+        stats.failures.append(
+            FailureRecord.of(as_found, worker=worker, found_after_s=None, found_at=found_at, shrink=ShrinkOutcome(SHRINK_RUNNING))
+        )
+        lines = [
+            f"FAILURE FOUND {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "
+            f"({since_start_s:.1f} s since start): {message.first_line}"
+        ]
         if message.trace:
-            lines += [f"  unshrunk trace ({message.steps} steps): {message.trace}",
-                      f"  replay: {replay_command(message.trace)}"]
+            lines += [f"  unshrunk trace ({message.steps} steps): {message.trace}", f"  replay: {replay_command(message.trace)}"]
         if message.problem:
             lines.append(f"  ({message.problem})")
         lines.append("  shrinking it now; no more fuzzing of this target in this run")
@@ -82,20 +101,19 @@ class Findings:
             where = f"\n  {shrunk} trace ({message.steps} steps): {message.trace}\n  replay: {replay_command(message.trace)}"
         if index is None:
             stats.failures.append(FailureRecord.of(message, worker=worker, found_after_s=after_s))
-            self.note(f"FAILURE {message.target}: {message.first_line}{where}\n"
-                      "  no more fuzzing of this target in this run")
+            self.note(f"FAILURE {message.target}: {message.first_line}{where}\n  no more fuzzing of this target in this run")
             return True
         record = stats.failures[index]
         assert record.found_at is not None
         took = round(max(0.0, after_s - record.found_at.after_s), 2)
         note = None if message.shrunk else f"cut off ({cut_off or 'the worker was stopped'}): the smallest failing trace seen was saved"
-        shrink = ShrinkOutcome(SHRINK_DONE if message.shrunk else SHRINK_PARTIAL, after_s=round(after_s, 2), seconds=took,
-                               note=note)
-        stats.failures[index] = FailureRecord.of(message, worker=worker, found_after_s=after_s, found_at=record.found_at,
-                                                 shrink=shrink)
+        shrink = ShrinkOutcome(SHRINK_DONE if message.shrunk else SHRINK_PARTIAL, after_s=round(after_s, 2), seconds=took, note=note)
+        stats.failures[index] = FailureRecord.of(message, worker=worker, found_after_s=after_s, found_at=record.found_at, shrink=shrink)
         state = "SHRUNK" if message.shrunk else "SHRINK PARTIAL"
-        self.note(f"FAILURE {state} {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "
-                  f"(shrinking took {took:.1f} s): {message.first_line}{where}")
+        self.note(
+            f"FAILURE {state} {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "
+            f"(shrinking took {took:.1f} s): {message.first_line}{where}"
+        )
         return True
 
     def unreported(self, cut_off: str | None = None) -> None:
@@ -106,8 +124,10 @@ class Findings:
             for i, f in enumerate(stats.failures):
                 if shrinking(f):
                     stats.failures[i] = dataclasses.replace(
-                        f, message=f.message + "\n  (unshrunk: the worker ended before shrinking finished)",
-                        shrink=ShrinkOutcome(SHRINK_PARTIAL, note=why))
+                        f,
+                        message=f.message + "\n  (unshrunk: the worker ended before shrinking finished)",
+                        shrink=ShrinkOutcome(SHRINK_PARTIAL, note=why),
+                    )
 
 
 def cut_off_by(stop_reason: str | None, grace: float) -> str | None:

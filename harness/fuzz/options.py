@@ -38,8 +38,7 @@ class FuzzOptions:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 
-def select_targets(items: list[str], *, overrides: dict[str, str] | None = None
-                   ) -> tuple[list[TargetRef], list[dict[str, str]]]:
+def select_targets(items: list[str], *, overrides: dict[str, str] | None = None) -> tuple[list[TargetRef], list[dict[str, str]]]:
     """``--target`` values to targets, plus the families skipped (only when none was named).
 
     ``FAMILY`` fuzzes the family's implementation in use (its default, or a

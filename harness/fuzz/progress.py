@@ -104,8 +104,10 @@ class Progress:
         failures = sum(len(r.failures) + len(r.crashes) for r in rows)
         parts = ", ".join(f"{r.key} {compact(r.steps)}" + ("!" if r.failures or r.crashes else "") for r in rows)
         rate = steps / fuzzed if fuzzed > 0 else 0.0
-        return (f"[poolfuzz {clock(now - self.started)} elapsed, {clock(left)} left, {status}] steps {compact(steps)} "
-                f"({compact(rate)}/s) examples {compact(examples)} failures {failures} | {parts}")
+        return (
+            f"[poolfuzz {clock(now - self.started)} elapsed, {clock(left)} left, {status}] steps {compact(steps)} "
+            f"({compact(rate)}/s) examples {compact(examples)} failures {failures} | {parts}"
+        )
 
     def table(self, rows: list[TargetStats], now: float) -> list[str]:
         status, fuzzed, left = self._times(now)
@@ -114,11 +116,11 @@ class Progress:
         lines = [f"poolfuzz  {status}  elapsed {clock(now - self.started)}  left {clock(left)}", header]
         for r in rows:
             failed = len(r.failures) + len(r.crashes)
-            lines.append(f"{r.key:<{width}}  {r.examples:>9,}  {r.steps:>10,}  {r.steps_per_second:>8,.0f}  "
-                         f"{len(r.events):>6}  {failed:>8}")
+            lines.append(
+                f"{r.key:<{width}}  {r.examples:>9,}  {r.steps:>10,}  {r.steps_per_second:>8,.0f}  {len(r.events):>6}  {failed:>8}"
+            )
         steps = sum(r.steps for r in rows)
         rate = steps / fuzzed if fuzzed > 0 else 0.0
         total_failed = sum(len(r.failures) + len(r.crashes) for r in rows)
-        lines.append(f"{'total':<{width}}  {sum(r.examples for r in rows):>9,}  {steps:>10,}  {rate:>8,.0f}  "
-                     f"{'':>6}  {total_failed:>8}")
+        lines.append(f"{'total':<{width}}  {sum(r.examples for r in rows):>9,}  {steps:>10,}  {rate:>8,.0f}  {'':>6}  {total_failed:>8}")
         return lines

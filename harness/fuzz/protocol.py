@@ -92,7 +92,6 @@ class StopRound(KeyboardInterrupt):
     """
 
 
-
 # ------------------------------------------------------------------ messages
 @dataclass(frozen=True)
 class Hello:

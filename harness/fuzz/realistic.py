@@ -33,9 +33,17 @@ MIN_SECONDS = 0.5
 __all__ = ["REALISTIC_SECONDS", "find_realistic", "realistic_note"]
 
 
-def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | None = None, seed: int = 0,
-                   seconds: float = REALISTIC_SECONDS, stop: Callable[[], bool] | None = None,
-                   **replay: Any) -> Trace | None:
+def find_realistic(
+    family: str,
+    spec: str,
+    *,
+    invariant_id: str,
+    trace: Trace | None = None,
+    seed: int = 0,
+    seconds: float = REALISTIC_SECONDS,
+    stop: Callable[[], bool] | None = None,
+    **replay: Any,
+) -> Trace | None:
     """A realistic failing trace of ``spec`` (a :func:`~harness.judge.families.load_factory` target), or ``None``
     when the family has no floors or none fails within ``seconds`` (or before ``stop()``).  ``trace``: the
     finding as found."""
@@ -65,9 +73,18 @@ def find_realistic(family: str, spec: str, *, invariant_id: str, trace: Trace | 
     return within_floors(other, invariant_id=shows, stop=stop, **replay)
 
 
-def realistic_note(family_name: str, spec: str, *, invariant_id: str, trace: Trace, seed: int, corpus: Path,
-                   device: str = "cpu", seconds: float = REALISTIC_SECONDS,
-                   stop: Callable[[], bool] | None = None) -> tuple[str, RealisticTrace | None]:
+def realistic_note(
+    family_name: str,
+    spec: str,
+    *,
+    invariant_id: str,
+    trace: Trace,
+    seed: int,
+    corpus: Path,
+    device: str = "cpu",
+    seconds: float = REALISTIC_SECONDS,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[str, RealisticTrace | None]:
     """The lines a finding's message gets about its realistic trace, and the trace as the report records it
     (kept in ``corpus``).  For an upstream target only: ours are judged on their minimal traces, an upstream
     maintainer asks whether a server hits it.  ``seconds``: what the run has left for it, at most
@@ -76,15 +93,16 @@ def realistic_note(family_name: str, spec: str, *, invariant_id: str, trace: Tra
         return "", None
     if seconds < MIN_SECONDS:
         return "\n  no realistic trace: the run had no time left to look for one", None
-    found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device,
-                           seconds=seconds, stop=stop)
+    found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device, seconds=seconds, stop=stop)
     if found is None:
-        return (f"\n  no realistic trace (pools and requests within {family_name}'s realistic floors) failed in "
-                f"{seconds:.1f} s"), None
+        return (f"\n  no realistic trace (pools and requests within {family_name}'s realistic floors) failed in {seconds:.1f} s"), None
     fill_provenance(found, seed=seed, note=f"realistic trace of a {invariant_id} finding on {spec}")
     kept = keep_trace(found, corpus)
     shows = str(found.expect.get("invariant"))
     where = f": {kept.path}" if kept.path is not None else f" ({kept.problem})"
-    note = (f"\n  realistic trace (pools and requests a server builds), {len(found.steps)} steps"
-            + (f", shows as [{shows}]" if shows != invariant_id else "") + where)
+    note = (
+        f"\n  realistic trace (pools and requests a server builds), {len(found.steps)} steps"
+        + (f", shows as [{shows}]" if shows != invariant_id else "")
+        + where
+    )
     return note, RealisticTrace(str(kept.path) if kept.path is not None else None, len(found.steps), shows)

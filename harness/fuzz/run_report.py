@@ -18,8 +18,7 @@ from harness.fuzz.options import FuzzOptions
 from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, utc_now, versions
 from harness.fuzz.slots import Slot
 
-__all__ = ["EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunState", "build_run_report", "exit_status",
-           "opening_line"]
+__all__ = ["EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunState", "build_run_report", "exit_status", "opening_line"]
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -57,9 +56,17 @@ def build_run_report(run: RunState, *, final: bool = True) -> RunReport:
         ended_because=(run.stop_reason or "every worker finished (all targets retired)") if final else None,
         exit_status=exit_status(found, interrupted, run.signal) if final else None,
         run={
-            "seed": o.seed, "budget_s": o.seconds, "workers": o.workers, "device": o.device,
-            "steps_per_example": o.steps, "misuse": o.misuse, "database": redacted(o.database),
-            "corpus": str(o.corpus), "grace_s": o.grace, "coverage": o.coverage, "cwd": os.getcwd(),
+            "seed": o.seed,
+            "budget_s": o.seconds,
+            "workers": o.workers,
+            "device": o.device,
+            "steps_per_example": o.steps,
+            "misuse": o.misuse,
+            "database": redacted(o.database),
+            "corpus": str(o.corpus),
+            "grace_s": o.grace,
+            "coverage": o.coverage,
+            "cwd": os.getcwd(),
             "logs": str(run.logdir) if run.crashes else None,
         },
         machine={**machine_info(), "accelerators": devices},
@@ -67,8 +74,7 @@ def build_run_report(run: RunState, *, final: bool = True) -> RunReport:
         series_interval_s=run.series_every,
         targets=tuple(run.stats.values()),
         crashes=tuple(run.crashes),
-        workers=tuple({"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode,
-                       "rounds": s.rounds} for s in run.finished),
+        workers=tuple({"worker": s.name, "pid": s.process.pid, "exit_code": s.process.exitcode, "rounds": s.rounds} for s in run.finished),
         skipped=tuple(o.skipped),
         # Combining reads and removes the workers' data files: only once they have all ended.
         coverage=combine_coverage(run.covdir) if run.covdir is not None and final else None,
@@ -77,8 +83,10 @@ def build_run_report(run: RunState, *, final: bool = True) -> RunReport:
 
 def opening_line(o: FuzzOptions) -> str:
     """The progress line that starts a run; the database is :func:`redacted`, as in the report."""
-    return (f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for {o.seconds:g} s, "
-            f"seed {o.seed}, device {o.device}, database {redacted(o.database)}")
+    return (
+        f"poolfuzz: fuzzing {len(o.targets)} target(s) with {o.workers} worker(s) for {o.seconds:g} s, "
+        f"seed {o.seed}, device {o.device}, database {redacted(o.database)}"
+    )
 
 
 def exit_status(found: bool, interrupted: bool, signum: int | None = None) -> int:

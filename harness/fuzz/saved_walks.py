@@ -50,8 +50,7 @@ class SavedFailure:
     result: ReplayResult
 
 
-def replay_walk_failures(database: Any, target_key: str, *, spec: str,
-                         check_misuse: bool | None) -> SavedFailure | None:
+def replay_walk_failures(database: Any, target_key: str, *, spec: str, check_misuse: bool | None) -> SavedFailure | None:
     """The first saved walk failure of ``target_key`` that still fails on ``spec``; stale entries are deleted."""
     if database is None:
         return None

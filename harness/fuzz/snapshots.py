@@ -25,8 +25,15 @@ Report = dict[str, Any]
 class Snapshots:
     """Hands the report so far (``build()``) to the ``report`` file at findings and to ``live`` when due."""
 
-    def __init__(self, build: Callable[[], Report], *, report: Path | None, live: Callable[[Report], None] | None,
-                 live_every: float, note: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        build: Callable[[], Report],
+        *,
+        report: Path | None,
+        live: Callable[[Report], None] | None,
+        live_every: float,
+        note: Callable[[str], None],
+    ) -> None:
         self.build, self.report, self.note = build, report, note
         self.live, self.live_every, self.next_live = live, live_every, 0.0
         """``live`` gets the report so far every ``live_every`` seconds (``fuzz --dashboard``: the live page)."""
@@ -40,8 +47,10 @@ class Snapshots:
             try:
                 write_report(snapshot, self.report)
             except OSError as exc:
-                self.note(f"poolfuzz: warning: the report could not be written at a finding ({type(exc).__name__}: "
-                          f"{exc}); it is written again at the end")
+                self.note(
+                    f"poolfuzz: warning: the report could not be written at a finding ({type(exc).__name__}: "
+                    f"{exc}); it is written again at the end"
+                )
                 self.report = None
         self.update_live(now, snapshot)
 

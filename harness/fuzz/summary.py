@@ -43,17 +43,27 @@ def summary_text(report: dict[str, Any]) -> str:
     run = report["run"]
     targets = report["targets"]
     failures = sum(len(t["failures"]) for t in targets)
-    head = (f"poolfuzz fuzz: {report['duration_s']:.1f} s, {run['workers']} worker(s), seed {run['seed']}, "
-            f"device {run['device']}, {len(targets)} target(s), {failures} failure(s), "
-            f"{len(report['crashes'])} crash(es)" + (" — INTERRUPTED" if report["interrupted"] else ""))
+    head = (
+        f"poolfuzz fuzz: {report['duration_s']:.1f} s, {run['workers']} worker(s), seed {run['seed']}, "
+        f"device {run['device']}, {len(targets)} target(s), {failures} failure(s), "
+        f"{len(report['crashes'])} crash(es)" + (" — INTERRUPTED" if report["interrupted"] else "")
+    )
     rows = [["target", "examples", "steps", "steps/s", "events", "failures", "status"]]
     for t in targets:
         ids = ",".join(sorted({f["invariant"] or f["kind"] for f in t["failures"]})) or "-"
-        rows.append([t["target"], f"{t['examples']:,}", f"{t['steps']:,}", _rate(t["steps_per_second"]),
-                     str(len(t["events"])), ids, shown_status(t)])
+        rows.append(
+            [
+                t["target"],
+                f"{t['examples']:,}",
+                f"{t['steps']:,}",
+                _rate(t["steps_per_second"]),
+                str(len(t["events"])),
+                ids,
+                shown_status(t),
+            ]
+        )
     total = report["totals"]
-    rows.append(["total", f"{total['examples']:,}", f"{total['steps']:,}", _rate(total["steps_per_second"]), "",
-                 str(failures), ""])
+    rows.append(["total", f"{total['examples']:,}", f"{total['steps']:,}", _rate(total["steps_per_second"]), "", str(failures), ""])
     lines = [head, ""] + ["  " + line for line in _table(rows, right={1, 2, 3, 4})]
     if failures:
         lines += ["", "failures (each target stops being fuzzed after its first failure):"]
@@ -70,8 +80,9 @@ def summary_text(report: dict[str, Any]) -> str:
     coverage = report.get("coverage")
     if coverage:
         lines += ["", f"coverage of pools/ (branch): {coverage['percent']:.1f}%"]
-        lines += ["  " + line for line in _table(
-            [[name, f"{entry['percent']:.1f}%"] for name, entry in coverage["files"].items()], right={1})]
+        lines += [
+            "  " + line for line in _table([[name, f"{entry['percent']:.1f}%"] for name, entry in coverage["files"].items()], right={1})
+        ]
     return "\n".join(lines)
 
 
@@ -102,8 +113,10 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
     if state == "running":
         lines.append("    shrink: still running")
     elif state == "done":
-        lines.append(f"    shrunk at {_seconds(shrink['after_s'])} of fuzzing (shrinking took {_seconds(shrink['seconds'])}): "
-                     f"{f['trace']} ({f['steps']} steps)")
+        lines.append(
+            f"    shrunk at {_seconds(shrink['after_s'])} of fuzzing (shrinking took {_seconds(shrink['seconds'])}): "
+            f"{f['trace']} ({f['steps']} steps)"
+        )
     elif state == "partial":
         took = f" after {_seconds(shrink['seconds'])}" if shrink.get("seconds") is not None else ""
         lines.append(f"    shrink PARTIAL{took}: {shrink['note']}")
@@ -117,8 +130,10 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
     realistic: dict[str, Any] = f.get("realistic") or {}
     if realistic:
         shows = f", shows as [{realistic['invariant']}]" if realistic["invariant"] != f.get("invariant") else ""
-        lines.append(f"    realistic trace (pools and requests a server builds{shows}): "
-                     f"{realistic['trace'] or 'not saved'} ({realistic['steps']} steps)")
+        lines.append(
+            f"    realistic trace (pools and requests a server builds{shows}): "
+            f"{realistic['trace'] or 'not saved'} ({realistic['steps']} steps)"
+        )
     return lines
 
 
@@ -141,7 +156,7 @@ def events_summary(targets: list[dict[str, Any]], *, top: int = TOP_EVENTS, widt
         digits = len(f"{ranked[0][1]:,}")
         for label, count in ranked[:top]:
             line = f"    {count:>{digits},}  {label}"
-            lines.append(line if len(line) <= width else line[:width - 1] + "…")
+            lines.append(line if len(line) <= width else line[: width - 1] + "…")
         if len(ranked) > top:
             rest = sum(count for _, count in ranked[top:])
             lines.append(f"    {'':>{digits}}  and {len(ranked) - top} more ({rest:,} in all)")

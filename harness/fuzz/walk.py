@@ -112,15 +112,17 @@ class WalkRun:
         self.moves = tuple(m for m in self.walk.walk_moves if self.check_misuse or not m.misuse)
         self.rng = random.Random(self.seed)
 
-    def run(self, *, seconds: float | None = None, max_steps: int | None = None,
-            stop: Callable[[], bool] | None = None) -> Finding | None:
+    def run(self, *, seconds: float | None = None, max_steps: int | None = None, stop: Callable[[], bool] | None = None) -> Finding | None:
         """MoveTable episodes until a failure (returned), ``seconds`` pass, ``max_steps`` more steps run, or ``stop()``."""
         deadline = None if seconds is None else time.monotonic() + seconds
         limit = None if max_steps is None else self.steps + max_steps
 
         def done() -> bool:
-            return ((deadline is not None and time.monotonic() >= deadline) or (limit is not None and self.steps >= limit)
-                    or (stop is not None and stop()))
+            return (
+                (deadline is not None and time.monotonic() >= deadline)
+                or (limit is not None and self.steps >= limit)
+                or (stop is not None and stop())
+            )
 
         while not done():
             finding = self._episode(done, limit)
@@ -142,8 +144,9 @@ class WalkRun:
         self.episodes += 1
         driver: Driver | None = None
         try:
-            driver = self.driver_class(self.factory, config, implementation=self.spec,
-                                       check_misuse=bool(self.check_misuse), audit_period=self.audit_period)
+            driver = self.driver_class(
+                self.factory, config, implementation=self.spec, check_misuse=bool(self.check_misuse), audit_period=self.audit_period
+            )
             view = self.walk.view(driver)
             if self.drain_plan is not None:
                 driver.enable_drains(self.drain_plan, self.drain_period)
@@ -170,18 +173,21 @@ class WalkRun:
 
     def _found(self, exc: BaseException, driver: Driver | None, config: PoolConfig) -> Finding:
         attached = getattr(exc, "trace", None)  # a drain audit's violation carries the drained driver's longer trace
-        trace = attached if isinstance(attached, Trace) else (
-            driver.trace if driver is not None else Trace(self.family, self.spec, config.to_json()))
+        trace = (
+            attached
+            if isinstance(attached, Trace)
+            else (driver.trace if driver is not None else Trace(self.family, self.spec, config.to_json()))
+        )
         found = len(trace.steps)
         violation = exc if isinstance(exc, InvariantViolation) else None
         if violation is not None and self.on_found is not None:
             self.on_found(violation, trace)
         if violation is not None and self.shrink:
-            trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=self.spec, factory=self.factory,
-                                 check_misuse=self.check_misuse)
+            trace = shrink_trace(
+                trace, invariant_id=violation.invariant_id, target=self.spec, factory=self.factory, check_misuse=self.check_misuse
+            )
             trace.expect_violation(violation.invariant_id)
-        fill_provenance(trace, seed=self.seed, note=f"found by the {self.family} walk (seed {self.seed}, "
-                                                   f"episode {self.episodes})")
+        fill_provenance(trace, seed=self.seed, note=f"found by the {self.family} walk (seed {self.seed}, episode {self.episodes})")
         if self.corpus is None or violation is None:
             return Finding(exc, trace, found)
         kept = keep_trace(trace, self.corpus)

@@ -74,8 +74,7 @@ COVERAGE_SAMPLE_SECONDS = 2.0
 class Worker(WorkerReports):
     """The round loop of one worker process; see the module docstring."""
 
-    def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool],
-                 coverage: Any = None) -> None:
+    def __init__(self, plan: WorkerPlan, conn: Any, shared: Shared, terminate: dict[str, bool], coverage: Any = None) -> None:
         self.plan = plan
         self.coverage = coverage
         self.last_coverage_sample = time.monotonic()
@@ -105,8 +104,7 @@ class Worker(WorkerReports):
         self.error_trace: Trace | None = None  # steps of the last example that raised something else
         self.walks: dict[str, WalkRun] = {}
         self.walk_rounds: Counter[str] = Counter()
-        self.engines = EngineBook(WALK_SHARE if plan.walk_share is None else plan.walk_share,
-                                  fixed=plan.walk_share is not None)
+        self.engines = EngineBook(WALK_SHARE if plan.walk_share is None else plan.walk_share, fixed=plan.walk_share is not None)
         self.round_labels: set[str] = set()  # the event labels of the round in progress, for the engine book
         self.rng = random.Random(round_seed(plan.seed, plan.worker, plan.generation, -1))
 
@@ -120,13 +118,15 @@ class Worker(WorkerReports):
     def flush(self) -> None:
         now = time.monotonic()
         if self.target is not None:
-            self.send(ProgressReport(
-                target=self.target.key,
-                steps=self.steps - self.flushed_steps,
-                examples=self.examples - self.flushed_examples,
-                seconds=now - self.last_flush,
-                events=dict(self.events),
-            ))
+            self.send(
+                ProgressReport(
+                    target=self.target.key,
+                    steps=self.steps - self.flushed_steps,
+                    examples=self.examples - self.flushed_examples,
+                    seconds=now - self.last_flush,
+                    events=dict(self.events),
+                )
+            )
             if self.coverage is not None and now - self.last_coverage_sample >= COVERAGE_SAMPLE_SECONDS:
                 self.sample_coverage(self.target)
         self.round_labels.update(self.events)
@@ -225,8 +225,7 @@ class Worker(WorkerReports):
     def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
         """Replay the walk failures the database holds for ``target`` (:mod:`harness.fuzz.saved_walks`);
         True when one still fails and was reported as this round's finding."""
-        saved = replay_walk_failures(self.database, target.key, spec=target.spec,
-                                     check_misuse=None if self.plan.misuse else False)
+        saved = replay_walk_failures(self.database, target.key, spec=target.spec, check_misuse=None if self.plan.misuse else False)
         if saved is None:
             return False
         trace, result = saved.trace, saved.result
@@ -235,11 +234,11 @@ class Worker(WorkerReports):
         self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=0, engine="replay"))
         kept = keep_trace(trace, Path(self.plan.corpus))
         path = kept.path
-        message = (f"{result.describe()}\n  replayed from a walk failure in the example database "
-                   f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}"
-                   + (f"\n  ({kept.problem})" if kept.problem else ""))
-        self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True,
-                   where={"round": round_no, "seed": seed})
+        message = (
+            f"{result.describe()}\n  replayed from a walk failure in the example database "
+            f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}" + (f"\n  ({kept.problem})" if kept.problem else "")
+        )
+        self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True, where={"round": round_no, "seed": seed})
         return True
 
     def shared_shares(self) -> list[float]:
@@ -253,9 +252,14 @@ class Worker(WorkerReports):
         walk = self.walks.get(target.key)
         if walk is None:
             walk = self.walks[target.key] = WalkRun(
-                target.family, round_seed(self.plan.seed, self.plan.worker, self.plan.generation, -2 - target.index),
-                spec=target.spec, device=self.plan.device, check_misuse=None if self.plan.misuse else False,
-                corpus=Path(self.plan.corpus), on_found=self.first_sighting)
+                target.family,
+                round_seed(self.plan.seed, self.plan.worker, self.plan.generation, -2 - target.index),
+                spec=target.spec,
+                device=self.plan.device,
+                check_misuse=None if self.plan.misuse else False,
+                corpus=Path(self.plan.corpus),
+                on_found=self.first_sighting,
+            )
         share = self.engines.walk_share(target.key)
         longest = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
         seconds = min(longest, self.plan.round_seconds / 2 * 2 ** self.walk_rounds[target.key])
@@ -293,21 +297,29 @@ class Worker(WorkerReports):
         if finding is not None:
             where = {"round": round_no, "seed": walk.seed}
             violation = finding.violation
-            message = describe_shrunk(violation, found=finding.found_steps, trace=finding.trace,
-                                      found_by="the walk found") if violation is not None else (
-                error_text(finding.error, finding.trace, "the walk episode that raised"))
+            message = (
+                describe_shrunk(violation, found=finding.found_steps, trace=finding.trace, found_by="the walk found")
+                if violation is not None
+                else (error_text(finding.error, finding.trace, "the walk episode that raised"))
+            )
             if violation is not None and finding.trace_problem:
                 message += f"\n  ({finding.trace_problem})"
             self.poisoned = poisons_cuda(message)
             if violation is not None:
                 save_walk_failure(self.database, target.key, finding.trace)
-            self.found(target, violation.invariant_id if violation is not None else None, message,
-                       path=finding.trace_path, trace=finding.trace, shrunk=True, where=where)
+            self.found(
+                target,
+                violation.invariant_id if violation is not None else None,
+                message,
+                path=finding.trace_path,
+                trace=finding.trace,
+                shrunk=True,
+                where=where,
+            )
 
     def machine_for(self, target: TargetRef) -> type[PoolMachine]:
         if target.key not in self.machines:
-            base = make_machine(target.family, target.spec, check_misuse=None if self.plan.misuse else False,
-                                device=self.plan.device)
+            base = make_machine(target.family, target.spec, check_misuse=None if self.plan.misuse else False, device=self.plan.device)
             # Same name as the base: hypothesis keys a dynamic class's database entries by its name.
             namespace = {"worker": self, "__module__": base.__module__}
             self.machines[target.key] = type(base.__name__, (Counted, base), namespace)
@@ -327,10 +339,8 @@ class Worker(WorkerReports):
         self.send(RoundStarted(target=target.key, round=round_no, seed=seed, examples=size))
         started, examples_before = time.monotonic(), self.examples
         where = {"round": round_no, "seed": seed}
-        note = (f"found by poolfuzz fuzz --seed {self.plan.seed} "
-                f"(worker {self.plan.name}, round {round_no}, hypothesis seed {seed})")
-        settings = build_settings("fuzz-round", database=self.database, stateful_step_count=self.plan.steps,
-                                  max_examples=size)
+        note = f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {round_no}, hypothesis seed {seed})"
+        settings = build_settings("fuzz-round", database=self.database, stateful_step_count=self.plan.steps, max_examples=size)
         try:
             run_machine(machine, settings=settings, corpus=self.plan.corpus, note=note)
         except StopRound:
@@ -346,6 +356,4 @@ class Worker(WorkerReports):
             if self.coverage is not None:
                 self.sample_coverage(target)
             self.target = None
-        self.round_size[target.key] = next_round_size(
-            self.examples - examples_before, time.monotonic() - started, self.plan.round_seconds
-        )
+        self.round_size[target.key] = next_round_size(self.examples - examples_before, time.monotonic() - started, self.plan.round_seconds)

@@ -59,25 +59,39 @@ class WorkerReports:
         unshrunk = copy.deepcopy(trace)
         unshrunk.expect_violation(violation.invariant_id)
         self.as_found[target.key] = unshrunk
-        fill_provenance(unshrunk, seed=self.seed, note=(
-            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
-            "unshrunk: saved the moment it was found"))
+        fill_provenance(
+            unshrunk,
+            seed=self.seed,
+            note=(
+                f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}, round {self.round_no}); "
+                "unshrunk: saved the moment it was found"
+            ),
+        )
         kept = keep_trace(unshrunk, Path(self.plan.corpus) / UNSHRUNK_FOLDER)
-        self.send(FailureSeen(
-            target=target.key, family=target.family, implementation=target.spec, invariant=violation.invariant_id,
-            trace=str(kept.path) if kept.path is not None else None, steps=len(unshrunk.steps),
-            message=str(violation), round=self.round_no, seed=self.seed, problem=kept.problem,
-        ))
+        self.send(
+            FailureSeen(
+                target=target.key,
+                family=target.family,
+                implementation=target.spec,
+                invariant=violation.invariant_id,
+                trace=str(kept.path) if kept.path is not None else None,
+                steps=len(unshrunk.steps),
+                message=str(violation),
+                round=self.round_no,
+                seed=self.seed,
+                problem=kept.problem,
+            )
+        )
 
     def report_failure(self, target: TargetRef, exc: BaseException, where: dict[str, int]) -> None:
         violation = violation_of(exc)
-        message = str(violation) if violation is not None else error_text(
-            exc, self.error_trace, "the last example that raised")
+        message = str(violation) if violation is not None else error_text(exc, self.error_trace, "the last example that raised")
         self.poisoned = poisons_cuda(message)  # the process ends; the parent starts another
         trace = failure_trace(exc)
         path = violation.trace_path if violation is not None else None
-        self.found(target, violation.invariant_id if violation is not None else None, message, path=path, trace=trace,
-                   shrunk=True, where=where)
+        self.found(
+            target, violation.invariant_id if violation is not None else None, message, path=path, trace=trace, shrunk=True, where=where
+        )
 
     def save_partial(self, target: TargetRef, where: dict[str, int]) -> None:
         """Stopped while shrinking: save the smallest failing trace seen so far."""
@@ -85,32 +99,59 @@ class WorkerReports:
         assert violation is not None and violation.trace is not None
         trace = violation.trace
         trace.expect_violation(violation.invariant_id)
-        fill_provenance(trace, seed=where["seed"], note=(
-            f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); "
-            "partially shrunk: the run ended while shrinking"
-        ))
+        fill_provenance(
+            trace,
+            seed=where["seed"],
+            note=(
+                f"found by poolfuzz fuzz --seed {self.plan.seed} (worker {self.plan.name}); partially shrunk: the run ended while shrinking"
+            ),
+        )
         kept = keep_trace(trace, Path(self.plan.corpus))
         message = str(violation) + (f"\n  ({kept.problem})" if kept.problem else "")
         self.found(target, violation.invariant_id, message, path=kept.path, trace=trace, shrunk=False, where=where)
 
-    def found(self, target: TargetRef, invariant: str | None, message: str, *, path: Path | None,
-              trace: Trace | None, shrunk: bool, where: dict[str, int]) -> None:
+    def found(
+        self,
+        target: TargetRef,
+        invariant: str | None,
+        message: str,
+        *,
+        path: Path | None,
+        trace: Trace | None,
+        shrunk: bool,
+        where: dict[str, int],
+    ) -> None:
         """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
         which takes the place of the first sighting's unshrunk one in the report)."""
         self.retired[target.index] = 1
         realistic = None
         if shrunk and invariant is not None and trace is not None:
             left = min(REALISTIC_SECONDS, self.plan.deadline - time.time() - 1.0)  # the report must not wait on it
-            note, realistic = realistic_note(target.family, target.spec, invariant_id=invariant,
-                                             trace=self.as_found.pop(target.key, trace), seed=where["seed"],
-                                             corpus=Path(self.plan.corpus), device=self.plan.device, seconds=left,
-                                             stop=self.stop.is_set)
+            note, realistic = realistic_note(
+                target.family,
+                target.spec,
+                invariant_id=invariant,
+                trace=self.as_found.pop(target.key, trace),
+                seed=where["seed"],
+                corpus=Path(self.plan.corpus),
+                device=self.plan.device,
+                seconds=left,
+                stop=self.stop.is_set,
+            )
             message += note
-        self.send(FailureFound(
-            target=target.key, family=target.family, implementation=target.spec,
-            kind="violation" if invariant is not None else "error",
-            invariant=invariant,
-            trace=str(path) if path is not None else None,
-            steps=len(trace.steps) if trace is not None else None,
-            message=message, shrunk=shrunk, round=where["round"], seed=where["seed"], realistic=realistic,
-        ))
+        self.send(
+            FailureFound(
+                target=target.key,
+                family=target.family,
+                implementation=target.spec,
+                kind="violation" if invariant is not None else "error",
+                invariant=invariant,
+                trace=str(path) if path is not None else None,
+                steps=len(trace.steps) if trace is not None else None,
+                message=message,
+                shrunk=shrunk,
+                round=where["round"],
+                seed=where["seed"],
+                realistic=realistic,
+            )
+        )

@@ -81,8 +81,7 @@ class PoolConfig(metaclass=_RecordsGiven):
         for name, hint in _hints(cls).items():
             value = getattr(self, name)
             if not _conforms(value, hint):
-                raise LimitError(cls.family, f"config.{name}", value, None,
-                                 f"= {value!r} must be {_spoken(hint)} (a {cls.__name__} field)")
+                raise LimitError(cls.family, f"config.{name}", value, None, f"= {value!r} must be {_spoken(hint)} (a {cls.__name__} field)")
         check_config(cls.family, self.to_json(everything=True), cls.limits())
 
     # ------------------------------------------------------------- building
@@ -97,8 +96,7 @@ class PoolConfig(metaclass=_RecordsGiven):
         names = {f.name: f for f in _fields(cls)}
         missing = [name for name, f in names.items() if f.default is MISSING and name not in config]
         if missing:
-            raise LimitError(cls.family, f"config.{missing[0]}", None, None,
-                             f"is missing: a {cls.__name__} needs {', '.join(missing)}")
+            raise LimitError(cls.family, f"config.{missing[0]}", None, None, f"is missing: a {cls.__name__} needs {', '.join(missing)}")
         values = {key: tuple(value) if isinstance(value, list) else value for key, value in config.items()}
         built = cls(**values, _given=tuple(dict.fromkeys((*config, "device"))))  # type: ignore[arg-type]
         return built
@@ -193,8 +191,7 @@ def _spoken(hint: Any) -> str:
         return " or ".join(_spoken(arm) for arm in typing.get_args(hint))
     if typing.get_origin(hint) is tuple:
         return f"a list of {_spoken(typing.get_args(hint)[0])}"
-    return {type(None): "null", int: "an integer", bool: "true or false", str: "a string",
-            float: "a number"}.get(hint, str(hint))
+    return {type(None): "null", int: "an integer", bool: "true or false", str: "a string", float: "a number"}.get(hint, str(hint))
 
 
 def _plain(value: object) -> object:
@@ -225,10 +222,10 @@ def untyped_config(family: str, row: FamilyLimits) -> type[UntypedConfig]:
     """The config class of a family whose kit declares none: one ``Any`` field per key of ``row``, default ``None``."""
     made = _UNTYPED.get(family)
     if made is None:
-        fields = [(key, Any, field(default=None, metadata={_LIMIT: limit}))
-                  for key, limit in row.config.items() if key != "device"]
-        made = dataclasses.make_dataclass(f"UntypedConfig[{family}]", fields, bases=(UntypedConfig,),
-                                          frozen=True, kw_only=True, namespace={"family": family})
+        fields = [(key, Any, field(default=None, metadata={_LIMIT: limit})) for key, limit in row.config.items() if key != "device"]
+        made = dataclasses.make_dataclass(
+            f"UntypedConfig[{family}]", fields, bases=(UntypedConfig,), frozen=True, kw_only=True, namespace={"family": family}
+        )
         _ROWS[made] = FamilyLimits({"device": SETTING, **row.config}, row.footprints, row.args)
         _UNTYPED[family] = made
     return made

@@ -167,8 +167,7 @@ def all_contracts(packages: Sequence[str] | None = None) -> list[Contract]:
             if exc.name != package:
                 raise
             continue  # a kit with no upstream target has no tables
-        modules += [(info.name, f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)
-                    if not info.name.startswith("_")]
+        modules += [(info.name, f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__) if not info.name.startswith("_")]
     found = []
     for _, module in sorted(modules):
         contract = getattr(importlib.import_module(module), "CONTRACT", None)

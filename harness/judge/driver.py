@@ -79,8 +79,7 @@ def error_numbers(error: PoolError) -> list[int]:
     return list(getattr(error, "indices", []))
 
 
-def offends_free(named: list[int], in_range: Callable[[int], bool],
-                 releasable: Callable[[int], bool]) -> Callable[[PoolError, int], bool]:
+def offends_free(named: list[int], in_range: Callable[[int], bool], releasable: Callable[[int], bool]) -> Callable[[PoolError, int], bool]:
     """What a rejected free of ``named`` ids (0 the padding id) may name, for ``expect_rejected(offending=...)``:
     0 for a reserved index, named ids out of range for a foreign one, and named ids repeated in the call
     or not ``releasable`` for a double free."""
@@ -91,6 +90,7 @@ def offends_free(named: list[int], in_range: Callable[[int], bool],
         if isinstance(error, ForeignIndexError):
             return number in named and number != 0 and not in_range(number)
         return number in named and (named.count(number) > 1 or not releasable(number))
+
     return offends
 
 
@@ -121,8 +121,7 @@ class Driver:
         self.check_misuse = check_misuse
         self.audit_period = max(1, audit_period)
         self.steps = 0
-        self.trace = Trace(family=self.family, implementation=implementation, config=self.config.to_json(),
-                           audit_period=self.audit_period)
+        self.trace = Trace(family=self.family, implementation=implementation, config=self.config.to_json(), audit_period=self.audit_period)
         self.factory = factory
         self.contract = None if check_misuse else contract_of(factory)
         """The calls the target's own callers make (:mod:`harness.judge.contract`): with valid calls only, the
@@ -199,8 +198,7 @@ class Driver:
             drained.audit_now()
         except InvariantViolation as violation:
             found = violation if in_place else self._confirmed(violation, drained.trace.steps)
-            found.args = (f"{found.args[0]}\n  found by a drain audit after step {start} "
-                          f"(the drain's steps follow it in the trace)",)
+            found.args = (f"{found.args[0]}\n  found by a drain audit after step {start} (the drain's steps follow it in the trace)",)
             raise found from None
         self.drains += 1
 
@@ -219,12 +217,18 @@ class Driver:
         raise DrainCopyDiverged(
             f"a drain audit on a copy of the {self.family} driver found [{violation.invariant_id}], which a fresh "
             f"driver replaying the same {len(steps)} steps does not: the copy shares state with the original "
-            f"(a harness bug; give the pool's views to pools.host_views)") from violation
+            f"(a harness bug; give the pool's views to pools.host_views)"
+        ) from violation
 
     def _replayed(self, steps: list[dict[str, Any]]) -> Driver:
         """A new driver of this pool's factory and configuration that has run ``steps`` (and audited after them)."""
-        fresh = type(self)(self.factory, self.config, implementation=self.trace.implementation,
-                           check_misuse=self.check_misuse, audit_period=self.audit_period)
+        fresh = type(self)(
+            self.factory,
+            self.config,
+            implementation=self.trace.implementation,
+            check_misuse=self.check_misuse,
+            audit_period=self.audit_period,
+        )
         for recorded in steps:
             fresh.step(recorded["op"], **recorded["args"])
         fresh.audit_now()
@@ -305,8 +309,12 @@ class Driver:
         raise NotImplementedError
 
     def expect_rejected(
-        self, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str,
-        *, offending: Callable[[PoolError, int], bool] | None = None,
+        self,
+        call: Callable[[], Any],
+        error: type[PoolError] | tuple[type[PoolError], ...],
+        what: str,
+        *,
+        offending: Callable[[PoolError, int], bool] | None = None,
     ) -> None:
         """Run a call the contract forbids: it must raise ``error`` (or one of them) and change nothing.
 
@@ -322,8 +330,11 @@ class Driver:
         except error as raised:
             if offending is not None:
                 named = error_numbers(raised)
-                check(bool(named) and all(offending(raised, n) for n in named), "misuse-rejected",
-                      f"{what} raised {type(raised).__name__} naming {named}, not the numbers that broke the contract")
+                check(
+                    bool(named) and all(offending(raised, n) for n in named),
+                    "misuse-rejected",
+                    f"{what} raised {type(raised).__name__} naming {named}, not the numbers that broke the contract",
+                )
         except Exception as other:  # another PoolError, or a crash instead of a typed rejection
             raise InvariantViolation(
                 "misuse-rejected", f"{what} raised {type(other).__name__}, expected {names}", error=str(other)
@@ -334,8 +345,13 @@ class Driver:
         check(before == after, "misuse-rejected", f"{what} raised but changed the pool", before=before, after=after)
 
     def expect_refused(
-        self, call: Callable[[], Any], what: str, *, crash_id: str = "valid-call-accepted",
-        state: Callable[[], Hashable] | None = None, **numbers: Any,
+        self,
+        call: Callable[[], Any],
+        what: str,
+        *,
+        crash_id: str = "valid-call-accepted",
+        state: Callable[[], Hashable] | None = None,
+        **numbers: Any,
     ) -> None:
         """Run a valid call the model says the pool is too short to serve.
 

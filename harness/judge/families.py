@@ -171,18 +171,17 @@ def check_target(name: str, spec: str) -> Callable[..., Any]:
         signature = None
     if signature is not None:
         accepted = _accepted_keywords(signature)
-        config = {k: v for k, v in fam.bench_kwargs.items()
-                  if k not in OPTIONAL_ARGUMENTS or accepted is None or k in accepted}
+        config = {k: v for k, v in fam.bench_kwargs.items() if k not in OPTIONAL_ARGUMENTS or accepted is None or k in accepted}
         try:
             signature.bind(**config)
         except TypeError as exc:
-            raise UnknownTargetError(f"target {name}={spec} does not take {name}'s configuration "
-                                     f"({', '.join(sorted(config))}): {exc}") from None
+            raise UnknownTargetError(
+                f"target {name}={spec} does not take {name}'s configuration ({', '.join(sorted(config))}): {exc}"
+            ) from None
     if fam.protocol and isinstance(factory, type):
         missing = [m for m in protocol_methods(resolve(fam.protocol)) if not hasattr(factory, m)]
         if missing:
-            raise UnknownTargetError(f"target {name}={spec} is not a {name} pool: it lacks "
-                                     f"{', '.join(missing)} of {fam.protocol}")
+            raise UnknownTargetError(f"target {name}={spec} is not a {name} pool: it lacks {', '.join(missing)} of {fam.protocol}")
     return factory
 
 

@@ -98,8 +98,7 @@ _CATALOGUE = (
     ),
     Invariant(
         "cache-accounting",
-        "A prefix cache's evictable_size() + protected_size() == total_size() == the KV indices its tree holds, "
-        "each counted once.",
+        "A prefix cache's evictable_size() + protected_size() == total_size() == the KV indices its tree holds, each counted once.",
         "sizes counted from the key instead of the value after page truncation (SGLang PR #10637); a shared page "
         "counted twice in evictable_size() (SGLang #35270)",
     ),
@@ -235,9 +234,7 @@ def check_unique(values: list[int], invariant_id: str, what: str) -> None:
         raise InvariantViolation(invariant_id, f"{what} contains duplicates", duplicates=dups)
 
 
-def check_slot_layout(
-    slots: Sequence[int], *, prefix: int, last_loc: int, page_size: int, what: str, **context: Any
-) -> None:
+def check_slot_layout(slots: Sequence[int], *, prefix: int, last_loc: int, page_size: int, what: str, **context: Any) -> None:
     """``page-layout`` for the slots one request gets for positions ``prefix, prefix + 1, ...``.
 
     Each slot's offset in its page equals its position's, and the positions
@@ -246,9 +243,22 @@ def check_slot_layout(
     """
     first_new = -(-prefix // page_size) * page_size
     for position, slot in enumerate(slots, prefix):
-        check(slot % page_size == position % page_size, "page-layout", f"{what}: slot offset differs from its position's",
-              position=position, slot=slot, page_size=page_size, **context)
+        check(
+            slot % page_size == position % page_size,
+            "page-layout",
+            f"{what}: slot offset differs from its position's",
+            position=position,
+            slot=slot,
+            page_size=page_size,
+            **context,
+        )
         if position < first_new:
-            check(slot == last_loc + 1 + position - prefix, "page-layout",
-                  f"{what}: a slot in the prefix's partial page does not continue last_loc",
-                  position=position, slot=slot, last_loc=last_loc, **context)
+            check(
+                slot == last_loc + 1 + position - prefix,
+                "page-layout",
+                f"{what}: a slot in the prefix's partial page does not continue last_loc",
+                position=position,
+                slot=slot,
+                last_loc=last_loc,
+                **context,
+            )

@@ -140,8 +140,9 @@ def limits_for(family: str) -> FamilyLimits:
     """The family's row (its kit's ``Family.limits``); a family the registry does not hold is refused."""
     row = LIMITS.get(family)
     if row is None:
-        raise LimitError(family, "family", family, None,
-                         f"{family!r} has no size limits (no registered family declares it); known: {', '.join(LIMITS)}")
+        raise LimitError(
+            family, "family", family, None, f"{family!r} has no size limits (no registered family declares it); known: {', '.join(LIMITS)}"
+        )
     return row
 
 
@@ -172,16 +173,14 @@ def check_config(family: str, config: Mapping[str, object], row: FamilyLimits | 
 def check_steps(family: str, steps: Sequence[Mapping[str, Any]], config: Mapping[str, object]) -> None:
     """:func:`check_step` for each step, after the count (:data:`MAX_STEPS`)."""
     if len(steps) > MAX_STEPS:
-        raise LimitError(family, "len(steps)", len(steps), MAX_STEPS,
-                         f"= {len(steps)} exceeds the limit {MAX_STEPS} for {family}")
+        raise LimitError(family, "len(steps)", len(steps), MAX_STEPS, f"= {len(steps)} exceeds the limit {MAX_STEPS} for {family}")
     for index, step in enumerate(steps):
         args = step.get("args")
         if isinstance(args, Mapping):
             check_step(family, str(step.get("op")), args, config, index=index)
 
 
-def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[str, object], *,
-               index: int | None = None) -> None:
+def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[str, object], *, index: int | None = None) -> None:
     """Refuse step arguments that would size an allocation beyond its family's limits (``index``: for the field name).
 
     ``construct`` (a malformed config the pool must refuse) may break lower
@@ -208,16 +207,14 @@ def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[st
                 _check_magnitude(family, where, value, high)
                 total += max(0.0, float(value))
         if selectors and total > high:
-            raise LimitError(family, f"sum of {prefix}.{path}", int(total), high,
-                             f"= {int(total)} exceeds the limit {high} for {family}")
+            raise LimitError(family, f"sum of {prefix}.{path}", int(total), high, f"= {int(total)} exceeds the limit {high} for {family}")
 
 
 # ----------------------------------------------------------------- helpers
 def _known(family: str, row: FamilyLimits, key: str, where: str) -> Limit:
     limit = row.config.get(key)
     if limit is None:
-        raise LimitError(family, where, None, None,
-                         f"is not a config field of {family}; known: {', '.join(row.config)}")
+        raise LimitError(family, where, None, None, f"is not a config field of {family}; known: {', '.join(row.config)}")
     return limit
 
 
@@ -239,22 +236,21 @@ def _check_range(family: str, where: str, value: int, low: int, high: int) -> No
 
 def _check_magnitude(family: str, where: str, value: float, high: int) -> None:
     if not abs(value) <= high:  # also NaN, which json reads
-        raise LimitError(family, where, value, high,
-                         f"= {_shown(value)} exceeds the limit {high} (in magnitude) for {family}")
+        raise LimitError(family, where, value, high, f"= {_shown(value)} exceeds the limit {high} (in magnitude) for {family}")
 
 
 def _check_shape(family: str, where: str, value: object, limit: Limit) -> None:
     if not isinstance(value, list) or not all(_is_int(v) for v in value):
         raise LimitError(family, where, value, None, f"= {_shown(value)} must be an array of integers")
     if len(value) > limit.dims:
-        raise LimitError(family, where, value, limit.dims,
-                         f"= {_shown(value)} has more than {limit.dims} dimensions, the limit for {family}")
+        raise LimitError(
+            family, where, value, limit.dims, f"= {_shown(value)} has more than {limit.dims} dimensions, the limit for {family}"
+        )
     for position, dim in enumerate(value):
         _check_range(family, f"{where}[{position}]", dim, limit.low, limit.high or 0)
 
 
-def _check_overrides(family: str, row: FamilyLimits, config: Mapping[str, object],
-                     overrides: Mapping[str, Any], where: str) -> None:
+def _check_overrides(family: str, row: FamilyLimits, config: Mapping[str, object], overrides: Mapping[str, Any], where: str) -> None:
     for key, value in overrides.items():
         limit = _known(family, row, key, f"{where}.{key}")
         if limit.high is None:
@@ -278,8 +274,9 @@ def _check_footprints(family: str, row: FamilyLimits, config: Mapping[str, objec
     for footprint in row.footprints:
         total = footprint.of(number)
         if total > footprint.high:
-            raise LimitError(family, f"{where}: {footprint.name}", total, footprint.high,
-                             f"= {total} exceeds the limit {footprint.high} for {family}")
+            raise LimitError(
+                family, f"{where}: {footprint.name}", total, footprint.high, f"= {total} exceeds the limit {footprint.high} for {family}"
+            )
 
 
 _SELECTOR = re.compile(r"\[(\*|\d+)\]")

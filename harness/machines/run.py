@@ -153,11 +153,17 @@ def run_machine(
         if trace is None or violation is None:
             raise
         found = len(trace.steps)
-        trace = shrink_trace(trace, invariant_id=violation.invariant_id, target=machine.implementation or None,
-                             factory=getattr(machine, "factory", None), check_misuse=machine.check_misuse)
+        trace = shrink_trace(
+            trace,
+            invariant_id=violation.invariant_id,
+            target=machine.implementation or None,
+            factory=getattr(machine, "factory", None),
+            check_misuse=machine.check_misuse,
+        )
         trace.expect_violation(violation.invariant_id)
-        fill_provenance(trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None),
-                        note=note or f"found by fuzzing {machine.__name__}")
+        fill_provenance(
+            trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None), note=note or f"found by fuzzing {machine.__name__}"
+        )
         violation.trace = trace
         saved = ""
         if corpus is not None:
@@ -169,7 +175,6 @@ def run_machine(
         if replaced:
             raise violation from None
         raise
-
 
 
 def describe_shrunk(violation: InvariantViolation, *, found: int, trace: Trace, found_by: str) -> str:
@@ -184,5 +189,7 @@ def describe_shrunk(violation: InvariantViolation, *, found: int, trace: Trace, 
         head = violation.args[0]
     where = "at teardown" if violation.step is None else f"at step {violation.step}"
     shrunk = len(trace.steps)
-    return (f"{head}\n  {where} of the {found}-step trace {found_by}; shrunk by replay to "
-            f"{shrunk} step{'' if shrunk == 1 else 's'}:\n{trace.steps_text()}")
+    return (
+        f"{head}\n  {where} of the {found}-step trace {found_by}; shrunk by replay to "
+        f"{shrunk} step{'' if shrunk == 1 else 's'}:\n{trace.steps_text()}"
+    )

@@ -52,8 +52,7 @@ def profile(name: str) -> settings:
     return settings.get_profile(registered_name(name))
 
 
-_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-          HealthCheck.large_base_example]
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much, HealthCheck.large_base_example]
 """Health checks a pool machine fails by design.  ``large_base_example``: a move-table machine draws every
 argument of every step (about five draws a step), so even hypothesis's smallest example of a 50-step run is
 hundreds of choices; a fuzz round under ``fuzz-round`` reported that as a failure of four targets."""

@@ -75,9 +75,14 @@ def table_machine(family_name: str) -> type[PoolMachine]:
     """The generated machine class of ``family_name`` (its ``moves`` spec names the table)."""
     fam = family(family_name)
     table = load_table(resolve(fam.moves))
-    attrs: dict[str, Any] = {"family": family_name, "table": table, "catalogue": table.catalogue,
-                             "audit_period": fam.audit_period,
-                             "__module__": __name__, "__qualname__": f"TableMachine[{family_name}]"}
+    attrs: dict[str, Any] = {
+        "family": family_name,
+        "table": table,
+        "catalogue": table.catalogue,
+        "audit_period": fam.audit_period,
+        "__module__": __name__,
+        "__qualname__": f"TableMachine[{family_name}]",
+    }
     return type(f"TableMachine[{family_name}]", (TableMachine,), attrs)
 
 
@@ -93,8 +98,12 @@ def config_strategy(family_name: str) -> SearchStrategy[PoolConfig]:
 
 
 def make_machine(
-    family_name: str, spec: str | None = None, *, overrides: dict[str, str] | None = None,
-    check_misuse: bool | None = None, device: str = "cpu",
+    family_name: str,
+    spec: str | None = None,
+    *,
+    overrides: dict[str, str] | None = None,
+    check_misuse: bool | None = None,
+    device: str = "cpu",
 ) -> type[PoolMachine]:
     """A machine class for ``family_name`` bound to ``spec`` (or the active override, or the default)."""
     spec = spec or implementation_for(family_name, overrides)
@@ -102,13 +111,17 @@ def make_machine(
     base = machine_class(family_name)
     misuse = validates_input(factory) if check_misuse is None else check_misuse
     name = f"{base.__name__}[{spec}@{device}]"
-    return type(name, (base,), {
-        "factory": staticmethod(factory),
-        "implementation": spec,
-        "check_misuse": misuse,
-        "device": device,
-        "__module__": base.__module__,
-    })
+    return type(
+        name,
+        (base,),
+        {
+            "factory": staticmethod(factory),
+            "implementation": spec,
+            "check_misuse": misuse,
+            "device": device,
+            "__module__": base.__module__,
+        },
+    )
 
 
 def machine_class(family_name: str) -> type[PoolMachine]:

@@ -66,8 +66,13 @@ def without_modules(names: Sequence[str]) -> Iterator[None]:
     held = {id(module) for module in saved.values()}
     with warnings.catch_warnings():  # isinstance() reads __class__, which some deprecated torch objects warn on
         warnings.simplefilter("ignore")
-        saved.update({name: module for name, module in list(sys.modules.items())
-                      if name not in saved and module is not None and _first_party(name) and _holds(module, held)})
+        saved.update(
+            {
+                name: module
+                for name, module in list(sys.modules.items())
+                if name not in saved and module is not None and _first_party(name) and _holds(module, held)
+            }
+        )
     attributes: list[tuple[ModuleType, str, object]] = []
     for name in saved:
         parent, _, child = name.rpartition(".")

@@ -71,9 +71,7 @@ def _builds_text(value: ast.expr) -> bool:
         return True
     if isinstance(value, ast.Call):
         func = value.func
-        return (isinstance(func, ast.Name) and func.id in _TEXT_CALLS) or (
-            isinstance(func, ast.Attribute) and func.attr in _TEXT_METHODS
-        )
+        return (isinstance(func, ast.Name) and func.id in _TEXT_CALLS) or (isinstance(func, ast.Attribute) and func.attr in _TEXT_METHODS)
     if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod):
         return _builds_text(value.left)
     if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
@@ -228,7 +226,7 @@ def _imported_parameters(tree: ast.Module, resolve: Resolver) -> dict[str, tuple
 
 def _message_parameters(func: Function, marked: set[int], *, method: bool = False) -> tuple[set[int], set[str]]:
     """Positions (as a caller counts them) and names of ``func``'s parameters it reads only inside marked nodes."""
-    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1 if method else 0:]
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1 if method else 0 :]
     names = [*positional, *(a.arg for a in func.args.kwonlyargs)]
     reads: dict[str, list[ast.Name]] = {name: [] for name in names}
     for node in _own_nodes(func):
@@ -248,8 +246,9 @@ def _called(call: ast.Call, on_self: bool) -> str:
     return func.id if isinstance(func, ast.Name) else ""
 
 
-def _mark_message_arguments(tree: ast.Module, parameters: dict[str, tuple[set[int], set[str]]],
-                            marked: set[int], *, on_self: bool = False) -> None:
+def _mark_message_arguments(
+    tree: ast.Module, parameters: dict[str, tuple[set[int], set[str]]], marked: set[int], *, on_self: bool = False
+) -> None:
     """Mark the arguments of calls to the functions of ``parameters`` (``self.`` methods if ``on_self``)
     that use that parameter only in messages."""
     for node in ast.walk(tree):

@@ -38,8 +38,6 @@ BASELINE_LIMIT = 600.0
 EXIT_BASELINE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
-
-
 def build_parser() -> argparse.ArgumentParser:
     from harness.arguments import positive
     from harness.cli import usable_cores
@@ -47,25 +45,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog("mutate"),
         description="Plant mutants in the pools and report which ones the fuzzer's state machines kill "
-                    "(only the machines count as killers; docs/mutation.md).")
-    parser.add_argument("--module", action="append", default=[], metavar="PATH",
-                        help="mutate this file (repeatable; default: every pools/ module except "
-                             f"{', '.join(EXCLUDED)})")
-    parser.add_argument("--family", action="append", default=[], metavar="FAMILY",
-                        help="run only this family's machines (repeatable; default: all)")
-    parser.add_argument("--match", action="append", default=[], metavar="TEXT",
-                        help="only mutants whose id contains TEXT (repeatable: any of them)")
-    parser.add_argument("--rerun", type=Path, metavar="PATH",
-                        help="only the behavioural mutants a previous --json run left alive (survived or not "
-                             "reached), by id; ids of lines that have since moved are not found")
+        "(only the machines count as killers; docs/mutation.md).",
+    )
+    parser.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=f"mutate this file (repeatable; default: every pools/ module except {', '.join(EXCLUDED)})",
+    )
+    parser.add_argument(
+        "--family", action="append", default=[], metavar="FAMILY", help="run only this family's machines (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--match", action="append", default=[], metavar="TEXT", help="only mutants whose id contains TEXT (repeatable: any of them)"
+    )
+    parser.add_argument(
+        "--rerun",
+        type=Path,
+        metavar="PATH",
+        help="only the behavioural mutants a previous --json run left alive (survived or not "
+        "reached), by id; ids of lines that have since moved are not found",
+    )
     parser.add_argument("--limit", type=positive(int), metavar="N", help="only the first N mutants (quick runs)")
-    parser.add_argument("--workers", type=positive(int), default=usable_cores(), metavar="N",
-                        help="worker processes (default: usable cores)")
-    parser.add_argument("--timeout", type=positive(float), metavar="SECONDS",
-                        help="time limit per mutant (default: 10 s + 3x the traced baseline time of the machines "
-                             "it runs)")
-    parser.add_argument("--examples", type=positive(int), metavar="N",
-                        help="examples per machine run (default: the ci profile's)")
+    parser.add_argument(
+        "--workers", type=positive(int), default=usable_cores(), metavar="N", help="worker processes (default: usable cores)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        metavar="SECONDS",
+        help="time limit per mutant (default: 10 s + 3x the traced baseline time of the machines it runs)",
+    )
+    parser.add_argument("--examples", type=positive(int), metavar="N", help="examples per machine run (default: the ci profile's)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--list", action="store_true", help="list the selected mutants and exit")
     return parser
@@ -74,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def select_modules(paths: Sequence[str]) -> list[ModuleSource]:
     """The modules named (relative to the working directory or the repository root), or the default set."""
     if not paths:
-        files = [f for f in sorted((ROOT / "pools").rglob("*.py"))
-                 if f.relative_to(ROOT).as_posix() not in EXCLUDED]
+        files = [f for f in sorted((ROOT / "pools").rglob("*.py")) if f.relative_to(ROOT).as_posix() not in EXCLUDED]
     else:
         files = []
         for path in paths:
@@ -91,14 +102,12 @@ def alive_in(path: Path) -> set[str]:
     """Ids of the behavioural mutants that survived (or were not reached) in a previous ``--json`` file."""
     try:
         document = json.loads(path.read_text())
-        return {m["id"] for m in document["mutants"]
-                if m["kind"] == "behavioural" and m["status"] in ("survived", "not-reached")}
+        return {m["id"] for m in document["mutants"] if m["kind"] == "behavioural" and m["status"] in ("survived", "not-reached")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--rerun {path}: not a mutation JSON file ({exc})") from None
 
 
-def select_mutants(modules: Sequence[ModuleSource], match: Sequence[str], limit: int | None,
-                   only: set[str] | None = None) -> list[Mutant]:
+def select_mutants(modules: Sequence[ModuleSource], match: Sequence[str], limit: int | None, only: set[str] | None = None) -> list[Mutant]:
     mutants = [m for module in modules for m in generate(module)]
     if only is not None:
         mutants = [m for m in mutants if m.id in only]
@@ -124,9 +133,13 @@ class Progress:
             elapsed = now - self.started
             left = elapsed / done * (self.total - done)
             kills = sum(self.counts[s] for s in KILLS)
-            print(f"[mutate] {done}/{self.total} run: {kills} killed ({self.counts['timeout']} by timeout), "
-                  f"{self.counts['survived']} survived, {self.counts['not-run']} not run; "
-                  f"{elapsed / 60:.1f} min elapsed, about {left / 60:.1f} min left", file=sys.stderr, flush=True)
+            print(
+                f"[mutate] {done}/{self.total} run: {kills} killed ({self.counts['timeout']} by timeout), "
+                f"{self.counts['survived']} survived, {self.counts['not-run']} not run; "
+                f"{elapsed / 60:.1f} min elapsed, about {left / 60:.1f} min left",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def run_baseline(pool: WorkerPool, targets: list[str]) -> Baseline:
@@ -143,8 +156,7 @@ def run_baseline(pool: WorkerPool, targets: list[str]) -> Baseline:
     return baseline
 
 
-def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline, timeout: float | None,
-                outcomes: dict[str, Outcome]) -> None:
+def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline, timeout: float | None, outcomes: dict[str, Outcome]) -> None:
     """Judge ``mutants`` into ``outcomes`` (filled as they finish, so an interrupted run keeps what it judged)."""
     jobs = []
     for mutant in mutants:
@@ -153,8 +165,11 @@ def run_mutants(pool: WorkerPool, mutants: list[Mutant], baseline: Baseline, tim
             outcomes[mutant.id] = Outcome(mutant.id, "not-reached", detail="no machine executes this line")
         else:
             jobs.append(Job(mutant.id, ("mutant", mutant.id, reaching), baseline.limit(reaching, timeout)))
-    print(f"[mutate] {len(mutants)} mutants: {len(outcomes)} on lines no machine executes, {len(jobs)} to run "
-          f"on {pool.workers} worker(s)", file=sys.stderr, flush=True)
+    print(
+        f"[mutate] {len(mutants)} mutants: {len(outcomes)} on lines no machine executes, {len(jobs)} to run on {pool.workers} worker(s)",
+        file=sys.stderr,
+        flush=True,
+    )
     progress = Progress(len(jobs))
 
     def finished(job: Job, reply: tuple[Any, ...]) -> None:
@@ -184,8 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     mutants = select_mutants(modules, args.match, args.limit, only)
     if only is not None and len(mutants) < len(only) and not (args.match or args.limit):
-        print(f"[mutate] --rerun: {len(only) - len(mutants)} of {len(only)} ids are no longer generated from the "
-              "selected modules (their lines moved or the modules were not selected)", file=sys.stderr)
+        print(
+            f"[mutate] --rerun: {len(only) - len(mutants)} of {len(only)} ids are no longer generated from the "
+            "selected modules (their lines moved or the modules were not selected)",
+            file=sys.stderr,
+        )
     if args.list:
         for m in mutants:
             print(f"{m.id}  [{m.kind}]  {m.description}")
@@ -213,8 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_mutants(pool, mutants, baseline, args.timeout, outcomes)
     except WorkerFailed as exc:  # a replacement worker could not start (a mutated file changed on disk, say)
-        print(f"poolfuzz mutate: error: {exc}\n[mutate] reporting the {len(outcomes)} mutants judged before",
-              file=sys.stderr)
+        print(f"poolfuzz mutate: error: {exc}\n[mutate] reporting the {len(outcomes)} mutants judged before", file=sys.stderr)
         status = EXIT_BASELINE
     except KeyboardInterrupt:
         print(f"[mutate] interrupted: reporting the {len(outcomes)} mutants judged so far", file=sys.stderr)
@@ -232,14 +249,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = not_run_text(pairs)
     if skipped:
         print(f"\n{skipped}")
-    print(f"\n{len(pairs)} of {len(mutants)} mutants judged in {wall / 60:.1f} min on {args.workers} worker(s) "
-          f"({pool.restarts} worker restart(s))")
+    print(
+        f"\n{len(pairs)} of {len(mutants)} mutants judged in {wall / 60:.1f} min on {args.workers} worker(s) "
+        f"({pool.restarts} worker restart(s))"
+    )
     if args.json is not None:
-        run = {"started": stamp,
-               "modules": [mod.path for mod in modules], "targets": targets, "workers": args.workers,
-               "examples": args.examples, "timeout": args.timeout, "wall_seconds": round(wall, 1),
-               "baseline_seconds": {t: round(s, 2) for t, s in baseline.seconds.items()},
-               "complete": status == 0, "worker_restarts": pool.restarts}
+        run = {
+            "started": stamp,
+            "modules": [mod.path for mod in modules],
+            "targets": targets,
+            "workers": args.workers,
+            "examples": args.examples,
+            "timeout": args.timeout,
+            "wall_seconds": round(wall, 1),
+            "baseline_seconds": {t: round(s, 2) for t, s in baseline.seconds.items()},
+            "complete": status == 0,
+            "worker_restarts": pool.restarts,
+        }
         write_json(to_json(pairs, run), args.json)
         print(f"json: {args.json}")
     return status

@@ -181,7 +181,9 @@ def _condition_edits(node: ast.expr, *, allow_true: bool) -> list[Edit]:
 
 
 def _is_condition(parent: ast.AST | None, field: str) -> bool:
-    return (parent is not None and _CONDITION_FIELDS.get(type(parent)) == field) or (isinstance(parent, ast.comprehension) and field == "ifs")
+    return (parent is not None and _CONDITION_FIELDS.get(type(parent)) == field) or (
+        isinstance(parent, ast.comprehension) and field == "ifs"
+    )
 
 
 def edits(node: ast.AST, parent: ast.AST | None, field: str) -> list[Edit]:
@@ -226,9 +228,7 @@ def _statement_edits(node: ast.AST) -> list[Edit]:
         new_op = _ARITH_SWAPS[type(node.op)]
         found.append(Edit(f"aug{_name(node.op)}->aug{new_op.__name__}", _set_op(new_op)))
         found.append(Edit("aug->assign", _replace_with(_to_assign)))
-    if isinstance(node, ast.Return) and node.value is not None and not (
-        isinstance(node.value, ast.Constant) and node.value.value is None
-    ):
+    if isinstance(node, ast.Return) and node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
         found.append(Edit("return-none", _replace_with(_return_none)))
     if isinstance(node, ast.Break):
         found.append(Edit("Break->Continue", _replace_with(lambda _: ast.Continue())))

@@ -46,8 +46,9 @@ class Baseline:
     def check(self) -> None:
         if self.failures:
             details = "\n".join(f"  {target}: {error}" for target, error in self.failures.items())
-            raise BaselineFailed(f"the unmutated pools fail {len(self.failures)} machine(s), so no mutant can be "
-                                 f"judged; fix these first:\n{details}")
+            raise BaselineFailed(
+                f"the unmutated pools fail {len(self.failures)} machine(s), so no mutant can be judged; fix these first:\n{details}"
+            )
 
     def reaching(self, mutant: Mutant) -> list[str]:
         """Targets executing a line of ``mutant``, most hits per traced second first (ties: registry order)."""

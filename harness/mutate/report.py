@@ -48,8 +48,10 @@ def table_text(pairs: Sequence[tuple[Mutant, Outcome]]) -> str:
     """One row per module and kind, then the totals."""
     table = tally(pairs)
     width = max([len("module"), len("all modules"), *map(len, table)])
-    header = (f"{'module':{width}}  {'kind':12} {'total':>6} {'killed':>7} {'timeout':>8} {'crashed':>8} "
-              f"{'survived':>9} {'not-reached':>12} {'not-run':>8} {'score':>6}")
+    header = (
+        f"{'module':{width}}  {'kind':12} {'total':>6} {'killed':>7} {'timeout':>8} {'crashed':>8} "
+        f"{'survived':>9} {'not-reached':>12} {'not-run':>8} {'score':>6}"
+    )
     rows = [header, "-" * len(header)]
     totals = {kind: Counter[str]() for kind in KINDS}
     for path, kinds in table.items():
@@ -105,9 +107,13 @@ def not_run_text(pairs: Sequence[tuple[Mutant, Outcome]]) -> str:
 def to_json(pairs: Sequence[tuple[Mutant, Outcome]], run: dict[str, Any]) -> dict[str, Any]:
     """The whole run as one JSON document: settings, baseline, per-module counts and every mutant."""
     table = tally(pairs)
-    modules = {path: {kind: {**{s: kinds[kind][s] for s in STATUSES}, "total": sum(kinds[kind].values()),
-                             "score": score(kinds[kind])} for kind in KINDS}
-               for path, kinds in table.items()}
+    modules = {
+        path: {
+            kind: {**{s: kinds[kind][s] for s in STATUSES}, "total": sum(kinds[kind].values()), "score": score(kinds[kind])}
+            for kind in KINDS
+        }
+        for path, kinds in table.items()
+    }
     mutants = []
     for mutant, outcome in pairs:
         record = mutant.to_json()

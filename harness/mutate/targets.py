@@ -92,8 +92,7 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
     """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
-        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)} "
-                         f"(known: {', '.join(FAMILIES)})")
+        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)} (known: {', '.join(FAMILIES)})")
     names: list[str] = []
     for family, kit in FAMILIES.items():
         if families and family not in families:
@@ -103,8 +102,12 @@ def target_names(families: Sequence[str] = ()) -> list[str]:
         names.extend([f"{family}[{label}]" for label, _ in kit.variants] if kit.variants else [family])
         names.append(f"{family}{WALK}")
     names.extend(f"{family}{DEVICE_PATH}" for family in DEVICE_PATH_FAMILIES if not families or family in families)
-    names.extend(f"{family}{WITHOUT.format(name)}" for family, kit in FAMILIES.items()
-                 for name in kit.optional_imports if not families or family in families)
+    names.extend(
+        f"{family}{WITHOUT.format(name)}"
+        for family, kit in FAMILIES.items()
+        for name in kit.optional_imports
+        if not families or family in families
+    )
     return names
 
 
@@ -158,8 +161,7 @@ def run_target(target: str, machine: type[PoolMachine], settings: Settings) -> N
         run_state_machine_as_test(machine, settings=settings)
 
 
-def trace_target(target: str, machine: type[PoolMachine], settings: Settings,
-                 files: dict[str, str]) -> tuple[float, LineHits]:
+def trace_target(target: str, machine: type[PoolMachine], settings: Settings, files: dict[str, str]) -> tuple[float, LineHits]:
     """Run ``machine`` (built for ``target``) once under a line tracer over ``files`` (absolute file -> path).
 
     Returns the traced run's seconds (two to three times an untraced run's) and

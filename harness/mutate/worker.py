@@ -79,8 +79,7 @@ def describe_failure(exc: BaseException) -> str:
 class MutantLab:
     """The modules under mutation, loaded once, and the means to run a mutant against targets."""
 
-    def __init__(self, root: Path, paths: Sequence[str], examples: int | None = None,
-                 digests: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, paths: Sequence[str], examples: int | None = None, digests: dict[str, str] | None = None) -> None:
         self.root = root
         self.sources = [ModuleSource.load(root / path, root) for path in paths]
         for source in self.sources:
@@ -121,8 +120,7 @@ class MutantLab:
                 try:
                     run_target(target, machine, self.settings)
                 except BaseException as exc:  # noqa: BLE001 - any failure with the mutant in is a kill
-                    return Outcome(mutant_id, "killed", target, describe_failure(exc),
-                                   time.perf_counter() - started, tuple(ran))
+                    return Outcome(mutant_id, "killed", target, describe_failure(exc), time.perf_counter() - started, tuple(ran))
         return Outcome(mutant_id, "survived", seconds=time.perf_counter() - started, targets_run=tuple(ran))
 
 
@@ -134,8 +132,7 @@ def serve(conn: Connection, setup: WorkerSetup) -> None:
     except (ValueError, OSError):
         pass
     try:
-        lab = MutantLab(Path(setup.root), [path for path, _ in setup.modules], setup.examples,
-                        dict(setup.modules))
+        lab = MutantLab(Path(setup.root), [path for path, _ in setup.modules], setup.examples, dict(setup.modules))
     except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
         conn.send(("fatal", traceback.format_exc()))
         return

@@ -92,12 +92,14 @@ def parse_across(text: str) -> Across:
 
 def index_versions(package: str) -> list[str]:
     """Every release of ``package`` the package index lists (``pip index versions``), oldest first."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package], capture_output=True,
-                          text=True, timeout=PIP_SECONDS, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package], capture_output=True, text=True, timeout=PIP_SECONDS, check=False
+    )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("Available versions:")), None)
     if line is None:
-        raise AcrossError(f"--across: the package index lists no release of {package} "
-                          f"({(done.stderr.strip().splitlines() or ['no output'])[-1]})")
+        raise AcrossError(
+            f"--across: the package index lists no release of {package} ({(done.stderr.strip().splitlines() or ['no output'])[-1]})"
+        )
     return sorted((v.strip() for v in line.partition(":")[2].split(",") if v.strip()), key=Version)
 
 
@@ -122,9 +124,25 @@ def fetch_release(package: str, version: str, cache: Path) -> Path:
         return folder
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=f".{package}-{version}-") as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        f"{package}=={version}", "-d", scratch], check=True, capture_output=True, text=True,
-                       timeout=PIP_SECONDS)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                f"{package}=={version}",
+                "-d",
+                scratch,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=PIP_SECONDS,
+        )
         wheel = next(Path(scratch).glob("*.whl"), None)
         if wheel is None:
             raise OSError(f"pip download left no wheel of {package}=={version}")
@@ -172,17 +190,23 @@ def judge_here(paths: Sequence[Path]) -> list[dict[str, str]]:
 
 def _run_release(across: Across, folder: Path, paths: Sequence[Path]) -> list[dict[str, str]]:
     env = {**os.environ, across.variable: str(folder)}
-    done = subprocess.run([sys.executable, "-m", "harness.traces.across", *map(str, paths)], env=env,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.traces.across", *map(str, paths)], env=env, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the replay process exited {done.returncode}: {tail}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def replay_across(paths: Sequence[Path], across: Across, *, cache: Path = DEFAULT_CACHE,
-                  listed: Callable[[str], list[str]] = index_versions,
-                  fetch: Callable[[str, str, Path], Path] = fetch_release) -> dict[str, list[Row]]:
+def replay_across(
+    paths: Sequence[Path],
+    across: Across,
+    *,
+    cache: Path = DEFAULT_CACHE,
+    listed: Callable[[str], list[str]] = index_versions,
+    fetch: Callable[[str, str, Path], Path] = fetch_release,
+) -> dict[str, list[Row]]:
     """Each trace under ``paths``, by path, with its row on every release ``across`` names (oldest first)."""
     versions = sorted(releases(across, listed), key=Version)
     files = [str(p) for p in trace_files(list(paths))]
@@ -224,14 +248,19 @@ def report(table: dict[str, list[Row]], across: Across) -> list[str]:
             expected = "unreadable"
         lines.append(f"{path}  (expects {expected})")
         width = max(len(r.version) for r in rows) if rows else 0
-        lines += [f"  {across.package} {r.version:{width}}  {r.verdict}" + (f": {r.detail}" if r.detail else "")
-                  for r in rows]
+        lines += [f"  {across.package} {r.version:{width}}  {r.verdict}" + (f": {r.detail}" if r.detail else "") for r in rows]
         versions = [r.version for r in rows]
-        parts = [f"{label} on {_spans(versions, {r.version for r in rows if r.verdict == verdict})}"
-                 for verdict, label in (("reproduces", "reproduces"), ("passes", "passes"),
-                                        ("another violation", "fails otherwise"), ("not loadable", "not loadable"),
-                                        ("not available", "not available"))
-                 if any(r.verdict == verdict for r in rows)]
+        parts = [
+            f"{label} on {_spans(versions, {r.version for r in rows if r.verdict == verdict})}"
+            for verdict, label in (
+                ("reproduces", "reproduces"),
+                ("passes", "passes"),
+                ("another violation", "fails otherwise"),
+                ("not loadable", "not loadable"),
+                ("not available", "not available"),
+            )
+            if any(r.verdict == verdict for r in rows)
+        ]
         lines.append("  => " + "; ".join(parts))
     return lines
 

@@ -85,8 +85,7 @@ class SignalGuard:
         self._watchdog.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None) -> None:
         self._finished.set()  # from here a signal is ignored: the command is ending anyway
         if self._pipe is None:
             return

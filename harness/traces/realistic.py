@@ -93,8 +93,7 @@ def _lifted_at(value: Any, selectors: tuple[str, ...], least: int) -> Any:
     if not isinstance(value, list):
         return value
     head, rest = selectors[0], selectors[1:]
-    return [_lifted_at(item, rest, least) if head in ("*", str(position)) else item
-            for position, item in enumerate(value)]
+    return [_lifted_at(item, rest, least) if head in ("*", str(position)) else item for position, item in enumerate(value)]
 
 
 def lift_step(family_name: str, op: str, args: dict[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,12 +122,10 @@ def lift(family_name: str, config: Mapping[str, Any], steps: Steps) -> tuple[dic
     """``config`` and ``steps`` with every value below its floor raised to it (config first: a step's floor may
     be computed from the config)."""
     lifted = lift_config(family_name, config)
-    return lifted, [{**step, "args": lift_step(family_name, step["op"], copy.deepcopy(step["args"]), lifted)}
-                    for step in steps]
+    return lifted, [{**step, "args": lift_step(family_name, step["op"], copy.deepcopy(step["args"]), lifted)} for step in steps]
 
 
-def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None,
-                     **replay: Any) -> Trace | None:
+def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None, **replay: Any) -> Trace | None:
     """The smallest trace within the family's floors that still fails; ``None`` when the family has no floors,
     or the trace lifted to them runs clean.
 
@@ -150,8 +147,7 @@ def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool
     return within_floors(lifted, invariant_id=result.invariant, stop=stop, **replay)
 
 
-def within_floors(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None,
-                  **replay: Any) -> Trace | None:
+def within_floors(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None, **replay: Any) -> Trace | None:
     """:func:`~harness.traces.shrink.shrink_trace` of a realistic ``trace`` that refuses every candidate below a
     floor (and, once ``stop()``, every candidate: the trace so far is returned); the result expects
     ``invariant_id``.  ``None`` if ``trace`` itself is not realistic."""

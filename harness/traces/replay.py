@@ -170,16 +170,23 @@ def replay_trace(
         try:
             driver.step(step["op"], **step["args"])
         except InvariantViolation as violation:
-            return result("violation", number, invariant=violation.invariant_id, step=number,
-                          message=violation.detail, numbers=dict(violation.numbers), **ran())
+            return result(
+                "violation",
+                number,
+                invariant=violation.invariant_id,
+                step=number,
+                message=violation.detail,
+                numbers=dict(violation.numbers),
+                **ran(),
+            )
         except Exception as exc:  # noqa: BLE001 - e.g. a hand-edited handle the driver never issued
-            return result("error", number, step=number, message=f"{step['op']}: {type(exc).__name__}: {exc}",
-                          **ran())
+            return result("error", number, step=number, message=f"{step['op']}: {type(exc).__name__}: {exc}", **ran())
     try:
         driver.teardown()
     except InvariantViolation as violation:
-        return result("violation", total, invariant=violation.invariant_id, message=violation.detail,
-                      numbers=dict(violation.numbers), **ran())
+        return result(
+            "violation", total, invariant=violation.invariant_id, message=violation.detail, numbers=dict(violation.numbers), **ran()
+        )
     except Exception as exc:  # noqa: BLE001
         return result("error", total, message=f"teardown audit: {type(exc).__name__}: {exc}", **ran())
     return result("pass", total, **ran())
@@ -245,4 +252,3 @@ def trace_files(paths: Sequence[Path]) -> Iterator[Path]:
                     yield found
         else:
             yield path
-

@@ -75,15 +75,15 @@ def judge(path: Path, options: Options) -> Verdict:
             elif on_old.outcome == "violation" and on_old.invariant == regression["invariant"]:
                 notes.append(f"regression: the old {old} still breaks [{on_old.invariant}] {on_old.where}")
             else:
-                line = (f"FAIL {path} regression: expected [{regression['invariant']}] on the old {old}, "
-                        f"got {on_old.describe()}")
+                line = f"FAIL {path} regression: expected [{regression['invariant']}] on the old {old}, got {on_old.describe()}"
                 return "failed", [line, *_steps(trace, options)]
     status, line = verdict(path, trace, result, fixed=options.fixed, skip_missing=options.skip_missing, notes=notes)
     return status, [line, *_steps(trace, options)]
 
 
-def verdict(path: Path | str, trace: Trace, result: ReplayResult, *, fixed: bool = False,
-            skip_missing: bool = False, notes: list[str] | None = None) -> tuple[str, str]:
+def verdict(
+    path: Path | str, trace: Trace, result: ReplayResult, *, fixed: bool = False, skip_missing: bool = False, notes: list[str] | None = None
+) -> tuple[str, str]:
     """``(status, line)`` for one replayed trace.
 
     With ``fixed`` a violation the trace expects of the replayed implementation
@@ -139,12 +139,14 @@ def mark(path: Path, options: Options) -> Verdict:
     default = family(trace.family).default
     old = trace.expect.get("implementation") or trace.implementation or default
     new = options.fixed_by or trace.implementation or default
-    marked = replace(trace, implementation=options.fixed_by or trace.implementation,
-                     expect={"outcome": "pass", "regression": {"invariant": invariant, "implementation": old}})
+    marked = replace(
+        trace,
+        implementation=options.fixed_by or trace.implementation,
+        expect={"outcome": "pass", "regression": {"invariant": invariant, "implementation": old}},
+    )
     on_new = replay_trace(marked, device=options.device)
     if on_new.outcome == "violation" and on_new.invariant == invariant:
-        return "failed", [f"NOT FIXED {path}: still [{invariant}] {on_new.where} on {new}; file unchanged",
-                          *_steps(trace, options)]
+        return "failed", [f"NOT FIXED {path}: still [{invariant}] {on_new.where} on {new}; file unchanged", *_steps(trace, options)]
     if on_new.outcome != "pass":
         status, line = verdict(path, marked, on_new, skip_missing=options.skip_missing)
         return status, [line + ("; file unchanged" if status == "failed" else ""), *_steps(trace, options)]
@@ -156,12 +158,13 @@ def mark(path: Path, options: Options) -> Verdict:
         elif on_old.outcome == "violation" and on_old.invariant == invariant:
             note = f"the old {old} still breaks it {on_old.where}"
         else:
-            line = (f"FAIL {path}: the old {old} no longer breaks [{invariant}] (got {on_old.describe()}), "
-                    "so the trace would guard nothing; file unchanged")
+            line = (
+                f"FAIL {path}: the old {old} no longer breaks [{invariant}] (got {on_old.describe()}), "
+                "so the trace would guard nothing; file unchanged"
+            )
             return "failed", [line, *_steps(trace, options)]
     rewrite_trace(marked, path)
-    return "matched", [f"MARKED {path}: regression trace of [{invariant}]: passes on {new}; {note}",
-                       *_steps(trace, options)]
+    return "matched", [f"MARKED {path}: regression trace of [{invariant}]: passes on {new}; {note}", *_steps(trace, options)]
 
 
 def _steps(trace: Trace, options: Options) -> list[str]:
@@ -186,34 +189,57 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="poolfuzz replay",
         description="Replay trace files through the pool drivers, without hypothesis, and check that each one "
-                    "does what it expects: pass, or break the invariant it recorded.",
+        "does what it expects: pass, or break the invariant it recorded.",
         epilog="Exit status: 0 every trace matched (or was skipped), 1 some did not, 2 a usage error, an invalid "
-               "trace or an implementation that cannot be imported here, 130 interrupted (SIGINT), "
-               "143 terminated (SIGTERM). The trace format is in docs/corpus.md.",
+        "trace or an implementation that cannot be imported here, 130 interrupted (SIGINT), "
+        "143 terminated (SIGTERM). The trace format is in docs/corpus.md.",
     )
-    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help=f"trace files, or folders searched for .json files (default: {DEFAULT_CORPUS}/)")
-    parser.add_argument("--target", action="append", default=[], metavar="FAMILY=module:attr",
-                        help="replay the traces of a family against another implementation (repeatable)")
+    parser.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH", help=f"trace files, or folders searched for .json files (default: {DEFAULT_CORPUS}/)"
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="FAMILY=module:attr",
+        help="replay the traces of a family against another implementation (repeatable)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], help="replay on this device instead of the recorded one")
     parser.add_argument("--steps", action="store_true", help="print the steps of every trace under its line")
-    parser.add_argument("--expect", choices=["recorded", "fixed"], default="recorded",
-                        help="recorded (the default): each trace must do what its file expects; fixed: the pool was "
-                             "fixed, so a trace that recorded a violation on it must now pass")
-    parser.add_argument("--skip-missing", action="store_true",
-                        help="skip a trace whose implementation cannot be imported here, instead of exit status 2")
-    parser.add_argument("--mark-regression", action="store_true",
-                        help="rewrite each given trace that recorded a violation as a regression trace, after "
-                             "checking that it passes on the fixed pool and still fails on the old one")
-    parser.add_argument("--across", metavar="PACKAGE==LOW..HIGH",
-                        help="replay the traces against each release of sglang or vllm in the range (or a list: "
-                             "PACKAGE==V1,V2), each fetched once with pip download --no-deps, and say on which "
-                             "ones each trace reproduces (harness/traces/across.py)")
-    parser.add_argument("--across-cache", type=Path, metavar="DIR",
-                        help="with --across: where the unzipped releases are kept (default ~/.cache/poolfuzz/releases)")
-    parser.add_argument("--fixed-by", metavar="module:attr",
-                        help="with --mark-regression: the fixed pool (default: the trace's own implementation, "
-                             "fixed in place)")
+    parser.add_argument(
+        "--expect",
+        choices=["recorded", "fixed"],
+        default="recorded",
+        help="recorded (the default): each trace must do what its file expects; fixed: the pool was "
+        "fixed, so a trace that recorded a violation on it must now pass",
+    )
+    parser.add_argument(
+        "--skip-missing", action="store_true", help="skip a trace whose implementation cannot be imported here, instead of exit status 2"
+    )
+    parser.add_argument(
+        "--mark-regression",
+        action="store_true",
+        help="rewrite each given trace that recorded a violation as a regression trace, after "
+        "checking that it passes on the fixed pool and still fails on the old one",
+    )
+    parser.add_argument(
+        "--across",
+        metavar="PACKAGE==LOW..HIGH",
+        help="replay the traces against each release of sglang or vllm in the range (or a list: "
+        "PACKAGE==V1,V2), each fetched once with pip download --no-deps, and say on which "
+        "ones each trace reproduces (harness/traces/across.py)",
+    )
+    parser.add_argument(
+        "--across-cache",
+        type=Path,
+        metavar="DIR",
+        help="with --across: where the unzipped releases are kept (default ~/.cache/poolfuzz/releases)",
+    )
+    parser.add_argument(
+        "--fixed-by",
+        metavar="module:attr",
+        help="with --mark-regression: the fixed pool (default: the trace's own implementation, fixed in place)",
+    )
     return parser
 
 
@@ -228,15 +254,16 @@ def options_from(args: argparse.Namespace) -> Options:
         load_factory(args.fixed_by)
     if args.mark_regression:
         if overrides or args.expect == "fixed":
-            raise ValueError("--mark-regression checks the fix itself: give the fixed pool with --fixed-by, "
-                             "not --target or --expect")
+            raise ValueError("--mark-regression checks the fix itself: give the fixed pool with --fixed-by, not --target or --expect")
         if not args.paths:
             raise ValueError("--mark-regression rewrites files: name the traces to mark")
     if args.across_cache is not None and args.across is None:
         raise ValueError("--across-cache goes with --across")
     if args.across is not None and (args.target or args.mark_regression or args.expect == "fixed" or args.device):
-        raise ValueError("--across replays each trace as recorded against each release: it takes no --target, "
-                         "--expect fixed, --mark-regression or --device")
+        raise ValueError(
+            "--across replays each trace as recorded against each release: it takes no --target, "
+            "--expect fixed, --mark-regression or --device"
+        )
     if args.device == "cuda":
         import torch
 
@@ -245,8 +272,7 @@ def options_from(args: argparse.Namespace) -> Options:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         raise ValueError(f"no such file or directory: {', '.join(missing)}")
-    return Options(overrides, args.device, args.steps, args.expect == "fixed", args.skip_missing,
-                   args.mark_regression, args.fixed_by)
+    return Options(overrides, args.device, args.steps, args.expect == "fixed", args.skip_missing, args.mark_regression, args.fixed_by)
 
 
 def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:

@@ -133,8 +133,15 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
     expect = data["expect"]
     _check_invariant(source, "expect.invariant", expect.get("invariant"))
     _check_invariant(source, "expect.regression.invariant", expect.get("regression", {}).get("invariant"))
-    return Trace(family_name, data["implementation"], config, steps, dict(expect), dict(data.get("provenance", {})),
-                 data.get("audit_period", DEFAULT_AUDIT_PERIOD))
+    return Trace(
+        family_name,
+        data["implementation"],
+        config,
+        steps,
+        dict(expect),
+        dict(data.get("provenance", {})),
+        data.get("audit_period", DEFAULT_AUDIT_PERIOD),
+    )
 
 
 def _driver_for(source: str, family_name: str) -> type:
@@ -175,8 +182,11 @@ def _check_steps(source: str, driver_cls: type, steps: list[dict[str, Any]]) -> 
         where = f"steps[{index}]"
         op, args = step["op"], step["args"]
         if op not in known:
-            raise TraceError(source, f"{where}.op", f"step {index + 1}: {op!r} is not an operation of "
-                                                    f"{driver_cls.__name__}; known: {', '.join(sorted(known))}")
+            raise TraceError(
+                source,
+                f"{where}.op",
+                f"step {index + 1}: {op!r} is not an operation of {driver_cls.__name__}; known: {', '.join(sorted(known))}",
+            )
         if op not in operations:  # once per operation, not per step: a trace may have 100000 steps
             method = getattr(driver_cls, op)
             signature = inspect.signature(method)
@@ -188,8 +198,9 @@ def _check_steps(source: str, driver_cls: type, steps: list[dict[str, Any]]) -> 
     return checked
 
 
-def _check_call(source: str, where: str, signature: inspect.Signature, args: dict[str, Any],
-                hints: dict[str, Any], callee: str, prefix: str = "") -> None:
+def _check_call(
+    source: str, where: str, signature: inspect.Signature, args: dict[str, Any], hints: dict[str, Any], callee: str, prefix: str = ""
+) -> None:
     """``args`` must bind to ``signature`` by keyword, and each value must fit its annotation."""
     shown = f"{callee}({', '.join(signature.parameters)})"
     open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
@@ -200,11 +211,9 @@ def _check_call(source: str, where: str, signature: inspect.Signature, args: dic
             raise TraceError(source, f"{where}.{name}", f"{prefix}is not a parameter of {shown}")
         hint = hints.get(name)
         if hint is not None and not _conforms(value, hint):
-            raise TraceError(source, f"{where}.{name}",
-                             f"{prefix}must be {_hint_name(hint)}, not {json_type(value)} {value!r}")
+            raise TraceError(source, f"{where}.{name}", f"{prefix}must be {_hint_name(hint)}, not {json_type(value)} {value!r}")
     for name, param in signature.parameters.items():
-        if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL) and param.default is param.empty \
-                and name not in args:
+        if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL) and param.default is param.empty and name not in args:
             raise TraceError(source, f"{where}.{name}", f"{prefix}is missing (required by {shown})")
 
 

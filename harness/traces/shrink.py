@@ -49,8 +49,14 @@ def shrink_trace(
     different one.  ``admissible`` (config, steps) refuses candidates before they
     are replayed: the realistic mode's floors (:mod:`harness.traces.realistic`).
     """
-    shrinker = _Shrinker(trace, invariant_id, max_replays, max_seconds,
-                         dict(target=target, device=device, factory=factory, check_misuse=check_misuse), admissible)
+    shrinker = _Shrinker(
+        trace,
+        invariant_id,
+        max_replays,
+        max_seconds,
+        dict(target=target, device=device, factory=factory, check_misuse=check_misuse),
+        admissible,
+    )
     return shrinker.run()
 
 
@@ -121,15 +127,22 @@ def _simpler_values(value: Any) -> Iterator[Any]:
         yield from _smaller_ints(value)
     elif isinstance(value, list):
         for index in reversed(range(len(value))):
-            yield value[:index] + value[index + 1:]
+            yield value[:index] + value[index + 1 :]
         for index, item in enumerate(value):
             for simpler in _simpler_values(item):
-                yield value[:index] + [simpler] + value[index + 1:]
+                yield value[:index] + [simpler] + value[index + 1 :]
 
 
 class _Shrinker:
-    def __init__(self, trace: Trace, invariant_id: str, max_replays: int, max_seconds: float,
-                 replay_kwargs: dict[str, Any], admissible: Callable[[dict[str, Any], Steps], bool] | None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        invariant_id: str,
+        max_replays: int,
+        max_seconds: float,
+        replay_kwargs: dict[str, Any],
+        admissible: Callable[[dict[str, Any], Steps], bool] | None,
+    ) -> None:
         self.trace = trace
         self.admissible = admissible
         self.invariant_id = invariant_id
@@ -189,7 +202,7 @@ class _Shrinker:
         while size >= 1 and not self.exhausted:
             index = 0
             while index < len(self.steps) and not self.exhausted:
-                if self.attempt(self.steps[:index] + self.steps[index + size:]):
+                if self.attempt(self.steps[:index] + self.steps[index + size :]):
                     changed = True
                 else:
                     index += size
@@ -210,12 +223,17 @@ class _Shrinker:
         changed = False
         index = 0
         while index < len(self.steps) and not self.exhausted:
-            later = self.steps[index + 1:]
+            later = self.steps[index + 1 :]
             thresholds = sorted({v for step in later for v in _ints(step["args"]) if v >= 1})[:max_thresholds]
             prefix = self.steps[:index]
             shifts = _handles_made(self.steps[index])
-            if any(self.attempt(prefix + [{"op": s["op"], "args": _renumbered(s["args"], m, only, shift)} for s in later])
-                   for shift in shifts for only in (HANDLE_ARGS, None) for m in thresholds if m >= shift):
+            if any(
+                self.attempt(prefix + [{"op": s["op"], "args": _renumbered(s["args"], m, only, shift)} for s in later])
+                for shift in shifts
+                for only in (HANDLE_ARGS, None)
+                for m in thresholds
+                if m >= shift
+            ):
                 changed = True
             else:
                 index += 1
@@ -242,7 +260,6 @@ class _Shrinker:
     def simplify_config(self) -> bool:
         changed = False
         for name in sorted(self.config):
-            while any(self.attempt(self.steps, {**self.config, name: simpler})
-                      for simpler in _simpler_values(self.config.get(name))):
+            while any(self.attempt(self.steps, {**self.config, name: simpler}) for simpler in _simpler_values(self.config.get(name))):
                 changed = True
         return changed

@@ -147,8 +147,7 @@ class _Run:
     def __init__(self, page_size: int, policy: str, num_pages: int, subjects: dict[str, Callable[..., Any]]) -> None:
         self.caller = Caller(page_size, num_pages)
         self.allocators = {name: RecordingAllocator(num_pages * page_size, page_size) for name in subjects}
-        self.caches = {name: make(self.allocators[name], page_size=page_size, eviction_policy=policy)
-                       for name, make in subjects.items()}
+        self.caches = {name: make(self.allocators[name], page_size=page_size, eviction_policy=policy) for name, make in subjects.items()}
         self.step, self.op = 0, Op("reset")
 
     def each(self, call: Callable[[str, Any], Any]) -> dict[str, Any]:
@@ -170,8 +169,7 @@ class _Run:
     def frees(self) -> list[int]:
         """The indices every cache freed during this step, in order (they must agree; how they
         are split into calls need not: the Rust core frees per node segment), back to the caller."""
-        freed = self.agree("indices freed, in order", {n: [i for chunk in a.drain() for i in chunk]
-                                                       for n, a in self.allocators.items()})
+        freed = self.agree("indices freed, in order", {n: [i for chunk in a.drain() for i in chunk] for n, a in self.allocators.items()})
         self.caller.give_back(freed)
         return freed  # type: ignore[no-any-return]
 
@@ -206,11 +204,16 @@ class _Run:
             held.rows = {n: torch.cat((r, torch.tensor(more, dtype=torch.int64))) for n, r in held.rows.items()}
         elif op.name in ("checkpoint", "release") and held is not None:
             release = op.name == "release"
-            call = (lambda n, c: c.release_request(held.tokens, held.rows[n], held.locks[n], held.cpl, cache=bool(op.amount % 2))) \
-                if release else (lambda n, c: c.checkpoint(held.tokens, held.rows[n], held.locks[n], held.cpl))
+            call = (
+                (lambda n, c: c.release_request(held.tokens, held.rows[n], held.locks[n], held.cpl, cache=bool(op.amount % 2)))
+                if release
+                else (lambda n, c: c.checkpoint(held.tokens, held.rows[n], held.locks[n], held.cpl))
+            )
             done = self.each(call)
-            self.agree("result (protected, prefix_len, duplicates, tail freed)", {
-                n: (r.cache_protected_len, r.prefix_len, r.num_duplicates_freed, r.num_tail_freed) for n, r in done.items()})
+            self.agree(
+                "result (protected, prefix_len, duplicates, tail freed)",
+                {n: (r.cache_protected_len, r.prefix_len, r.num_duplicates_freed, r.num_tail_freed) for n, r in done.items()},
+            )
             self.agree("request row", {n: r.tolist() for n, r in held.rows.items()})
             self.frees()
             if release:
@@ -225,14 +228,17 @@ class _Run:
         else:
             return False
         self.frees()
-        self.agree("sizes (evictable, protected, total)",
-                   self.each(lambda n, c: (c.evictable_size(), c.protected_size(), c.total_size())))
+        self.agree("sizes (evictable, protected, total)", self.each(lambda n, c: (c.evictable_size(), c.protected_size(), c.total_size())))
         self.each(lambda n, c: c.sanity_check())
         return True
 
 
 def run_sequence(
-    ops: Sequence[Op], *, page_size: int, eviction_policy: str = "lru", num_pages: int = 24,
+    ops: Sequence[Op],
+    *,
+    page_size: int,
+    eviction_policy: str = "lru",
+    num_pages: int = 24,
     subjects: dict[str, Callable[..., Any]] | None = None,
 ) -> int:
     """Issue ``ops`` to every subject; raise :class:`Disagreement` at the first difference.
@@ -252,8 +258,12 @@ def random_ops(rng: random.Random, count: int, *, page_size: int = 1, alphabet: 
     names, weights = list(OP_WEIGHTS), list(OP_WEIGHTS.values())
     max_len = 4 * page_size + 3
     return [
-        Op(rng.choices(names, weights)[0], tuple(rng.randint(1, alphabet) for _ in range(rng.randint(0, max_len))),
-           amount=rng.randint(0, 2 * page_size + 4), pick=rng.randint(0, 7))
+        Op(
+            rng.choices(names, weights)[0],
+            tuple(rng.randint(1, alphabet) for _ in range(rng.randint(0, max_len))),
+            amount=rng.randint(0, 2 * page_size + 4),
+            pick=rng.randint(0, 7),
+        )
         for _ in range(count)
     ]
 
@@ -293,9 +303,15 @@ class Budget:
     config: str = ""
 
 
-def run_for(seconds: float, *, seed: int = 0, page_sizes: Sequence[int] = (1, 2, 4),
-            policies: Sequence[str] = POLICIES, ops_per_sequence: int = 150,
-            subjects: dict[str, Callable[..., Any]] | None = None) -> Budget:
+def run_for(
+    seconds: float,
+    *,
+    seed: int = 0,
+    page_sizes: Sequence[int] = (1, 2, 4),
+    policies: Sequence[str] = POLICIES,
+    ops_per_sequence: int = 150,
+    subjects: dict[str, Callable[..., Any]] | None = None,
+) -> Budget:
     """Random sequences for ``seconds``, cycling page sizes and policies; stop at a disagreement and shrink it."""
     budget, rng, start = Budget(), random.Random(seed), time.monotonic()
     configs = [(ps, policy) for ps in page_sizes for policy in policies]
@@ -316,19 +332,28 @@ def run_for(seconds: float, *, seed: int = 0, page_sizes: Sequence[int] = (1, 2,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.upstream.cache_differential",
-                                     description="Python RadixCache vs Rust TreeCore vs pools.RadixCache")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.upstream.cache_differential", description="Python RadixCache vs Rust TreeCore vs pools.RadixCache"
+    )
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--page-sizes", default="1,2,4")
-    parser.add_argument("--policies", default="lru,mru",
-                        help=f"of {', '.join(POLICIES)}; under fifo and filo the legacy Python cache ages a split node "
-                                          "at the split, the Rust core and ours by its child (UnifiedTreeCore)")
+    parser.add_argument(
+        "--policies",
+        default="lru,mru",
+        help=f"of {', '.join(POLICIES)}; under fifo and filo the legacy Python cache ages a split node "
+        "at the split, the Rust core and ours by its child (UnifiedTreeCore)",
+    )
     parser.add_argument("--subjects", default=",".join(SUBJECTS), help="which of ours, python, rust to compare")
     args = parser.parse_args(argv)
     subjects = {name: SUBJECTS[name] for name in args.subjects.split(",")}
-    budget = run_for(args.seconds, seed=args.seed, page_sizes=[int(p) for p in args.page_sizes.split(",")],
-                     policies=args.policies.split(","), subjects=subjects)
+    budget = run_for(
+        args.seconds,
+        seed=args.seed,
+        page_sizes=[int(p) for p in args.page_sizes.split(",")],
+        policies=args.policies.split(","),
+        subjects=subjects,
+    )
     per_config = ", ".join(f"{key}: {count}" for key, count in sorted(budget.per_config.items()))
     print(f"{budget.sequences} sequences, {budget.steps} steps in {budget.seconds:.0f} s ({per_config})")
     if budget.disagreement is None:

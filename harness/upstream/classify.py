@@ -65,26 +65,37 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
     if invariant in DIVERGENCE_IDS:
         favours = {
             "checker-agreement": "the raw page partition counts pages, not sizes: where it balances, the size "
-                                 "accounting upstream's checker adds up is the one that drifted",
+            "accounting upstream's checker adds up is the one that drifted",
             "implementations-agree": "the upstream side is the reference: poolfuzz's pools follow its semantics",
         }[invariant]
         return Classification("divergence", favours)
     config, ops = _trace_steps(trace)
     if family == "engine":
         if config.get("cache") == "radix":
-            return Classification("latent", "the legacy RadixCache shape: 0.5.23's scheduler builds UnifiedRadixCache "
-                                            "(mem_cache/registry.py:83-146), so this order runs only on older releases")
+            return Classification(
+                "latent",
+                "the legacy RadixCache shape: 0.5.23's scheduler builds UnifiedRadixCache "
+                "(mem_cache/registry.py:83-146), so this order runs only on older releases",
+            )
         kinds = sorted(set(ops))
-        return Classification("reachable", "scheduler iterations run from upstream's own calls (docs/engine.md); "
-                                           f"the trace's steps: {', '.join(kinds) or 'none'}")
+        return Classification(
+            "reachable",
+            f"scheduler iterations run from upstream's own calls (docs/engine.md); the trace's steps: {', '.join(kinds) or 'none'}",
+        )
     off = off_path_steps(trace) if trace else ()
     if off:
         steps = "; ".join(f"step {number} ({op}): {instead}" for number, op, instead in off)
-        return Classification("latent", "one upstream class driven alone; the class accepts every call, but these "
-                                        f"steps are off its callers' path (docs/contracts.md): {steps}")
-    return Classification("latent", "one upstream class driven alone through calls its callers make "
-                                    "(docs/contracts.md); whether the scheduler makes this order is not shown "
-                                    "(docs/upstream-findings.md)")
+        return Classification(
+            "latent",
+            "one upstream class driven alone; the class accepts every call, but these "
+            f"steps are off its callers' path (docs/contracts.md): {steps}",
+        )
+    return Classification(
+        "latent",
+        "one upstream class driven alone through calls its callers make "
+        "(docs/contracts.md); whether the scheduler makes this order is not shown "
+        "(docs/upstream-findings.md)",
+    )
 
 
 def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:

@@ -50,22 +50,26 @@ def build_pools(m: EngineModules, config: EngineConfig) -> tuple[Any, Any]:
     if config.pools == "poolfuzz":
         from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
 
-        return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens,
-                                                                                    config.page_size)
+        return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens, config.page_size)
     if config.hybrid_ssm:
         from harness.upstream.engine_mamba import hybrid_req_to_token_pool
 
         rows = hybrid_req_to_token_pool(m, rows=config.rows, context=config.context, mamba_slots=config.mamba_slots)
     else:
-        rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu",
-                                            enable_memory_saver=False)
+        rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False)
     if config.hybrid_swa:
         from harness.upstream.engine_swa import swa_kv_layout
 
         swa = m.modules["swa_allocator"]
         allocator = swa.SWATokenToKVPoolAllocator(
-            config.tokens, config.swa_tokens, page_size=config.page_size, dtype=torch.float16, device="cpu",
-            kvcache=swa_kv_layout(m), need_sort=False, req_to_token_pool=rows,
+            config.tokens,
+            config.swa_tokens,
+            page_size=config.page_size,
+            dtype=torch.float16,
+            device="cpu",
+            kvcache=swa_kv_layout(m),
+            need_sort=False,
+            req_to_token_pool=rows,
         )
     elif config.page_size == 1:
         allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)

@@ -21,6 +21,7 @@ class EngineShapeError(LimitError):
     def __init__(self, problem: str) -> None:
         super().__init__("engine", "config", None, None, f"is not a shape 0.5.23 builds: {problem}")
 
+
 CACHES = ("radix", "unified-rust", "unified-python")
 """``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
 POOLS = ("upstream", "poolfuzz")
@@ -94,25 +95,35 @@ class EngineConfig:
             raise EngineShapeError(f"tokens ({self.tokens}) must be a positive multiple of page_size ({self.page_size})")
         if self.sliding_window is not None:
             if self.cache == "radix" or self.pools != "upstream":
-                raise EngineShapeError("a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
-                                 "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)")
+                raise EngineShapeError(
+                    "a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
+                    "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)"
+                )
             if self.sliding_window < 1 or self.swa_tokens < self.page_size or self.swa_tokens % self.page_size:
-                raise EngineShapeError(f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
-                                 f"a positive multiple of page_size ({self.page_size})")
+                raise EngineShapeError(
+                    f"sliding_window ({self.sliding_window}) must be >= 1 and swa_tokens ({self.swa_tokens}) "
+                    f"a positive multiple of page_size ({self.page_size})"
+                )
             if self.sliding_window + self.page_size >= self.swa_tokens:
                 # The server refuses this at startup (validate_swa_pool_size, model_executor/pool_configurator.py:198-216):
                 # prefill charges window + page of SWA headroom per request, so no request could ever be admitted.
-                raise EngineShapeError(f"SWA pool ({self.swa_tokens} tokens) cannot hold even one request: sliding_window "
-                                 f"({self.sliding_window}) + page_size ({self.page_size}) must stay below it")
+                raise EngineShapeError(
+                    f"SWA pool ({self.swa_tokens} tokens) cannot hold even one request: sliding_window "
+                    f"({self.sliding_window}) + page_size ({self.page_size}) must stay below it"
+                )
         if self.mamba_slots < 0:
             raise EngineShapeError(f"mamba_slots ({self.mamba_slots}) must be >= 0")
         if self.hybrid_ssm:
             from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 
             if self.cache == "radix" or self.pools != "upstream" or self.page_size != 1:
-                raise EngineShapeError("a Mamba shape runs on UnifiedRadixCache over upstream's pools at page size 1 "
-                                 "(see EngineConfig.mamba_slots for why each other combination does not run)")
+                raise EngineShapeError(
+                    "a Mamba shape runs on UnifiedRadixCache over upstream's pools at page size 1 "
+                    "(see EngineConfig.mamba_slots for why each other combination does not run)"
+                )
             if self.rows > self.mamba_slots // MAMBA_REQUESTS_RATIO:
-                raise EngineShapeError(f"rows ({self.rows}) must be at most mamba_slots // {MAMBA_REQUESTS_RATIO} "
-                                 f"({self.mamba_slots // MAMBA_REQUESTS_RATIO}): kv_cache_configurator.py:3134-3150 caps "
-                                 "max_running_requests there")
+                raise EngineShapeError(
+                    f"rows ({self.rows}) must be at most mamba_slots // {MAMBA_REQUESTS_RATIO} "
+                    f"({self.mamba_slots // MAMBA_REQUESTS_RATIO}): kv_cache_configurator.py:3134-3150 caps "
+                    "max_running_requests there"
+                )

@@ -268,8 +268,9 @@ def load_engine() -> EngineModules:
 
 def _load() -> EngineModules:
     if importlib.util.find_spec("msgspec") is None:
-        raise UpstreamUnavailableError("the engine target needs msgspec (pip install msgspec): sglang's runtime_context "
-                                       "and KV layout import it")
+        raise UpstreamUnavailableError(
+            "the engine target needs msgspec (pip install msgspec): sglang's runtime_context and KV layout import it"
+        )
     source = locate_sglang()  # POOLFUZZ_SGLANG_SRC's folder, else the installed distribution
     version = source.version
     existing = sys.modules.get("sglang")
@@ -304,9 +305,25 @@ def _load() -> EngineModules:
     # Upstream logs every retraction and OOM abort as a warning: routine under the fuzzer, so only
     # its errors are shown.
     logging.getLogger("sglang").setLevel(logging.ERROR)
-    return EngineModules(version=version, site=site, modules=modules, placeholders=tuple(sorted(set(finder.placeholders))),
-                         namespace=namespace, finder=finder)
+    return EngineModules(
+        version=version,
+        site=site,
+        modules=modules,
+        placeholders=tuple(sorted(set(finder.placeholders))),
+        namespace=namespace,
+        finder=finder,
+    )
 
 
-__all__ = ["ENGINE_MODULES", "NOT_LOADED", "REAL_PREFIXES", "EngineModules", "StandIn", "StandInModule", "StandInReached",
-           "active", "engine_call", "load_engine"]
+__all__ = [
+    "ENGINE_MODULES",
+    "NOT_LOADED",
+    "REAL_PREFIXES",
+    "EngineModules",
+    "StandIn",
+    "StandInModule",
+    "StandInReached",
+    "active",
+    "engine_call",
+    "load_engine",
+]

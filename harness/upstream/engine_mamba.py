@@ -51,8 +51,9 @@ def mamba_cache_params(modules: EngineModules) -> Any:
 
     with active(modules):
         mu = importlib.import_module("sglang.srt.configs.mamba_utils")
-        shape = mu.Mamba2StateShape.create(tp_world_size=1, intermediate_size=1, n_groups=1, num_heads=1, head_dim=1,
-                                           state_size=1, conv_kernel=2)
+        shape = mu.Mamba2StateShape.create(
+            tp_world_size=1, intermediate_size=1, n_groups=1, num_heads=1, head_dim=1, state_size=1, conv_kernel=2
+        )
         dtype = mu.Mamba2StateDType(conv=torch.float32, temporal=torch.float32)
         return mu.Mamba2CacheParams(shape=shape, layers=list(MAMBA_LAYER_IDS), dtype=dtype)
 
@@ -67,10 +68,20 @@ def hybrid_req_to_token_pool(modules: EngineModules, *, rows: int, context: int,
     ``event_loop_normal``), which only sizes the ping-pong buffer the extra buffer would use.
     """
     return modules.memory_pool.HybridReqToTokenPool(
-        size=rows, mamba_size=mamba_slots, mamba_spec_state_size=rows, max_context_len=context, device="cpu",
-        enable_memory_saver=False, cache_params=mamba_cache_params(modules), mamba_layer_ids=list(MAMBA_LAYER_IDS),
-        enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, speculative_num_draft_tokens=None,
-        speculative_eagle_topk=None, enable_overlap_schedule=False, start_layer=0,
+        size=rows,
+        mamba_size=mamba_slots,
+        mamba_spec_state_size=rows,
+        max_context_len=context,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=mamba_cache_params(modules),
+        mamba_layer_ids=list(MAMBA_LAYER_IDS),
+        enable_mamba_extra_buffer=False,
+        enable_mamba_extra_buffer_lazy=False,
+        speculative_num_draft_tokens=None,
+        speculative_eagle_topk=None,
+        enable_overlap_schedule=False,
+        start_layer=0,
     )
 
 

@@ -78,17 +78,36 @@ class RuntimeConfig:
         self.bags = {
             "spec": bag("spec", speculative_algorithm=None),
             "serving": bag("serving", strip_thinking_cache=False),
-            "disagg": bag("disagg", disaggregation_mode="null", disaggregation_decode_retraction_backup=None,
-                          disaggregation_decode_enable_offload_kvcache=False),
-            "schedule": bag("schedule", schedule_policy="fcfs", retraction_policy="length",
-                            schedule_low_priority_values_first=False, chunked_prefill_size=chunked_prefill_size,
-                            prefill_max_requests=None),
-            "parallel": bag("parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1,
-                            attn_cp_rank=0, tp_rank=0, tp_size=1),
-            "exec": bag("exec", features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
-                        mamba=bag("exec.mamba", enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False,
-                                  enable_int8_mamba_checkpoint=False, int8_mamba_ckpt_size=None,
-                                  mamba_max_states_per_path=-1, mamba_track_interval=256)),
+            "disagg": bag(
+                "disagg",
+                disaggregation_mode="null",
+                disaggregation_decode_retraction_backup=None,
+                disaggregation_decode_enable_offload_kvcache=False,
+            ),
+            "schedule": bag(
+                "schedule",
+                schedule_policy="fcfs",
+                retraction_policy="length",
+                schedule_low_priority_values_first=False,
+                chunked_prefill_size=chunked_prefill_size,
+                prefill_max_requests=None,
+            ),
+            "parallel": bag(
+                "parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1, attn_cp_rank=0, tp_rank=0, tp_size=1
+            ),
+            "exec": bag(
+                "exec",
+                features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
+                mamba=bag(
+                    "exec.mamba",
+                    enable_mamba_extra_buffer=False,
+                    enable_mamba_extra_buffer_lazy=False,
+                    enable_int8_mamba_checkpoint=False,
+                    int8_mamba_ckpt_size=None,
+                    mamba_max_states_per_path=-1,
+                    mamba_track_interval=256,
+                ),
+            ),
             "model": bag("model", context_length=context_length),
             "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru"),
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
@@ -329,7 +348,9 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
         "sglang.srt.runtime_context": runtime,
         "sglang.srt.sampling.sampling_batch_info": {"SamplingBatchInfo": SamplingBatchInfo},
         "sglang.srt.observability.req_time_stats": {
-            "SchedulerReqTimeStats": MetricsSink, "APIServerReqTimeStats": MetricsSink, "DPControllerReqTimeStats": MetricsSink,
+            "SchedulerReqTimeStats": MetricsSink,
+            "APIServerReqTimeStats": MetricsSink,
+            "DPControllerReqTimeStats": MetricsSink,
         },
     }
     return {name: functools.partial(_module_with, attrs) for name, attrs in table.items()}

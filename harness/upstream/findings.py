@@ -40,18 +40,23 @@ class KnownFinding:
 
 KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
     KnownFinding(
-        "paged-decode-page-size-1", "paged_kv",
+        "paged-decode-page-size-1",
+        "paged_kv",
         ("empty-pool-guard", "reserved-never-handed-out", "no-double-allocation"),
         "PagedTokenToKVPoolAllocator.alloc_decode at page size 1 counts 0 new pages (seq % 1 == 1 is never true), "
         "so it consumes nothing and returns last_loc + 1: a slot the request does not own",
     ),
     KnownFinding(
-        "mamba-clear-keeps-reservation", "mamba_slots", ("clear-restores",),
+        "mamba-clear-keeps-reservation",
+        "mamba_slots",
+        ("clear-restores",),
         "MambaSlotAllocator.clear() keeps the group's reservation iterator, so alloc(1) after clear re-issues "
         "reserved slots that clear already put back on the free list: one slot, two owners",
     ),
     KnownFinding(
-        "swa-decode-keeps-one-side", "swa_kv", ("empty-pool-guard",),
+        "swa-decode-keeps-one-side",
+        "swa_kv",
+        ("empty-pool-guard",),
         "SWATokenToKVPoolAllocator.alloc_decode (page size > 1) allocates on the full side and then on the SWA "
         "side without checking either first; when one side is short it returns None and keeps the page the other "
         "side handed out, mapped to nothing: a page leaked per refused request",

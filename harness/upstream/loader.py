@@ -73,8 +73,16 @@ def locate_sglang() -> SourceFolder:
     The installed copy is refused when it is missing, or when its metadata and its own
     ``_version.py`` disagree (a half-overwritten install: which surface would be loaded is unknown).
     """
-    return sources.locate_copy(DISTRIBUTION, env=SOURCE_ENV, probe="srt", installed=installed_version, title="SGLang",
-                               needed_by="the upstream targets", supported=SUPPORTED_VERSION, install_hint=INSTALL_HINT)
+    return sources.locate_copy(
+        DISTRIBUTION,
+        env=SOURCE_ENV,
+        probe="srt",
+        installed=installed_version,
+        title="SGLang",
+        needed_by="the upstream targets",
+        supported=SUPPORTED_VERSION,
+        install_hint=INSTALL_HINT,
+    )
 
 
 def locate_distribution() -> tuple[str, Path, Path]:
@@ -133,8 +141,10 @@ class UpstreamModules(LoadedFiles):
         if torch.cuda.is_available():
             return None  # runs with --device cuda (its Triton kernels compile there); not on CPU tensors
         assert self.source is not None
-        return (f"{self.source.label}: srt/mem_cache/allocator/paged.py has no alloc_decode_naive (no torch path: "
-                f"PagedTokenToKVPoolAllocator always launches its Triton kernels, which need a CUDA device; none here)")
+        return (
+            f"{self.source.label}: srt/mem_cache/allocator/paged.py has no alloc_decode_naive (no torch path: "
+            f"PagedTokenToKVPoolAllocator always launches its Triton kernels, which need a CUDA device; none here)"
+        )
 
     def require(self, target: str) -> None:
         """Refuse ``target`` with its one-line reason (:class:`UpstreamUnavailableError`) when it cannot run."""
@@ -175,9 +185,14 @@ def load_upstream() -> UpstreamModules:
             return _loaded[key]
         source = locate_sglang()
         folder = source.package / "srt/mem_cache/allocator"
-        loaded, problems = sources.exec_package(_ALLOCATOR, [(name, folder / f"{name}.py") for name in _FILES], _DEPENDS,
-                                                stand_ins=stubs.stub_modules(kernel_file=source.site / _KERNEL_FILE),
-                                                stand_ins_from="harness.upstream.stubs", source=source,
-                                                written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}")
+        loaded, problems = sources.exec_package(
+            _ALLOCATOR,
+            [(name, folder / f"{name}.py") for name in _FILES],
+            _DEPENDS,
+            stand_ins=stubs.stub_modules(kernel_file=source.site / _KERNEL_FILE),
+            stand_ins_from="harness.upstream.stubs",
+            source=source,
+            written_for=f"{DISTRIBUTION}=={SUPPORTED_VERSION}",
+        )
         _loaded[key] = UpstreamModules(version=source.version, root=folder, modules=loaded, problems=problems, source=source)
         return _loaded[key]

@@ -32,9 +32,22 @@ _RUST_MODULE = f"harness.upstream._sglang_rust_tree_core.{_RUST_LEAF}"
 _RUST_SURFACE: dict[str, tuple[str, ...]] = {
     "TreeCoreInitParamsBinding": ("eviction_policy", "page_size", "device"),
     "RustUnifiedTreeCoreBinding": (
-        "insert", "match_prefix", "inc_lock_ref", "dec_lock_ref", "collect_full_device_indices", "is_full_device_evicted",
-        "evict_device_start", "evict_device_next_node", "evict_device_leaf", "evict_device_end",
-        "evictable_size", "protected_size", "total_size", "reset", "root_node_handle", "sanity_check",
+        "insert",
+        "match_prefix",
+        "inc_lock_ref",
+        "dec_lock_ref",
+        "collect_full_device_indices",
+        "is_full_device_evicted",
+        "evict_device_start",
+        "evict_device_next_node",
+        "evict_device_leaf",
+        "evict_device_end",
+        "evictable_size",
+        "protected_size",
+        "total_size",
+        "reset",
+        "root_node_handle",
+        "sanity_check",
     ),
     "InsertParamsBinding": ("key", "value", "prev_prefix_len", "inserted_len"),
     "MatchParamsBinding": ("key", "extra_key"),
@@ -65,9 +78,7 @@ class RustTreeCoreBindings:
 
     def new_core(self, page_size: int, eviction_policy: str = "lru") -> Any:
         """``RustUnifiedTreeCoreBinding`` with the full-attention component only, on CPU, no HiCache, no events."""
-        params = self.module.TreeCoreInitParamsBinding(
-            eviction_policy=eviction_policy, page_size=page_size, device="cpu"
-        )
+        params = self.module.TreeCoreInitParamsBinding(eviction_policy=eviction_policy, page_size=page_size, device="cpu")
         return self.module.RustUnifiedTreeCoreBinding(params, [FULL])
 
     def key(self, tokens: Iterable[int]) -> array:
@@ -159,8 +170,11 @@ def load_rust_tree_core() -> RustTreeCoreBindings:
             except UpstreamUnavailableError:
                 source = None
             pin = pinned_torch(source) if source is not None else None
-            built = f"sglang {source.version} pins torch {pin}" if source is not None and pin else \
-                "sglang 0.5.23 pins torch 2.14.1 and supports 2.11-2.14"
+            built = (
+                f"sglang {source.version} pins torch {pin}"
+                if source is not None and pin
+                else "sglang 0.5.23 pins torch 2.14.1 and supports 2.11-2.14"
+            )
             raise UpstreamUnavailableError(
                 f"the Rust TreeCore at {path} does not load against torch {torch.__version__} "
                 f"({type(exc).__name__}: {' '.join(str(exc).split())}); {built}"
@@ -168,8 +182,9 @@ def load_rust_tree_core() -> RustTreeCoreBindings:
         missing = rust_surface_missing(module)
         if missing:
             shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-            raise UpstreamUnavailableError(f"{locate_sglang().label}: the Rust TreeCore binding has no {shown} "
-                                           f"(its Python API changed since 0.5.23)")
+            raise UpstreamUnavailableError(
+                f"{locate_sglang().label}: the Rust TreeCore binding has no {shown} (its Python API changed since 0.5.23)"
+            )
         _rust_loaded = RustTreeCoreBindings(path=path, module=module, torch_version=torch.__version__)
         _rust_key = key
         return _rust_loaded

@@ -67,7 +67,9 @@ _DEPENDS: dict[str, tuple[str, ...]] = {
     "allocator.swa": ("base_swa_memory_pool",),
 }
 _ALLOCATOR_TARGETS: dict[str, tuple[str, ...]] = {
-    "RadixCache": ("TokenKV", "PagedKV"), "RustTreeCore": ("TokenKV", "PagedKV"), "SWAKV": ("TokenKV", "PagedKV"),
+    "RadixCache": ("TokenKV", "PagedKV"),
+    "RustTreeCore": ("TokenKV", "PagedKV"),
+    "SWAKV": ("TokenKV", "PagedKV"),
     "PureSWAKV": ("TokenKV",),
 }
 """The allocator targets each cache and SWA target runs over (or composes): the token allocator at page size 1,
@@ -75,9 +77,13 @@ the paged one above (``PureSWATokenToKVPoolAllocator`` is page size 1 only)."""
 
 TARGET_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "RadixCache": (
-        ("radix_cache", "RadixCache"), ("radix_cache", "RadixKey"), ("radix_cache", "CacheInitParams"),
-        ("base_prefix_cache", "InsertParams"), ("base_prefix_cache", "MatchPrefixParams"),
-        ("base_prefix_cache", "EvictParams"), ("base_prefix_cache", "DecLockRefParams"),
+        ("radix_cache", "RadixCache"),
+        ("radix_cache", "RadixKey"),
+        ("radix_cache", "CacheInitParams"),
+        ("base_prefix_cache", "InsertParams"),
+        ("base_prefix_cache", "MatchPrefixParams"),
+        ("base_prefix_cache", "EvictParams"),
+        ("base_prefix_cache", "DecLockRefParams"),
     ),
     "SWAKV": (("allocator.swa", "SWATokenToKVPoolAllocator"), ("base_swa_memory_pool", "BaseSWAKVPool")),
     "PureSWAKV": (("allocator.swa", "PureSWATokenToKVPoolAllocator"), ("base_swa_memory_pool", "BaseSWAKVPool")),
@@ -146,16 +152,22 @@ class SglangCacheModules(LoadedFiles):
             return self.allocators.problems["paged"]
         assert self.source is not None
         if target in ("SWAKV", "PureSWAKV"):  # the SWA drivers read each side's free list
-            problem = check_classes(self.allocators.modules, (FREE_PAGES,), source=self.source,
-                                    files={"base": self.allocators.root / "base.py"}, checked_on=SUPPORTED_VERSION)
+            problem = check_classes(
+                self.allocators.modules,
+                (FREE_PAGES,),
+                source=self.source,
+                files={"base": self.allocators.root / "base.py"},
+                checked_on=SUPPORTED_VERSION,
+            )
             if problem is not None:
                 return problem
         needs = TARGET_NEEDS[target]
         for name, _ in needs:
             if name in self.problems:
                 return self.problems[name]
-        return check_classes(self.modules, needs, source=self.source, files={name: self.root / path for name, path in _FILES},
-                             checked_on=SUPPORTED_VERSION)
+        return check_classes(
+            self.modules, needs, source=self.source, files={name: self.root / path for name, path in _FILES}, checked_on=SUPPORTED_VERSION
+        )
 
     def require(self, target: str) -> None:
         """Refuse ``target`` with its one-line reason (:class:`UpstreamUnavailableError`) when it cannot run."""
@@ -237,11 +249,15 @@ def load_sglang_cache() -> SglangCacheModules:
         source = locate_sglang()
         root = source.package / "srt/mem_cache"
         signals = sglang_cache_stubs.InvariantSignals()
-        stand_ins = sglang_cache_stubs.cache_stand_ins(
-            kernel_file=source.site / "sglang/kernels/ops/memory/allocator.py",
-            allocator_modules={name: allocators.modules[name] for name in ("base", "token", "paged") if name in allocators.modules},
-            signals=signals,
-        ) if "base" in allocators.modules else None
+        stand_ins = (
+            sglang_cache_stubs.cache_stand_ins(
+                kernel_file=source.site / "sglang/kernels/ops/memory/allocator.py",
+                allocator_modules={name: allocators.modules[name] for name in ("base", "token", "paged") if name in allocators.modules},
+                signals=signals,
+            )
+            if "base" in allocators.modules
+            else None
+        )
         if stand_ins is None:
             raise UpstreamUnavailableError(allocators.problems["base"])
         executed, problems = _exec_under(stand_ins, root, source)
@@ -263,9 +279,7 @@ def load_sglang_cache() -> SglangCacheModules:
         return _loaded[key]
 
 
-def _exec_under(
-    stand_ins: dict[str, ModuleType], root: Path, source: SourceFolder
-) -> tuple[dict[str, ModuleType], dict[str, str]]:
+def _exec_under(stand_ins: dict[str, ModuleType], root: Path, source: SourceFolder) -> tuple[dict[str, ModuleType], dict[str, str]]:
     """Execute :data:`_FILES` with ``stand_ins`` in ``sys.modules``; restore ``sys.modules`` after.
 
     Returns the loaded files and, for each that did not load, the one-line reason.  Once
@@ -279,14 +293,23 @@ def _exec_under(
         try:
             strategy = sglang_cache_stubs.eviction_strategy_factory(module)
         except AttributeError as exc:
-            return (f"srt/mem_cache/evict_policy.py has no {exc.name} (an eviction policy the stand-in "
-                    f"get_eviction_strategy maps, as 0.5.23 has it)")
+            return (
+                f"srt/mem_cache/evict_policy.py has no {exc.name} (an eviction policy the stand-in "
+                f"get_eviction_strategy maps, as 0.5.23 has it)"
+            )
         vars(stand_ins[f"{_MEM_CACHE}.utils"])["get_eviction_strategy"] = strategy
         return None
 
-    return exec_package(_MEM_CACHE, [(name, root / path) for name, path in _FILES], _DEPENDS, stand_ins=stand_ins,
-                        stand_ins_from="harness.upstream.sglang_cache_stubs", source=source,
-                        written_for=f"sglang=={SUPPORTED_VERSION}", after=bind_eviction_strategies)
+    return exec_package(
+        _MEM_CACHE,
+        [(name, root / path) for name, path in _FILES],
+        _DEPENDS,
+        stand_ins=stand_ins,
+        stand_ins_from="harness.upstream.sglang_cache_stubs",
+        source=source,
+        written_for=f"sglang=={SUPPORTED_VERSION}",
+        after=bind_eviction_strategies,
+    )
 
 
 def sglang_cache_unavailable_reason(target: str | None = None) -> str | None:
@@ -302,5 +325,3 @@ def sglang_cache_unavailable_reason(target: str | None = None) -> str | None:
         return modules.target_problem(target)
     problems = [modules.target_problem(name) for name in TARGET_NEEDS if name != "RustTreeCore"]
     return next((problem for problem in problems if problem is not None), None)
-
-

@@ -71,9 +71,7 @@ class KvEventLoraNames(LoRANameTable):
 class DisabledEventRecorder:
     """``KVCacheEventRecorder`` with ``enabled=False``: every ``record_*`` is a no-op, ``take`` is empty."""
 
-    def __init__(
-        self, *, enabled: bool, page_size: int, dynamo_format: bool = False, lora_names: Any = None
-    ) -> None:
+    def __init__(self, *, enabled: bool, page_size: int, dynamo_format: bool = False, lora_names: Any = None) -> None:
         if enabled:
             raise StandInUnsupported("KV cache events are not reproduced; use enable_kv_cache_events=False")
         self.enabled = False
@@ -119,9 +117,7 @@ def eviction_strategy_factory(evict_policy: ModuleType) -> Callable[..., Any]:
     return get_eviction_strategy
 
 
-def split_node_hash_value(
-    child_hash_value: list[str] | None, split_len: int, page_size: int
-) -> tuple[list[str] | None, list[str] | None]:
+def split_node_hash_value(child_hash_value: list[str] | None, split_len: int, page_size: int) -> tuple[list[str] | None, list[str] | None]:
     """Per-page hashes of a node split at ``split_len`` tokens: (new parent's, child's)."""
     if child_hash_value is None:
         return None, None
@@ -255,9 +251,7 @@ def _lazy_kernel_function(name: str, kernel_file: Path) -> Callable[..., Any]:
     return call
 
 
-def cache_stand_ins(
-    *, kernel_file: Path, allocator_modules: dict[str, ModuleType], signals: InvariantSignals
-) -> dict[str, ModuleType]:
+def cache_stand_ins(*, kernel_file: Path, allocator_modules: dict[str, ModuleType], signals: InvariantSignals) -> dict[str, ModuleType]:
     """The ``sys.modules`` entries the prefix-cache and SWA files need while they execute.
 
     ``allocator_modules`` maps ``base``/``token``/``paged`` to the modules
@@ -288,9 +282,7 @@ def cache_stand_ins(
     modules["sglang.srt.utils.invariants"] = _module(
         "sglang.srt.utils.invariants", Bucket=Bucket, Invariant=Invariant, IsTrue=IsTrue, expect=signals.expect
     )
-    platform = SimpleNamespace(
-        capabilities=SimpleNamespace(supports_triton=False), get_paged_allocator_cls=lambda: None
-    )
+    platform = SimpleNamespace(capabilities=SimpleNamespace(supports_triton=False), get_paged_allocator_cls=lambda: None)
     modules["sglang.srt.platforms"] = _module("sglang.srt.platforms", current_platform=platform)
     kernels = modules["sglang.kernels.ops.memory.allocator"]
     vars(kernels)["get_and_clear_swa_pages"] = _lazy_kernel_function("get_and_clear_swa_pages", kernel_file)
@@ -300,9 +292,7 @@ def cache_stand_ins(
         LoRANameTable=LoRANameTable,
         KvEventLoraNames=KvEventLoraNames,
     )
-    modules["sglang.srt.mem_cache.utils"] = _module(
-        "sglang.srt.mem_cache.utils", split_node_hash_value=split_node_hash_value
-    )
+    modules["sglang.srt.mem_cache.utils"] = _module("sglang.srt.mem_cache.utils", split_node_hash_value=split_node_hash_value)
     modules["sglang.srt.mem_cache.memory_pool"] = _module(
         "sglang.srt.mem_cache.memory_pool", KVCache=KVCache, ReqToTokenPool=ReqToTokenPool
     )

@@ -29,8 +29,21 @@ from typing import ClassVar, overload
 
 from harness.judge.families import UnknownTargetError
 
-__all__ = ["FileModule", "LoadedFiles", "SourceFolder", "UpstreamUnavailableError", "check_classes", "distribution_version", "exec_files",
-           "exec_package", "failing_upstream_file", "folder_version", "locate_copy", "refusal", "source_folder"]
+__all__ = [
+    "FileModule",
+    "LoadedFiles",
+    "SourceFolder",
+    "UpstreamUnavailableError",
+    "check_classes",
+    "distribution_version",
+    "exec_files",
+    "exec_package",
+    "failing_upstream_file",
+    "folder_version",
+    "locate_copy",
+    "refusal",
+    "source_folder",
+]
 
 
 class UpstreamUnavailableError(UnknownTargetError):
@@ -357,12 +370,10 @@ class FileModule:
         self.name = name
 
     @overload
-    def __get__(self, instance: None, owner: type) -> FileModule:
-        ...
+    def __get__(self, instance: None, owner: type) -> FileModule: ...
 
     @overload
-    def __get__(self, instance: LoadedFiles, owner: type) -> ModuleType:
-        ...
+    def __get__(self, instance: LoadedFiles, owner: type) -> ModuleType: ...
 
     def __get__(self, instance: LoadedFiles | None, owner: type) -> FileModule | ModuleType:
         return self if instance is None else instance.module(self.name)

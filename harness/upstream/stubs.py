@@ -42,9 +42,7 @@ _PRIVATE_KERNEL_MODULE = "harness.upstream._sglang_kernel_allocator"
 
 
 # ------------------------------------------------------------ sglang.srt.utils
-def get_num_new_pages(
-    seq_lens: torch.Tensor, page_size: int, prefix_lens: torch.Tensor | None = None, decode: bool = False
-) -> int:
+def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch.Tensor | None = None, decode: bool = False) -> int:
     """Pages a batch opens, as upstream 0.5.23 counts them (CPU tensors only, as upstream asserts).
 
     * decode: the number of requests with ``seq_len % page_size == 1``.  At page size 1

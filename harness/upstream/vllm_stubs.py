@@ -119,8 +119,7 @@ def vllm_stand_ins() -> dict[str, ModuleType]:
     )
     modules["vllm.utils.math_utils"] = _module("vllm.utils.math_utils", cdiv=cdiv)
     interface = {
-        name: _placeholder(name)
-        for name in ("KVCacheConfig", "KVCacheGroupSpec", "KVCacheSpec", "MambaSpec", "UniformTypeKVCacheSpecs")
+        name: _placeholder(name) for name in ("KVCacheConfig", "KVCacheGroupSpec", "KVCacheSpec", "MambaSpec", "UniformTypeKVCacheSpecs")
     }
     modules["vllm.v1.kv_cache_interface"] = _module(
         "vllm.v1.kv_cache_interface",

@@ -12,14 +12,18 @@ from harness.judge.limits import REQUEST
 from harness.kits.block_pool.config import BlockPoolConfig
 
 FAMILIES = (
-    Family(name="block_pool", summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-           default="harness.kits.block_pool.driver:build_block_pool",
-           driver="harness.kits.block_pool.driver:BlockPoolDriver", moves="harness.kits.block_pool.moves:block_pool_table",
-           bench_config=BlockPoolConfig(num_gpu_blocks=33, enable_caching=True, device="cpu"),
-           canaries=("harness.kits.block_pool.canaries",), upstream=("harness.upstream:VllmBlockPool",),
-           invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
-           realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
-           protocol="pools.protocols:BlockPoolLike",
-           limits=BlockPoolConfig.with_args({"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST,
-                                "slide.num_skipped": REQUEST})),
+    Family(
+        name="block_pool",
+        summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
+        default="harness.kits.block_pool.driver:build_block_pool",
+        driver="harness.kits.block_pool.driver:BlockPoolDriver",
+        moves="harness.kits.block_pool.moves:block_pool_table",
+        bench_config=BlockPoolConfig(num_gpu_blocks=33, enable_caching=True, device="cpu"),
+        canaries=("harness.kits.block_pool.canaries",),
+        upstream=("harness.upstream:VllmBlockPool",),
+        invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
+        realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
+        protocol="pools.protocols:BlockPoolLike",
+        limits=BlockPoolConfig.with_args({"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST, "slide.num_skipped": REQUEST}),
+    ),
 )

@@ -29,9 +29,7 @@ class DuplicateFreeQueuedTwice(BlockPool):
         blocks = list(ordered_blocks)
         super().free_blocks(blocks)
         named = Counter(block.block_id for block in blocks if not block.is_null)
-        self.free_block_queue.num_free_blocks += sum(
-            count - 1 for block_id, count in named.items() if self.blocks[block_id].ref_cnt == 0
-        )
+        self.free_block_queue.num_free_blocks += sum(count - 1 for block_id, count in named.items() if self.blocks[block_id].ref_cnt == 0)
 
 
 class HashedFreedToFront(BlockPool):
@@ -99,7 +97,7 @@ class ReusedBlockKeepsHash(BlockPool):
     """
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        front = self.free_block_queue.get_all_free_blocks()[:max(num_blocks, 0)]
+        front = self.free_block_queue.get_all_free_blocks()[: max(num_blocks, 0)]
         kept = {block.block_id: block.block_hash for block in front if block.block_hash is not None}
         blocks = super().get_new_blocks(num_blocks)
         for block in blocks:
@@ -114,28 +112,38 @@ _SPEC = "harness.kits.block_pool.canaries"
 
 CANARIES: dict[str, Canary] = {
     "duplicate-free-queued-twice": Canary(
-        "block_pool", f"{_SPEC}:DuplicateFreeQueuedTwice",
+        "block_pool",
+        f"{_SPEC}:DuplicateFreeQueuedTwice",
         "a block named twice in one free_blocks call is counted free twice",
-        "vLLM #42571 (fix proposed in #42612/#42615)", "conservation",
+        "vLLM #42571 (fix proposed in #42612/#42615)",
+        "conservation",
     ),
     "hashed-block-freed-to-front": Canary(
-        "block_pool", f"{_SPEC}:HashedFreedToFront",
+        "block_pool",
+        f"{_SPEC}:HashedFreedToFront",
         "free_blocks puts cached blocks at the front of the free queue instead of the tail",
-        "vLLM v1 free_blocks eviction order (FreeKVCacheBlockQueue)", "free-queue-order",
+        "vLLM v1 free_blocks eviction order (FreeKVCacheBlockQueue)",
+        "free-queue-order",
     ),
     "null-block-handed-out": Canary(
-        "block_pool", f"{_SPEC}:NullBlockLeftQueued",
+        "block_pool",
+        f"{_SPEC}:NullBlockLeftQueued",
         "the null block stays in the free queue and is handed out first",
-        "vLLM v1 BlockPool null block (popped at construction)", "reserved-never-handed-out",
+        "vLLM v1 BlockPool null block (popped at construction)",
+        "reserved-never-handed-out",
     ),
     "touch-leaves-block-queued": Canary(
-        "block_pool", f"{_SPEC}:TouchLeavesBlockQueued",
+        "block_pool",
+        f"{_SPEC}:TouchLeavesBlockQueued",
         "touch raises ref_cnt but does not take a cached free block off the queue",
-        "vLLM v1 BlockPool.touch (prefix hit on an evictable block)", "ref-count",
+        "vLLM v1 BlockPool.touch (prefix hit on an evictable block)",
+        "ref-count",
     ),
     "reused-block-keeps-hash": Canary(
-        "block_pool", f"{_SPEC}:ReusedBlockKeepsHash",
+        "block_pool",
+        f"{_SPEC}:ReusedBlockKeepsHash",
         "get_new_blocks reuses a cached block without dropping it from the hash map",
-        "vLLM #4761 (_maybe_evict_cached_block)", "cache-map",
+        "vLLM #4761 (_maybe_evict_cached_block)",
+        "cache-map",
     ),
 }

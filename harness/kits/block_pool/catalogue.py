@@ -112,13 +112,20 @@ def block_pool_catalogue() -> tuple[Move, ...]:
         Move("evict blocks without a hash", 0.1, _evict_uncached, setup=_build_held_blocks),
         Move("evict one of two blocks under one hash", 0.1, _shared_hash, setup=_toward_a_shared_hash),
         Move("reset with cached free blocks", 0.1, _reset_cached, setup=_toward_reset),
-        *(Move(f"cache_full_blocks with {kind}", 0.05, _cache_misuse(kind), misuse=True,
-               setup=_build_held_blocks) for kind in CACHE_MISUSE),
-        *(Move(f"{call} of {kind}", 0.03, fixed("foreign_block", call=call, kind=kind), misuse=True)
-          for call in ("touch", "free_blocks", "cache_full_blocks") for kind in FOREIGN_BLOCKS),
+        *(
+            Move(f"cache_full_blocks with {kind}", 0.05, _cache_misuse(kind), misuse=True, setup=_build_held_blocks)
+            for kind in CACHE_MISUSE
+        ),
+        *(
+            Move(f"{call} of {kind}", 0.03, fixed("foreign_block", call=call, kind=kind), misuse=True)
+            for call in ("touch", "free_blocks", "cache_full_blocks")
+            for kind in FOREIGN_BLOCKS
+        ),
         Move("evict of a float id", 0.03, fixed("evict_non_int", block_id=1.5), misuse=True),
-        *(Move(f"unpin_blocks of {kind}", 0.03, fixed("unpin_misuse", kind=kind), misuse=True, setup=_build_held_blocks)
-          for kind in ("more unpins than references", "the null block")),
+        *(
+            Move(f"unpin_blocks of {kind}", 0.03, fixed("unpin_misuse", kind=kind), misuse=True, setup=_build_held_blocks)
+            for kind in ("more unpins than references", "the null block")
+        ),
         Move("touch of a free uncached block", 0.03, _touch_free_uncached, misuse=True),
         *(Move(f"malformed constructor {c}", 0.02, fixed("construct", overrides=c), misuse=True) for c in constructors),
     )

@@ -133,8 +133,7 @@ class BlockPoolMisuse:
     @operation
     def evict_non_int(self, block_id: float | str) -> Any:
         """``evict_blocks`` of an id that is not an int: ``BadBatchError``."""
-        result = self.misuse(lambda: self.pool.evict_blocks([NULL_BLOCK, block_id]), BadBatchError,
-                             f"evict_blocks of {block_id!r}")
+        result = self.misuse(lambda: self.pool.evict_blocks([NULL_BLOCK, block_id]), BadBatchError, f"evict_blocks of {block_id!r}")
         if result is not SKIPPED:
             self.event("misuse: evict_blocks of an id that is not an int")
         return result

@@ -202,7 +202,7 @@ def _evict_a_table(view: BlockPoolView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "evict", {"block_ids": view.table(choose.choice(live))[choose.randint(0, 2):] or [0]}
+    return "evict", {"block_ids": view.table(choose.choice(live))[choose.randint(0, 2) :] or [0]}
 
 
 def _reset_at_the_boundary(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -219,9 +219,11 @@ _allocate_negative = one_of("allocate", BlockPoolView.live, num_blocks=-1)
 def _by_id(call: str) -> Draw:
     """Name blocks by id where the contract forbids it: touch free uncached blocks, release blocks nobody holds
     that often (calls that turn out valid run as such)."""
+
     def draw(view: BlockPoolView, choose: Chooser) -> Step:
         every = view.num_gpu_blocks
         return call, {"block_ids": [choose.randrange(every) for _ in range(choose.randint(1, 3))]}
+
     return draw
 
 
@@ -284,6 +286,11 @@ def block_pool_drain(view: BlockPoolView) -> Iterator[Step]:
 def block_pool_table() -> MoveTable:
     """The ``block_pool`` family's table."""
     return viewed_table(
-        BlockPoolView, block_pool_config, block_pool_moves(), block_pool_catalogue(), corners=block_pool_corners,
+        BlockPoolView,
+        block_pool_config,
+        block_pool_moves(),
+        block_pool_catalogue(),
+        corners=block_pool_corners,
         bench_moves=("prefill", "allocate", "cache", "free", "slide", "touch", "evict a request's blocks", "reset"),
-        drain=block_pool_drain)
+        drain=block_pool_drain,
+    )

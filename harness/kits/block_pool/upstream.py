@@ -84,9 +84,7 @@ class VllmBlockPool:
         self.modules = load_vllm()
         # A refused reset_prefix_cache() logs a warning; a fuzz run refuses thousands.
         self.modules.block_pool.logger.setLevel(logging.ERROR)
-        self.inner = self.modules.new_block_pool(
-            num_gpu_blocks, enable_caching=enable_caching, hash_block_size=HASH_BLOCK_SIZE
-        )
+        self.inner = self.modules.new_block_pool(num_gpu_blocks, enable_caching=enable_caching, hash_block_size=HASH_BLOCK_SIZE)
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.blocks = [VllmBlock(block) for block in self.inner.blocks]
@@ -142,9 +140,7 @@ class VllmBlockPool:
     ) -> None:
         end = len(blocks) if num_full_blocks is None else num_full_blocks
         request = self.modules.request(upstream_hashes(list(block_hashes)))
-        self.inner.cache_full_blocks(
-            request, [block.inner for block in blocks], num_cached_blocks, end, HASH_BLOCK_SIZE, GROUP_ID
-        )
+        self.inner.cache_full_blocks(request, [block.inner for block in blocks], num_cached_blocks, end, HASH_BLOCK_SIZE, GROUP_ID)
 
     def unpin_blocks(self, blocks: Iterable[VllmBlock], on_reuse: Callable[[VllmBlock], None]) -> None:
         """``unpin_blocks(blocks, on_reuse)`` (block_pool.py:748-767), ``on_reuse`` seeing our block views."""

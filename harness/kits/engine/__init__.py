@@ -13,29 +13,62 @@ from harness.judge.limits import REQUEST, ROWS
 from harness.kits.engine.config import EngineTargetConfig
 
 FAMILIES = (
-    Family(name="engine",
-           summary="SGLang 0.5.23's scheduler memory path: upstream's own calls on its pools and prefix cache "
-                   "(RadixCache, UnifiedRadixCache over the Rust or Python core; full attention, hybrid SWA or hybrid Mamba)",
-           default="harness.upstream:Engine", driver="harness.kits.engine.driver:EngineDriver",
-           moves="harness.kits.engine.moves:engine_table", audit_period=1,
-           bench_config=EngineTargetConfig(cache="radix", page_size=1, rows=4, tokens=32, context=64, chunk=None,
-                                           new_token_ratio=0.1, pools="upstream", sliding_window=None, swa_tokens=0,
-                                           swa_eviction_interval=128, mamba_slots=0, device="cpu"),
-           canaries=("harness.kits.engine.canaries",),
-           upstream=("harness.upstream:Engine",),
-           not_covered=(
-               "speculative decoding: alloc_for_spec_decode writes rows with Triton, or sgl_kernel on CPU "
-               "(allocation.py:745-763); neither runs without a GPU build",
-               "Mamba above page size 1 (MambaComponent asserts page 1, components/mamba.py:74-79) and the Mamba extra "
-               "buffer (track_mask_cpu.pin_memory(), schedule_batch.py:3830, raises on a CPU torch)",
-               "SWA or Mamba over pools/: pools.swa and pools.mamba predate the 0.5.23 interfaces",
-               "overlap scheduling, mixed chunks, HiCache, streaming sessions, PD disaggregation, LoRA, grammar: "
-               "0.5.23 paths this loop does not drive",
-           ),
-           invariants=("valid-call-accepted", "reserved-never-handed-out", "no-double-allocation",
-                       "scheduler-conservation", "kv-accounting", "lock-balance", "swa-mapping", "scheduler-progress",
-                       "checker-agreement", "implementations-agree"),
-           limits=EngineTargetConfig.with_args(
-               {"arrive.length": REQUEST, "arrive.tail": REQUEST, "arrive.max_new": REQUEST, "iterate.eos[*]": REQUEST,
-                "crowd.count": ROWS, "crowd.max_new": REQUEST, "run.iterations": REQUEST})),
+    Family(
+        name="engine",
+        summary="SGLang 0.5.23's scheduler memory path: upstream's own calls on its pools and prefix cache "
+        "(RadixCache, UnifiedRadixCache over the Rust or Python core; full attention, hybrid SWA or hybrid Mamba)",
+        default="harness.upstream:Engine",
+        driver="harness.kits.engine.driver:EngineDriver",
+        moves="harness.kits.engine.moves:engine_table",
+        audit_period=1,
+        bench_config=EngineTargetConfig(
+            cache="radix",
+            page_size=1,
+            rows=4,
+            tokens=32,
+            context=64,
+            chunk=None,
+            new_token_ratio=0.1,
+            pools="upstream",
+            sliding_window=None,
+            swa_tokens=0,
+            swa_eviction_interval=128,
+            mamba_slots=0,
+            device="cpu",
+        ),
+        canaries=("harness.kits.engine.canaries",),
+        upstream=("harness.upstream:Engine",),
+        not_covered=(
+            "speculative decoding: alloc_for_spec_decode writes rows with Triton, or sgl_kernel on CPU "
+            "(allocation.py:745-763); neither runs without a GPU build",
+            "Mamba above page size 1 (MambaComponent asserts page 1, components/mamba.py:74-79) and the Mamba extra "
+            "buffer (track_mask_cpu.pin_memory(), schedule_batch.py:3830, raises on a CPU torch)",
+            "SWA or Mamba over pools/: pools.swa and pools.mamba predate the 0.5.23 interfaces",
+            "overlap scheduling, mixed chunks, HiCache, streaming sessions, PD disaggregation, LoRA, grammar: "
+            "0.5.23 paths this loop does not drive",
+        ),
+        invariants=(
+            "valid-call-accepted",
+            "reserved-never-handed-out",
+            "no-double-allocation",
+            "scheduler-conservation",
+            "kv-accounting",
+            "lock-balance",
+            "swa-mapping",
+            "scheduler-progress",
+            "checker-agreement",
+            "implementations-agree",
+        ),
+        limits=EngineTargetConfig.with_args(
+            {
+                "arrive.length": REQUEST,
+                "arrive.tail": REQUEST,
+                "arrive.max_new": REQUEST,
+                "iterate.eos[*]": REQUEST,
+                "crowd.count": ROWS,
+                "crowd.max_new": REQUEST,
+                "run.iterations": REQUEST,
+            }
+        ),
+    ),
 )

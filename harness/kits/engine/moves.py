@@ -69,9 +69,20 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     chunk = choose.choice((None, None, 8, 16))
     ratio = choose.choice((0.7, 0.1, 0.1))
     pools = "upstream" if swa or mamba else choose.choice(POOL_CHOICES)
-    config = EngineTargetConfig(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=64, chunk=chunk,
-                                new_token_ratio=ratio, pools=pools, sliding_window=None, swa_tokens=0,
-                                swa_eviction_interval=128, mamba_slots=0)
+    config = EngineTargetConfig(
+        cache=cache,
+        page_size=page_size,
+        rows=rows,
+        tokens=tokens,
+        context=64,
+        chunk=chunk,
+        new_token_ratio=ratio,
+        pools=pools,
+        sliding_window=None,
+        swa_tokens=0,
+        swa_eviction_interval=128,
+        mamba_slots=0,
+    )
     if swa:
         # As pool_configurator._solve_pool_sizes (model_executor/pool_configurator.py:879-881) sizes it: the
         # full pool times --swa-full-tokens-ratio (default 0.8), page-aligned; a pool the startup check
@@ -80,8 +91,7 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
         ratio = choose.choice((0.8, 0.8, 0.5, 0.3))
         swa_tokens = int(tokens * ratio) // page_size * page_size
         floor = (window + page_size) // page_size * page_size + page_size
-        config = config.replaced(sliding_window=window, swa_tokens=max(swa_tokens, floor),
-                                 swa_eviction_interval=choose.choice((1, 4, 128)))
+        config = config.replaced(sliding_window=window, swa_tokens=max(swa_tokens, floor), swa_eviction_interval=choose.choice((1, 4, 128)))
     if mamba:
         config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     return config
@@ -89,16 +99,25 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
 
 def engine_corners(config: EngineTargetConfig) -> list[str]:
     """The shape's labels: its cache, page size, chunking, model kind and whose pools."""
-    model = ("hybrid SWA" if config.sliding_window else "hybrid Mamba" if config.mamba_slots else "full attention")
-    return [f"cache {config.cache}", f"page_size {config.page_size}",
-            "chunked prefill" if config.chunk else "no chunking", model, f"pools {config.pools}"]
+    model = "hybrid SWA" if config.sliding_window else "hybrid Mamba" if config.mamba_slots else "full attention"
+    return [
+        f"cache {config.cache}",
+        f"page_size {config.page_size}",
+        "chunked prefill" if config.chunk else "no chunking",
+        model,
+        f"pools {config.pools}",
+    ]
 
 
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
     if view.waiting >= 2 * view.rows:
         return None
-    return "arrive", {"stem": choose.randrange(0, 3), "length": choose.randint(1, 20), "tail": choose.randint(0, 6),
-                      "max_new": choose.randint(1, 12)}
+    return "arrive", {
+        "stem": choose.randrange(0, 3),
+        "length": choose.randint(1, 20),
+        "tail": choose.randint(0, 6),
+        "max_new": choose.randint(1, 12),
+    }
 
 
 def _iterate(view: EngineView, choose: Chooser) -> Step | None:
@@ -130,10 +149,15 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
 
 def engine_table() -> MoveTable:
     """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
-    return viewed_table(EngineView, engine_config, (
-        Move("iterate", 6, _iterate),
-        Move("arrive", 4, _arrive),
-        Move("crowd", 2, _crowd),
-        Move("run", 2, _run, corner="decode under memory pressure"),
-        Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
-    ), corners=engine_corners)
+    return viewed_table(
+        EngineView,
+        engine_config,
+        (
+            Move("iterate", 6, _iterate),
+            Move("arrive", 4, _arrive),
+            Move("crowd", 2, _crowd),
+            Move("run", 2, _run, corner="decode under memory pressure"),
+            Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
+        ),
+        corners=engine_corners,
+    )

@@ -13,24 +13,40 @@ from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages
 from harness.judge.limits import REQUEST
 from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
 
-KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST,
-           "free_segment.trim": REQUEST}
+KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST, "free_segment.trim": REQUEST}
 KV_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement")
 
 FAMILIES = (
-    Family(name="token_kv", summary="KV token slots, page size 1", default="pools:TokenToKVPoolAllocator",
-           driver="harness.kits.kv.driver:TokenKVDriver", moves="harness.kits.kv.moves:token_kv_table",
-           bench_config=TokenKVConfig(size=64, device="cpu"), canaries=("harness.kits.kv.canaries",),
-           upstream=("harness.upstream:TokenKV",), invariants=KV_INVARIANTS,
-           realistic=(("size", 16), ("alloc.need_size", 1)),
-           protocol="pools.protocols:TokenKVAllocator", device_path=True,
-           limits=TokenKVConfig.with_args(KV_ARGS)),
-    Family(name="paged_kv", summary="paged KV allocator: alloc, free groups, extend, decode",
-           default="pools:PagedTokenToKVPoolAllocator", driver="harness.kits.kv.paged:PagedKVDriver",
-           moves="harness.kits.kv.moves:paged_kv_table", bench_config=PagedKVConfig(size=256, page_size=4, device="cpu"),
-           canaries=("harness.kits.kv.canaries",), upstream=("harness.upstream:PagedKV",), invariants=KV_INVARIANTS,
-           realistic=(("size", pages(4)), *ONE_TOKEN),
-           protocol="pools.protocols:PagedKVAllocator", device_path=True, optional_imports=("triton",),
-           rate_target=4_000,
-           limits=PagedKVConfig.with_args({**KV_ARGS, "extend.batch[*][1]": REQUEST})),
+    Family(
+        name="token_kv",
+        summary="KV token slots, page size 1",
+        default="pools:TokenToKVPoolAllocator",
+        driver="harness.kits.kv.driver:TokenKVDriver",
+        moves="harness.kits.kv.moves:token_kv_table",
+        bench_config=TokenKVConfig(size=64, device="cpu"),
+        canaries=("harness.kits.kv.canaries",),
+        upstream=("harness.upstream:TokenKV",),
+        invariants=KV_INVARIANTS,
+        realistic=(("size", 16), ("alloc.need_size", 1)),
+        protocol="pools.protocols:TokenKVAllocator",
+        device_path=True,
+        limits=TokenKVConfig.with_args(KV_ARGS),
+    ),
+    Family(
+        name="paged_kv",
+        summary="paged KV allocator: alloc, free groups, extend, decode",
+        default="pools:PagedTokenToKVPoolAllocator",
+        driver="harness.kits.kv.paged:PagedKVDriver",
+        moves="harness.kits.kv.moves:paged_kv_table",
+        bench_config=PagedKVConfig(size=256, page_size=4, device="cpu"),
+        canaries=("harness.kits.kv.canaries",),
+        upstream=("harness.upstream:PagedKV",),
+        invariants=KV_INVARIANTS,
+        realistic=(("size", pages(4)), *ONE_TOKEN),
+        protocol="pools.protocols:PagedKVAllocator",
+        device_path=True,
+        optional_imports=("triton",),
+        rate_target=4_000,
+        limits=PagedKVConfig.with_args({**KV_ARGS, "extend.batch[*][1]": REQUEST}),
+    ),
 )

@@ -79,6 +79,7 @@ def _shape(name: str, damage: str) -> Defect:
     def apply(args: BatchArgs) -> bool:
         args.shapes[name] = damage
         return True
+
     return apply
 
 
@@ -162,8 +163,15 @@ DECODE_DEFECTS: dict[str, Defect] = {
     "last_loc past the pool": lambda args: _last_past_pool(args, decode=True),
 }
 
-LAYOUT_DEFECTS = frozenset({"last_loc for an empty prefix", "no last_loc for a prefix", "last_loc off by one",
-                            "last_loc on a page not handed out", "last_loc past the pool"})
+LAYOUT_DEFECTS = frozenset(
+    {
+        "last_loc for an empty prefix",
+        "no last_loc for a prefix",
+        "last_loc off by one",
+        "last_loc on a page not handed out",
+        "last_loc past the pool",
+    }
+)
 """Defects only a pool that checks the layout (``check_layout``, on by default on CPU) can see."""
 
 
@@ -181,6 +189,7 @@ def tensor(values: list[int], device: str, damage: str = "") -> torch.Tensor:
 
 def extend_call_args(args: BatchArgs, device: str) -> dict[str, object]:
     """Keyword arguments of ``alloc_extend`` for ``args`` (its damage included)."""
+
     def named(name: str, values: list[int], where: str) -> torch.Tensor:
         return tensor(values, where, args.shapes.get(name, ""))
 

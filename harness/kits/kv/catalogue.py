@@ -50,10 +50,10 @@ def _malformed_extend(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
         reqs = view.holding_requests()
         if not reqs:
             return None
-        handles: list[int | None] = [*some_of(reqs, choose, most=2),
-                                     *[None] * choose.randint(0, 1)]
+        handles: list[int | None] = [*some_of(reqs, choose, most=2), *[None] * choose.randint(0, 1)]
         choose.shuffle(handles)
         return "extend_malformed", {"handles": handles, "defect": defect}
+
     return draw
 
 
@@ -62,8 +62,8 @@ def _malformed_decode(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
         reqs = view.holding_requests()
         if not reqs:
             return None
-        return "decode_malformed", {"handles": some_of(reqs, choose),
-                                    "defect": defect}
+        return "decode_malformed", {"handles": some_of(reqs, choose), "defect": defect}
+
     return draw
 
 
@@ -122,8 +122,12 @@ def paged_catalogue() -> tuple[Move, ...]:
     return (
         *token_catalogue(PAGED_KV_MALFORMED),
         *move_kinds("malformed extend", {d: _malformed_extend(d) for d in EXTEND_DEFECTS}, 0.6, setup=admit_mid_page),
-        Move("malformed extend (an empty batch counting a token)", 0.02,
-             _step("extend_malformed", handles=[], defect="extend_num_tokens off by one"), misuse=True),
+        Move(
+            "malformed extend (an empty batch counting a token)",
+            0.02,
+            _step("extend_malformed", handles=[], defect="extend_num_tokens off by one"),
+            misuse=True,
+        ),
         *move_kinds("malformed decode", {d: _malformed_decode(d) for d in DECODE_DEFECTS}, 0.4, setup=admit_mid_page),
         *move_kinds("page kernel", kernel_misuse, 0.3),
         *move_kinds("page kernel", kernel_corners, 0.1, misuse=False),

@@ -28,12 +28,10 @@ whole walk step, so the one share both engines draw keeps it rare: about one wal
 episode in fifty, which costs the paged walk about a twelfth of its steps per second.
 (The hand-written machine drew it one time in six, the walk never.)"""
 
-CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "roomy", "one page", "empty pool", "any",
-                  "many pages")
+CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "roomy", "one page", "empty pool", "any", "many pages")
 """Regions of the paged configuration space; each example or walk episode keeps to one (swarm testing over
 configurations), so page size 1, large pages, empty and full pools each get a steady share of the examples."""
-REGION_PAGE_SIZES = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7), "large pages": (16, 64),
-                     "many pages": (1, 2)}
+REGION_PAGE_SIZES = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7), "large pages": (16, 64), "many pages": (1, 2)}
 """Page sizes a region draws from; the other regions draw :func:`draw_page_size`."""
 
 
@@ -56,8 +54,9 @@ def draw_page_count(choose: Chooser, *, max_pages: int) -> int:
 
 def region_pages(region: str, max_pages: int) -> tuple[int, int] | None:
     """Bounds of a region's pool size in pages; ``None``: :func:`draw_page_count`."""
-    return {"empty pool": (0, 0), "one page": (1, 1), "roomy": (max_pages, 3 * max_pages),
-            "many pages": (MANY_PAGES - 10, MANY_PAGES)}.get(region)
+    return {"empty pool": (0, 0), "one page": (1, 1), "roomy": (max_pages, 3 * max_pages), "many pages": (MANY_PAGES - 10, MANY_PAGES)}.get(
+        region
+    )
 
 
 def kernel(choose: Chooser, *, page_size: int) -> str:

@@ -45,8 +45,7 @@ class TokenKVDriver(KVMisuseDriver):
     def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:
         super().__init__(factory, config, **kwargs)
         self.page_size = self.config.tokens_per_page
-        self.model = KVModel(self.config.size // self.page_size, self.page_size,
-                             need_sort=self.config.need_sort, head_release=self.paged)
+        self.model = KVModel(self.config.size // self.page_size, self.page_size, need_sort=self.config.need_sort, head_release=self.paged)
 
     # ------------------------------------------------------------ helpers
     def _free_set_state(self) -> tuple[frozenset[int], int]:
@@ -71,8 +70,7 @@ class TokenKVDriver(KVMisuseDriver):
         free = self.model.free_set()
         for page in pages:
             state = self.model.page_state(page)
-            check(page in free, "no-double-allocation", f"{what} took page {page}, which is {state}",
-                  owner=self.model.owner.get(page))
+            check(page in free, "no-double-allocation", f"{what} took page {page}, which is {state}", owner=self.model.owner.get(page))
 
     def _match_head(self, pages: list[int], num_pages: int, what: str) -> list[int]:
         """The allowed head of the free pages that ``pages`` came from (same set; the order is checked later)."""
@@ -82,20 +80,31 @@ class TokenKVDriver(KVMisuseDriver):
         for head in heads:
             if set(head) == set(pages):
                 return head
-        raise InvariantViolation("page-layout", f"{what} did not take the head of the free list",
-                                 took=pages, heads=heads)
+        raise InvariantViolation("page-layout", f"{what} did not take the head of the free list", took=pages, heads=heads)
 
     def _check_consumed(self, before: tuple[list[int], int], pages: list[int], invariant: str, what: str) -> None:
         """After taking ``pages``: exactly those left the free pages, and ``available_size()`` fell by them."""
         free, available = self._free_state()
         expected = before[1] - len(pages) * self.page_size
-        check(available == expected, invariant, f"{what} changed available_size() by the wrong amount",
-              before=before[1], after=available, expected=expected)
-        check(set(free) == set(before[0]) - set(pages), "conservation", f"{what} left the free pages wrong",
-              missing=sorted(set(before[0]) - set(pages) - set(free)), extra=sorted(set(free) - set(before[0])))
+        check(
+            available == expected,
+            invariant,
+            f"{what} changed available_size() by the wrong amount",
+            before=before[1],
+            after=available,
+            expected=expected,
+        )
+        check(
+            set(free) == set(before[0]) - set(pages),
+            "conservation",
+            f"{what} left the free pages wrong",
+            missing=sorted(set(before[0]) - set(pages) - set(free)),
+            extra=sorted(set(free) - set(before[0])),
+        )
 
-    def _free_valid(self, handle: int, slots: list[int], sent: list[int], what: str,
-                    segment: Callable[[torch.Tensor], Any] | None = None) -> None:
+    def _free_valid(
+        self, handle: int, slots: list[int], sent: list[int], what: str, segment: Callable[[torch.Tensor], Any] | None = None
+    ) -> None:
         """Free ``sent`` (tokens naming exactly the pages of ``slots``, all owned by ``handle``).
 
         Afterwards the tensor passed to ``free`` is zeroed, as a caller reusing
@@ -119,11 +128,22 @@ class TokenKVDriver(KVMisuseDriver):
         pages = self.model.release_slots(handle, slots, in_row=in_row)
         free, available = self._free_state()
         check_unique(free, "no-double-allocation", f"free pages after {what}")
-        check(set(free) == set(before[0]) | set(pages), "conservation", f"{what} released the wrong pages",
-              released=sorted(set(free) - set(before[0])), expected=sorted(set(pages)))
+        check(
+            set(free) == set(before[0]) | set(pages),
+            "conservation",
+            f"{what} released the wrong pages",
+            released=sorted(set(free) - set(before[0])),
+            expected=sorted(set(pages)),
+        )
         expected = before[1] + len(set(pages)) * self.page_size
-        check(available == expected, "conservation", f"{what} changed available_size() by the wrong amount",
-              before=before[1], after=available, expected=expected)
+        check(
+            available == expected,
+            "conservation",
+            f"{what} changed available_size() by the wrong amount",
+            before=before[1],
+            after=available,
+            expected=expected,
+        )
 
     # --------------------------------------------------------- operations
     @operation
@@ -139,8 +159,13 @@ class TokenKVDriver(KVMisuseDriver):
         num_pages = int(need_size) // ps
         heads = self.model.heads(num_pages)
         if not heads:
-            self.expect_refused(lambda: self.pool.alloc(need_size), what, state=self._free_set_state,
-                                crash_id="empty-pool-guard", free_pages=self.model.available_pages())
+            self.expect_refused(
+                lambda: self.pool.alloc(need_size),
+                what,
+                state=self._free_set_state,
+                crash_id="empty-pool-guard",
+                free_pages=self.model.available_pages(),
+            )
             self.model.refused()
             self.event("alloc refused: pool short")
             return None
@@ -153,8 +178,12 @@ class TokenKVDriver(KVMisuseDriver):
         self._check_fresh_slots(slots, what)
         pages = [s // ps for s in slots[::ps]]
         for i, page in enumerate(pages):
-            check(slots[i * ps: (i + 1) * ps] == list(range(page * ps, page * ps + ps)), "page-layout",
-                  f"{what} returned a page that is not whole and in order", slots=slots[i * ps: (i + 1) * ps])
+            check(
+                slots[i * ps : (i + 1) * ps] == list(range(page * ps, page * ps + ps)),
+                "page-layout",
+                f"{what} returned a page that is not whole and in order",
+                slots=slots[i * ps : (i + 1) * ps],
+            )
         self._check_pages_free(pages, what)
         head = self._match_head(pages, num_pages, what)
         check(pages == head, "page-layout", f"{what} took the head of the free list out of order", took=pages, head=head)
@@ -203,8 +232,9 @@ class TokenKVDriver(KVMisuseDriver):
         first = 0 if request else min(max(start_page, 0), len(held) // ps - 1) * ps
         end = len(held) if request else len(held) - min(max(trim, 0), ps - 1)
         slots, sent = held[first:], held[first:end]
-        self._free_valid(handle, slots, sent, f"free_segment(handle {handle}, start_pos={first})",
-                         segment=lambda indices: call(indices, start_pos=first))
+        self._free_valid(
+            handle, slots, sent, f"free_segment(handle {handle}, start_pos={first})", segment=lambda indices: call(indices, start_pos=first)
+        )
         if request:
             self.model.retire(handle)
         if len(sent) % ps:
@@ -233,10 +263,20 @@ class TokenKVDriver(KVMisuseDriver):
         pages = set(self.model.end_group())
         free, available = self._free_state()
         check_unique(free, "no-double-allocation", "free pages after free_group_end()")
-        check(set(free) == set(before[0]) | pages, "group-window", "free_group_end() released other pages than enqueued",
-              released=sorted(set(free) - set(before[0])), enqueued=sorted(pages))
-        check(available == before[1] + len(pages) * self.page_size, "group-window",
-              "free_group_end() changed available_size() by the wrong amount", before=before[1], after=available)
+        check(
+            set(free) == set(before[0]) | pages,
+            "group-window",
+            "free_group_end() released other pages than enqueued",
+            released=sorted(set(free) - set(before[0])),
+            enqueued=sorted(pages),
+        )
+        check(
+            available == before[1] + len(pages) * self.page_size,
+            "group-window",
+            "free_group_end() changed available_size() by the wrong amount",
+            before=before[1],
+            after=available,
+        )
         if pages:
             self.event("free group released pages")
 
@@ -246,8 +286,13 @@ class TokenKVDriver(KVMisuseDriver):
         self.expect_accepted(self.pool.merge_and_sort_free, "merge_and_sort_free()")
         self.model.merge()
         after = self._free_state()
-        check(sorted(after[0]) == sorted(before[0]) and after[1] == before[1], "conservation",
-              "merge_and_sort_free() changed the free pages", before=before, after=after)
+        check(
+            sorted(after[0]) == sorted(before[0]) and after[1] == before[1],
+            "conservation",
+            "merge_and_sort_free() changed the free pages",
+            before=before,
+            after=after,
+        )
 
     @operation
     def clear(self) -> None:
@@ -255,10 +300,8 @@ class TokenKVDriver(KVMisuseDriver):
         self.expect_accepted(self.pool.clear, "clear()", crash_id="clear-restores")
         self.model.clear()
         free, available = self._free_state()
-        check(sorted(free) == list(range(1, self.model.num_pages + 1)), "clear-restores", "clear() left pages out",
-              free=free)
-        check(available == self.model.num_pages * self.page_size, "clear-restores", "available_size() after clear()",
-              available=available)
+        check(sorted(free) == list(range(1, self.model.num_pages + 1)), "clear-restores", "clear() left pages out", free=free)
+        check(available == self.model.num_pages * self.page_size, "clear-restores", "available_size() after clear()", available=available)
         self.expect_accepted(self.pool.free_group_begin, "free_group_begin() after clear()", crash_id="clear-restores")
         self.expect_accepted(self.pool.free_group_end, "free_group_end() after clear()", crash_id="clear-restores")
 
@@ -272,18 +315,30 @@ class TokenKVDriver(KVMisuseDriver):
         pending = getattr(self.pool, "pending_free_pages", None)
         if pending is not None:
             enqueued = sorted(set(ints(pending())))
-            check(enqueued == sorted(set(self.model.pending_pages())), "group-window",
-                  "pending_free_pages() differs from the pages the open group enqueued", pending=enqueued,
-                  expected=sorted(set(self.model.pending_pages())))
+            check(
+                enqueued == sorted(set(self.model.pending_pages())),
+                "group-window",
+                "pending_free_pages() differs from the pages the open group enqueued",
+                pending=enqueued,
+                expected=sorted(set(self.model.pending_pages())),
+            )
         free, available = self._free_state()
         check_unique(free, "no-double-allocation", "the pool's free pages")
         check(0 not in free, "reserved-never-handed-out", "page 0 is among the free pages")
         outside = [p for p in free if not 1 <= p <= self.model.num_pages]
         check(not outside, "in-bounds", "free pages that do not exist", pages=outside)
         expected = self.model.free_set()
-        check(set(free) == expected, "conservation", "free pages differ from the model",
-              missing=sorted(expected - set(free)), extra=sorted(set(free) - expected))
-        check(available == self.model.available_pages() * self.page_size, "conservation",
-              "available_size() disagrees", available=available, expected=self.model.available_pages() * self.page_size)
-
-
+        check(
+            set(free) == expected,
+            "conservation",
+            "free pages differ from the model",
+            missing=sorted(expected - set(free)),
+            extra=sorted(set(free) - expected),
+        )
+        check(
+            available == self.model.available_pages() * self.page_size,
+            "conservation",
+            "available_size() disagrees",
+            available=available,
+            expected=self.model.available_pages() * self.page_size,
+        )

@@ -33,11 +33,21 @@ from pools.page_alloc.counting import triton_page_size
 
 __all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
 
-SEGMENT_MISUSE = ("start off the page grid", "a page in two runs", "a free page", "the reserved page",
-                  "a token past the pool", "a 2-D tensor", "a float tensor")
+SEGMENT_MISUSE = (
+    "start off the page grid",
+    "a page in two runs",
+    "a free page",
+    "the reserved page",
+    "a token past the pool",
+    "a 2-D tensor",
+    "a float tensor",
+)
 """The ways :meth:`KVMisuseDriver.free_segment_malformed` breaks a row segment (the move draws one)."""
-_AFTER_THE_ROW: dict[str, type[PoolError]] = {"a free page": DoubleFreeError, "the reserved page": ReservedIndexError,
-                                              "a token past the pool": ForeignIndexError}
+_AFTER_THE_ROW: dict[str, type[PoolError]] = {
+    "a free page": DoubleFreeError,
+    "the reserved page": ReservedIndexError,
+    "a token past the pool": ForeignIndexError,
+}
 """The error of each kind that appends one page's first token to the row."""
 
 
@@ -78,7 +88,7 @@ class KVMisuseDriver(Driver):
         if kind == "start off the page grid":
             start, tensor, error = (1 if ps > 1 else -1), self._tensor(held), BadSizeError
         elif kind == "a page in two runs" and ps > 1 and len(held) >= 2 * ps:
-            tensor = self._tensor([held[0], *held[ps:2 * ps], held[1]])
+            tensor = self._tensor([held[0], *held[ps : 2 * ps], held[1]])
         elif after is not None:
             tensor, error = self._tensor([*held, after * ps]), _AFTER_THE_ROW[kind]
         elif kind == "a 2-D tensor":
@@ -104,8 +114,12 @@ class KVMisuseDriver(Driver):
         pages = self.model.pages_of(released)
         if not released or not self.check_misuse or any(self.model.page_state(p) == "live" for p in pages):
             return SKIPPED  # type: ignore[return-value]  # a re-allocated page: no pool can tell
-        self.expect_rejected(lambda: self.pool.free(self._tensor(released)), DoubleFreeError,
-                             f"second free of handle {handle}'s slots", offending=self._offends(released))
+        self.expect_rejected(
+            lambda: self.pool.free(self._tensor(released)),
+            DoubleFreeError,
+            f"second free of handle {handle}'s slots",
+            offending=self._offends(released),
+        )
         self.event("double free rejected" + (" inside a free group" if self.model.group_open else ""))
 
     @operation
@@ -128,8 +142,9 @@ class KVMisuseDriver(Driver):
             expected.append(DoubleFreeError)
         if not expected or not self.check_misuse:
             return SKIPPED  # type: ignore[return-value]  # live pages: free/free_part is the call
-        self.expect_rejected(lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})",
-                             offending=self._offends(indices))
+        self.expect_rejected(
+            lambda: self.pool.free(self._tensor(indices)), tuple(expected), f"free({indices})", offending=self._offends(indices)
+        )
 
     def _offends(self, indices: list[int]) -> Any:
         """What a rejected ``free(indices)`` may name: foreign token indices, a page-0 index, or pages it may not free.
@@ -147,6 +162,7 @@ class KVMisuseDriver(Driver):
             if isinstance(error, ReservedIndexError):
                 return number in indices and 0 <= number < ps
             return number in pages and (number in repeated or self.model.page_state(number) in ("free", "pending"))
+
         return offends
 
     @operation
@@ -154,8 +170,11 @@ class KVMisuseDriver(Driver):
         """A free of a live allocation's slots as a :data:`MALFORMED_FREES` form: ``BadBatchError``, nothing freed."""
         live = sorted(h for h, slots in self.model.slots.items() if slots)
         values = self.model.slots[live[0]] if live else [self.page_size]
-        indices: Any = {"list": list(values), "float tensor": torch.tensor(values, dtype=torch.float32),
-                        "2-D tensor": self._tensor(values).reshape(1, -1)}.get(form)
+        indices: Any = {
+            "list": list(values),
+            "float tensor": torch.tensor(values, dtype=torch.float32),
+            "2-D tensor": self._tensor(values).reshape(1, -1),
+        }.get(form)
         if indices is None or form not in self.malformed_frees or not self.check_misuse:
             return SKIPPED  # type: ignore[return-value]
         self.expect_rejected(lambda: self.pool.free(indices), BadBatchError, f"free of a {form} {values}")

@@ -64,12 +64,13 @@ _free = one_of("free", KVView.live)
 def free_part(holders: Callable[[Any], Sequence[int]]) -> Callable[[Any, Chooser], Step | None]:
     """``free_part`` of the first 1..3 pages of one of ``holders(view)``, ``sparse`` or not (one token a page):
     the token allocator's, and the pure SWA pool's (:mod:`harness.kits.swa.pure_moves`, its pages one slot)."""
+
     def draw(view: Any, choose: Chooser) -> Step | None:
         among = holders(view)
         if not among:
             return None
-        return "free_part", {"handle": choose.choice(among), "count": choose.randint(1, 3),
-                             "sparse": choose.choice((False, True))}
+        return "free_part", {"handle": choose.choice(among), "count": choose.randint(1, 3), "sparse": choose.choice((False, True))}
+
     return draw
 
 
@@ -83,8 +84,7 @@ def _free_segment(view: KVView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "free_segment", {"handle": choose.choice(live), "start_page": choose.randint(0, 2),
-                            "trim": choose.randint(0, 3)}
+    return "free_segment", {"handle": choose.choice(live), "start_page": choose.randint(0, 2), "trim": choose.randint(0, 3)}
 
 
 def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
@@ -94,7 +94,6 @@ def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
     if not live:
         return None
     return "free_segment_malformed", {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
-
 
 
 def _free_group(view: KVView, choose: Chooser) -> Step | None:
@@ -139,8 +138,9 @@ def _free_raw(view: KVView, choose: Chooser) -> Step | None:
     if not view.holds_pages():
         return None
     ps, pages = view.page_size, view.num_pages
-    return "free_indices", {"indices": [choose.randint(-1, pages + 2) * ps + choose.randint(0, 63) % ps
-                                        for _ in range(choose.randint(1, 3))]}
+    return "free_indices", {
+        "indices": [choose.randint(-1, pages + 2) * ps + choose.randint(0, 63) % ps for _ in range(choose.randint(1, 3))]
+    }
 
 
 def _group_misuse(view: KVView, choose: Chooser) -> Step:
@@ -190,8 +190,14 @@ def kv_drain(view: KVView) -> Iterator[Step]:
 
 def token_kv_table() -> MoveTable:
     """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
-    return viewed_table(KVView, token_kv_config, token_moves(), token_catalogue(),
-                        bench_moves=("alloc", "free", "free group", "free part", "merge", "clear"), drain=kv_drain)
+    return viewed_table(
+        KVView,
+        token_kv_config,
+        token_moves(),
+        token_catalogue(),
+        bench_moves=("alloc", "free", "free group", "free part", "merge", "clear"),
+        drain=kv_drain,
+    )
 
 
 # ---------------------------------------------------------------- paged moves
@@ -290,8 +296,7 @@ def _decode_mixed(view: PagedKVView, choose: Chooser) -> Step | None:
     room = view.free_pages()
     if not edge or not mid or not room:
         return None
-    handles = [*some_of(mid, choose, most=2),
-               *choose.sample(edge, choose.randint(1, min(2, len(edge), room)))]
+    handles = [*some_of(mid, choose, most=2), *choose.sample(edge, choose.randint(1, min(2, len(edge), room)))]
     choose.shuffle(handles)
     return "decode", {"handles": handles}
 
@@ -345,10 +350,11 @@ def paged_moves() -> tuple[Move, ...]:
         Move("extend at page edges", 1, _extend, "corner: extend batch at page-edge geometry", setup=_admit),
         Move("decode", 1, _decode),
         Move("admit", 0.5, _admit),
-        *(token[name] for name in ("alloc", "free", "free part", "free a row segment", "free group",
-                                   "free inside a group", "merge", "clear")),
-        Move("unaligned prefix", 1.5, _unaligned, "corner: an unaligned prefix grown by a remainder or whole pages",
-             setup=_admit_mid_page),
+        *(
+            token[name]
+            for name in ("alloc", "free", "free part", "free a row segment", "free group", "free inside a group", "merge", "clear")
+        ),
+        Move("unaligned prefix", 1.5, _unaligned, "corner: an unaligned prefix grown by a remainder or whole pages", setup=_admit_mid_page),
         Move("fill", 0.5, _fill, CORNER_EXACT),
         Move("decode mixed", 1.5, _decode_mixed, CORNER_MIXED, setup=_admit_edge_and_mid),
         Move("grow to a page edge", 0.5, _to_edge),
@@ -363,6 +369,10 @@ def paged_kv_table(*, page_size: int | None = None) -> MoveTable:
     ``page_size`` fixes the page size of every configuration (the table of one page size).
     """
     return viewed_table(  # PagedKVView's occupancy is KVView's: pages in use
-        PagedKVView, lambda choose: paged_kv_config(choose, page_size=page_size), paged_moves(), paged_catalogue(),
-        bench_moves=("admit", "extend at page edges", "decode", "alloc", "free", "free group", "free part", "merge",
-                     "clear"), drain=kv_drain)
+        PagedKVView,
+        lambda choose: paged_kv_config(choose, page_size=page_size),
+        paged_moves(),
+        paged_catalogue(),
+        bench_moves=("admit", "extend at page edges", "decode", "alloc", "free", "free group", "free part", "merge", "clear"),
+        drain=kv_drain,
+    )

@@ -165,6 +165,7 @@ def _count_case(case: str, ps: int) -> Callable[[], None]:
 
     def call() -> None:
         get_num_new_pages(seq, ps, pre, decode=decode)
+
     return call
 
 

@@ -28,8 +28,20 @@ from hypothesis.strategies import SearchStrategy
 from harness.judge.page_batch import FreeKind, PageBatch, PageTensors
 
 __all__ = [
-    "HUGE_EXTEND", "ODD_PAGE_SIZES", "POWERS_OF_TWO", "FreeKind", "Order", "PageBatch", "PageTensors", "batch_sizes",
-    "build_page_batch", "decode_batches", "edge_extend_lengths", "extend_batches", "page_batches", "page_sizes",
+    "HUGE_EXTEND",
+    "ODD_PAGE_SIZES",
+    "POWERS_OF_TWO",
+    "FreeKind",
+    "Order",
+    "PageBatch",
+    "PageTensors",
+    "batch_sizes",
+    "build_page_batch",
+    "decode_batches",
+    "edge_extend_lengths",
+    "extend_batches",
+    "page_batches",
+    "page_sizes",
 ]
 Order = Literal["sorted", "shuffled", "reversed"]
 
@@ -185,9 +197,7 @@ def extend_batches(
     free_kinds: tuple[FreeKind, ...] = ("exact",),
 ) -> SearchStrategy[PageBatch]:
     """Extend batches (see :func:`page_batches`)."""
-    return page_batches(
-        page_size=page_size, triton=triton, max_batch=max_batch, max_tokens=max_tokens, huge=huge, free_kinds=free_kinds
-    )
+    return page_batches(page_size=page_size, triton=triton, max_batch=max_batch, max_tokens=max_tokens, huge=huge, free_kinds=free_kinds)
 
 
 def decode_batches(
@@ -198,8 +208,7 @@ def decode_batches(
     free_kinds: tuple[FreeKind, ...] = ("exact",),
 ) -> SearchStrategy[PageBatch]:
     """Decode batches, ``seq = prefix + 1`` (see :func:`page_batches`)."""
-    return page_batches(page_size=page_size, triton=triton, max_batch=max_batch, huge=False, decode=True,
-                        free_kinds=free_kinds)
+    return page_batches(page_size=page_size, triton=triton, max_batch=max_batch, huge=False, decode=True, free_kinds=free_kinds)
 
 
 def edge_extend_lengths(prefix: int, page_size: int) -> list[int]:
@@ -213,6 +222,5 @@ def edge_extend_lengths(prefix: int, page_size: int) -> list[int]:
     """
     ps = page_size
     to_edge = (ps - prefix % ps) % ps
-    lengths = {0, 1, to_edge, to_edge + 1, max(0, to_edge - 1), to_edge + ps, to_edge + ps - 1,
-               to_edge + ps + 1, to_edge + 2 * ps, ps}
+    lengths = {0, 1, to_edge, to_edge + 1, max(0, to_edge - 1), to_edge + ps, to_edge + ps - 1, to_edge + ps + 1, to_edge + 2 * ps, ps}
     return sorted(lengths)

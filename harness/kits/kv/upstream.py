@@ -61,9 +61,7 @@ class TokenKV(UpstreamKV):
     upstream_class = "TokenToKVPoolAllocator"
     poolfuzz_contract = "harness.kits.kv.contracts.token_kv:CONTRACT"
 
-    def __init__(
-        self, size: int, device: str | torch.device = "cpu", need_sort: bool = False, dtype: torch.dtype = torch.float16
-    ) -> None:
+    def __init__(self, size: int, device: str | torch.device = "cpu", need_sort: bool = False, dtype: torch.dtype = torch.float16) -> None:
         upstream = load_upstream().token
         self.inner = upstream.TokenToKVPoolAllocator(size, dtype, torch.device(device), None, need_sort)
         self.size, self.page_size, self.device, self.need_sort = size, 1, torch.device(device), need_sort

@@ -55,10 +55,8 @@ def _clear_open(view: SlotView, choose: Chooser) -> Step | None:
 def window_catalogue() -> tuple[Move, ...]:
     """The group window's corners, for both Mamba families."""
     return (
-        Move("a window closed with its reservation unconsumed", 0.1, _end_unconsumed, CORNER_END_UNCONSUMED,
-             setup=_toward_a_reservation),
-        Move("clear while a reservation is open", 0.05, _clear_open, CORNER_CLEAR_OPEN,
-             setup=_toward_a_reservation),
+        Move("a window closed with its reservation unconsumed", 0.1, _end_unconsumed, CORNER_END_UNCONSUMED, setup=_toward_a_reservation),
+        Move("clear while a reservation is open", 0.05, _clear_open, CORNER_CLEAR_OPEN, setup=_toward_a_reservation),
     )
 
 
@@ -106,11 +104,9 @@ def mamba_slot_catalogue() -> tuple[Move, ...]:
     constructors: tuple[Overrides, ...] = ({"size": -1}, {"size": 1.5})
     return (
         *window_catalogue(),
-        Move("a multi-slot alloc in an open reservation", 0.1, _multi_in_window, CORNER_MULTI_IN_WINDOW,
-             setup=_toward_reserved_and_free),
+        Move("a multi-slot alloc in an open reservation", 0.1, _multi_in_window, CORNER_MULTI_IN_WINDOW, setup=_toward_reserved_and_free),
         Move("free of more than 64 slots at once", 0.05, _free_many, setup=_take_many),
-        Move("free of more than 64 slots, one named twice", 0.03, _free_many_repeating, misuse=True,
-             setup=_take_many),
+        Move("free of more than 64 slots, one named twice", 0.03, _free_many_repeating, misuse=True, setup=_take_many),
         Move("free of an empty tensor", 0.1, fixed("free_slots", slots=[])),
         Move("free of an int32 tensor", 0.1, _int32_free, setup=fixed("alloc", need_size=1)),
         Move("alloc of a float", 0.05, fixed("alloc", need_size=1.5), misuse=True),
@@ -174,9 +170,11 @@ def _admit_two(view: HybridView, choose: Chooser) -> Step | None:
 
 def _with_holders(count: int, make: Callable[[list[int], Chooser], Step]) -> HybridDraw:
     """A step over ``count`` distinct requests holding a Mamba slot, or ``None`` (then the setup admits two)."""
+
     def draw(view: HybridView, choose: Chooser) -> Step | None:
         holders = view.slot_holders()
         return make(choose.sample(holders, count), choose) if len(holders) >= count else None
+
     return draw
 
 
@@ -213,15 +211,19 @@ def _forged_free(form: str) -> HybridDraw:
 def hybrid_catalogue() -> tuple[Move, ...]:
     """Every kind of misuse a hybrid pool must reject, and its corners, one move each: the request rows'
     (read through the view's rows), then the Mamba side's."""
-    constructors: tuple[Overrides, ...] = ({"mamba_size": -1}, {"num_layers": 0}, {"conv_shape": [-1]},
-                                        {"temporal_shape": [-1]}, {"conv_shape": [1.5]}, {"temporal_shape": [2, 0.5]})
+    constructors: tuple[Overrides, ...] = (
+        {"mamba_size": -1},
+        {"num_layers": 0},
+        {"conv_shape": [-1]},
+        {"temporal_shape": [-1]},
+        {"conv_shape": [1.5]},
+        {"temporal_shape": [2, 0.5]},
+    )
     return (
         *through(_rows_of, row_catalogue()),
         *window_catalogue(),
-        Move("readmit without a slot beside new requests", 0.1, readmit_beside_new, CORNER_MIXED,
-             setup=donate_a_slot),
-        Move("a batch the shorter side cannot serve", 0.1, _short_side_batch, CORNER_SHORT_SIDE,
-             setup=_toward_one_side_short),
+        Move("readmit without a slot beside new requests", 0.1, readmit_beside_new, CORNER_MIXED, setup=donate_a_slot),
+        Move("a batch the shorter side cannot serve", 0.1, _short_side_batch, CORNER_SHORT_SIDE, setup=_toward_one_side_short),
         Move("beam rows given back", 0.2, _beam_rows, setup=fixed("alloc_rows", need_size=2)),
         Move("write Mamba state", 0.3, _with_holders(1, _write_state), setup=_admit_two),
         Move("fork Mamba state", 0.3, _with_holders(2, _fork_state), setup=_admit_two),
@@ -229,10 +231,13 @@ def hybrid_catalogue() -> tuple[Move, ...]:
         Move("clear no Mamba state", 0.03, fixed("clear_state", handles=[])),
         Move("copy no Mamba state", 0.03, fixed("copy_state", sources=[], targets=[])),
         *(Move(f"Mamba state: {kind}", 0.03, _state_misuse(kind), misuse=True, setup=_admit_two) for kind in STATE_MISUSE),
-        *(Move(f"alloc with a forged request claiming {claim}", 0.03, _claiming(claim), misuse=True, setup=_admit_two)
-          for claim in SLOT_CLAIMS),
-        *(Move(f"free_mamba_cache of a request holding {form}", 0.03, _forged_free(form), misuse=True,
-               setup=_admit_two) for form in FORGED_SLOT_FORMS),
-        *(Move(f"malformed hybrid constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True)
-          for c in constructors),
+        *(
+            Move(f"alloc with a forged request claiming {claim}", 0.03, _claiming(claim), misuse=True, setup=_admit_two)
+            for claim in SLOT_CLAIMS
+        ),
+        *(
+            Move(f"free_mamba_cache of a request holding {form}", 0.03, _forged_free(form), misuse=True, setup=_admit_two)
+            for form in FORGED_SLOT_FORMS
+        ),
+        *(Move(f"malformed hybrid constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True) for c in constructors),
     )

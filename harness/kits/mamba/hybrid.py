@@ -56,8 +56,13 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         slots = self.hybrid.slots
         own = self.hybrid.claims[handle].slot if handle in self.hybrid.claims and self.hybrid.holds_slot(handle) else None
         idle = sorted(set(range(1, slots.size + 1)) - set(slots.live))
-        value = {"a live slot twice": own, "a slot not handed out": idle[0] if idle else None,
-                 "a non-integer slot": 1.0, "slot 0": 0, "a slot past the pool": slots.size + 1}[claim]
+        value = {
+            "a live slot twice": own,
+            "a slot not handed out": idle[0] if idle else None,
+            "a non-integer slot": 1.0,
+            "slot 0": 0,
+            "a slot past the pool": slots.size + 1,
+        }[claim]
         if claim == "a live slot twice" and (own is None or not self._holds_live_row(handle)):
             return None  # the owner must be in the batch with its row, so only the slot is claimed twice
         return None if value is None else Req(rid=-2, mamba_pool_idx=value)
@@ -73,27 +78,48 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
     def _check_mapping_shape(self) -> None:
         """in-bounds: the mapping is indexed by row, so it has ``req_to_token`` rows (SGLang #24244)."""
         shape, rows = tuple(self.pool.req_index_to_mamba_index_mapping.shape), self.pool.req_to_token.shape[0]
-        check(shape[:1] == (rows,), "in-bounds", "req_index_to_mamba_index_mapping must have one entry per row",
-              mapping=shape, rows=rows, mamba_size=self.hybrid.mamba_size)
+        check(
+            shape[:1] == (rows,),
+            "in-bounds",
+            "req_index_to_mamba_index_mapping must have one entry per row",
+            mapping=shape,
+            rows=rows,
+            mamba_size=self.hybrid.mamba_size,
+        )
 
     def _check_mapping(self, rows: list[int], what: str) -> None:
         mapping = self.pool.req_index_to_mamba_index_mapping
         for row in rows:
             expected, actual = self.hybrid.expected_mapping(row), int(mapping[row])
-            check(actual == expected, "conservation", f"after {what}, mapping[{row}] must name the row's slot (or 0)",
-                  row=row, expected=expected, actual=actual)
+            check(
+                actual == expected,
+                "conservation",
+                f"after {what}, mapping[{row}] must name the row's slot (or 0)",
+                row=row,
+                expected=expected,
+                actual=actual,
+            )
 
     def _check_fields(self, handles: list[int], what: str) -> None:
         for handle in handles:
             req, claim = self.reqs[handle], self.hybrid.claims[handle]
             fields = (as_int(req.req_pool_idx), as_int(req.mamba_pool_idx))
-            check(fields == (claim.row, claim.slot), "valid-call-accepted",
-                  f"after {what}, request {handle} holds (row, slot) {fields}", expected=(claim.row, claim.slot))
+            check(
+                fields == (claim.row, claim.slot),
+                "valid-call-accepted",
+                f"after {what}, request {handle} holds (row, slot) {fields}",
+                expected=(claim.row, claim.slot),
+            )
 
     def _check_counts(self, what: str) -> None:
         available = self.pool.available_size()
-        check(available == len(self.hybrid.free), "conservation", f"after {what}, row available_size() disagrees",
-              available=available, expected=len(self.hybrid.free))
+        check(
+            available == len(self.hybrid.free),
+            "conservation",
+            f"after {what}, row available_size() disagrees",
+            available=available,
+            expected=len(self.hybrid.free),
+        )
         self.check_slot_counts(what)
 
     # ------------------------------------------------------------ operations
@@ -123,16 +149,23 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         result = self.expect_accepted(lambda: self.pool.alloc(reqs), what)
         check(result is not None, "empty-pool-guard", f"{what} needing {need} refused", **room)
         rows = [int(r) for r in result]
-        check(rows == [as_int(req.req_pool_idx) for req in reqs], "valid-call-accepted",
-              f"{what} must return every request's row, as set in req_pool_idx", rows=rows)
+        check(
+            rows == [as_int(req.req_pool_idx) for req in reqs],
+            "valid-call-accepted",
+            f"{what} must return every request's row, as set in req_pool_idx",
+            rows=rows,
+        )
         self._check_fresh_rows([r for r, c in zip(rows, claims) if c.row is None], what)
         fresh = [(req, c) for req, c in zip(reqs, claims) if c.slot is None]
         new_slots = [int(req.mamba_pool_idx) for req, _ in fresh if req.mamba_pool_idx is not None]
         check(len(new_slots) == need_slots, "valid-call-accepted", f"{what} left a request without a mamba slot")
         reserved = hm.slots.unconsumed[:need_slots]
         self.check_handed_out(new_slots, what, reserved)
-        check(all(req.mamba_needs_clear for req, _ in fresh), "valid-call-accepted",
-              "a fresh mamba slot must carry mamba_needs_clear (stale state of its last owner, SGLang #14209)")
+        check(
+            all(req.mamba_needs_clear for req, _ in fresh),
+            "valid-call-accepted",
+            "a fresh mamba slot must carry mamba_needs_clear (stale state of its last owner, SGLang #14209)",
+        )
         if need_rows == need_slots == 0:
             self.event("alloc needing nothing")
             check(self.observe() == before, "empty-pool-guard", f"{what} needing nothing changed the pool")
@@ -171,8 +204,11 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         self._check_fields([handle], what)
         self._check_mapping([row], what)
         if hm.holds_slot(handle):
-            check(self.slot_allocator.is_live(claim.slot), "conservation",
-                  f"{what} must release the row only; slot {claim.slot} stays live until free_mamba_cache")
+            check(
+                self.slot_allocator.is_live(claim.slot),
+                "conservation",
+                f"{what} must release the row only; slot {claim.slot} stays live until free_mamba_cache",
+            )
             self.event("row freed, mamba slot kept")
         self._check_counts(what)
         return None
@@ -191,8 +227,11 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         hm.slots.release(slot)
         claim.slot = None
         self._check_fields([handle], what)
-        check(not req.mamba_needs_clear, "valid-call-accepted", f"after {what}, a request holding no slot still "
-              "carries mamba_needs_clear (a later clear would name a slot it does not own)")
+        check(
+            not req.mamba_needs_clear,
+            "valid-call-accepted",
+            f"after {what}, a request holding no slot still carries mamba_needs_clear (a later clear would name a slot it does not own)",
+        )
         if row is not None and hm.holds_row(handle):
             self._check_mapping([row], what)
         self._check_counts(what)
@@ -208,8 +247,11 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         slot = int(hm.claims[handle].slot)  # type: ignore[arg-type]
         value: Any = float(slot) if form == "a float slot" else slot == 1
         forged = Req(rid=-2, mamba_pool_idx=value)
-        result = self.misuse(lambda: self.pool.free_mamba_cache(forged), BadBatchError,
-                             f"free_mamba_cache of a request holding {form} ({forged.mamba_pool_idx!r})")
+        result = self.misuse(
+            lambda: self.pool.free_mamba_cache(forged),
+            BadBatchError,
+            f"free_mamba_cache of a request holding {form} ({forged.mamba_pool_idx!r})",
+        )
         if result is SKIPPED:
             return SKIPPED
         self.event(f"misuse: free_mamba_cache of a request holding {form}")
@@ -221,8 +263,9 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         self.expect_accepted(self.pool.clear, "clear()")
         self.hybrid.clear()
         available = self.pool.available_size()
-        check(available == self.hybrid.num_rows, "clear-restores", "clear left rows allocated",
-              available=available, rows=self.hybrid.num_rows)
+        check(
+            available == self.hybrid.num_rows, "clear-restores", "clear left rows allocated", available=available, rows=self.hybrid.num_rows
+        )
         self.check_slots_cleared()
         left = self.pool.req_index_to_mamba_index_mapping.nonzero().reshape(-1).tolist()
         check(not left, "clear-restores", "clear left mapping entries", rows=left)
@@ -238,9 +281,12 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
         self.audit_slots()
         self._check_mapping_shape()
         mapping = self.pool.req_index_to_mamba_index_mapping
-        check(int(mapping[0]) == 0, "reserved-never-handed-out", "padding row 0 maps to a mamba slot",
-              slot=int(mapping[0]))
+        check(int(mapping[0]) == 0, "reserved-never-handed-out", "padding row 0 maps to a mamba slot", slot=int(mapping[0]))
         self._check_mapping(list(range(1, self.hybrid.num_rows + 1)), "audit")
         self._check_fields(sorted(self.reqs), "audit")
-        check(self.pool.mamba_available_size() == len(self.hybrid.slots.free), "conservation",
-              "mamba_available_size() disagrees", available=self.pool.mamba_available_size())
+        check(
+            self.pool.mamba_available_size() == len(self.hybrid.slots.free),
+            "conservation",
+            "mamba_available_size() disagrees",
+            available=self.pool.mamba_available_size(),
+        )

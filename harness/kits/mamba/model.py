@@ -129,9 +129,7 @@ class HybridModel(RowModel):
     def stale(self, handle: int) -> bool:
         """The request's fields name a row or slot it no longer holds (after ``clear``)."""
         claim = self.claims[handle]
-        return (claim.row is not None and not self.holds_row(handle)) or (
-            claim.slot is not None and not self.holds_slot(handle)
-        )
+        return (claim.row is not None and not self.holds_row(handle)) or (claim.slot is not None and not self.holds_slot(handle))
 
     def stale_row_detectable(self, handle: int) -> bool:
         """A stale row claim the pool can see through: the row is free again."""

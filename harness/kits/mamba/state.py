@@ -62,8 +62,7 @@ class MambaStateOps:
         return values
 
     def _slots_of(self, handles: list[int]) -> list[int]:
-        return [int(self.hybrid.claims[h].slot) for h in dict.fromkeys(handles)
-                if h in self.hybrid.claims and self.hybrid.holds_slot(h)]
+        return [int(self.hybrid.claims[h].slot) for h in dict.fromkeys(handles) if h in self.hybrid.claims and self.hybrid.holds_slot(h)]
 
     def _index(self, slots: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.tensor(slots, dtype=dtype, device=self.config.device)
@@ -86,8 +85,13 @@ class MambaStateOps:
         expected = [values.get(slot, 0.0) for slot in range(len(table))]
         check(table[0] == 0.0, "reserved-never-handed-out", f"{what} wrote the state of padding slot 0", state=table[0])
         wrong = {s: (table[s], expected[s]) for s in range(len(table)) if table[s] != expected[s]}
-        check(not wrong, "valid-call-accepted", f"after {what}, Mamba state differs from what the calls wrote "
-              "(actual, expected)", slots=wrong, touched=sorted(touched))
+        check(
+            not wrong,
+            "valid-call-accepted",
+            f"after {what}, Mamba state differs from what the calls wrote (actual, expected)",
+            slots=wrong,
+            touched=sorted(touched),
+        )
 
     @operation
     def write_state(self, handle: int) -> Any:
@@ -119,8 +123,7 @@ class MambaStateOps:
     def copy_state(self, sources: list[int], targets: list[int]) -> Any:
         """``copy_from`` of the source requests' slots onto the targets' (distinct, disjoint): state forked."""
         src, dst = self._slots_of(sources), self._slots_of(targets)
-        if len(src) != len(sources) or len(dst) != len(targets) or len(src) != len(dst) or set(src) & set(dst) \
-                or len(set(dst)) != len(dst):
+        if len(src) != len(sources) or len(dst) != len(targets) or len(src) != len(dst) or set(src) & set(dst) or len(set(dst)) != len(dst):
             return SKIPPED
         what = f"copy_from({src} -> {dst})"
         values = self._state_values()
@@ -147,11 +150,9 @@ class MambaStateOps:
             "clear of a slot past the pool": lambda: pool.clear_slots(self._index([*slots, size + 1])),
             "clear through a float tensor": lambda: pool.clear_slots(self._index(slots, torch.float32)),
             "copy onto itself": lambda: pool.copy_from(self._index(slots[:1]), self._index(slots[:1])),
-            "copy naming a destination twice": lambda: pool.copy_from(self._index(slots[:1] * 2),
-                                                                      self._index([other or 0] * 2)),
+            "copy naming a destination twice": lambda: pool.copy_from(self._index(slots[:1] * 2), self._index([other or 0] * 2)),
             "copy of unequal lengths": lambda: pool.copy_from(self._index(slots), self._index([*slots, *slots])),
-            "copy of one source onto two distinct destinations": lambda: pool.copy_from(self._index(slots[:1]),
-                                                                                         self._index(others[:2])),
+            "copy of one source onto two distinct destinations": lambda: pool.copy_from(self._index(slots[:1]), self._index(others[:2])),
             "copy from a list": lambda: pool.copy_from(slots, self._index(slots)),
             "copy into a list": lambda: pool.copy_from(self._index(slots[:1]), [other]),
             "clear through a list": lambda: pool.clear_slots(slots),

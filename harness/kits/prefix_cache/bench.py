@@ -99,8 +99,10 @@ def _timings(trees: dict[int, _Tree], budget: Budget) -> dict[str, dict[int, flo
     def insert_cached(size: int) -> Callable[[], object]:
         return lambda: trees[size].cache.insert(*hits[size])
 
-    timings = {"match": compare({str(n): match(n) for n in trees}, budget),
-               "insert cached": compare({str(n): insert_cached(n) for n in trees}, budget)}
+    timings = {
+        "match": compare({str(n): match(n) for n in trees}, budget),
+        "insert cached": compare({str(n): insert_cached(n) for n in trees}, budget),
+    }
     new = {str(n): float("inf") for n in trees}
     for _ in range(budget.rounds):
         for size, tree in trees.items():
@@ -111,27 +113,46 @@ def _timings(trees: dict[int, _Tree], budget: Budget) -> dict[str, dict[int, flo
 
 def bench_prefix_cache(budget: Budget, quick: bool) -> Section:
     sizes = (1_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
-    section = Section("RadixCache against tree size (500-token keys, page size 1, microseconds per call)",
-                      ["tokens cached", "nodes", "match_prefix (hit)", "insert (cached)", "insert (new 300)",
-                       "match vs 1k", "insert cached vs 1k", "insert new vs 1k"])
+    section = Section(
+        "RadixCache against tree size (500-token keys, page size 1, microseconds per call)",
+        [
+            "tokens cached",
+            "nodes",
+            "match_prefix (hit)",
+            "insert (cached)",
+            "insert (new 300)",
+            "match vs 1k",
+            "insert cached vs 1k",
+            "insert new vs 1k",
+        ],
+    )
     trees = {size: _Tree(size, seed=size) for size in sizes}
     shape = {size: (tree.cache.total_size(), len(list(tree.cache.nodes()))) for size, tree in trees.items()}
     t = _timings(trees, budget)
     ops, smallest = ("match", "insert cached", "insert new"), sizes[0]
     worst = max(t[op][size] / t[op][smallest] for op in ops for size in sizes)
     for size in sizes:
-        section.rows.append([f"{shape[size][0]:,}", f"{shape[size][1]:,}", *(fmt_us(t[op][size]) for op in ops),
-                             *(fmt_ratio(t[op][size] / t[op][smallest]) for op in ops)])
-    section.notes.append(f"Target: each call at the largest tree at most 1.5x its cost at 1k tokens: worst "
-                         f"{fmt_ratio(worst)}, {verdict(worst <= 1.5)}.  Every size is timed in the same "
-                         "interleaved rounds, best of N.")
-    section.notes.append("The caches run the `mru` policy (the new-insert cleanup evicts exactly the block's leaves).  "
-                         "A recency policy re-queues the leaf a match touches in the eviction heap (a push, "
-                         "O(log leaves)): the one part of `match_prefix` that grows with the tree.  Under `fifo` "
-                         "nothing is re-queued and the match is flat.")
+        section.rows.append(
+            [
+                f"{shape[size][0]:,}",
+                f"{shape[size][1]:,}",
+                *(fmt_us(t[op][size]) for op in ops),
+                *(fmt_ratio(t[op][size] / t[op][smallest]) for op in ops),
+            ]
+        )
+    section.notes.append(
+        f"Target: each call at the largest tree at most 1.5x its cost at 1k tokens: worst "
+        f"{fmt_ratio(worst)}, {verdict(worst <= 1.5)}.  Every size is timed in the same "
+        "interleaved rounds, best of N."
+    )
+    section.notes.append(
+        "The caches run the `mru` policy (the new-insert cleanup evicts exactly the block's leaves).  "
+        "A recency policy re-queues the leaf a match touches in the eviction heap (a push, "
+        "O(log leaves)): the one part of `match_prefix` that grows with the tree.  Under `fifo` "
+        "nothing is re-queued and the match is flat."
+    )
     runs, steps = (2, 100) if quick else (10, 200)
-    measured = checked_and_bare("prefix_cache", workload_for("prefix_cache"), runs=runs, steps=steps,
-                                rounds=max(2, budget.rounds // 2))
+    measured = checked_and_bare("prefix_cache", workload_for("prefix_cache"), runs=runs, steps=steps, rounds=max(2, budget.rounds // 2))
     if isinstance(measured, str):
         section.notes.append(f"prefix_cache driver: {measured}")
     else:
@@ -140,5 +161,6 @@ def bench_prefix_cache(budget: Budget, quick: bool) -> Section:
             f"Checked steps of the `prefix_cache` driver without hypothesis ({runs} seeded walks of {steps} steps, "
             f"model and per-step accounting, audits every 8 steps): {n / checked:,.0f} steps/s.  No bare column: "
             "the recorded calls pass node handles from the recording run back to `inc_lock_ref`, which a fresh "
-            "cache rejects, so a bare replay would time a different run.")
+            "cache rejects, so a bare replay would time a different run."
+        )
     return section

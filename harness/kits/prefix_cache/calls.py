@@ -79,9 +79,16 @@ class PrefixCacheCalls(Driver):
         expected = self.model.match(tokens)
         result = self.expect_accepted(lambda: self.pool.match_prefix(list(tokens)), what)
         got_len, got = result.prefix_len, _ints(result.indices)
-        check(got_len == expected.prefix_len and got == expected.indices, "match-returns-inserted",
-              f"{what} returned a prefix other than the one inserted", prefix_len=got_len, indices=got,
-              expected_len=expected.prefix_len, expected_indices=expected.indices, page_size=self.ps)
+        check(
+            got_len == expected.prefix_len and got == expected.indices,
+            "match-returns-inserted",
+            f"{what} returned a prefix other than the one inserted",
+            prefix_len=got_len,
+            indices=got,
+            expected_len=expected.prefix_len,
+            expected_indices=expected.indices,
+            page_size=self.ps,
+        )
         if expected.split:
             self.event("match split a node")
         return result, expected
@@ -89,14 +96,14 @@ class PrefixCacheCalls(Driver):
     def _lock(self, node: Any, prefix: Key, what: str) -> None:
         expected = self.model.lock(prefix)
         delta = self.expect_accepted(lambda: self.pool.inc_lock_ref(node), what)
-        check(delta == expected, "lock-balance", f"{what} moved the wrong number of tokens to protected",
-              delta=delta, expected=expected)
+        check(delta == expected, "lock-balance", f"{what} moved the wrong number of tokens to protected", delta=delta, expected=expected)
 
     def _unlock(self, node: Any, prefix: Key, what: str) -> None:
         expected = self.model.unlock(prefix)
         delta = self.expect_accepted(lambda: self.pool.dec_lock_ref(node), what)
-        check(delta == expected, "lock-balance", f"{what} moved the wrong number of tokens back to evictable",
-              delta=delta, expected=expected)
+        check(
+            delta == expected, "lock-balance", f"{what} moved the wrong number of tokens back to evictable", delta=delta, expected=expected
+        )
 
     def _free(self, indices: list[int], what: str) -> None:
         if indices:
@@ -115,8 +122,9 @@ class PrefixCacheCalls(Driver):
             self._evict(need, f"evict({need}) before {what}")
         available = len(self.model.free) * self.ps
         if need > available:
-            self.expect_refused(lambda: self.kv.alloc(need), what, state=self._kv_state, crash_id="empty-pool-guard",
-                                need=need, available=available)
+            self.expect_refused(
+                lambda: self.kv.alloc(need), what, state=self._kv_state, crash_id="empty-pool-guard", need=need, available=available
+            )
             self.event("allocation refused: KV short after eviction")
             return None
         out = self.expect_accepted(lambda: self.kv.alloc(need), what)
@@ -125,12 +133,22 @@ class PrefixCacheCalls(Driver):
         check(len(indices) == need, "empty-pool-guard", f"{what} returned {len(indices)} slots", need=need)
         check_unique(indices, "no-double-allocation", f"slots returned by {what}")
         pages = self.model.pages_of(indices)
-        check(indices == [p * self.ps + o for p in pages for o in range(self.ps)], "page-layout",
-              f"{what} returned slots that are not whole pages", slots=indices, page_size=self.ps)
+        check(
+            indices == [p * self.ps + o for p in pages for o in range(self.ps)],
+            "page-layout",
+            f"{what} returned slots that are not whole pages",
+            slots=indices,
+            page_size=self.ps,
+        )
         check(0 not in pages, "reserved-never-handed-out", f"{what} handed out page 0")
         held = sorted(set(pages) - self.model.free)
-        check(not held, "no-double-allocation", f"{what} handed out pages the tree or a live request holds",
-              pages=held, tree=sorted(set(held) & self.model.held_pages()))
+        check(
+            not held,
+            "no-double-allocation",
+            f"{what} handed out pages the tree or a live request holds",
+            pages=held,
+            tree=sorted(set(held) & self.model.held_pages()),
+        )
         self.model.take(pages)
         return indices
 
@@ -141,26 +159,54 @@ class PrefixCacheCalls(Driver):
         protected, free_before = self.pool.protected_size(), self._free_pages()
         evictable = self.model.evictable
         freed = self.expect_accepted(lambda: self.pool.evict(num_tokens), what)
-        check(self.pool.protected_size() == protected, "evict-spares-locked", f"{what} changed protected_size()",
-              before=protected, after=self.pool.protected_size())
-        check(0 <= int(freed) <= evictable, "evict-spares-locked",
-              f"{what} reported freeing {freed} tokens with {evictable} evictable", freed=freed, evictable=evictable)
+        check(
+            self.pool.protected_size() == protected,
+            "evict-spares-locked",
+            f"{what} changed protected_size()",
+            before=protected,
+            after=self.pool.protected_size(),
+        )
+        check(
+            0 <= int(freed) <= evictable,
+            "evict-spares-locked",
+            f"{what} reported freeing {freed} tokens with {evictable} evictable",
+            freed=freed,
+            evictable=evictable,
+        )
         free_after = self._free_pages()
         released = free_after - free_before if free_before is not None and free_after is not None else None
         if released is not None:
             illegal = self.model.illegal_victims(set(released))
-            check(not illegal, "evict-spares-locked", f"{what} released pages no eviction may free",
-                  pages=illegal, released=sorted(released))
-            check(freed == len(released) * self.ps, "evict-spares-locked", f"{what} reported other than it freed",
-                  reported=freed, released=sorted(released))
+            check(
+                not illegal, "evict-spares-locked", f"{what} released pages no eviction may free", pages=illegal, released=sorted(released)
+            )
+            check(
+                freed == len(released) * self.ps,
+                "evict-spares-locked",
+                f"{what} reported other than it freed",
+                reported=freed,
+                released=sorted(released),
+            )
         plan = self.model.evict(num_tokens)
-        check(freed == plan.freed_tokens, "eviction-order",
-              f"{what} freed {freed} tokens; the unlocked leaves in policy order free {plan.freed_tokens}",
-              victims=[list(v) for v in plan.victims], policy=self.model.policy, split_ages=self.model.split_ages)
+        check(
+            freed == plan.freed_tokens,
+            "eviction-order",
+            f"{what} freed {freed} tokens; the unlocked leaves in policy order free {plan.freed_tokens}",
+            victims=[list(v) for v in plan.victims],
+            policy=self.model.policy,
+            split_ages=self.model.split_ages,
+        )
         if released is not None:
-            check(released == set(plan.freed_pages), "eviction-order", f"{what} evicted other leaves than the policy's first",
-                  released=sorted(released), expected=sorted(plan.freed_pages),
-                  victims=[list(v) for v in plan.victims], policy=self.model.policy, split_ages=self.model.split_ages)
+            check(
+                released == set(plan.freed_pages),
+                "eviction-order",
+                f"{what} evicted other leaves than the policy's first",
+                released=sorted(released),
+                expected=sorted(plan.freed_pages),
+                victims=[list(v) for v in plan.victims],
+                policy=self.model.policy,
+                split_ages=self.model.split_ages,
+            )
         if any(len(v) < len(u) and u[: len(v)] == v for i, u in enumerate(plan.victims) for v in plan.victims[i:]):
             self.event("evict took a parent its victims exposed")
         if plan.freed_tokens < num_tokens and self.model.total:
@@ -171,32 +217,63 @@ class PrefixCacheCalls(Driver):
         tensor = self._tensor(value)
         reported = self.expect_accepted(lambda: self.pool.insert(list(tokens), tensor), what)
         aligned = len(self.model.aligned(tokens))
-        check(isinstance(reported, int) and 0 <= reported <= aligned, "match-returns-inserted",
-              f"{what} reported a cached length outside [0, {aligned}]", reported=reported)
+        check(
+            isinstance(reported, int) and 0 <= reported <= aligned,
+            "match-returns-inserted",
+            f"{what} reported a cached length outside [0, {aligned}]",
+            reported=reported,
+        )
         return int(reported)
 
     def _check_insert_report(self, reported: int, expected: int, what: str) -> None:
-        check(reported == expected, "match-returns-inserted", f"{what}: insert reported the wrong cached length",
-              reported=reported, expected=expected)
+        check(
+            reported == expected,
+            "match-returns-inserted",
+            f"{what}: insert reported the wrong cached length",
+            reported=reported,
+            expected=expected,
+        )
 
     def _settle(self) -> None:
         """The per-step accounting checks (O(live requests)), most specific first."""
         evictable, protected, total = self.pool.evictable_size(), self.pool.protected_size(), self.pool.total_size()
-        check(evictable + protected == total and total == self.model.total, "cache-accounting",
-              "cache sizes disagree with the indices the tree holds", evictable=evictable, protected=protected,
-              total=total, held=self.model.total)
-        check(protected == self.model.protected, "lock-balance", "protected_size() is not the locked paths",
-              protected=protected, locked=self.model.protected)
+        check(
+            evictable + protected == total and total == self.model.total,
+            "cache-accounting",
+            "cache sizes disagree with the indices the tree holds",
+            evictable=evictable,
+            protected=protected,
+            total=total,
+            held=self.model.total,
+        )
+        check(
+            protected == self.model.protected,
+            "lock-balance",
+            "protected_size() is not the locked paths",
+            protected=protected,
+            locked=self.model.protected,
+        )
         available = self.kv.available_size()
         uncached = sum(len(h.row) - h.cpl for h in self.holders.values() if h.live and h.request)
-        check(available + evictable + protected + uncached == self.size, "kv-accounting",
-              "available + evictable + protected + uncached != total (a leak or an over-free)",
-              available=available, evictable=evictable, protected=protected, uncached=uncached, total=self.size)
-        check(available == len(self.model.free) * self.ps, "kv-accounting", "available_size() disagrees with the model",
-              available=available, expected=len(self.model.free) * self.ps)
+        check(
+            available + evictable + protected + uncached == self.size,
+            "kv-accounting",
+            "available + evictable + protected + uncached != total (a leak or an over-free)",
+            available=available,
+            evictable=evictable,
+            protected=protected,
+            uncached=uncached,
+            total=self.size,
+        )
+        check(
+            available == len(self.model.free) * self.ps,
+            "kv-accounting",
+            "available_size() disagrees with the model",
+            available=available,
+            expected=len(self.model.free) * self.ps,
+        )
 
-    def _misuse(self, call: Callable[[], Any], error: type[PoolError], what: str,
-                accepted: Callable[[], None]) -> None:
+    def _misuse(self, call: Callable[[], Any], error: type[PoolError], what: str, accepted: Callable[[], None]) -> None:
         """A call the contract forbids: ``error`` and nothing changed.  If the pool accepts it,
         ``accepted`` first judges what the call broke; otherwise it is ``misuse-rejected``."""
         before = self.observe()
@@ -205,8 +282,9 @@ class PrefixCacheCalls(Driver):
         except error:
             pass
         except Exception as other:
-            raise InvariantViolation("misuse-rejected", f"{what} raised {type(other).__name__}, expected "
-                                     f"{error.__name__}", error=str(other)) from other
+            raise InvariantViolation(
+                "misuse-rejected", f"{what} raised {type(other).__name__}, expected {error.__name__}", error=str(other)
+            ) from other
         else:
             accepted()
             raise InvariantViolation("misuse-rejected", f"{what} was accepted; expected {error.__name__}")
@@ -221,14 +299,23 @@ class PrefixCacheCalls(Driver):
         self._settle()
         free = self._free_pages()
         if free is not None:
-            check(free == self.model.free, "kv-accounting", "the allocator's free pages differ from the model",
-                  missing=sorted(self.model.free - free), extra=sorted(free - self.model.free))
+            check(
+                free == self.model.free,
+                "kv-accounting",
+                "the allocator's free pages differ from the model",
+                missing=sorted(self.model.free - free),
+                extra=sorted(free - self.model.free),
+            )
         leaves = getattr(self.pool, "evictable_leaves", None)  # a query beyond the protocol, where the pool has it
         if leaves is not None:
             found = leaves()
-            check(len(found) == len(self.model.evictable_leaves()) and all(n.lock_ref == 0 for n in found),
-                  "evict-spares-locked", "evictable_leaves() differs from the unlocked leaves cached",
-                  found=len(found), expected=len(self.model.evictable_leaves()))
+            check(
+                len(found) == len(self.model.evictable_leaves()) and all(n.lock_ref == 0 for n in found),
+                "evict-spares-locked",
+                "evictable_leaves() differs from the unlocked leaves cached",
+                found=len(found),
+                expected=len(self.model.evictable_leaves()),
+            )
         sanity = getattr(self.pool, "sanity_check", None)
         if sanity is not None:
             try:

@@ -60,8 +60,7 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
 
     # ------------------------------------------------------------ handles
     def handles(self, *, live: bool = True, request: bool | None = None) -> list[int]:
-        return [h for h, held in self.holders.items()
-                if held.live == live and (request is None or held.request == request)]
+        return [h for h, held in self.holders.items() if held.live == live and (request is None or held.request == request)]
 
     def unlocked_handles(self) -> list[int]:
         """Released holders a second ``unlock`` of which any pool must refuse: their node left the
@@ -101,7 +100,11 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         self._lock(result.last_node, tokens[:aligned], f"inc_lock_ref of the new last node for {what}")
         self._unlock(held.node, held.locked, f"dec_lock_ref of the old last node for {what}")
         held.node, held.locked, held.serial, held.cpl = (
-            result.last_node, tokens[:aligned], self.model.serial_at(tokens[:aligned]), aligned)
+            result.last_node,
+            tokens[:aligned],
+            self.model.serial_at(tokens[:aligned]),
+            aligned,
+        )
         return reported, expected.prefix_len
 
     # --------------------------------------------------------- operations
@@ -120,8 +123,11 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
             self._settle()
             return None
         self.event("request hit the cache" if match.prefix_len else "request missed the cache")
-        handle = self._add(Holder(list(tokens), match.indices + own, result.last_node, locked,
-                                  self.model.serial_at(locked), match.prefix_len, request=True))
+        handle = self._add(
+            Holder(
+                list(tokens), match.indices + own, result.last_node, locked, self.model.serial_at(locked), match.prefix_len, request=True
+            )
+        )
         self._settle()
         return handle
 
@@ -171,8 +177,9 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         cache = cache or not release
         key = self.model.aligned(tokens) if cache else tuple(held.locked)
         prompt_len = min(prompt_len, len(tokens))
-        what = (f"{'release_request' if release else 'checkpoint'}(request {handle}, prompt_len={prompt_len}"
-                f"{'' if cache else ', cache=False'})")
+        what = (
+            f"{'release_request' if release else 'checkpoint'}(request {handle}, prompt_len={prompt_len}{'' if cache else ', cache=False'})"
+        )
         row = self._tensor(held.row)
         cached = held.cpl
         if cache:
@@ -183,20 +190,29 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
                 self.event("checkpoint split at the prompt's end")
             self.model.match(key)  # re-matched to find the new last node, which touches the key's path
         extra = {"cache": cache} if release else {}
-        result = self.expect_accepted(
-            lambda: call(list(tokens), row, held.node, held.cpl, prompt_len=prompt_len, **extra), what)
-        self.model.release(held.row[held.cpl: cached])
-        check(int(result.prefix_len) == cached and int(result.cache_protected_len) == len(key),
-              "match-returns-inserted", f"{what} reported what it cached wrongly", prefix_len=int(result.prefix_len),
-              expected=cached, cache_protected_len=int(result.cache_protected_len), key=len(key))
+        result = self.expect_accepted(lambda: call(list(tokens), row, held.node, held.cpl, prompt_len=prompt_len, **extra), what)
+        self.model.release(held.row[held.cpl : cached])
+        check(
+            int(result.prefix_len) == cached and int(result.cache_protected_len) == len(key),
+            "match-returns-inserted",
+            f"{what} reported what it cached wrongly",
+            prefix_len=int(result.prefix_len),
+            expected=cached,
+            cache_protected_len=int(result.cache_protected_len),
+            key=len(key),
+        )
         if cache:
             held.row[: len(key)] = self.model.indices(key, len(key))
-        check([int(i) for i in row[: len(key)].tolist()] == held.row[: len(key)], "match-returns-inserted",
-              f"{what} left the request's row other than the tree's indices", row=row[: len(key)].tolist(),
-              expected=held.row[: len(key)])
+        check(
+            [int(i) for i in row[: len(key)].tolist()] == held.row[: len(key)],
+            "match-returns-inserted",
+            f"{what} left the request's row other than the tree's indices",
+            row=row[: len(key)].tolist(),
+            expected=held.row[: len(key)],
+        )
         self.model.unlock(held.locked)
         if release:
-            self.model.release(held.row[len(key): len(tokens)])
+            self.model.release(held.row[len(key) : len(tokens)])
             held.live = False
         else:
             self.model.lock(key)
@@ -212,8 +228,8 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         what = f"finish(request {handle}, cache={cache})"
         report = self._cache_request(held, what) if cache else None
         self.event("finish cached the request" if cache else "finish without caching")
-        self._free(held.row[self.release_free_start(held):], f"free of the uncached tail for {what}")
-        self.model.release(held.row[held.cpl:])
+        self._free(held.row[self.release_free_start(held) :], f"free of the uncached tail for {what}")
+        self.model.release(held.row[held.cpl :])
         self._unlock(held.node, held.locked, f"dec_lock_ref for {what}")
         held.live = False
         self._settle()
@@ -227,8 +243,9 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         result, match = self._match(tokens, f"match_prefix for lock({list(prompt)})")
         locked = self.model.aligned(tokens)[: match.prefix_len]
         self._lock(result.last_node, locked, f"inc_lock_ref for lock({list(prompt)})")
-        handle = self._add(Holder(list(tokens), [], result.last_node, locked, self.model.serial_at(locked),
-                                  match.prefix_len, request=False))
+        handle = self._add(
+            Holder(list(tokens), [], result.last_node, locked, self.model.serial_at(locked), match.prefix_len, request=False)
+        )
         self._settle()
         return handle
 
@@ -249,12 +266,19 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
             return SKIPPED  # type: ignore[return-value]  # the root, or a lock another holder owns: no pool can tell
         same_node = self.model.serial_at(held.locked) == held.serial
         self.event("second unlock" if same_node else "unlock of a node no longer in the tree")
-        broken = ("the lock count of a path nobody holds went below zero" if same_node
-                  else "an unlock of a node no longer in the tree walked a detached parent chain (SGLang PR #29291)")
+        broken = (
+            "the lock count of a path nobody holds went below zero"
+            if same_node
+            else "an unlock of a node no longer in the tree walked a detached parent chain (SGLang PR #29291)"
+        )
 
         def accepted() -> None:
-            raise InvariantViolation("lock-balance", f"{what} (a second unlock) was accepted: {broken}",
-                                     locked_len=len(held.locked), lock_count=self.model.locks[held.locked])
+            raise InvariantViolation(
+                "lock-balance",
+                f"{what} (a second unlock) was accepted: {broken}",
+                locked_len=len(held.locked),
+                lock_count=self.model.locks[held.locked],
+            )
 
         self._misuse(lambda: self.pool.dec_lock_ref(held.node), LockStateError, what, accepted)
         return None
@@ -271,7 +295,7 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         aligned = len(self.model.aligned(tokens))
         expected = self.model.insert(tokens, value[: len(tokens)])
         reported = self._insert(tokens, value[: len(tokens)], what)
-        self._free(value[: reported] + value[aligned:], f"free of the duplicates and partial page of {what}")
+        self._free(value[:reported] + value[aligned:], f"free of the duplicates and partial page of {what}")
         self.model.release(value[: expected.prefix_len] + value[aligned:])
         if expected.split:
             self.event("insert split a node")
@@ -318,8 +342,12 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
         if not self.check_misuse or extra == 0 or length < 0:
             return SKIPPED  # type: ignore[return-value]
         value = self._tensor([self.ps + i for i in range(length)])
-        self._misuse(lambda: self.pool.insert(list(prompt), value), KeyValueMismatchError,
-                     f"insert of {len(prompt)} tokens with {length} indices", lambda: None)
+        self._misuse(
+            lambda: self.pool.insert(list(prompt), value),
+            KeyValueMismatchError,
+            f"insert of {len(prompt)} tokens with {length} indices",
+            lambda: None,
+        )
         return None
 
     @operation
@@ -339,8 +367,13 @@ class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
 
         def accepted() -> None:
             total = self.pool.total_size()
-            check(total == self.model.total, "cache-accounting", f"{what} was accepted: held pages counted twice",
-                  total=total, held=self.model.total)
+            check(
+                total == self.model.total,
+                "cache-accounting",
+                f"{what} was accepted: held pages counted twice",
+                total=total,
+                held=self.model.total,
+            )
 
         self._misuse(lambda: self.pool.insert(list(key), self._tensor(value)), AlreadyCachedError, what, accepted)
         return None

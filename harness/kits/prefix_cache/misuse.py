@@ -84,8 +84,13 @@ class PrefixCacheMisuse:
             return SKIPPED
         ps, top = self.ps, self.size // self.ps
         key = [UNSHARED] * (2 * ps)
-        pages = {"indices that are not whole pages": [1, 2], "a page past the pool": [1, top + 1],
-                 "page 0": [0, 1], "one page named twice": [1, 1], "a float tensor": [1, 2]}[kind]
+        pages = {
+            "indices that are not whole pages": [1, 2],
+            "a page past the pool": [1, top + 1],
+            "page 0": [0, 1],
+            "one page named twice": [1, 1],
+            "a float tensor": [1, 2],
+        }[kind]
         slots = [p * ps + o for p in pages for o in range(ps)]
         if kind == "indices that are not whole pages":
             if ps == 1:
@@ -132,8 +137,9 @@ class PrefixCacheMisuse:
         if release is None or args is None or not self.check_misuse:
             return SKIPPED
         tokens, row, node, cpl = args
-        self._reject(lambda: release(tokens, row, node, cpl, cache=False), RELEASE_MISUSE[kind],
-                     f"release_request(request {handle}) with {kind}")
+        self._reject(
+            lambda: release(tokens, row, node, cpl, cache=False), RELEASE_MISUSE[kind], f"release_request(request {handle}) with {kind}"
+        )
         self.event(f"misuse: release_request with {kind}")
         return None
 
@@ -151,8 +157,13 @@ class PrefixCacheMisuse:
             self.event("misuse: node() of an id never handed out")
             return None
         found = lookup(held.node.id)  # an adapter may wrap each answer anew: compare ids
-        check(getattr(found, "id", None) == held.node.id, "lock-balance",
-              f"node({held.node.id}) is not the node holder {handle} locked", found=repr(found), locked=repr(held.node))
+        check(
+            getattr(found, "id", None) == held.node.id,
+            "lock-balance",
+            f"node({held.node.id}) is not the node holder {handle} locked",
+            found=repr(found),
+            locked=repr(held.node),
+        )
         return None
 
     @operation
@@ -161,10 +172,14 @@ class PrefixCacheMisuse:
         if not self.check_misuse or page_size >= 1 and page_size % self.ps == 0 and eviction_policy == "lru":
             return SKIPPED
         error = BadSizeError if page_size < 1 or page_size % self.ps else UnknownEvictionPolicyError
-        self._reject(lambda: type(self.pool)(self.kv, page_size=page_size, eviction_policy=eviction_policy), error,
-                     f"a cache of page size {page_size}, policy {eviction_policy!r} over the allocator")
-        self.event("misuse: a cache over the allocator with " +
-                   ("another page size" if error is BadSizeError else "an unknown eviction policy"))
+        self._reject(
+            lambda: type(self.pool)(self.kv, page_size=page_size, eviction_policy=eviction_policy),
+            error,
+            f"a cache of page size {page_size}, policy {eviction_policy!r} over the allocator",
+        )
+        self.event(
+            "misuse: a cache over the allocator with " + ("another page size" if error is BadSizeError else "an unknown eviction policy")
+        )
         return None
 
     @operation

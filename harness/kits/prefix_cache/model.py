@@ -259,8 +259,11 @@ class PrefixCacheModel:
         bad = []
         for page in pages:
             prefix = prefix_of.get(page)
-            if prefix is None or self.locks[prefix] > 0 or any(
-                    self.page_of(self.pages[child][0]) not in pages for child in self.children[prefix]):
+            if (
+                prefix is None
+                or self.locks[prefix] > 0
+                or any(self.page_of(self.pages[child][0]) not in pages for child in self.children[prefix])
+            ):
                 bad.append(page)
         return sorted(bad)
 

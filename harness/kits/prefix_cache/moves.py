@@ -98,8 +98,7 @@ class PrefixCacheView(DriverView):
         return len(recent) == RESET_EVERY and all(step["op"] != "reset" for step in recent)
 
 
-def prefix_cache_config(choose: Chooser, *, page_size: int | None = None,
-                        policies: Sequence[str] = POLICIES) -> PrefixCacheConfig:
+def prefix_cache_config(choose: Chooser, *, page_size: int | None = None, policies: Sequence[str] = POLICIES) -> PrefixCacheConfig:
     """Configs for ``pools.prefix_cache.build_prefix_cache``; the engine adds ``device``.
 
     ``size`` is 8 to 48 tokens rounded up to whole pages: a few prompts fill
@@ -180,12 +179,14 @@ _checkpoint = one_of("checkpoint", PrefixCacheView.requests)
 def _settle(release: bool) -> Draw:
     """The cache's own ``checkpoint`` (or ``release_request``, one in four an abort) of a running request, with a
     prompt length that may end anywhere in its tokens (mid-page, at the end, past it: the driver clips it)."""
+
     def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
         requests = view.requests()
         if not requests:
             return None
         step = {"handle": choose.choice(requests), "prompt_len": choose.randint(0, 24), "release": release}
         return ("settle", {**step, "cache": choose.randrange(4) > 0} if release else step)
+
     return draw
 
 
@@ -273,6 +274,7 @@ def _release_misuse(kind: str) -> Draw:
     def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
         ready = [h for h in view.requests() if view.release_breakable(h, kind)]
         return ("release_malformed", {"handle": choose.choice(ready), "kind": kind}) if ready else None
+
     return draw
 
 
@@ -313,10 +315,11 @@ def prefix_cache_catalogue() -> tuple[Move, ...]:
         Move("one prefix matched many times", 0.05, _rematch, setup=fixed("insert", prompt=list(REMATCHED))),
         Move("node of an id never handed out", 0.03, fixed("node_lookup", handle=None), misuse=True),
         *(Move(f"insert with {kind}", 0.03, fixed("insert_malformed", kind=kind), misuse=True) for kind in INSERT_MISUSE),
-        *(Move(f"release_request with {kind}", 0.03, _release_misuse(kind), misuse=True, setup=_toward_a_release)
-          for kind in RELEASE_MISUSE),
-        Move("a cache of page size 0 over the allocator", 0.02, fixed("cache_over", page_size=0, eviction_policy="lru"),
-             misuse=True),
+        *(
+            Move(f"release_request with {kind}", 0.03, _release_misuse(kind), misuse=True, setup=_toward_a_release)
+            for kind in RELEASE_MISUSE
+        ),
+        Move("a cache of page size 0 over the allocator", 0.02, fixed("cache_over", page_size=0, eviction_policy="lru"), misuse=True),
         Move("a cache of another page size over the allocator", 0.02, _cache_of_another_page_size, misuse=True),
         Move("a cache with an unknown policy over the allocator", 0.02, _cache_of_an_unknown_policy, misuse=True),
         *(Move(f"malformed constructor {c}", 0.02, fixed("construct", overrides=c), misuse=True) for c in constructors),
@@ -354,6 +357,5 @@ def prefix_cache_table(*, policies: Sequence[str] = POLICIES) -> MoveTable:
         view=PrefixCacheView,
         occupancy=_not_steered,
         drain=prefix_cache_drain,
-        bench_moves=("request", "extend", "checkpoint", "finish", "abort", "lock", "unlock", "match", "evict",
-                     "reset"),
+        bench_moves=("request", "extend", "checkpoint", "finish", "abort", "lock", "unlock", "match", "evict", "reset"),
     )

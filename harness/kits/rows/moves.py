@@ -151,8 +151,7 @@ def row_moves() -> tuple[Move, ...]:
         Move("alloc_rows", 1.5, _alloc_rows),
         Move("alloc_rows negative", 0.2, fixed("alloc_rows", need_size=-1), misuse=True),
         Move("free_rows", 1, _free_rows),
-        Move("free_rows repeating", 1, _free_rows_repeating, CORNER_REPEAT, misuse=True,
-             setup=fixed("alloc_rows", need_size=2)),
+        Move("free_rows repeating", 1, _free_rows_repeating, CORNER_REPEAT, misuse=True, setup=fixed("alloc_rows", need_size=2)),
         Move("free_rows arbitrary", 0.5, _free_rows_arbitrary, misuse=True),
         Move("write", 1, _write),
     )
@@ -192,6 +191,7 @@ def _write_rows(padding: bool) -> Draw:
     def draw(view: RowView, choose: Chooser) -> Step | None:
         live = view.live()
         return ("write_rows", {"handles": choose.sample(live, min(len(live), 2)), "padding": padding}) if live else None
+
     return draw
 
 
@@ -201,6 +201,7 @@ def _write_selecting(selector: str, *, whole_rows: bool = False) -> Draw:
         if not live:
             return None
         return "write_selecting", {"handle": choose.choice(live), "selector": selector, "whole_rows": whole_rows}
+
     return draw
 
 
@@ -223,15 +224,20 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
         Move("alloc_rows of a bool", 0.05, fixed("alloc_rows_non_int", need_size=True), misuse=True),
         Move("free_rows of a non-integer row", 0.1, fixed("free_rows", rows=[1.0]), misuse=True),
         Move("tensor write naming row 0", 0.1, _write_rows(True), misuse=True, setup=_one_live),
-        *(Move(f"alloc with a forged request claiming {claim}", 0.05, _claiming(claim), misuse=True, setup=_one_live)
-          for claim in CLAIMS),
-        *(Move(f"write through {selector}", 0.03, _write_selecting(selector), setup=_one_live)
-          for selector in WRITE_SELECTORS_VALID),
-        *(Move(f"write through {selector}", 0.02, _write_selecting(selector), misuse=True, setup=_one_live)
-          for selector in WRITE_SELECTORS_MISUSE),
+        *(Move(f"alloc with a forged request claiming {claim}", 0.05, _claiming(claim), misuse=True, setup=_one_live) for claim in CLAIMS),
+        *(Move(f"write through {selector}", 0.03, _write_selecting(selector), setup=_one_live) for selector in WRITE_SELECTORS_VALID),
+        *(
+            Move(f"write through {selector}", 0.02, _write_selecting(selector), misuse=True, setup=_one_live)
+            for selector in WRITE_SELECTORS_MISUSE
+        ),
         Move("write whole rows through an int", 0.03, _write_selecting("an int row", whole_rows=True), setup=_one_live),
-        Move("write whole rows through a list naming row 0", 0.02,
-             _write_selecting("a list naming row 0", whole_rows=True), misuse=True, setup=_one_live),
+        Move(
+            "write whole rows through a list naming row 0",
+            0.02,
+            _write_selecting("a list naming row 0", whole_rows=True),
+            misuse=True,
+            setup=_one_live,
+        ),
         *(Move(f"malformed constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True) for c in constructors),
     )
 
@@ -257,9 +263,14 @@ def row_drain(view: RowView) -> Iterator[Step]:
 
 def row_table(*, decode: bool = False) -> MoveTable:
     """The request-row families' table: mixed batches, readmissions and repeats at a steady rate."""
-    return viewed_table(RowView, lambda choose: row_pool_config(choose, decode=decode), row_moves(),
-                        row_catalogue(decode=decode),
-                        bench_moves=("alloc", "free", "alloc_rows", "free_rows", "write", "clear"), drain=row_drain)
+    return viewed_table(
+        RowView,
+        lambda choose: row_pool_config(choose, decode=decode),
+        row_moves(),
+        row_catalogue(decode=decode),
+        bench_moves=("alloc", "free", "alloc_rows", "free_rows", "write", "clear"),
+        drain=row_drain,
+    )
 
 
 def decode_row_table() -> MoveTable:

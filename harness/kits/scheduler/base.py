@@ -48,7 +48,11 @@ class SchedulerDriverBase(Driver):
         if cached and getattr(self.pool, "tree_cache", None) is None:
             raise ValueError("the config asks for a prefix cache but the target built none (tree_cache is None)")
         self.model = SchedulerModel(
-            c.size, c.kv_pages, self.ps, c.mamba_size, self.hybrid,
+            c.size,
+            c.kv_pages,
+            self.ps,
+            c.mamba_size,
+            self.hybrid,
             num_swa_pages=c.swa_pages if self.window else 0,
             cache=PrefixCacheModel(self.ps) if cached else None,
         )

@@ -93,7 +93,7 @@ class PrefixCacheModel:
 
     def insert(self, tokens: Sequence[int], start: int, end: int, own_pages: Sequence[int]) -> None:
         """Cache positions ``start .. end`` (page-aligned, not cached yet) on the request's ``own_pages``."""
-        for key, page in zip(self.keys(tokens, end)[start // self.page_size:], own_pages, strict=True):
+        for key, page in zip(self.keys(tokens, end)[start // self.page_size :], own_pages, strict=True):
             assert key not in self.pages, "model: inserting a prefix that is cached"
             self.pages[key] = page
 
@@ -112,8 +112,7 @@ class PrefixCacheModel:
         }
         gone = {by_page[p] for p in freed & set(by_page)}
         problems["orphaned"] = sorted(
-            page for key, page in self.pages.items()
-            if key not in gone and len(key) > self.page_size and key[: -self.page_size] in gone
+            page for key, page in self.pages.items() if key not in gone and len(key) > self.page_size and key[: -self.page_size] in gone
         )
         problems = {k: v for k, v in problems.items() if v}
         if not problems:

@@ -41,16 +41,20 @@ class _AfterRelease(RadixCache):
     release-path canaries, whose planted bug is one step more after a correct release."""
 
     def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: TreeNode, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
+        self,
+        token_ids: TokenIds,
+        kv_indices: torch.Tensor,
+        lock_node: TreeNode,
+        cache_protected_len: int,
+        *,
+        cache: bool = True,
+        prompt_len: int | None = None,
     ) -> RequestCacheResult:
-        result = super().release_request(token_ids, kv_indices, lock_node, cache_protected_len,
-                                         cache=cache, prompt_len=prompt_len)
+        result = super().release_request(token_ids, kv_indices, lock_node, cache_protected_len, cache=cache, prompt_len=prompt_len)
         self.after_release(result, kv_indices, lock_node, cache=cache)
         return result
 
-    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
-                      cache: bool) -> None:
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *, cache: bool) -> None:
         """The planted step; production takes none."""
 
 
@@ -64,10 +68,9 @@ class CachedPartFreeingCache(_AfterRelease):
     them twice (``kv-accounting``).
     """
 
-    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
-                      cache: bool) -> None:
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *, cache: bool) -> None:
         if result.cache_protected_len > result.prefix_len:
-            self.allocator.free(kv_indices[result.prefix_len: result.cache_protected_len].to(torch.int64))
+            self.allocator.free(kv_indices[result.prefix_len : result.cache_protected_len].to(torch.int64))
 
 
 class LockKeepingCache(_AfterRelease):
@@ -79,8 +82,7 @@ class LockKeepingCache(_AfterRelease):
     requests lock (``lock-balance``).
     """
 
-    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *,
-                      cache: bool) -> None:
+    def after_release(self, result: RequestCacheResult, kv_indices: torch.Tensor, lock_node: TreeNode, *, cache: bool) -> None:
         if not cache and lock_node is not self.root:
             self.inc_lock_ref(lock_node)  # the lock super() dropped, taken back: net, it never moved
 
@@ -114,24 +116,30 @@ def window_keeping_pools(**config: Any) -> SchedulerPools:
 _HERE = "harness.kits.scheduler.canaries"
 CANARIES: dict[str, Canary] = {
     "retract-frees-from-ceil": Canary(
-        "scheduler", "harness.kits.scheduler.driver:build_scheduler_pools",
+        "scheduler",
+        "harness.kits.scheduler.driver:build_scheduler_pools",
         "retract frees KV from ceil(keep/ps)*ps instead of the floor, leaking the partial page",
-        "SGLang #4977", "scheduler-conservation", driver=f"{_HERE}:CeilRetractScheduler",
+        "SGLang #4977",
+        "scheduler-conservation",
+        driver=f"{_HERE}:CeilRetractScheduler",
     ),
     "release-frees-cached-part": Canary(
-        "scheduler", f"{_HERE}:cached_part_freeing_pools",
+        "scheduler",
+        f"{_HERE}:cached_part_freeing_pools",
         "the prefix cache's release path frees the row's newly cached pages too: pages both cached and free",
         "SGLang 0.5.23 release_kv_cache contract; the leak its invariant_checker.py exists to catch",
         "kv-accounting",
     ),
     "retract-keeps-lock": Canary(
-        "scheduler", f"{_HERE}:lock_keeping_pools",
+        "scheduler",
+        f"{_HERE}:lock_keeping_pools",
         "a release without insertion (retract, abort) leaves the request's cache lock: protected forever",
         "SGLang 0.5.23 release_kv_cache(is_insert=False) must dec_lock_ref the request's last node",
         "lock-balance",
     ),
     "swa-window-never-released": Canary(
-        "scheduler", f"{_HERE}:window_keeping_pools",
+        "scheduler",
+        f"{_HERE}:window_keeping_pools",
         "tokens that left the sliding window never give their SWA slots back: the SWA side leaks",
         "SGLang 0.5.23 free_swa_out_of_window_slots; the SWA leak check of invariant_checker.py",
         "scheduler-conservation",

@@ -15,9 +15,11 @@ class SchedulerConfig(PoolConfig):
     ``eviction_policy``, ``sliding_window`` an SWA pool of ``swa_pages`` pages."""
 
     family = "scheduler"
-    footprints = (Footprint("size x max_context_len", CELLS, lambda n: n("size", 0) * n("max_context_len", 0)),
-                  Footprint("kv_pages x page_size", TOKENS, lambda n: n("kv_pages", 0) * n("page_size", 1)),
-                  Footprint("swa_pages x page_size", TOKENS, lambda n: n("swa_pages", 0) * n("page_size", 1)))
+    footprints = (
+        Footprint("size x max_context_len", CELLS, lambda n: n("size", 0) * n("max_context_len", 0)),
+        Footprint("kv_pages x page_size", TOKENS, lambda n: n("kv_pages", 0) * n("page_size", 1)),
+        Footprint("swa_pages x page_size", TOKENS, lambda n: n("swa_pages", 0) * n("page_size", 1)),
+    )
 
     size: int = bounded(0, ROWS)
     max_context_len: int = bounded(1, CONTEXT)

@@ -85,8 +85,11 @@ class KVStep:
             check(result is None, "empty-pool-guard", f"{what} served with free pages {free_counts}", need=need)
             for (name, alloc, _), (_, before) in zip(sides, plans):
                 # A refusal may merge staged frees (need_sort) into the free list: same pages, new order.
-                check(sorted(d.free_pages(alloc)) == sorted(before), "empty-pool-guard",
-                      f"a refused {what} changed the {name} side's free pages")
+                check(
+                    sorted(d.free_pages(alloc)) == sorted(before),
+                    "empty-pool-guard",
+                    f"a refused {what} changed the {name} side's free pages",
+                )
             d.event(f"{'decode' if decode else 'extend'} refused: KV short")
             return False
         check(result is not None, "empty-pool-guard", f"{what} refused with free pages {free_counts}", need=need)
@@ -103,22 +106,31 @@ class KVStep:
             expected = self._oracle(pres, seqs, lasts, pages, decode)
             if out != expected:
                 i = first_difference(expected, out)
-                raise InvariantViolation("kernel-agreement" if name == "full" else "swa-mapping",
-                                         f"{what}: the {name} side differs from the loop oracle at output {i}",
-                                         kernel=d.config.kernel, expected=expected[i: i + 4], actual=out[i: i + 4])
+                raise InvariantViolation(
+                    "kernel-agreement" if name == "full" else "swa-mapping",
+                    f"{what}: the {name} side differs from the loop oracle at output {i}",
+                    kernel=d.config.kernel,
+                    expected=expected[i : i + 4],
+                    actual=out[i : i + 4],
+                )
             d.check_fresh(pages, free, what, f"{name} page")
             after = d.free_pages(alloc)
-            check(sorted(after) == sorted(set(before) - set(pages)) and len(after) == len(before) - need, "page-layout",
-                  f"{what} consumed other than its {need} counted {name} pages", consumed=sorted(set(before) - set(after)))
+            check(
+                sorted(after) == sorted(set(before) - set(pages)) and len(after) == len(before) - need,
+                "page-layout",
+                f"{what} consumed other than its {need} counted {name} pages",
+                consumed=sorted(set(before) - set(after)),
+            )
         start = 0
         for i, (state, pre, seq) in enumerate(zip(states, pres, seqs)):
             width = 1 if decode else seq - pre
-            per_side = [out[start: start + width] for out in outputs]
+            per_side = [out[start : start + width] for out in outputs]
             for slots, lasts in zip(per_side, last_locs):
                 check_slot_layout(slots, prefix=seq - width, last_loc=lasts[i], page_size=ps, what=what, handle=state.handle)
             if width:
-                d.expect_accepted(partial(
-                    d.rows.write, (state.row, slice(seq - width, seq)), result[start: start + width].to(torch.int32)), "write")
+                d.expect_accepted(
+                    partial(d.rows.write, (state.row, slice(seq - width, seq)), result[start : start + width].to(torch.int32)), "write"
+                )
             model.grow(state.handle, per_side[0], per_side[1] if self.swa is not None else None)
             start += width
         return True

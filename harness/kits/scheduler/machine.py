@@ -29,14 +29,19 @@ def scheduler_kernels(kernel: str | None, device: str) -> tuple[str, ...]:
 
 
 def scheduler_machine(
-    kernel: str | None = None, *, device: str = "cpu", hybrid: bool | None = None, page_size: int | None = None,
-    mode: str | None = None, driver: type[SchedulerDriver] | None = None, spec: str | None = None,
+    kernel: str | None = None,
+    *,
+    device: str = "cpu",
+    hybrid: bool | None = None,
+    page_size: int | None = None,
+    mode: str | None = None,
+    driver: type[SchedulerDriver] | None = None,
+    spec: str | None = None,
     overrides: dict[str, str] | None = None,
 ) -> type[PoolMachine]:
     """A scheduler machine pinned to ``kernel`` (and ``hybrid``, ``page_size``, ``mode``), optionally with a driver variant."""
     base = make_machine("scheduler", spec, overrides=overrides, device=device)
     table = scheduler_table(kernels=scheduler_kernels(kernel, device), hybrid=hybrid, page_size=page_size, mode=mode)
     pins = f"kernel={kernel}, hybrid={hybrid}, page_size={page_size}, mode={mode}{', ' + driver.__name__ if driver else ''}"
-    attrs: dict[str, Any] = {"table": table, "catalogue": table.catalogue, "driver_class": driver,
-                             "__module__": base.__module__}
+    attrs: dict[str, Any] = {"table": table, "catalogue": table.catalogue, "driver_class": driver, "__module__": base.__module__}
     return type(f"{base.__name__}[{pins}]", (base,), attrs)

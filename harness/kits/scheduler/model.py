@@ -180,7 +180,7 @@ class SchedulerModel:
     def release(self, handle: int) -> ReqState:
         """The request leaves: its row, Mamba slot, SWA slots and the pages of its own (uncached) part."""
         req = self.live.pop(handle)
-        self.free_pages |= self.pages_of(req.slots[req.cached:])
+        self.free_pages |= self.pages_of(req.slots[req.cached :])
         self.free_swa |= self.pages_of([s for s in req.swa if s])
         self.free_rows.add(req.row)
         if req.mamba is not None:
@@ -200,8 +200,8 @@ class SchedulerModel:
     def leave_window(self, handle: int, start: int) -> set[int]:
         """Release the SWA slots of positions ``swa_evicted .. start``; returns the SWA pages freed."""
         req = self.live[handle]
-        released = self.pages_of([s for s in req.swa[req.swa_evicted:start] if s])
-        req.swa[req.swa_evicted:start] = [0] * (start - req.swa_evicted)
+        released = self.pages_of([s for s in req.swa[req.swa_evicted : start] if s])
+        req.swa[req.swa_evicted : start] = [0] * (start - req.swa_evicted)
         req.swa_evicted = start
         self.free_swa |= released
         return released
@@ -219,8 +219,8 @@ class SchedulerModel:
         key_len = req.length - req.length % ps if insert else req.cached
         matched = max(req.cached, cache.match(req.tokens[:key_len]))
         tree = cache.slots(req.tokens, matched)
-        duplicates = self.pages_of(req.slots[req.cached:matched]) - self.pages_of(tree[req.cached:])
-        req.slots[req.cached:matched] = tree[req.cached:]
+        duplicates = self.pages_of(req.slots[req.cached : matched]) - self.pages_of(tree[req.cached :])
+        req.slots[req.cached : matched] = tree[req.cached :]
         cache.insert(req.tokens, matched, key_len, [req.slots[p] // ps for p in range(matched, key_len, ps)])
         cache.unlock(req.tokens, req.cached)
         tail = self.pages_of(req.slots[key_len:]) if release else set()
@@ -242,9 +242,7 @@ class SchedulerModel:
         return problems
 
     # ------------------------------------------------------------ queries
-    def ownership_problems(
-        self, free_pages: list[int], held: dict[int, list[int]], num_pages: int | None = None
-    ) -> dict[str, list[int]]:
+    def ownership_problems(self, free_pages: list[int], held: dict[int, list[int]], num_pages: int | None = None) -> dict[str, list[int]]:
         """The scheduler conservation equation over pages ``1..num_pages`` (the full side's by default),
         given a free list and the slots each holder owns (a live request, or the cache).
 
@@ -263,13 +261,17 @@ class SchedulerModel:
         every = set(range(1, (self.num_pages if num_pages is None else num_pages) + 1))
         seen: set[int] = set()
         duplicate = {p for p in free_pages if p in seen or seen.add(p)}  # type: ignore[func-returns-value]
-        return {k: sorted(v) for k, v in {
-            "leaked": every - free - set(owners),
-            "shared": shared,
-            "free_and_held": free & set(owners),
-            "duplicate_free": duplicate,
-            "foreign": (free | set(owners)) - every,
-        }.items() if v}
+        return {
+            k: sorted(v)
+            for k, v in {
+                "leaked": every - free - set(owners),
+                "shared": shared,
+                "free_and_held": free & set(owners),
+                "duplicate_free": duplicate,
+                "foreign": (free | set(owners)) - every,
+            }.items()
+            if v
+        }
 
     def uncached_tokens(self) -> int:
         """The leak equation's ``uncached``: ``ceil_align(len, ps) - cache_protected_len`` over live requests."""
@@ -284,6 +286,7 @@ class SchedulerModel:
     def handles(self, *, prefilling: bool | None = None, max_length: int | None = None) -> list[int]:
         """Live handles, optionally only those (not) prefilling or shorter than ``max_length``."""
         return sorted(
-            h for h, r in self.live.items()
+            h
+            for h, r in self.live.items()
             if (prefilling is None or r.prefilling == prefilling) and (max_length is None or r.length < max_length)
         )

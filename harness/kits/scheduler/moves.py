@@ -65,7 +65,10 @@ STEMS = (
 whole pages at every page size up to 8 and diverge inside a page at the larger ones."""
 
 SCHEDULER_MALFORMED: tuple[Overrides, ...] = (
-    {"kv_pages": -1}, {"size": -1}, {"page_size": 0}, {"kernel": "gpu"},
+    {"kv_pages": -1},
+    {"size": -1},
+    {"page_size": 0},
+    {"kernel": "gpu"},
     {"prefix_cache": True, "sliding_window": None, "eviction_policy": "newest"},
 )
 """Scheduler configurations one of whose pools must refuse to be built."""
@@ -112,15 +115,18 @@ class SchedulerView(DriverView):
 # ---------------------------------------------------------------- configurations
 def scheduler_modes(*, hybrid: bool | None = None, page_size: int | None = None, mode: str | None = None) -> list[str]:
     """The :data:`MODES` the pins allow: the options leave hybrid rows out, the window page size 1."""
-    modes = [m for m in MODES if (mode is None or m == mode) and (m == "plain" or not hybrid)
-             and (m != "sliding_window" or page_size != 1)]
+    modes = [m for m in MODES if (mode is None or m == mode) and (m == "plain" or not hybrid) and (m != "sliding_window" or page_size != 1)]
     if not modes:
         raise ValueError(f"no scheduler mode fits mode={mode}, hybrid={hybrid}, page_size={page_size}")
     return modes
 
 
 def scheduler_config(
-    choose: Chooser, *, kernels: Sequence[str] = KERNELS, hybrid: bool | None = None, page_size: int | None = None,
+    choose: Chooser,
+    *,
+    kernels: Sequence[str] = KERNELS,
+    hybrid: bool | None = None,
+    page_size: int | None = None,
     mode: str | None = None,
 ) -> SchedulerConfig:
     """A config for :func:`harness.kits.scheduler.driver.build_scheduler_pools`; the engine sets ``device``.
@@ -137,8 +143,7 @@ def scheduler_config(
     window = chosen == "sliding_window"
     if page_size is None:
         triton = kernel == "triton"
-        sizes = ((WINDOW_TRITON_PAGE_SIZES if triton else WINDOW_PAGE_SIZES) if window
-                 else (TRITON_PAGE_SIZES if triton else PAGE_SIZES))
+        sizes = (WINDOW_TRITON_PAGE_SIZES if triton else WINDOW_PAGE_SIZES) if window else (TRITON_PAGE_SIZES if triton else PAGE_SIZES)
         page_size = choose.choice(sizes)
     size = choose.randint(1, 6)
     kv_pages = choose.randint(1 if chosen == "plain" else 3, 16)
@@ -147,10 +152,20 @@ def scheduler_config(
     mamba_size = choose.randint(1, 6)
     need_sort = choose.choice((False, True))
     policy = choose.choice(EVICTION_POLICIES) if chosen == "prefix_cache" else "lru"
-    config = SchedulerConfig(kernel=kernel, page_size=page_size, size=size, kv_pages=kv_pages,
-                             max_context_len=max_context_len, hybrid=with_mamba, mamba_size=mamba_size,
-                             need_sort=need_sort, prefix_cache=chosen == "prefix_cache", eviction_policy=policy,
-                             sliding_window=None, swa_pages=0)
+    config = SchedulerConfig(
+        kernel=kernel,
+        page_size=page_size,
+        size=size,
+        kv_pages=kv_pages,
+        max_context_len=max_context_len,
+        hybrid=with_mamba,
+        mamba_size=mamba_size,
+        need_sort=need_sort,
+        prefix_cache=chosen == "prefix_cache",
+        eviction_policy=policy,
+        sliding_window=None,
+        swa_pages=0,
+    )
     if window:
         sliding_window = choose.randint(1, 4) if choose.random() < 0.5 else choose.randint(1, 12)
         config = config.replaced(sliding_window=sliding_window, swa_pages=choose.randint(3, 12))
@@ -199,8 +214,7 @@ def _admit(view: SchedulerView, choose: Chooser) -> Step:
     reserve_extra = choose.randint(0, 2)
     prompts = [_prompt_tokens(choose) for _ in range(choose.randint(1, MAX_BATCH))]
     tokens = [prompts[i % len(prompts)] for i in range(count)]
-    return "admit", {"requests": [[len(t), chunk] for t, chunk in zip(tokens, chunks)], "reserve_extra": reserve_extra,
-                     "tokens": tokens}
+    return "admit", {"requests": [[len(t), chunk] for t, chunk in zip(tokens, chunks)], "reserve_extra": reserve_extra, "tokens": tokens}
 
 
 def _decode_all(view: SchedulerView, choose: Chooser) -> Step | None:
@@ -296,7 +310,10 @@ def scheduler_catalogue() -> tuple[Move, ...]:
 
 
 def scheduler_table(
-    *, kernels: Sequence[str] = KERNELS, hybrid: bool | None = None, page_size: int | None = None,
+    *,
+    kernels: Sequence[str] = KERNELS,
+    hybrid: bool | None = None,
+    page_size: int | None = None,
     mode: str | None = None,
 ) -> MoveTable:
     """The scheduler family's table; ``kernels``, ``hybrid``, ``page_size`` and ``mode`` pin its configurations
@@ -305,9 +322,13 @@ def scheduler_table(
     if not kernels:
         raise ValueError("a scheduler table needs at least one kernel")
     return viewed_table(
-        SchedulerView, partial(scheduler_config, kernels=tuple(kernels), hybrid=hybrid, page_size=page_size, mode=mode),
-        scheduler_moves(), scheduler_catalogue(), corners=scheduler_corners,
-        bench_moves=("admit", "prefill", "decode", "finish", "retract", "abort", "clear"))
+        SchedulerView,
+        partial(scheduler_config, kernels=tuple(kernels), hybrid=hybrid, page_size=page_size, mode=mode),
+        scheduler_moves(),
+        scheduler_catalogue(),
+        corners=scheduler_corners,
+        bench_moves=("admit", "prefill", "decode", "finish", "retract", "abort", "clear"),
+    )
 
 
 def scheduler_corners(config: SchedulerConfig) -> list[str]:

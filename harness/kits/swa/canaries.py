@@ -41,13 +41,21 @@ class TailHeadKeepsOldEntries(SWATokenToKVPoolAllocator):
             return
         self.full_to_swa_index_mapping[full_indices] = self._old_entries[full_indices]  # the bug: no zeroing
 
-    def alloc_extend_swa_tail(self, prefix_lens: Tensor, prefix_lens_cpu: Tensor, seq_lens: Tensor,
-                              seq_lens_cpu: Tensor, last_loc: Tensor, extend_num_tokens: int,
-                              swa_tail_len: int) -> Tensor | None:
+    def alloc_extend_swa_tail(
+        self,
+        prefix_lens: Tensor,
+        prefix_lens_cpu: Tensor,
+        seq_lens: Tensor,
+        seq_lens_cpu: Tensor,
+        last_loc: Tensor,
+        extend_num_tokens: int,
+        swa_tail_len: int,
+    ) -> Tensor | None:
         self._in_tail = True
         try:
-            return super().alloc_extend_swa_tail(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
-                                                 extend_num_tokens, swa_tail_len)
+            return super().alloc_extend_swa_tail(
+                prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens, swa_tail_len
+            )
         finally:
             self._in_tail = False
 
@@ -127,23 +135,31 @@ class NonAtomicDecode(SWATokenToKVPoolAllocator):
 
 CANARIES: dict[str, Canary] = {
     "swa-tail-head-keeps-old-entries": Canary(
-        "swa_kv", "harness.kits.swa.canaries:TailHeadKeepsOldEntries",
+        "swa_kv",
+        "harness.kits.swa.canaries:TailHeadKeepsOldEntries",
         "alloc_extend_swa_tail leaves the non-tail full slots mapped to their previous owner's SWA slots",
-        "SGLang #25805", "swa-mapping",
+        "SGLang #25805",
+        "swa-mapping",
     ),
     "swa-free-unmaps-only-named-tokens": Canary(
-        "swa_kv", "harness.kits.swa.canaries:UnmapsOnlyNamedTokens",
+        "swa_kv",
+        "harness.kits.swa.canaries:UnmapsOnlyNamedTokens",
         "a paged free/free_swa unmaps the named tokens only, not their whole pages",
-        "SGLang #27779", "swa-mapping",
+        "SGLang #27779",
+        "swa-mapping",
     ),
     "swa-tombstone-keeps-its-entry": Canary(
-        "swa_kv", "harness.kits.swa.canaries:TombstoneKeepsItsEntry",
+        "swa_kv",
+        "harness.kits.swa.canaries:TombstoneKeepsItsEntry",
         "free_swa releases the SWA peers but leaves the tombstones' mapping entries",
-        "SGLang PR #27586", "swa-mapping",
+        "SGLang PR #27586",
+        "swa-mapping",
     ),
     "swa-non-atomic-decode": Canary(
-        "swa_kv", "harness.kits.swa.canaries:NonAtomicDecode",
+        "swa_kv",
+        "harness.kits.swa.canaries:NonAtomicDecode",
         "alloc_decode leaves one side's pages consumed when the other side is short",
-        "SGLang 0.5.23 swa.py alloc_decode; sglang-pools.md section 8, hazard 2", "empty-pool-guard",
+        "SGLang 0.5.23 swa.py alloc_decode; sglang-pools.md section 8, hazard 2",
+        "empty-pool-guard",
     ),
 }

@@ -23,6 +23,7 @@ SWADraw = Callable[[SWAView, Chooser], Step | None]
 
 def _malformed(op: str, defect: str) -> SWADraw:
     """A batch of one or two requests still in the window (extend: maybe a new one too) with ``defect``."""
+
     def draw(view: SWAView, choose: Chooser) -> Step | None:
         live = [h for h in view.handles(continuable=True) if view.length(h)]
         if view.page_size == 1 or not live:
@@ -31,6 +32,7 @@ def _malformed(op: str, defect: str) -> SWADraw:
         if op == "extend_malformed" and choose.random() < 0.5:
             handles.insert(choose.randint(0, len(handles)), None)
         return op, {"handles": handles, "defect": defect}
+
     return draw
 
 
@@ -62,6 +64,7 @@ def _tail_misuse(kind: str) -> SWADraw:
             return None
         tail = ps + 1 if kind == "longer than the extend" else 1
         return "tail", {"handle": None, "extend_len": ps if tail > ps else 2 * ps, "swa_tail_len": tail}
+
     return draw
 
 
@@ -71,13 +74,19 @@ def swa_catalogue() -> tuple[Move, ...]:
     return (
         Move("empty extend batch", 0.05, fixed("extend", batch=[])),
         *(Move(f"{call} of no index", 0.03, fixed("free_indices", indices=[], call=call)) for call in FREE_CALLS),
-        *(Move(f"malformed extend ({d})", 0.03, _malformed("extend_malformed", d), misuse=True, setup=_admit_mid_page)
-          for d in EXTEND_DEFECTS),
-        *(Move(f"malformed decode ({d})", 0.03, _malformed("decode_malformed", d), misuse=True, setup=_admit_mid_page)
-          for d in DECODE_DEFECTS),
+        *(
+            Move(f"malformed extend ({d})", 0.03, _malformed("extend_malformed", d), misuse=True, setup=_admit_mid_page)
+            for d in EXTEND_DEFECTS
+        ),
+        *(
+            Move(f"malformed decode ({d})", 0.03, _malformed("decode_malformed", d), misuse=True, setup=_admit_mid_page)
+            for d in DECODE_DEFECTS
+        ),
         Move("a tail of two requests", 0.05, fixed("tail_of_two"), misuse=True),
-        *(Move(f"a tail {kind}", 0.03, _tail_misuse(kind), misuse=True)
-          for kind in ("longer than the extend", "not starting on a page boundary")),
+        *(
+            Move(f"a tail {kind}", 0.03, _tail_misuse(kind), misuse=True)
+            for kind in ("longer than the extend", "not starting on a page boundary")
+        ),
         Move("free_swa of pages out of the window", 0.05, free_swa_gone, misuse=True, setup=_toward_a_slid_window),
         Move("alloc of a float", 0.03, fixed("alloc_non_int", need_size=1.5), misuse=True),
         Move("a call of the other page regime", 0.05, wrong_regime, misuse=True),

@@ -50,21 +50,25 @@ def check_handed_out(slots: list[int], end: int, side: str, what: str, twice: st
     check_unique(slots, twice, f"{side} slots of {what}")
 
 
-def judge_grant(model: SWAModel, g: Grant, mine: list[int], peers: list[int],
-                what: str) -> tuple[list[int], dict[int, int], list[int]]:
+def judge_grant(model: SWAModel, g: Grant, mine: list[int], peers: list[int], what: str) -> tuple[list[int], dict[int, int], list[int]]:
     """Check one request's slots and their SWA peers; returns its fresh full pages, their SWA pages, its mapped slots."""
     ps = model.page_size
     check_slot_layout(mine, prefix=g.pre, last_loc=g.last_loc, page_size=ps, what=what, side="full")
     first_new = -(-g.pre // ps) * ps
     for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
         if pos < g.window_from:
-            check(peer == 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) is outside the SWA tail "
-                  f"but maps to SWA slot {peer}", window_from=g.window_from)
+            check(
+                peer == 0,
+                "swa-mapping",
+                f"{what}: full slot {slot} (position {pos}) is outside the SWA tail but maps to SWA slot {peer}",
+                window_from=g.window_from,
+            )
         else:
             check(peer > 0, "swa-mapping", f"{what}: full slot {slot} (position {pos}) has no SWA peer", peer=peer)
     windowed = [(pos, slot, peer) for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers) if pos >= g.window_from]
-    check_slot_layout([peer for _, _, peer in windowed], prefix=max(g.pre, g.window_from),
-                      last_loc=g.swa_last_loc, page_size=ps, what=what, side="SWA")
+    check_slot_layout(
+        [peer for _, _, peer in windowed], prefix=max(g.pre, g.window_from), last_loc=g.swa_last_loc, page_size=ps, what=what, side="SWA"
+    )
     pages: dict[int, int] = {}
     pairs: dict[int, int] = {}
     for pos, slot, peer in zip(range(g.pre, g.seq), mine, peers):
@@ -74,8 +78,12 @@ def judge_grant(model: SWAModel, g: Grant, mine: list[int], peers: list[int],
         check(slot // ps == page, "page-layout", f"{what}: position {pos} left its full page {page}", slot=slot)
         if pos >= g.window_from:
             swa_page = pairs.setdefault(page, peer // ps)
-            check(peer // ps == swa_page, "swa-mapping", f"{what}: full page {page} maps into two SWA pages",
-                  pages=sorted({swa_page, peer // ps}))
+            check(
+                peer // ps == swa_page,
+                "swa-mapping",
+                f"{what}: full page {page} maps into two SWA pages",
+                pages=sorted({swa_page, peer // ps}),
+            )
     check_free_on(model.full, list(pages.values()), "full", what)
     check_free_on(model.swa, list(pairs.values()), "SWA", what)
     return list(pages.values()), pairs, [slot for _, slot, _ in windowed]
@@ -85,12 +93,12 @@ def check_free_on(side: Side, pages: list[int], name: str, what: str) -> None:
     """The fresh ``pages`` an allocation took on ``side`` are distinct and were free there."""
     check_unique(pages, "no-double-allocation", f"fresh {name} pages of {what}")
     for page in pages:
-        check(page in side.free, "no-double-allocation", f"{what} took {name} page {page}, which is "
-              f"{side.state(page)}")
+        check(page in side.free, "no-double-allocation", f"{what} took {name} page {page}, which is {side.state(page)}")
 
 
-def check_side_change(before: SideState, after: SideState, sign: int, full_pages: list[int],
-                      swa_pages: list[int], invariant: str, what: str, page_size: int) -> None:
+def check_side_change(
+    before: SideState, after: SideState, sign: int, full_pages: list[int], swa_pages: list[int], invariant: str, what: str, page_size: int
+) -> None:
     """Per side: exactly ``full_pages`` / ``swa_pages`` left (``sign`` -1) or joined (+1) the free
     pages, and the available size moved by them."""
     for name, pages, old, old_avail, new, new_avail in (
@@ -99,11 +107,23 @@ def check_side_change(before: SideState, after: SideState, sign: int, full_pages
     ):
         expected = set(old) | set(pages) if sign > 0 else set(old) - set(pages)
         check_unique(list(new), "no-double-allocation", f"{name} free pages after {what}")
-        check(set(new) == expected, invariant, f"{what} left the {name} side's free pages wrong", side=name,
-              missing=sorted(expected - set(new)), extra=sorted(set(new) - expected))
-        check(new_avail == old_avail + sign * len(pages) * page_size, invariant, f"{what} changed the {name} side's "
-              "available size by the wrong amount", side=name, before=old_avail, after=new_avail,
-              pages=sorted(pages))
+        check(
+            set(new) == expected,
+            invariant,
+            f"{what} left the {name} side's free pages wrong",
+            side=name,
+            missing=sorted(expected - set(new)),
+            extra=sorted(set(new) - expected),
+        )
+        check(
+            new_avail == old_avail + sign * len(pages) * page_size,
+            invariant,
+            f"{what} changed the {name} side's available size by the wrong amount",
+            side=name,
+            before=old_avail,
+            after=new_avail,
+            pages=sorted(pages),
+        )
 
 
 def audit_sides(model: SWAModel, sides: SideState, *, available: int, size: int) -> None:
@@ -116,20 +136,42 @@ def audit_sides(model: SWAModel, sides: SideState, *, available: int, size: int)
         check(0 not in pages, "reserved-never-handed-out", f"page 0 is among the {name} side's free pages")
         outside = [p for p in pages if not 1 <= p <= side.num_pages]
         check(not outside, "in-bounds", f"{name} free pages that do not exist", pages=outside)
-        check(set(pages) == side.free, "conservation", f"the {name} side's free pages differ from the model",
-              side=name, missing=sorted(side.free - set(pages)), extra=sorted(set(pages) - side.free))
-        check(avail == len(side.free) * ps, "conservation", f"the {name} side's available size disagrees",
-              side=name, available=avail, expected=len(side.free) * ps)
-    check(available == min(full_avail, swa_avail), "conservation", "available_size() is not the smaller side's",
-          available=available, full=full_avail, swa=swa_avail)
-    check(size == min(model.full_pages, model.swa_pages) * ps, "conservation", "size is not the smaller side's",
-          size=size)
+        check(
+            set(pages) == side.free,
+            "conservation",
+            f"the {name} side's free pages differ from the model",
+            side=name,
+            missing=sorted(side.free - set(pages)),
+            extra=sorted(set(pages) - side.free),
+        )
+        check(
+            avail == len(side.free) * ps,
+            "conservation",
+            f"the {name} side's available size disagrees",
+            side=name,
+            available=avail,
+            expected=len(side.free) * ps,
+        )
+    check(
+        available == min(full_avail, swa_avail),
+        "conservation",
+        "available_size() is not the smaller side's",
+        available=available,
+        full=full_avail,
+        swa=swa_avail,
+    )
+    check(size == min(model.full_pages, model.swa_pages) * ps, "conservation", "size is not the smaller side's", size=size)
 
 
 def audit_mapping(model: SWAModel, table: list[int]) -> None:
     """The whole table against the model: one entry per full slot of pages 0..n, and the trailing -1."""
-    check(len(table) == model.full_slots_end + 1, "swa-mapping", "the mapping must have size + page_size + 1 entries",
-          entries=len(table), expected=model.full_slots_end + 1)
+    check(
+        len(table) == model.full_slots_end + 1,
+        "swa-mapping",
+        "the mapping must have size + page_size + 1 entries",
+        entries=len(table),
+        expected=model.full_slots_end + 1,
+    )
     check(table[-1] == -1, "swa-mapping", "the trailing entry is no longer -1", trailing=table[-1])
     check_unique([v for v in table[:-1] if v], "swa-mapping", "the SWA slots the mapping names")
     wrong = {f: (v, model.swa_slot(f)) for f, v in enumerate(table[:-1]) if v != model.swa_slot(f)}
@@ -137,7 +179,11 @@ def audit_mapping(model: SWAModel, table: list[int]) -> None:
         return
     slot, (actual, expected) = next(iter(wrong.items()))
     state = model.full.state(slot // model.page_size)
-    why = (f"{state} full slot {slot} maps to SWA slot {actual}" if state != "live" else
-           f"full slot {slot} has no SWA peer (out of the window) but maps to {actual}" if not expected else
-           f"full slot {slot} maps to SWA slot {actual}, its peer is {expected}")
+    why = (
+        f"{state} full slot {slot} maps to SWA slot {actual}"
+        if state != "live"
+        else f"full slot {slot} has no SWA peer (out of the window) but maps to {actual}"
+        if not expected
+        else f"full slot {slot} maps to SWA slot {actual}, its peer is {expected}"
+    )
     raise InvariantViolation("swa-mapping", why, entries=dict(list(wrong.items())[:8]))

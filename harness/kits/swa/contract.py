@@ -36,30 +36,41 @@ class FreeRule:
 
 
 CONTRACT: tuple[FreeRule, ...] = (
-    FreeRule("free", "1", "peers mapped", (
-        "allocator/swa.py:467-475: free() calls free_swa() first, then free_full()",
-        "allocator/swa.py:499-507: at page size 1 free_swa() goes to _free_swa_pages()",
-        "allocator/swa.py:558-560: expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg='caller wants free_full'); "
-        "FATAL_UNCONTAINABLE (:29); unchecked by default, slot 0 then lands on the SWA free list (:27-28)",
-        "mem_cache/common.py:152-190: free_kv_row_segments sends [swa_dead_lo, swa_evicted_seqlen) to "
-        "free_full_segments (:188) and only the rest to free_segments (:190)",
-    )),
-    FreeRule("free", ">1", "live pages", (
-        "allocator/swa.py:509-522: above page size 1 free_swa() expands to whole pages (:512) and reads their entries",
-        "allocator/swa.py:601-605: _release_swa() drops the padding (0) entries of pages without peers",
-    )),
-    FreeRule("free_swa", "1", "peers mapped", (
-        "allocator/swa.py:499-507, :558-560: the same _SWA_PEER_MAPPED expectation as free()",
-    )),
-    FreeRule("free_swa", ">1", "live pages", (
-        "allocator/swa.py:509-522, :601-605: pages without peers read as 0 and are filtered",
-    )),
-    FreeRule("free_full", "any", "peers released", (
-        "allocator/swa.py:609-619: expect(_SWA_PEER_RELEASED, full_to_swa_index_mapping[free_index] == 0, "
-        "msg='caller wants free'); free_full_segment the same (:633-640)",
-        "mem_cache/common.py:187-188 and unified_radix_cache.py:1406-1408: callers send it only slots below the "
-        "SWA cursor, whose peers free_swa already released",
-    )),
+    FreeRule(
+        "free",
+        "1",
+        "peers mapped",
+        (
+            "allocator/swa.py:467-475: free() calls free_swa() first, then free_full()",
+            "allocator/swa.py:499-507: at page size 1 free_swa() goes to _free_swa_pages()",
+            "allocator/swa.py:558-560: expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg='caller wants free_full'); "
+            "FATAL_UNCONTAINABLE (:29); unchecked by default, slot 0 then lands on the SWA free list (:27-28)",
+            "mem_cache/common.py:152-190: free_kv_row_segments sends [swa_dead_lo, swa_evicted_seqlen) to "
+            "free_full_segments (:188) and only the rest to free_segments (:190)",
+        ),
+    ),
+    FreeRule(
+        "free",
+        ">1",
+        "live pages",
+        (
+            "allocator/swa.py:509-522: above page size 1 free_swa() expands to whole pages (:512) and reads their entries",
+            "allocator/swa.py:601-605: _release_swa() drops the padding (0) entries of pages without peers",
+        ),
+    ),
+    FreeRule("free_swa", "1", "peers mapped", ("allocator/swa.py:499-507, :558-560: the same _SWA_PEER_MAPPED expectation as free()",)),
+    FreeRule("free_swa", ">1", "live pages", ("allocator/swa.py:509-522, :601-605: pages without peers read as 0 and are filtered",)),
+    FreeRule(
+        "free_full",
+        "any",
+        "peers released",
+        (
+            "allocator/swa.py:609-619: expect(_SWA_PEER_RELEASED, full_to_swa_index_mapping[free_index] == 0, "
+            "msg='caller wants free'); free_full_segment the same (:633-640)",
+            "mem_cache/common.py:187-188 and unified_radix_cache.py:1406-1408: callers send it only slots below the "
+            "SWA cursor, whose peers free_swa already released",
+        ),
+    ),
 )
 
 

@@ -24,8 +24,7 @@ def skipped() -> Any:
     return SKIPPED
 
 
-def reject_misuse(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...],
-                  what: str) -> Any:
+def reject_misuse(driver: Driver, call: Callable[[], Any], error: type[PoolError] | tuple[type[PoolError], ...], what: str) -> Any:
     """Issue misuse only while misuse checking is on (upstream does not validate)."""
     if not driver.check_misuse:
         return SKIPPED

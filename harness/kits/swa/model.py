@@ -160,8 +160,7 @@ class SWAModel:
         self.released[handle] = []
         return handle
 
-    def take(self, handle: int, slots: list[int], full_pages: list[int], peers: dict[int, int],
-             mapped: list[int]) -> None:
+    def take(self, handle: int, slots: list[int], full_pages: list[int], peers: dict[int, int], mapped: list[int]) -> None:
         """``handle`` grows by ``slots`` on the fresh ``full_pages``; ``peers`` pairs fresh full
         pages with fresh SWA pages, and the tokens of ``mapped`` now have SWA peers."""
         self.full.take(full_pages)

@@ -144,15 +144,24 @@ class PureSWAKVDriver(TokenKVDriver):
         pool, pages = self.pool, self.model.num_pages
         check(pool.size == pages, "conservation", "a pure SWA pool's size is not its one side's", size=pool.size)
         probe = self._tensor([1, -1])
-        check(ints(pool.translate_loc_from_full_to_swa(probe)) == [1, -1], "swa-mapping",
-              "translate_loc_from_full_to_swa is not the identity on a pure SWA pool")
+        check(
+            ints(pool.translate_loc_from_full_to_swa(probe)) == [1, -1],
+            "swa-mapping",
+            "translate_loc_from_full_to_swa is not the identity on a pure SWA pool",
+        )
         room = getattr(pool, "new_pages_available", None)  # a query beyond the protocol, where the pool has it
         if room is not None:
             free = self.model.available_pages()
-            check(room(free, free) and not room(free + 1, 0), "conservation",
-                  "new_pages_available() disagrees with the free pages", free=free)
+            check(
+                room(free, free) and not room(free + 1, 0), "conservation", "new_pages_available() disagrees with the free pages", free=free
+            )
         table, identity = ints(self.pool.full_to_swa_index_mapping), [*range(self.model.num_pages + 1), -1]
-        check(table == identity, "swa-mapping", "the pure SWA mapping is not the identity plus the trailing -1",
-              entries={i: v for i, (v, e) in enumerate(zip(table, identity)) if v != e}, length=len(table))
+        check(
+            table == identity,
+            "swa-mapping",
+            "the pure SWA mapping is not the identity plus the trailing -1",
+            entries={i: v for i, (v, e) in enumerate(zip(table, identity)) if v != e},
+            length=len(table),
+        )
         sizes = (int(self.pool.full_available_size()), int(self.pool.swa_available_size()), int(self.pool.available_size()))
         check(len(set(sizes)) == 1, "conservation", "the sides of a pure SWA pool report different sizes", sizes=sizes)

@@ -41,8 +41,7 @@ def _grow(view: SWAView, choose: Chooser) -> Step | None:
     if not live:
         return None
     ps = view.page_size
-    batch: list[list[int | None]] = [[h, choose.choice(edge_extend_lengths(view.length(h), ps))]
-                                     for h in some_of(live, choose)]
+    batch: list[list[int | None]] = [[h, choose.choice(edge_extend_lengths(view.length(h), ps))] for h in some_of(live, choose)]
     batch += [[None, _new_length(view, choose)] for _ in range(choose.randint(0, 1))]
     choose.shuffle(batch)
     return "extend", {"batch": batch}
@@ -164,8 +163,7 @@ def _free_raw(view: SWAView, choose: Chooser) -> Step | None:
     if not view.any_live():
         return None
     ps = view.page_size
-    indices = [choose.randint(-1, view.full_pages + 2) * ps + choose.randint(0, 63) % ps
-               for _ in range(choose.randint(1, 3))]
+    indices = [choose.randint(-1, view.full_pages + 2) * ps + choose.randint(0, 63) % ps for _ in range(choose.randint(1, 3))]
     return "free_indices", {"indices": indices, "call": choose.choice(FREE_CALLS)}
 
 

@@ -42,8 +42,10 @@ class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding)
     need_sort: bool
 
     def __repr__(self) -> str:
-        return (f"<upstream sglang=={self.upstream_version} {self.upstream_class} full={self.inner.size_full} "
-                f"swa={self.inner.size_swa} page_size={self.page_size}>")
+        return (
+            f"<upstream sglang=={self.upstream_version} {self.upstream_class} full={self.inner.size_full} "
+            f"swa={self.inner.size_swa} page_size={self.page_size}>"
+        )
 
     @property
     def full_to_swa_index_mapping(self) -> torch.Tensor:

@@ -31,7 +31,13 @@ class Equivalent:
 
 
 FIELDS: dict[str, type] = {
-    "module": str, "function": str, "operator": str, "source": str, "col": int, "description": str, "reason": str,
+    "module": str,
+    "function": str,
+    "operator": str,
+    "source": str,
+    "col": int,
+    "description": str,
+    "reason": str,
 }
 """The keys of one ``[[equivalent]]`` of a table, in order, and the type of each value (``reason`` names a
 string constant of ``reasons.py``; the entry's ``why`` is that constant's text)."""
@@ -97,5 +103,4 @@ def _entry(file: str, number: int, item: Any) -> Equivalent:
     why = reason_named(item["reason"])
     if why is None:
         raise EquivalentsFileError(file, number, "reason", f"{item['reason']!r} names no string constant of reasons.py")
-    return Equivalent(item["module"], item["function"], item["operator"], item["source"], item["col"],
-                      item["description"], why)
+    return Equivalent(item["module"], item["function"], item["operator"], item["source"], item["col"], item["description"], why)

@@ -34,39 +34,86 @@ def _cite(path: str, line: int, text: str, note: str = "") -> Cite:
     return Cite(path, line, text, package="vllm", note=note)
 
 
-LOOKUP = _cite(CORE, 795, "cached_block = block_pool.get_cached_block(block_hash, kv_cache_group_ids)",
-               note="find_longest_cache_hit, until the first miss")
-TOUCH_HITS = _cite(CORE, 305, "self.block_pool.touch(new_computed_blocks)",
-                   note="add_local_computed_blocks: the prefix hits, held or free, null blocks for skipped ones")
-TOUCH_COPY = _cite(HISPARSE, 275, "manager.block_pool.touch([block])",
-                   note="_adopt_copies: a held (or unpinned) resident page shared by id")
+LOOKUP = _cite(
+    CORE,
+    795,
+    "cached_block = block_pool.get_cached_block(block_hash, kv_cache_group_ids)",
+    note="find_longest_cache_hit, until the first miss",
+)
+TOUCH_HITS = _cite(
+    CORE,
+    305,
+    "self.block_pool.touch(new_computed_blocks)",
+    note="add_local_computed_blocks: the prefix hits, held or free, null blocks for skipped ones",
+)
+TOUCH_COPY = _cite(
+    HISPARSE, 275, "manager.block_pool.touch([block])", note="_adopt_copies: a held (or unpinned) resident page shared by id"
+)
 TOUCH_SPILL = _cite(HISPARSE, 595, "manager.block_pool.touch([block])", note="a spill pins a held resident page")
-ALLOC_EXTERNAL = _cite(CORE, 365, "allocated_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
-                       note="num_new_blocks = max(0, ...) at :361-364: 0 is a count callers send")
+ALLOC_EXTERNAL = _cite(
+    CORE,
+    365,
+    "allocated_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
+    note="num_new_blocks = max(0, ...) at :361-364: 0 is a count callers send",
+)
 ALLOC_NEW = _cite(CORE, 406, "new_blocks = self.block_pool.get_new_blocks(num_new_blocks)")
-FREE_COUNT = _cite("v1/core/kv_cache_manager.py", 547, "if required_blocks > self.block_pool.get_num_free_blocks():",
-                   note="the caller's free-count check: an allocation above it is never made")
-CACHE = _cite(CORE, 532, "self.block_pool.cache_full_blocks(",
-              note="cache_blocks: num_cached..num_full of the request's table, null/masked blocks skipped")
+FREE_COUNT = _cite(
+    "v1/core/kv_cache_manager.py",
+    547,
+    "if required_blocks > self.block_pool.get_num_free_blocks():",
+    note="the caller's free-count check: an allocation above it is never made",
+)
+CACHE = _cite(
+    CORE,
+    532,
+    "self.block_pool.cache_full_blocks(",
+    note="cache_blocks: num_cached..num_full of the request's table, null/masked blocks skipped",
+)
 FREE = _cite(CORE, 599, "self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))")
-SLIDE = _cite(CORE, 680, "self.block_pool.free_blocks(freed)",
-              note="_remove_blocks_in_range: backwards from the window's edge until a null block, each nulled")
-UNPIN_PAGE = _cite(HISPARSE, 368, "manager.block_pool.unpin_blocks([block], self._on_block_reused)",
-                   note="_unpin_page: one clean resident page of a running request")
-UNPIN_FREE = _cite(HISPARSE, 894, "manager.block_pool.unpin_blocks([block], self._on_block_reused)",
-                   note="free: the request's clean resident pages, tail first, each then dropped from its row")
-RESIDENT_UNCACHED = _cite(CORE, 2369, "return None",
-                          note="_HiSparseAuxiliaryManager.cache_blocks: resident pages are never hashed")
-RESIDENT_ALLOC = _cite(CORE, 2551, "new_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
-                       note="resident pages come from get_new_blocks, which drops a reused block's hash")
-EVICT_SUFFIX = _cite(SCHEDULER, 3670, "blocks_to_evict.update(req_block_ids[idx:])",
-                     note="_update_requests_with_invalid_blocks over self.running (:3746): a running request's "
-                          "table from its first failed block on")
-EVICT = _cite(SCHEDULER, 3760, "self.kv_cache_manager.evict_blocks(sync_blocks_to_evict)",
-              note="-> KVCacheManager.evict_blocks (kv_cache_manager.py:681), the only caller of evict_blocks")
+SLIDE = _cite(
+    CORE,
+    680,
+    "self.block_pool.free_blocks(freed)",
+    note="_remove_blocks_in_range: backwards from the window's edge until a null block, each nulled",
+)
+UNPIN_PAGE = _cite(
+    HISPARSE,
+    368,
+    "manager.block_pool.unpin_blocks([block], self._on_block_reused)",
+    note="_unpin_page: one clean resident page of a running request",
+)
+UNPIN_FREE = _cite(
+    HISPARSE,
+    894,
+    "manager.block_pool.unpin_blocks([block], self._on_block_reused)",
+    note="free: the request's clean resident pages, tail first, each then dropped from its row",
+)
+RESIDENT_UNCACHED = _cite(CORE, 2369, "return None", note="_HiSparseAuxiliaryManager.cache_blocks: resident pages are never hashed")
+RESIDENT_ALLOC = _cite(
+    CORE,
+    2551,
+    "new_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
+    note="resident pages come from get_new_blocks, which drops a reused block's hash",
+)
+EVICT_SUFFIX = _cite(
+    SCHEDULER,
+    3670,
+    "blocks_to_evict.update(req_block_ids[idx:])",
+    note="_update_requests_with_invalid_blocks over self.running (:3746): a running request's table from its first failed block on",
+)
+EVICT = _cite(
+    SCHEDULER,
+    3760,
+    "self.kv_cache_manager.evict_blocks(sync_blocks_to_evict)",
+    note="-> KVCacheManager.evict_blocks (kv_cache_manager.py:681), the only caller of evict_blocks",
+)
 EVICT_POOL = _cite("v1/core/kv_cache_manager.py", 681, "self.block_pool.evict_blocks(block_ids)")
-RESET = _cite("v1/core/kv_cache_coordinator.py", 402, "return all([pool.reset_prefix_cache() for pool in pools])",
-              note="from Scheduler.reset_prefix_cache (sched/scheduler.py:3212), with requests running or not")
+RESET = _cite(
+    "v1/core/kv_cache_coordinator.py",
+    402,
+    "return all([pool.reset_prefix_cache() for pool in pools])",
+    note="from Scheduler.reset_prefix_cache (sched/scheduler.py:3212), with requests running or not",
+)
 
 
 def an_unhashed_resident_page(driver: Any, args: dict[str, Any]) -> bool:
@@ -107,39 +154,61 @@ CONTRACT = Contract(
     target="harness.upstream:VllmBlockPool",
     release="vllm==0.33.0",
     rules=(
-        CallRule("admit", ("touch",),
-                 "get_cached_block(hash, [group]) down the prompt's chain until a miss, then touch(hits): "
-                 "cached blocks, held or free", (LOOKUP, TOUCH_HITS)),
-        CallRule("allocate", ("get_new_blocks",),
-                 "get_new_blocks(n), 0 <= n <= get_num_free_blocks() (above it, or for n < 0, the driver, as the "
-                 "caller, makes no call)", (ALLOC_EXTERNAL, ALLOC_NEW, FREE_COUNT)),
-        CallRule("cache", ("cache_full_blocks",),
-                 "cache_full_blocks(request, its table, num_cached, num_full, block_size, group) of a live "
-                 "request whose new full blocks are held and unhashed", (CACHE,)),
+        CallRule(
+            "admit",
+            ("touch",),
+            "get_cached_block(hash, [group]) down the prompt's chain until a miss, then touch(hits): cached blocks, held or free",
+            (LOOKUP, TOUCH_HITS),
+        ),
+        CallRule(
+            "allocate",
+            ("get_new_blocks",),
+            "get_new_blocks(n), 0 <= n <= get_num_free_blocks() (above it, or for n < 0, the driver, as the caller, makes no call)",
+            (ALLOC_EXTERNAL, ALLOC_NEW, FREE_COUNT),
+        ),
+        CallRule(
+            "cache",
+            ("cache_full_blocks",),
+            "cache_full_blocks(request, its table, num_cached, num_full, block_size, group) of a live "
+            "request whose new full blocks are held and unhashed",
+            (CACHE,),
+        ),
         CallRule("free", ("free_blocks",), "free_blocks(reversed(a finished request's table))", (FREE,)),
-        CallRule("slide", ("free_blocks",),
-                 "free_blocks(the blocks a sliding window passed, last first, up to a null block)", (SLIDE,)),
-        CallRule("unpin", ("unpin_blocks",),
-                 "unpin_blocks([one unhashed block of a live request], on_reuse); the page then leaves the row",
-                 (UNPIN_PAGE, UNPIN_FREE, RESIDENT_UNCACHED, RESIDENT_ALLOC), today=an_unhashed_resident_page,
-                 instead="only HiSparse resident pages are unpinned (hisparse/coordinator.py:368, 894), and resident "
-                         "pages are never cached (single_type_kv_cache_manager.py:2369): a hashed block is released "
-                         "with free_blocks (:599)"),
-        CallRule("touch", ("touch",),
-                 "touch(blocks shared by id): held ones, cached free ones, the null block (skipped)",
-                 (TOUCH_HITS, TOUCH_COPY, TOUCH_SPILL)),
-        CallRule("evict", ("evict_blocks",),
-                 "evict_blocks(set of ids): the suffixes of running requests' tables from a failed block on",
-                 (EVICT_SUFFIX, EVICT, EVICT_POOL), today=blocks_running_requests_hold,
-                 instead="the scheduler evicts req_block_ids[idx:] of running requests (sched/scheduler.py:3670, "
-                         "3746, 3760): held blocks, each with the rest of its table; never a free block"),
-        CallRule("reset", ("reset_prefix_cache",), "reset_prefix_cache() in any state (False while blocks are in use)",
-                 (RESET,)),
+        CallRule("slide", ("free_blocks",), "free_blocks(the blocks a sliding window passed, last first, up to a null block)", (SLIDE,)),
+        CallRule(
+            "unpin",
+            ("unpin_blocks",),
+            "unpin_blocks([one unhashed block of a live request], on_reuse); the page then leaves the row",
+            (UNPIN_PAGE, UNPIN_FREE, RESIDENT_UNCACHED, RESIDENT_ALLOC),
+            today=an_unhashed_resident_page,
+            instead="only HiSparse resident pages are unpinned (hisparse/coordinator.py:368, 894), and resident "
+            "pages are never cached (single_type_kv_cache_manager.py:2369): a hashed block is released "
+            "with free_blocks (:599)",
+        ),
+        CallRule(
+            "touch",
+            ("touch",),
+            "touch(blocks shared by id): held ones, cached free ones, the null block (skipped)",
+            (TOUCH_HITS, TOUCH_COPY, TOUCH_SPILL),
+        ),
+        CallRule(
+            "evict",
+            ("evict_blocks",),
+            "evict_blocks(set of ids): the suffixes of running requests' tables from a failed block on",
+            (EVICT_SUFFIX, EVICT, EVICT_POOL),
+            today=blocks_running_requests_hold,
+            instead="the scheduler evicts req_block_ids[idx:] of running requests (sched/scheduler.py:3670, "
+            "3746, 3760): held blocks, each with the rest of its table; never a free block",
+        ),
+        CallRule("reset", ("reset_prefix_cache",), "reset_prefix_cache() in any state (False while blocks are in use)", (RESET,)),
     ),
     reads=("get_num_free_blocks", "get_usage", "get_cached_block"),
     not_called=(
-        NotCalled("free_blocks", "misuse: a raw free of blocks named more often than they are held (vLLM #42571); "
-                                 "a valid raw free the driver leaves to the request that owns the reference"),
+        NotCalled(
+            "free_blocks",
+            "misuse: a raw free of blocks named more often than they are held (vLLM #42571); "
+            "a valid raw free the driver leaves to the request that owns the reference",
+        ),
         NotCalled("cache_misuse", "misuse: a malformed cache_full_blocks (free, cached or repeated blocks, bad counts)"),
         NotCalled("foreign_block", "misuse: an int or another pool's block where a block is due"),
         NotCalled("unpin_misuse", "misuse: more unpins than references, or the null block (upstream asserts, :762)"),

@@ -37,13 +37,21 @@ def _at(line: int, text: str, note: str = "", path: str = SCHEDULER) -> Cite:
 
 
 # ------------------------------------------------------------------ arrivals
-CLIP = _at(2723, "max_new_tokens = self.token_to_kv_pool_allocator.max_new_tokens_for_memory(",
-           note="init_req_max_new_tokens, called at :3243 before the length check")
-LENGTH = _at(3246, "error_msg = validate_input_length(",
-             note="prompts of max_req_input_len (= max_req_len - 5, tp_worker.py:572) tokens or more")
+CLIP = _at(
+    2723,
+    "max_new_tokens = self.token_to_kv_pool_allocator.max_new_tokens_for_memory(",
+    note="init_req_max_new_tokens, called at :3243 before the length check",
+)
+LENGTH = _at(
+    3246, "error_msg = validate_input_length(", note="prompts of max_req_input_len (= max_req_len - 5, tp_worker.py:572) tokens or more"
+)
 QUEUE = _at(3493, "self.waiting_queue.append(req)", note="_add_request_to_queue")
-NORMALIZE = Cite("srt/managers/tokenizer_manager.py", 1566, "sampling_params.normalize(self.tokenizer)",
-                 note="the tokenizer manager normalizes before the request reaches the scheduler")
+NORMALIZE = Cite(
+    "srt/managers/tokenizer_manager.py",
+    1566,
+    "sampling_params.normalize(self.tokenizer)",
+    note="the tokenizer manager normalizes before the request reaches the scheduler",
+)
 
 # ------------------------------------------------------------------ one iteration: get_next_batch_to_run
 STASH = _at(3919, "self.stash_chunked_request(self.chunked_req)", note="-> checkpoint_kv_cache (:3776)")
@@ -59,77 +67,131 @@ MAMBA_REVERT = replace(callers.MAMBA_REJECTED_FREE, note="a request the adder di
 INIT_BATCH = _at(4335, "new_batch = ScheduleBatch.init_new(")
 EXTEND = _at(4357, "new_batch.prepare_for_extend()", note="-> alloc_for_extend (schedule_batch.py:2914)")
 DECODE_MEM = replace(callers.DECODE_MEM_CHECK, note="update_running_batch")
-RETRACT = _at(4493, "retracted_reqs, new_token_ratio, reqs_to_abort = batch.retract_decode()",
-              note="release_req -> release_kv_cache(checkpoint=False), schedule_batch.py:2389")
+RETRACT = _at(
+    4493,
+    "retracted_reqs, new_token_ratio, reqs_to_abort = batch.retract_decode()",
+    note="release_req -> release_kv_cache(checkpoint=False), schedule_batch.py:2389",
+)
 REQUEUE = _at(4540, "self._add_request_to_queue(req, is_retracted=True)")
 DECODE = _at(4551, "batch.prepare_for_decode()", note="-> alloc_for_decode (schedule_batch.py:3780)")
 
 # ------------------------------------------------------------------ results
-PREFILL_BEGIN = _at(264, "self.token_to_kv_pool_allocator.free_group_begin()", path=RESULTS,
-                    note="process_batch_result_prefill")
+PREFILL_BEGIN = _at(264, "self.token_to_kv_pool_allocator.free_group_begin()", path=RESULTS, note="process_batch_result_prefill")
 PREFILL_FINISH = _at(369, "req.update_finish_state()", path=RESULTS)
 PREFILL_RELEASE = _at(387, "release_kv_cache(", path=RESULTS, note="a request finished at its prefill")
-PREFILL_CHECKPOINT = _at(394, "checkpoint_kv_cache(req, self.tree_cache)", path=RESULTS,
-                         note="an unfinished prefill's pages go to the tree")
+PREFILL_CHECKPOINT = _at(
+    394, "checkpoint_kv_cache(req, self.tree_cache)", path=RESULTS, note="an unfinished prefill's pages go to the tree"
+)
 MIDDLE_CHUNK = _at(428, "req.inflight_middle_chunks -= 1", path=RESULTS, note="a middle chunk: nothing released")
 PREFILL_END = _at(501, "self.token_to_kv_pool_allocator.free_group_end()", path=RESULTS)
-DECODE_BEGIN = _at(998, "self.token_to_kv_pool_allocator.free_group_begin()", path=RESULTS,
-                   note="process_batch_result_decode")
+DECODE_BEGIN = _at(998, "self.token_to_kv_pool_allocator.free_group_begin()", path=RESULTS, note="process_batch_result_decode")
 DECODE_FINISH = _at(1049, "req.update_finish_state(new_accept_len)", path=RESULTS)
-DECODE_RELEASE = _at(1466, "release_kv_cache(req, self.tree_cache, checkpoint=checkpoint)", path=RESULTS,
-                     note="_handle_finish_state_updated_req; checkpoint is True without the lazy Mamba buffer")
+DECODE_RELEASE = _at(
+    1466,
+    "release_kv_cache(req, self.tree_cache, checkpoint=checkpoint)",
+    path=RESULTS,
+    note="_handle_finish_state_updated_req; checkpoint is True without the lazy Mamba buffer",
+)
 DECODE_END = _at(1100, "self.token_to_kv_pool_allocator.free_group_end()", path=RESULTS)
 
 # ------------------------------------------------------------------ aborts
 QUEUED_ABORT = _at(5696, "req = self.waiting_queue.pop(i)", note="abort_request: a queued request holds no KV")
-QUEUED_MAMBA = _at(5721, "release_kv_cache(req, self.tree_cache, checkpoint=False)",
-                   note="a queued request holding a Mamba slot (:5717)")
-RUNNING_ABORT = _at(5812, "req.to_finish = FINISH_ABORT()",
-                    note="a request of running_batch or last_batch; its next result releases it")
-WAITING_TIMEOUT = _at(3605, "if (timeout_s := envs.SGLANG_REQ_WAITING_TIMEOUT.get()) > 0:",
-                      note="_poll_timeout_aborts: an AbortReq for a queued request waiting too long")
+QUEUED_MAMBA = _at(5721, "release_kv_cache(req, self.tree_cache, checkpoint=False)", note="a queued request holding a Mamba slot (:5717)")
+RUNNING_ABORT = _at(5812, "req.to_finish = FINISH_ABORT()", note="a request of running_batch or last_batch; its next result releases it")
+WAITING_TIMEOUT = _at(
+    3605,
+    "if (timeout_s := envs.SGLANG_REQ_WAITING_TIMEOUT.get()) > 0:",
+    note="_poll_timeout_aborts: an AbortReq for a queued request waiting too long",
+)
 
 ARRIVAL_CALLS = ("BaseTokenToKVPoolAllocator.max_new_tokens_for_memory", "SamplingParams.normalize", "Req")
 ITERATION_CALLS = (
-    "checkpoint_kv_cache", "ScheduleBatch.filter_batch", "ScheduleBatch.merge_batch", "PrefillAdder",
-    "Req.init_next_round_input", "PrefillAdder.add_chunked_req", "PrefillAdder.add_one_req",
-    "MambaSlotAllocator.alloc_group_begin", "MambaSlotAllocator.free", "MambaSlotAllocator.alloc_group_end",
-    "ScheduleBatch.init_new", "ScheduleBatch.prepare_for_extend", "ScheduleBatch.check_decode_mem",
-    "ScheduleBatch.retract_decode", "ScheduleBatch.prepare_for_decode", "free_group_begin",
-    "Req.update_finish_state", "release_kv_cache", "free_group_end",
+    "checkpoint_kv_cache",
+    "ScheduleBatch.filter_batch",
+    "ScheduleBatch.merge_batch",
+    "PrefillAdder",
+    "Req.init_next_round_input",
+    "PrefillAdder.add_chunked_req",
+    "PrefillAdder.add_one_req",
+    "MambaSlotAllocator.alloc_group_begin",
+    "MambaSlotAllocator.free",
+    "MambaSlotAllocator.alloc_group_end",
+    "ScheduleBatch.init_new",
+    "ScheduleBatch.prepare_for_extend",
+    "ScheduleBatch.check_decode_mem",
+    "ScheduleBatch.retract_decode",
+    "ScheduleBatch.prepare_for_decode",
+    "free_group_begin",
+    "Req.update_finish_state",
+    "release_kv_cache",
+    "free_group_end",
 )
 ITERATION_CITES = (
-    STASH, FILTER_LAST, MERGE, FILTER_RUNNING, ADDER, RESUME_CHUNK, ADD_CHUNK, callers.MAMBA_BEGIN, MATCH, ADD_ONE,
-    MAMBA_REVERT, callers.MAMBA_END, INIT_BATCH, EXTEND, DECODE_MEM, RETRACT, REQUEUE, DECODE,
-    PREFILL_BEGIN, PREFILL_FINISH, PREFILL_RELEASE, PREFILL_CHECKPOINT, MIDDLE_CHUNK, PREFILL_END,
-    DECODE_BEGIN, DECODE_FINISH, DECODE_RELEASE, DECODE_END,
+    STASH,
+    FILTER_LAST,
+    MERGE,
+    FILTER_RUNNING,
+    ADDER,
+    RESUME_CHUNK,
+    ADD_CHUNK,
+    callers.MAMBA_BEGIN,
+    MATCH,
+    ADD_ONE,
+    MAMBA_REVERT,
+    callers.MAMBA_END,
+    INIT_BATCH,
+    EXTEND,
+    DECODE_MEM,
+    RETRACT,
+    REQUEUE,
+    DECODE,
+    PREFILL_BEGIN,
+    PREFILL_FINISH,
+    PREFILL_RELEASE,
+    PREFILL_CHECKPOINT,
+    MIDDLE_CHUNK,
+    PREFILL_END,
+    DECODE_BEGIN,
+    DECODE_FINISH,
+    DECODE_RELEASE,
+    DECODE_END,
 )
 
 CONTRACT = Contract(
     target="harness.upstream:Engine",
     release="sglang==0.5.23",
     rules=(
-        CallRule("arrive", ARRIVAL_CALLS,
-                 "one tokenized request: refused at max_req_input_len tokens or more, max_new_tokens clipped to "
-                 "the context and to the allocator's memory budget, then queued", (CLIP, LENGTH, QUEUE, NORMALIZE)),
-        CallRule("crowd", ARRIVAL_CALLS,
-                 "count requests sharing a four-token prefix arrive before the next iteration (arrive, repeated)",
-                 (CLIP, LENGTH, QUEUE)),
-        CallRule("iterate", ITERATION_CALLS,
-                 "one event_loop_normal iteration: get_next_batch_to_run (stash, filter and merge, prefill "
-                 "admission, else decode with retraction), then the batch's result with the chosen EOS "
-                 "(release at finish, checkpoint after a prefill, inside a free group); an idle iteration makes "
-                 "no memory call (with the waiting timeout, a hung queue head is aborted as queued)",
-                 ITERATION_CITES + (WAITING_TIMEOUT,)),
-        CallRule("run", ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets",
-                 ITERATION_CITES),
-        CallRule("abort", ("release_kv_cache",),
-                 "abort_request(rid) of a queued or running request: a queued one is dropped (its Mamba slot "
-                 "released with checkpoint=False), a running one marked to_finish and released by its next result",
-                 (QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT)),
+        CallRule(
+            "arrive",
+            ARRIVAL_CALLS,
+            "one tokenized request: refused at max_req_input_len tokens or more, max_new_tokens clipped to "
+            "the context and to the allocator's memory budget, then queued",
+            (CLIP, LENGTH, QUEUE, NORMALIZE),
+        ),
+        CallRule(
+            "crowd",
+            ARRIVAL_CALLS,
+            "count requests sharing a four-token prefix arrive before the next iteration (arrive, repeated)",
+            (CLIP, LENGTH, QUEUE),
+        ),
+        CallRule(
+            "iterate",
+            ITERATION_CALLS,
+            "one event_loop_normal iteration: get_next_batch_to_run (stash, filter and merge, prefill "
+            "admission, else decode with retraction), then the batch's result with the chosen EOS "
+            "(release at finish, checkpoint after a prefill, inside a free group); an idle iteration makes "
+            "no memory call (with the waiting timeout, a hung queue head is aborted as queued)",
+            ITERATION_CITES + (WAITING_TIMEOUT,),
+        ),
+        CallRule("run", ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
+        CallRule(
+            "abort",
+            ("release_kv_cache",),
+            "abort_request(rid) of a queued or running request: a queued one is dropped (its Mamba slot "
+            "released with checkpoint=False), a running one marked to_finish and released by its next result",
+            (QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT),
+        ),
     ),
-    not_called=(
-        NotCalled("construct", "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),
-    ),
+    not_called=(NotCalled("construct", "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
     upstream_attr="",
 )

@@ -22,15 +22,33 @@ CONTRACT = Contract(
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 tokens", (callers.ALLOC,), today=callers.at_least_one,
-                 instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)"),
+        CallRule(
+            "alloc",
+            ("alloc",),
+            "alloc(n), n >= 1 tokens",
+            (callers.ALLOC,),
+            today=callers.at_least_one,
+            instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)",
+        ),
         CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, callers.FREE_ON_ERROR)),
         callers.FREE_SEGMENT_RULE,
-        CallRule("free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)",
-                 (FREE_SEGMENT, callers.NODE_OF_A_ROW)),
-        CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back",
-                 (Cite("srt/mem_cache/allocator/token.py", 68, "if free_index.numel() == 0:",
-                       note="free's own early return for the empty frees its callers send"),), allows=callers.nothing_to_free),
+        CallRule(
+            "free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)", (FREE_SEGMENT, callers.NODE_OF_A_ROW)
+        ),
+        CallRule(
+            "free_indices",
+            ("free",),
+            "free(empty tensor): a request with nothing to give back",
+            (
+                Cite(
+                    "srt/mem_cache/allocator/token.py",
+                    68,
+                    "if free_index.numel() == 0:",
+                    note="free's own early return for the empty frees its callers send",
+                ),
+            ),
+            allows=callers.nothing_to_free,
+        ),
         *callers.free_group_rules(callers.GROUP_BEGIN, callers.GROUP_END, callers.CLEAR_BETWEEN_BATCHES),
     ),
     reads=("available_size", "get_all_free_pages"),

@@ -31,8 +31,10 @@ SWA = "srt/mem_cache/allocator/swa.py"
 FREE_SEGMENTS = replace(callers.PEERED_SEGMENTS, note="free_kv_row_segments")
 FREE_SEGMENT_IS_FREE = Cite(SWA, 858, "self.free(free_index)", note="free_segment: a single pool frees once")
 PADDING_DROPPED = Cite(SWA, 834, "self.swa_attn_allocator.free(free_index[free_index > 0])", note="padding dropped")
-NO_PADDING = ("no caller sends the padding slots 0 and -1: every free is a slice of a request's row (common.py:190) "
-              "or a node's value (radix_cache.py:569)")
+NO_PADDING = (
+    "no caller sends the padding slots 0 and -1: every free is a slice of a request's row (common.py:190) "
+    "or a node's value (radix_cache.py:569)"
+)
 
 
 def padding_only(driver: Any, args: dict[str, Any]) -> bool:
@@ -50,37 +52,77 @@ CONTRACT = Contract(
     target="harness.upstream:PureSWAKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n) of a few tokens", (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST), today=callers.at_least_one,
-                 instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)"),
+        CallRule(
+            "alloc",
+            ("alloc",),
+            "alloc(n) of a few tokens",
+            (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST),
+            today=callers.at_least_one,
+            instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)",
+        ),
         CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENTS, FREE_SEGMENT_IS_FREE, callers.FREE_ON_ERROR)),
-        CallRule("free_part", ("free",), "free(a prefix of an allocation's slots: a cache node's value)",
-                 (callers.NODE_OF_A_ROW, FREE_SEGMENT_IS_FREE)),
-        CallRule("free_swa", ("free_swa",), "free_swa(an allocation's slots): the window slides past them",
-                 (replace(callers.SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136)"),
-                  Cite(SWA, 848, "self.free_swa(free_index)", note="free_swa_segment is free_swa"))),
-        CallRule("free_full", ("free_full",),
-                 "free_full(an allocation's slots): the part of a row the window already released, whose slots may "
-                 "be another request's by then; a no-op, as free_full_segment is",
-                 (callers.PEERLESS_SEGMENTS,
-                  Cite("srt/mem_cache/allocator/base.py", 314, "self.free_full_segment(free_index, start_pos=start_pos)"),
-                  Cite(SWA, 860, "def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int):",
-                       note="returns; free_full returns too (:850-853)"))),
-        CallRule("free_indices", ("free",), "free(empty tensor): a request with nothing to give back; or of padding only",
-                 (Cite(SWA, 831, "if free_index.numel() == 0:", note="free's own early return"),
-                  PADDING_DROPPED),
-                 allows=padding_only, today=callers.nothing_to_free, instead=NO_PADDING),
-        CallRule("free_padded", ("free",), "free(an allocation's slots with the padding slots 0 and -1 around them)",
-                 (FREE_SEGMENT_IS_FREE, PADDING_DROPPED),
-                 today=never, instead=NO_PADDING),
+        CallRule(
+            "free_part",
+            ("free",),
+            "free(a prefix of an allocation's slots: a cache node's value)",
+            (callers.NODE_OF_A_ROW, FREE_SEGMENT_IS_FREE),
+        ),
+        CallRule(
+            "free_swa",
+            ("free_swa",),
+            "free_swa(an allocation's slots): the window slides past them",
+            (
+                replace(callers.SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136)"),
+                Cite(SWA, 848, "self.free_swa(free_index)", note="free_swa_segment is free_swa"),
+            ),
+        ),
+        CallRule(
+            "free_full",
+            ("free_full",),
+            "free_full(an allocation's slots): the part of a row the window already released, whose slots may "
+            "be another request's by then; a no-op, as free_full_segment is",
+            (
+                callers.PEERLESS_SEGMENTS,
+                Cite("srt/mem_cache/allocator/base.py", 314, "self.free_full_segment(free_index, start_pos=start_pos)"),
+                Cite(
+                    SWA,
+                    860,
+                    "def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int):",
+                    note="returns; free_full returns too (:850-853)",
+                ),
+            ),
+        ),
+        CallRule(
+            "free_indices",
+            ("free",),
+            "free(empty tensor): a request with nothing to give back; or of padding only",
+            (Cite(SWA, 831, "if free_index.numel() == 0:", note="free's own early return"), PADDING_DROPPED),
+            allows=padding_only,
+            today=callers.nothing_to_free,
+            instead=NO_PADDING,
+        ),
+        CallRule(
+            "free_padded",
+            ("free",),
+            "free(an allocation's slots with the padding slots 0 and -1 around them)",
+            (FREE_SEGMENT_IS_FREE, PADDING_DROPPED),
+            today=never,
+            instead=NO_PADDING,
+        ),
         *callers.free_group_rules(callers.GROUP_BEGIN_FOR_SWA_EVICTION, callers.GROUP_END, callers.CLEAR_OUTSIDE_A_GROUP),
     ),
     reads=("available_size", "full_available_size", "swa_available_size", "translate_loc_from_full_to_swa"),
     not_called=(
         NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
-        NotCalled("free_segment", "not drawn by the pure SWA moves; its callers' free_segment is free (swa.py:855-858), "
-                                  "which the free and free_part rules cover"),
-        NotCalled("paged_call", "misuse: alloc_extend / alloc_decode / alloc_extend_swa_tail raise NotImplementedError "
-                                "(swa.py:815-828); at page size 1 callers allocate with alloc (allocation.py:432)"),
+        NotCalled(
+            "free_segment",
+            "not drawn by the pure SWA moves; its callers' free_segment is free (swa.py:855-858), which the free and free_part rules cover",
+        ),
+        NotCalled(
+            "paged_call",
+            "misuse: alloc_extend / alloc_decode / alloc_extend_swa_tail raise NotImplementedError "
+            "(swa.py:815-828); at page size 1 callers allocate with alloc (allocation.py:432)",
+        ),
         NotCalled("merge", "merge_and_sort_free is called by the token allocator's alloc itself (token.py:56), by no caller"),
         NotCalled("free_again", "misuse: a second free of released slots"),
         NotCalled("free_malformed", "misuse: a list or float tensor of indices"),

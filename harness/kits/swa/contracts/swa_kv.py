@@ -42,30 +42,34 @@ ALLOCATION = "srt/mem_cache/allocation.py"
 PD_DECODE = "srt/disaggregation/decode.py"
 BATCH = "srt/managers/schedule_batch.py"
 
-EXTEND_PS1 = Cite(ALLOCATION, 432, "alloc_token_slots(batch.tree_cache, batch.extend_num_tokens)",
-                  note="alloc_for_extend at page size 1")
-DECODE_PS1 = Cite(ALLOCATION, 640, "alloc_token_slots(batch.tree_cache, bs * token_per_req)",
-                  note="alloc_for_decode_default at page size 1")
-DECODE = Cite(ALLOCATION, 601, "allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc",
-              note="alloc_paged_token_slots_decode")
+EXTEND_PS1 = Cite(ALLOCATION, 432, "alloc_token_slots(batch.tree_cache, batch.extend_num_tokens)", note="alloc_for_extend at page size 1")
+DECODE_PS1 = Cite(
+    ALLOCATION, 640, "alloc_token_slots(batch.tree_cache, bs * token_per_req)", note="alloc_for_decode_default at page size 1"
+)
+DECODE = Cite(ALLOCATION, 601, "allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc", note="alloc_paged_token_slots_decode")
 PD_TAIL = Cite(PD_DECODE, 2477, "kv_loc = allocator.alloc_extend_swa_tail(", note="alloc_for_decode_prealloc")
 NO_EMPTY_PROMPT = Cite("srt/managers/io_struct.py", 499, 'raise ValueError("input_ids cannot be empty.")')
 NO_EMPTY_CHUNK = Cite("srt/managers/schedule_policy.py", 1672, "if extend_len <= 0:", note="a chunk of no tokens is not admitted")
-REUSE_ONLY_WITH_TOKENS = Cite(ALLOCATION, 521, "if alloc_extend_num_tokens > 0:",
-                              note="the dLLM reuse path allocates only when a request brings new tokens")
+REUSE_ONLY_WITH_TOKENS = Cite(
+    ALLOCATION, 521, "if alloc_extend_num_tokens > 0:", note="the dLLM reuse path allocates only when a request brings new tokens"
+)
 PEER_MAPPED = Cite(SWA, 560, 'expect(_SWA_PEER_MAPPED, swa_tokens > 0, msg="caller wants free_full")')
 EXPAND_TO_PAGES = Cite(SWA, 512, "mapping_indices = self._expand_to_full_pages(free_index)")
 PEERLESS_DROPPED = Cite(SWA, 605, "swa_indices = swa_indices[swa_indices > 0]")
 
 DECODE_GATE: tuple[Cite, ...] = (
     callers.DECODE_MEM_CHECK,
-    Cite(BATCH, 3415, "1 for r in requests if r.kv.kv_committed_len % page_size == 0",
-         note="one page per request whose next token opens one"),
-    Cite("srt/mem_cache/allocator/base.py", 185, "return self.available_size() >= num_tokens",
-         note="check_decode_capacity"),
+    Cite(
+        BATCH, 3415, "1 for r in requests if r.kv.kv_committed_len % page_size == 0", note="one page per request whose next token opens one"
+    ),
+    Cite("srt/mem_cache/allocator/base.py", 185, "return self.available_size() >= num_tokens", note="check_decode_capacity"),
     Cite(SWA, 168, "return min(", note="available_size is the smaller side's"),
-    Cite(BATCH, 3511, "Even the last remaining request cannot fit in memory.",
-         note="retract_decode aborts the last request instead of decoding it short"),
+    Cite(
+        BATCH,
+        3511,
+        "Even the last remaining request cannot fit in memory.",
+        note="retract_decode aborts the last request instead of decoding it short",
+    ),
 )
 """The scheduler's decode gate: the decode step is allocated only if both sides hold its new pages."""
 
@@ -86,23 +90,38 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
     ),
     ("free_swa", "1"): (
         replace(callers.SWA_WINDOW_SEGMENT, note="_evict_swa: free_swa_segment (:136) of the oldest tokens out of the window"),
-        Cite(SWA, 530, "self._free_swa_pages(free_index, start_pos=start_pos)",
-             note="free_swa_segment, the same release as free_swa at page size 1 (:507)"),
+        Cite(
+            SWA,
+            530,
+            "self._free_swa_pages(free_index, start_pos=start_pos)",
+            note="free_swa_segment, the same release as free_swa at page size 1 (:507)",
+        ),
         PEER_MAPPED,
     ),
     ("free_swa", ">1"): (
-        Cite("srt/mem_cache/unified_cache/components/swa.py", 1562, "alloc.free_swa_segment(indices, start_pos=0)",
-             note="a tree node's SWA tombstoned"),
+        Cite(
+            "srt/mem_cache/unified_cache/components/swa.py",
+            1562,
+            "alloc.free_swa_segment(indices, start_pos=0)",
+            note="a tree node's SWA tombstoned",
+        ),
         EXPAND_TO_PAGES,
         PEERLESS_DROPPED,
     ),
     ("free_full", "any"): (
-        Cite(SWA, 617, "self.full_to_swa_index_mapping[free_index] == 0,",
-             note='expect(_SWA_PEER_RELEASED, ..., msg="caller wants free"); free_full_segment the same (:638)'),
+        Cite(
+            SWA,
+            617,
+            "self.full_to_swa_index_mapping[free_index] == 0,",
+            note='expect(_SWA_PEER_RELEASED, ..., msg="caller wants free"); free_full_segment the same (:638)',
+        ),
         callers.PEERLESS_SEGMENTS,
-        Cite("srt/mem_cache/unified_radix_cache.py", 1408,
-             "self.token_to_kv_pool_allocator.free_full_segment(indices, start_pos=0)",
-             note="a tree node whose SWA was tombstoned"),
+        Cite(
+            "srt/mem_cache/unified_radix_cache.py",
+            1408,
+            "self.token_to_kv_pool_allocator.free_full_segment(indices, start_pos=0)",
+            note="a tree node whose SWA was tombstoned",
+        ),
     ),
 }
 """The upstream lines of each :class:`~harness.kits.swa.contract.FreeRule`'s evidence, by (call, page sizes)."""
@@ -200,52 +219,89 @@ CONTRACT = Contract(
     target="harness.upstream:SWAKV",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "page size 1: alloc(n) of a few tokens",
-                 (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
-                 allows=page_size_1, today=callers.at_least_one,
-                 instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)"),
-        CallRule("extend", ("alloc", "alloc_extend"),
-                 "a non-empty batch of new requests and continued ones whose last token is in the window: "
-                 "alloc(total) at page size 1, alloc_extend above it",
-                 (EXTEND_PS1, callers.EXTEND, callers.ONE_TOKEN_AT_LEAST, NO_EMPTY_PROMPT, NO_EMPTY_CHUNK, REUSE_ONLY_WITH_TOKENS),
-                 allows=callers.non_empty_batch, today=tokens_for_every_new_request,
-                 instead="every scheduled request extends by >= 1 token (schedule_batch.py:1767, "
-                         "schedule_policy.py:1672); one reusing its KV is sent with prefix == seq only beside one "
-                         "that brings tokens (allocation.py:521-529)"),
-        CallRule("decode", ("alloc", "alloc_decode"),
-                 "one token for each of distinct live requests whose last token is in the window: alloc(bs) at page "
-                 "size 1, alloc_decode above it (last_loc -1 for a request of no tokens: swa.py:108-109)",
-                 (DECODE_PS1, DECODE, Cite(BATCH, 3780, "alloc_for_decode(self, token_per_req=1)",
-                                           note="prepare_for_decode"), *DECODE_GATE),
-                 today=decode_passed_the_gate,
-                 instead="0.5.23 allocates a decode step only after check_decode_mem passed (scheduler.py:4469, "
-                         "4393): available_size(), the smaller side (swa.py:168), covers a page per request whose "
-                         "next token opens one (schedule_batch.py:3415, base.py:185); retract_decode aborts the "
-                         "last request rather than decode it short (schedule_batch.py:3508-3524); and a decoding "
-                         "request holds its prompt (allocation.py:643-644)"),
-        CallRule("tail", ("alloc_extend_swa_tail",),
-                 "page size > 1, one request (new, or over a live prefix), 0 <= swa_tail_len <= extend_len, the "
-                 "tail starting on a page boundary",
-                 (PD_TAIL, Cite(PD_DECODE, 580, "return seq_len - window_start", note="_swa_tail_len"),
-                  Cite(PD_DECODE, 2492, "and swa_evicted_seqlen % allocator.page_size == 0"),
-                  Cite(COMMON, 60, "the same page-aligned prefix", note="decode_prefix_len"),
-                  Cite(SWA, 370, "assert 0 <= swa_tail_len <= extend_num_tokens")),
-                 allows=one_tail, today=a_pd_tail,
-                 instead="PD decode sends a tail of >= 1 token (decode.py:563-580) over a page-aligned prefix "
-                         "(common.py:60, decode.py:1512)"),
-        CallRule("free", ("free", "free_full"),
-                 "a request's whole row (sparse: one token a page, which free expands to the same pages); at page size "
-                 "1 a row partly out of the window as free_full of the part without peers, then free of the rest",
-                 free_cites("free", "free_full"), allows=row_free),
-        CallRule("free_swa", ("free_swa",), "the window slides: a request's oldest pages that still have SWA peers",
-                 free_cites("free_swa"), allows=window_slides),
-        CallRule("free_full", ("free_full",), "a request none of whose pages has an SWA peer (a tombstoned node)",
-                 free_cites("free_full"), allows=peers_released),
-        CallRule("free_indices", ("free", "free_swa", "free_full"),
-                 "free / free_swa / free_full of an empty tensor: a request with nothing to give back",
-                 (Cite(SWA, 468, "if free_index.numel() == 0:", note="free"),
-                  Cite(SWA, 503, "if self._swa_req_ring or free_index.numel() == 0:", note="free_swa"),
-                  Cite(SWA, 610, "if free_index.numel() == 0:", note="free_full")), allows=nothing_to_free),
+        CallRule(
+            "alloc",
+            ("alloc",),
+            "page size 1: alloc(n) of a few tokens",
+            (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
+            allows=page_size_1,
+            today=callers.at_least_one,
+            instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)",
+        ),
+        CallRule(
+            "extend",
+            ("alloc", "alloc_extend"),
+            "a non-empty batch of new requests and continued ones whose last token is in the window: "
+            "alloc(total) at page size 1, alloc_extend above it",
+            (EXTEND_PS1, callers.EXTEND, callers.ONE_TOKEN_AT_LEAST, NO_EMPTY_PROMPT, NO_EMPTY_CHUNK, REUSE_ONLY_WITH_TOKENS),
+            allows=callers.non_empty_batch,
+            today=tokens_for_every_new_request,
+            instead="every scheduled request extends by >= 1 token (schedule_batch.py:1767, "
+            "schedule_policy.py:1672); one reusing its KV is sent with prefix == seq only beside one "
+            "that brings tokens (allocation.py:521-529)",
+        ),
+        CallRule(
+            "decode",
+            ("alloc", "alloc_decode"),
+            "one token for each of distinct live requests whose last token is in the window: alloc(bs) at page "
+            "size 1, alloc_decode above it (last_loc -1 for a request of no tokens: swa.py:108-109)",
+            (DECODE_PS1, DECODE, Cite(BATCH, 3780, "alloc_for_decode(self, token_per_req=1)", note="prepare_for_decode"), *DECODE_GATE),
+            today=decode_passed_the_gate,
+            instead="0.5.23 allocates a decode step only after check_decode_mem passed (scheduler.py:4469, "
+            "4393): available_size(), the smaller side (swa.py:168), covers a page per request whose "
+            "next token opens one (schedule_batch.py:3415, base.py:185); retract_decode aborts the "
+            "last request rather than decode it short (schedule_batch.py:3508-3524); and a decoding "
+            "request holds its prompt (allocation.py:643-644)",
+        ),
+        CallRule(
+            "tail",
+            ("alloc_extend_swa_tail",),
+            "page size > 1, one request (new, or over a live prefix), 0 <= swa_tail_len <= extend_len, the "
+            "tail starting on a page boundary",
+            (
+                PD_TAIL,
+                Cite(PD_DECODE, 580, "return seq_len - window_start", note="_swa_tail_len"),
+                Cite(PD_DECODE, 2492, "and swa_evicted_seqlen % allocator.page_size == 0"),
+                Cite(COMMON, 60, "the same page-aligned prefix", note="decode_prefix_len"),
+                Cite(SWA, 370, "assert 0 <= swa_tail_len <= extend_num_tokens"),
+            ),
+            allows=one_tail,
+            today=a_pd_tail,
+            instead="PD decode sends a tail of >= 1 token (decode.py:563-580) over a page-aligned prefix (common.py:60, decode.py:1512)",
+        ),
+        CallRule(
+            "free",
+            ("free", "free_full"),
+            "a request's whole row (sparse: one token a page, which free expands to the same pages); at page size "
+            "1 a row partly out of the window as free_full of the part without peers, then free of the rest",
+            free_cites("free", "free_full"),
+            allows=row_free,
+        ),
+        CallRule(
+            "free_swa",
+            ("free_swa",),
+            "the window slides: a request's oldest pages that still have SWA peers",
+            free_cites("free_swa"),
+            allows=window_slides,
+        ),
+        CallRule(
+            "free_full",
+            ("free_full",),
+            "a request none of whose pages has an SWA peer (a tombstoned node)",
+            free_cites("free_full"),
+            allows=peers_released,
+        ),
+        CallRule(
+            "free_indices",
+            ("free", "free_swa", "free_full"),
+            "free / free_swa / free_full of an empty tensor: a request with nothing to give back",
+            (
+                Cite(SWA, 468, "if free_index.numel() == 0:", note="free"),
+                Cite(SWA, 503, "if self._swa_req_ring or free_index.numel() == 0:", note="free_swa"),
+                Cite(SWA, 610, "if free_index.numel() == 0:", note="free_full"),
+            ),
+            allows=nothing_to_free,
+        ),
         *callers.free_group_rules(callers.GROUP_BEGIN_FOR_SWA_EVICTION, callers.GROUP_END_FOR_SWA_EVICTION, callers.CLEAR_OUTSIDE_A_GROUP),
     ),
     reads=("available_size", "full_available_size", "swa_available_size"),
