@@ -54,8 +54,16 @@ from pools.errors import (  # noqa: E402
 from pools.radix_cache import MatchResult, RadixCache, RequestCacheResult, TreeNode  # noqa: E402
 
 __all__ += [
-    "AlreadyCachedError", "KeyValueMismatchError", "LockStateError", "MatchResult", "RadixCache",
-    "RequestCacheResult", "TreeInvariantError", "TreeNode", "TreeNodeError", "UnknownEvictionPolicyError",
+    "AlreadyCachedError",
+    "KeyValueMismatchError",
+    "LockStateError",
+    "MatchResult",
+    "RadixCache",
+    "RequestCacheResult",
+    "TreeInvariantError",
+    "TreeNode",
+    "TreeNodeError",
+    "UnknownEvictionPolicyError",
 ]
 
 from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator  # noqa: E402

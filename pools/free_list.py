@@ -64,21 +64,21 @@ class PageFreeList(HostViews):
 
     def view(self) -> Tensor:
         """The free pages, head first: a view, valid until the next ``append``/``prepend``/``replace``."""
-        return self._buf[self.head:self.tail]
+        return self._buf[self.head : self.tail]
 
     def take(self, num_pages: int) -> Tensor:
         """A view of the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
-            return torch.from_numpy(self._host[self.head:end])  # a third of a torch slice's cost
-        return self._buf[self.head:end]
+            return torch.from_numpy(self._host[self.head : end])  # a third of a torch slice's cost
+        return self._buf[self.head : end]
 
     def take_host(self, num_pages: int) -> np.ndarray:
         """The first ``num_pages`` pages as NumPy values: a view on the CPU, one host sync on a device."""
         end = min(self.head + num_pages, self.tail)
         if self._host is not None:
-            return self._host[self.head:end]
-        return self._buf[self.head:end].cpu().numpy()
+            return self._host[self.head : end]
+        return self._buf[self.head : end].cpu().numpy()
 
     def pop(self, num_pages: int) -> None:
         """Drop the first ``num_pages`` pages (all of them if fewer are left, as slicing a tensor would)."""
@@ -94,10 +94,10 @@ class PageFreeList(HostViews):
         if self.tail + count > self._capacity:
             self._move(self.view(), front=0, back=max(count, len(self), _MIN_SLACK))
         if isinstance(pages, Tensor):
-            self._buf[self.tail:self.tail + count] = pages
+            self._buf[self.tail : self.tail + count] = pages
         else:
             assert self._host is not None, "host values go to a CPU free list only"
-            self._host[self.tail:self.tail + count] = pages
+            self._host[self.tail : self.tail + count] = pages
         self.tail += count
 
     def append_one(self, page: int) -> None:
@@ -117,17 +117,17 @@ class PageFreeList(HostViews):
             self._move(self.view(), front=max(count, len(self), _MIN_SLACK), back=0)
         if isinstance(pages, np.ndarray):
             assert self._host is not None, "host values go to a CPU free list only"
-            self._host[self.head - count:self.head] = pages
+            self._host[self.head - count : self.head] = pages
         elif self._host is not None and pages.is_cpu:
-            self._host[self.head - count:self.head] = pages.numpy()
+            self._host[self.head - count : self.head] = pages.numpy()
         else:
-            self._buf[self.head - count:self.head] = pages
+            self._buf[self.head - count : self.head] = pages
         self.head -= count
 
     def _move(self, pages: Tensor, *, front: int, back: int) -> None:
         size = len(pages)
         buf = torch.empty(front + size + back, dtype=torch.int64, device=self.device)
-        buf[front:front + size] = pages
+        buf[front : front + size] = pages
         self._buf, self.head, self.tail = buf, front, front + size
         self._host = buf.numpy() if self._on_host else None
         self._capacity = front + size + back

@@ -41,6 +41,5 @@ class HostViews:
                     vars(clone)[name] = None
                 continue
             source = operator.attrgetter(path)(clone)
-            vars(clone)[name] = (np.frombuffer(source, dtype=view.dtype) if isinstance(source, bytearray)
-                                 else source.numpy())
+            vars(clone)[name] = np.frombuffer(source, dtype=view.dtype) if isinstance(source, bytearray) else source.numpy()
         return clone

@@ -332,8 +332,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         """Raise the error for a refused ``free_segment``: :meth:`free`'s, else a page named in two runs."""
         in_row = self._states.runs(self._named_pages(free_index))
         assert self._states.repeats(in_row), "segment_pages refused a segment whose pages are all live, each in one run"
-        raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each "
-                            "page's tokens together")
+        raise BadBatchError(self.pool_name, "free_segment names a page in two runs: a row segment holds each page's tokens together")
 
     # ------------------------------------------------------------ extend/decode
     def alloc_extend(
@@ -350,20 +349,16 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
         The batch is checked (:mod:`pools.paged_checks`) and its pages counted on
         the CPU lengths before the kernel reads ``free_pages`` (#34399).
         """
-        num_new_pages = self._batches.extend_pages(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
-                                                   extend_num_tokens)
+        num_new_pages = self._batches.extend_pages(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens)
         pages = self._take_pages(num_new_pages)
         if pages is None:
             return None
         out = torch.empty(extend_num_tokens, dtype=torch.int64, device=self.device)
-        self.kernel.extend(prefix_lens.to(torch.int64), seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out,
-                           self.page_size)
+        self.kernel.extend(prefix_lens.to(torch.int64), seq_lens.to(torch.int64), last_loc.to(torch.int64), pages, out, self.page_size)
         self._consume(num_new_pages)
         return out
 
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
-    ) -> torch.Tensor | None:
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
         """One slot per request for token ``seq_lens[i] - 1`` (post-step lengths), or ``None``."""
         num_new_pages = self._batches.decode_pages(seq_lens, seq_lens_cpu, last_loc)
         if num_new_pages == 0:

@@ -198,6 +198,6 @@ class RepeatFinder(HostViews):
         at least one, unread, when there are more ids than values."""
         if ids.shape[0] > self._positions.shape[0]:
             return self._positions.new_ones(())
-        order = self._positions[:ids.shape[0]]
+        order = self._positions[: ids.shape[0]]
         self._stamp[ids] = order
         return (self._stamp[ids] != order).sum()

@@ -81,12 +81,12 @@ class PagedBatchChecker(HostViews):
             raise BadBatchError(self.pool_name, f"last_loc must be an integer tensor of shape ({bs},)")
 
     # ------------------------------------------------------------- extend
-    def extend_pages(self, prefix_lens: Tensor, prefix_lens_cpu: Tensor, seq_lens: Tensor, seq_lens_cpu: Tensor,
-                     last_loc: Tensor, extend_num_tokens: int) -> int:
+    def extend_pages(
+        self, prefix_lens: Tensor, prefix_lens_cpu: Tensor, seq_lens: Tensor, seq_lens_cpu: Tensor, last_loc: Tensor, extend_num_tokens: int
+    ) -> int:
         """New pages an extend batch needs; :class:`BadBatchError` if it breaks a rule."""
         bs = len(seq_lens_cpu) if isinstance(seq_lens_cpu, torch.Tensor) else -1
-        self.check_shapes((("seq_lens", seq_lens, seq_lens_cpu), ("prefix_lens", prefix_lens, prefix_lens_cpu)),
-                          last_loc, bs)
+        self.check_shapes((("seq_lens", seq_lens, seq_lens_cpu), ("prefix_lens", prefix_lens, prefix_lens_cpu)), last_loc, bs)
         if bs == 0:
             if extend_num_tokens != 0:
                 raise BadBatchError(self.pool_name, f"extend_num_tokens={extend_num_tokens} but the lengths sum to 0")
@@ -96,8 +96,8 @@ class PagedBatchChecker(HostViews):
         if bool(((pre < 0) | (ext < 0)).any()) or int(ext.sum()) != extend_num_tokens:
             self._explain_lengths(pre, seq, extend_num_tokens)
         if self.check_layout and not self._layout_ok(
-                (pre, ext), lambda: (prefix_lens.to(torch.int64), (seq_lens - prefix_lens).to(torch.int64)),
-                last_loc, decode=False):
+            (pre, ext), lambda: (prefix_lens.to(torch.int64), (seq_lens - prefix_lens).to(torch.int64)), last_loc, decode=False
+        ):
             self._explain_layout(pre, ext, last_loc, decode=False)
         ps = self.page_size
         return int(((seq + (ps - 1)) // ps - (pre + (ps - 1)) // ps).sum())
@@ -109,8 +109,7 @@ class PagedBatchChecker(HostViews):
         if len(short):
             i = int(short[0])
             raise BadBatchError(self.pool_name, f"seq_len {int(seq[i])} < prefix_len {int(pre[i])}", position=i)
-        raise BadBatchError(self.pool_name,
-                            f"extend_num_tokens={extend_num_tokens} but the lengths sum to {int((seq - pre).sum())}")
+        raise BadBatchError(self.pool_name, f"extend_num_tokens={extend_num_tokens} but the lengths sum to {int((seq - pre).sum())}")
 
     # ------------------------------------------------------------- decode
     def decode_pages(self, seq_lens: Tensor, seq_lens_cpu: Tensor, last_loc: Tensor) -> int:
@@ -134,19 +133,21 @@ class PagedBatchChecker(HostViews):
                 assert self._host_states is not None, "a host table has a NumPy view"
                 loc = _host(last_loc if last_loc.is_cpu else last_loc.cpu())
                 # LIVE is 0, so state x offset is nonzero exactly where a continued page is not handed out.
-                ok = (not np.count_nonzero((loc - seq + 2) % ps)
-                      and not np.count_nonzero(self._host_states.take(loc // ps, mode="clip") * offset))
+                ok = not np.count_nonzero((loc - seq + 2) % ps) and not np.count_nonzero(
+                    self._host_states.take(loc // ps, mode="clip") * offset
+                )
             else:
-                ok = self._layout_ok((seq - 1, np.ones_like(seq)),
-                                     lambda: ((seq_lens - 1).to(torch.int64), torch.ones_like(seq_lens)),
-                                     last_loc, decode=True)
+                ok = self._layout_ok(
+                    (seq - 1, np.ones_like(seq)), lambda: ((seq_lens - 1).to(torch.int64), torch.ones_like(seq_lens)), last_loc, decode=True
+                )
             if not ok:
                 self._explain_layout(seq - 1, np.ones_like(seq), last_loc, decode=True)
         return bs - int(np.count_nonzero(offset))
 
     # ------------------------------------------------------------- layout
-    def _layout_ok(self, host: tuple[np.ndarray, np.ndarray], device: Callable[[], tuple[Tensor, Tensor]],
-                   last_loc: Tensor, *, decode: bool) -> bool:
+    def _layout_ok(
+        self, host: tuple[np.ndarray, np.ndarray], device: Callable[[], tuple[Tensor, Tensor]], last_loc: Tensor, *, decode: bool
+    ) -> bool:
         """Every request's ``last_loc`` ends its prefix, on a handed-out page where it continues one.
 
         ``host`` is ``(prefix, extend)`` lengths as NumPy arrays; ``device`` builds

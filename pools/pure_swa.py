@@ -36,10 +36,12 @@ class PureSWATokenToKVPoolAllocator:
         self.swa_attn_allocator.pool_name = self.pool_name
         self.full_attn_allocator = self.swa_attn_allocator
         self.size_full = self.size_swa = size_swa
-        self.full_to_swa_index_mapping = torch.cat([
-            torch.arange(size_swa + page_size, dtype=torch.int64, device=self.device),
-            torch.full((1,), -1, dtype=torch.int64, device=self.device),
-        ])
+        self.full_to_swa_index_mapping = torch.cat(
+            [
+                torch.arange(size_swa + page_size, dtype=torch.int64, device=self.device),
+                torch.full((1,), -1, dtype=torch.int64, device=self.device),
+            ]
+        )
 
     @property
     def size(self) -> int:

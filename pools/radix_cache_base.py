@@ -242,7 +242,11 @@ class RadixCacheBase:
             node = stack.pop()
             for child_key, child in node.children.items():
                 if child.parent is not node or child_key != self._tree.child_key(child.key, 0):
-                    fail(f"node {child.id} is linked under its first page", (node.id, child_key), (child.parent and child.parent.id, child.key[:ps]))
+                    fail(
+                        f"node {child.id} is linked under its first page",
+                        (node.id, child_key),
+                        (child.parent and child.parent.id, child.key[:ps]),
+                    )
                 n = len(child.key)
                 if n == 0 or n % ps or len(child.value) != n:
                     fail(f"node {child.id} key length (whole pages) equals value length", n, len(child.value))
@@ -288,7 +292,9 @@ class RadixCacheBase:
 
     def _require_attached(self, node: TreeNode, action: str) -> None:
         if not self._tree.is_attached(node):
-            raise LockStateError(self.pool_name, node.id, node.lock_ref, f"{action} of a node that is not in this tree (evicted, reset or foreign)")
+            raise LockStateError(
+                self.pool_name, node.id, node.lock_ref, f"{action} of a node that is not in this tree (evicted, reset or foreign)"
+            )
 
     def _move_size(self, node: TreeNode, *, to_protected: bool) -> int:
         n = len(node.value)
@@ -321,10 +327,15 @@ class RadixCacheBase:
         not_pages = (firsts % aps != 0) | (rows != firsts[:, None] + torch.arange(aps, device=value.device)).any(1)
         ordered = torch.sort(pages).values
         held = self._held_pages[pages.clamp(0, top)]
-        flags = torch.stack([
-            not_pages.any(), ((pages < 0) | (pages > top)).any(), (pages == 0).any(),
-            (ordered[1:] == ordered[:-1]).any(), held.any(),
-        ]).tolist()
+        flags = torch.stack(
+            [
+                not_pages.any(),
+                ((pages < 0) | (pages > top)).any(),
+                (pages == 0).any(),
+                (ordered[1:] == ordered[:-1]).any(),
+                held.any(),
+            ]
+        ).tolist()
         if flags[0]:
             raise KeyValueMismatchError(self.pool_name, len(value), len(value), f"the new indices are not whole pages of {aps}")
         if flags[1]:

@@ -68,10 +68,10 @@ _RECENCY_POLICIES = frozenset({"lru", "mru"})
 class Walk(NamedTuple):
     """Where a read-only walk down a key stopped."""
 
-    path: list[TreeNode]     # fully matched nodes, root excluded
-    matched: int             # page-aligned matched length
+    path: list[TreeNode]  # fully matched nodes, root excluded
+    matched: int  # page-aligned matched length
     inside: TreeNode | None  # the node the match ends inside of (it needs a split) ...
-    inside_len: int          # ... after this many of its tokens
+    inside_len: int  # ... after this many of its tokens
 
 
 def common_prefix_len(a: Key, b: Key) -> int:

@@ -257,9 +257,7 @@ class DecodeReqToTokenPool(_RowPool):
 
     pool_name = "DecodeReqToTokenPool"
 
-    def __init__(
-        self, size: int, max_context_len: int, device: str | torch.device = "cpu", pre_alloc_size: int = 0
-    ) -> None:
+    def __init__(self, size: int, max_context_len: int, device: str | torch.device = "cpu", pre_alloc_size: int = 0) -> None:
         self.pre_alloc_size = check_count(self.pool_name, "pre_alloc_size", pre_alloc_size)
         self.size = check_count(self.pool_name, "size", size)
         super().__init__(size + pre_alloc_size, max_context_len, device)

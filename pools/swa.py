@@ -184,8 +184,9 @@ class SWATokenToKVPoolAllocator:
         bad = ((prefix_lens_cpu < 0) | (seq_lens_cpu < prefix_lens_cpu)).nonzero()
         if len(bad):
             i = int(bad[0])
-            raise BadBatchError(self.pool_name, f"need 0 <= prefix_len <= seq_len, got {int(prefix_lens_cpu[i])}, "
-                                f"{int(seq_lens_cpu[i])}", position=i)
+            raise BadBatchError(
+                self.pool_name, f"need 0 <= prefix_len <= seq_len, got {int(prefix_lens_cpu[i])}, {int(seq_lens_cpu[i])}", position=i
+            )
         total = int((seq_lens_cpu - prefix_lens_cpu).sum())
         if extend_num_tokens != total:
             raise BadBatchError(self.pool_name, f"extend_num_tokens={extend_num_tokens} but the lengths sum to {total}")
@@ -266,8 +267,12 @@ class SWATokenToKVPoolAllocator:
         if isinstance(swa_tail_len, bool) or not isinstance(swa_tail_len, int) or not 0 <= swa_tail_len <= extend_num_tokens:
             raise BadSizeError(self.pool_name, "swa_tail_len", swa_tail_len, f"must be an int in [0, {extend_num_tokens}]")
         if (int(seq_lens_cpu[0]) - swa_tail_len) % ps:
-            raise BadSizeError(self.pool_name, "swa_tail_len", swa_tail_len,
-                               f"seq_len {int(seq_lens_cpu[0])} - swa_tail_len must be a multiple of page_size={ps}")
+            raise BadSizeError(
+                self.pool_name,
+                "swa_tail_len",
+                swa_tail_len,
+                f"seq_len {int(seq_lens_cpu[0])} - swa_tail_len must be a multiple of page_size={ps}",
+            )
         if not self.new_pages_available(num_full_pages, -(-swa_tail_len // ps)):
             return None
         full = full_side.alloc_extend(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens)
@@ -275,8 +280,12 @@ class SWATokenToKVPoolAllocator:
         tail_cpu = torch.tensor([swa_tail_len], dtype=torch.int64)
         no_prefix_cpu = torch.zeros(1, dtype=torch.int64)
         swa = swa_side.alloc_extend(
-            no_prefix_cpu.to(self.device), no_prefix_cpu, tail_cpu.to(self.device), tail_cpu,
-            torch.full((1,), -1, dtype=torch.int64, device=self.device), swa_tail_len,
+            no_prefix_cpu.to(self.device),
+            no_prefix_cpu,
+            tail_cpu.to(self.device),
+            tail_cpu,
+            torch.full((1,), -1, dtype=torch.int64, device=self.device),
+            swa_tail_len,
         )
         assert swa is not None, "capacity was checked"
         head = extend_num_tokens - swa_tail_len
@@ -284,9 +293,7 @@ class SWATokenToKVPoolAllocator:
         self._set_mapping(full[head:], swa)
         return full
 
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
-    ) -> torch.Tensor | None:
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
         """One full slot per request for token ``seq_lens[i] - 1`` (post-step lengths), with
         an SWA peer, or ``None`` with *neither* side consumed."""
         full, swa = self._paged_sides("alloc_decode")
@@ -356,8 +363,9 @@ class SWATokenToKVPoolAllocator:
         pages, slots = self._touched_slots(free_index)
         mapped = self.full_to_swa_index_mapping[slots].view(-1, self.page_size).amax(dim=1) > 0
         if bool(mapped.any()):
-            raise BadBatchError(self.pool_name, f"free_full of full pages {pages[mapped].tolist()} whose SWA "
-                                "peers are live; free releases both sides")
+            raise BadBatchError(
+                self.pool_name, f"free_full of full pages {pages[mapped].tolist()} whose SWA peers are live; free releases both sides"
+            )
         self.full_attn_allocator.free(free_index)
 
     def free_group_begin(self) -> None:

@@ -193,9 +193,7 @@ def _check_batch(out_indices: Tensor, free_pages: Tensor, *named: tuple[str, Ten
             raise BadBatchError(_POOL, f"{name} has {t.numel()} entries, {first_name} has {first.numel()}")
 
 
-def _launch(
-    kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor], free_pages: Tensor, **meta: int
-) -> None:
+def _launch(kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor], free_pages: Tensor, **meta: int) -> None:
     bs = inputs[0].numel()
     target = out_indices if out_indices.is_contiguous() else torch.empty_like(out_indices)
     kernel = _pick(kernels, out_indices.device)
