@@ -113,8 +113,7 @@ def _extend_with_floor_bug(
     ps, num_tokens = page_size, out_indices.numel()
     if prefix_lens.numel() == 0 or num_tokens == 0:
         return
-    owner, pos = token_positions(prefix_lens, seq_lens, num_tokens)
-    pre = prefix_lens[owner]
+    owner, pre, pos = token_positions(prefix_lens, seq_lens, num_tokens)
     first_new_page = prefix_lens // ps  # BUG: should be (prefix_lens + ps - 1) // ps
     in_partial = pos < first_new_page[owner] * ps
     continued = last_loc[owner] + 1 + (pos - pre)

@@ -222,10 +222,9 @@ class EngineLoop:
         req, self.pending_chunked_abort = self.pending_chunked_abort, None
         if req is None:
             return
-        if self.chunked_req is not req:  # already past chunked prefill: abort it where it is now (:3794-3804)
-            if not req.finished() and req.kv.holds_kv:
-                self.abort(req.rid)
-            return
+        # Upstream also handles a request already past chunked prefill (:3794-3804); here an abort is taken between
+        # iterations, so the request it marked is still the chunked one when the next iteration begins.
+        assert self.chunked_req is req, "the chunked request changed between an abort and the next iteration"
         req.finished_reason = self.m.schedule_batch.FINISH_ABORT("aborted by poolfuzz")  # prepare_abort
         req.to_finish = None
         self.tree_cache.finish(req.cache_request_handle, self.m.base_prefix_cache.CacheRequestOutcome.ABORT)

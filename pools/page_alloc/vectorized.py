@@ -54,8 +54,9 @@ def _check_batch(*named: tuple[str, Tensor]) -> None:
             raise BadBatchError(_POOL, f"{name} has {t.numel()} entries, {first_name} has {first.numel()}")
 
 
-def token_positions(prefix_lens: Tensor, seq_lens: Tensor, num_tokens: int) -> tuple[Tensor, Tensor]:
-    """For each of the batch's ``num_tokens`` output slots, its request (the owner) and its token position.
+def token_positions(prefix_lens: Tensor, seq_lens: Tensor, num_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+    """For each of the batch's ``num_tokens`` output slots: its request (the owner), that request's prefix
+    length, and the slot's token position.
 
     Slot ``j`` belongs to the first request whose inclusive end of extend lengths exceeds ``j``
     (``right=True``: a zero-length request shares its end with the next one's start), and sits at
@@ -65,7 +66,8 @@ def token_positions(prefix_lens: Tensor, seq_lens: Tensor, num_tokens: int) -> t
     ext_end = torch.cumsum(ext_lens, 0)
     j = torch.arange(num_tokens, dtype=torch.int64, device=seq_lens.device)
     owner = torch.searchsorted(ext_end, j, right=True)
-    return owner, prefix_lens[owner] + (j - (ext_end - ext_lens)[owner])
+    pre = prefix_lens[owner]
+    return owner, pre, pre + (j - (ext_end - ext_lens)[owner])
 
 
 def alloc_extend_vectorized(
@@ -88,8 +90,7 @@ def alloc_extend_vectorized(
     num_tokens = out_indices.numel()
     if prefix_lens.numel() == 0 or num_tokens == 0:
         return
-    owner, pos = token_positions(prefix_lens, seq_lens, num_tokens)
-    pre = prefix_lens[owner]
+    owner, pre, pos = token_positions(prefix_lens, seq_lens, num_tokens)
 
     first_new_page = (prefix_lens + (ps - 1)) // ps  # ceil(pre / ps), per request
     in_partial = pos < first_new_page[owner] * ps
