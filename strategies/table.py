@@ -28,34 +28,44 @@ import itertools
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from harness.judge.config import PoolConfig
+from harness.judge.trace import Args
 from strategies.choosers import Chooser
+
+V = TypeVar("V")
+"""A table's view type: what every draw of its moves receives."""
+W = TypeVar("W")
+V_contra = TypeVar("V_contra", contravariant=True)
+"""A move's view type: a move written for a view serves any table whose view is one (a move drawing nothing
+serves every table)."""
 
 Overrides = dict[str, Any]
 """Constructor keywords a catalogue move merges into a pool's config to build a malformed one (``construct``):
 deliberately outside the family's :class:`~harness.judge.config.PoolConfig`, so a plain mapping."""
-Step = tuple[str, dict[str, Any]]
-Draw = Callable[[Any, Chooser], Step | None]
-"""A move's ``draw`` (or ``setup``): ``(op, args)`` from the view and a chooser, or ``None``."""
+Step = tuple[str, Args]
+Draw = Callable[[V, Chooser], Step | None]
+"""A move's ``draw`` (or ``setup``) over view type ``V`` (``Draw[RowView]``): ``(op, args)`` from the view and a
+chooser, or ``None``."""
 
 
 @dataclass(frozen=True)
-class Move:
+class Move(Generic[V_contra]):
     """One kind of step: ``draw(view, choose)`` gives ``(op, args)``, or ``None`` when the state offers none.
 
     ``corner`` names the rare state it aims at (counted as an event); ``setup(view,
     choose)``, when the state lacks what the corner needs, gives a step that builds it;
-    ``misuse`` moves are issued only to targets that validate their input.
+    ``misuse`` moves are issued only to targets that validate their input.  ``Move[RowView]`` draws from a
+    :class:`RowView`, and mypy checks each draw against it.
     """
 
     name: str
     weight: float
-    draw: Callable[[Any, Chooser], Step | None]
+    draw: Callable[[V_contra, Chooser], Step | None]
     corner: str = ""
     misuse: bool = False
-    setup: Callable[[Any, Chooser], Step | None] | None = None
+    setup: Callable[[V_contra, Chooser], Step | None] | None = None
 
 
 def _the_driver(driver: Any) -> Any:
@@ -63,8 +73,11 @@ def _the_driver(driver: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class MoveTable:
+class MoveTable(Generic[V]):
     """A family's inputs: its configurations, random moves, catalogue, and the view the moves read.
+
+    Generic in its view type ``V`` (``MoveTable[RowView]``): every move, the occupancy and the drain plan take
+    the view the table builds, so mypy checks each draw against the kit's view class.
 
     ``configs(choose)`` draws the family's typed configuration (:class:`~harness.judge.config.PoolConfig`;
     the engine sets ``device``).
@@ -75,16 +88,16 @@ class MoveTable:
     """
 
     configs: Callable[[Chooser], PoolConfig]
-    moves: tuple[Move, ...]
-    catalogue: tuple[Move, ...] = ()
-    view: Callable[[Any], Any] = _the_driver
-    occupancy: Callable[[Any], float] | None = None
+    moves: tuple[Move[V], ...]
+    catalogue: tuple[Move[V], ...] = ()
+    view: Callable[[Any], V] = _the_driver
+    occupancy: Callable[[V], float] | None = None
     bench_moves: tuple[str, ...] = field(default=())
     """Names of the moves the bench workload takes; empty: every valid (non-misuse) random move."""
     corners: Callable[[Any], list[str]] = field(default=lambda config: config_corners(config))
     """Event labels for the corners a configuration starts in (default :func:`config_corners`: ``size`` in
     tokens or rows, ``page_size``)."""
-    drain: Callable[[Any], Iterator[Step]] | None = None
+    drain: Callable[[V], Iterator[Step]] | None = None
     """The family's drain plan over a view: steps that empty the pool in policy order (release every holder,
     evict or allocate until refused, free everything), yielded one at a time so each reads the state the last
     left.  Drain audits (:meth:`~harness.judge.driver.Driver.drain_audit`) run it on a copy of the pool."""
@@ -97,11 +110,11 @@ class MoveTable:
         return lambda driver: drain(view(driver))
 
     @property
-    def walk_moves(self) -> tuple[Move, ...]:
+    def walk_moves(self) -> tuple[Move[V], ...]:
         """What the walk draws from: the catalogue at its weights, then the random moves."""
         return (*self.catalogue, *self.moves)
 
-    def move(self, name: str) -> Move:
+    def move(self, name: str) -> Move[V]:
         for candidate in self.walk_moves:
             if candidate.name == name:
                 return candidate
@@ -122,17 +135,17 @@ class MoveTable:
         return step
 
 
-def through(view: Callable[[Any], Any], moves: tuple[Move, ...]) -> tuple[Move, ...]:
+def through(view: Callable[[V], W], moves: tuple[Move[W], ...]) -> tuple[Move[V], ...]:
     """``moves`` written for ``view``, taken by a table whose own view is another: each draw builds ``view``
     from the state it is given.  How one family's table reuses another's (a hybrid pool's rows)."""
 
-    def lift(draw: Callable[[Any, Chooser], Step | None]) -> Callable[[Any, Chooser], Step | None]:
+    def lift(draw: Draw[W]) -> Draw[V]:
         return lambda state, choose: draw(view(state), choose)
 
     return tuple(Move(m.name, m.weight, lift(m.draw), m.corner, m.misuse, None if m.setup is None else lift(m.setup)) for m in moves)
 
 
-def load_table(made: Any) -> MoveTable:
+def load_table(made: Any) -> MoveTable[Any]:
     """A registry ``moves`` entry, resolved: the table itself, or the function that returns it."""
     table = made if isinstance(made, MoveTable) else made()
     if not isinstance(table, MoveTable):
@@ -141,12 +154,12 @@ def load_table(made: Any) -> MoveTable:
 
 
 def pick_step(
-    enabled: tuple[Move, ...] | list[Move],
+    enabled: tuple[Move[V], ...] | list[Move[V]],
     cumulative: list[float],
-    view: Any,
+    view: V,
     choose: Chooser,
     *,
-    fallback: tuple[Move, ...],
+    fallback: tuple[Move[V], ...],
     tries: int = 4,
 ) -> tuple[str, Step]:
     """A step of a weighted pick among ``enabled`` (or of its setup), with the corner label it reaches.
@@ -168,7 +181,7 @@ def pick_step(
     raise AssertionError("no move of the table applies; every table needs one that always does")
 
 
-def step_of(move: Move, view: Any, choose: Chooser) -> tuple[str, Step] | None:
+def step_of(move: Move[V], view: V, choose: Chooser) -> tuple[str, Step] | None:
     """``move``'s step with its corner label, else its setup step (no label), else ``None``."""
     step = move.draw(view, choose)
     if step is not None:
@@ -177,7 +190,7 @@ def step_of(move: Move, view: Any, choose: Chooser) -> tuple[str, Step] | None:
     return None if step is None else ("", step)
 
 
-def corner_steps(move: Move, view: Any, choose: Chooser, on_corner: Callable[[str], None], *, setups: int = 3) -> Iterator[Step]:
+def corner_steps(move: Move[V], view: V, choose: Chooser, on_corner: Callable[[str], None], *, setups: int = 3) -> Iterator[Step]:
     """Up to ``setups`` setup steps, then ``move``'s own step, its corner label passed to ``on_corner``.
 
     A generator: the caller runs each step before the next is drawn from the state it
@@ -246,19 +259,19 @@ def with_repeat(values: list[int], choose: Chooser) -> list[int]:
     return out
 
 
-def fixed(op: str, **args: Any) -> Callable[[Any, Chooser], Step]:
+def fixed(op: str, **args: Any) -> Callable[[object, Chooser], Step]:
     """A move drawing nothing: always ``(op, args)``."""
     return lambda view, choose: (op, dict(args))
 
 
 def move_kinds(
     prefix: str,
-    kinds: Mapping[str, Callable[[Any, Chooser], Step | None]],
+    kinds: Mapping[str, Draw[V]],
     weight: float,
     *,
     misuse: bool = True,
-    setup: Callable[[Any, Chooser], Step | None] | None = None,
-) -> tuple[Move, ...]:
+    setup: Draw[V] | None = None,
+) -> tuple[Move[V], ...]:
     """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
@@ -279,16 +292,25 @@ class DriverView:
         self._driver: Any = driver
 
 
+class Occupied(Protocol):
+    """A view class :func:`viewed_table` takes: one that says the fraction of its pool in use."""
+
+    def occupancy(self) -> float: ...
+
+
+OV = TypeVar("OV", bound=Occupied)
+
+
 def viewed_table(
-    view: Any,
+    view: type[OV],
     configs: Callable[[Chooser], PoolConfig],
-    moves: tuple[Move, ...],
-    catalogue: tuple[Move, ...] = (),
+    moves: tuple[Move[OV], ...],
+    catalogue: tuple[Move[OV], ...] = (),
     *,
     bench_moves: tuple[str, ...] = (),
     corners: Callable[[Any], list[str]] | None = None,
-    drain: Callable[[Any], Iterator[Step]] | None = None,
-) -> MoveTable:
+    drain: Callable[[OV], Iterator[Step]] | None = None,
+) -> MoveTable[OV]:
     """A :class:`MoveTable` over ``view``, a view class whose ``occupancy`` method is the table's occupancy:
     how most families declare theirs.  ``corners`` left out keeps the table's default."""
     optional: dict[str, Any] = {} if corners is None else {"corners": corners}
@@ -305,13 +327,13 @@ def viewed_table(
 
 
 def picking(
-    op: str, offered: Callable[[Any], Sequence[Any]], key: str, pick: Callable[[Sequence[Any], Chooser], Any], **fixed_args: Any
-) -> Draw:
+    op: str, offered: Callable[[V], Sequence[Any]], key: str, pick: Callable[[Sequence[Any], Chooser], Any], **fixed_args: Any
+) -> Draw[V]:
     """A draw naming ``pick(values, choose)`` of what ``offered(view)`` gives as ``op``'s ``key``, ``fixed_args``
     after it; ``None`` when it gives nothing.  Its draws are ``pick``'s, and only those: the shape of most
     moves that name live handles, released ones or rows (:func:`one_of`, :func:`some_of`, :func:`some_repeated`)."""
 
-    def draw(view: Any, choose: Chooser) -> Step | None:
+    def draw(view: V, choose: Chooser) -> Step | None:
         values = offered(view)
         return (op, {key: pick(values, choose), **fixed_args}) if values else None
 
@@ -322,7 +344,7 @@ def _one(values: Sequence[Any], choose: Chooser) -> Any:
     return choose.choice(values)
 
 
-def one_of(op: str, offered: Callable[[Any], Sequence[Any]], *, key: str = "handle", **fixed_args: Any) -> Draw:
+def one_of(op: str, offered: Callable[[V], Sequence[Any]], *, key: str = "handle", **fixed_args: Any) -> Draw[V]:
     """:func:`picking` one of what ``offered(view)`` gives (one ``choose.choice``), as ``op``'s ``key``
     (``handle`` unless told)."""
     return picking(op, offered, key, _one, **fixed_args)
@@ -340,11 +362,11 @@ def some_repeated(values: Sequence[int], choose: Chooser, *, most: int = 2) -> l
     return with_repeat(choose.sample(values, min(len(values), choose.randint(1, most))), choose)
 
 
-def repeated_within(op: str, key: str, holders: Callable[[Any], Sequence[int]], parts: Callable[[Any, int], Sequence[int]]) -> Draw:
+def repeated_within(op: str, key: str, holders: Callable[[V], Sequence[int]], parts: Callable[[V, int], Sequence[int]]) -> Draw[V]:
     """A draw naming one holder's parts (its slots) in one call, one of them twice: a ``choose.choice`` of
     ``holders(view)``, then :func:`some_repeated` of ``parts(view, holder)``; ``None`` when there is no holder."""
 
-    def draw(view: Any, choose: Chooser) -> Step | None:
+    def draw(view: V, choose: Chooser) -> Step | None:
         live = holders(view)
         if not live:
             return None

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.judge.config import PoolConfig
 from harness.judge.driver import Driver
@@ -46,7 +47,7 @@ POLL_EVERY = 32
 DRAW_TRIES = 4
 
 
-def walk_for(name: str) -> MoveTable:
+def walk_for(name: str) -> MoveTable[Any]:
     """The table the walk draws from: the family's move table, as its machine does."""
     return load_table(resolve(family(name).moves))
 

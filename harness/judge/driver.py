@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 from harness.judge.config import PoolConfig
 from harness.judge.contract import contract_of
 from harness.judge.invariants import InvariantViolation, check
-from harness.judge.trace import Trace
+from harness.judge.trace import Args, Trace
 from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,7 +43,7 @@ ConstructorKwargs = dict[str, Any]
 SKIPPED = object()
 """Returned by an operation that would be misuse while misuse checking is off."""
 
-DrainPlan = Callable[["Driver"], Iterator[tuple[str, dict[str, Any]]]]
+DrainPlan = Callable[["Driver"], Iterator[tuple[str, Args]]]
 """A family's drain plan, given the driver to drain: its steps, drawn lazily (each after the last one ran)."""
 
 MAX_DRAIN_STEPS = 256

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
+Args = dict[str, Any]
+"""One step's arguments, by argument name: the JSON values a driver operation takes and a trace records."""
 DEFAULT_AUDIT_PERIOD = 8
 """The driver's full-audit schedule when a trace does not record one (``Driver``'s default)."""
 
@@ -31,7 +33,7 @@ class Trace:
     audit_period: int = DEFAULT_AUDIT_PERIOD
     """The driver ran its full audit every this many steps; replay keeps the schedule."""
 
-    def record(self, op: str, args: dict[str, Any]) -> None:
+    def record(self, op: str, args: Args) -> None:
         self.steps.append({"op": op, "args": _plain(args)})
 
     def expect_violation(self, invariant_id: str) -> None:

@@ -48,7 +48,7 @@ class PoolMachine(RuleBasedStateMachine):
     device: ClassVar[str] = "cpu"
     driver_class: ClassVar[type[Driver] | None] = None
     """A driver variant (a canary or test planting a bug in the harness's own calls); ``None``: the family's."""
-    catalogue: ClassVar[tuple[Move, ...]] = ()
+    catalogue: ClassVar[tuple[Move[Any], ...]] = ()
     """One walk move per kind of misuse and corner of the family; misuse ones run only with misuse checking on."""
     table: ClassVar[MoveTable | None] = None
     """The family's move table, whose view the catalogue reads (``None``: a hand-written machine's moves read

@@ -9,15 +9,13 @@ two blocks, a pool whose every block is free and cached).  The moves read
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from harness.kits.block_pool.misuse import CACHE_MISUSE, FOREIGN_BLOCKS
 from harness.kits.block_pool.model import chain_hashes as model_hashes
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
-from strategies.table import Move, Overrides, Step, fixed
+from strategies.table import Draw, Move, Overrides, Step, fixed
 
-Draw = Callable[[BlockPoolView, Chooser], Step | None]
+BlockDraw = Draw[BlockPoolView]
 
 UNSHARED = 7
 """A token outside :data:`harness.kits.block_pool.moves.ALPHABET`: a prompt of it never hits the prefix cache."""
@@ -57,7 +55,7 @@ def _toward_a_slide(view: BlockPoolView, choose: Chooser) -> Step | None:
     return "slide", {"handle": fresh[-1], "num_skipped": 1}
 
 
-def _cache_misuse(kind: str) -> Draw:
+def _cache_misuse(kind: str) -> BlockDraw:
     return lambda view, choose: ("cache_misuse", {"kind": kind}) if view.cache_misuse_ready(kind) else None
 
 
@@ -104,7 +102,7 @@ def _touch_free_uncached(view: BlockPoolView, choose: Chooser) -> Step | None:
     return ("touch", {"block_ids": idle[:1]}) if idle else None
 
 
-def block_pool_catalogue() -> tuple[Move, ...]:
+def block_pool_catalogue() -> tuple[Move[BlockPoolView], ...]:
     """Every kind of misuse ``BlockPool`` must reject beyond double frees, and the null-block caching corner."""
     constructors: tuple[Overrides, ...] = ({"num_gpu_blocks": 0}, {"num_gpu_blocks": 2.5}, {"num_gpu_blocks": True})
     return (

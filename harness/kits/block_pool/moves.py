@@ -28,13 +28,13 @@ are issued only to targets that validate their input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from harness.kits.block_pool.catalogue import block_pool_catalogue
 from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
-from strategies.table import Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
+from strategies.table import Draw, Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
 
 ALPHABET = 3
 """Distinct block contents: small, so prompts collide on their prefixes."""
@@ -45,7 +45,7 @@ MAX_BLOCKS = 10
 RAW_IDS = (-1, 12)
 """The range misuse draws raw block ids from: negative, the null block, held, free and past the end."""
 
-Draw = Callable[[BlockPoolView, Chooser], Step | None]
+BlockDraw = Draw[BlockPoolView]
 
 
 def block_pool_config(choose: Chooser, *, max_blocks: int = MAX_BLOCKS) -> BlockPoolConfig:
@@ -216,7 +216,7 @@ _free_again = one_of("free", BlockPoolView.freed)
 _allocate_negative = one_of("allocate", BlockPoolView.live, num_blocks=-1)
 
 
-def _by_id(call: str) -> Draw:
+def _by_id(call: str) -> BlockDraw:
     """Name blocks by id where the contract forbids it: touch free uncached blocks, release blocks nobody holds
     that often (calls that turn out valid run as such)."""
 
@@ -232,7 +232,7 @@ def _evict_raw(view: BlockPoolView, choose: Chooser) -> Step:
     return "evict", {"block_ids": [choose.randint(*RAW_IDS) for _ in range(choose.randint(1, 3))]}
 
 
-def block_pool_moves() -> tuple[Move, ...]:
+def block_pool_moves() -> tuple[Move[BlockPoolView], ...]:
     """The random moves of a block pool, the commonest and the ones the canaries' states are built from first
     (hypothesis shrinks toward the first): prefills, short requests (cached blocks left free) and requests
     sharing them, then the rest.
@@ -283,7 +283,7 @@ def block_pool_drain(view: BlockPoolView) -> Iterator[Step]:
     yield "reset", {}
 
 
-def block_pool_table() -> MoveTable:
+def block_pool_table() -> MoveTable[BlockPoolView]:
     """The ``block_pool`` family's table."""
     return viewed_table(
         BlockPoolView,

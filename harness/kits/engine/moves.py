@@ -147,7 +147,7 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
     return "abort", {"pick": choose.randrange(0, 8)}
 
 
-def engine_table() -> MoveTable:
+def engine_table() -> MoveTable[EngineView]:
     """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
     return viewed_table(
         EngineView,

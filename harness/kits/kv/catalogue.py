@@ -103,7 +103,7 @@ def _take_many(view: KVView, choose: Chooser) -> Step | None:
     return ("alloc", {"need_size": free * view.page_size}) if free > MANY else None
 
 
-def token_catalogue(constructors: tuple[Overrides, ...] = TOKEN_KV_MALFORMED) -> tuple[Move, ...]:
+def token_catalogue(constructors: tuple[Overrides, ...] = TOKEN_KV_MALFORMED) -> tuple[Move[KVView], ...]:
     """Misuse every KV allocator must reject: malformed frees, sizes that are not ints, malformed constructors;
     and a free of more than 64 pages at once where the pool has them."""
     return (
@@ -115,7 +115,7 @@ def token_catalogue(constructors: tuple[Overrides, ...] = TOKEN_KV_MALFORMED) ->
     )
 
 
-def paged_catalogue() -> tuple[Move, ...]:
+def paged_catalogue() -> tuple[Move[PagedKVView], ...]:
     """The token catalogue (paged constructors), malformed extend and decode batches, and the page kernel's cases."""
     kernel_misuse = {case: _step("kernel_call", case=case) for case, (_, error) in CASES.items() if error is not None}
     kernel_corners = {case: _step("kernel_call", case=case) for case, (_, error) in CASES.items() if error is None}

@@ -148,7 +148,7 @@ def _group_misuse(view: KVView, choose: Chooser) -> Step:
     return ("group_begin", {}) if view.group_open else ("group_end", {})
 
 
-def token_moves() -> tuple[Move, ...]:
+def token_moves() -> tuple[Move[KVView], ...]:
     """The random moves of a KV allocator, cheapest and commonest first (hypothesis shrinks toward the first),
     the misuse ones last."""
     return (
@@ -188,7 +188,7 @@ def kv_drain(view: KVView) -> Iterator[Step]:
     yield "clear", {}
 
 
-def token_kv_table() -> MoveTable:
+def token_kv_table() -> MoveTable[KVView]:
     """``token_kv``: allocations sized to what is free, repeated slots in one free, staged frees, malformed calls."""
     return viewed_table(
         KVView,
@@ -340,7 +340,7 @@ def _decode_toward_edge(view: PagedKVView, choose: Chooser) -> Step | None:
     return _with_others(view, choose, min(reqs, key=lambda h: -view.length(h) % ps))
 
 
-def paged_moves() -> tuple[Move, ...]:
+def paged_moves() -> tuple[Move[PagedKVView], ...]:
     """The token moves plus extend batches at page-edge geometries, fills and mixed decodes, commonest first.
 
     Each extend and decode corner has a setup that admits the requests it needs.
@@ -363,7 +363,7 @@ def paged_moves() -> tuple[Move, ...]:
     )
 
 
-def paged_kv_table(*, page_size: int | None = None) -> MoveTable:
+def paged_kv_table(*, page_size: int | None = None) -> MoveTable[PagedKVView]:
     """``paged_kv``: the token moves plus extend batches at page-edge geometries, fills and mixed decodes.
 
     ``page_size`` fixes the page size of every configuration (the table of one page size).

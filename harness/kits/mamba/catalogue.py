@@ -23,7 +23,7 @@ from harness.kits.mamba.state import STATE_MISUSE
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from harness.kits.rows.moves import RowView, row_catalogue
 from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, Move, Overrides, Step, fixed, one_of, through
+from strategies.table import CORNER_MIXED, Draw, Move, Overrides, Step, fixed, one_of, through
 
 COUNTING_PATH = 64
 """A ``free`` of more than this many slots takes the allocator's counting path."""
@@ -52,7 +52,7 @@ def _clear_open(view: SlotView, choose: Chooser) -> Step | None:
     return ("clear", {}) if view.group_open and view.unconsumed() else None
 
 
-def window_catalogue() -> tuple[Move, ...]:
+def window_catalogue() -> tuple[Move[SlotView], ...]:
     """The group window's corners, for both Mamba families."""
     return (
         Move("a window closed with its reservation unconsumed", 0.1, _end_unconsumed, CORNER_END_UNCONSUMED, setup=_toward_a_reservation),
@@ -99,7 +99,7 @@ def _toward_reserved_and_free(view: MambaSlotView, choose: Chooser) -> Step | No
     return ("group_begin", {"num_reqs": choose.randint(2, free - 2)}) if free >= 4 else None
 
 
-def mamba_slot_catalogue() -> tuple[Move, ...]:
+def mamba_slot_catalogue() -> tuple[Move[MambaSlotView], ...]:
     """Every kind of misuse a Mamba slot allocator must reject, and its corners, one move each."""
     constructors: tuple[Overrides, ...] = ({"size": -1}, {"size": 1.5})
     return (
@@ -121,7 +121,7 @@ def mamba_slot_catalogue() -> tuple[Move, ...]:
 
 
 # ---------------------------------------------------------------- hybrid_req_to_token
-HybridDraw = Callable[[HybridView, Chooser], Step | None]
+HybridDraw = Draw[HybridView]
 
 
 def _rows_of(view: HybridView) -> RowView:
@@ -208,7 +208,7 @@ def _forged_free(form: str) -> HybridDraw:
     return _with_holders(1, lambda held, choose: ("free_mamba_cache_forged", {"handle": held[0], "form": form}))
 
 
-def hybrid_catalogue() -> tuple[Move, ...]:
+def hybrid_catalogue() -> tuple[Move[HybridView], ...]:
     """Every kind of misuse a hybrid pool must reject, and its corners, one move each: the request rows'
     (read through the view's rows), then the Mamba side's."""
     constructors: tuple[Overrides, ...] = (

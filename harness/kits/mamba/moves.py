@@ -153,7 +153,7 @@ def _slot_free_raw(view: MambaSlotView, choose: Chooser) -> Step:
     return "free_slots", {"slots": [choose.randint(-1, top) for _ in range(choose.randint(1, 3))]}
 
 
-def mamba_slot_moves() -> tuple[Move, ...]:
+def mamba_slot_moves() -> tuple[Move[MambaSlotView], ...]:
     """The random moves of a Mamba slot allocator, commonest and cheapest first (hypothesis shrinks toward
     the first)."""
     return (
@@ -188,7 +188,7 @@ def mamba_slot_drain(view: MambaSlotView) -> Iterator[Step]:
     yield "clear", {}
 
 
-def mamba_slot_table() -> MoveTable:
+def mamba_slot_table() -> MoveTable[MambaSlotView]:
     """``mamba_slots``: windows opened with reservations around what is free, repeats inside one free."""
     return viewed_table(MambaSlotView, mamba_slot_config, mamba_slot_moves(), mamba_slot_catalogue(),
                         bench_moves=("alloc", "group begin", "group end", "free", "clear"), drain=mamba_slot_drain)
@@ -259,7 +259,7 @@ def _hybrid_free_again(view: HybridView, choose: Chooser) -> Step | None:
     return (choose.choice(("free", "free_mamba_cache")), {"handle": choose.choice(known)}) if known else None
 
 
-def hybrid_moves() -> tuple[Move, ...]:
+def hybrid_moves() -> tuple[Move[HybridView], ...]:
     """The random moves of a hybrid pool, commonest and cheapest first (hypothesis shrinks toward the first)."""
     return (
         Move("alloc", 4, _hybrid_alloc),
@@ -299,7 +299,7 @@ def hybrid_drain(view: HybridView) -> Iterator[Step]:
     yield "clear", {}
 
 
-def hybrid_table() -> MoveTable:
+def hybrid_table() -> MoveTable[HybridView]:
     """``hybrid_req_to_token``: batches sized to the shorter side, row-only requests readmitted beside new ones."""
     return viewed_table(
         HybridView, hybrid_config, hybrid_moves(), hybrid_catalogue(),

@@ -17,12 +17,12 @@ are capped, the oldest released first, so the pool keeps turning over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from harness.kits.prefix_cache.config import PrefixCacheConfig
 from harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
 from strategies.choosers import Chooser
-from strategies.table import DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
+from strategies.table import Draw, DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
 
 ALPHABET = (0, 1, 2)
 MAX_PROMPT = 12
@@ -44,7 +44,7 @@ MAX_RUNNING = 3
 MAX_LOCKS = 2
 """Bare locks at most: at the cap a new lock first drops the oldest."""
 
-Draw = Callable[["PrefixCacheView", Chooser], Step | None]
+PrefixDraw = Draw["PrefixCacheView"]
 
 
 class PrefixCacheView(DriverView):
@@ -176,7 +176,7 @@ _checkpoint = one_of("checkpoint", PrefixCacheView.requests)
 """A running request caches what it has so far (its lock moves to the new last node)."""
 
 
-def _settle(release: bool) -> Draw:
+def _settle(release: bool) -> PrefixDraw:
     """The cache's own ``checkpoint`` (or ``release_request``, one in four an abort) of a running request, with a
     prompt length that may end anywhere in its tokens (mid-page, at the end, past it: the driver clips it)."""
 
@@ -190,7 +190,7 @@ def _settle(release: bool) -> Draw:
     return draw
 
 
-def _release(cache: bool) -> Draw:
+def _release(cache: bool) -> PrefixDraw:
     """A running request released: cached first (``finish``), or not (an abort)."""
     return one_of("finish", PrefixCacheView.requests, cache=cache)
 
@@ -237,7 +237,7 @@ def _recache(view: PrefixCacheView, choose: Chooser) -> Step:
     return "recache", {"prompt": prompt(choose)}
 
 
-def prefix_cache_moves() -> tuple[Move, ...]:
+def prefix_cache_moves() -> tuple[Move[PrefixCacheView], ...]:
     """The random moves of a prefix cache, the commonest and the ones the canaries' states are built from first
     (hypothesis shrinks toward the first): requests, inserts, locks and their releases, then the misuse that
     needs them, then the rest.
@@ -270,7 +270,7 @@ def prefix_cache_moves() -> tuple[Move, ...]:
 
 
 # ---------------------------------------------------------------- the catalogue
-def _release_misuse(kind: str) -> Draw:
+def _release_misuse(kind: str) -> PrefixDraw:
     def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
         ready = [h for h in view.requests() if view.release_breakable(h, kind)]
         return ("release_malformed", {"handle": choose.choice(ready), "kind": kind}) if ready else None
@@ -307,7 +307,7 @@ def _cache_of_an_unknown_policy(view: PrefixCacheView, choose: Chooser) -> Step:
     return "cache_over", {"page_size": view.page_size, "eviction_policy": "nope"}
 
 
-def prefix_cache_catalogue() -> tuple[Move, ...]:
+def prefix_cache_catalogue() -> tuple[Move[PrefixCacheView], ...]:
     """Every kind of misuse ``RadixCache`` must reject beyond the random moves', and its rarer corners."""
     constructors: tuple[Overrides, ...] = ({"eviction_policy": "most-recent"}, {"page_size": 0}, {"size": -8})
     return (
@@ -348,7 +348,7 @@ def _not_steered(view: PrefixCacheView) -> float:
     return 0.0
 
 
-def prefix_cache_table(*, policies: Sequence[str] = POLICIES) -> MoveTable:
+def prefix_cache_table(*, policies: Sequence[str] = POLICIES) -> MoveTable[PrefixCacheView]:
     """The ``prefix_cache`` family's table (``policies``: the eviction policies its configurations draw)."""
     return MoveTable(
         configs=lambda choose: prefix_cache_config(choose, policies=policies),

@@ -10,7 +10,7 @@ rows rebound at once, a write through each kind of row selector).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from harness.kits.rows.config import DecodeRowConfig, RowConfig
 from harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
@@ -18,6 +18,7 @@ from strategies.choosers import Chooser
 from strategies.table import (
     CORNER_MIXED,
     CORNER_REPEAT,
+    Draw,
     DriverView,
     Move,
     MoveTable,
@@ -81,7 +82,7 @@ class RowView(DriverView):
         return 0.0 if rows == 0 else 1.0 - self.free_count() / rows
 
 
-Draw = Callable[[RowView, Chooser], Step | None]
+RowDraw = Draw[RowView]
 
 
 def row_pool_config(choose: Chooser, *, decode: bool = False) -> RowConfig:
@@ -139,7 +140,7 @@ def _write(view: RowView, choose: Chooser) -> Step | None:
     return "write", {"handle": choose.choice(live), "start": choose.randint(0, 16), "length": choose.randint(0, 8)}
 
 
-def row_moves() -> tuple[Move, ...]:
+def row_moves() -> tuple[Move[RowView], ...]:
     """The random moves of a request-row pool, cheapest and commonest first (hypothesis shrinks toward the first)."""
     return (
         Move("clear", 0.3, fixed("clear")),
@@ -183,11 +184,11 @@ def _toward_rebinding(view: RowView, choose: Chooser) -> Step | None:
     return ("alloc_rows", {"need_size": view.free_count()}) if view.free_count() > FAST_PATH_ROWS else None
 
 
-def _claiming(claim: str) -> Draw:
+def _claiming(claim: str) -> RowDraw:
     return one_of("alloc_claiming", RowView.live, claim=claim)
 
 
-def _write_rows(padding: bool) -> Draw:
+def _write_rows(padding: bool) -> RowDraw:
     def draw(view: RowView, choose: Chooser) -> Step | None:
         live = view.live()
         return ("write_rows", {"handles": choose.sample(live, min(len(live), 2)), "padding": padding}) if live else None
@@ -195,7 +196,7 @@ def _write_rows(padding: bool) -> Draw:
     return draw
 
 
-def _write_selecting(selector: str, *, whole_rows: bool = False) -> Draw:
+def _write_selecting(selector: str, *, whole_rows: bool = False) -> RowDraw:
     def draw(view: RowView, choose: Chooser) -> Step | None:
         live = view.live()
         if not live:
@@ -210,7 +211,7 @@ WRITE_SELECTORS_MISUSE = tuple(name for name, (_, errors) in WRITE_SELECTORS.ite
 """How ``write_selecting`` names rows (the driver's :data:`WRITE_SELECTORS`): valid selectors, then misuse."""
 
 
-def row_catalogue(*, decode: bool = False) -> tuple[Move, ...]:
+def row_catalogue(*, decode: bool = False) -> tuple[Move[RowView], ...]:
     """Every kind of misuse a request-row pool must reject, and its corners, one move each."""
     constructors: list[Overrides] = [{"size": -1}, {"max_context_len": 0}, {"size": 2.0}, {"max_context_len": 4.5}]
     constructors += [{"pre_alloc_size": -1}, {"pre_alloc_size": 1.0}] if decode else []
@@ -261,7 +262,7 @@ def row_drain(view: RowView) -> Iterator[Step]:
     yield "clear", {}
 
 
-def row_table(*, decode: bool = False) -> MoveTable:
+def row_table(*, decode: bool = False) -> MoveTable[RowView]:
     """The request-row families' table: mixed batches, readmissions and repeats at a steady rate."""
     return viewed_table(
         RowView,
@@ -273,6 +274,6 @@ def row_table(*, decode: bool = False) -> MoveTable:
     )
 
 
-def decode_row_table() -> MoveTable:
+def decode_row_table() -> MoveTable[RowView]:
     """The decode pool's table: the row table over configurations with pre-allocated rows."""
     return row_table(decode=True)

@@ -274,7 +274,7 @@ def _clear(view: SchedulerView, choose: Chooser) -> Step | None:
     return ("clear", {}) if view.clear_due() else None
 
 
-def scheduler_moves() -> tuple[Move, ...]:
+def scheduler_moves() -> tuple[Move[SchedulerView], ...]:
     """The scheduler's steps, commonest first (hypothesis shrinks toward the first): an admission always applies.
 
     Decode and prefill come twice, over a pick of the batch and as the scheduler's
@@ -304,7 +304,7 @@ def _construct(overrides: Overrides) -> Callable[[SchedulerView, Chooser], Step]
     return lambda view, choose: ("construct", {"overrides": dict(overrides)})
 
 
-def scheduler_catalogue() -> tuple[Move, ...]:
+def scheduler_catalogue() -> tuple[Move[SchedulerView], ...]:
     """The malformed configurations of :data:`SCHEDULER_MALFORMED`, one misuse move each."""
     return tuple(Move(f"malformed constructor {c}", 0.02, _construct(c), misuse=True) for c in SCHEDULER_MALFORMED)
 
@@ -315,7 +315,7 @@ def scheduler_table(
     hybrid: bool | None = None,
     page_size: int | None = None,
     mode: str | None = None,
-) -> MoveTable:
+) -> MoveTable[SchedulerView]:
     """The scheduler family's table; ``kernels``, ``hybrid``, ``page_size`` and ``mode`` pin its configurations
     (:func:`scheduler_config`).  The bench workload takes every step but the whole-batch ones."""
     scheduler_modes(hybrid=hybrid, page_size=page_size, mode=mode)  # a pin that fits no mode fails here

@@ -9,16 +9,14 @@ shares the token allocator's helpers and is :func:`harness.kits.swa.pure_moves.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
 from harness.kits.swa.misuse import FREE_CALLS
 from harness.kits.swa.random_moves import free_swa_gone, slide, wrong_regime
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
-from strategies.table import Move, Overrides, Step, fixed
+from strategies.table import Draw, Move, Overrides, Step, fixed
 
-SWADraw = Callable[[SWAView, Chooser], Step | None]
+SWADraw = Draw[SWAView]
 
 
 def _malformed(op: str, defect: str) -> SWADraw:
@@ -68,7 +66,7 @@ def _tail_misuse(kind: str) -> SWADraw:
     return draw
 
 
-def swa_catalogue() -> tuple[Move, ...]:
+def swa_catalogue() -> tuple[Move[SWAView], ...]:
     """Every kind of misuse ``SWATokenToKVPoolAllocator`` must reject, one move each, and its empty-call corners."""
     constructors: tuple[Overrides, ...] = ({"page_size": 0}, {"size": -4}, {"size_swa": 2.5}, {"kernel": "gpu"})
     return (

@@ -116,7 +116,7 @@ def pure_swa_kv_drain(view: PureSWAView) -> Iterator[Step]:
     yield "clear", {}
 
 
-def swa_kv_table() -> MoveTable:
+def swa_kv_table() -> MoveTable[SWAView]:
     """``swa_kv``: admissions and tails sized to page edges, decodes, the window sliding, frees on both sides."""
     return viewed_table(SWAView, swa_kv_config, swa_moves(), swa_catalogue(), bench_moves=SWA_BENCH_MOVES,
                         corners=swa_corners, drain=swa_kv_drain)
@@ -139,7 +139,7 @@ def pure_swa_corners(config: PureSWAKVConfig) -> list[str]:
     return pool_corners(size=config.size_swa)
 
 
-def pure_swa_kv_table() -> MoveTable:
+def pure_swa_kv_table() -> MoveTable[PureSWAView]:
     """``pure_swa_kv``: the token allocator's moves on the pure pool, its SWA frees, its catalogue."""
     return viewed_table(
         PureSWAView, pure_swa_kv_config, pure_swa_moves(), pure_swa_catalogue(), corners=pure_swa_corners,

@@ -8,17 +8,15 @@ calls (``free_swa``, a free padded with 0 and -1, the no-op ``free_full``).  The
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
 from harness.kits.kv.misuse import MALFORMED_FREES
 from harness.kits.kv.moves import free_part
 from harness.kits.swa.pure import PAGED_CALLS
 from harness.kits.swa.views import PureSWAView
 from strategies.choosers import Chooser
-from strategies.table import CORNER_EXACT, CORNER_REPEAT, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
+from strategies.table import CORNER_EXACT, CORNER_REPEAT, Draw, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
 
-PureDraw = Callable[[PureSWAView, Chooser], Step | None]
+PureDraw = Draw[PureSWAView]
 
 
 def _pure_alloc(view: PureSWAView, choose: Chooser) -> Step:
@@ -79,7 +77,7 @@ def _pure_group_misuse(view: PureSWAView, choose: Chooser) -> Step:
     return ("group_begin", {}) if view.group_open() else ("group_end", {})
 
 
-def pure_swa_moves() -> tuple[Move, ...]:
+def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
     """The random moves of a pure SWA pool, commonest first (hypothesis shrinks toward the first).
 
     No ``merge``: the pure pool merges its staging area inside ``alloc`` only.
@@ -107,7 +105,7 @@ PURE_SWA_MALFORMED: tuple[Overrides, ...] = ({"page_size": 2}, {"size_swa": -1},
 """Constructor overrides ``PureSWATokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
 
 
-def pure_swa_catalogue() -> tuple[Move, ...]:
+def pure_swa_catalogue() -> tuple[Move[PureSWAView], ...]:
     """The token catalogue on a pure SWA pool (its constructor, its free forms) plus the paged calls it refuses."""
     frees = {form: fixed("free_malformed", form=form) for form in MALFORMED_FREES if form != "2-D tensor"}
     return (

@@ -20,7 +20,7 @@ from harness.kits.kv.page_moves import edge_extend_lengths
 from harness.kits.swa.misuse import FREE_CALLS
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
-from strategies.table import Move, Step, one_of, picking, some_of
+from strategies.table import Draw, Move, Step, one_of, picking, some_of
 
 
 def _new_length(view: SWAView, choose: Chooser) -> int:
@@ -47,7 +47,7 @@ def _grow(view: SWAView, choose: Chooser) -> Step | None:
     return "extend", {"batch": batch}
 
 
-_decode = picking("decode", lambda view: view.handles(continuable=True), "handles", partial(some_of, most=4))
+_decode: Draw[SWAView] = picking("decode", lambda view: view.handles(continuable=True), "handles", partial(some_of, most=4))
 """A decode step for a few requests whose last token is in the window."""
 
 
@@ -123,7 +123,7 @@ def _open_group(view: SWAView, choose: Chooser) -> Step | None:
     return ("group_begin", {}) if view.any_live() and not view.group_open() else None
 
 
-_free_full = one_of("free_full", lambda view: view.handles(windowed=False))
+_free_full: Draw[SWAView] = one_of("free_full", lambda view: view.handles(windowed=False))
 """Free a request none of whose tokens is in the window any more."""
 
 
@@ -173,7 +173,7 @@ def free_swa_gone(view: SWAView, choose: Chooser) -> Step | None:
     return ("free_swa_again", {"handle": choose.choice(gone)}) if gone else None
 
 
-_free_full_mapped = one_of("free_full", lambda view: view.handles(windowed=True))
+_free_full_mapped: Draw[SWAView] = one_of("free_full", lambda view: view.handles(windowed=True))
 """``free_full`` of a request still in the window (``free`` is the call)."""
 
 
@@ -243,7 +243,7 @@ def _toward_recycled_tail(view: SWAView, choose: Chooser) -> Step | None:
     return "extend", {"batch": [[None, choose.choice((1, 2)) * ps]]}
 
 
-def swa_moves() -> tuple[Move, ...]:
+def swa_moves() -> tuple[Move[SWAView], ...]:
     """The random moves of an SWA pool, cheapest and commonest first (hypothesis shrinks toward the first)."""
     return (
         Move("admit", 3, _admit),
