@@ -57,6 +57,12 @@ TEETH: dict[str, tuple[str, str]] = {
 }
 
 
+ENGINE_TEETH: dict[str, str] = {
+    "in-flight-reuse": "frees-under-in-flight",
+}
+"""Ids only the engine judges (harness/engines) check, proven on the fake engine of tests/engine_fake.py by the fault named."""
+
+
 def caught_by(family: str, spec: str) -> str:
     with pytest.raises(BaseException) as failure:
         run_machine(make_machine(family, spec), settings=pinned_settings(max_examples=300, phases=[Phase.generate]))
@@ -66,8 +72,16 @@ def caught_by(family: str, spec: str) -> str:
 
 
 def test_every_invariant_id_is_proven_by_a_canary_or_a_broken_pool_here() -> None:
-    proven = {canary.invariant for canary in CANARIES.values()} | set(TEETH)
+    proven = {canary.invariant for canary in CANARIES.values()} | set(TEETH) | set(ENGINE_TEETH)
     assert proven == set(INVARIANTS)
+
+
+@pytest.mark.parametrize("invariant_id", sorted(ENGINE_TEETH))
+def test_the_faulty_fake_engine_trips_exactly_its_invariant(invariant_id: str) -> None:
+    from tests.test_engine_judges import caught_on_the_fake
+
+    violation = caught_on_the_fake(frozenset({ENGINE_TEETH[invariant_id]}))
+    assert violation is not None and violation.invariant_id == invariant_id
 
 
 @pytest.mark.parametrize("invariant_id", sorted(TEETH))

@@ -146,6 +146,15 @@ _CATALOGUE = (
         "counts, so the scheduler's leak check passes over a real leak or fires on a sound pool",
     ),
     Invariant(
+        "in-flight-reuse",
+        "An id (KV page or block, row, slot) that scheduled work whose results have not landed still reads stays "
+        "with its reader, the batch or a cache that keeps its content until the work lands: it is neither freed nor "
+        "handed to another holder while the work is in flight.",
+        "an overlap or asynchronous scheduler releasing a finished request's KV while a batch scheduled before the "
+        "finish was known still reads it, so the next allocation hands it to another request (the hazard every "
+        "engine that schedules ahead of its results must defer frees against)",
+    ),
+    Invariant(
         "match-returns-inserted",
         "match_prefix returns the longest cached page-aligned prefix and exactly the indices inserted for it; "
         "insert reports exactly the length already cached.",
