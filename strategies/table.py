@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from harness.judge.config import PoolConfig
 from harness.judge.trace import Args
+from harness.judge.view import DriverView as DriverView  # re-exported: every kit's move view subclasses it
 from strategies.choosers import Chooser
 
 V = TypeVar("V")
@@ -275,21 +276,6 @@ def move_kinds(
     """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))
     return tuple(Move(f"{prefix} ({kind})", share, draw, misuse=misuse, setup=setup) for kind, draw in kinds.items())
-
-
-class DriverView:
-    """The base of a family's view: it holds the driver it reads (``_driver``), and nothing else.
-
-    Each read goes to the driver (or its model) when a draw asks, never to a copy, so a view built
-    once per pool answers for the state the last step left.  ``__slots__`` keeps it that one attribute;
-    a subclass declares ``__slots__ = ()`` (or its own extra slots) to stay so, and may narrow the
-    driver's type with an annotation (``_driver: SWAKVDriver``).
-    """
-
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver: Any = driver
 
 
 class Occupied(Protocol):

@@ -10,6 +10,7 @@ does not allow never reaches upstream).
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotC
 from harness.judge.driver import Driver
 from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
 from harness.judge.invariants import InvariantViolation
+from harness.judge.view import DriverView
 from harness.traces.schema import load_trace
 
 TARGETS = sorted((name, spec) for name, fam in FAMILIES.items() for spec in fam.upstream)
@@ -37,11 +39,11 @@ def _factory(spec: str) -> Any:
 def _package_folder(package: str) -> tuple[Path, str] | None:
     """The installed upstream package's folder and version, or ``None`` when it is not installed."""
     if package == "sglang":
-        from harness.upstream.loader import locate_sglang
+        from harness.upstream.sglang_files import locate_sglang
 
         locate = locate_sglang
     else:
-        from harness.upstream.vllm_loader import locate_vllm
+        from harness.upstream.vllm_files import locate_vllm
 
         locate = locate_vllm
     try:
@@ -165,7 +167,7 @@ def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the
     from harness.kits.kv.driver import TokenKVDriver as KVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
-    contract = Contract(
+    contract: Contract[object] = Contract(
         "test:OnlyAlloc",
         "none",
         (CallRule("alloc", ("alloc",), "n >= 1", (Cite("x.py", 1, "x"),), allows=lambda driver, args: args["need_size"] >= 1),),
@@ -183,12 +185,41 @@ def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the
     assert driver.pool.available_size() == 14
 
 
+def test_a_predicate_reads_the_contracts_view_of_the_driver_not_the_driver() -> None:
+    seen: list[object] = []
+
+    def allows(view: object, args: dict[str, object]) -> bool:
+        seen.append(view)
+        return True
+
+    contract: Contract[tuple[str, object]] = Contract(
+        "test:Viewed", "none", (CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),), allows=allows),), view=lambda d: ("view of", d)
+    )
+    driver = object()
+    assert contract.judge(driver, "alloc", {}) == ""
+    assert seen == [("view of", driver)]
+
+
+def _reads_state(predicate: Any) -> bool:
+    """Whether a predicate reads more than its arguments: its view parameter is not ``object``."""
+    first = next(iter(inspect.signature(predicate).parameters.values()))
+    return first.annotation not in ("object", object)
+
+
+def test_every_table_whose_predicates_read_state_names_its_typed_view() -> None:
+    predicates = {c.target: [p for r in c.rules for p in (r.allows, r.today) if p is not None] for c in all_contracts()}
+    narrowed = [c for c in all_contracts() if any(_reads_state(p) for p in predicates[c.target])]
+    assert len(narrowed) >= 5, [c.target for c in narrowed]
+    for contract in narrowed:
+        assert isinstance(contract.view, type) and issubclass(contract.view, DriverView), contract.target
+
+
 def test_a_validating_target_is_not_narrowed_by_a_contract() -> None:
     from harness.kits.kv.driver import TokenKVDriver as KVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
     class Declares(TokenToKVPoolAllocator):
-        poolfuzz_contract = Contract("test:None", "none", ())
+        poolfuzz_contract: Contract[object] = Contract("test:None", "none", ())
 
     driver = KVDriver(Declares, {"size": 16}, check_misuse=True)
     driver.step("alloc", need_size=2)
@@ -197,7 +228,7 @@ def test_a_validating_target_is_not_narrowed_by_a_contract() -> None:
 
 
 def test_a_contract_listing_an_operation_twice_or_not_resolving_is_refused() -> None:
-    rule = CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),))
+    rule: CallRule[object] = CallRule("alloc", ("alloc",), "", (Cite("x.py", 1, "x"),))
     with pytest.raises(ContractError, match="alloc"):
         Contract("t", "r", (rule,), (NotCalled("alloc", "twice"),))
 
@@ -256,7 +287,7 @@ def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() 
     from harness.kits.kv.driver import TokenKVDriver
     from pools.kv_allocator import TokenToKVPoolAllocator
 
-    contract = Contract(
+    contract: Contract[object] = Contract(
         "test:Noted",
         "none",
         (
@@ -295,7 +326,9 @@ def test_a_corner_whose_step_the_contract_refuses_is_not_counted_as_reached() ->
     from strategies.table import CORNER_MIXED
 
     cite = (Cite("x.py", 1, "x"),)
-    contract = Contract("test:NoDecode", "none", tuple(CallRule(op, (), "", cite) for op in sorted(PagedKVDriver.operations - {"decode"})))
+    contract: Contract[object] = Contract(
+        "test:NoDecode", "none", tuple(CallRule(op, (), "", cite) for op in sorted(PagedKVDriver.operations - {"decode"}))
+    )
 
     class NoDecode(PagedTokenToKVPoolAllocator):
         poolfuzz_check_misuse = False

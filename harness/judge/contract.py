@@ -8,7 +8,9 @@ never do (they send ``free_full``), and reported the driver's own misuse as an u
 finding.  A :class:`Contract` states, per driver operation, the upstream methods it calls,
 the argument shapes the callers send, and the upstream lines (:class:`Cite`) that send them.
 
-The driver consults it on every step (:meth:`Contract.judge`): an operation the contract
+The driver consults it on every step (:meth:`Contract.judge`), whose predicates read the contract's
+*view* of the driver (:attr:`Contract.view`, a typed :class:`~harness.judge.view.DriverView` of the
+kit, never the driver itself): an operation the contract
 does not list, or one whose arguments its rule's ``allows`` refuses in the current state
 (the class itself forbids them), is skipped (not issued, not recorded), so a call upstream
 never accepts is never issued as a valid one.  A step the class accepts but this release's
@@ -27,9 +29,15 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from harness.judge.moved import current_module
+from harness.judge.trace import Args
+
+S = TypeVar("S")
+"""A contract's view type: what its predicates read of the driver."""
+S_contra = TypeVar("S_contra", contravariant=True)
+"""A rule's view type: a rule whose predicates read less (only the arguments: ``object``) serves any contract."""
 
 
 class ContractError(ValueError):
@@ -51,12 +59,13 @@ class Cite:
         return f"{self.package}/{self.path}:{self.line} `{self.text}`" + (f" ({self.note})" if self.note else "")
 
 
-Allows = Callable[[Any, dict[str, Any]], bool]
-"""``allows(driver, args)``: whether upstream's callers send this operation these arguments in this state."""
+Allows = Callable[[S_contra, Args], bool]
+"""``allows(view, args)``: whether upstream's callers send this operation these arguments in the state the
+contract's view reads (``Allows[SWAContractView]``; a predicate of the arguments alone takes ``object``)."""
 
 
 @dataclass(frozen=True)
-class CallRule:
+class CallRule(Generic[S_contra]):
     """Driver operation ``op`` calls the upstream methods ``calls`` with arguments of ``shape``; ``callers``
     are the upstream lines that make those calls.
 
@@ -76,8 +85,8 @@ class CallRule:
     calls: tuple[str, ...]
     shape: str
     callers: tuple[Cite, ...]
-    allows: Allows | None = None
-    today: Allows | None = None
+    allows: Allows[S_contra] | None = None
+    today: Allows[S_contra] | None = None
     instead: str = ""
 
 
@@ -89,19 +98,29 @@ class NotCalled:
     why: str
 
 
+def _the_driver(driver: Any) -> Any:
+    return driver
+
+
 @dataclass(frozen=True)
-class Contract:
-    """What ``target``'s callers in ``release`` send it: one rule per operation, and the operations they never make."""
+class Contract(Generic[S]):
+    """What ``target``'s callers in ``release`` send it: one rule per operation, and the operations they never make.
+
+    Generic in its view type ``S``: ``view(driver)`` builds what every predicate of its rules reads (the kit's
+    typed view class, e.g. :class:`~harness.kits.kv.contract_view.KVContractView`), so mypy checks each
+    predicate's reads against it; a table that names none (a plug-in's) gets the driver itself."""
 
     target: str
     release: str
-    rules: tuple[CallRule, ...]
+    rules: tuple[CallRule[S], ...]
     not_called: tuple[NotCalled, ...] = ()
     reads: tuple[str, ...] = ()
     """Upstream methods that only answer a question (``available_size``): the audits may call them after any step."""
     upstream_attr: str = "inner"
     """The wrapper's attribute holding the upstream object, whose method calls are this table's ``calls``."""
-    by_op: dict[str, CallRule] = field(init=False, repr=False, compare=False)
+    view: Callable[[Any], S] = _the_driver
+    """What the predicates read, built from the driver when a step's rule has a predicate."""
+    by_op: dict[str, CallRule[S]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ops = [rule.op for rule in self.rules] + [entry.op for entry in self.not_called]
@@ -110,17 +129,22 @@ class Contract:
             raise ContractError(f"{self.target}'s contract lists {repeated} more than once")
         object.__setattr__(self, "by_op", {rule.op: rule for rule in self.rules})
 
-    def judge(self, driver: Any, op: str, args: dict[str, Any]) -> str | None:
+    def judge(self, driver: Any, op: str, args: Args) -> str | None:
         """``None`` when ``op`` with ``args`` is not to be issued in the driver's current state (not listed, or the
         class forbids it); else ``""`` when this release's callers send it, or why they do not (off their path)."""
         rule = self.by_op.get(op)
-        if rule is None or (rule.allows is not None and not rule.allows(driver, args)):
+        if rule is None:
             return None
-        if rule.today is None or rule.today(driver, args):
+        if rule.allows is None and rule.today is None:
+            return ""
+        view = self.view(driver)
+        if rule.allows is not None and not rule.allows(view, args):
+            return None
+        if rule.today is None or rule.today(view, args):
             return ""
         return rule.instead or f"{op} with these arguments in this state is not sent by the callers of {self.release}"
 
-    def allows(self, driver: Any, op: str, args: dict[str, Any]) -> bool:
+    def allows(self, driver: Any, op: str, args: Args) -> bool:
         """Whether ``op`` with ``args`` may be issued in the driver's current state."""
         return self.judge(driver, op, args) is not None
 
@@ -139,7 +163,7 @@ class Contract:
 
 
 @cache
-def _resolve(spec: str) -> Contract:
+def _resolve(spec: str) -> Contract[Any]:
     module, _, attr = spec.partition(":")
     try:
         contract = getattr(importlib.import_module(current_module(module)), attr)
@@ -150,7 +174,7 @@ def _resolve(spec: str) -> Contract:
     return contract
 
 
-def all_contracts(packages: Sequence[str] | None = None) -> list[Contract]:
+def all_contracts(packages: Sequence[str] | None = None) -> list[Contract[Any]]:
     """Every ``CONTRACT`` of the modules of ``packages`` (default: the ``contracts`` package of each of our kits,
     where its upstream targets' tables live), ordered by module name (importable without upstream installed)."""
     import pkgutil
@@ -176,7 +200,7 @@ def all_contracts(packages: Sequence[str] | None = None) -> list[Contract]:
     return found
 
 
-def contract_of(factory: Any) -> Contract | None:
+def contract_of(factory: Any) -> Contract[Any] | None:
     """The caller contract ``factory`` declares (``poolfuzz_contract``), or ``None`` for an unconstrained target."""
     spec = getattr(factory, "poolfuzz_contract", None)
     if spec is None:

@@ -10,9 +10,10 @@ against the installed files).  A table that says more of a shared line gives it 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
 from harness.judge.contract import CallRule, Cite, NotCalled
+from harness.judge.trace import Args
 
 ADMISSION_MATCH = Cite('srt/managers/schedule_batch.py', 1734,
                        'match_result = match_kv_cache(',
@@ -86,30 +87,37 @@ PEERED_SEGMENTS = Cite('srt/mem_cache/common.py', 190, 'allocator.free_segments(
 
 
 # ------------------------------------------------------------------ what the callers send
-def at_least_one(driver: Any, args: dict[str, Any]) -> bool:
+class GroupWindow(Protocol):
+    """A contract view that says whether a free group (or a Mamba alloc window) is open."""
+
+    @property
+    def group_open(self) -> bool: ...
+
+
+def at_least_one(view: object, args: Args) -> bool:
     """Callers allocate at least one: a batch's new tokens (``alloc_token_slots``, allocation.py:159), a request's
     Mamba slot or its 1 or 2 tracking slots (``allocation_sizing.py:19``)."""
     return bool(args.get("need_size", 0) >= 1)
 
 
-def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+def nothing_to_free(view: object, args: Args) -> bool:
     """``free_indices`` with indices is misuse; the empty free is the one callers send."""
     return not args.get("indices")
 
 
-def outside_a_group(driver: Any, args: dict[str, Any]) -> bool:
+def outside_a_group(view: GroupWindow, args: Args) -> bool:
     """No group is open: ``flush_cache`` clears only an idle scheduler, between batches, never inside a batch's free
     group, and the admission loop opens one Mamba alloc window and closes it before the next (``scheduler.py:4201,
     4303``)."""
-    return not driver.model.group_open
+    return not view.group_open
 
 
-def non_empty_batch(driver: Any, args: dict[str, Any]) -> bool:
+def non_empty_batch(view: object, args: Args) -> bool:
     """A batch of at least one request: no prefill batch is built without one (``scheduler.py:4307``)."""
     return bool(args.get("batch"))
 
 
-def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
+def evicts_something(view: object, args: Args) -> bool:
     """Callers evict a shortfall: ``evict_to_free_tokens`` only when it is positive (allocator/base.py:167),
     ``_evict_until_allocatable`` at least a page (common.py:312), FlexKV only a positive need (:329); the unified
     cache's ``_evict_components`` starts a FULL walk only for a positive request (unified_radix_cache.py:1017)."""
@@ -117,7 +125,7 @@ def evicts_something(driver: Any, args: dict[str, Any]) -> bool:
 
 
 # ------------------------------------------------------------------ rules several tables share
-FREE_SEGMENT_RULE = CallRule(
+FREE_SEGMENT_RULE: CallRule[object] = CallRule(
     "free_segment", ("free_segment",),
     "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
     (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT))
@@ -133,7 +141,8 @@ CLEAR_OUTSIDE_A_GROUP = ("clear(); then an empty begin/end pair, as the next bat
 
 
 def free_group_rules(begin: Cite, end: Cite, wording: tuple[str, str], *, flush: Cite = FLUSH,
-                     also_begin: tuple[Cite, ...] = (), also_end: tuple[Cite, ...] = ()) -> tuple[CallRule, CallRule, CallRule]:
+                     also_begin: tuple[Cite, ...] = (), also_end: tuple[Cite, ...] = ()
+                     ) -> tuple[CallRule[GroupWindow], CallRule[GroupWindow], CallRule[GroupWindow]]:
     """A token allocator's ``group_begin``, ``group_end`` and ``clear`` rules: a batch's releases bracketed in a free
     group (``begin`` and ``end`` the schedule_batch lines that open and close it, then the result processor's,
     then the table's own ``also_begin`` and ``also_end``), and ``clear`` only from ``flush_cache`` (``flush``) outside

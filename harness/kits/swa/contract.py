@@ -20,9 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from harness.kits.kv.contract_view import PagedContractView
 from harness.kits.swa.model import SWAModel
 
 Needs = Literal["peers mapped", "peers released", "live pages"]
+
+
+class SWAContractView(PagedContractView[SWAModel]):
+    """The ``swa_kv`` driver (:class:`~harness.kits.swa.model.SWAModel`) as its caller contract's predicates
+    (:mod:`harness.kits.swa.contracts.swa_kv`) see it."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ call-site path is relative to the ``vllm`` package folder.
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.kits.block_pool.model import NULL_BLOCK
+from harness.judge.trace import Args
+from harness.judge.view import DriverView
+from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
 
 CORE = "v1/core/single_type_kv_cache_manager.py"
 HISPARSE = "v1/hisparse/coordinator.py"
@@ -116,19 +116,29 @@ RESET = _cite(
 )
 
 
-def an_unhashed_resident_page(driver: Any, args: dict[str, Any]) -> bool:
+class BlockPoolContractView(DriverView):
+    """The block pool driver as its contract's predicates see it: its model (requests, tables, hashes)."""
+
+    __slots__ = ()
+
+    @property
+    def model(self) -> BlockPoolModel:
+        return self._driver.model
+
+
+def an_unhashed_resident_page(view: BlockPoolContractView, args: Args) -> bool:
     """Today: ``unpin_blocks`` of a block without a hash.  The class accepts a hashed one (its only check is
     ``ref_cnt > 0 and not is_null``, ``block_pool.py:762``), but its only caller unpins HiSparse resident pages
     (``hisparse/coordinator.py:363-368``, ``:880-894``), which come from ``get_new_blocks`` (hash dropped,
     ``block_pool.py:729``) and are never cached (``single_type_kv_cache_manager.py:2361-2369``)."""
-    request = driver.model.requests.get(args.get("handle"))
+    request = view.model.requests.get(args.get("handle", -1))
     position = args.get("position", -1)
     if request is None or not isinstance(position, int) or not 0 <= position < len(request.table):
         return True  # the driver skips it: no call is made
-    return request.table[position] not in driver.model.hash_of
+    return request.table[position] not in view.model.hash_of
 
 
-def blocks_running_requests_hold(driver: Any, args: dict[str, Any]) -> bool:
+def blocks_running_requests_hold(view: BlockPoolContractView, args: Args) -> bool:
     """Today: ``evict_blocks`` of a non-empty union of live requests' table suffixes.  The class evicts any
     in-range id (free blocks too, ``block_pool.py:851-869``), but the scheduler collects
     ``req_block_ids[idx:]`` of running requests (``sched/scheduler.py:3670``, ``:3746``) and evicts that set
@@ -138,7 +148,7 @@ def blocks_running_requests_hold(driver: Any, args: dict[str, Any]) -> bool:
     if not ids:
         return False
     covered = {NULL_BLOCK}
-    for request in driver.model.requests.values():
+    for request in view.model.requests.values():
         if not request.live:
             continue
         table = request.table
@@ -151,6 +161,7 @@ def blocks_running_requests_hold(driver: Any, args: dict[str, Any]) -> bool:
 
 
 CONTRACT = Contract(
+    view=BlockPoolContractView,
     target="harness.upstream:VllmBlockPool",
     release="vllm==0.33.0",
     rules=(

@@ -157,7 +157,7 @@ ITERATION_CITES = (
     DECODE_END,
 )
 
-CONTRACT = Contract(
+CONTRACT: Contract[object] = Contract(
     target="harness.upstream:Engine",
     release="sglang==0.5.23",
     rules=(

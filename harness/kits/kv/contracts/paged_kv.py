@@ -29,9 +29,10 @@ The driver issues ``free`` where most callers reach ``free_segment``: the overri
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.trace import Args
+from harness.kits.kv.contract_view import KVContractView
 from harness.upstream import callers
 
 # ------------------------------------------------------------------ alloc
@@ -163,32 +164,33 @@ NO_EMPTY_DECODE = Cite(
 )
 
 
-def extend_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
+def extend_as_callers_send(view: KVContractView, args: Args) -> bool:
     """Every request extends by at least one token; above page size 1 any such batch; at page size 1 only HiSparse's prealloc extends, one fresh request of at
     least one token with prefix 0 (``decode.py:2405-2424``), every other extend path having taken ``alloc``
     (``allocation.py:431, 522, 794``, ``decode.py:2449``)."""
     batch = args["batch"]
     if not all(isinstance(extend, int) and extend >= 1 for _, extend in batch):
         return False  # every scheduled request computes at least one token
-    if driver.page_size > 1:
+    if view.page_size > 1:
         return True
     (handle, _), *rest = batch
     return not rest and handle is None
 
 
-def non_empty_decode(driver: Any, args: dict[str, Any]) -> bool:
+def non_empty_decode(view: object, args: Args) -> bool:
     """A decode batch of at least one request (``scheduler.py:4547`` returns an empty batch before it)."""
     return bool(args.get("handles"))
 
 
-def decode_as_callers_send(driver: Any, args: dict[str, Any]) -> bool:
+def decode_as_callers_send(view: KVContractView, args: Args) -> bool:
     """0.5.23's callers decode through this class only above page size 1 (``allocation.py:638``), and only
     requests that hold their last token's slot (``allocation.py:644``): a decode follows a prefill."""
-    slots = driver.model.slots
-    return bool(driver.page_size > 1) and all(slots.get(handle) for handle in args["handles"])
+    slots = view.model.slots
+    return bool(view.page_size > 1) and all(slots.get(handle) for handle in args["handles"])
 
 
 CONTRACT = Contract(
+    view=KVContractView,
     target="harness.upstream:PagedKV",
     release="sglang==0.5.23",
     rules=(

@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.kits.kv.contract_view import KVContractView
 from harness.upstream import callers
 
 FREE_SEGMENT = replace(callers.SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
 
 
 CONTRACT = Contract(
+    view=KVContractView,
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(

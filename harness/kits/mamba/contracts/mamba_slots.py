@@ -21,9 +21,11 @@ never inside the admission loop.  So no caller clears while a window is open.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.trace import Args
+from harness.judge.view import DriverView
+from harness.kits.mamba.model import SlotModel
 from harness.upstream import callers
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
@@ -64,17 +66,29 @@ NO_WINDOW_SURVIVES = Cite("srt/managers/scheduler.py", 6373, "parent_process.sen
                           note="an exception escaping the admission loop ends the scheduler: no window left open")
 
 
-def int64_slots(driver: Any, args: dict[str, Any]) -> bool:
+class SlotContractView(DriverView):
+    """The Mamba slot driver as its contract's predicates see it: whether its alloc window is open."""
+
+    __slots__ = ()
+
+    @property
+    def group_open(self) -> bool:
+        model: SlotModel = self._driver.model
+        return model.group_open
+
+
+def int64_slots(view: object, args: Args) -> bool:
     """Every freed slot tensor comes from the int64 free list or ping-pong map (``mamba.py:87``): no int32 frees."""
     return not args.get("int32")
 
 
-def window_open(driver: Any, args: dict[str, Any]) -> bool:
+def window_open(view: SlotContractView, args: Args) -> bool:
     """``alloc_group_end`` closes the window ``alloc_group_begin`` opened in the same loop."""
-    return bool(driver.model.group_open)
+    return view.group_open
 
 
 CONTRACT = Contract(
+    view=SlotContractView,
     target="harness.upstream:MambaSlots",
     release="sglang==0.5.23",
     rules=(

@@ -19,10 +19,16 @@ behind the cache (its own contract), not to the tree; the audits read the three 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.trace import Args
+from harness.judge.view import DriverView
+
+if TYPE_CHECKING:
+    from harness.kits.prefix_cache.calls import Holder
 from harness.upstream import callers
 
 # ------------------------------------------------------------------ match and lock
@@ -75,13 +81,24 @@ SIMULATED_RESET = Cite(
 CHECKPOINT_CALLS = ("insert", "match_prefix", "path_device_indices", "inc_lock_ref", "dec_lock_ref")
 
 
-def nothing_held(driver: Any, args: dict[str, Any]) -> bool:
+class TreeContractView(DriverView):
+    """The prefix-cache driver as its contract's predicates see it: the requests and locks it holds."""
+
+    __slots__ = ()
+
+    @property
+    def holders(self) -> Mapping[int, Holder]:
+        return self._driver.holders
+
+
+def nothing_held(view: TreeContractView, args: Args) -> bool:
     """``flush_cache`` resets only a fully idle scheduler (scheduler.py:5520), and the legacy tree has no
     streaming sessions that keep a lock across turns: no request or lock is live then."""
-    return not any(held.live for held in driver.holders.values())
+    return not any(held.live for held in view.holders.values())
 
 
 CONTRACT = Contract(
+    view=TreeContractView,
     target="harness.upstream:RadixCache",
     release="sglang==0.5.23",
     rules=(

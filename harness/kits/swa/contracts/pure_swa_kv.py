@@ -21,9 +21,10 @@ clear inside a free group.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.trace import Args
+from harness.kits.kv.contract_view import KVContractView
 from harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
@@ -37,18 +38,19 @@ NO_PADDING = (
 )
 
 
-def padding_only(driver: Any, args: dict[str, Any]) -> bool:
+def padding_only(view: object, args: Args) -> bool:
     """Raw live, foreign or free indices are misuse; what remains is a free of padding (``<= 0``), which ``free``
     drops (``swa.py:834``), or of nothing."""
     return all(int(i) <= 0 for i in args.get("indices") or [])
 
 
-def never(driver: Any, args: dict[str, Any]) -> bool:
+def never(view: object, args: Args) -> bool:
     """Today: no caller makes this call (``instead`` says what they do)."""
     return False
 
 
 CONTRACT = Contract(
+    view=KVContractView,
     target="harness.upstream:PureSWAKV",
     release="sglang==0.5.23",
     rules=(

@@ -29,10 +29,11 @@ make that decode.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
+from harness.judge.trace import Args
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
+from harness.kits.swa.contract import SWAContractView
 from harness.kits.swa.contract import allows as free_allows
 from harness.upstream import callers
 
@@ -138,22 +139,22 @@ def free_cites(*calls: str) -> tuple[Cite, ...]:
 
 
 # ------------------------------------------------------------------ allocations
-def page_size_1(driver: Any, args: dict[str, Any]) -> bool:
+def page_size_1(view: SWAContractView, args: Args) -> bool:
     """``alloc`` is the page-size-1 call: ``swa.py:274`` asserts it (above it ``alloc`` is the driver's misuse)."""
-    return bool(driver.page_size == 1)
+    return bool(view.page_size == 1)
 
 
-def tokens_for_every_new_request(driver: Any, args: dict[str, Any]) -> bool:
+def tokens_for_every_new_request(view: object, args: Args) -> bool:
     """Today: an extend admits a request with at least one token and allocates at least one in all
     (``schedule_batch.py:1767``, ``schedule_policy.py:1672``, ``allocation.py:521``)."""
     lengths = [(handle, int(length or 0)) for handle, length in args.get("batch", [])]
     return all(n >= 1 for h, n in lengths if h is None) and sum(n for _, n in lengths) >= 1
 
 
-def decode_passed_the_gate(driver: Any, args: dict[str, Any]) -> bool:
+def decode_passed_the_gate(view: SWAContractView, args: Args) -> bool:
     """Today: each request holds its prompt (``allocation.py:643-644``), and both sides hold a page for
     every request whose next token opens one (:data:`DECODE_GATE`)."""
-    model, ps = driver.model, driver.page_size
+    model, ps = view.model, view.page_size
     handles = args.get("handles") or []
     if not all(model.is_live(h) for h in handles):
         return True  # not requests: the driver skips it
@@ -163,29 +164,35 @@ def decode_passed_the_gate(driver: Any, args: dict[str, Any]) -> bool:
     return not model.pages_short(need, need)
 
 
-def one_tail(driver: Any, args: dict[str, Any]) -> bool:
+def one_tail(view: SWAContractView, args: Args) -> bool:
     """What ``alloc_extend_swa_tail`` asserts: page size > 1 (``swa.py:367``) and ``0 <= swa_tail_len <=
     extend_num_tokens`` (``:370``); the driver's call is one request (``:368``)."""
-    return driver.page_size > 1 and 0 <= int(args.get("swa_tail_len", 0)) <= int(args.get("extend_len", 0))
+    return view.page_size > 1 and 0 <= int(args.get("swa_tail_len", 0)) <= int(args.get("extend_len", 0))
 
 
-def a_pd_tail(driver: Any, args: dict[str, Any]) -> bool:
+def a_pd_tail(view: SWAContractView, args: Args) -> bool:
     """Today: a tail of ``_swa_tail_len`` (``decode.py:563-580``: at least one token) over a page-aligned
     prefix (``common.py:60``, ``decode_prefix_len``)."""
     handle = args.get("handle")
     if int(args.get("swa_tail_len", 0)) < 1:
         return False
-    if handle is None or not driver.model.is_live(handle):
+    if handle is None or not view.model.is_live(handle):
         return True  # a new request (prefix 0), or no request: the driver skips that
-    return len(driver.model.slots[handle]) % driver.page_size == 0
+    return len(view.model.slots[handle]) % view.page_size == 0
 
 
 # ------------------------------------------------------------------------ frees
-def row_free(driver: Any, args: dict[str, Any]) -> bool:
+def live_handle(view: SWAContractView, args: Args) -> int | None:
+    """The live request ``args`` names (its ``handle``); ``None`` for none, or one released or cleared."""
+    handle: int | None = args.get("handle")
+    return handle if handle is not None and view.model.is_live(handle) else None
+
+
+def row_free(view: SWAContractView, args: Args) -> bool:
     """A request's whole row goes back as ``free_kv_row_segments`` sends it: one ``free`` where the
     free rule allows the pages, else ``free_full`` of the pages without SWA peers and ``free`` of the rest."""
-    model, handle = driver.model, args.get("handle")
-    if not model.is_live(handle):
+    model, handle = view.model, live_handle(view, args)
+    if handle is None:
         return True  # released or cleared: the driver skips it
     pages = model.pages_of(model.slots[handle])
     if free_allows(model, "free", pages):
@@ -195,27 +202,28 @@ def row_free(driver: Any, args: dict[str, Any]) -> bool:
     return free_allows(model, "free_full", dead) and (not alive or free_allows(model, "free", alive))
 
 
-def window_slides(driver: Any, args: dict[str, Any]) -> bool:
+def window_slides(view: SWAContractView, args: Args) -> bool:
     """``free_swa`` of a request's oldest pages that still have SWA peers, as the free rule allows them."""
-    model, handle = driver.model, args.get("handle")
-    if not model.is_live(handle) or not model.windowed_pages(handle):
+    model, handle = view.model, live_handle(view, args)
+    if handle is None or not model.windowed_pages(handle):
         return True  # nothing in the window: the driver skips it
     chosen = model.windowed_pages(handle)[: max(1, int(args.get("pages", 1)))]
     return free_allows(model, "free_swa", chosen)
 
 
-def peers_released(driver: Any, args: dict[str, Any]) -> bool:
+def peers_released(view: SWAContractView, args: Args) -> bool:
     """``free_full`` only of a request none of whose pages has an SWA peer left (the free rule)."""
-    model, handle = driver.model, args.get("handle")
-    return not model.is_live(handle) or free_allows(model, "free_full", model.pages_of(model.slots[handle]))
+    model, handle = view.model, live_handle(view, args)
+    return handle is None or free_allows(model, "free_full", model.pages_of(model.slots[handle]))
 
 
-def nothing_to_free(driver: Any, args: dict[str, Any]) -> bool:
+def nothing_to_free(view: object, args: Args) -> bool:
     """Raw ``indices`` are misuse; the empty free of one of the three calls is the one callers send."""
     return not args.get("indices") and args.get("call", "free") in ("free", "free_swa", "free_full")
 
 
 CONTRACT = Contract(
+    view=SWAContractView,
     target="harness.upstream:SWAKV",
     release="sglang==0.5.23",
     rules=(
