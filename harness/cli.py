@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 SOURCE_OPTIONS = {"--sglang-src": "POOLFUZZ_SGLANG_SRC", "--vllm-src": "POOLFUZZ_VLLM_SRC"}
 """Options every command takes (before or after its name): the folder of upstream files to load, set as the
-environment variable the loaders read, so fuzz and replay workers inherit it (harness/upstream/loader.py)."""
+environment variable the loaders read, so fuzz and replay workers inherit it (harness/upstream/loading.py)."""
 
 
 def take_source_options(args_list: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from harness.judge.families import family, load_factory, validates_input
 from harness.machines import make_machine, pinned_settings, run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
-from harness.upstream.vllm_loader import vllm_unavailable_reason
+from harness.upstream.vllm_files import vllm_unavailable_reason
 from pools import BlockPool
 from pools.protocols import BlockPoolLike
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.judge.families import family_unavailable
-from harness.upstream.engine_loader import StandIn, StandInReached
+from harness.upstream.placeholders import StandIn, StandInReached
 
 REASON = family_unavailable("engine")
 needs_engine = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
@@ -117,8 +117,8 @@ MAMBA: dict[str, Any] = {"page_size": 1, "rows": 4, "tokens": 48, "context": 64,
 def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
     import torch
 
-    from harness.upstream.engine_loader import active
     from harness.upstream.engine_mamba import mamba_cache_params
+    from harness.upstream.sglang_modules import active
 
     driver = _run({**MAMBA, "cache": cache}, seed=3)
     loop = driver.loop  # type: ignore[attr-defined]
@@ -140,7 +140,7 @@ def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
 
 @needs_engine
 def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None:
-    from harness.upstream.engine_loader import active
+    from harness.upstream.sglang_modules import active
 
     driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1}, seed=5)
     loop = driver.loop  # type: ignore[attr-defined]
@@ -241,10 +241,10 @@ def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
 
 def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.fuzz.options import select_targets
-    from harness.upstream import engine_loader
+    from harness.upstream import loading
 
-    monkeypatch.setattr(engine_loader, "_loaded", None)
-    monkeypatch.setattr(engine_loader, "_failure", "upstream SGLang is not installed (a stand-in for this test)")
+    monkeypatch.setattr(loading, "_copies", {})
+    monkeypatch.setattr(loading, "_failed", {("sglang", None): "upstream SGLang is not installed (a stand-in for this test)"})
     assert "not installed" in (family_unavailable("engine") or "")
     targets, skipped = select_targets([])
     assert "engine" not in {t.family for t in targets}

@@ -25,8 +25,9 @@ from harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, de
 from harness.machines import run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
-from harness.upstream import loader
-from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, unavailable_reason
+from harness.upstream import sources
+from harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, locate_sglang
+from harness.upstream.sglang_modules import load_upstream, unavailable_reason
 from harness.upstream.sources import UpstreamUnavailableError
 
 MISSING = unavailable_reason()
@@ -43,15 +44,15 @@ def _trace_id(path: Path) -> str:
 @pytest.mark.parametrize("installed", [None, pytest.param("0.5.22", marks=needs_upstream)])  # another version: the
 # refusal reads the installed copy's own files, so it needs one
 def test_a_missing_or_other_sglang_is_refused_with_the_install_command(installed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader, "installed_version", lambda: installed)
+    monkeypatch.setattr(sources, "distribution_version", lambda distribution: installed)
     with pytest.raises(UpstreamUnavailableError, match=SUPPORTED_VERSION) as refused:
-        loader.locate_distribution()
+        locate_sglang()
     assert INSTALL_HINT in str(refused.value)
 
 
 @needs_upstream
 def test_the_allocator_modules_load_without_leaving_sglang_in_sys_modules() -> None:
-    modules = loader.load_upstream()
+    modules = load_upstream()
     assert modules.version == SUPPORTED_VERSION
     assert Path(modules.paged.__file__ or "").parent == modules.root
     assert not [name for name in sys.modules if name == "sglang" or name.startswith("sglang.")]
@@ -62,7 +63,7 @@ def test_the_allocator_modules_load_without_leaving_sglang_in_sys_modules() -> N
 def test_each_upstream_target_resolves_and_is_fuzzed_with_valid_calls_only(family_name: str) -> None:
     from harness.upstream import TARGETS
 
-    factory = load_factory(TARGETS[family_name])
+    factory = load_factory(TARGETS[family_name][0])
     assert not validates_input(factory)
 
 
@@ -141,7 +142,7 @@ def test_each_machine_finds_nothing_on_upstream_away_from_the_known_findings(fam
     from harness.upstream import TARGETS
     from harness.upstream.findings import machine_avoiding_known_findings
 
-    run_machine(machine_avoiding_known_findings(family_name, TARGETS[family_name]))
+    run_machine(machine_avoiding_known_findings(family_name, TARGETS[family_name][0]))
 
 
 @needs_upstream

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.upstream import vllm_loader
+from harness.upstream import sources, vllm_files
 from harness.upstream.rust_core_loader import (
     RustTreeCoreBindings,
     freed_by_actions,
@@ -24,13 +24,13 @@ from harness.upstream.rust_core_loader import (
     rust_evict_full,
     rust_tree_core_unavailable_reason,
 )
-from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
+from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
 from harness.upstream.sources import UpstreamUnavailableError
-from harness.upstream.vllm_stubs import block_hashes
+from harness.upstream.vllm_stand_ins import block_hashes
 
 CACHE_MISSING = sglang_cache_unavailable_reason()
 RUST_MISSING = rust_tree_core_unavailable_reason() if CACHE_MISSING is None else CACHE_MISSING
-VLLM_MISSING = vllm_loader.vllm_unavailable_reason()
+VLLM_MISSING = vllm_files.vllm_unavailable_reason()
 needs_cache = pytest.mark.skipif(CACHE_MISSING is not None, reason=f"upstream SGLang unavailable: {CACHE_MISSING}")
 needs_rust = pytest.mark.skipif(RUST_MISSING is not None, reason=f"Rust TreeCore unavailable: {RUST_MISSING}")
 needs_vllm = pytest.mark.skipif(VLLM_MISSING is not None, reason=f"upstream vLLM unavailable: {VLLM_MISSING}")
@@ -67,16 +67,16 @@ def rust() -> RustTreeCoreBindings:
 @pytest.mark.parametrize("installed", [None, pytest.param("0.32.0", marks=needs_vllm)])  # another version: the
 # refusal reads the installed copy's own files, so it needs one
 def test_a_missing_or_other_vllm_is_refused_with_the_install_command(installed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_loader, "installed_version", lambda: installed)
-    with pytest.raises(UpstreamUnavailableError, match=vllm_loader.SUPPORTED_VERSION) as refused:
-        vllm_loader.locate_distribution()
-    assert vllm_loader.INSTALL_HINT in str(refused.value)
+    monkeypatch.setattr(sources, "distribution_version", lambda distribution: installed)
+    with pytest.raises(UpstreamUnavailableError, match=vllm_files.SUPPORTED_VERSION) as refused:
+        vllm_files.locate_vllm()
+    assert vllm_files.INSTALL_HINT in str(refused.value)
 
 
 @needs_cache
 @needs_vllm
 def test_loading_leaves_no_sglang_or_vllm_module_behind(cache: SglangCacheModules) -> None:
-    vllm_loader.load_vllm()
+    vllm_files.load_vllm()
     leftovers = [name for name in sys.modules if name.split(".")[0] in ("sglang", "vllm")]
     assert leftovers == []
 
@@ -279,7 +279,7 @@ def test_pure_swa_allocator_is_one_pool_with_an_identity_mapping(cache: SglangCa
 # ------------------------------------------------------------ vLLM BlockPool
 @needs_vllm
 def test_vllm_block_pool_reuses_unhashed_blocks_first_and_hashed_ones_in_lru_order() -> None:
-    vllm = vllm_loader.load_vllm()
+    vllm = vllm_files.load_vllm()
     pool = vllm.new_block_pool(8, hash_block_size=4)
     assert pool.get_num_free_blocks() == 7 and pool.null_block.block_id == 0
     blocks = pool.get_new_blocks(3)
@@ -301,7 +301,7 @@ def test_vllm_block_pool_reuses_unhashed_blocks_first_and_hashed_ones_in_lru_ord
 @needs_vllm
 def test_vllm_block_pool_freeing_a_block_twice_drives_its_ref_count_negative_silently() -> None:
     """Upstream hazard (vllm #42571): ``free_blocks`` does not guard ``ref_cnt``."""
-    pool = vllm_loader.load_vllm().new_block_pool(4, hash_block_size=4)
+    pool = vllm_files.load_vllm().new_block_pool(4, hash_block_size=4)
     (block,) = pool.get_new_blocks(1)
     pool.free_blocks([block])
     pool.free_blocks([block])

@@ -26,13 +26,13 @@ from harness.machines.base import PoolMachine
 from harness.machines.run import run_machine
 from harness.machines.settings import pinned_settings
 from harness.machines.table import make_machine
-from harness.upstream import rust_core_loader, sglang_cache
+from harness.upstream import rust_core_loader, sglang_modules
 from harness.upstream.cache_differential import OP_WEIGHTS, SUBJECTS, Disagreement, Op, RecordingAllocator, random_ops, run_sequence
 from harness.upstream.sources import UpstreamUnavailableError
 from pools.protocols import PrefixCache, SWAKVAllocator
 from pools.radix_cache import RadixCache as OurRadixCache
 
-CACHE_MISSING = sglang_cache.sglang_cache_unavailable_reason()
+CACHE_MISSING = sglang_modules.sglang_cache_unavailable_reason()
 RUST_MISSING = CACHE_MISSING or rust_core_loader.rust_tree_core_unavailable_reason()
 needs_cache = pytest.mark.skipif(CACHE_MISSING is not None, reason=f"upstream SGLang unavailable: {CACHE_MISSING}")
 needs_rust = pytest.mark.skipif(RUST_MISSING is not None, reason=f"Rust TreeCore unavailable: {RUST_MISSING}")

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch
 
 from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
-from harness.upstream.loader import UpstreamModules, load_upstream, unavailable_reason
+from harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
 from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from pools.mamba import MambaSlotAllocator
 

@@ -12,7 +12,11 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``pure_swa_kv=harness.upstream:PureSWAKV`` -- ``PureSWATokenToKVPoolAllocator``
 * ``engine=harness.upstream:Engine`` -- the scheduler's memory path (``allocation.py``, ``common.py``,
   ``ReqToTokenPool``, ``RadixCache``/``UnifiedRadixCache``, ``Req``/``ScheduleBatch``, the runtime
-  invariant checker), loaded by :mod:`harness.upstream.engine_loader`
+  invariant checker)
+
+Every one loads through the one loader, :mod:`harness.upstream.loading` (declared by
+:mod:`~harness.upstream.sglang_files` and :mod:`~harness.upstream.vllm_files`), so each upstream class has
+one identity per process; the Rust core's ``.so`` is the one special case (:mod:`~harness.upstream.rust_core_loader`).
 
 Resolving one of these names loads upstream first, so a missing or different
 ``sglang`` fails at target resolution with :class:`UpstreamUnavailableError`, whose
@@ -26,51 +30,34 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.judge.families import FAMILIES
-from harness.upstream.loader import INSTALL_HINT, SUPPORTED_VERSION, UpstreamModules, installed_version, load_upstream, unavailable_reason
+from harness.upstream import sglang_files, vllm_files
+from harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, installed_version
+from harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
 from harness.upstream.sources import UpstreamUnavailableError
 
-TARGETS: dict[str, str] = {name: fam.upstream[0] for name, fam in FAMILIES.items() if fam.upstream}
-"""Family name -> target spec of its upstream wrapper."""
-
-
-def _load_sglang_cache() -> None:
-    from harness.upstream import sglang_cache
-
-    sglang_cache.load_sglang_cache()
+TARGETS: dict[str, tuple[str, ...]] = {name: fam.upstream for name, fam in FAMILIES.items() if fam.upstream}
+"""Family name -> the target specs of its upstream wrappers (every one: ``prefix_cache`` has the Python and Rust caches)."""
 
 
 def _load_rust_tree_core() -> None:
-    from harness.upstream import rust_core_loader, sglang_cache
+    from harness.upstream import rust_core_loader
 
-    sglang_cache.load_sglang_cache()
     rust_core_loader.load_rust_tree_core()
 
 
-def _load_vllm() -> None:
-    from harness.upstream import vllm_loader
-
-    vllm_loader.load_vllm()
-
-
-def _load_engine() -> None:
-    from harness.upstream.engine_loader import load_engine
-
-    load_engine()
-
-
-_WRAPPERS: dict[str, tuple[str, Callable[[], object]]] = {
-    "TokenKV": ("harness.kits.kv.upstream:TokenKV", load_upstream),
-    "PagedKV": ("harness.kits.kv.upstream:PagedKV", load_upstream),
-    "MambaSlots": ("harness.kits.mamba.upstream:MambaSlots", load_upstream),
-    "VllmBlockPool": ("harness.kits.block_pool.upstream:VllmBlockPool", _load_vllm),
-    "RadixCache": ("harness.kits.prefix_cache.upstream:RadixCache", _load_sglang_cache),
+_WRAPPERS: dict[str, tuple[str, Callable[[], object] | None]] = {
+    "TokenKV": ("harness.kits.kv.upstream:TokenKV", None),
+    "PagedKV": ("harness.kits.kv.upstream:PagedKV", None),
+    "MambaSlots": ("harness.kits.mamba.upstream:MambaSlots", None),
+    "VllmBlockPool": ("harness.kits.block_pool.upstream:VllmBlockPool", None),
+    "RadixCache": ("harness.kits.prefix_cache.upstream:RadixCache", None),
     "RustTreeCore": ("harness.kits.prefix_cache.upstream_rust:RustTreeCore", _load_rust_tree_core),
-    "SWAKV": ("harness.kits.swa.upstream:SWAKV", _load_sglang_cache),
-    "PureSWAKV": ("harness.kits.swa.upstream:PureSWAKV", _load_sglang_cache),
-    "Engine": ("harness.kits.engine.driver:build_engine", _load_engine),
+    "SWAKV": ("harness.kits.swa.upstream:SWAKV", None),
+    "PureSWAKV": ("harness.kits.swa.upstream:PureSWAKV", None),
+    "Engine": ("harness.kits.engine.driver:build_engine", None),
 }
-"""Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and what loads upstream first
-(SGLang's allocators; its prefix-cache and SWA modules, plus the wheel's Rust core; vLLM; the scheduler path)."""
+"""Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and, for the Rust core, the ``.so``
+loader to run besides the one loader (:mod:`harness.upstream.loading`)."""
 
 __all__ = [
     "INSTALL_HINT",
@@ -86,22 +73,19 @@ __all__ = [
 
 
 def require_target(name: str) -> None:
-    """Refuse ``harness.upstream:NAME`` with its one-line reason when the copy in use lacks a surface it needs.
+    """Refuse ``harness.upstream:NAME`` with its one-line reason when the copy in use cannot run it.
 
-    Called at target resolution, after the target's loader ran, so another SGLang (or vLLM)
-    version refuses only the targets whose files, imports or classes moved.  Names without a
-    per-target check (``Engine``: its loader refuses as a whole) pass.
+    Another SGLang (or vLLM) version refuses only the targets whose files, imports or classes moved.
     """
-    from harness.upstream import loader, sglang_cache, vllm_loader
+    if name in sglang_files.TARGETS:
+        if name == "Engine":
+            from harness.upstream.sglang_modules import load_engine
 
-    if name in loader.TARGET_NEEDS:
-        loader.load_upstream().require(name)
-        return
-
-    if name in sglang_cache.TARGET_NEEDS:
-        sglang_cache.load_sglang_cache().require(name)
-    elif name in vllm_loader.TARGET_NEEDS:
-        vllm_loader.load_vllm().require(name)
+            load_engine()  # the engine needs its whole path: one refusal naming the first module that failed
+        else:
+            sglang_files.require(name)
+    elif name in vllm_files.TARGET_NEEDS:
+        vllm_files.load_vllm().require(name)
 
 
 def __getattr__(name: str) -> Any:
@@ -109,7 +93,8 @@ def __getattr__(name: str) -> Any:
     if name not in _WRAPPERS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     spec, load = _WRAPPERS[name]
-    load()
     require_target(name)  # another version: refuse this target only, naming the surface that moved
+    if load is not None:
+        load()
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr)

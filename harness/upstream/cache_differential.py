@@ -10,7 +10,7 @@ path from evictable to protected; ``evict`` frees unlocked leaves in policy orde
 request ``checkpoint`` inserts its row, frees its duplicates, repoints the row at the
 tree's indices and moves its lock; ``release`` also frees the uncached tail.
 
-With upstream's ``radix_cache`` reading :class:`~harness.upstream.sglang_cache.LogicalClock`
+With upstream's ``radix_cache`` reading :class:`~harness.upstream.sglang_fakes.LogicalClock`
 and the Rust core's logical access counter, eviction order is a pure function of the
 sequence, so everything is compared exactly after every step: return values, match
 indices, every ``free`` the caches issued (in order), the rewritten request rows, and the

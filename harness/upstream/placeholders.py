@@ -1,7 +1,8 @@
-"""Placeholders for the SGLang modules the engine target does not load (see :mod:`harness.upstream.engine_loader`).
+"""Placeholders for the upstream modules poolfuzz does not load (see :mod:`harness.upstream.loading`).
 
 A placeholder lets an upstream file *import* (base classes, decorators, annotations, constants)
 and refuses to be *used* once loading is over, naming itself, so no run ever proceeds on a dummy.
+The same placeholders serve every distribution (SGLang, vLLM, a plug-in's engine).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import Any
 class StandInReached(RuntimeError):
     """Upstream code used a placeholder for a module poolfuzz does not load.
 
-    Raised the first time a run reaches a module outside :data:`REAL_PREFIXES` that has no
-    explicit stand-in; the message names the placeholder, so the gap is one entry in
-    :mod:`harness.upstream.engine_stand_ins`, never a silent dummy.
+    Raised the first time a run reaches a module its distribution neither executes from its files
+    nor stands in for explicitly (:class:`harness.upstream.loading.Distribution`); the message names
+    the placeholder, so the gap is one stand-in entry, never a silent dummy.
     """
 
 
 loading = threading.local()
-"""``loading.active`` is set while the engine loader imports upstream files: placeholders are permissive then."""
+"""``loading.active`` is set while the loader imports upstream files: placeholders are permissive then."""
 
 
 def _import_phase() -> bool:
@@ -40,7 +41,7 @@ class StandIn:
     def _refuse(self, how: str) -> StandInReached:
         return StandInReached(
             f"upstream code {how} {self._qualname}, which poolfuzz does not load "
-            "(add a stand-in to harness.upstream.engine_stand_ins or load its file)"
+            "(add a stand-in to its distribution's stand-ins or execute its file)"
         )
 
     def __getattr__(self, name: str) -> StandIn:

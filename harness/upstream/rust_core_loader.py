@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.loader import SOURCE_ENV, locate_sglang
+from harness.upstream.sglang_files import SOURCE_ENV, locate_sglang
 from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, refusal
 
 _lock = threading.Lock()
@@ -107,7 +107,7 @@ _rust_key: str | None = None
 
 
 def locate_rust_tree_core() -> Path:
-    """The extension file of :func:`~harness.upstream.loader.locate_sglang`'s copy, or :class:`UpstreamUnavailableError`."""
+    """The extension file of :func:`~harness.upstream.sglang_files.locate_sglang`'s copy, or :class:`UpstreamUnavailableError`."""
     source = locate_sglang()
     folder = source.package / "srt/mem_cache" / _RUST_FOLDER
     candidates = [folder / f"{_RUST_LEAF}{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]

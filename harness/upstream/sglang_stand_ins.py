@@ -1,16 +1,13 @@
-"""Explicit stand-ins for the SGLang modules the scheduler memory path reaches at run time.
+"""Explicit stand-ins for the SGLang modules that SGLang's targets reach at run time.
 
-:mod:`harness.upstream.engine_loader` executes the real files of ``mem_cache/``,
-``schedule_batch.py`` and the invariant checker; the modules here are the ones those files
-*call into* while a request runs, whose real files drag in most of SGLang.  Each stand-in is
-written from upstream's documented behaviour for the configuration the engine target runs (one
-CPU rank, no speculative decoding unless asked, no disaggregation, metrics off), and every
-other attribute of these modules stays a placeholder that refuses to be used, so an unplanned
-path fails with the name it needed.  Nothing here is copied from SGLang.
-
-The runtime configuration (``runtime_context``: ``get_spec()``, ``get_serving()``, ...) is a
-:class:`ConfigBag` per namespace holding exactly the leaves the path reads, each with the
-upstream line that reads it; reading any other leaf raises :class:`StandInReached`.
+The loader (:mod:`harness.upstream.loading`, declared by :mod:`harness.upstream.sglang_files`)
+executes the real files of ``mem_cache/``, ``schedule_batch.py`` and the invariant checker; the
+modules here are the ones those files *call into* while a request runs, whose real files drag in
+most of SGLang.  Each stand-in is written from upstream's documented behaviour for the
+configuration poolfuzz runs (one CPU rank, no speculative decoding unless asked, no
+disaggregation, metrics off), and every other attribute of these modules stays a placeholder that
+refuses to be used, so an unplanned path fails with the name it needed.  Nothing here is copied
+from SGLang.  The runtime configuration (``runtime_context``) is :mod:`harness.upstream.sglang_runtime`.
 """
 
 from __future__ import annotations
@@ -18,125 +15,63 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from harness.upstream.engine_placeholders import StandInModule, StandInReached
-from harness.upstream.sglang_cache_stubs import async_h2d
-from harness.upstream.stubs import get_bool_env_var, get_num_new_pages, next_power_of_2
+from harness.upstream.placeholders import StandInModule, StandInReached
+from harness.upstream.sglang_runtime import runtime_context_attributes
 
 logger = logging.getLogger("poolfuzz.engine")
 
 
-class ConfigBag:
-    """One published ``runtime_context`` namespace: the leaves the memory path reads, no more."""
-
-    def __init__(self, namespace: str, **leaves: Any) -> None:
-        self._namespace = namespace
-        self.__dict__.update(leaves)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise StandInReached(
-            f"upstream read runtime_context.get_{self._namespace}().{name}, which the engine target does not publish "
-            "(add it to harness.upstream.engine_stand_ins.RuntimeConfig)"
-        )
-
-
-class RuntimeConfig:
-    """The published configuration of one engine target run (``runtime_context`` stand-in).
-
-    Leaves, with the upstream reader (``srt/``-relative, 0.5.23):
-
-    * ``spec.algorithm`` / ``spec.is_none``: no speculative decoding (``common.py:452``,
-      ``schedule_batch.py:1505``);
-    * ``serving.strip_thinking_cache``: off (``common.py:456``, ``schedule_batch.py:1555``);
-    * ``disagg.disaggregation_mode``: ``"null"`` (``schedule_batch.py:2380``, ``:3493``);
-    * ``schedule.schedule_policy``: ``"fcfs"`` (``schedule_batch.py:3555``);
-    * ``parallel.dcp_enabled``: False, ``parallel.attn_dcp_size`` 1 (``invariant_checker.py:121``);
-    * ``schedule.retraction_policy``: ``"length"``, the default (``arg_groups/fields/schedule.py:126``);
-    * ``exec.mamba.*`` and ``exec.features.*``: every extra buffer and replay off (``schedule_policy.py:600``, ``:956``);
-      for a hybrid-SSM shape also the int8 checkpoint pool off (``mamba_checkpoint_pool.py:325``), no per-path
-      state cap (``mamba_max_states_per_path=-1``, ``components/mamba.py:86``; ``rust_tree_core/adapter.py:465``)
-      and the default decode track interval 256 (``arg_groups/fields/exec_.py:497``, ``:530``, ``:534``).
-
-    Each value is the server default (``arg_groups/fields/*.py``) for a one-rank full-attention server.
-    """
-
-    def __init__(self, *, speculative: bool = False) -> None:
-        self.speculative = speculative
-        self.bags: dict[str, ConfigBag] = {}
-        self.publish()
-
-    def publish(self, *, chunked_prefill_size: int | None = None, context_length: int = 128) -> None:
-        """Publish the namespaces for one server shape (the engine loop calls it per configuration)."""
-        bag = ConfigBag
-        self.bags = {
-            "spec": bag("spec", speculative_algorithm=None),
-            "serving": bag("serving", strip_thinking_cache=False),
-            "disagg": bag(
-                "disagg",
-                disaggregation_mode="null",
-                disaggregation_decode_retraction_backup=None,
-                disaggregation_decode_enable_offload_kvcache=False,
-            ),
-            "schedule": bag(
-                "schedule",
-                schedule_policy="fcfs",
-                retraction_policy="length",
-                schedule_low_priority_values_first=False,
-                chunked_prefill_size=chunked_prefill_size,
-                prefill_max_requests=None,
-            ),
-            "parallel": bag(
-                "parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1, attn_cp_rank=0, tp_rank=0, tp_size=1
-            ),
-            "exec": bag(
-                "exec",
-                features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
-                mamba=bag(
-                    "exec.mamba",
-                    enable_mamba_extra_buffer=False,
-                    enable_mamba_extra_buffer_lazy=False,
-                    enable_int8_mamba_checkpoint=False,
-                    int8_mamba_ckpt_size=None,
-                    mamba_max_states_per_path=-1,
-                    mamba_track_interval=256,
-                ),
-            ),
-            "model": bag("model", context_length=context_length),
-            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru"),
-            "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
-        }
-
-    def is_config_namespace_published(self, namespace: str) -> bool:
-        """``RuntimeContext.is_config_namespace_published`` (schedule_policy.py:596 asks it)."""
-        return namespace in self.bags
-
-    def getter(self, namespace: str) -> Callable[[], ConfigBag]:
-        def get() -> ConfigBag:
-            return self.bags[namespace]
-
-        get.__name__ = f"get_{namespace}"
-        return get
-
-
-RUNTIME = RuntimeConfig()
-"""The process's published configuration; the engine driver sets it per run."""
-
-
 def _module(name: str, **attrs: Any) -> ModuleType:
-    module = StandInModule(name, "poolfuzz stand-in (harness.upstream.engine_stand_ins)")
+    module = StandInModule(name, "poolfuzz stand-in (harness.upstream.sglang_stand_ins)")
     module.__dict__.update(attrs)
     return module
 
 
 def _false(*args: Any, **kwargs: Any) -> bool:
     return False
+
+
+def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch.Tensor | None = None, decode: bool = False) -> int:
+    """``utils/common.py``: pages a batch opens, as upstream 0.5.23 counts them (CPU tensors only, as upstream asserts).
+
+    Upstream's semantics *including its flaw*: a decode page is counted for ``seq % page_size == 1``,
+    never true at page size 1, so upstream counts **0** pages for a decode step that needs one per
+    request (sglang-pools.md section 3.5; our pools use ``(seq - 1) % ps == 0``).  Extend:
+    ``sum(ceil(seq / ps) - ceil(prefix / ps))``.
+    """
+    assert seq_lens.device.type == "cpu", "get_num_new_pages takes CPU tensors"
+    if prefix_lens is None or decode:
+        assert decode, "get_num_new_pages without prefix_lens is the decode count"
+        return int(torch.count_nonzero(seq_lens % page_size == 1))
+    assert prefix_lens.device.type == "cpu", "get_num_new_pages takes CPU tensors"
+    pages_after = torch.div(seq_lens + page_size - 1, page_size, rounding_mode="floor")
+    pages_before = torch.div(prefix_lens + page_size - 1, page_size, rounding_mode="floor")
+    return int((pages_after - pages_before).sum())
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= ``n`` (1 for ``n <= 1``): a Triton launch's ``bs_upper``."""
+    power = 1
+    while power < n:
+        power *= 2
+    return power
+
+
+def get_bool_env_var(name: str, default: str = "false") -> bool:
+    """``"true"``/``"1"`` (any case) is true; upstream also warns about other values, we do not."""
+    return os.getenv(name, default).lower() in ("true", "1")
+
+
+def async_h2d(args: list[int], *, dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+    """A host list as a tensor on ``device`` (upstream stages it in pinned memory; same values)."""
+    return torch.tensor(args, dtype=dtype).to(device)
 
 
 def ceil_align(x: int, y: int) -> int:
@@ -306,46 +241,14 @@ class SamplingBatchInfo:
         return None
 
 
-FLA_CHUNK_SIZE = 64
-"""``sglang.kernels.ops.attention.fla.chunk_delta_h.CHUNK_SIZE``: the Mamba chunk of a model config without
-``mamba_chunk_size`` (``arg_groups/overrides.py:1909-1917``)."""
-
-
-def mamba_cache_chunk_size() -> int:
-    """``runtime_context.mamba_cache_chunk_size`` (runtime_context.py:1958 -> arg_groups/overrides.py:1897-1925).
-
-    ``max(hf_config.mamba_chunk_size, page_size)``: the engine target's model config has no
-    ``mamba_chunk_size`` (the FLA default, 64) and every Mamba shape runs at page size 1 (``MambaComponent``
-    requires it without the extra buffer, components/mamba.py:74-79), so 64.  Without the extra buffer
-    this only places ``mamba_branching_seqlen`` (components/mamba.py:180-184), which the no-buffer path
-    never reads (schedule_batch.py:3216 is the extra buffer's tracker).
-    """
-    return max(FLA_CHUNK_SIZE, 1)
-
-
-def mamba_checkpoint_grid(tree_page: int) -> int:
-    """``runtime_context.mamba_checkpoint_grid`` (runtime_context.py:1966-1971): ``lcm(chunk, tree page)``."""
-    import math
-
-    return math.lcm(mamba_cache_chunk_size(), tree_page)
-
-
 def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
-    """Module name -> factory, for :class:`harness.upstream.engine_loader._EngineFinder`."""
-    runtime: dict[str, Any] = {f"get_{ns}": RUNTIME.getter(ns) for ns in RUNTIME.bags}
-    runtime["get_context"] = lambda: RUNTIME
-    # runtime_context.py:2010: the (prefill, decode) attention backends.  A CPU server runs
-    # torch_native, so write_cache_indices and get_last_loc take their torch paths
-    # (allocation.py:72, :113-137), the ones that run without Triton.
-    runtime["attention_backends"] = lambda: ("torch_native", "torch_native")
-    runtime["mamba_cache_chunk_size"] = mamba_cache_chunk_size
-    runtime["mamba_checkpoint_grid"] = mamba_checkpoint_grid
+    """Module name -> factory: :data:`harness.upstream.sglang_files.SGLANG`'s stand-ins."""
     table: dict[str, dict[str, Any]] = {
         "sglang.srt.utils": _UTILS,
         "sglang.srt.utils.common": _UTILS,
         "sglang.srt.utils.torch_memory_saver_adapter": {"TorchMemorySaverAdapter": TorchMemorySaverAdapter},
         "sglang.srt.platforms": {"current_platform": _CPUPlatform()},
-        "sglang.srt.runtime_context": runtime,
+        "sglang.srt.runtime_context": runtime_context_attributes(),
         "sglang.srt.sampling.sampling_batch_info": {"SamplingBatchInfo": SamplingBatchInfo},
         "sglang.srt.observability.req_time_stats": {
             "SchedulerReqTimeStats": MetricsSink,
@@ -360,4 +263,4 @@ def _module_with(attrs: dict[str, Any], name: str) -> ModuleType:
     return _module(name, **attrs)
 
 
-__all__ = ["RUNTIME", "ConfigBag", "RuntimeConfig", "StandInReached", "ceil_align", "stand_in_modules"]
+__all__ = ["StandInReached", "ceil_align", "get_num_new_pages", "next_power_of_2", "stand_in_modules"]

@@ -1,14 +1,10 @@
-"""Finding and executing an upstream distribution's files without importing the distribution.
+"""Where an upstream distribution's files are, which version they are, and what a target needs of them.
 
-SGLang's and vLLM's packages import hundreds of modules and declare CUDA-only
-dependencies, so the loaders (:mod:`harness.upstream.loader` for SGLang's allocators,
-:mod:`~harness.upstream.sglang_cache`, :mod:`~harness.upstream.vllm_loader`) execute
-the few files a target drives, one at a time, with stand-ins for the helpers they
-import.  What they share lives here: a :class:`SourceFolder` (which copy, which
-version, chosen how: :func:`locate_copy`), reading a folder's version without executing
-it, executing files in dependency order under stand-ins with one-line reasons for those
-that fail (:func:`exec_package`), checking that the classes a target drives are there,
-and reading a loaded file off the result (:class:`LoadedFiles`, :class:`FileModule`).
+The loader (:mod:`harness.upstream.loading`) executes a copy's files; this module finds the copy
+without executing anything: a :class:`SourceFolder` (which copy, which version, chosen how:
+:func:`locate_copy`), reading a folder's version from its files, naming the upstream file and line
+where loading failed, checking that the classes a target drives are there (:func:`check_classes`),
+and reading a loaded module off a target's result (:class:`LoadedFiles`, :class:`FileModule`).
 Every refusal is an :class:`UpstreamUnavailableError`, which the CLI prints as one line
 (:func:`refusal` reads it for a test skip).
 """
@@ -19,7 +15,6 @@ import importlib.metadata
 import importlib.util
 import os
 import re
-import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,8 +31,6 @@ __all__ = [
     "UpstreamUnavailableError",
     "check_classes",
     "distribution_version",
-    "exec_files",
-    "exec_package",
     "failing_upstream_file",
     "folder_version",
     "locate_copy",
@@ -145,31 +138,20 @@ def distribution_version(distribution: str) -> str | None:
         return None
 
 
-def locate_copy(
-    distribution: str,
-    *,
-    env: str,
-    probe: str,
-    installed: Callable[[], str | None],
-    title: str,
-    needed_by: str,
-    supported: str,
-    install_hint: str,
-) -> SourceFolder:
+def locate_copy(distribution: str, *, env: str, probe: str, title: str, supported: str, install_hint: str) -> SourceFolder:
     """The copy of ``distribution`` to load: ``env``'s folder when set (:func:`source_folder`), else the installed one.
 
-    ``installed()`` is the installed version (asked only when ``env`` is unset).  The installed copy
-    is refused when it is missing (naming ``title``, the targets that ``needed_by`` it, the
-    ``supported`` version and ``install_hint``), or when its metadata and its own files
-    (:func:`folder_version`) disagree: a half-overwritten install, whose surface is unknown.
+    The installed copy is refused when it is missing (naming ``title``, the ``supported`` version
+    and ``install_hint``), or when its metadata and its own files (:func:`folder_version`)
+    disagree: a half-overwritten install, whose surface is unknown.
     """
     given = os.environ.get(env)
     if given:
         return source_folder(given, distribution, env=env, probe=probe)
-    version = installed()
+    version = distribution_version(distribution)
     if version is None:
         raise UpstreamUnavailableError(
-            f"upstream {title} is not installed; {needed_by} need {distribution} (made and checked on "
+            f"upstream {title} is not installed; its targets need {distribution} (made and checked on "
             f"{supported}: {install_hint}, without its CUDA dependencies), or {env}=PATH of its files"
         )
     package = Path(str(importlib.metadata.distribution(distribution).locate_file(distribution)))
@@ -191,36 +173,7 @@ def refusal(load: Callable[[], object]) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ executing files
-def _exec_file(name: str, path: Path, *, stand_ins: str, written_for: str) -> ModuleType:
-    """Execute ``path`` as module ``name`` (left in ``sys.modules`` for the files that import it; the caller cleans up).
-
-    A failure is an :class:`UpstreamUnavailableError` naming the file and the exception: on
-    another version than the stand-ins were ``written_for`` that is usually an import they
-    (``stand_ins``) do not cover.
-    """
-    if not path.is_file():
-        raise UpstreamUnavailableError(f"{path} is missing")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UpstreamUnavailableError(f"cannot build an import spec for {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # token.py and paged.py import base by its dotted name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)  # a half-executed module must not satisfy the files that import it
-        raise UpstreamUnavailableError(
-            f"executing upstream {path} failed ({type(exc).__name__}: {_one_line(exc)}); "
-            f"the stand-ins in {stand_ins} were written for {written_for}"
-        ) from exc
-    return module
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
+# ------------------------------------------------------------------ what failed where
 def failing_upstream_file(exc: BaseException, package: Path) -> str | None:
     """``srt/mem_cache/x.py:12``: the innermost traceback frame of ``exc`` inside ``package``, or ``None``.
 
@@ -235,87 +188,6 @@ def failing_upstream_file(exc: BaseException, package: Path) -> str | None:
             found = f"{path.relative_to(package)}:{tb.tb_lineno}"
         tb = tb.tb_next
     return found
-
-
-def exec_files(
-    files: Iterable[tuple[str, Path]],
-    depends: Mapping[str, Iterable[str]],
-    *,
-    source: SourceFolder,
-    stand_ins: str,
-    written_for: str,
-    after: Callable[[str, ModuleType], str | None] | None = None,
-) -> tuple[dict[str, ModuleType], dict[str, str]]:
-    """Execute each ``(dotted name, path)`` in order; return what loaded and, per name that did not, why.
-
-    A file whose dependency (``depends[name]``, dotted names) did not load is not executed;
-    its reason is that dependency's.  ``after(name, module)``, when given, runs once a file has
-    executed and may refuse it (a surface check), returning the reason.  Reasons are one line,
-    prefixed with ``source.label``.  The caller owns ``sys.modules`` (stand-ins in, everything out
-    afterwards).
-    """
-    loaded: dict[str, ModuleType] = {}
-    problems: dict[str, str] = {}
-    for name, path in files:
-        broken = [dep for dep in depends.get(name, ()) if dep in problems]
-        if broken:
-            problems[name] = problems[broken[0]]
-            continue
-        if not path.is_file():
-            problems[name] = f"{source.label}: {source.relative(path.parent)}/ has no {path.name}"
-            continue
-        try:
-            module = _exec_file(name, path, stand_ins=stand_ins, written_for=written_for)
-        except UpstreamUnavailableError as exc:
-            problems[name] = f"{source.label}: {str(exc).replace(str(source.package) + '/', '')}"
-            continue
-        refused = after(name, module) if after is not None else None
-        if refused is not None:
-            sys.modules.pop(name, None)
-            problems[name] = f"{source.label}: {refused}"
-            continue
-        loaded[name] = module
-    return loaded, problems
-
-
-def exec_package(
-    package: str,
-    files: Iterable[tuple[str, Path]],
-    depends: Mapping[str, Iterable[str]],
-    *,
-    stand_ins: Mapping[str, ModuleType],
-    stand_ins_from: str,
-    source: SourceFolder,
-    written_for: str,
-    after: Callable[[str, ModuleType], str | None] | None = None,
-) -> tuple[dict[str, ModuleType], dict[str, str]]:
-    """:func:`exec_files` for files of the dotted ``package``, with ``stand_ins`` in ``sys.modules`` meanwhile.
-
-    ``files`` and ``depends`` name the files by their name under ``package`` (``"token"``,
-    ``"allocator.swa"``), and so do the results; ``after`` sees the full dotted name.
-    ``stand_ins_from`` (the module that made them) and ``written_for`` are for the reasons.
-    Afterwards every stand-in and every file's name is removed from ``sys.modules`` and what
-    those names held before is put back, so a later real import is not shadowed.
-    """
-    dotted = [(f"{package}.{name}", path) for name, path in files]
-    names = [*stand_ins, *(name for name, _ in dotted)]
-    saved = {name: sys.modules[name] for name in names if name in sys.modules}
-    sys.modules.update(stand_ins)
-    try:
-        loaded, problems = exec_files(
-            dotted,
-            {f"{package}.{name}": [f"{package}.{dep}" for dep in deps] for name, deps in depends.items()},
-            source=source,
-            stand_ins=stand_ins_from,
-            written_for=written_for,
-            after=after,
-        )
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
-    short = len(package) + 1
-    return {name[short:]: module for name, module in loaded.items()}, {name[short:]: why for name, why in problems.items()}
 
 
 def check_classes(

@@ -1,55 +1,33 @@
-"""Stand-ins for the vLLM modules that ``v1/core/kv_cache_utils.py`` and ``block_pool.py`` import.
+"""Explicit stand-ins for the vLLM modules that ``v1/core/kv_cache_utils.py`` and ``block_pool.py`` call into.
 
-Both files are pure Python over lists and dicts; what they import is either used only
-in annotations, only by code paths we do not drive (request hashing, multimodal extra
-keys, KV-cache sizing), or is a handful of small helpers.  The real modules behind
-them need msgspec, zmq, the config system and torch, so
-:mod:`harness.upstream.vllm_loader` executes the two files under these stand-ins,
-written from their documented behaviour (prefix-cache-and-peers.md section 2), not copied.
+Both files are pure Python over lists and dicts; what they import is either used only in
+annotations, only by code paths we do not drive (request hashing, multimodal extra keys,
+KV-cache sizing), or is a handful of small helpers.  The real modules behind them need msgspec,
+zmq, the config system and torch, so :data:`harness.upstream.vllm_files.VLLM` executes the two
+files from the copy and answers these modules with stand-ins written from their documented
+behaviour (prefix-cache-and-peers.md section 2), not copied; every other ``vllm`` module is a
+placeholder that refuses use (:mod:`harness.upstream.placeholders`).
 
-Names only reached outside the block-pool bookkeeping raise :class:`StandInUnsupported`
-when called, so a path we do not reproduce cannot run silently on a stand-in.
+Names only reached outside the block-pool bookkeeping raise :class:`StandInReached` when called,
+so a path we do not reproduce cannot run silently on a stand-in.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-_PACKAGES = (
-    "vllm",
-    "vllm.distributed",
-    "vllm.multimodal",
-    "vllm.utils",
-    "vllm.v1",
-    "vllm.v1.core",
-)
-
-
-class StandInUnsupported(NotImplementedError):
-    """Upstream vLLM code reached a stand-in for something the block-pool harness does not reproduce."""
+from harness.upstream.placeholders import StandInModule
 
 
 def _module(name: str, **attrs: Any) -> ModuleType:
-    module = ModuleType(name, "poolfuzz stand-in (harness.upstream.vllm_stubs)")
+    module = StandInModule(name, "poolfuzz stand-in (harness.upstream.vllm_stand_ins)")
     module.__dict__.update(attrs)
     return module
-
-
-def _unsupported(what: str) -> Callable[..., Any]:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise StandInUnsupported(f"{what} is outside the block-pool bookkeeping the stand-ins reproduce")
-
-    refuse.__name__ = what.rsplit(".", 1)[-1]
-    return refuse
-
-
-def _placeholder(name: str) -> type:
-    """A class that only has to exist: upstream names it in annotations and isinstance checks we never reach."""
-    return type(name, (), {"__doc__": f"Stand-in for vLLM's {name} (annotation only).", "__module__": __name__})
 
 
 @dataclass
@@ -96,44 +74,15 @@ def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
-def vllm_stand_ins() -> dict[str, ModuleType]:
-    """The ``sys.modules`` entries the two block-pool files need while they execute.
-
-    Packages get an empty ``__path__``: importing any other vLLM module fails loudly
-    instead of pulling in the real package.
-    """
-    modules = {name: _module(name, __path__=[]) for name in _PACKAGES}
+def _stand_in_table() -> dict[str, ModuleType]:
+    """The stand-in modules by name (each built once a loaded copy; placeholders answer the rest)."""
+    modules: dict[str, ModuleType] = {}
     # The default of VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES ("1"); read only when events are on.
     modules["vllm.envs"] = _module("vllm.envs", VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=True)
-    modules["vllm.config"] = _module("vllm.config", VllmConfig=_placeholder("VllmConfig"))
     modules["vllm.logger"] = _module("vllm.logger", init_logger=logging.getLogger)
-    modules["vllm.multimodal.utils"] = _module(
-        "vllm.multimodal.utils",
-        get_mm_features_in_window=_unsupported("vllm.multimodal.utils.get_mm_features_in_window"),
-    )
-    # Two distinct functions: kv_cache_utils puts them in a frozenset at import time.
-    modules["vllm.utils.hashing"] = _module(
-        "vllm.utils.hashing",
-        xxhash=_unsupported("vllm.utils.hashing.xxhash"),
-        xxhash_cbor=_unsupported("vllm.utils.hashing.xxhash_cbor"),
-    )
     modules["vllm.utils.math_utils"] = _module("vllm.utils.math_utils", cdiv=cdiv)
-    interface = {
-        name: _placeholder(name) for name in ("KVCacheConfig", "KVCacheGroupSpec", "KVCacheSpec", "MambaSpec", "UniformTypeKVCacheSpecs")
-    }
-    modules["vllm.v1.kv_cache_interface"] = _module(
-        "vllm.v1.kv_cache_interface",
-        **interface,
-        iter_layer_specs=_unsupported("vllm.v1.kv_cache_interface.iter_layer_specs"),
-    )
-    modules["vllm.v1.kv_cache_spec_registry"] = _module(
-        "vllm.v1.kv_cache_spec_registry", KVCacheSpecRegistry=_placeholder("KVCacheSpecRegistry")
-    )
+    # block_pool.py's cache_full_blocks reads a request's block hashes (v1/core/block_pool.py).
     modules["vllm.v1.request"] = _module("vllm.v1.request", Request=RequestStandIn)
-    modules["vllm.v1.utils"] = _module("vllm.v1.utils", tensor_data=_unsupported("vllm.v1.utils.tensor_data"))
-    modules["vllm.v1.core.kv_cache_metrics"] = _module(
-        "vllm.v1.core.kv_cache_metrics", KVCacheMetricsCollector=_placeholder("KVCacheMetricsCollector")
-    )
     modules["vllm.distributed.kv_events"] = _module(
         "vllm.distributed.kv_events",
         MEDIUM_GPU="GPU",
@@ -143,6 +92,16 @@ def vllm_stand_ins() -> dict[str, ModuleType]:
         AllBlocksCleared=AllBlocksCleared,
     )
     return modules
+
+
+def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
+    """Module name -> factory: :data:`harness.upstream.vllm_files.VLLM`'s stand-ins."""
+    table = _stand_in_table()
+    return {name: functools.partial(_copy_of, module) for name, module in table.items()}
+
+
+def _copy_of(module: ModuleType, name: str) -> ModuleType:
+    return module
 
 
 def block_hashes(values: Sequence[int]) -> list[bytes]:

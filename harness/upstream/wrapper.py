@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.upstream.loader import SUPPORTED_VERSION
+from harness.upstream.sglang_files import SUPPORTED_VERSION
 from pools.protocols import PagedKVAllocator
 
 

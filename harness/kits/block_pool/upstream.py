@@ -7,7 +7,7 @@ vLLM code is copied) and forwards the ``block_pool`` family protocol
 
 * block hashes: the harness names them by small ints; upstream keys its map by
   ``bytes`` with a 4-byte group id appended.  Ints go in as 8-byte big-endian
-  hashes (:func:`~harness.upstream.vllm_stubs.block_hashes`) under KV-cache group 0,
+  hashes (:func:`~harness.upstream.vllm_stand_ins.block_hashes`) under KV-cache group 0,
   and come back out of ``block_hash`` and ``cached_block_ids()`` as the same ints;
 * blocks: upstream's ``KVCacheBlock`` objects are wrapped once per block in a
   :class:`VllmBlock` view (``block_id``, ``ref_cnt``, ``block_hash``, ``is_null``),
@@ -29,8 +29,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
-from harness.upstream.vllm_loader import SUPPORTED_VERSION, load_vllm
-from harness.upstream.vllm_stubs import block_hashes as upstream_hashes
+from harness.upstream.vllm_files import SUPPORTED_VERSION, load_vllm
+from harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
 
 HASH_BLOCK_SIZE = 16
 """Tokens per block hash; the adapter caches at ``block_size == HASH_BLOCK_SIZE`` (one hash per block)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.upstream.loader import load_upstream
+from harness.upstream.sglang_modules import load_upstream
 from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices
 
 

@@ -10,7 +10,7 @@ import operator
 
 import torch
 
-from harness.upstream.loader import load_upstream
+from harness.upstream.sglang_modules import load_upstream
 from harness.upstream.wrapper import UpstreamWrapper
 
 

@@ -1,7 +1,7 @@
 """Upstream SGLang 0.5.23's Python ``RadixCache`` behind :class:`pools.radix_cache.RadixCache`'s API.
 
 The wrapper builds upstream's own ``RadixCache`` (loaded by
-:func:`harness.upstream.sglang_cache.load_sglang_cache`, the logical clock in place of
+:func:`harness.upstream.sglang_modules.load_sglang_cache`, the logical clock in place of
 ``time.monotonic()``) and translates only the call shapes: our token sequences and
 tensors become upstream's parameter objects (``RadixKey`` over ``array('q')``,
 ``MatchPrefixParams``, ``InsertParams``, ``EvictParams``) and its results
@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 import torch
 
 from harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
-from harness.upstream.loader import SUPPORTED_VERSION
-from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
+from harness.upstream.sglang_files import SUPPORTED_VERSION
+from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
 from pools.errors import TreeInvariantError, TreeNodeError
 
 TokenIds = Sequence[int] | torch.Tensor

@@ -1,11 +1,11 @@
 """Upstream SGLang 0.5.23's SWA allocators behind :mod:`pools.swa`'s constructors and API.
 
 ``SWATokenToKVPoolAllocator`` and ``PureSWATokenToKVPoolAllocator`` (``mem_cache/allocator/swa.py``,
-loaded by :func:`harness.upstream.sglang_cache.load_sglang_cache`) compose the same
+loaded by :func:`harness.upstream.sglang_modules.load_sglang_cache`) compose the same
 ``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` classes the ``token_kv`` and
 ``paged_kv`` upstream targets fuzz.  The wrappers translate constructor signatures only
 (upstream also takes ``dtype`` and a ``kvcache``, here the buffer-less
-:class:`~harness.upstream.sglang_cache_stubs.SWAKVPoolFake` that holds the mapping) and
+:class:`~harness.upstream.sglang_fakes.SWAKVPoolFake` that holds the mapping) and
 forward every call unchanged, so the ``swa_kv`` family judges upstream's behaviour.
 ``poolfuzz_check_misuse = False``: upstream does not validate, so the harness issues valid
 calls only.  The driver reads each side through upstream's sub-allocators themselves
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.sglang_cache import SglangCacheModules, load_sglang_cache
+from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
 from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded
 from pools.protocols import SWAKVAllocator
 

@@ -1,0 +1,148 @@
+"""The published runtime configuration of one SGLang server shape: the ``runtime_context`` stand-in.
+
+Upstream reads its server arguments through ``sglang.srt.runtime_context`` (``get_spec()``,
+``get_serving()``, ...).  Each namespace here is a :class:`ConfigBag` holding exactly the leaves the
+memory path reads, each with the upstream line that reads it; reading any other leaf raises
+:class:`~harness.upstream.placeholders.StandInReached`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from harness.upstream.placeholders import StandInReached
+
+
+class ConfigBag:
+    """One published ``runtime_context`` namespace: the leaves the memory path reads, no more."""
+
+    def __init__(self, namespace: str, **leaves: Any) -> None:
+        self._namespace = namespace
+        self.__dict__.update(leaves)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StandInReached(
+            f"upstream read runtime_context.get_{self._namespace}().{name}, which the engine target does not publish "
+            "(add it to harness.upstream.sglang_runtime.RuntimeConfig)"
+        )
+
+
+class RuntimeConfig:
+    """The published configuration of one engine target run (``runtime_context`` stand-in).
+
+    Leaves, with the upstream reader (``srt/``-relative, 0.5.23):
+
+    * ``spec.algorithm`` / ``spec.is_none``: no speculative decoding (``common.py:452``,
+      ``schedule_batch.py:1505``);
+    * ``serving.strip_thinking_cache``: off (``common.py:456``, ``schedule_batch.py:1555``);
+    * ``disagg.disaggregation_mode``: ``"null"`` (``schedule_batch.py:2380``, ``:3493``);
+    * ``schedule.schedule_policy``: ``"fcfs"`` (``schedule_batch.py:3555``);
+    * ``parallel.dcp_enabled``: False, ``parallel.attn_dcp_size`` 1 (``invariant_checker.py:121``);
+    * ``schedule.retraction_policy``: ``"length"``, the default (``arg_groups/fields/schedule.py:126``);
+    * ``exec.mamba.*`` and ``exec.features.*``: every extra buffer and replay off (``schedule_policy.py:600``, ``:956``);
+      for a hybrid-SSM shape also the int8 checkpoint pool off (``mamba_checkpoint_pool.py:325``), no per-path
+      state cap (``mamba_max_states_per_path=-1``, ``components/mamba.py:86``; ``rust_tree_core/adapter.py:465``)
+      and the default decode track interval 256 (``arg_groups/fields/exec_.py:497``, ``:530``, ``:534``).
+
+    Each value is the server default (``arg_groups/fields/*.py``) for a one-rank full-attention server.
+    """
+
+    def __init__(self, *, speculative: bool = False) -> None:
+        self.speculative = speculative
+        self.bags: dict[str, ConfigBag] = {}
+        self.publish()
+
+    def publish(self, *, chunked_prefill_size: int | None = None, context_length: int = 128) -> None:
+        """Publish the namespaces for one server shape (the engine loop calls it per configuration)."""
+        bag = ConfigBag
+        self.bags = {
+            "spec": bag("spec", speculative_algorithm=None),
+            "serving": bag("serving", strip_thinking_cache=False),
+            "disagg": bag(
+                "disagg",
+                disaggregation_mode="null",
+                disaggregation_decode_retraction_backup=None,
+                disaggregation_decode_enable_offload_kvcache=False,
+            ),
+            "schedule": bag(
+                "schedule",
+                schedule_policy="fcfs",
+                retraction_policy="length",
+                schedule_low_priority_values_first=False,
+                chunked_prefill_size=chunked_prefill_size,
+                prefill_max_requests=None,
+            ),
+            "parallel": bag(
+                "parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1, attn_cp_rank=0, tp_rank=0, tp_size=1
+            ),
+            "exec": bag(
+                "exec",
+                features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
+                mamba=bag(
+                    "exec.mamba",
+                    enable_mamba_extra_buffer=False,
+                    enable_mamba_extra_buffer_lazy=False,
+                    enable_int8_mamba_checkpoint=False,
+                    int8_mamba_ckpt_size=None,
+                    mamba_max_states_per_path=-1,
+                    mamba_track_interval=256,
+                ),
+            ),
+            "model": bag("model", context_length=context_length),
+            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru"),
+            "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
+        }
+
+    def is_config_namespace_published(self, namespace: str) -> bool:
+        """``RuntimeContext.is_config_namespace_published`` (schedule_policy.py:596 asks it)."""
+        return namespace in self.bags
+
+    def getter(self, namespace: str) -> Callable[[], ConfigBag]:
+        def get() -> ConfigBag:
+            return self.bags[namespace]
+
+        get.__name__ = f"get_{namespace}"
+        return get
+
+
+RUNTIME = RuntimeConfig()
+"""The process's published configuration; the engine driver sets it per run."""
+
+
+FLA_CHUNK_SIZE = 64
+"""``sglang.kernels.ops.attention.fla.chunk_delta_h.CHUNK_SIZE``: the Mamba chunk of a model config without
+``mamba_chunk_size`` (``arg_groups/overrides.py:1909-1917``)."""
+
+
+def mamba_cache_chunk_size() -> int:
+    """``runtime_context.mamba_cache_chunk_size`` (runtime_context.py:1958 -> arg_groups/overrides.py:1897-1925).
+
+    ``max(hf_config.mamba_chunk_size, page_size)``: the engine target's model config has no
+    ``mamba_chunk_size`` (the FLA default, 64) and every Mamba shape runs at page size 1 (``MambaComponent``
+    requires it without the extra buffer, components/mamba.py:74-79), so 64.  Without the extra buffer
+    this only places ``mamba_branching_seqlen`` (components/mamba.py:180-184), which the no-buffer path
+    never reads (schedule_batch.py:3216 is the extra buffer's tracker).
+    """
+    return max(FLA_CHUNK_SIZE, 1)
+
+
+def mamba_checkpoint_grid(tree_page: int) -> int:
+    """``runtime_context.mamba_checkpoint_grid`` (runtime_context.py:1966-1971): ``lcm(chunk, tree page)``."""
+    return math.lcm(mamba_cache_chunk_size(), tree_page)
+
+
+def runtime_context_attributes() -> dict[str, Any]:
+    """The ``sglang.srt.runtime_context`` stand-in's names: a getter per namespace and the helpers the path calls."""
+    runtime: dict[str, Any] = {f"get_{ns}": RUNTIME.getter(ns) for ns in RUNTIME.bags}
+    runtime["get_context"] = lambda: RUNTIME
+    # runtime_context.py:2010: the (prefill, decode) attention backends.  A CPU server runs
+    # torch_native, so write_cache_indices and get_last_loc take their torch paths
+    # (allocation.py:72, :113-137), the ones that run without Triton.
+    runtime["attention_backends"] = lambda: ("torch_native", "torch_native")
+    runtime["mamba_cache_chunk_size"] = mamba_cache_chunk_size
+    runtime["mamba_checkpoint_grid"] = mamba_checkpoint_grid
+    return runtime
