@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from harness.judge.families import FAMILIES, family, load_factory, resolve
+from harness.traces.schema import load_trace
 from harness.upstream.classify import classify
+from harness.upstream.findings import KNOWN_FINDINGS, known_finding_filter
 
 
 def _trace(tmp_path: Path, config: dict[str, object], ops: list[str]) -> str:
@@ -34,3 +39,27 @@ def test_a_lone_upstream_class_is_latent_and_a_disagreement_is_a_divergence() ->
 def test_our_own_pools_and_errors_are_not_classified() -> None:
     assert classify("paged_kv", "pools:PagedTokenToKVPoolAllocator", "empty-pool-guard", None) is None
     assert classify("engine", "harness.upstream:Engine", None, None) is None
+
+
+UPSTREAM_FINDINGS = sorted((Path(__file__).resolve().parents[1] / "corpus" / "upstream").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", UPSTREAM_FINDINGS, ids=lambda p: p.stem)
+def test_each_finding_trace_takes_a_step_its_kits_known_findings_filter_withholds(path: Path) -> None:
+    """The kit's ``known_findings`` filter (what ``machine_avoiding_known_findings`` withholds) refuses a step of
+    every committed upstream finding, replayed on our own pool, before the finding's step."""
+    trace = load_trace(path)
+    keep = known_finding_filter(trace.family)
+    assert keep is not None, f"{trace.family} has a known finding but its kit declares no known_findings filter"
+    fam = family(trace.family)
+    driver = resolve(fam.driver)(load_factory(fam.default), trace.config, check_misuse=False)
+    for step in trace.steps:
+        if not keep.allows(driver, step["op"], step["args"]):
+            return
+        driver.step(step["op"], **step["args"])
+    pytest.fail(f"no step of {path.name} is withheld by {fam.known_findings}")
+
+
+def test_every_family_with_a_known_finding_declares_its_filter_and_no_other_does() -> None:
+    with_findings = {finding.family for finding in KNOWN_FINDINGS}
+    assert {name for name in FAMILIES if known_finding_filter(name) is not None} == with_findings

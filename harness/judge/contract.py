@@ -162,6 +162,24 @@ class Contract(Generic[S]):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class KnownFindingFilter(Generic[S]):
+    """The calls that reach a family's known upstream findings (:mod:`harness.upstream.findings`): per operation,
+    when a machine may still issue it, a predicate over ``view(driver)`` as a contract's predicates read it.
+
+    A family names its filter in its kit's declaration (``Family.known_findings``);
+    :func:`~harness.upstream.findings.machine_avoiding_known_findings` withholds every call it refuses, so the
+    state space behind a known finding is still fuzzed."""
+
+    view: Callable[[Any], S]
+    keep: tuple[tuple[str, Allows[S]], ...]
+    """``(operation, when the machine may still issue it)``, one entry per operation that can reach a finding."""
+
+    def allows(self, driver: Any, op: str, args: Args) -> bool:
+        """Whether ``op`` with ``args`` may still be issued in the driver's current state."""
+        return all(allowed(self.view(driver), args) for name, allowed in self.keep if name == op)
+
+
 @cache
 def _resolve(spec: str) -> Contract[Any]:
     module, _, attr = spec.partition(":")

@@ -75,6 +75,14 @@ class Family:
     """The least value a server builds or sends, per config key or step argument (``op.arg``, ``op.arg[*][1]``;
     a list's floor is its length), as an int or a function of the config: the floors of the realistic shrink
     (:mod:`harness.traces.realistic`), so an upstream finding also reads as something a user could hit."""
+    known_findings: str = ""
+    """The :class:`~harness.judge.contract.KnownFindingFilter` (``module:attr``) of the calls that reach this
+    family's known upstream findings, which :func:`harness.upstream.findings.machine_avoiding_known_findings`
+    withholds; empty: the family has none."""
+    classifier: str = ""
+    """How a violation by one of its upstream targets is classified (``module:attr`` of a function of the trace's
+    config and operations, returning a :class:`~harness.upstream.classify.Classification`): the engine's steps are
+    upstream's own scheduler iterations.  Empty: one class driven alone, ``latent`` (:mod:`harness.upstream.classify`)."""
     not_covered: tuple[str, ...] = ()
     """What the family's configurations do not reach, one line each with the reason (``harness list`` prints
     them): a user reads there which of their deployment's paths the fuzzer leaves alone."""

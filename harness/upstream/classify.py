@@ -21,6 +21,7 @@ Failures of our own pools are not classified: there the pool under test is simpl
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,11 +41,24 @@ class Classification:
         return {"kind": self.kind, "note": self.note}
 
 
+Classifier = Callable[[Mapping[str, Any], Sequence[str]], Classification]
+"""A family's own classification of a violation by its upstream target, from the trace's config and operations
+(the kit's ``classifier``: the engine's, whose steps are upstream's own scheduler iterations)."""
+
+
 def _upstream_specs(family: str) -> tuple[str, ...]:
     from harness.judge.families import FAMILIES
 
     fam = FAMILIES.get(family)
     return fam.upstream if fam is not None else ()
+
+
+def _classifier(family: str) -> Classifier | None:
+    """The family's kit's ``classifier``, resolved (``None``: one class driven alone, the default below)."""
+    from harness.judge.families import FAMILIES, resolve
+
+    fam = FAMILIES.get(family)
+    return resolve(fam.classifier) if fam is not None and fam.classifier else None  # type: ignore[no-any-return]
 
 
 def _trace_steps(trace: str | None) -> tuple[dict[str, Any], list[str]]:
@@ -69,19 +83,9 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
             "implementations-agree": "the upstream side is the reference: poolfuzz's pools follow its semantics",
         }[invariant]
         return Classification("divergence", favours)
-    config, ops = _trace_steps(trace)
-    if family == "engine":
-        if config.get("cache") == "radix":
-            return Classification(
-                "latent",
-                "the legacy RadixCache shape: 0.5.23's scheduler builds UnifiedRadixCache "
-                "(mem_cache/registry.py:83-146), so this order runs only on older releases",
-            )
-        kinds = sorted(set(ops))
-        return Classification(
-            "reachable",
-            f"scheduler iterations run from upstream's own calls (docs/engine.md); the trace's steps: {', '.join(kinds) or 'none'}",
-        )
+    own = _classifier(family)
+    if own is not None:
+        return own(*_trace_steps(trace))
     off = off_path_steps(trace) if trace else ()
     if off:
         steps = "; ".join(f"step {number} ({op}): {instead}" for number, op, instead in off)

@@ -13,11 +13,12 @@ is, so the remaining state space is still fuzzed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.judge.contract import KnownFindingFilter
+from harness.judge.families import family, resolve
 from harness.judge.trace import Trace
 from harness.machines.base import PoolMachine
 from harness.machines.table import make_machine
@@ -65,24 +66,15 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
 
-# Family -> operation -> when the machine may still issue it (given the machine and the call's arguments).
-_KEEP: dict[str, dict[str, Callable[[Any, dict[str, Any]], bool]]] = {
-    "paged_kv": {"decode": lambda machine, args: machine.view.page_size > 1},
-    "mamba_slots": {"clear": lambda machine, args: not machine.view.group_open},
-    "swa_kv": {
-        "decode": lambda machine, args: not _one_side_short(machine, args["handles"]),
-    },
-}
-
-
-def _one_side_short(machine: Any, handles: list[int]) -> bool:
-    """Whether a paged SWA decode of ``handles`` finds exactly one side short (finding ``swa-decode-keeps-one-side``)."""
-    driver = machine.driver
-    model = driver.model
-    if driver.page_size == 1 or not all(model.is_live(h) for h in handles):
-        return False
-    need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
-    return (need > len(model.full.free)) != (need > len(model.swa.free))
+def known_finding_filter(family_name: str) -> KnownFindingFilter[Any] | None:
+    """The family's :class:`~harness.judge.contract.KnownFindingFilter` (its kit's ``known_findings``), if it has one."""
+    spec = family(family_name).known_findings
+    if not spec:
+        return None
+    found = resolve(spec)
+    if not isinstance(found, KnownFindingFilter):
+        raise TypeError(f"{family_name}'s known_findings {spec!r} is a {type(found).__name__}, not a KnownFindingFilter")
+    return found
 
 
 def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cpu") -> type[PoolMachine]:
@@ -93,13 +85,12 @@ def machine_avoiding_known_findings(family: str, spec: str, *, device: str = "cp
     A filtered call does nothing and returns ``None``, as a refused call does.
     """
     machine = make_machine(family, spec, device=device)
-    keep = _KEEP.get(family)
-    if not keep:
+    keep = known_finding_filter(family)
+    if keep is None:
         return machine
 
     def do(self: PoolMachine, op: str, **args: Any) -> Any:
-        allowed = keep.get(op)
-        if allowed is not None and not allowed(self, args):
+        if not keep.allows(self.driver, op, args):
             return None
         return machine.do(self, op, **args)
 

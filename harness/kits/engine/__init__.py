@@ -38,6 +38,7 @@ FAMILIES = (
         ),
         canaries=("harness.kits.engine.canaries",),
         upstream=("harness.upstream:Engine",),
+        classifier="harness.kits.engine.contracts.engine:classify_failure",
         not_covered=(
             "speculative decoding: alloc_for_spec_decode writes rows with Triton, or sgl_kernel on CPU "
             "(allocation.py:745-763); neither runs without a GPU build",

@@ -41,6 +41,7 @@ FAMILIES = (
         bench_config=PagedKVConfig(size=256, page_size=4, device="cpu"),
         canaries=("harness.kits.kv.canaries",),
         upstream=("harness.upstream:PagedKV",),
+        known_findings="harness.kits.kv.contracts.paged_kv:KNOWN_FINDINGS",
         invariants=KV_INVARIANTS,
         realistic=(("size", pages(4)), *ONE_TOKEN),
         protocol="pools.protocols:PagedKVAllocator",

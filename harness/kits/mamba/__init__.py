@@ -17,6 +17,7 @@ FAMILIES = (
            driver="harness.kits.mamba.driver:MambaSlotDriver", moves="harness.kits.mamba.moves:mamba_slot_table",
            bench_config=MambaSlotConfig(size=16, device="cpu"), canaries=("harness.kits.mamba.canaries",),
            upstream=("harness.upstream:MambaSlots",),
+           known_findings="harness.kits.mamba.contracts.mamba_slots:KNOWN_FINDINGS",
            invariants=(*ALLOCATOR_INVARIANTS, "group-window", "clear-restores"),
            realistic=(("size", 4), ("alloc.need_size", 1), ("group_begin.num_reqs", 1)),
            protocol="pools.protocols:MambaSlotPool", device_path=True,

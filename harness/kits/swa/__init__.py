@@ -23,6 +23,7 @@ FAMILIES = (
            moves="harness.kits.swa.moves:swa_kv_table",
            bench_config=SWAKVConfig(size=256, size_swa=96, page_size=4, device="cpu"),
            canaries=("harness.kits.swa.canaries",), upstream=("harness.upstream:SWAKV",),
+           known_findings="harness.kits.swa.contracts.swa_kv:KNOWN_FINDINGS",
            invariants=(*ALLOCATOR_INVARIANTS, "in-bounds", "page-layout", "group-window", "clear-restores",
                        "swa-mapping"),
            realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, ("tail.extend_len", 1)),

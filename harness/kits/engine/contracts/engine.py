@@ -23,10 +23,13 @@ the driver consults no table.  Paths are relative to the ``sglang`` package fold
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.upstream import callers
+from harness.upstream.classify import Classification
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"
@@ -195,3 +198,19 @@ CONTRACT: Contract[object] = Contract(
     not_called=(NotCalled("construct", "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
     upstream_attr="",
 )
+
+
+def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classification:
+    """The class of a violation by the engine target (the kit's ``classifier``): ``reachable`` by construction, its
+    steps being scheduler iterations run from upstream's own calls, except on the legacy ``RadixCache`` shape."""
+    if config.get("cache") == "radix":
+        return Classification(
+            "latent",
+            "the legacy RadixCache shape: 0.5.23's scheduler builds UnifiedRadixCache "
+            "(mem_cache/registry.py:83-146), so this order runs only on older releases",
+        )
+    kinds = sorted(set(ops))
+    return Classification(
+        "reachable",
+        f"scheduler iterations run from upstream's own calls (docs/engine.md); the trace's steps: {', '.join(kinds) or 'none'}",
+    )

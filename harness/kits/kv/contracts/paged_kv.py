@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
 from harness.judge.trace import Args
 from harness.kits.kv.contract_view import KVContractView
 from harness.upstream import callers
@@ -281,3 +281,13 @@ CONTRACT = Contract(
         NotCalled("construct", "misuse: a malformed constructor"),
     ),
 )
+
+
+def decode_above_page_size_1(view: KVContractView, args: Args) -> bool:
+    """Known finding ``paged-decode-page-size-1`` (:mod:`harness.upstream.findings`): at page size 1
+    ``alloc_decode`` counts no new page, so a decode is withheld there."""
+    return view.page_size > 1
+
+
+KNOWN_FINDINGS = KnownFindingFilter(KVContractView, (("decode", decode_above_page_size_1),))
+"""The calls that reach ``paged_kv``'s known upstream finding (the kit's ``known_findings``)."""

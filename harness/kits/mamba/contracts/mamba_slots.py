@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
 from harness.judge.trace import Args
 from harness.judge.view import DriverView
 from harness.kits.mamba.model import SlotModel
@@ -118,3 +118,13 @@ CONTRACT = Contract(
         NotCalled("construct", "misuse: a malformed constructor"),
     ),
 )
+
+
+def clear_outside_a_window(view: SlotContractView, args: Args) -> bool:
+    """Known finding ``mamba-clear-keeps-reservation`` (:mod:`harness.upstream.findings`): ``clear`` inside an
+    alloc window keeps the reservation, so it is withheld there."""
+    return not view.group_open
+
+
+KNOWN_FINDINGS = KnownFindingFilter(SlotContractView, (("clear", clear_outside_a_window),))
+"""The calls that reach ``mamba_slots``'s known upstream finding (the kit's ``known_findings``)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled
+from harness.judge.contract import CallRule, Cite, Contract, ContractError, KnownFindingFilter, NotCalled
 from harness.judge.trace import Args
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
 from harness.kits.swa.contract import SWAContractView
@@ -323,3 +323,17 @@ CONTRACT = Contract(
         NotCalled("construct", "misuse: a malformed constructor"),
     ),
 )
+
+
+def not_one_side_short(view: SWAContractView, args: Args) -> bool:
+    """Known finding ``swa-decode-keeps-one-side`` (:mod:`harness.upstream.findings`): a paged decode of ``handles``
+    that finds exactly one side short keeps the other side's page, so it is withheld."""
+    model, handles = view.model, args["handles"]
+    if view.page_size == 1 or not all(model.is_live(h) for h in handles):
+        return True
+    need = sum(model.decode_pages_needed(len(model.slots[h]) + 1) for h in handles)
+    return (need > len(model.full.free)) == (need > len(model.swa.free))
+
+
+KNOWN_FINDINGS = KnownFindingFilter(SWAContractView, (("decode", not_one_side_short),))
+"""The calls that reach ``swa_kv``'s known upstream finding (the kit's ``known_findings``)."""
