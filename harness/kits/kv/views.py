@@ -11,21 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.table import DriverView
+from harness.kits.kv.contract_view import PagedContractView
+from harness.kits.kv.model import KVModel
 
 
-class KVView(DriverView):
+class KVView(PagedContractView[KVModel]):
     """What the token allocator's moves may read: page geometry, free pages, live and released handles,
     their slots, the free group and the staging area (through the driver's model).
 
-    The paged driver is a token driver too, and :class:`PagedKVView` extends this view.
+    The paged driver is a token driver too, and :class:`PagedKVView` extends this view.  The page size and
+    the free group are read as the KV contracts read them (:class:`~harness.kits.kv.contract_view.PagedContractView`).
     """
 
     __slots__ = ()
-
-    @property
-    def page_size(self) -> int:
-        return int(self._driver.page_size)
 
     @property
     def num_pages(self) -> int:
@@ -34,10 +32,6 @@ class KVView(DriverView):
     def free_pages(self) -> int:
         """Pages an allocation may take now (the free list and the staging area)."""
         return int(self._driver.model.available_pages())
-
-    @property
-    def group_open(self) -> bool:
-        return bool(self._driver.model.group_open)
 
     @property
     def has_staged(self) -> bool:
