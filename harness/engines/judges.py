@@ -23,6 +23,7 @@ judged by the same code once it reports its state.  :func:`judge` runs them in t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.engines.interface import Holder, HolderKind, Observation, PoolState
@@ -40,9 +41,15 @@ class Leak:
     message: str
 
 
-def judge(observation: Observation) -> dict[str, Leak]:
-    """Every judge over one observation, in the module docstring's order; the pools' raw leak equations."""
+def judge(observation: Observation, *, engine_checks: Callable[[], None] | None = None) -> dict[str, Leak]:
+    """Every judge over one observation, in the module docstring's order; the pools' raw leak equations.
+
+    ``engine_checks`` runs an engine's checks of its own structures (SGLang's full-to-SWA index) right after
+    the partitions, so a structural breach is reported before its consequences (a hang, a leak).
+    """
     leaks = partitions(observation)
+    if engine_checks is not None:
+        engine_checks()
     progress(observation)
     accounts(observation, leaks)
     in_flight_reuse(observation)

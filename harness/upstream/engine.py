@@ -35,11 +35,21 @@ import itertools
 import os
 from array import array
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
 from harness.upstream.engine_config import EOS, EngineConfig
 from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
+
+
+class StepFacts(NamedTuple):
+    """What one iteration left, as the engine judges read it (:class:`harness.engines.interface.Progress`)."""
+
+    waiting: tuple[str, ...]
+    active: tuple[str, ...]
+    """Requests in the running batch, and the chunked one."""
+    advanced: bool
+    """A batch was formed, or the waiting timeout aborted the queue head."""
 
 
 class EngineLoop:
@@ -67,10 +77,8 @@ class EngineLoop:
         self.pending_chunked_abort: Any = None
         """``_pending_chunked_abort_req``: the chunked request an abort named, released at the next iteration's top."""
         self.iterations = 0
-        self.fully_idle = True
-        """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
-        self.stalled = False
-        """The last iteration formed no batch with requests waiting and nothing running (see :meth:`_iterate`)."""
+        self.last_step = StepFacts((), (), False)
+        """What the last iteration left: who waits, who runs or is chunked, and whether it formed a batch (or aborted)."""
         self.timed_out = 0
         """Queue heads aborted by the waiting timeout (``EngineConfig.waiting_timeout``)."""
 
@@ -154,19 +162,16 @@ class EngineLoop:
         batch = self._next_batch()
         if batch is None:
             self.last_batch = None
-            self.fully_idle = self.is_idle()
             # Nothing runs, nothing is chunked, and the queue admitted nothing: a fixed point.  With no
             # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
             # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).
-            self.stalled = bool(self.waiting_queue) and self.running_batch.is_empty() and self.chunked_req is None
+            self._record(advanced=False)
             if self.stalled and self.config.waiting_timeout:
                 self.abort(self.waiting_queue[0].rid)  # the waiting timeout's AbortReq for the queue head
                 self.timed_out += 1
-                self.stalled = False
+                self._record(advanced=True)
                 return "timeout"
             return "idle"
-        self.fully_idle = False
-        self.stalled = False
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
                 self.to_abort.discard(req.rid)
@@ -179,7 +184,22 @@ class EngineLoop:
             self._decode_result(batch, tokens)
             kind = "decode"
         self.last_batch = batch
+        self._record(advanced=True)
         return kind
+
+    def _record(self, *, advanced: bool) -> None:
+        active = [r.rid for r in self.running_batch.reqs] + ([self.chunked_req.rid] if self.chunked_req is not None else [])
+        self.last_step = StepFacts(tuple(r.rid for r in self.waiting_queue), tuple(active), advanced)
+
+    @property
+    def fully_idle(self) -> bool:
+        """The last iteration formed no batch and nothing waits or runs: ``on_idle``'s checks apply."""
+        return not (self.last_step.waiting or self.last_step.active or self.last_step.advanced)
+
+    @property
+    def stalled(self) -> bool:
+        """The last iteration formed no batch with requests waiting and nothing running or chunked."""
+        return bool(self.last_step.waiting) and not self.last_step.active and not self.last_step.advanced
 
     def _next_batch(self) -> Any:
         """``get_next_batch_to_run`` (scheduler.py:3894), the memory statements in order."""

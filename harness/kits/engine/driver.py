@@ -14,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from harness.engines import judges
+from harness.engines.interface import Submission
 from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from harness.judge.invariants import InvariantViolation
-from harness.kits.engine.checks import UpstreamChecker, judge
+from harness.kits.engine.checks import judge
 from harness.kits.engine.config import EngineTargetConfig
+from harness.kits.engine.observe import surface
+from harness.kits.engine.target import SGLangEngine
 from harness.upstream.engine_loader import active
 
 STEMS: tuple[tuple[int, ...], ...] = (
@@ -46,7 +50,8 @@ class EngineDriver(Driver):
         self.loops = [self.loop]
         if self.config.pools == "both":
             self.loops.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
-        self.checkers = [UpstreamChecker(loop) for loop in self.loops]
+        self.targets = [SGLangEngine(loop) for loop in self.loops]
+        self.checkers = [target.checker for target in self.targets]
 
     def step(self, op: str, **args: Any) -> Any:
         """One step with upstream's modules in place for all of it (one :func:`active` window, not one per call)."""
@@ -63,7 +68,8 @@ class EngineDriver(Driver):
         """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
-        admitted = [loop.arrive(prompt, max(1, max_new)) is not None for loop in self.loops]
+        request = Submission(tuple(prompt), max(1, max_new))
+        admitted = [target.submit(request) is not None for target in self.targets]
         if not admitted[0]:
             self.event("a request refused at admission (too long for the server)")
         return None
@@ -72,9 +78,9 @@ class EngineDriver(Driver):
     def crowd(self, count: int, max_new: int) -> None:
         """``count`` requests with long outputs arrive at once: decode outgrows memory and retracts."""
         for i in range(count):
-            prompt = [11, 12, 13, 14, 50 + (self.steps + i) % 40]
-            for loop in self.loops:
-                loop.arrive(prompt, max(1, max_new))
+            request = Submission((11, 12, 13, 14, 50 + (self.steps + i) % 40), max(1, max_new))
+            for target in self.targets:
+                target.submit(request)
         self.event("a crowd arrived")
         return None
 
@@ -84,11 +90,12 @@ class EngineDriver(Driver):
         from harness.upstream.engine import EOS
 
         kinds = []
-        for loop in self.loops:
+        for target in self.targets:
+            loop = target.loop
             live = list(loop.running_batch.reqs) + list(loop.waiting_queue)
             tokens = {live[i].rid: EOS for i in eos if i < len(live)}
             try:
-                kinds.append(loop.iterate(tokens))
+                kinds.append(target.step(tokens).kind)
             except InvariantViolation:
                 raise
             except Exception as exc:  # upstream raised inside its own scheduler path
@@ -114,7 +121,7 @@ class EngineDriver(Driver):
         if not live:
             return SKIPPED
         rid = live[pick % len(live)]
-        wheres = [loop.abort(rid) for loop in self.loops]
+        wheres = [target.abort(rid) for target in self.targets]
         self.event(f"abort of a {wheres[0]} request")
         return None
 
@@ -123,16 +130,11 @@ class EngineDriver(Driver):
         return fingerprint(self.loop)
 
     def audit(self) -> None:
-        for loop, checker in zip(self.loops, self.checkers):
-            judge(loop, checker)
-        if len(self.loops) == 2:
-            ours, theirs = fingerprint(self.loops[1]), fingerprint(self.loops[0])
-            if ours != theirs:
-                fields = [name for name, a, b in zip(FINGERPRINT_FIELDS, theirs, ours) if a != b]
-                raise InvariantViolation(
-                    "implementations-agree", f"the same iterations over upstream's pools and poolfuzz's differ in {fields}",
-                    upstream=dict(zip(FINGERPRINT_FIELDS, theirs)), poolfuzz=dict(zip(FINGERPRINT_FIELDS, ours)),
-                )
+        """The engine judges over each loop (:func:`~harness.kits.engine.checks.judge`), then upstream's pools and
+        poolfuzz's compared (``implementations-agree``)."""
+        observations = [judge(target.loop, target.checker) for target in self.targets]
+        if len(observations) == 2:
+            judges.agree(*observations)
 
     def teardown(self) -> None:
         """Drain: every request finishes (EOS), judged each iteration, then the idle iteration's checks run."""
@@ -170,25 +172,9 @@ class EngineDriver(Driver):
         super().teardown()
 
 
-FINGERPRINT_FIELDS = ("free KV", "free rows", "evictable", "protected", "waiting", "running", "chunked", "rows")
-
-
 def fingerprint(loop: Any) -> tuple[Any, ...]:
-    """What a user of the loop can observe: sizes, who waits and runs, and each owner's row.
-
-    At page size 1 a row is compared slot by slot.  Above it, only each row's length: 0.5.23's
-    ``free_segment`` (allocator/paged.py:340) returns a row's pages in row order, while
-    ``pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
-    so the two free lists hold the same pages in another order and later rows name other pages.
-    """
-    rows = loop.req_to_token_pool.req_to_token
-    paged = loop.config.page_size > 1
-    owners = tuple((r.rid, r.kv.kv_allocated_len if paged else tuple(rows[r.kv.req_pool_idx, : r.kv.kv_allocated_len].tolist()))
-                   for r in loop.owners())
-    chunked = loop.chunked_req.rid if loop.chunked_req is not None else None
-    return (loop.allocator.available_size(), loop.req_to_token_pool.available_size(), int(loop.tree_cache.evictable_size()),
-            int(loop.tree_cache.protected_size()), tuple(r.rid for r in loop.waiting_queue),
-            tuple(r.rid for r in loop.running_batch.reqs), chunked, owners)
+    """What a user of the loop can observe (:func:`harness.kits.engine.observe.surface`), as one value."""
+    return tuple(value for _, value in surface(loop))
 
 
 def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,

@@ -1,0 +1,217 @@
+"""SGLang 0.5.23's engine loop seen as the engine judges see every engine: an :class:`~harness.engines.interface.Observation`.
+
+Everything is read from raw state, never from upstream's size methods (those feed the surface a user
+sees and upstream's own checker only):
+
+* **request rows**: ``req_to_token_pool.free_slots`` against each live request's ``req.kv.req_pool_idx``;
+* **KV pages** (the full pool on hybrid SWA): the allocator's ``free_pages`` and ``release_pages`` (two free
+  places), the pages of the tree's values (``all_values_flatten``; a cache holder, ``"tree"``), and each row
+  owner's ``req_to_token`` row: the part past ``cache_protected_len`` it owns, the whole row it references;
+* **SWA pages** (hybrid SWA): the SWA free list against the SWA pages ``full_to_swa_index_mapping`` maps into
+  (a mapping holder; a breach is ``swa-mapping``);
+* **Mamba slots** (hybrid Mamba): ``mamba_allocator.free_slots`` against the tree's MAMBA node values and each
+  live request's ``mamba_pool_idx`` and non-empty ping-pong entries (``kv_mamba_slots``, pool_stats_observer.py:45-49).
+
+The tree's ``protected_size`` (and ``mamba_protected_size``) are its lock counts; upstream's
+``SchedulerInvariantChecker`` (:class:`~harness.kits.engine.checks.UpstreamChecker`) gives the accounts'
+verdicts.  The normal loop (``event_loop_normal``) lands every result in the iteration that scheduled it,
+so nothing is ever in flight here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+from harness.engines.interface import Account, FreePlace, Holder, HolderKind, Holding, LockCount, Observation, PoolState, Progress, Verdict
+
+if TYPE_CHECKING:
+    from harness.kits.engine.checks import UpstreamChecker
+
+TREE = Holder(HolderKind.CACHE, "tree")
+CHECKER = "upstream's invariant checker"
+SURFACE_FIELDS = ("free KV", "free rows", "evictable", "protected", "waiting", "running", "chunked", "rows")
+"""What a user of the loop can observe (:func:`surface`), compared across implementations."""
+
+
+def pages(indices: Any, page_size: int) -> list[int]:
+    """The pages of KV slot indices (the slots themselves at page size 1)."""
+    values = [int(v) for v in indices]
+    if page_size == 1:
+        return values
+    return sorted({v // page_size for v in values})
+
+
+def _tree_values(tree_cache: Any) -> list[int]:
+    """Every KV index the tree holds.  The legacy ``RadixCache.all_values_flatten`` concatenates node
+    values and raises on a tree that holds none, so an empty tree is read as empty first."""
+    if int(tree_cache.evictable_size()) + int(tree_cache.protected_size()) == 0:
+        return []
+    return [int(v) for v in tree_cache.all_values_flatten().tolist()]
+
+
+def _free_places(allocator: Any) -> tuple[FreePlace, ...]:
+    """An allocator's free page ids (slot ids at page 1); ``release_pages`` is ``None`` on the paged one."""
+    places = [FreePlace("free_pages", tuple(int(v) for v in allocator.free_pages.tolist()))]
+    if allocator.release_pages is not None:
+        places.append(FreePlace("release_pages", tuple(int(v) for v in allocator.release_pages.tolist())))
+    return tuple(places)
+
+
+def _holder(req: Any) -> Holder:
+    return Holder(HolderKind.REQUEST, str(req.rid))
+
+
+def live_requests(loop: Any) -> list[Any]:
+    """Every request the scheduler still serves: the row owners, plus the queued ones (a queued request holds
+    no row, but may hold a Mamba slot: a retracted request is reset, a match's copy is freed on rejection)."""
+    seen = {id(req) for req in loop.owners()}
+    reqs = list(loop.owners())
+    for req in loop.waiting_queue:
+        if id(req) not in seen:
+            seen.add(id(req))
+            reqs.append(req)
+    return reqs
+
+
+def kv_pool(loop: Any) -> PoolState:
+    """Every KV page by who holds it (see the module docstring)."""
+    ps = loop.config.page_size
+    allocator = loop.allocator.full_attn_allocator if loop.config.hybrid_swa else loop.allocator
+    rows = loop.req_to_token_pool.req_to_token
+    holdings = [Holding(TREE, tuple(pages(_tree_values(loop.tree_cache), ps)))]
+    for req in loop.owners():
+        kv = req.kv
+        row = rows[kv.req_pool_idx]
+        holdings.append(Holding(_holder(req), tuple(pages(row[kv.cache_protected_len : kv.kv_allocated_len].tolist(), ps))))
+        holdings.append(Holding(_holder(req), tuple(pages(row[: kv.kv_allocated_len].tolist(), ps)), owned=False))
+    total = loop.config.tokens // ps
+    return PoolState("KV page", range(1, total + 1), free=_free_places(allocator), holdings=tuple(holdings), reserved=(0,))
+
+
+def swa_pool(loop: Any) -> PoolState:
+    """The SWA pages: free, or mapped into by a full slot (``full_to_swa_index_mapping``, its trailing -1 left out)."""
+    ps = loop.config.page_size
+    mapping = loop.allocator.full_to_swa_index_mapping[:-1]
+    mapped = sorted({int(v) // ps for v in mapping[mapping > 0].tolist()})
+    index = Holder(HolderKind.MAPPING, "full_to_swa_index_mapping")
+    total = loop.config.swa_tokens // ps
+    free = _free_places(loop.allocator.swa_attn_allocator)
+    return PoolState("SWA page", range(1, total + 1), free=free, holdings=(Holding(index, tuple(mapped)),), breach="swa-mapping")
+
+
+def _mamba_slots(value: Any) -> list[int]:
+    """The Mamba slot ids in one value (a request's ``mamba_pool_idx`` is a 0-d or (1,) tensor, a node's (1,))."""
+    if value is None:
+        return []
+    if hasattr(value, "reshape"):
+        return [int(v) for v in value.reshape(-1).tolist()]
+    return [int(value)]
+
+
+def request_mamba_slots(req: Any) -> list[int]:
+    """A request's Mamba slots: its ``mamba_pool_idx`` while it holds one, and its non-empty ping-pong entries."""
+    kv = req.kv
+    slots = _mamba_slots(kv.mamba_pool_idx) if kv.holds_mamba else []
+    if kv.mamba_ping_pong_track_buffer is not None:
+        entries = [int(v) for v in kv.mamba_ping_pong_track_buffer.reshape(-1).tolist()]
+        slots += [v for v, empty in zip(entries, kv.mamba_ping_pong_empty, strict=False) if not empty]
+    return slots
+
+
+def mamba_pool(loop: Any) -> PoolState:
+    """Every Mamba slot by who holds it: free, the tree's MAMBA node values (``all_mamba_values_flatten``,
+    unified_tree_core.py:3448-3469), or a live request."""
+    pool = loop.req_to_token_pool
+    tree = tuple(int(v) for v in loop.tree_cache.all_mamba_values_flatten().reshape(-1).tolist())
+    holdings = [Holding(TREE, tree)]
+    holdings += [Holding(_holder(req), tuple(slots)) for req in live_requests(loop) if (slots := request_mamba_slots(req))]
+    free = (FreePlace("free_slots", tuple(int(v) for v in pool.mamba_allocator.free_slots.tolist())),)
+    return PoolState("Mamba slot", range(1, int(pool.mamba_pool.size) + 1), free=free, holdings=tuple(holdings), reserved=(0,))
+
+
+def row_pool(loop: Any) -> PoolState:
+    """Every request row (1..rows): free, or held by the live request whose ``req.kv.req_pool_idx`` it is."""
+    holdings = tuple(Holding(_holder(req), (int(req.kv.req_pool_idx),)) for req in live_requests(loop) if req.kv.req_pool_idx is not None)
+    free = (FreePlace("free_slots", tuple(int(row) for row in loop.req_to_token_pool.free_slots)),)
+    return PoolState("request row", range(1, loop.config.rows + 1), free=free, holdings=holdings, reserved=(0,))
+
+
+def _account(what: str, pools: tuple[str, ...], verdict_of: Callable[[], tuple[bool, str] | None], unchecked: str) -> Account:
+    """Upstream's verdict on one account, or its own assertion's words where it raised one."""
+    try:
+        verdict = verdict_of()
+    except (AssertionError, ValueError) as exc:
+        return Account(what, pools, None, unchecked, failure=str(exc))
+    return Account(what, pools, None if verdict is None else Verdict(*verdict), unchecked)
+
+
+def _progress(loop: Any) -> Progress:
+    facts = loop.last_step
+    context: list[tuple[str, int | float | None]] = []
+    if loop.stalled:  # the numbers a hang report shows
+        a, tree, head = loop.allocator, loop.tree_cache, loop.waiting_queue[0]
+        context = [
+            ("head_prompt", len(head.origin_input_ids)),
+            ("head_max_new", head.sampling_params.max_new_tokens),
+            ("available", int(a.available_size())),
+            ("evictable", int(tree.evictable_size())),
+        ]
+        if loop.config.hybrid_swa:
+            context += [
+                ("swa_available", int(a.swa_available_size())),
+                ("swa_evictable", int(tree.swa_evictable_size())),
+                ("swa_pool", int(a.size_swa)),
+            ]
+    return Progress(facts.waiting, facts.active, facts.advanced, tuple(context))
+
+
+def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
+    """What a user of the loop can observe: sizes, who waits and runs, and each owner's row.
+
+    At page size 1 a row is compared slot by slot.  Above it, only each row's length: 0.5.23's
+    ``free_segment`` (allocator/paged.py:340) returns a row's pages in row order, while
+    ``pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
+    so the two free lists hold the same pages in another order and later rows name other pages.
+    """
+    rows = loop.req_to_token_pool.req_to_token
+    paged = loop.config.page_size > 1
+    owners = tuple(
+        (r.rid, r.kv.kv_allocated_len if paged else tuple(rows[r.kv.req_pool_idx, : r.kv.kv_allocated_len].tolist())) for r in loop.owners()
+    )
+    chunked = loop.chunked_req.rid if loop.chunked_req is not None else None
+    values = (
+        loop.allocator.available_size(),
+        loop.req_to_token_pool.available_size(),
+        int(loop.tree_cache.evictable_size()),
+        int(loop.tree_cache.protected_size()),
+        tuple(r.rid for r in loop.waiting_queue),
+        tuple(r.rid for r in loop.running_batch.reqs),
+        chunked,
+        owners,
+    )
+    return tuple(zip(SURFACE_FIELDS, values, strict=True))
+
+
+def observe(loop: Any, upstream: UpstreamChecker) -> Observation:
+    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.engine_loader.active`)."""
+    config = loop.config
+    pools = [row_pool(loop), kv_pool(loop)]
+    kv_account = ("KV page", "SWA page") if config.hybrid_swa else ("KV page",)
+    if config.hybrid_swa:
+        pools.append(swa_pool(loop))
+    accounts = [_account("KV page", kv_account, upstream.verdict, "upstream checks nothing at this point")]
+    locks = [LockCount("the tree", "tokens", int(loop.tree_cache.protected_size()))]
+    if config.hybrid_ssm:
+        pools.append(mamba_pool(loop))
+        accounts.append(_account("Mamba slot", ("Mamba slot",), upstream.mamba_verdict, "upstream checks no Mamba pool while busy"))
+        locks.append(LockCount("the tree", "Mamba states", int(loop.tree_cache.mamba_protected_size())))
+    return Observation(
+        engine=config.pools,
+        pools=tuple(pools),
+        progress=_progress(loop),
+        locks=tuple(locks),
+        checker=CHECKER,
+        accounts=tuple(accounts),
+        surface=surface(loop),
+    )
