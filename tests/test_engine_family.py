@@ -64,19 +64,21 @@ def test_upstreams_scheduler_path_runs_clean_under_both_judges(config: dict[str,
 
 @needs_engine
 def test_the_unified_cache_runs_the_core_it_names() -> None:
-    from harness.upstream.engine import EngineConfig, EngineLoop
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.upstream.engine import EngineLoop
 
-    rust = EngineLoop(EngineConfig(cache="unified-rust")).tree_cache.tree_core
-    python = EngineLoop(EngineConfig(cache="unified-python")).tree_cache.tree_core
+    rust = EngineLoop(EngineTargetConfig(cache="unified-rust")).tree_cache.tree_core
+    python = EngineLoop(EngineTargetConfig(cache="unified-python")).tree_cache.tree_core
     assert type(rust).__name__ == "RustUnifiedTreeCore"
     assert type(python).__name__ == "UnifiedTreeCore"
 
 
 @needs_engine
 def test_low_admission_ratio_drives_decode_into_retraction() -> None:
-    from harness.upstream.engine import EOS, EngineConfig, EngineLoop
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.upstream.engine import EOS, EngineLoop
 
-    loop = EngineLoop(EngineConfig(rows=4, tokens=40, context=64, new_token_ratio=0.1))
+    loop = EngineLoop(EngineTargetConfig(rows=4, tokens=40, context=64, new_token_ratio=0.1))
     for i in range(4):
         loop.arrive([11, 12, 13, 14, 20 + i, 30 + i], max_new_tokens=20)
     retracted = 0
@@ -152,16 +154,44 @@ def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None
 
 @needs_engine
 def test_a_mamba_shape_refuses_what_0_5_23_does_not_build_here() -> None:
-    from harness.upstream.engine import EngineConfig
+    from harness.kits.engine.config import EngineTargetConfig
 
     for bad in ({"cache": "radix"}, {"page_size": 4, "tokens": 48}, {"pools": "poolfuzz"}, {"rows": 5}):
         with pytest.raises(ValueError):
-            EngineConfig(**{**MAMBA, "cache": "unified-rust", **bad})
+            EngineTargetConfig(**{**MAMBA, "cache": "unified-rust", **bad})
+
+
+def test_the_server_shape_is_declared_once_and_every_engine_target_takes_exactly_its_fields() -> None:
+    import dataclasses
+    import inspect
+
+    from harness.canaries import collected
+    from harness.judge.families import resolve
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.kits.engine.driver import build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine
+
+    fields = {f.name: f.default for f in dataclasses.fields(EngineTargetConfig) if not f.name.startswith("_")}
+    canaries = [resolve(c.spec) for c in collected().values() if c.family == "engine"]
+    for target in [build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine, *canaries]:
+        parameters = inspect.signature(target).parameters
+        assert {name: p.default for name, p in parameters.items()} == fields, target
+        assert all(p.kind is p.KEYWORD_ONLY for p in parameters.values()), target
+
+
+def test_a_shape_0_5_23_does_not_build_is_refused_when_the_config_is_built_before_any_loop() -> None:
+    from harness.judge.limits import LimitError
+    from harness.kits.engine.config import EngineTargetConfig
+
+    with pytest.raises(LimitError, match="not a shape 0.5.23 builds"):
+        EngineTargetConfig(cache="radix", sliding_window=4, swa_tokens=24)
+    with pytest.raises(LimitError, match="not a shape 0.5.23 builds"):
+        EngineTargetConfig.from_mapping({"pools": "both", "cache": "unified-rust", "sliding_window": 4, "swa_tokens": 24})
 
 
 def _leaky_mamba_engine(where: str) -> object:
     """A factory whose loop takes one Mamba slot and drops it: after a decode step (``busy``) or at idle."""
-    from harness.upstream.engine import EngineConfig, EngineLoop
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.upstream.engine import EngineLoop
 
     class DropsAMambaSlot(EngineLoop):
         dropped = False
@@ -183,7 +213,7 @@ def _leaky_mamba_engine(where: str) -> object:
 
     def build(**config: object) -> object:
         config.pop("device", None)
-        return DropsAMambaSlot(EngineConfig(**config))  # type: ignore[arg-type]
+        return DropsAMambaSlot(EngineTargetConfig(**config))  # type: ignore[arg-type]
 
     return build
 
@@ -222,9 +252,10 @@ def test_the_mamba_slot_accounting_catches_a_dropped_slot(where: str, seen_by: s
 def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
     from harness.judge.invariants import InvariantViolation
     from harness.kits.engine.checks import UpstreamChecker, judge
-    from harness.upstream.engine import EngineConfig, EngineLoop
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.upstream.engine import EngineLoop
 
-    loop = EngineLoop(EngineConfig(**{**MAMBA, "cache": "unified-python"}))
+    loop = EngineLoop(EngineTargetConfig(**{**MAMBA, "cache": "unified-python"}))
     for i in range(3):
         loop.arrive([11, 12, 13, 14, 20 + i], max_new_tokens=3)
     for _ in range(12):

@@ -37,8 +37,9 @@ from array import array
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from harness.kits.engine.config import POOLS, EngineTargetConfig
 from harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
-from harness.upstream.engine_config import EOS, EngineConfig
+from harness.upstream.engine_config import EOS
 from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
 
 
@@ -56,7 +57,9 @@ class EngineLoop:
     """The scheduler's memory state and one iteration of its loop (see the module docstring)."""
 
     @engine_call
-    def __init__(self, config: EngineConfig, modules: EngineModules | None = None) -> None:
+    def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None) -> None:
+        if config.pools not in POOLS:
+            raise ValueError(f"one loop runs over {POOLS} pools, not {config.pools!r} (the driver runs both as two loops)")
         self.config = config
         self.m = modules or load_engine()
         self.rids = itertools.count()
@@ -80,7 +83,7 @@ class EngineLoop:
         self.last_step = StepFacts((), (), False)
         """What the last iteration left: who waits, who runs or is chunked, and whether it formed a batch (or aborted)."""
         self.timed_out = 0
-        """Queue heads aborted by the waiting timeout (``EngineConfig.waiting_timeout``)."""
+        """Queue heads aborted by the waiting timeout (``EngineTargetConfig.waiting_timeout``)."""
 
     # ------------------------------------------------------------------ requests
     @engine_call

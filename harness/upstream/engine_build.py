@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.engine_config import EngineConfig
+from harness.kits.engine.config import EngineTargetConfig
 from harness.upstream.engine_loader import EngineModules
 
 __all__ = ["ModelConfigStandIn", "NoSpeculation", "build_pools", "tree_cache"]
@@ -44,7 +44,7 @@ class NoSpeculation:
         raise AttributeError(name)
 
 
-def build_pools(m: EngineModules, config: EngineConfig) -> tuple[Any, Any]:
+def build_pools(m: EngineModules, config: EngineTargetConfig) -> tuple[Any, Any]:
     """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
     upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
     if config.pools == "poolfuzz":
@@ -78,7 +78,7 @@ def build_pools(m: EngineModules, config: EngineConfig) -> tuple[Any, Any]:
     return rows, allocator
 
 
-def tree_cache(m: EngineModules, config: EngineConfig, rows: Any, allocator: Any) -> Any:
+def tree_cache(m: EngineModules, config: EngineTargetConfig, rows: Any, allocator: Any) -> Any:
     """The tree cache ``create_tree_cache`` (registry.py) builds over ``rows`` and ``allocator``: a ``RadixCache``,
     or a ``UnifiedRadixCache`` with FULL, plus SWA for hybrid SWA, plus MAMBA for hybrid SSM (registry.py:165-169)."""
     params = m.cache_init_params.CacheInitParams(
@@ -95,7 +95,7 @@ def tree_cache(m: EngineModules, config: EngineConfig, rows: Any, allocator: Any
     return m.unified_radix_cache.UnifiedRadixCache(params)
 
 
-def _core_params(m: EngineModules, config: EngineConfig) -> dict[str, Any]:
+def _core_params(m: EngineModules, config: EngineTargetConfig) -> dict[str, Any]:
     if config.cache == "radix":
         return {}
     kinds = m.component_type.ComponentType

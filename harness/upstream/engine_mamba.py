@@ -28,15 +28,11 @@ from typing import Any
 
 import torch
 
+from harness.kits.engine.config import MAMBA_REQUESTS_RATIO
 from harness.upstream.engine_loader import EngineModules
 
 MAMBA_LAYER_IDS = (0,)
 """One Mamba layer (``_get_mamba_layer_ids_for_req_pool``, kv_cache_configurator.py:1603-1610, on one rank)."""
-
-MAMBA_REQUESTS_RATIO = 3
-"""``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
-extra buffer and ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`` off (environ.py:1637), ``_calculate_mamba_ratio``
-is 3 (:3062-3086) and ``max_running_requests`` is capped at ``max_mamba_cache_size // 3`` (:3134-3150)."""
 
 
 def mamba_cache_params(modules: EngineModules) -> Any:

@@ -1,7 +1,7 @@
 """poolfuzz's own pools behind the interfaces SGLang 0.5.23's scheduler glue calls.
 
 The engine loop (:mod:`harness.upstream.engine`) runs the same scheduler iterations over either
-upstream's pools or ours (``pools=`` in :class:`~harness.upstream.engine.EngineConfig`), so one
+upstream's pools or ours (``pools=`` in :class:`~harness.kits.engine.config.EngineTargetConfig`), so one
 operation sequence reaches both and the judges see any difference.  What is ours here:
 
 * the KV allocator (``pools.kv_allocator``: ``TokenToKVPoolAllocator`` at page 1,

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from harness.canaries.catalogue import Canary
-from harness.upstream.engine import EngineConfig, EngineLoop
+from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
+from harness.upstream.engine import EngineLoop
 
 
 class ReleaseFreesProtectedPrefix(EngineLoop):
@@ -126,7 +127,7 @@ class EvictableSizeDrifts(EngineLoop):
     sees nothing wrong.  Caught by ``checker-agreement``.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineTargetConfig) -> None:
         super().__init__(config)
         counted = self.tree_cache.evictable_size
         self.tree_cache.evictable_size = lambda: counted() + (1 if counted() else 0)
@@ -139,7 +140,7 @@ class MirrorPopsTail(EngineLoop):
     the same iterations leave different rows.  Caught by ``implementations-agree``.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineTargetConfig) -> None:
         super().__init__(config)
         if config.pools == "poolfuzz" and config.page_size == 1:
             ours = self.allocator.ours
@@ -153,14 +154,15 @@ class MirrorPopsTail(EngineLoop):
 
 
 def _factory(loop_class: type[EngineLoop], *, mirror: bool = False) -> Any:
-    def build(**config: Any) -> EngineLoop:
+    @takes_the_shape
+    def build(**shape: Any) -> EngineLoop:
         # The glue bugs are planted over upstream's pools (ours would refuse some of them); a mirror
         # canary keeps the drawn pools, since its bug lives on the poolfuzz side of a "both" run.
         # Hybrid-SWA shapes run as full attention: upstream's SWA admission hangs on many of them (finding 5 in
         # docs/upstream-findings.md), and that hang, not the planted bug, would be reported first.
-        shape = {k: v for k, v in config.items() if k not in ("device", "pools", "sliding_window", "swa_tokens")}
-        pools = config.get("pools", "upstream") if mirror else "upstream"
-        return loop_class(EngineConfig(**shape, pools="upstream" if pools == "both" else pools))
+        config = EngineTargetConfig(**shape)
+        pools = config.pools if mirror and config.pools != "both" else "upstream"
+        return loop_class(config.replaced(pools=pools, sliding_window=None, swa_tokens=0))
 
     build.__name__ = f"build_{loop_class.__name__}"
     return build

@@ -1,16 +1,49 @@
-"""The engine family's configuration: the server shape its target builds (``build_engine``'s keywords).
+"""The engine family's server shape, declared once: what SGLang 0.5.23's memory configurator would build.
 
-Which shapes 0.5.23 builds is the loop's own check (:class:`~harness.upstream.engine_config.EngineConfig`,
-raised as a ``LimitError`` when the target is built); this class holds the types and the size limits, and
-``pools="both"`` (the driver runs upstream's pools and ours side by side), which no single loop is.
+:class:`EngineTargetConfig` is the only declaration of the shape.  A trace's ``config`` is read into it (and
+written from it, byte for byte); the move table draws it; the limits are its fields' bounds; the shapes
+0.5.23 builds are its own check (:meth:`EngineTargetConfig.__post_init__`, an :class:`EngineShapeError`
+when it is built, so replay refuses an unbuildable trace as bad input); and every target's keywords are its
+fields (:func:`takes_the_shape` gives ``build_engine`` and its peers their signature), so the loop
+(:class:`harness.upstream.engine.EngineLoop`) and its builders read this object and nothing else.
+
+Nothing here loads upstream: the registry imports it with the kit's declaration.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from harness.judge.config import PoolConfig, bounded, setting
-from harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint
+from harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint, LimitError
+
+CACHES = ("radix", "unified-rust", "unified-python")
+"""``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
+POOLS = ("upstream", "poolfuzz")
+"""Whose ``ReqToTokenPool`` and KV allocator one loop runs: upstream's, or ours behind upstream's interface."""
+TARGET_POOLS = (*POOLS, "both")
+"""What a target may name: one loop's pools, or ``both`` (the driver runs upstream's and ours side by side)."""
+
+MAMBA_REQUESTS_RATIO = 3
+"""``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
+extra buffer and ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`` off (environ.py:1637), ``_calculate_mamba_ratio``
+is 3 (:3062-3086) and ``max_running_requests`` is capped at ``max_mamba_cache_size // 3`` (:3134-3150)."""
+
+
+class EngineShapeError(LimitError):
+    """A server shape 0.5.23 does not build (a combination, or a pool its startup checks refuse).
+
+    A :class:`~harness.judge.limits.LimitError`, so a trace naming one is refused as bad input
+    (replay: ``BAD``, exit 2) before any step runs, like a size past the family's limits.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("engine", "config", None, None, f"is not a shape 0.5.23 builds: {problem}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,15 +54,118 @@ class EngineTargetConfig(PoolConfig):
     footprints = (Footprint("rows x context", CELLS, lambda n: n("rows", 0) * n("context", 0)),)
 
     cache: str = setting("radix")
+    """:data:`CACHES`."""
     page_size: int = bounded(1, PAGE, default=1)
     rows: int = bounded(1, ROWS, default=8)
     tokens: int = bounded(1, TOKENS, default=256)
     context: int = bounded(8, CONTEXT, default=128)
     chunk: int | None = bounded(1, CONTEXT, nullable=True, default=None)
+    """``chunked_prefill_size``; ``None`` disables chunked prefill."""
     new_token_ratio: float = setting(0.7)
+    """``new_token_ratio_tracker.current``: the share of ``max_new_tokens`` admission reserves for decode."""
     pools: str = setting("upstream")
+    """:data:`TARGET_POOLS`: ``poolfuzz`` puts ``pools/``'s row pool and KV allocator under the same loop."""
     sliding_window: int | None = bounded(1, CONTEXT, nullable=True, default=None)
+    """A hybrid sliding-window model's window; ``None`` is full attention.  With a window the loop
+    builds what ``kv_cache_configurator.py:2874`` builds: ``SWATokenToKVPoolAllocator`` (full and SWA
+    pools) under ``UnifiedRadixCache`` with the FULL and SWA components (``registry.py:165-169``)."""
     swa_tokens: int = bounded(0, TOKENS, default=0)
+    """The SWA pool's slots (``swa_max_total_num_tokens``), used with ``sliding_window``."""
     swa_eviction_interval: int = bounded(1, CONTEXT, default=128)
+    """``SGLANG_SWA_EVICTION_INTERVAL`` (environ.py, default 128): tokens past the window before
+    ``maybe_evict_swa`` frees a request's out-of-window SWA slots (schedule_batch.py:4063-4066)."""
     mamba_slots: int = bounded(0, ROWS, default=0)
+    """A hybrid Mamba (linear attention) model's state slots (``max_mamba_cache_size``); 0 is no Mamba.
+    With slots the loop builds what ``kv_cache_configurator.py`` builds for a hybrid-SSM model:
+    ``HybridReqToTokenPool`` (a ``MambaPool`` of one float32 layer and its ``mamba_allocator``,
+    :1700-1753) over ``TokenToKVPoolAllocator`` (:2914-2922), under ``UnifiedRadixCache`` with the FULL
+    and MAMBA components (``registry.py:165-169``); see :mod:`harness.upstream.engine_mamba`.  It needs
+    ``rows <= mamba_slots // 3`` (``max_running_requests`` is capped so, kv_cache_configurator.py:3134-3150).
+
+    Not built here, with the reason: page size > 1 (``MambaComponent`` asserts page 1 without the extra
+    buffer, components/mamba.py:74-79); the extra buffer (``track_mask_cpu.pin_memory()`` at
+    schedule_batch.py:3830 raises on a CPU torch); the legacy ``RadixCache`` (no Mamba component; a
+    hybrid-SSM server gets UnifiedRadixCache, registry.py:146); poolfuzz's pools (``engine_ours`` has
+    no adapter putting ``pools.mamba`` behind the 0.5.23 ``req.kv`` interface).  With ``sliding_window`` too
+    it is the model that is both (an Inkling-class hybrid): ``HybridReqToTokenPool`` (:1593-1597) under
+    ``SWATokenToKVPoolAllocator`` (:2874-2884) and a FULL + SWA + MAMBA tree, as 0.5.23's default
+    (non-unified) memory path builds it; it loads and runs on CPU."""
     waiting_timeout: bool = setting(False)
+    """``SGLANG_REQ_WAITING_TIMEOUT > 0`` (default -1, off): the scheduler aborts a request that waited past the
+    timeout (``_poll_timeout_aborts``, scheduler.py:3598-3620).  The loop has no clock; a request left waiting
+    on a server where nothing runs waits past any timeout, so with the knob on such an iteration aborts the
+    queue head as the timeout would, and the server goes on (the way past finding 5's hang)."""
+
+    @property
+    def hybrid_swa(self) -> bool:
+        return self.sliding_window is not None
+
+    @property
+    def hybrid_ssm(self) -> bool:
+        """A hybrid Mamba shape (``is_hybrid_ssm`` in the scheduler, scheduler.py:605)."""
+        return self.mamba_slots > 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # types and bounds first: the shape rules compare checked values
+        for problem in _shape_problems(self):
+            raise EngineShapeError(problem)
+
+
+def _shape_problems(config: EngineTargetConfig) -> list[str]:
+    """What 0.5.23 would not build about ``config`` (the first is raised); ``both`` must build on poolfuzz's pools too."""
+    problems: list[str] = []
+    if config.cache not in CACHES:
+        problems.append(f"cache must be one of {CACHES}, not {config.cache!r}")
+    if config.pools not in TARGET_POOLS:
+        problems.append(f"pools must be one of {TARGET_POOLS}, not {config.pools!r}")
+    if config.tokens % config.page_size:
+        problems.append(f"tokens ({config.tokens}) must be a positive multiple of page_size ({config.page_size})")
+    if config.sliding_window is not None:
+        if config.cache == "radix" or config.pools != "upstream":
+            problems.append(
+                "a sliding window runs on UnifiedRadixCache over upstream's SWA allocator only "
+                "(the legacy RadixCache has no SWA component; pools/ has no 0.5.23-interface SWA allocator)"
+            )
+        elif config.swa_tokens < config.page_size or config.swa_tokens % config.page_size:
+            problems.append(
+                f"sliding_window ({config.sliding_window}) must be >= 1 and swa_tokens ({config.swa_tokens}) "
+                f"a positive multiple of page_size ({config.page_size})"
+            )
+        elif config.sliding_window + config.page_size >= config.swa_tokens:
+            # The server refuses this at startup (validate_swa_pool_size, model_executor/pool_configurator.py:198-216):
+            # prefill charges window + page of SWA headroom per request, so no request could ever be admitted.
+            problems.append(
+                f"SWA pool ({config.swa_tokens} tokens) cannot hold even one request: sliding_window "
+                f"({config.sliding_window}) + page_size ({config.page_size}) must stay below it"
+            )
+    if config.hybrid_ssm:
+        if config.cache == "radix" or config.pools != "upstream" or config.page_size != 1:
+            problems.append(
+                "a Mamba shape runs on UnifiedRadixCache over upstream's pools at page size 1 "
+                "(see EngineTargetConfig.mamba_slots for why each other combination does not run)"
+            )
+        elif config.rows > config.mamba_slots // MAMBA_REQUESTS_RATIO:
+            problems.append(
+                f"rows ({config.rows}) must be at most mamba_slots // {MAMBA_REQUESTS_RATIO} "
+                f"({config.mamba_slots // MAMBA_REQUESTS_RATIO}): kv_cache_configurator.py:3134-3150 caps "
+                "max_running_requests there"
+            )
+    return problems
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def takes_the_shape(builder: F) -> F:
+    """Give ``builder`` (which takes ``**shape``) the config's fields as its keyword-only signature and annotations.
+
+    The registry binds a target's signature to the family's config, the trace loader checks a trace's
+    config keys and types against the default target's, and a config left a key out only where the
+    target's default is the field's own: all three now read the one declaration.
+    """
+    hints = typing.get_type_hints(EngineTargetConfig)
+    fields = [f for f in dataclasses.fields(EngineTargetConfig) if not f.name.startswith("_")]
+    parameters = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]) for f in fields]
+    builder.__signature__ = inspect.Signature(parameters, return_annotation=Any)  # type: ignore[attr-defined]
+    builder.__annotations__ = {**{f.name: hints[f.name] for f in fields}, "return": Any}
+    return builder

@@ -19,7 +19,7 @@ from harness.engines.interface import Submission
 from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from harness.judge.invariants import InvariantViolation
 from harness.kits.engine.checks import judge
-from harness.kits.engine.config import EngineTargetConfig
+from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
 from harness.kits.engine.observe import surface
 from harness.kits.engine.target import SGLangEngine
 from harness.upstream.engine_loader import active
@@ -177,50 +177,41 @@ def fingerprint(loop: Any) -> tuple[Any, ...]:
     return tuple(value for _, value in surface(loop))
 
 
-def build_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
-                 chunk: int | None = None, pools: str = "upstream", new_token_ratio: float = 0.7,
-                 sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
-                 mamba_slots: int = 0, waiting_timeout: bool = False, device: str = "cpu") -> Any:
-    """The loop for one server shape (:class:`~harness.upstream.engine.EngineConfig`); ``pools="both"``
-    builds the upstream-pools loop, and the driver adds the poolfuzz mirror.  CPU only: ``device`` is
-    recorded, as every family's is, and must be ``"cpu"``."""
-    from harness.upstream.engine import EngineConfig, EngineLoop
+@takes_the_shape
+def build_engine(**shape: Any) -> Any:
+    """The loop for one server shape (:class:`~harness.kits.engine.config.EngineTargetConfig`, its keywords the
+    config's fields); ``pools="both"`` builds the upstream-pools loop, and the driver adds the poolfuzz mirror.
+    CPU only: ``device`` is recorded, as every family's is, and must be ``"cpu"``."""
+    from harness.upstream.engine import EngineLoop
 
-    if str(device) != "cpu":
-        raise ValueError(f"the engine target runs on CPU (upstream's Triton paths need a GPU build of sglang), not {device}")
-    return EngineLoop(EngineConfig(
-        cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
-        pools="upstream" if pools == "both" else pools, new_token_ratio=new_token_ratio,
-        sliding_window=sliding_window, swa_tokens=swa_tokens, swa_eviction_interval=swa_eviction_interval,
-        mamba_slots=mamba_slots, waiting_timeout=waiting_timeout,
-    ))
+    config = EngineTargetConfig(**shape)
+    if config.device != "cpu":
+        raise ValueError(f"the engine target runs on CPU (upstream's Triton paths need a GPU build of sglang), not {config.device}")
+    return EngineLoop(config.replaced(pools="upstream") if config.pools == "both" else config)
 
 
 build_engine.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
-def build_engine_with_waiting_timeout(**config: Any) -> Any:
+@takes_the_shape
+def build_engine_with_waiting_timeout(**shape: Any) -> Any:
     """Upstream's loop with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``--target engine=...:build_engine_with_waiting_timeout``).
 
     Finding 5's hang stops a plain run within seconds; with the timeout a hung queue head is aborted, as a
     server configured so would, and fuzzing goes on past it over every shape."""
-    return build_engine(**{**config, "waiting_timeout": True})
+    return build_engine(**{**shape, "waiting_timeout": True})
 
 
 build_engine_with_waiting_timeout.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
-def build_poolfuzz_engine(*, cache: str = "radix", page_size: int = 1, rows: int = 8, tokens: int = 256, context: int = 128,
-                          chunk: int | None = None, pools: str = "poolfuzz", new_token_ratio: float = 0.7,
-                          sliding_window: int | None = None, swa_tokens: int = 0, swa_eviction_interval: int = 128,
-                          mamba_slots: int = 0, device: str = "cpu") -> Any:
+@takes_the_shape
+def build_poolfuzz_engine(**shape: Any) -> Any:
     """The same loop over poolfuzz's row pool and KV allocator alone (``--target engine=...:build_poolfuzz_engine``).
 
     Every drawn shape runs over ``pools/``; a hybrid-SWA or hybrid-Mamba shape runs as full attention, since
     ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
     (``pools.swa`` predates it; ``pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
     and :mod:`harness.upstream.engine_ours` has no adapter for it yet)."""
-    del mamba_slots
-    return build_engine(cache=cache, page_size=page_size, rows=rows, tokens=tokens, context=context, chunk=chunk,
-                        pools="poolfuzz", new_token_ratio=new_token_ratio, sliding_window=None, swa_tokens=0,
-                        swa_eviction_interval=swa_eviction_interval, device=device)
+    config = EngineTargetConfig(**shape).replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0)
+    return build_engine(**config.kwargs())

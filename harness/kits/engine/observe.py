@@ -21,12 +21,18 @@ so nothing is ever in flight here.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from harness.engines.interface import Account, FreePlace, Holder, HolderKind, Holding, LockCount, Observation, PoolState, Progress, Verdict
 
-if TYPE_CHECKING:
-    from harness.kits.engine.checks import UpstreamChecker
+
+class Verdicts(Protocol):
+    """Upstream's checker as the accounts read it (:class:`harness.kits.engine.checks.UpstreamChecker`)."""
+
+    def verdict(self) -> tuple[bool, str] | None: ...
+
+    def mamba_verdict(self) -> tuple[bool, str] | None: ...
+
 
 TREE = Holder(HolderKind.CACHE, "tree")
 CHECKER = "upstream's invariant checker"
@@ -193,7 +199,7 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
     return tuple(zip(SURFACE_FIELDS, values, strict=True))
 
 
-def observe(loop: Any, upstream: UpstreamChecker) -> Observation:
+def observe(loop: Any, upstream: Verdicts) -> Observation:
     """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.engine_loader.active`)."""
     config = loop.config
     pools = [row_pool(loop), kv_pool(loop)]
