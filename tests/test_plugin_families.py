@@ -46,6 +46,7 @@ KIT = {
             name="tiny_slots", summary="a tiny slot pool (plug-in kit)", default="tinykit.pool:SlotPool",
             driver="tinykit.driver:SlotDriver", moves="tinykit.moves:slot_table",
             bench_config=(("size", 4), ("device", "cpu")), canaries=("tinykit.canaries",),
+            upstream=("tinykit.upstream:ToySlots",),
             invariants=("valid-call-accepted", "misuse-rejected", "empty-pool-guard", "no-double-allocation",
                         "conservation"),
             limits=FamilyLimits({"size": Limit(0, 64), "device": SETTING}, (), {}),
@@ -153,6 +154,48 @@ KIT = {
                 view=SlotView,
             )
     ''',
+    "tinykit/upstream.py": '''
+        """The toy engine's own slot allocator, loaded from its files by poolfuzz's one loader."""
+        from types import ModuleType
+
+        from harness.upstream.loading import Distribution, copy_of, runs_upstream
+        from harness.upstream.sources import UpstreamUnavailableError
+
+
+        def _util(name):
+            module = ModuleType(name)
+            module.lowest = min  # toyengine/util.py's lowest(), as documented: the smallest slot
+            return module
+
+
+        TOY = Distribution(name="toyengine", title="Toy engine", supported="1.0", env="TINYKIT_TOY_SRC", probe="core",
+                           real=("toyengine.core",), stand_ins=lambda: {"toyengine.util": _util})
+
+
+        @runs_upstream(TOY)
+        class ToySlots:
+            poolfuzz_check_misuse = False
+
+            def __init__(self, size, device="cpu"):
+                loaded, problems = copy_of(TOY).load(["toyengine.core.slots"])
+                if problems:
+                    raise UpstreamUnavailableError(next(iter(problems.values())))
+                self.size = size
+                self.inner = loaded["toyengine.core.slots"].UpstreamSlots(size)
+
+            @property
+            def free_slots(self):
+                return sorted(self.inner.free)
+
+            def alloc(self):
+                return self.inner.alloc()
+
+            def free(self, slot):
+                self.inner.release(slot)
+
+            def available_size(self):
+                return len(self.inner.free)
+    ''',
     "tinykit/canaries.py": '''
         from harness.canaries.catalogue import Canary
         from tinykit.pool import SlotPool
@@ -174,14 +217,42 @@ KIT = {
 }
 
 
+TOY_ENGINE = {
+    "toyengine/__init__.py": "raise ImportError('the engine package top pulls a GPU stack: poolfuzz must not run it')\n",
+    "toyengine/core/__init__.py": "",
+    "toyengine/core/slots.py": """
+        from toyengine.telemetry import Counter  # a module poolfuzz does not load: a placeholder
+
+
+        class UpstreamSlots:
+            def __init__(self, size):
+                self.free = list(range(size))
+
+            def alloc(self):
+                if not self.free:
+                    return None
+                from toyengine.util import lowest  # imported at call time, as engines do
+
+                slot = lowest(self.free)
+                self.free.remove(slot)
+                return slot
+
+            def release(self, slot):
+                self.free.append(slot)
+    """,
+}
+"""A tiny upstream engine's files: the plug-in's upstream target drives ``toyengine.core.slots`` from them."""
+
+
 @dataclass(frozen=True)
 class Installed:
     site: Path
     work: Path
+    toy: Path
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_"))}
-        env.update(PYTHONPATH=str(self.site), CI="1")
+        env.update(PYTHONPATH=str(self.site), CI="1", TINYKIT_TOY_SRC=str(self.toy))
         return subprocess.run(
             [sys.executable, "-m", "harness", *args], cwd=self.work, env=env, check=False, capture_output=True, text=True, timeout=timeout
         )
@@ -190,10 +261,11 @@ class Installed:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("plugin-kit")
-    for name, text in KIT.items():
-        path = root / "src" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
+    for folder, files in (("src", KIT), ("toy", TOY_ENGINE)):
+        for name, text in files.items():
+            path = root / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).lstrip())
     done = subprocess.run(
         [
             sys.executable,
@@ -216,7 +288,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     if done.returncode != 0:
         pytest.skip(f"cannot pip-install the kit here: {(done.stderr or done.stdout).strip()[-300:]}")
     (root / "work").mkdir()
-    return Installed(root / "site", root / "work")
+    return Installed(root / "site", root / "work", root / "toy")
 
 
 def _out(result: subprocess.CompletedProcess[str]) -> str:
@@ -241,6 +313,15 @@ def test_an_installed_kit_is_fuzzed_and_its_pool_runs_clean(installed: Installed
     report = json.loads((installed.work / "report.json").read_text())
     (target,) = report["targets"]
     assert target["family"] == "tiny_slots" and target["steps"] > 100, target
+
+
+def test_an_installed_kits_upstream_target_loads_through_the_one_loader_and_runs_clean(installed: Installed) -> None:
+    result = installed.run(
+        "fuzz", "--target", "tiny_slots=tinykit.upstream:ToySlots", "--seconds", "3", "--workers", "1", "--corpus", "up", "--report", "up.json"
+    )
+    assert result.returncode == 0, _out(result)
+    (target,) = json.loads((installed.work / "up.json").read_text())["targets"]
+    assert target["implementation"] == "tinykit.upstream:ToySlots" and target["steps"] > 100, target
 
 
 def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Installed) -> None:

@@ -34,15 +34,17 @@ one-line reason naming the upstream file and line (:func:`harness.upstream.sourc
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,7 @@ __all__ = [
     "StandInFactory",
     "copy_of",
     "forget_copies",
+    "runs_upstream",
 ]
 
 StandInFactory = Callable[[str], ModuleType]
@@ -242,17 +245,6 @@ class LoadedCopy:
         """The window in which upstream code runs: the finder installed, the copy's modules importable (reentrant)."""
         return _Window(self)
 
-    def call(self, method: Callable[P, R]) -> Callable[P, R]:
-        """``method`` (a function that reaches upstream code) run inside :meth:`active`."""
-        import functools
-
-        @functools.wraps(method)
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            with _Window(self):
-                return method(*args, **kwargs)
-
-        return call
-
     def _open(self) -> None:
         self._lock.acquire()
         if self._depth == 0:
@@ -384,6 +376,39 @@ def forget_copies(name: str | None = None) -> None:
             _failed.pop(key, None)
 
 
-def windows() -> Iterator[LoadedCopy]:
-    """The loaded copies (for tests that check no window is left open)."""
-    return iter(list(_copies.values()))
+T = TypeVar("T", bound=type)
+
+
+def runs_upstream(distribution: Distribution) -> Callable[[T], T]:
+    """Class decorator: every public method and property of a wrapper (its bases' included) runs in the window.
+
+    A wrapper's calls reach upstream methods, and some of those import at call time (``allocator/base.py``
+    imports ``prefill_budget`` inside a method); outside a window such an import would find the real
+    installed package and execute its ``__init__``, a second copy of every class.  The window costs a
+    few list operations a call.
+    """
+
+    def windowed(function: Callable[..., R]) -> Callable[..., R]:
+        if getattr(function, "__poolfuzz_windowed__", False):
+            return function
+
+        @functools.wraps(function)
+        def call(*args: object, **kwargs: object) -> R:
+            with copy_of(distribution).active():
+                return function(*args, **kwargs)
+
+        call.__poolfuzz_windowed__ = True  # type: ignore[attr-defined]
+        return call
+
+    def decorate(cls: T) -> T:
+        for name in dir(cls):
+            if name.startswith("_") and name != "__init__":
+                continue
+            value = inspect.getattr_static(cls, name)
+            if isinstance(value, property) and value.fget is not None:
+                setattr(cls, name, property(windowed(value.fget), value.fset, value.fdel, value.__doc__))
+            elif inspect.isfunction(value):
+                setattr(cls, name, windowed(value))
+        return cls
+
+    return decorate

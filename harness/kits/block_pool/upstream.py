@@ -29,7 +29,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
-from harness.upstream.vllm_files import SUPPORTED_VERSION, load_vllm
+from harness.upstream.loading import runs_upstream
+from harness.upstream.vllm_files import SUPPORTED_VERSION, VLLM, load_vllm
 from harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
 
 HASH_BLOCK_SIZE = 16
@@ -72,6 +73,7 @@ class VllmBlock:
         return f"VllmBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, block_hash={self.block_hash})"
 
 
+@runs_upstream(VLLM)
 class VllmBlockPool:
     """``block_pool``: upstream ``BlockPool(num_gpu_blocks, enable_caching, hash_block_size)``, events and metrics off."""
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.upstream.loading import runs_upstream
+from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import load_upstream
 from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices
 
@@ -55,6 +57,7 @@ class UpstreamKV(UpstreamWrapper, FreeGroupForwarding):
         return torch.cat(pending) // self.page_size
 
 
+@runs_upstream(SGLANG)
 class TokenKV(UpstreamKV):
     """``token_kv``: upstream ``TokenToKVPoolAllocator(size, dtype, device, kvcache, need_sort)``."""
 
@@ -71,6 +74,7 @@ class TokenKV(UpstreamKV):
         return torch.cat((self.inner.free_pages, self.inner.release_pages))
 
 
+@runs_upstream(SGLANG)
 class PagedKV(UpstreamKV, ExtendDecodeForwarding):
     """``paged_kv``: upstream ``PagedTokenToKVPoolAllocator(size, page_size, dtype, device, kvcache, need_sort)``.
 

@@ -10,10 +10,13 @@ import operator
 
 import torch
 
+from harness.upstream.loading import runs_upstream
+from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import load_upstream
 from harness.upstream.wrapper import UpstreamWrapper
 
 
+@runs_upstream(SGLANG)
 class MambaSlots(UpstreamWrapper):
     """``mamba_slots``: upstream ``MambaSlotAllocator(size, device)``.
 

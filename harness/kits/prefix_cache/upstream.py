@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 import torch
 
 from harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
-from harness.upstream.sglang_files import SUPPORTED_VERSION
+from harness.upstream.loading import runs_upstream
+from harness.upstream.sglang_files import SGLANG, SUPPORTED_VERSION
 from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
 from pools.errors import TreeInvariantError, TreeNodeError
 
@@ -170,6 +171,7 @@ class UpstreamCacheOver:
         return UpstreamRequestResult(node, cpl, prefix_len, duplicates, sum(int(t.numel()) for t in tail))
 
 
+@runs_upstream(SGLANG)
 class RadixCacheOver(UpstreamCacheOver):
     """Upstream ``RadixCache(CacheInitParams(...))`` over any ``allocator``, with our cache's constructor."""
 
@@ -319,6 +321,7 @@ def upstream_kv_allocator(size: int, page_size: int, device: str | torch.device 
     return TokenKV(size, device) if page_size == 1 else PagedKV(size, page_size, device)
 
 
+@runs_upstream(SGLANG)
 class RadixCache(RadixCacheOver):
     """``prefix_cache``: upstream ``RadixCache`` over upstream's KV allocator, built as
     ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""

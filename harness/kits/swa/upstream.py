@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from harness.upstream.loading import runs_upstream
+from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
 from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded
 from pools.protocols import SWAKVAllocator
@@ -100,6 +102,7 @@ class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding)
         return list(self.mods.signals.drain())
 
 
+@runs_upstream(SGLANG)
 class SWAKV(_UpstreamSWA):
     """``swa_kv``: upstream ``SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 
@@ -125,6 +128,7 @@ class SWAKV(_UpstreamSWA):
                 side.use_triton_kernels = self.kernel == "triton"
 
 
+@runs_upstream(SGLANG)
 class PureSWAKV(_UpstreamSWA):
     """``swa_kv`` (pure): upstream ``PureSWATokenToKVPoolAllocator(size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 

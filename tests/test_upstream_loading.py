@@ -1,0 +1,128 @@
+"""The one loader (harness/upstream/loading.py): one identity per upstream class, present only while upstream runs.
+
+Every upstream target loads through one finder per distribution, so a class SGLang's SWA allocator
+composes is the very class the ``token_kv`` target fuzzes and the engine schedules over; the old
+hand-stub loaders executed the same files twice, forking the classes.  These tests load every
+target in one process and compare identities, and check that upstream's call-time imports find the
+loaded modules inside a window and leave nothing in ``sys.modules`` after it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from harness.judge.families import load_factory
+from harness.upstream.loading import Distribution, LoadedCopy
+from harness.upstream.placeholders import StandInReached
+from harness.upstream.sglang_files import sglang_copy
+from harness.upstream.sglang_modules import load_engine, load_sglang_cache, load_upstream, unavailable_reason
+from harness.upstream.sources import SourceFolder
+from harness.upstream.vllm_files import load_vllm, vllm_unavailable_reason
+
+ENGINE_MISSING = unavailable_reason("Engine")
+needs_sglang = pytest.mark.skipif(ENGINE_MISSING is not None, reason=f"upstream SGLang unavailable: {ENGINE_MISSING}")
+VLLM_MISSING = vllm_unavailable_reason()
+needs_vllm = pytest.mark.skipif(VLLM_MISSING is not None, reason=f"upstream vLLM unavailable: {VLLM_MISSING}")
+
+
+def _leftovers() -> list[str]:
+    return [name for name in sys.modules if name.split(".")[0] in ("sglang", "vllm")]
+
+
+@needs_sglang
+def test_every_sglang_target_shares_one_class_per_upstream_class() -> None:
+    allocators = load_upstream()
+    caches = load_sglang_cache()
+    engine = load_engine()
+    assert engine.token is allocators.token and engine.paged is allocators.paged
+    assert caches.radix_cache is engine.radix_cache and caches.swa is engine.swa_allocator
+    swa = load_factory("harness.upstream:SWAKV")(size=16, size_swa=16, page_size=4)
+    assert type(swa.inner.full_attn_allocator) is allocators.paged.PagedTokenToKVPoolAllocator
+    token = load_factory("harness.upstream:TokenKV")(size=8)
+    assert type(token.inner) is engine.token.TokenToKVPoolAllocator
+    radix = load_factory("harness.upstream:RadixCache")(size=8, page_size=1)
+    assert type(radix.inner) is engine.radix_cache.RadixCache
+    assert _leftovers() == []
+
+
+@needs_sglang
+def test_a_call_time_import_inside_the_window_finds_the_loaded_module_and_leaves_nothing_behind() -> None:
+    token = load_upstream().token
+    with sglang_copy().active():
+        assert importlib.import_module("sglang.srt.mem_cache.allocator.token") is token
+        assert sys.modules["sglang"] is sglang_copy().namespace["sglang"]
+        with sglang_copy().active():  # reentrant: an upstream call inside another
+            from sglang.srt.mem_cache.common import release_kv_cache  # noqa: F401  (a call-time import, as upstream's)
+    assert _leftovers() == []
+
+
+@needs_sglang
+def test_a_wrapper_call_runs_inside_the_window() -> None:
+    seen: list[bool] = []
+    token = load_factory("harness.upstream:TokenKV")(size=8)
+    original = type(token.inner).alloc
+
+    def alloc(self: object, need_size: int) -> object:  # an upstream method that imports at call time
+        seen.append(importlib.import_module("sglang.srt.mem_cache.allocator.token") is load_upstream().token)
+        return original(self, need_size)
+
+    token.inner.alloc = alloc.__get__(token.inner)
+    assert token.alloc(2) is not None
+    assert seen == [True] and _leftovers() == []
+
+
+@needs_sglang
+def test_a_module_nobody_declared_is_a_placeholder_that_refuses_use() -> None:
+    copy = sglang_copy()
+    with copy.active():
+        module = importlib.import_module("sglang.srt.layers.some_kernel_poolfuzz_never_loads")
+    assert "sglang.srt.layers.some_kernel_poolfuzz_never_loads" in copy.placeholders
+    with pytest.raises(StandInReached, match="some_kernel_poolfuzz_never_loads.launch"):
+        module.launch()
+
+
+@needs_vllm
+def test_vllm_block_pool_classes_are_the_ones_the_block_pool_target_drives() -> None:
+    modules = load_vllm()
+    pool = load_factory("harness.upstream:VllmBlockPool")(num_gpu_blocks=4)
+    assert type(pool.inner) is modules.block_pool.BlockPool
+    assert _leftovers() == []
+
+
+def test_a_distribution_a_plug_in_declares_loads_its_own_files_under_the_same_rules(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "toyengine" / "core").mkdir(parents=True)
+    (site / "toyengine" / "__init__.py").write_text("raise ImportError('a heavy package top that must not run')\n")
+    (site / "toyengine" / "core" / "__init__.py").write_text("")
+    (site / "toyengine" / "core" / "pool.py").write_text(
+        "from toyengine.metrics import counter\nfrom toyengine.helpers import double\n\nclass Pool:\n"
+        "    def size(self):\n        return double(2)\n\n    def observe(self):\n        counter.inc()\n"
+    )
+    toy = Distribution(
+        name="toyengine",
+        title="Toy",
+        supported="1.0",
+        env="POOLFUZZ_TOYENGINE_SRC",
+        probe="core",
+        real=("toyengine.core",),
+        stand_ins=lambda: {"toyengine.helpers": _helpers},
+    )
+    copy = LoadedCopy(toy, SourceFolder("toyengine", "1.0", site, "test"))
+    loaded, problems = copy.load(["toyengine.core.pool"])
+    assert problems == {}
+    pool = loaded["toyengine.core.pool"].Pool()
+    assert pool.size() == 4  # the explicit stand-in runs
+    with pytest.raises(StandInReached, match="toyengine.metrics.counter"):
+        pool.observe()  # the placeholder refuses
+    assert [name for name in sys.modules if name.startswith("toyengine")] == []
+
+
+def _helpers(name: str) -> ModuleType:
+    module = ModuleType(name)
+    module.double = lambda x: 2 * x  # type: ignore[attr-defined]
+    return module
