@@ -110,8 +110,11 @@ def partition(pool: PoolState) -> Leak:
     check(not outside, pool.breach, f"a {pool.name} outside the pool is in use", ids=outside[:SHOWN], pool=str(pool.ids))
     if pool.ref_counts is not None:
         _ref_counts(pool, referenced, set(counts))
-    missing = sorted(set(pool.ids) - in_use)
-    held = Counter(h.holder.kind.value for h in pool.holdings for _ in h.ids if h.owned or pool.shared)
+    missing = sorted(set(pool.ids) - in_use) if len(in_use) < len(pool.ids) else []  # in_use lies within ids here
+    held: Counter[str] = Counter()
+    for holding in pool.holdings:
+        if holding.owned or pool.shared:
+            held[holding.holder.kind.value] += len(holding.ids)
     parts = [f"{pool.name}s={len(pool.ids)}", f"free={len(free)}", *(f"{kind}={n}" for kind, n in sorted(held.items()))]
     return Leak(bool(missing), " ".join([*parts, f"unaccounted={missing[:SHOWN]}"]))
 

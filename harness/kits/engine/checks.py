@@ -98,12 +98,12 @@ class UpstreamChecker:
         return bool(leak), str(message)
 
 
-def judge(loop: Any, upstream: UpstreamChecker) -> Observation:
+def judge(loop: Any, upstream: UpstreamChecker, *, with_surface: bool = True) -> Observation:
     """Both judges over the loop's state (see the module docstring); the observation they judged."""
     from harness.upstream.engine_loader import active
 
     with active(loop.m):
-        observation = observe(loop, upstream)
+        observation = observe(loop, upstream, with_surface=with_surface)
         judges.judge(observation, engine_checks=lambda: sglang_checks(loop))
     return observation
 

@@ -132,7 +132,8 @@ class EngineDriver(Driver):
     def audit(self) -> None:
         """The engine judges over each loop (:func:`~harness.kits.engine.checks.judge`), then upstream's pools and
         poolfuzz's compared (``implementations-agree``)."""
-        observations = [judge(target.loop, target.checker) for target in self.targets]
+        compared = len(self.targets) == 2
+        observations = [judge(target.loop, target.checker, with_surface=compared) for target in self.targets]
         if len(observations) == 2:
             judges.agree(*observations)
 

@@ -88,9 +88,10 @@ def kv_pool(loop: Any) -> PoolState:
     holdings = [Holding(TREE, tuple(pages(_tree_values(loop.tree_cache), ps)))]
     for req in loop.owners():
         kv = req.kv
-        row = rows[kv.req_pool_idx]
-        holdings.append(Holding(_holder(req), tuple(pages(row[kv.cache_protected_len : kv.kv_allocated_len].tolist(), ps))))
-        holdings.append(Holding(_holder(req), tuple(pages(row[: kv.kv_allocated_len].tolist(), ps)), owned=False))
+        row = rows[kv.req_pool_idx, : kv.kv_allocated_len].tolist()
+        holder = _holder(req)
+        holdings.append(Holding(holder, tuple(pages(row[kv.cache_protected_len :], ps))))
+        holdings.append(Holding(holder, tuple(pages(row, ps)), owned=False))
     total = loop.config.tokens // ps
     return PoolState("KV page", range(1, total + 1), free=_free_places(allocator), holdings=tuple(holdings), reserved=(0,))
 
@@ -199,8 +200,9 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
     return tuple(zip(SURFACE_FIELDS, values, strict=True))
 
 
-def observe(loop: Any, upstream: Verdicts) -> Observation:
-    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.engine_loader.active`)."""
+def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Observation:
+    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.engine_loader.active`);
+    ``with_surface=False`` leaves the surface out where no second implementation is compared (it costs size calls)."""
     config = loop.config
     pools = [row_pool(loop), kv_pool(loop)]
     kv_account = ("KV page", "SWA page") if config.hybrid_swa else ("KV page",)
@@ -219,5 +221,5 @@ def observe(loop: Any, upstream: Verdicts) -> Observation:
         locks=tuple(locks),
         checker=CHECKER,
         accounts=tuple(accounts),
-        surface=surface(loop),
+        surface=surface(loop) if with_surface else (),
     )
