@@ -1,9 +1,11 @@
 """The engine kit: SGLang 0.5.23's scheduler memory path, upstream's own calls on its own pools and cache.
 
-``moves`` (arrivals, iterations, aborts, crowds), ``driver`` (one scheduler iteration a step, through
-upstream's ``allocation.py`` and ``common.py``), ``checks`` (every step judged twice: our
-invariants and upstream's own ``invariant_checker.py``), ``canaries``.  The engine itself is built
-by :mod:`harness.upstream.engine_build` from the installed SGLang.
+``config`` (the server shape, declared once: every target's keywords), ``moves`` (arrivals, iterations,
+aborts, crowds), ``driver`` (one scheduler iteration a step, through upstream's ``allocation.py`` and
+``common.py``, driving the loop through the engine protocol of ``target``), ``observe`` (the loop's raw
+state as an engine-neutral observation) and ``checks`` (every step judged twice: the engine judges of
+:mod:`harness.engines.judges` and upstream's own ``invariant_checker.py``), ``canaries``.  The engine
+itself is built by :mod:`harness.upstream.engine_build` from the installed SGLang.
 """
 
 from __future__ import annotations
