@@ -341,3 +341,28 @@ def test_an_aborted_chunked_request_is_released_before_its_next_chunk_and_the_po
     assert chunked.finished() and not chunked.kv.holds_kv
     assert "abort of a chunked request" in driver.events
     driver.teardown()
+
+
+@needs_engine
+def test_sglangs_loop_is_an_engine_target_whose_observation_the_engine_judges_pass() -> None:
+    from harness.engines import judges
+    from harness.engines.interface import EngineTarget, HolderKind, Submission
+    from harness.kits.engine.config import EngineTargetConfig
+    from harness.kits.engine.target import SGLangEngine
+    from harness.upstream.engine import EOS, EngineLoop
+
+    engine = SGLangEngine(EngineLoop(EngineTargetConfig(cache="unified-python", page_size=4, rows=4, tokens=48, context=64)))
+    assert isinstance(engine, EngineTarget)
+    rids = [engine.submit(Submission((11, 12, 13, 14, 20 + i), 3)) for i in range(2)]
+    assert None not in rids
+    first = engine.step({})
+    assert first.kind == "prefill" and first.scheduled == first.landed == tuple(rids)  # the normal loop lands what it scheduled
+    observation = engine.observe()
+    assert not observation.in_flight and {"request row", "KV page"} <= {pool.name for pool in observation.pools}
+    holders = {h.holder.name for h in observation.pool("KV page").holdings if h.holder.kind is HolderKind.REQUEST}
+    assert holders == set(rids)
+    judges.judge(observation)
+    for _ in range(6):
+        engine.step({rid: EOS for rid in rids if rid})
+        judges.judge(engine.observe())
+    assert engine.observe().at_rest
