@@ -32,6 +32,7 @@ from functools import cache
 from typing import Any, Generic, TypeVar
 
 from harness.judge.moved import current_module
+from harness.judge.ops import Operations
 from harness.judge.trace import Args
 
 S = TypeVar("S")
@@ -122,11 +123,20 @@ class Contract(Generic[S]):
     """What the predicates read, built from the driver when a step's rule has a predicate."""
     by_op: dict[str, CallRule[S]] = field(init=False, repr=False, compare=False)
 
+    ops: type[Operations] | None = None
+    """The driver's declared operations (its kit's ``ops`` module): the table must name each of them, and only them,
+    or it is refused as it is built."""
+
     def __post_init__(self) -> None:
         ops = [rule.op for rule in self.rules] + [entry.op for entry in self.not_called]
         repeated = sorted({op for op in ops if ops.count(op) > 1})
         if repeated:
             raise ContractError(f"{self.target}'s contract lists {repeated} more than once")
+        if self.ops is not None:
+            self.ops.check_named(f"{self.target}'s contract", ops)
+            missing = sorted(self.ops.names() - set(ops))
+            if missing:
+                raise ContractError(f"{self.target}'s contract does not name {missing}, which {self.ops.__name__} declares")
         object.__setattr__(self, "by_op", {rule.op: rule for rule in self.rules})
 
     def judge(self, driver: Any, op: str, args: Args) -> str | None:
@@ -174,6 +184,12 @@ class KnownFindingFilter(Generic[S]):
     view: Callable[[Any], S]
     keep: tuple[tuple[str, Allows[S]], ...]
     """``(operation, when the machine may still issue it)``, one entry per operation that can reach a finding."""
+    ops: type[Operations] | None = None
+    """The driver's declared operations: an entry naming another is refused as the filter is built."""
+
+    def __post_init__(self) -> None:
+        if self.ops is not None:
+            self.ops.check_named(f"known-finding filter over {getattr(self.view, '__name__', self.view)}", (name for name, _ in self.keep))
 
     def allows(self, driver: Any, op: str, args: Args) -> bool:
         """Whether ``op`` with ``args`` may still be issued in the driver's current state."""

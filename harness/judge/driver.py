@@ -21,12 +21,14 @@ step number and the trace attached, so whoever catches it can save the trace.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from harness.judge.config import PoolConfig
 from harness.judge.contract import contract_of
 from harness.judge.invariants import InvariantViolation, check
+from harness.judge.ops import Operations, OpsError
 from harness.judge.trace import Args, Trace
 from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
 
@@ -72,6 +74,19 @@ def operation(fn: F) -> F:
     return fn
 
 
+def _check_declared(cls: type[Driver], ops: type[Operations]) -> None:
+    """Refuse a driver whose operations or their parameters differ from its kit's declaration."""
+    if cls.operations != ops.names():
+        raise OpsError(
+            f"{cls.__name__}'s operations differ from {ops.__name__}: undeclared {sorted(cls.operations - ops.names())}, "
+            f"not implemented {sorted(ops.names() - cls.operations)}"
+        )
+    for name in sorted(cls.operations):
+        taken = tuple(inspect.signature(getattr(cls, name)).parameters)[1:]
+        if taken != ops.arguments_of(name):
+            raise OpsError(f"{cls.__name__}.{name} takes {taken}; {ops.__name__} declares {ops.arguments_of(name)}")
+
+
 def error_numbers(error: PoolError) -> list[int]:
     """The indices a typed error names: ``indices`` (double free, foreign index) or ``index`` (reserved index)."""
     if isinstance(error, ReservedIndexError):
@@ -99,12 +114,18 @@ class Driver:
 
     family: ClassVar[str] = ""
     operations: ClassVar[frozenset[str]] = frozenset()
+    ops: ClassVar[type[Operations] | None] = None
+    """The kit's declaration of this driver's operations and their arguments (:mod:`harness.judge.ops`): the
+    ``@operation`` methods must be exactly those, with those parameters, or the class is refused as it is built.
+    ``None`` (a plug-in's driver) checks nothing."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.operations = frozenset(
             name for klass in cls.__mro__ for name, fn in vars(klass).items() if getattr(fn, "__poolfuzz_operation__", False)
         )
+        if cls.ops is not None:
+            _check_declared(cls, cls.ops)
 
     def __init__(
         self,

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.judge.ops import Operations
+
 if TYPE_CHECKING:
     from harness.judge.config import PoolConfig
     from harness.judge.limits import FamilyLimits
@@ -86,6 +88,16 @@ class Family:
     not_covered: tuple[str, ...] = ()
     """What the family's configurations do not reach, one line each with the reason (``harness list`` prints
     them): a user reads there which of their deployment's paths the fuzzer leaves alone."""
+    ops: type[Operations] | None = None
+    """The family driver's declared operations and their arguments (the kit's ``ops`` module,
+    :mod:`harness.judge.ops`): every operation and argument the ``limits`` and ``realistic`` floors name must be
+    declared there, or the kit is refused as it is declared; the driver's ``ops`` must be the same class.  ``None``
+    (a plug-in's kit) checks nothing."""
+
+    def __post_init__(self) -> None:
+        if self.ops is not None:
+            self.ops.check_paths(f"{self.name}'s limits", self.limits.args)
+            self.ops.check_paths(f"{self.name}'s realistic floors", (key for key, _ in self.realistic))
 
     @property
     def bench_kwargs(self) -> dict[str, Any]:
@@ -131,7 +143,3 @@ def settings(**values: Any) -> tuple[tuple[str, Any], ...]:
 def pages(count: int) -> Callable[[Mapping[str, Any]], int]:
     """A realistic floor of ``count`` pages, in tokens of the config's ``page_size``."""
     return lambda config: count * int(config.get("page_size") or 1)
-
-
-ONE_TOKEN = (("alloc.need_size", 1), ("extend.batch[*][1]", 1))
-"""A request a scheduler sends has at least one token (realistic floors of the KV families)."""

@@ -50,6 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from harness.judge.ops import Operations
+
 TOKENS = 1 << 20
 ROWS = 1 << 16
 CONTEXT = 1 << 20
@@ -189,7 +191,7 @@ def check_step(family: str, op: str, args: Mapping[str, Any], config: Mapping[st
     """
     row = limits_for(family)
     prefix = f"steps[{index}].args" if index is not None else "args"
-    if op == "construct":
+    if op == Operations.construct:
         overrides = args.get("overrides")
         if isinstance(overrides, Mapping):
             _check_overrides(family, row, config, overrides, f"{prefix}.overrides")

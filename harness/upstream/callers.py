@@ -14,6 +14,8 @@ from typing import Protocol
 
 from harness.judge.contract import CallRule, Cite, NotCalled
 from harness.judge.trace import Args
+from harness.kits.kv.ops import FreeGroupOps, TokenKVOps
+from harness.kits.prefix_cache.ops import PrefixCacheOps
 
 ADMISSION_MATCH = Cite('srt/managers/schedule_batch.py', 1734,
                        'match_result = match_kv_cache(',
@@ -126,7 +128,7 @@ def evicts_something(view: object, args: Args) -> bool:
 
 # ------------------------------------------------------------------ rules several tables share
 FREE_SEGMENT_RULE: CallRule[object] = CallRule(
-    "free_segment", ("free_segment",),
+    TokenKVOps.free_segment, ("free_segment",),
     "free_segment(row[start:end], start_pos=start): a page-aligned start, the end anywhere in the last page",
     (SEGMENTS_LOOP, EVICT_SEGMENT, DUPLICATE_SEGMENT, ACTION_SEGMENT))
 """A token allocator's ``free_segment``: a request row segment by segment, a node's value, a checkpoint's duplicates."""
@@ -150,19 +152,19 @@ def free_group_rules(begin: Cite, end: Cite, wording: tuple[str, str], *, flush:
     shape and ``instead``."""
     shape, instead = wording
     return (
-        CallRule("group_begin", ("free_group_begin",), "no arguments, no group open", (begin, BATCH_BEGIN, *also_begin)),
-        CallRule("group_end", ("free_group_end",), "no arguments, a group open", (end, BATCH_END, *also_end)),
-        CallRule("clear", ("clear", "free_group_begin", "free_group_end"), shape, (flush, BATCH_BEGIN, BATCH_END),
+        CallRule(FreeGroupOps.group_begin, ("free_group_begin",), "no arguments, no group open", (begin, BATCH_BEGIN, *also_begin)),
+        CallRule(FreeGroupOps.group_end, ("free_group_end",), "no arguments, a group open", (end, BATCH_END, *also_end)),
+        CallRule(FreeGroupOps.clear, ("clear", "free_group_begin", "free_group_end"), shape, (flush, BATCH_BEGIN, BATCH_END),
                  today=outside_a_group, instead=instead),
     )
 
 
 TREE_MISUSE = (
-    NotCalled("insert_mismatched", "misuse: a value longer or shorter than its key"),
-    NotCalled("insert_malformed", "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
-    NotCalled("recache", "misuse: pages the tree holds cached again under another key"),
-    NotCalled("release_malformed", "misuse: release_request with a broken argument"),
-    NotCalled("cache_over", "misuse: a second cache of another page size or an unknown policy"),
-    NotCalled("construct", "misuse: a malformed constructor"),
+    NotCalled(PrefixCacheOps.insert_mismatched, "misuse: a value longer or shorter than its key"),
+    NotCalled(PrefixCacheOps.insert_malformed, "misuse: values that are not whole pages, past the pool, page 0, repeated, float"),
+    NotCalled(PrefixCacheOps.recache, "misuse: pages the tree holds cached again under another key"),
+    NotCalled(PrefixCacheOps.release_malformed, "misuse: release_request with a broken argument"),
+    NotCalled(PrefixCacheOps.cache_over, "misuse: a second cache of another page size or an unknown policy"),
+    NotCalled(PrefixCacheOps.construct, "misuse: a malformed constructor"),
 )
 """The prefix-cache driver's misuse operations, never issued to an upstream tree."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
 from harness.judge.limits import REQUEST
 from harness.kits.block_pool.config import BlockPoolConfig
+from harness.kits.block_pool.ops import BlockPoolOps as Ops
 
 FAMILIES = (
     Family(
@@ -22,8 +23,11 @@ FAMILIES = (
         canaries=("harness.kits.block_pool.canaries",),
         upstream=("harness.upstream:VllmBlockPool",),
         invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
-        realistic=(("num_gpu_blocks", 4), ("allocate.num_blocks", 1), ("admit.tokens", 1)),
+        realistic=(("num_gpu_blocks", 4), (Ops.at(Ops.allocate, "num_blocks"), 1), (Ops.at(Ops.admit, "tokens"), 1)),
         protocol="pools.protocols:BlockPoolLike",
-        limits=BlockPoolConfig.with_args({"allocate.num_blocks": REQUEST, "cache.num_full": REQUEST, "slide.num_skipped": REQUEST}),
+        limits=BlockPoolConfig.with_args(
+            {Ops.at(Ops.allocate, "num_blocks"): REQUEST, Ops.at(Ops.cache, "num_full"): REQUEST, Ops.at(Ops.slide, "num_skipped"): REQUEST}
+        ),
+        ops=Ops,
     ),
 )

@@ -29,6 +29,7 @@ from harness.judge.invariants import check, check_unique
 from harness.kits.block_pool.config import BlockPoolConfig
 from harness.kits.block_pool.misuse import BlockPoolMisuse
 from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
+from harness.kits.block_pool.ops import BlockPoolOps
 from pools.block_pool import BlockPool
 from pools.errors import (
     BadBatchError,
@@ -49,6 +50,7 @@ def build_block_pool(num_gpu_blocks: int, enable_caching: bool = True, device: s
 
 class BlockPoolDriver(Driver, BlockPoolMisuse):
     family = "block_pool"
+    ops = BlockPoolOps
     config: BlockPoolConfig
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:

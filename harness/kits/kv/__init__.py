@@ -9,11 +9,17 @@ The pools are :mod:`pools.kv_allocator` and :mod:`pools.page_alloc`.
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, pages
 from harness.judge.limits import REQUEST
 from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
+from harness.kits.kv.ops import ONE_TOKEN, PagedKVOps, TokenKVOps
 
-KV_ARGS = {"alloc.need_size": REQUEST, "free_part.count": REQUEST, "free_segment.start_page": REQUEST, "free_segment.trim": REQUEST}
+KV_ARGS = {
+    TokenKVOps.at(TokenKVOps.alloc, "need_size"): REQUEST,
+    TokenKVOps.at(TokenKVOps.free_part, "count"): REQUEST,
+    TokenKVOps.at(TokenKVOps.free_segment, "start_page"): REQUEST,
+    TokenKVOps.at(TokenKVOps.free_segment, "trim"): REQUEST,
+}
 KV_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "kernel-agreement")
 
 FAMILIES = (
@@ -27,10 +33,11 @@ FAMILIES = (
         canaries=("harness.kits.kv.canaries",),
         upstream=("harness.upstream:TokenKV",),
         invariants=KV_INVARIANTS,
-        realistic=(("size", 16), ("alloc.need_size", 1)),
+        realistic=(("size", 16), (TokenKVOps.at(TokenKVOps.alloc, "need_size"), 1)),
         protocol="pools.protocols:TokenKVAllocator",
         device_path=True,
         limits=TokenKVConfig.with_args(KV_ARGS),
+        ops=TokenKVOps,
     ),
     Family(
         name="paged_kv",
@@ -48,6 +55,7 @@ FAMILIES = (
         device_path=True,
         optional_imports=("triton",),
         rate_target=4_000,
-        limits=PagedKVConfig.with_args({**KV_ARGS, "extend.batch[*][1]": REQUEST}),
+        limits=PagedKVConfig.with_args({**KV_ARGS, PagedKVOps.at(PagedKVOps.extend, "batch", "[*][1]"): REQUEST}),
+        ops=PagedKVOps,
     ),
 )

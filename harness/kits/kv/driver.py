@@ -27,6 +27,7 @@ from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.kits.kv.config import TokenKVConfig
 from harness.kits.kv.misuse import KVMisuseDriver, is_int
 from harness.kits.kv.model import KVModel
+from harness.kits.kv.ops import TokenKVOps
 from pools.errors import BadSizeError, GroupStateError
 
 
@@ -38,6 +39,7 @@ class TokenKVDriver(KVMisuseDriver):
     """``TokenToKVPoolAllocator``: alloc, free, free groups, staging, clear."""
 
     family = "token_kv"
+    ops = TokenKVOps
     paged = False
 
     config: TokenKVConfig

@@ -24,6 +24,7 @@ from harness.judge.invariants import check, check_slot_layout
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
 from harness.kits.kv.config import PagedKVConfig
 from harness.kits.kv.driver import TokenKVDriver, ints
+from harness.kits.kv.ops import PagedKVOps
 from harness.kits.kv.page_kernel import CASES, kernel_case
 from pools.errors import BadBatchError
 from pools.page_alloc import PageKernel
@@ -37,6 +38,7 @@ class PagedKVDriver(TokenKVDriver):
     """``PagedTokenToKVPoolAllocator``: everything above plus ``alloc_extend`` and ``alloc_decode``."""
 
     family = "paged_kv"
+    ops = PagedKVOps
     paged = True
 
     def _request_tail(self, handle: int | None) -> tuple[int, int]:

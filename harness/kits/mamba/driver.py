@@ -22,6 +22,7 @@ from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver,
 from harness.judge.invariants import check, check_unique
 from harness.kits.mamba.config import MambaSlotConfig
 from harness.kits.mamba.model import SlotModel
+from harness.kits.mamba.ops import SlotOps
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
 
 
@@ -205,6 +206,7 @@ class SlotWindowDriver(Driver):
 
 class MambaSlotDriver(SlotWindowDriver):
     family = "mamba_slots"
+    ops = SlotOps
 
     config: MambaSlotConfig
 

@@ -15,6 +15,7 @@ from harness.judge.invariants import check
 from harness.kits.mamba.config import HybridRowConfig
 from harness.kits.mamba.driver import SlotWindowDriver, as_int, bad_count
 from harness.kits.mamba.model import Claim, HybridModel, SlotModel
+from harness.kits.mamba.ops import HybridOps
 from harness.kits.mamba.state import MambaStateOps
 from harness.kits.rows.driver import RowPoolDriver
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, PoolError
@@ -32,6 +33,7 @@ class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
     the Mamba state calls are :class:`~harness.kits.mamba.state.MambaStateOps`."""
 
     family = "hybrid_req_to_token"
+    ops = HybridOps
 
     config: HybridRowConfig
 

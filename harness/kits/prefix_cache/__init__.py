@@ -11,6 +11,7 @@ from __future__ import annotations
 from harness.judge.kit import Family, pages
 from harness.judge.limits import PAGE, REQUEST
 from harness.kits.prefix_cache.config import PrefixCacheConfig
+from harness.kits.prefix_cache.ops import PrefixCacheOps as Ops
 
 FAMILIES = (
     Family(
@@ -37,9 +38,16 @@ FAMILIES = (
             "match-returns-inserted",
             "kv-accounting",
         ),
-        realistic=(("size", pages(4)), *((f"{op}.prompt", 1) for op in ("request", "insert", "match", "lock"))),
+        realistic=(("size", pages(4)), *((Ops.at(op, "prompt"), 1) for op in (Ops.request, Ops.insert, Ops.match, Ops.lock))),
         protocol="pools.protocols:PrefixCache",
         device_path=True,
-        limits=PrefixCacheConfig.with_args({"evict.num_tokens": REQUEST, "insert_mismatched.extra": REQUEST, "cache_over.page_size": PAGE}),
+        limits=PrefixCacheConfig.with_args(
+            {
+                Ops.at(Ops.evict, "num_tokens"): REQUEST,
+                Ops.at(Ops.insert_mismatched, "extra"): REQUEST,
+                Ops.at(Ops.cache_over, "page_size"): PAGE,
+            }
+        ),
+        ops=Ops,
     ),
 )

@@ -34,6 +34,7 @@ from harness.judge.driver import SKIPPED, ConstructorKwargs, operation
 from harness.judge.invariants import InvariantViolation, check
 from harness.kits.prefix_cache.calls import Holder, PrefixCacheCalls
 from harness.kits.prefix_cache.misuse import PrefixCacheMisuse
+from harness.kits.prefix_cache.ops import PrefixCacheOps
 from pools.errors import AlreadyCachedError, BadSizeError, KeyValueMismatchError, LockStateError, PoolError, UnknownEvictionPolicyError
 from pools.radix_tree import EVICTION_POLICIES
 
@@ -42,6 +43,7 @@ __all__ = ["Holder", "PrefixCacheDriver"]
 
 class PrefixCacheDriver(PrefixCacheCalls, PrefixCacheMisuse):
     family = "prefix_cache"
+    ops = PrefixCacheOps
 
     def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """``page_size`` >= 1 and ``size`` a non-negative multiple of it (the allocator's), a known policy."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
 from harness.judge.limits import REQUEST
 from harness.kits.rows.config import DecodeRowConfig, RowConfig
+from harness.kits.rows.ops import RowOps
 
-ROW_ARGS = {"alloc_rows.need_size": REQUEST, "alloc_rows_non_int.need_size": REQUEST,
-            "write.start": REQUEST, "write.length": REQUEST}
+ROW_ARGS = {RowOps.at(RowOps.alloc_rows, "need_size"): REQUEST, RowOps.at(RowOps.alloc_rows_non_int, "need_size"): REQUEST,
+            RowOps.at(RowOps.write, "start"): REQUEST, RowOps.at(RowOps.write, "length"): REQUEST}
 ROW_INVARIANTS = (*ALLOCATOR_INVARIANTS, "in-bounds", "generation-monotonic", "clear-restores")
 
 FAMILIES = (
@@ -20,11 +21,11 @@ FAMILIES = (
            driver="harness.kits.rows.driver:RowPoolDriver", moves="harness.kits.rows.moves:row_table",
            bench_config=RowConfig(size=32, max_context_len=16), canaries=("harness.kits.rows.canaries",),
            invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool", rate_target=10_000,
-           limits=RowConfig.with_args(ROW_ARGS)),
+           limits=RowConfig.with_args(ROW_ARGS), ops=RowOps),
     Family(name="decode_req_to_token", summary="decode request rows with pre-allocation, head pop",
            default="pools:DecodeReqToTokenPool", driver="harness.kits.rows.driver:DecodeRowPoolDriver",
            moves="harness.kits.rows.moves:decode_row_table",
            bench_config=DecodeRowConfig(size=24, max_context_len=16, pre_alloc_size=8, device="cpu"),
            canaries=("harness.kits.rows.canaries",), invariants=ROW_INVARIANTS, protocol="pools.protocols:RequestRowPool",
-           limits=DecodeRowConfig.with_args(ROW_ARGS)),
+           limits=DecodeRowConfig.with_args(ROW_ARGS), ops=RowOps),
 )

@@ -20,6 +20,7 @@ from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver,
 from harness.judge.invariants import InvariantViolation, check, check_unique
 from harness.kits.rows.config import RowConfig
 from harness.kits.rows.model import RowModel
+from harness.kits.rows.ops import RowOps
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
 from pools.req_to_token import Req
 
@@ -62,6 +63,7 @@ def is_int(value: Any) -> bool:
 
 class RowPoolDriver(Driver):
     family = "req_to_token"
+    ops = RowOps
 
     config: RowConfig
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, settings
 from harness.judge.limits import REQUEST
 from harness.kits.scheduler.config import SchedulerConfig
+from harness.kits.scheduler.ops import SchedulerOps as Ops
 
 FAMILIES = (
     Family(name="scheduler",
@@ -31,6 +32,7 @@ FAMILIES = (
                        "scheduler-conservation", "kv-accounting", "lock-balance", "cache-accounting",
                        "match-returns-inserted", "evict-spares-locked", "swa-mapping"),
            limits=SchedulerConfig.with_args(
-               {"admit.requests[*][*]": REQUEST, "admit.reserve_extra": REQUEST, "prefill.chunk": REQUEST,
-                "retract.keep": REQUEST})),
+               {Ops.at(Ops.admit, "requests", "[*][*]"): REQUEST, Ops.at(Ops.admit, "reserve_extra"): REQUEST,
+                Ops.at(Ops.prefill, "chunk"): REQUEST, Ops.at(Ops.retract, "keep"): REQUEST}),
+           ops=Ops),
 )

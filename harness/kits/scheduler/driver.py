@@ -53,6 +53,7 @@ from harness.kits.scheduler.base import SchedulerDriverBase
 from harness.kits.scheduler.cache import CacheBook
 from harness.kits.scheduler.kv import KVStep, first_difference
 from harness.kits.scheduler.model import ReqState
+from harness.kits.scheduler.ops import SchedulerOps
 from harness.kits.scheduler.swa import WindowBook
 from pools.errors import BadSizeError, PoolError, UnknownEvictionPolicyError, UnknownKernelError
 from pools.kv_allocator import PagedTokenToKVPoolAllocator
@@ -97,6 +98,7 @@ def build_scheduler_pools(
 
 class SchedulerDriver(SchedulerDriverBase):
     family = "scheduler"
+    ops = SchedulerOps
 
     def constructor_errors(self, config: ConstructorKwargs) -> tuple[type[PoolError], ...]:
         """The component pools' own: row and KV sizes >= 0, a page size >= 1, a known kernel and eviction policy."""

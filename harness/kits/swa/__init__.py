@@ -9,10 +9,12 @@ page moves.  The pools are :mod:`pools.swa`.
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, ONE_TOKEN, Family, pages
+from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, pages
 from harness.judge.limits import REQUEST
 from harness.kits.kv import KV_ARGS
+from harness.kits.kv.ops import ONE_TOKEN
 from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
+from harness.kits.swa.ops import PureSWAKVOps, SWAKVOps
 
 SWA_INVARIANTS = (*ALLOCATOR_INVARIANTS, "page-layout", "group-window", "clear-restores", "swa-mapping")
 
@@ -26,17 +28,19 @@ FAMILIES = (
            known_findings="harness.kits.swa.contracts.swa_kv:KNOWN_FINDINGS",
            invariants=(*ALLOCATOR_INVARIANTS, "in-bounds", "page-layout", "group-window", "clear-restores",
                        "swa-mapping"),
-           realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, ("tail.extend_len", 1)),
+           realistic=(("size", pages(2)), ("size_swa", pages(1)), *ONE_TOKEN, (SWAKVOps.at(SWAKVOps.tail, "extend_len"), 1)),
            protocol="pools.protocols:SWAKVAllocator", device_path=True,
            limits=SWAKVConfig.with_args(
-               {"alloc.need_size": REQUEST, "alloc_non_int.need_size": REQUEST, "extend.batch[*][1]": REQUEST,
-                "tail.extend_len": REQUEST, "tail.swa_tail_len": REQUEST, "free_swa.pages": REQUEST})),
+               {SWAKVOps.at(SWAKVOps.alloc, "need_size"): REQUEST, SWAKVOps.at(SWAKVOps.alloc_non_int, "need_size"): REQUEST,
+                SWAKVOps.at(SWAKVOps.extend, "batch", "[*][1]"): REQUEST, SWAKVOps.at(SWAKVOps.tail, "extend_len"): REQUEST,
+                SWAKVOps.at(SWAKVOps.tail, "swa_tail_len"): REQUEST, SWAKVOps.at(SWAKVOps.free_swa, "pages"): REQUEST}),
+           ops=SWAKVOps),
     Family(name="pure_swa_kv", summary="sliding-window KV only: one token pool, identity mapping, padding dropped",
            default="pools:PureSWATokenToKVPoolAllocator", driver="harness.kits.swa.pure:PureSWAKVDriver",
            moves="harness.kits.swa.moves:pure_swa_kv_table",
            bench_config=PureSWAKVConfig(size_swa=64, device="cpu"), upstream=("harness.upstream:PureSWAKV",),
            invariants=SWA_INVARIANTS,
-           realistic=(("size_swa", pages(2)), ("alloc.need_size", 1)),
+           realistic=(("size_swa", pages(2)), (PureSWAKVOps.at(PureSWAKVOps.alloc, "need_size"), 1)),
            protocol="pools.protocols:SWAKVAllocator",
-           limits=PureSWAKVConfig.with_args(KV_ARGS)),
+           limits=PureSWAKVConfig.with_args(KV_ARGS), ops=PureSWAKVOps),
 )

@@ -40,11 +40,13 @@ from harness.kits.swa.config import SWAKVConfig
 from harness.kits.swa.contract import allows
 from harness.kits.swa.misuse import FREE_CALLS, free_errors, reject_misuse, skipped
 from harness.kits.swa.model import SWAModel
+from harness.kits.swa.ops import SWAKVOps
 from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError, PoolError
 
 
 class SWAKVDriver(Driver, SWABatchMisuse):
     family = "swa_kv"
+    ops = SWAKVOps
     config: SWAKVConfig
 
     def __init__(self, factory: Any, config: ConfigLike, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ from harness.kits.kv.driver import TokenKVDriver, ints
 from harness.kits.kv.model import KVModel
 from harness.kits.swa.config import PureSWAKVConfig
 from harness.kits.swa.driver import reject_misuse, skipped
+from harness.kits.swa.ops import PureSWAKVOps
 from pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, PoolError
 
 PAGED_CALLS = ("alloc_extend", "alloc_extend_swa_tail", "alloc_decode")
@@ -49,6 +50,7 @@ class PureSWAKVDriver(TokenKVDriver):
     """
 
     family = "pure_swa_kv"
+    ops = PureSWAKVOps
     malformed_frees: tuple[str, ...] = ("list", "float tensor")  # the padding filter flattens a 2-D tensor, as upstream
 
     config: PureSWAKVConfig  # type: ignore[assignment]  # not the token driver's: no ``size``

@@ -24,6 +24,7 @@ from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.judge.trace import Args
 from harness.judge.view import DriverView
 from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
+from harness.kits.block_pool.ops import BlockPoolOps
 
 CORE = "v1/core/single_type_kv_cache_manager.py"
 HISPARSE = "v1/hisparse/coordinator.py"
@@ -161,33 +162,39 @@ def blocks_running_requests_hold(view: BlockPoolContractView, args: Args) -> boo
 
 
 CONTRACT = Contract(
+    ops=BlockPoolOps,
     view=BlockPoolContractView,
     target="harness.upstream:VllmBlockPool",
     release="vllm==0.33.0",
     rules=(
         CallRule(
-            "admit",
+            BlockPoolOps.admit,
             ("touch",),
             "get_cached_block(hash, [group]) down the prompt's chain until a miss, then touch(hits): cached blocks, held or free",
             (LOOKUP, TOUCH_HITS),
         ),
         CallRule(
-            "allocate",
+            BlockPoolOps.allocate,
             ("get_new_blocks",),
             "get_new_blocks(n), 0 <= n <= get_num_free_blocks() (above it, or for n < 0, the driver, as the caller, makes no call)",
             (ALLOC_EXTERNAL, ALLOC_NEW, FREE_COUNT),
         ),
         CallRule(
-            "cache",
+            BlockPoolOps.cache,
             ("cache_full_blocks",),
             "cache_full_blocks(request, its table, num_cached, num_full, block_size, group) of a live "
             "request whose new full blocks are held and unhashed",
             (CACHE,),
         ),
-        CallRule("free", ("free_blocks",), "free_blocks(reversed(a finished request's table))", (FREE,)),
-        CallRule("slide", ("free_blocks",), "free_blocks(the blocks a sliding window passed, last first, up to a null block)", (SLIDE,)),
+        CallRule(BlockPoolOps.free, ("free_blocks",), "free_blocks(reversed(a finished request's table))", (FREE,)),
         CallRule(
-            "unpin",
+            BlockPoolOps.slide,
+            ("free_blocks",),
+            "free_blocks(the blocks a sliding window passed, last first, up to a null block)",
+            (SLIDE,),
+        ),
+        CallRule(
+            BlockPoolOps.unpin,
             ("unpin_blocks",),
             "unpin_blocks([one unhashed block of a live request], on_reuse); the page then leaves the row",
             (UNPIN_PAGE, UNPIN_FREE, RESIDENT_UNCACHED, RESIDENT_ALLOC),
@@ -197,13 +204,13 @@ CONTRACT = Contract(
             "with free_blocks (:599)",
         ),
         CallRule(
-            "touch",
+            BlockPoolOps.touch,
             ("touch",),
             "touch(blocks shared by id): held ones, cached free ones, the null block (skipped)",
             (TOUCH_HITS, TOUCH_COPY, TOUCH_SPILL),
         ),
         CallRule(
-            "evict",
+            BlockPoolOps.evict,
             ("evict_blocks",),
             "evict_blocks(set of ids): the suffixes of running requests' tables from a failed block on",
             (EVICT_SUFFIX, EVICT, EVICT_POOL),
@@ -211,19 +218,21 @@ CONTRACT = Contract(
             instead="the scheduler evicts req_block_ids[idx:] of running requests (sched/scheduler.py:3670, "
             "3746, 3760): held blocks, each with the rest of its table; never a free block",
         ),
-        CallRule("reset", ("reset_prefix_cache",), "reset_prefix_cache() in any state (False while blocks are in use)", (RESET,)),
+        CallRule(
+            BlockPoolOps.reset, ("reset_prefix_cache",), "reset_prefix_cache() in any state (False while blocks are in use)", (RESET,)
+        ),
     ),
     reads=("get_num_free_blocks", "get_usage", "get_cached_block"),
     not_called=(
         NotCalled(
-            "free_blocks",
+            BlockPoolOps.free_blocks,
             "misuse: a raw free of blocks named more often than they are held (vLLM #42571); "
             "a valid raw free the driver leaves to the request that owns the reference",
         ),
-        NotCalled("cache_misuse", "misuse: a malformed cache_full_blocks (free, cached or repeated blocks, bad counts)"),
-        NotCalled("foreign_block", "misuse: an int or another pool's block where a block is due"),
-        NotCalled("unpin_misuse", "misuse: more unpins than references, or the null block (upstream asserts, :762)"),
-        NotCalled("evict_non_int", "misuse: an id that is not an int"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(BlockPoolOps.cache_misuse, "misuse: a malformed cache_full_blocks (free, cached or repeated blocks, bad counts)"),
+        NotCalled(BlockPoolOps.foreign_block, "misuse: an int or another pool's block where a block is due"),
+        NotCalled(BlockPoolOps.unpin_misuse, "misuse: more unpins than references, or the null block (upstream asserts, :762)"),
+        NotCalled(BlockPoolOps.evict_non_int, "misuse: an id that is not an int"),
+        NotCalled(BlockPoolOps.construct, "misuse: a malformed constructor"),
     ),
 )

@@ -33,6 +33,7 @@ from dataclasses import replace
 from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
 from harness.judge.trace import Args
 from harness.kits.kv.contract_view import KVContractView
+from harness.kits.kv.ops import PagedKVOps
 from harness.upstream import callers
 
 # ------------------------------------------------------------------ alloc
@@ -190,12 +191,13 @@ def decode_as_callers_send(view: KVContractView, args: Args) -> bool:
 
 
 CONTRACT = Contract(
+    ops=PagedKVOps,
     view=KVContractView,
     target="harness.upstream:PagedKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "alloc",
+            PagedKVOps.alloc,
             ("alloc",),
             "alloc(n), n >= 1 whole pages",
             (ALLOC_PS1, HISPARSE_ALLOC, HICACHE_LOAD, FLEXKV_ALLOC),
@@ -203,20 +205,20 @@ CONTRACT = Contract(
             instead="callers allocate at least one token (allocation.py:159)",
         ),
         CallRule(
-            "free",
+            PagedKVOps.free,
             ("free",),
             "free(a request's or an allocation's whole row of slots)",
             (EXTEND_FREE_ON_ERROR, FREE_ON_DECODE_ERROR, HISPARSE_FREE, HISPARSE_SEGMENT, FLEXKV_FREE_ALL, PAGE_DEDUP),
         ),
         callers.FREE_SEGMENT_RULE,
         CallRule(
-            "free_part",
+            PagedKVOps.free_part,
             ("free",),
             "free(some pages of a plain allocation: all their tokens, or a subset naming each page)",
             (FLEXKV_FREE_TAIL, HISPARSE_SEGMENT, HISPARSE_SUBSET, PAGE_DEDUP),
         ),
         CallRule(
-            "free_indices",
+            PagedKVOps.free_indices,
             ("free",),
             "free(empty tensor): a request with nothing to give back",
             (EMPTY_FREE,),
@@ -231,7 +233,7 @@ CONTRACT = Contract(
             also_end=(SWA_END,),
         ),
         CallRule(
-            "extend",
+            PagedKVOps.extend,
             ("alloc_extend",),
             "alloc_extend(prefix_lens, seq_lens, last_loc, sum of new tokens) of a non-empty batch; "
             "at page size 1 the callers send only one fresh request of >= 1 token",
@@ -253,7 +255,7 @@ CONTRACT = Contract(
             "except HiSparse's prealloc of one fresh request (disaggregation/decode.py:2405-2424)",
         ),
         CallRule(
-            "decode",
+            PagedKVOps.decode,
             ("alloc_decode",),
             "alloc_decode(post-step seq_lens, last token's slot) of a non-empty batch of requests holding "
             ">= 1 token; the callers of 0.5.23 send it above page size 1 only",
@@ -266,19 +268,21 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
-        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
-        NotCalled("merge", "merge_and_sort_free is called by the allocator itself (allocator/paged.py:190, 224, 292), by no caller"),
+        NotCalled(PagedKVOps.free_segment_malformed, "misuse: a segment off the page grid, or naming a page in two runs"),
         NotCalled(
-            "kernel_call",
+            PagedKVOps.merge, "merge_and_sort_free is called by the allocator itself (allocator/paged.py:190, 224, 292), by no caller"
+        ),
+        NotCalled(
+            PagedKVOps.kernel_call,
             "the page kernels (alloc_extend_kernel / alloc_extend_naive, alloc_decode_kernel / "
             "alloc_decode_naive) are launched only by alloc_extend and alloc_decode "
             "(allocator/paged.py:246, 256, 304, 313); the op drives our pools' PageKernel",
         ),
-        NotCalled("free_again", "misuse: a second free of released slots"),
-        NotCalled("free_malformed", "misuse: a list, float or 2-D tensor of indices"),
-        NotCalled("extend_malformed", "misuse: an extend batch with a defect"),
-        NotCalled("decode_malformed", "misuse: a decode batch with a defect"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(PagedKVOps.free_again, "misuse: a second free of released slots"),
+        NotCalled(PagedKVOps.free_malformed, "misuse: a list, float or 2-D tensor of indices"),
+        NotCalled(PagedKVOps.extend_malformed, "misuse: an extend batch with a defect"),
+        NotCalled(PagedKVOps.decode_malformed, "misuse: a decode batch with a defect"),
+        NotCalled(PagedKVOps.construct, "misuse: a malformed constructor"),
     ),
 )
 
@@ -289,5 +293,5 @@ def decode_above_page_size_1(view: KVContractView, args: Args) -> bool:
     return view.page_size > 1
 
 
-KNOWN_FINDINGS = KnownFindingFilter(KVContractView, (("decode", decode_above_page_size_1),))
+KNOWN_FINDINGS = KnownFindingFilter(KVContractView, ((PagedKVOps.decode, decode_above_page_size_1),), ops=PagedKVOps)
 """The calls that reach ``paged_kv``'s known upstream finding (the kit's ``known_findings``)."""

@@ -14,31 +14,36 @@ from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.kits.kv.contract_view import KVContractView
+from harness.kits.kv.ops import TokenKVOps
 from harness.upstream import callers
 
 FREE_SEGMENT = replace(callers.SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
 
 
 CONTRACT = Contract(
+    ops=TokenKVOps,
     view=KVContractView,
     target="harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "alloc",
+            TokenKVOps.alloc,
             ("alloc",),
             "alloc(n), n >= 1 tokens",
             (callers.ALLOC,),
             today=callers.at_least_one,
             instead="callers allocate a batch's new tokens, at least one (alloc_token_slots)",
         ),
-        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, callers.FREE_ON_ERROR)),
+        CallRule(TokenKVOps.free, ("free",), "free(a request's whole row of slots)", (FREE_SEGMENT, callers.FREE_ON_ERROR)),
         callers.FREE_SEGMENT_RULE,
         CallRule(
-            "free_part", ("free",), "free(a prefix of a request's slots: a cache node's value)", (FREE_SEGMENT, callers.NODE_OF_A_ROW)
+            TokenKVOps.free_part,
+            ("free",),
+            "free(a prefix of a request's slots: a cache node's value)",
+            (FREE_SEGMENT, callers.NODE_OF_A_ROW),
         ),
         CallRule(
-            "free_indices",
+            TokenKVOps.free_indices,
             ("free",),
             "free(empty tensor): a request with nothing to give back",
             (
@@ -55,10 +60,10 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "get_all_free_pages"),
     not_called=(
-        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
-        NotCalled("merge", "merge_and_sort_free is called by alloc itself (allocator/token.py:56), by no caller"),
-        NotCalled("free_again", "misuse: a second free of released slots"),
-        NotCalled("free_malformed", "misuse: a list, float or 2-D tensor of indices"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(TokenKVOps.free_segment_malformed, "misuse: a segment off the page grid, or naming a page in two runs"),
+        NotCalled(TokenKVOps.merge, "merge_and_sort_free is called by alloc itself (allocator/token.py:56), by no caller"),
+        NotCalled(TokenKVOps.free_again, "misuse: a second free of released slots"),
+        NotCalled(TokenKVOps.free_malformed, "misuse: a list, float or 2-D tensor of indices"),
+        NotCalled(TokenKVOps.construct, "misuse: a malformed constructor"),
     ),
 )

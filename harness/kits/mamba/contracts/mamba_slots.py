@@ -26,6 +26,7 @@ from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter,
 from harness.judge.trace import Args
 from harness.judge.view import DriverView
 from harness.kits.mamba.model import SlotModel
+from harness.kits.mamba.ops import SlotOps
 from harness.upstream import callers
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
@@ -88,23 +89,24 @@ def window_open(view: SlotContractView, args: Args) -> bool:
 
 
 CONTRACT = Contract(
+    ops=SlotOps,
     view=SlotContractView,
     target="harness.upstream:MambaSlots",
     release="sglang==0.5.23",
     rules=(
-        CallRule("alloc", ("alloc",), "alloc(n), n >= 1 (1 per request, 1 or 2 tracking slots), in or out of a window",
+        CallRule(SlotOps.alloc, ("alloc",), "alloc(n), n >= 1 (1 per request, 1 or 2 tracking slots), in or out of a window",
                  (ALLOC_ONE, MATCH_ALLOC, PING_PONG, PING_PONG_COUNT, HICACHE_ALLOC), today=callers.at_least_one,
                  instead="callers take one slot per request, or 1 or 2 tracking slots (allocation_sizing.py:19)"),
-        CallRule("free", ("free",), "free(int64 tensor of one or a few distinct live slots), in or out of a window",
+        CallRule(SlotOps.free, ("free",), "free(int64 tensor of one or a few distinct live slots), in or out of a window",
                  (FREE_EARLY, FREE_REQUEST, FREE_ROW, FREE_REJECTED)),
-        CallRule("free_slots", ("free",), "free(int64 tensor of distinct live slots, or empty)",
+        CallRule(SlotOps.free_slots, ("free",), "free(int64 tensor of distinct live slots, or empty)",
                  (FREE_REQUEST, FREE_ROW, EMPTY_FREE, INT64_SLOTS), today=int64_slots,
                  instead="every slot tensor callers free comes from the int64 free list or ping-pong map (mamba.py:87)"),
-        CallRule("group_begin", ("alloc_group_begin",), "alloc_group_begin(n >= 0), no window open",
+        CallRule(SlotOps.group_begin, ("alloc_group_begin",), "alloc_group_begin(n >= 0), no window open",
                  (GROUP_BEGIN,), allows=callers.outside_a_group),
-        CallRule("group_end", ("alloc_group_end",), "alloc_group_end(), the window open", (callers.MAMBA_END,),
+        CallRule(SlotOps.group_end, ("alloc_group_end",), "alloc_group_end(), the window open", (callers.MAMBA_END,),
                  allows=window_open),
-        CallRule("clear", ("clear",), "clear(); the callers of 0.5.23 clear from flush_cache or the role switch, "
+        CallRule(SlotOps.clear, ("clear",), "clear(); the callers of 0.5.23 clear from flush_cache or the role switch, "
                  "when idle, never inside a window",
                  (CLEAR_HYBRID, CLEAR_DECODE, FLUSH_IDLE, FLUSH, ROLE_SWITCH_IDLE, ROLE_SWITCH, NO_WINDOW_SURVIVES),
                  today=callers.outside_a_group,
@@ -114,8 +116,8 @@ CONTRACT = Contract(
     ),
     reads=("available_size",),
     not_called=(
-        NotCalled("free_malformed", "misuse: a list, float, 2-D or 0-d tensor of slots"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(SlotOps.free_malformed, "misuse: a list, float, 2-D or 0-d tensor of slots"),
+        NotCalled(SlotOps.construct, "misuse: a malformed constructor"),
     ),
 )
 
@@ -126,5 +128,5 @@ def clear_outside_a_window(view: SlotContractView, args: Args) -> bool:
     return not view.group_open
 
 
-KNOWN_FINDINGS = KnownFindingFilter(SlotContractView, (("clear", clear_outside_a_window),))
+KNOWN_FINDINGS = KnownFindingFilter(SlotContractView, ((SlotOps.clear, clear_outside_a_window),), ops=SlotOps)
 """The calls that reach ``mamba_slots``'s known upstream finding (the kit's ``known_findings``)."""

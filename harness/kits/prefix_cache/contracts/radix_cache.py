@@ -29,6 +29,7 @@ from harness.judge.view import DriverView
 
 if TYPE_CHECKING:
     from harness.kits.prefix_cache.calls import Holder
+from harness.kits.prefix_cache.ops import PrefixCacheOps
 from harness.upstream import callers
 
 # ------------------------------------------------------------------ match and lock
@@ -98,12 +99,13 @@ def nothing_held(view: TreeContractView, args: Args) -> bool:
 
 
 CONTRACT = Contract(
+    ops=PrefixCacheOps,
     view=TreeContractView,
     target="harness.upstream:RadixCache",
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "request",
+            PrefixCacheOps.request,
             ("match_prefix", "path_device_indices", "inc_lock_ref", "evict", "dec_lock_ref"),
             "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node), evict(n >= 1) when "
             "the allocator is short of the tail; a refused allocation releases the lock (dec_lock_ref)",
@@ -122,13 +124,13 @@ CONTRACT = Contract(
             ),
         ),
         CallRule(
-            "extend",
+            PrefixCacheOps.extend,
             ("evict",),
             "evict(n >= 1) when the allocator is short of a request's new pages",
             (callers.DECODE_ALLOC, callers.EXTEND_ALLOC, callers.EVICT_FOR_ALLOC, EVICT_DEFAULT),
         ),
         CallRule(
-            "checkpoint",
+            PrefixCacheOps.checkpoint,
             CHECKPOINT_CALLS,
             "RadixCache.checkpoint's calls: insert(the request's page-aligned tokens, its row), free the duplicates, "
             "match_prefix(the same key) and its path, the lock moved to the new last node (the driver takes the "
@@ -136,51 +138,51 @@ CONTRACT = Contract(
             (callers.CHECKPOINT_KV, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK),
         ),
         CallRule(
-            "settle",
+            PrefixCacheOps.settle,
             ("checkpoint", "dec_lock_ref"),
             "upstream RadixCache.checkpoint(req, up_to=len(tokens)) itself on a stand-in request; with release, "
             "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
             (callers.CHECKPOINT_KV, callers.RELEASE_CHECKPOINT, callers.RELEASE_UNLOCK, UNLOCK),
         ),
         CallRule(
-            "finish",
+            PrefixCacheOps.finish,
             CHECKPOINT_CALLS,
             "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, dec_lock_ref(last node)",
             (callers.RELEASE_CHECKPOINT, CP_INSERT, CP_MATCH, CP_PATH, CP_UNLOCK, CP_LOCK, callers.RELEASE_UNLOCK, UNLOCK),
         ),
         CallRule(
-            "lock",
+            PrefixCacheOps.lock,
             ("match_prefix", "path_device_indices", "inc_lock_ref"),
             "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node)",
             (callers.WAITING_MATCH, MATCH_CALL, PATH_INDICES, callers.CHECK_LOCK, callers.ADMISSION_LOCK, LOCK),
         ),
         CallRule(
-            "unlock",
+            PrefixCacheOps.unlock,
             ("dec_lock_ref",),
             "dec_lock_ref(a node a live lock holds), once",
             (callers.CHECK_UNLOCK, callers.RELEASE_UNLOCK, UNLOCK),
         ),
         CallRule(
-            "insert",
+            PrefixCacheOps.insert,
             ("evict", "insert"),
             "insert(a whole page-aligned key, fresh KV) outside any request, as the simulated tree does and as a "
             "checkpoint with cache_protected_len 0 does; evict(n >= 1) first when the allocator is short",
             (SIMULATED_INSERT, CP_INSERT, callers.EVICT_FOR_ALLOC, EVICT_DEFAULT),
         ),
         CallRule(
-            "match",
+            PrefixCacheOps.match,
             ("match_prefix", "path_device_indices"),
             "match_prefix(a whole prompt, maybe empty)",
             (callers.WAITING_MATCH, SIMULATED_MATCH, MATCH_CALL, PATH_INDICES),
         ),
         CallRule(
-            "rematch",
+            PrefixCacheOps.rematch,
             ("match_prefix", "path_device_indices"),
             "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
             (callers.WAITING_MATCH, MATCH_CALL, PATH_INDICES),
         ),
         CallRule(
-            "evict",
+            PrefixCacheOps.evict,
             ("evict",),
             "evict(n), n >= 1",
             (callers.EVICT_FOR_ALLOC, EVICT_DEFAULT, EVICT_AGAIN, EVICT_NEED),
@@ -188,7 +190,7 @@ CONTRACT = Contract(
             instead="callers evict only a positive shortfall (allocator/base.py:167)",
         ),
         CallRule(
-            "reset",
+            PrefixCacheOps.reset,
             ("reset",),
             "reset() with nothing locked or live; the allocator is cleared with it",
             (FLUSH_IDLE, callers.FLUSH_RESET, SIMULATED_RESET),
@@ -198,7 +200,7 @@ CONTRACT = Contract(
     reads=("evictable_size", "protected_size", "total_size"),
     not_called=(
         NotCalled(
-            "node_lookup",
+            PrefixCacheOps.node_lookup,
             "0.5.23's RadixCache has no lookup by id: callers keep the TreeNode a match returned "
             "(req.last_node, radix_cache.py:543); the wrapper's node() only walks children",
         ),

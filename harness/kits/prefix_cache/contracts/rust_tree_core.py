@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.judge.contract import CallRule, Cite, Contract
+from harness.kits.prefix_cache.ops import PrefixCacheOps
 from harness.upstream import callers
 
 URC = "srt/mem_cache/unified_radix_cache.py"
@@ -81,56 +82,57 @@ INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
 
 
 CONTRACT = Contract(
+    ops=PrefixCacheOps,
     target="harness.upstream:RustTreeCore",
     release="sglang==0.5.23",
     upstream_attr="core",
     rules=(
-        CallRule("request", (*MATCH_CALLS, "inc_lock_ref", *EVICT_CALLS, "dec_lock_ref"),
+        CallRule(PrefixCacheOps.request, (*MATCH_CALLS, "inc_lock_ref", *EVICT_CALLS, "dec_lock_ref"),
                  "match_prefix(prompt[:len-1]) and its path's indices, inc_lock_ref(last node, []), the FULL eviction "
                  "walk for n >= 1 when the allocator is short of the tail; a refused allocation releases the lock",
                  (callers.ADMISSION_MATCH, *MATCH_CITES, callers.PREFIX_INDICES, callers.ADMISSION_LOCK, LOCK, INC, INC_BINDING, *EVICT_CITES,
                   callers.CHECK_LOCK, callers.CHECK_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
-        CallRule("extend", EVICT_CALLS, "the FULL eviction walk for n >= 1 when the allocator is short of new pages",
+        CallRule(PrefixCacheOps.extend, EVICT_CALLS, "the FULL eviction walk for n >= 1 when the allocator is short of new pages",
                  (callers.DECODE_ALLOC, callers.EXTEND_ALLOC, *EVICT_CITES)),
-        CallRule("checkpoint", CHECKPOINT_CALLS,
+        CallRule(PrefixCacheOps.checkpoint, CHECKPOINT_CALLS,
                  "checkpoint_into_tree: insert(page-aligned tokens, row), the duplicates freed, the path's indices, the "
                  "lock moved to the insert's last node; the driver finds that node with match_prefix(the same key), "
                  "which touches the path the insert just touched, and takes the new lock before releasing the old "
                  "(the same counts as two holders of nested paths)",
                  (callers.CHECKPOINT_KV, CP_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, *MATCH_CITES, CP_UNLOCK, UNLOCK, DEC,
                   CP_LOCK, LOCK, INC)),
-        CallRule("settle", (*INSERT_CALLS, "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
+        CallRule(PrefixCacheOps.settle, (*INSERT_CALLS, "root_node_handle", "collect_full_device_indices", "dec_lock_ref", "inc_lock_ref"),
                  "checkpoint_into_tree's FULL-only sequence: insert(prev_prefix_len = cache_protected_len), the "
                  "prompt-boundary insert, the path, unlock the old node, lock the new one; with release, "
                  "release_kv_cache's frees and dec_lock_ref(new last node); an abort (cache=False) skips the checkpoint",
                  (callers.CHECKPOINT_KV, callers.RELEASE_CHECKPOINT, CP_INSERT, CP_PROMPT_INSERT, *INSERT_CITES, CP_PATH, NODE_PATH, ROOT,
                   CP_UNLOCK, UNLOCK, DEC, CP_LOCK, LOCK, INC, callers.RELEASE_UNLOCK)),
-        CallRule("finish", CHECKPOINT_CALLS,
+        CallRule(PrefixCacheOps.finish, CHECKPOINT_CALLS,
                  "release_kv_cache: checkpoint's calls (not for an abort), the row freed from cache_protected_len on, "
                  "dec_lock_ref(last node, receipt)",
                  (callers.RELEASE_CHECKPOINT, CP_INSERT, *INSERT_CITES, CP_PATH, *MATCH_CITES, CP_UNLOCK, CP_LOCK, LOCK, INC,
                   callers.RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
-        CallRule("lock", (*MATCH_CALLS, "inc_lock_ref"),
+        CallRule(PrefixCacheOps.lock, (*MATCH_CALLS, "inc_lock_ref"),
                  "match_prefix(a whole prompt, maybe empty: the root) and inc_lock_ref(its last node, [])",
                  (callers.WAITING_MATCH, *MATCH_CITES, callers.CHECK_LOCK, callers.ADMISSION_LOCK, LOCK, INC, INC_BINDING)),
-        CallRule("unlock", ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds, that lock's receipt, False), once",
+        CallRule(PrefixCacheOps.unlock, ("dec_lock_ref",), "dec_lock_ref(a node a live lock holds, that lock's receipt, False), once",
                  (callers.CHECK_UNLOCK, callers.RELEASE_UNLOCK, UNLOCK, DEC, DEC_BINDING)),
-        CallRule("insert", (*EVICT_CALLS, *INSERT_CALLS),
+        CallRule(PrefixCacheOps.insert, (*EVICT_CALLS, *INSERT_CALLS),
                  "insert(a whole page-aligned key, fresh KV, prev_prefix_len 0) outside any request, as a checkpoint "
                  "of a request that matched nothing does; the eviction walk for n >= 1 first when the allocator is short",
                  (CP_INSERT, *INSERT_CITES, *EVICT_CITES)),
-        CallRule("match", MATCH_CALLS, "match_prefix(a whole prompt, maybe empty) and its path's indices",
+        CallRule(PrefixCacheOps.match, MATCH_CALLS, "match_prefix(a whole prompt, maybe empty) and its path's indices",
                  (callers.WAITING_MATCH, *MATCH_CITES, callers.PREFIX_INDICES)),
-        CallRule("rematch", MATCH_CALLS,
+        CallRule(PrefixCacheOps.rematch, MATCH_CALLS,
                  "match_prefix(one cached prompt) many times: a waiting request is matched again every round",
                  (callers.WAITING_MATCH, *MATCH_CITES)),
-        CallRule("evict", EVICT_CALLS, "the FULL eviction walk for n tokens, n >= 1", (EVICT_GUARD, *EVICT_CITES),
+        CallRule(PrefixCacheOps.evict, EVICT_CALLS, "the FULL eviction walk for n tokens, n >= 1", (EVICT_GUARD, *EVICT_CITES),
                  today=callers.evicts_something, instead="a FULL walk starts only for a positive request (unified_radix_cache.py:1017)"),
-        CallRule("reset", ("reset",),
+        CallRule(PrefixCacheOps.reset, ("reset",),
                  "reset(), live holders or not (a flush drops the streaming sessions' locks and rows with the tree); "
                  "the allocator is cleared with it",
                  (IDLE_FLUSH_RESET, RESET, RESET_BINDING, SESSIONS_DROPPED)),
-        CallRule("node_lookup", ("is_full_device_evicted", "root_node_handle"),
+        CallRule(PrefixCacheOps.node_lookup, ("is_full_device_evicted", "root_node_handle"),
                  "is_full_device_evicted(the node id a live holder locked), a query on a node id the caller holds",
                  (IS_EVICTED, Cite(ADAPTER, 794, "return self._binding.is_full_device_evicted(node_id)"), ROOT)),
     ),

@@ -25,6 +25,7 @@ from dataclasses import replace
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
 from harness.judge.trace import Args
 from harness.kits.kv.contract_view import KVContractView
+from harness.kits.swa.ops import PureSWAKVOps
 from harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
@@ -50,27 +51,33 @@ def never(view: object, args: Args) -> bool:
 
 
 CONTRACT = Contract(
+    ops=PureSWAKVOps,
     view=KVContractView,
     target="harness.upstream:PureSWAKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "alloc",
+            PureSWAKVOps.alloc,
             ("alloc",),
             "alloc(n) of a few tokens",
             (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST),
             today=callers.at_least_one,
             instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)",
         ),
-        CallRule("free", ("free",), "free(a request's whole row of slots)", (FREE_SEGMENTS, FREE_SEGMENT_IS_FREE, callers.FREE_ON_ERROR)),
         CallRule(
-            "free_part",
+            PureSWAKVOps.free,
+            ("free",),
+            "free(a request's whole row of slots)",
+            (FREE_SEGMENTS, FREE_SEGMENT_IS_FREE, callers.FREE_ON_ERROR),
+        ),
+        CallRule(
+            PureSWAKVOps.free_part,
             ("free",),
             "free(a prefix of an allocation's slots: a cache node's value)",
             (callers.NODE_OF_A_ROW, FREE_SEGMENT_IS_FREE),
         ),
         CallRule(
-            "free_swa",
+            PureSWAKVOps.free_swa,
             ("free_swa",),
             "free_swa(an allocation's slots): the window slides past them",
             (
@@ -79,7 +86,7 @@ CONTRACT = Contract(
             ),
         ),
         CallRule(
-            "free_full",
+            PureSWAKVOps.free_full,
             ("free_full",),
             "free_full(an allocation's slots): the part of a row the window already released, whose slots may "
             "be another request's by then; a no-op, as free_full_segment is",
@@ -95,7 +102,7 @@ CONTRACT = Contract(
             ),
         ),
         CallRule(
-            "free_indices",
+            PureSWAKVOps.free_indices,
             ("free",),
             "free(empty tensor): a request with nothing to give back; or of padding only",
             (Cite(SWA, 831, "if free_index.numel() == 0:", note="free's own early return"), PADDING_DROPPED),
@@ -104,7 +111,7 @@ CONTRACT = Contract(
             instead=NO_PADDING,
         ),
         CallRule(
-            "free_padded",
+            PureSWAKVOps.free_padded,
             ("free",),
             "free(an allocation's slots with the padding slots 0 and -1 around them)",
             (FREE_SEGMENT_IS_FREE, PADDING_DROPPED),
@@ -115,19 +122,19 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "full_available_size", "swa_available_size", "translate_loc_from_full_to_swa"),
     not_called=(
-        NotCalled("free_segment_malformed", "misuse: a segment off the page grid, or naming a page in two runs"),
+        NotCalled(PureSWAKVOps.free_segment_malformed, "misuse: a segment off the page grid, or naming a page in two runs"),
         NotCalled(
-            "free_segment",
+            PureSWAKVOps.free_segment,
             "not drawn by the pure SWA moves; its callers' free_segment is free (swa.py:855-858), which the free and free_part rules cover",
         ),
         NotCalled(
-            "paged_call",
+            PureSWAKVOps.paged_call,
             "misuse: alloc_extend / alloc_decode / alloc_extend_swa_tail raise NotImplementedError "
             "(swa.py:815-828); at page size 1 callers allocate with alloc (allocation.py:432)",
         ),
-        NotCalled("merge", "merge_and_sort_free is called by the token allocator's alloc itself (token.py:56), by no caller"),
-        NotCalled("free_again", "misuse: a second free of released slots"),
-        NotCalled("free_malformed", "misuse: a list or float tensor of indices"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(PureSWAKVOps.merge, "merge_and_sort_free is called by the token allocator's alloc itself (token.py:56), by no caller"),
+        NotCalled(PureSWAKVOps.free_again, "misuse: a second free of released slots"),
+        NotCalled(PureSWAKVOps.free_malformed, "misuse: a list or float tensor of indices"),
+        NotCalled(PureSWAKVOps.construct, "misuse: a malformed constructor"),
     ),
 )

@@ -35,6 +35,7 @@ from harness.judge.trace import Args
 from harness.kits.swa.contract import CONTRACT as FREE_RULES
 from harness.kits.swa.contract import SWAContractView
 from harness.kits.swa.contract import allows as free_allows
+from harness.kits.swa.ops import SWAKVOps
 from harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
@@ -223,12 +224,13 @@ def nothing_to_free(view: object, args: Args) -> bool:
 
 
 CONTRACT = Contract(
+    ops=SWAKVOps,
     view=SWAContractView,
     target="harness.upstream:SWAKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "alloc",
+            SWAKVOps.alloc,
             ("alloc",),
             "page size 1: alloc(n) of a few tokens",
             (callers.ALLOC, callers.ONE_TOKEN_AT_LEAST, Cite(SWA, 274, "assert self.page_size == 1")),
@@ -237,7 +239,7 @@ CONTRACT = Contract(
             instead="callers allocate a batch's new tokens, >= 1 a request (schedule_batch.py:1767)",
         ),
         CallRule(
-            "extend",
+            SWAKVOps.extend,
             ("alloc", "alloc_extend"),
             "a non-empty batch of new requests and continued ones whose last token is in the window: "
             "alloc(total) at page size 1, alloc_extend above it",
@@ -249,7 +251,7 @@ CONTRACT = Contract(
             "that brings tokens (allocation.py:521-529)",
         ),
         CallRule(
-            "decode",
+            SWAKVOps.decode,
             ("alloc", "alloc_decode"),
             "one token for each of distinct live requests whose last token is in the window: alloc(bs) at page "
             "size 1, alloc_decode above it (last_loc -1 for a request of no tokens: swa.py:108-109)",
@@ -262,7 +264,7 @@ CONTRACT = Contract(
             "request holds its prompt (allocation.py:643-644)",
         ),
         CallRule(
-            "tail",
+            SWAKVOps.tail,
             ("alloc_extend_swa_tail",),
             "page size > 1, one request (new, or over a live prefix), 0 <= swa_tail_len <= extend_len, the "
             "tail starting on a page boundary",
@@ -278,7 +280,7 @@ CONTRACT = Contract(
             instead="PD decode sends a tail of >= 1 token (decode.py:563-580) over a page-aligned prefix (common.py:60, decode.py:1512)",
         ),
         CallRule(
-            "free",
+            SWAKVOps.free,
             ("free", "free_full"),
             "a request's whole row (sparse: one token a page, which free expands to the same pages); at page size "
             "1 a row partly out of the window as free_full of the part without peers, then free of the rest",
@@ -286,21 +288,21 @@ CONTRACT = Contract(
             allows=row_free,
         ),
         CallRule(
-            "free_swa",
+            SWAKVOps.free_swa,
             ("free_swa",),
             "the window slides: a request's oldest pages that still have SWA peers",
             free_cites("free_swa"),
             allows=window_slides,
         ),
         CallRule(
-            "free_full",
+            SWAKVOps.free_full,
             ("free_full",),
             "a request none of whose pages has an SWA peer (a tombstoned node)",
             free_cites("free_full"),
             allows=peers_released,
         ),
         CallRule(
-            "free_indices",
+            SWAKVOps.free_indices,
             ("free", "free_swa", "free_full"),
             "free / free_swa / free_full of an empty tensor: a request with nothing to give back",
             (
@@ -314,13 +316,13 @@ CONTRACT = Contract(
     ),
     reads=("available_size", "full_available_size", "swa_available_size"),
     not_called=(
-        NotCalled("free_again", "misuse: free, free_swa or free_full again of released slots"),
-        NotCalled("free_swa_again", "misuse: free_swa of pages without SWA peers (swa.py:560, _SWA_PEER_MAPPED)"),
-        NotCalled("extend_malformed", "misuse: an alloc_extend batch with one defect"),
-        NotCalled("decode_malformed", "misuse: an alloc_decode batch with one defect"),
-        NotCalled("tail_of_two", "misuse: alloc_extend_swa_tail takes one request (swa.py:368 asserts bs=1)"),
-        NotCalled("alloc_non_int", "misuse: alloc of a size that is not an int"),
-        NotCalled("construct", "misuse: a malformed constructor"),
+        NotCalled(SWAKVOps.free_again, "misuse: free, free_swa or free_full again of released slots"),
+        NotCalled(SWAKVOps.free_swa_again, "misuse: free_swa of pages without SWA peers (swa.py:560, _SWA_PEER_MAPPED)"),
+        NotCalled(SWAKVOps.extend_malformed, "misuse: an alloc_extend batch with one defect"),
+        NotCalled(SWAKVOps.decode_malformed, "misuse: an alloc_decode batch with one defect"),
+        NotCalled(SWAKVOps.tail_of_two, "misuse: alloc_extend_swa_tail takes one request (swa.py:368 asserts bs=1)"),
+        NotCalled(SWAKVOps.alloc_non_int, "misuse: alloc of a size that is not an int"),
+        NotCalled(SWAKVOps.construct, "misuse: a malformed constructor"),
     ),
 )
 
@@ -335,5 +337,5 @@ def not_one_side_short(view: SWAContractView, args: Args) -> bool:
     return (need > len(model.full.free)) == (need > len(model.swa.free))
 
 
-KNOWN_FINDINGS = KnownFindingFilter(SWAContractView, (("decode", not_one_side_short),))
+KNOWN_FINDINGS = KnownFindingFilter(SWAContractView, ((SWAKVOps.decode, not_one_side_short),), ops=SWAKVOps)
 """The calls that reach ``swa_kv``'s known upstream finding (the kit's ``known_findings``)."""

@@ -1,0 +1,142 @@
+"""Each family's operations and their arguments are declared once (harness/judge/ops.py, each kit's ops module),
+and every place that names one is refused, when it is built, if the declaration does not hold the name."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from typing import Any
+
+import pytest
+
+from harness.judge.contract import CallRule, Contract, ContractError, KnownFindingFilter, NotCalled, all_contracts
+from harness.judge.driver import Driver, operation
+from harness.judge.families import FAMILIES, family, resolve
+from harness.judge.ops import Operations, OpsError, op
+from harness.kits.mamba.ops import HybridOps, SlotOps
+from harness.kits.rows.ops import RowOps
+
+UNDECLARED = {"engine"}
+"""Families whose kit declares no operations yet (the engine kit is still being reworked)."""
+
+DECLARED = sorted(set(FAMILIES) - UNDECLARED)
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_every_family_declares_its_drivers_operations_and_their_arguments(name: str) -> None:
+    kit = family(name)
+    driver = resolve(kit.driver)
+    assert kit.ops is not None and driver.ops is kit.ops, f"{name}: the family and its driver name different declarations"
+    assert driver.operations == kit.ops.names()
+    for operation_name in driver.operations:
+        taken = tuple(inspect.signature(getattr(driver, operation_name)).parameters)[1:]
+        assert taken == kit.ops.arguments_of(operation_name), (name, operation_name)
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_every_declared_operation_is_its_own_name_as_a_plain_string(name: str) -> None:
+    ops = family(name).ops
+    assert ops is not None
+    for operation_name in ops.names():
+        value = getattr(ops, operation_name)
+        assert type(value) is str and value == operation_name
+        assert json.dumps(value) == json.dumps(operation_name)
+
+
+def test_every_contract_of_a_declaring_kit_names_its_operations_through_the_declaration() -> None:
+    for contract in all_contracts():
+        if contract.target.endswith(":Engine"):
+            continue
+        assert contract.ops is not None, f"{contract.target}'s contract names no declaration"
+        listed = {rule.op for rule in contract.rules} | {entry.op for entry in contract.not_called}
+        assert listed == contract.ops.names(), contract.target
+
+
+@pytest.mark.parametrize("name", [name for name in DECLARED if family(name).known_findings])
+def test_every_known_finding_filter_checks_its_operations_against_the_declaration(name: str) -> None:
+    known = resolve(family(name).known_findings)
+    assert known.ops is family(name).ops
+
+
+def test_a_subclass_inherits_its_bases_operations_and_may_add_some() -> None:
+    assert RowOps.names() < HybridOps.names()
+    assert HybridOps.arguments_of(HybridOps.group_begin) == SlotOps.arguments_of(SlotOps.group_begin) == ("num_reqs",)
+    assert "construct" in SlotOps.names() and SlotOps.arguments_of("construct") == ("overrides",)
+
+
+def test_a_path_names_a_declared_operation_and_argument_or_is_refused() -> None:
+    assert SlotOps.at(SlotOps.alloc, "need_size") == "alloc.need_size"
+    assert HybridOps.at(HybridOps.alloc, "batch", "[*][1]") == "alloc.batch[*][1]"
+    with pytest.raises(OpsError, match="takes no argument 'need_sise'"):
+        SlotOps.at(SlotOps.alloc, "need_sise")
+    with pytest.raises(OpsError, match="declares no operation 'aloc'"):
+        SlotOps.arguments_of("aloc")
+    with pytest.raises(OpsError, match="named twice"):
+        op("handle", "handle")
+
+
+class _TinyOps(Operations):
+    take = op("count")
+    give = op("handle")
+
+
+def test_a_driver_whose_operations_differ_from_its_declaration_is_refused_as_it_is_built() -> None:
+    class Exact(Driver):
+        ops = _TinyOps
+
+        @operation
+        def take(self, count: int) -> None: ...
+
+        @operation
+        def give(self, handle: int) -> None: ...
+
+    assert Exact.operations == _TinyOps.names()
+    with pytest.raises(OpsError, match=r"not implemented \['give'\]"):
+
+        class Missing(Driver):
+            ops = _TinyOps
+
+            @operation
+            def take(self, count: int) -> None: ...
+
+    with pytest.raises(OpsError, match=r"undeclared \['steal'\]"):
+
+        class Extra(Exact):
+            @operation
+            def steal(self) -> None: ...
+
+    with pytest.raises(OpsError, match=r"Renamed.take takes \('number',\); _TinyOps declares \('count',\)"):
+
+        class Renamed(Exact):
+            @operation
+            def take(self, number: int) -> None: ...
+
+
+def _view(driver: object) -> object:
+    return driver
+
+
+def _rule(name: str) -> CallRule[Any]:
+    return CallRule(name, (), "", ())
+
+
+def test_a_contract_or_filter_naming_an_undeclared_operation_or_missing_one_is_refused() -> None:
+    Contract("t:T", "none", (_rule(_TinyOps.take), _rule(_TinyOps.give)), (NotCalled(_TinyOps.construct, "misuse"),), ops=_TinyOps)
+    with pytest.raises(OpsError, match=r"names \['tkae'\]"):
+        Contract("t:T", "none", (_rule("tkae"), _rule(_TinyOps.give), _rule(_TinyOps.construct)), ops=_TinyOps)
+    with pytest.raises(ContractError, match=r"does not name \['construct'\]"):
+        Contract("t:T", "none", (_rule(_TinyOps.take), _rule(_TinyOps.give)), ops=_TinyOps)
+    KnownFindingFilter(_view, ((_TinyOps.give, lambda view, args: True),), ops=_TinyOps)
+    with pytest.raises(OpsError, match=r"names \['gve'\]"):
+        KnownFindingFilter(_view, (("gve", lambda view, args: True),), ops=_TinyOps)
+
+
+def test_a_family_whose_limits_or_floors_name_an_undeclared_operation_or_argument_is_refused() -> None:
+    kit = family("mamba_slots")
+    limits = dataclasses.replace(kit.limits, args={**kit.limits.args, "aloc.need_size": 1})
+    with pytest.raises(OpsError, match=r"mamba_slots's limits: 'aloc.need_size'"):
+        dataclasses.replace(kit, limits=limits)
+    with pytest.raises(OpsError, match=r"mamba_slots's realistic floors: 'group_begin.num_req'"):
+        dataclasses.replace(kit, realistic=(*kit.realistic, ("group_begin.num_req", 1)))
+    assert dataclasses.replace(kit, realistic=(("size", 4),)).realistic == (("size", 4),)
