@@ -44,13 +44,12 @@ from harness.upstream.engine_loader import EngineModules, engine_call, load_engi
 
 
 class StepFacts(NamedTuple):
-    """What one iteration left, as the engine judges read it (:class:`harness.engines.interface.Progress`)."""
+    """What one iteration left (:class:`harness.engines.interface.Progress`): who waits, who runs or is chunked,
+    and whether it advanced (formed a batch, or the waiting timeout aborted the queue head)."""
 
     waiting: tuple[str, ...]
     active: tuple[str, ...]
-    """Requests in the running batch, and the chunked one."""
     advanced: bool
-    """A batch was formed, or the waiting timeout aborted the queue head."""
 
 
 class EngineLoop:
@@ -80,8 +79,7 @@ class EngineLoop:
         self.pending_chunked_abort: Any = None
         """``_pending_chunked_abort_req``: the chunked request an abort named, released at the next iteration's top."""
         self.iterations = 0
-        self.last_step = StepFacts((), (), False)
-        """What the last iteration left: who waits, who runs or is chunked, and whether it formed a batch (or aborted)."""
+        self.last_step = StepFacts((), (), False)  # what the last iteration left
         self.timed_out = 0
         """Queue heads aborted by the waiting timeout (``EngineTargetConfig.waiting_timeout``)."""
 
