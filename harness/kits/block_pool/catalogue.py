@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.kits.block_pool.misuse import CACHE_MISUSE, FOREIGN_BLOCKS
 from harness.kits.block_pool.model import chain_hashes as model_hashes
+from harness.kits.block_pool.ops import BlockPoolOps
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
 from strategies.table import Draw, Move, Overrides, Step, fixed
@@ -25,13 +26,13 @@ def _build_held_blocks(view: BlockPoolView, choose: Chooser) -> Step | None:
     """Toward a request holding an uncached block and a cached one: admit it, allocate, cache its first block."""
     live = [h for h in view.live() if len(view.hashes(h)) == 2]
     if not live:
-        return ("admit", {"tokens": [UNSHARED, UNSHARED]}) if view.num_free >= 2 else None
+        return (BlockPoolOps.admit, {"tokens": [UNSHARED, UNSHARED]}) if view.num_free >= 2 else None
     handle = live[-1]
     table = view.table(handle)
     if len(table) < 2:
-        return "allocate", {"handle": handle, "num_blocks": 2 - len(table)}
+        return BlockPoolOps.allocate, {"handle": handle, "num_blocks": 2 - len(table)}
     if view.num_cached(handle) == 0 and view.enable_caching:
-        return "cache", {"handle": handle, "num_full": 1}
+        return BlockPoolOps.cache, {"handle": handle, "num_full": 1}
     return None
 
 
@@ -40,7 +41,7 @@ def _cache_after_slide(view: BlockPoolView, choose: Chooser) -> Step | None:
     for handle in view.live():
         table, hashes = view.table(handle), view.hashes(handle)
         if table[:1] == [0] and view.num_cached(handle) == 0 and min(len(table), len(hashes)) > 1:
-            return "cache", {"handle": handle, "num_full": len(hashes)}
+            return BlockPoolOps.cache, {"handle": handle, "num_full": len(hashes)}
     return None
 
 
@@ -48,26 +49,26 @@ def _toward_a_slide(view: BlockPoolView, choose: Chooser) -> Step | None:
     """Admit a request of two unshared blocks, allocate them, slide its first out."""
     fresh = [h for h in view.live() if len(view.hashes(h)) == 2 and view.num_cached(h) == 0]
     if not fresh:
-        return ("admit", {"tokens": [UNSHARED, UNSHARED + 1]}) if view.num_free >= 2 else None
+        return (BlockPoolOps.admit, {"tokens": [UNSHARED, UNSHARED + 1]}) if view.num_free >= 2 else None
     table = view.table(fresh[-1])
     if len(table) < 2:
-        return "allocate", {"handle": fresh[-1], "num_blocks": 2 - len(table)}
-    return "slide", {"handle": fresh[-1], "num_skipped": 1}
+        return BlockPoolOps.allocate, {"handle": fresh[-1], "num_blocks": 2 - len(table)}
+    return BlockPoolOps.slide, {"handle": fresh[-1], "num_skipped": 1}
 
 
 def _cache_misuse(kind: str) -> BlockDraw:
-    return lambda view, choose: ("cache_misuse", {"kind": kind}) if view.cache_misuse_ready(kind) else None
+    return lambda view, choose: (BlockPoolOps.cache_misuse, {"kind": kind}) if view.cache_misuse_ready(kind) else None
 
 
 def _evict_uncached(view: BlockPoolView, choose: Chooser) -> Step | None:
     plain = view.uncached_blocks()
-    return ("evict", {"block_ids": plain[:2]}) if plain and view.has_cached() else None
+    return (BlockPoolOps.evict, {"block_ids": plain[:2]}) if plain and view.has_cached() else None
 
 
 def _shared_hash(view: BlockPoolView, choose: Chooser) -> Step | None:
     """Evict one of two blocks cached under one hash (the other keeps it)."""
     shared = view.shared_hashes()
-    return ("evict", {"block_ids": shared[0][:1]}) if shared else None
+    return (BlockPoolOps.evict, {"block_ids": shared[0][:1]}) if shared else None
 
 
 def _toward_a_shared_hash(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -77,12 +78,12 @@ def _toward_a_shared_hash(view: BlockPoolView, choose: Chooser) -> Step | None:
     key = model_hashes([UNSHARED + 2])
     twins = [h for h in view.live() if view.hashes(h) == key]
     if len(twins) < 2:
-        return ("admit", {"tokens": [UNSHARED + 2]}) if view.num_free >= 2 - len(twins) else None
+        return (BlockPoolOps.admit, {"tokens": [UNSHARED + 2]}) if view.num_free >= 2 - len(twins) else None
     empty = [h for h in twins if not view.table(h)]
     if empty:
-        return "allocate", {"handle": empty[0], "num_blocks": 1}
+        return BlockPoolOps.allocate, {"handle": empty[0], "num_blocks": 1}
     uncached = [h for h in twins if view.num_cached(h) == 0]
-    return ("cache", {"handle": uncached[0], "num_full": 1}) if uncached else None
+    return (BlockPoolOps.cache, {"handle": uncached[0], "num_full": 1}) if uncached else None
 
 
 def _toward_reset(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -90,16 +91,16 @@ def _toward_reset(view: BlockPoolView, choose: Chooser) -> Step | None:
     if not view.has_cached():
         return _build_held_blocks(view, choose)
     live = view.live()
-    return ("free", {"handle": live[0]}) if live else None
+    return (BlockPoolOps.free, {"handle": live[0]}) if live else None
 
 
 def _reset_cached(view: BlockPoolView, choose: Chooser) -> Step | None:
-    return ("reset", {}) if view.has_cached() and view.num_free == view.usable else None
+    return (BlockPoolOps.reset, {}) if view.has_cached() and view.num_free == view.usable else None
 
 
 def _touch_free_uncached(view: BlockPoolView, choose: Chooser) -> Step | None:
     idle = [b for b in view.uncached_blocks() if view.is_free(b)]
-    return ("touch", {"block_ids": idle[:1]}) if idle else None
+    return (BlockPoolOps.touch, {"block_ids": idle[:1]}) if idle else None
 
 
 def block_pool_catalogue() -> tuple[Move[BlockPoolView], ...]:
@@ -115,15 +116,15 @@ def block_pool_catalogue() -> tuple[Move[BlockPoolView], ...]:
             for kind in CACHE_MISUSE
         ),
         *(
-            Move(f"{call} of {kind}", 0.03, fixed("foreign_block", call=call, kind=kind), misuse=True)
+            Move(f"{call} of {kind}", 0.03, fixed(BlockPoolOps.foreign_block, call=call, kind=kind), misuse=True)
             for call in ("touch", "free_blocks", "cache_full_blocks")
             for kind in FOREIGN_BLOCKS
         ),
-        Move("evict of a float id", 0.03, fixed("evict_non_int", block_id=1.5), misuse=True),
+        Move("evict of a float id", 0.03, fixed(BlockPoolOps.evict_non_int, block_id=1.5), misuse=True),
         *(
-            Move(f"unpin_blocks of {kind}", 0.03, fixed("unpin_misuse", kind=kind), misuse=True, setup=_build_held_blocks)
+            Move(f"unpin_blocks of {kind}", 0.03, fixed(BlockPoolOps.unpin_misuse, kind=kind), misuse=True, setup=_build_held_blocks)
             for kind in ("more unpins than references", "the null block")
         ),
         Move("touch of a free uncached block", 0.03, _touch_free_uncached, misuse=True),
-        *(Move(f"malformed constructor {c}", 0.02, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        *(Move(f"malformed constructor {c}", 0.02, fixed(BlockPoolOps.construct, overrides=c), misuse=True) for c in constructors),
     )

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 from harness.kits.block_pool.catalogue import block_pool_catalogue
 from harness.kits.block_pool.config import BlockPoolConfig
+from harness.kits.block_pool.ops import BlockPoolOps
 from harness.kits.block_pool.views import BlockPoolView
 from strategies.choosers import Chooser
 from strategies.table import Draw, Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
@@ -77,9 +78,9 @@ def _prefill_step(view: BlockPoolView, handle: int) -> Step | None:
     then cache its full blocks; ``None`` when it is done (or its allocation does not fit)."""
     table, full, cached = view.shape(handle)
     if full > table:
-        return ("allocate", {"handle": handle, "num_blocks": full - table}) if full - table <= view.num_free else None
+        return (BlockPoolOps.allocate, {"handle": handle, "num_blocks": full - table}) if full - table <= view.num_free else None
     if cached < full and view.enable_caching:
-        return "cache", {"handle": handle, "num_full": full}
+        return BlockPoolOps.cache, {"handle": handle, "num_full": full}
     return None
 
 
@@ -91,7 +92,7 @@ def _pending(view: BlockPoolView, choose: Chooser) -> Step | None:
 
 
 def _admit(view: BlockPoolView, choose: Chooser) -> Step:
-    return "admit", {"tokens": tokens(choose)}
+    return BlockPoolOps.admit, {"tokens": tokens(choose)}
 
 
 def _prefill(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -109,7 +110,7 @@ def _finish_short(view: BlockPoolView, choose: Chooser) -> Step | None:
     newest = view.newest()
     if _pending(view, choose) is not None or newest is None or not view.is_live(newest):
         return None
-    return "free", {"handle": newest}
+    return BlockPoolOps.free, {"handle": newest}
 
 
 def _toward_a_short_request(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -134,7 +135,7 @@ def _allocate(view: BlockPoolView, choose: Chooser) -> Step | None:
     else:
         lacks = max(0, len(view.hashes(handle)) - len(view.table(handle)))
         count = min(lacks or choose.randint(0, 2), view.num_free)
-    return "allocate", {"handle": handle, "num_blocks": count}
+    return BlockPoolOps.allocate, {"handle": handle, "num_blocks": count}
 
 
 def _cache(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -144,16 +145,16 @@ def _cache(view: BlockPoolView, choose: Chooser) -> Step | None:
         return None
     handle = choose.choice(live)
     num_full = choose.randint(0, 5) if choose.randrange(2) == 0 else len(view.table(handle))
-    return "cache", {"handle": handle, "num_full": num_full}
+    return BlockPoolOps.cache, {"handle": handle, "num_full": num_full}
 
 
-_free = one_of("free", BlockPoolView.live)
+_free = one_of(BlockPoolOps.free, BlockPoolView.live)
 
 
 def _slide(view: BlockPoolView, choose: Chooser) -> Step | None:
     """A sliding window passes a request's first blocks."""
     live = view.live()
-    return ("slide", {"handle": choose.choice(live), "num_skipped": choose.randint(1, 4)}) if live else None
+    return (BlockPoolOps.slide, {"handle": choose.choice(live), "num_skipped": choose.randint(1, 4)}) if live else None
 
 
 def _unpin(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -162,7 +163,7 @@ def _unpin(view: BlockPoolView, choose: Chooser) -> Step | None:
     if not live:
         return None
     handle = choose.choice(live)
-    return "unpin", {"handle": handle, "position": choose.choice([i for i, b in enumerate(view.table(handle)) if b])}
+    return BlockPoolOps.unpin, {"handle": handle, "position": choose.choice([i for i, b in enumerate(view.table(handle)) if b])}
 
 
 def _share(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -173,8 +174,8 @@ def _share(view: BlockPoolView, choose: Chooser) -> Step | None:
         return None
     onto = [b for b in cached if view.is_free(b)] or cached
     if choose.randrange(2) == 0:
-        return "touch", {"block_ids": with_repeat([choose.choice(onto) for _ in range(choose.randint(1, 2))], choose)}
-    return "touch", {"block_ids": [choose.choice(onto) for _ in range(choose.randint(2, 3))]}
+        return BlockPoolOps.touch, {"block_ids": with_repeat([choose.choice(onto) for _ in range(choose.randint(1, 2))], choose)}
+    return BlockPoolOps.touch, {"block_ids": [choose.choice(onto) for _ in range(choose.randint(2, 3))]}
 
 
 def _finish_shared(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -182,19 +183,19 @@ def _finish_shared(view: BlockPoolView, choose: Chooser) -> Step | None:
     newest = view.newest()
     if newest is None or not view.is_live(newest) or view.hashes(newest) or not view.table(newest):
         return None
-    return "free", {"handle": newest}
+    return BlockPoolOps.free, {"handle": newest}
 
 
 def _touch(view: BlockPoolView, choose: Chooser) -> Step:
     """One or two touchable blocks (the null block, held ones, cached free ones)."""
     touchable = view.touchable()
-    return "touch", {"block_ids": [choose.choice(touchable) for _ in range(choose.randint(1, 2))]}
+    return BlockPoolOps.touch, {"block_ids": [choose.choice(touchable) for _ in range(choose.randint(1, 2))]}
 
 
 def _evict_cached(view: BlockPoolView, choose: Chooser) -> Step | None:
     """Cached blocks, held (what vLLM's scheduler evicts after a failed KV load) or free."""
     cached = view.cached_blocks()
-    return ("evict", {"block_ids": [choose.choice(cached) for _ in range(choose.randint(1, 3))]}) if cached else None
+    return (BlockPoolOps.evict, {"block_ids": [choose.choice(cached) for _ in range(choose.randint(1, 3))]}) if cached else None
 
 
 def _evict_a_table(view: BlockPoolView, choose: Chooser) -> Step | None:
@@ -202,18 +203,18 @@ def _evict_a_table(view: BlockPoolView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "evict", {"block_ids": view.table(choose.choice(live))[choose.randint(0, 2) :] or [0]}
+    return BlockPoolOps.evict, {"block_ids": view.table(choose.choice(live))[choose.randint(0, 2) :] or [0]}
 
 
 def _reset_at_the_boundary(view: BlockPoolView, choose: Chooser) -> Step | None:
     """Near the boundary only: with every block free (it succeeds) or one in use (it must refuse)."""
-    return ("reset", {}) if view.has_cached() and view.usable - view.num_free <= 1 else None
+    return (BlockPoolOps.reset, {}) if view.has_cached() and view.usable - view.num_free <= 1 else None
 
 
-_free_again = one_of("free", BlockPoolView.freed)
+_free_again = one_of(BlockPoolOps.free, BlockPoolView.freed)
 
 
-_allocate_negative = one_of("allocate", BlockPoolView.live, num_blocks=-1)
+_allocate_negative = one_of(BlockPoolOps.allocate, BlockPoolView.live, num_blocks=-1)
 
 
 def _by_id(call: str) -> BlockDraw:
@@ -229,7 +230,7 @@ def _by_id(call: str) -> BlockDraw:
 
 def _evict_raw(view: BlockPoolView, choose: Chooser) -> Step:
     """Evict ids outside the pool, negative ones included (ids that turn out valid run as such)."""
-    return "evict", {"block_ids": [choose.randint(*RAW_IDS) for _ in range(choose.randint(1, 3))]}
+    return BlockPoolOps.evict, {"block_ids": [choose.randint(*RAW_IDS) for _ in range(choose.randint(1, 3))]}
 
 
 def block_pool_moves() -> tuple[Move[BlockPoolView], ...]:
@@ -262,7 +263,7 @@ def block_pool_moves() -> tuple[Move[BlockPoolView], ...]:
         Move("evict raw ids", 0.4, _evict_raw, misuse=True),
         Move("allocate negative", 0.2, _allocate_negative, misuse=True),
         Move("evict a request's blocks", 0.3, _evict_a_table),
-        Move("reset", 0.1, fixed("reset")),
+        Move("reset", 0.1, fixed(BlockPoolOps.reset)),
         Move("reset at the boundary", 0.5, _reset_at_the_boundary),
     )
 
@@ -274,13 +275,13 @@ def block_pool_drain(view: BlockPoolView) -> Iterator[Step]:
     until that many blocks are asked for: one allocation of everything checks all of it
     (``free-queue-order``, ``cache-map``)."""
     for live in view.live():
-        yield "free", {"handle": live}
-    yield "admit", {"tokens": []}
+        yield BlockPoolOps.free, {"handle": live}
+    yield BlockPoolOps.admit, {"tokens": []}
     taker = view.newest()
     if taker is not None and view.num_free:
-        yield "allocate", {"handle": taker, "num_blocks": view.num_free}
-        yield "free", {"handle": taker}
-    yield "reset", {}
+        yield BlockPoolOps.allocate, {"handle": taker, "num_blocks": view.num_free}
+        yield BlockPoolOps.free, {"handle": taker}
+    yield BlockPoolOps.reset, {}
 
 
 def block_pool_table() -> MoveTable[BlockPoolView]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
 from harness.kits.kv.misuse import MALFORMED_FREES
+from harness.kits.kv.ops import PagedKVOps, TokenKVOps
 from harness.kits.kv.page_kernel import CASES
 from harness.kits.kv.views import KVView, PagedKVView
 from strategies.choosers import Chooser
@@ -52,7 +53,7 @@ def _malformed_extend(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
             return None
         handles: list[int | None] = [*some_of(reqs, choose, most=2), *[None] * choose.randint(0, 1)]
         choose.shuffle(handles)
-        return "extend_malformed", {"handles": handles, "defect": defect}
+        return PagedKVOps.extend_malformed, {"handles": handles, "defect": defect}
 
     return draw
 
@@ -62,7 +63,7 @@ def _malformed_decode(defect: str) -> Callable[[PagedKVView, Chooser], Step | No
         reqs = view.holding_requests()
         if not reqs:
             return None
-        return "decode_malformed", {"handles": some_of(reqs, choose), "defect": defect}
+        return PagedKVOps.decode_malformed, {"handles": some_of(reqs, choose), "defect": defect}
 
     return draw
 
@@ -73,7 +74,7 @@ def admit_mid_page(view: KVView, choose: Chooser) -> Step | None:
     if not room:
         return None
     length = ps + 1 if ps == 1 else choose.randint(1, ps - 1) + ps * choose.randint(0, min(1, room - 1))
-    return "extend", {"batch": [[None, length]]}
+    return PagedKVOps.extend, {"batch": [[None, length]]}
 
 
 _step = fixed
@@ -82,25 +83,25 @@ _step = fixed
 
 def non_integer_alloc(size: Any) -> Draw:
     """``alloc`` of a size that is not an int; ``"page"`` is a float of exactly one page (read as ``page_size``)."""
-    return lambda state, choose: ("alloc", {"need_size": float(state.page_size) if size == "page" else size})
+    return lambda state, choose: (TokenKVOps.alloc, {"need_size": float(state.page_size) if size == "page" else size})
 
 
 def _free_many(view: KVView, choose: Chooser) -> Step | None:
     """Free an allocation of more than 64 pages in one call (the pools' table-based duplicate check)."""
     big = [h for h in view.plain() if view.pages_held(h) > MANY]
-    return ("free", {"handle": big[0]}) if big else None
+    return (TokenKVOps.free, {"handle": big[0]}) if big else None
 
 
 def _free_many_repeating(view: KVView, choose: Chooser) -> Step | None:
     """Live slots of more than 64 pages in one free, one of them named twice (a double free for the token pool)."""
     big = [view.slots_of(h) for h in view.plain() if len(view.slots_of(h)) > MANY]
-    return ("free_indices", {"indices": [*big[0], big[0][len(big[0]) // 2]]}) if big else None
+    return (TokenKVOps.free_indices, {"indices": [*big[0], big[0][len(big[0]) // 2]]}) if big else None
 
 
 def _take_many(view: KVView, choose: Chooser) -> Step | None:
     """Take every free page, when more than 64 are free."""
     free = view.free_pages()
-    return ("alloc", {"need_size": free * view.page_size}) if free > MANY else None
+    return (TokenKVOps.alloc, {"need_size": free * view.page_size}) if free > MANY else None
 
 
 def token_catalogue(constructors: tuple[Overrides, ...] = TOKEN_KV_MALFORMED) -> tuple[Move[KVView], ...]:

@@ -23,6 +23,7 @@ from typing import Any
 from harness.kits.kv.catalogue import admit_mid_page, paged_catalogue, token_catalogue
 from harness.kits.kv.configs import paged_kv_config, token_kv_config
 from harness.kits.kv.misuse import SEGMENT_MISUSE
+from harness.kits.kv.ops import PagedKVOps, TokenKVOps
 from harness.kits.kv.page_moves import edge_extend_lengths
 from harness.kits.kv.views import KVView, PagedKVView
 from strategies.choosers import Chooser
@@ -48,16 +49,16 @@ def _alloc(view: KVView, choose: Chooser) -> Step:
         pages = choose.choice((1, 2, 3, 0))
     else:
         pages = max(0, view.free_pages() + choose.choice((0, 1, -1)))
-    return "alloc", {"need_size": pages * view.page_size}
+    return TokenKVOps.alloc, {"need_size": pages * view.page_size}
 
 
 def _alloc_misaligned(view: KVView, choose: Chooser) -> Step:
     """A negative size, or one a token off a page (misuse)."""
     ps = view.page_size
-    return "alloc", {"need_size": choose.choice((-ps, -1, ps + 1, ps - 1) if ps > 1 else (-1,))}
+    return TokenKVOps.alloc, {"need_size": choose.choice((-ps, -1, ps + 1, ps - 1) if ps > 1 else (-1,))}
 
 
-_free = one_of("free", KVView.live)
+_free = one_of(TokenKVOps.free, KVView.live)
 """Free everything a live handle holds (a plain allocation or a request)."""
 
 
@@ -69,7 +70,7 @@ def free_part(holders: Callable[[Any], Sequence[int]]) -> Callable[[Any, Chooser
         among = holders(view)
         if not among:
             return None
-        return "free_part", {"handle": choose.choice(among), "count": choose.randint(1, 3), "sparse": choose.choice((False, True))}
+        return TokenKVOps.free_part, {"handle": choose.choice(among), "count": choose.randint(1, 3), "sparse": choose.choice((False, True))}
 
     return draw
 
@@ -84,7 +85,7 @@ def _free_segment(view: KVView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "free_segment", {"handle": choose.choice(live), "start_page": choose.randint(0, 2), "trim": choose.randint(0, 3)}
+    return TokenKVOps.free_segment, {"handle": choose.choice(live), "start_page": choose.randint(0, 2), "trim": choose.randint(0, 3)}
 
 
 def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
@@ -93,43 +94,43 @@ def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "free_segment_malformed", {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
+    return TokenKVOps.free_segment_malformed, {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
 
 
 def _free_group(view: KVView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while pages are live."""
     if view.group_open:
-        return "group_end", {}
-    return ("group_begin", {}) if view.holds_pages() else None
+        return TokenKVOps.group_end, {}
+    return (TokenKVOps.group_begin, {}) if view.holds_pages() else None
 
 
 def _free_deferred(view: KVView, choose: Chooser) -> Step | None:
     """A free inside an open free group (the scheduler's batch release): the pages wait for its end."""
     live = view.live()
-    return ("free", {"handle": choose.choice(live)}) if view.group_open and live else None
+    return (TokenKVOps.free, {"handle": choose.choice(live)}) if view.group_open and live else None
 
 
 def _open_group(view: KVView, choose: Chooser) -> Step | None:
-    return ("group_begin", {}) if not view.group_open and view.holds_pages() else None
+    return (TokenKVOps.group_begin, {}) if not view.group_open and view.holds_pages() else None
 
 
 def _merge(view: KVView, choose: Chooser) -> Step | None:
-    return ("merge", {}) if view.has_staged else None
+    return (TokenKVOps.merge, {}) if view.has_staged else None
 
 
 def _clear(view: KVView, choose: Chooser) -> Step | None:
-    return ("clear", {}) if view.holds_pages() else None
+    return (TokenKVOps.clear, {}) if view.holds_pages() else None
 
 
-_free_again = one_of("free_again", KVView.released)
+_free_again = one_of(TokenKVOps.free_again, KVView.released)
 """Free again the slots a handle already gave back: a double free (misuse)."""
 
 
 def _take_two_pages(view: KVView, choose: Chooser) -> Step:
-    return "alloc", {"need_size": 2 * view.page_size}
+    return TokenKVOps.alloc, {"need_size": 2 * view.page_size}
 
 
-_free_repeat = repeated_within("free_indices", "indices", KVView.live, KVView.slots_of)
+_free_repeat = repeated_within(TokenKVOps.free_indices, "indices", KVView.live, KVView.slots_of)
 """A live slot named twice in one ``free`` (misuse for the token allocator; the paged one dedups pages)."""
 
 
@@ -138,14 +139,14 @@ def _free_raw(view: KVView, choose: Chooser) -> Step | None:
     if not view.holds_pages():
         return None
     ps, pages = view.page_size, view.num_pages
-    return "free_indices", {
+    return TokenKVOps.free_indices, {
         "indices": [choose.randint(-1, pages + 2) * ps + choose.randint(0, 63) % ps for _ in range(choose.randint(1, 3))]
     }
 
 
 def _group_misuse(view: KVView, choose: Chooser) -> Step:
     """Begin inside an open group (nesting), or end with none open (misuse)."""
-    return ("group_begin", {}) if view.group_open else ("group_end", {})
+    return (TokenKVOps.group_begin, {}) if view.group_open else (TokenKVOps.group_end, {})
 
 
 def token_moves() -> tuple[Move[KVView], ...]:
@@ -176,16 +177,16 @@ def kv_drain(view: KVView) -> Iterator[Step]:
     Which page comes next is state no step shows until that many pages are asked for; two allocations
     of everything check the whole order, before and after ``merge_and_sort_free`` (``page-layout``)."""
     if view.group_open:
-        yield "group_end", {}
+        yield TokenKVOps.group_end, {}
     for handle in view.live():
-        yield "free", {"handle": handle}
+        yield TokenKVOps.free, {"handle": handle}
     for _ in range(2):
         if view.free_pages():
-            yield "alloc", {"need_size": view.free_pages() * view.page_size}
+            yield TokenKVOps.alloc, {"need_size": view.free_pages() * view.page_size}
             for handle in view.live():
-                yield "free", {"handle": handle}
-        yield "merge", {}
-    yield "clear", {}
+                yield TokenKVOps.free, {"handle": handle}
+        yield TokenKVOps.merge, {}
+    yield TokenKVOps.clear, {}
 
 
 def token_kv_table() -> MoveTable[KVView]:
@@ -229,7 +230,7 @@ def _extend_batch(view: PagedKVView, choose: Chooser, existing: list[int], new: 
     batch: list[list[int | None]] = [[h, _extend_length(view, choose, view.length(h))] for h in existing]
     batch += [[None, _extend_length(view, choose, 0)] for _ in range(new)]
     choose.shuffle(batch)
-    return "extend", {"batch": view.fit(batch) if choose.random() < 0.8 else batch}
+    return PagedKVOps.extend, {"batch": view.fit(batch) if choose.random() < 0.8 else batch}
 
 
 def _admit(view: PagedKVView, choose: Chooser) -> Step:
@@ -258,7 +259,7 @@ def _unaligned(view: PagedKVView, choose: Chooser) -> Step | None:
     batch: list[list[int | None]] = [[handle, grow]]
     if choose.random() < 0.7:  # behind the grown request first: where a kernel's page cursor runs ahead
         batch.insert(choose.choice((1, 0)), [None, choose.choice((1, ps, ps + 1, 2 * ps))])
-    return "extend", {"batch": view.fit(batch)}
+    return PagedKVOps.extend, {"batch": view.fit(batch)}
 
 
 def _admit_mid_page(view: PagedKVView, choose: Chooser) -> Step | None:
@@ -270,10 +271,10 @@ def _fill(view: PagedKVView, choose: Chooser) -> Step:
     """One new request taking exactly the free pages (ending anywhere on the last), or one page more."""
     ps = view.page_size
     pages = view.free_pages() + choose.choice((0, 0, 1))
-    return "extend", {"batch": [[None, max(0, pages * ps - choose.randint(0, ps - 1))]]}
+    return PagedKVOps.extend, {"batch": [[None, max(0, pages * ps - choose.randint(0, ps - 1))]]}
 
 
-_decode = picking("decode", PagedKVView.requests, "handles", partial(some_of, most=4))
+_decode = picking(PagedKVOps.decode, PagedKVView.requests, "handles", partial(some_of, most=4))
 """One decode step for a few live requests, some at a page edge and some not, in any order."""
 
 
@@ -283,7 +284,7 @@ def _to_edge(view: PagedKVView, choose: Chooser) -> Step | None:
     if not reqs:
         return None
     handle = choose.choice(reqs)
-    return "extend", {"batch": [[handle, -view.length(handle) % view.page_size]]}
+    return PagedKVOps.extend, {"batch": [[handle, -view.length(handle) % view.page_size]]}
 
 
 def _decode_mixed(view: PagedKVView, choose: Chooser) -> Step | None:
@@ -298,7 +299,7 @@ def _decode_mixed(view: PagedKVView, choose: Chooser) -> Step | None:
         return None
     handles = [*some_of(mid, choose, most=2), *choose.sample(edge, choose.randint(1, min(2, len(edge), room)))]
     choose.shuffle(handles)
-    return "decode", {"handles": handles}
+    return PagedKVOps.decode, {"handles": handles}
 
 
 def _admit_edge_and_mid(view: PagedKVView, choose: Chooser) -> Step | None:
@@ -311,18 +312,18 @@ def _admit_edge_and_mid(view: PagedKVView, choose: Chooser) -> Step | None:
     if not mid and room:
         return _admit_mid_page(view, choose)
     if mid and not edge:
-        return "extend", {"batch": [[None, view.page_size * choose.randint(0, min(1, room))]]}
+        return PagedKVOps.extend, {"batch": [[None, view.page_size * choose.randint(0, min(1, room))]]}
     if room:
         return None
     keep = (edge[0] if edge else None, mid[0] if mid else None)
     spare = [h for h in view.live() if h not in keep]
-    return ("free", {"handle": choose.choice(spare)}) if spare else None
+    return (TokenKVOps.free, {"handle": choose.choice(spare)}) if spare else None
 
 
 def _with_others(view: PagedKVView, choose: Chooser, first: int) -> Step:
     """A decode of ``first`` and up to three other live requests after it."""
     others = [h for h in view.requests() if h != first]
-    return "decode", {"handles": [first, *choose.sample(others, choose.randint(0, min(3, len(others))))]}
+    return PagedKVOps.decode, {"handles": [first, *choose.sample(others, choose.randint(0, min(3, len(others))))]}
 
 
 def _decode_at_edge(view: PagedKVView, choose: Chooser) -> Step | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.kits.mamba.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
+from harness.kits.mamba.ops import HybridOps, SlotOps, WindowOps
 from harness.kits.mamba.state import STATE_MISUSE
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from harness.kits.rows.moves import RowView, row_catalogue
@@ -37,19 +38,19 @@ CORNER_SHORT_SIDE = "corner: a batch the shorter side cannot serve and the other
 def _toward_a_reservation(view: SlotView, choose: Chooser) -> Step | None:
     """Open a window reserving one or more of the free slots (closing a spent one first)."""
     if view.group_open:
-        return ("group_end", {}) if not view.unconsumed() else None
+        return (WindowOps.group_end, {}) if not view.unconsumed() else None
     free = view.free_count()
-    return ("group_begin", {"num_reqs": choose.randint(1, free)}) if free else None
+    return (WindowOps.group_begin, {"num_reqs": choose.randint(1, free)}) if free else None
 
 
 def _end_unconsumed(view: SlotView, choose: Chooser) -> Step | None:
     """``alloc_group_end`` of a window whose reservation is not all handed out: the rest must come back."""
-    return ("group_end", {}) if view.group_open and view.unconsumed() else None
+    return (WindowOps.group_end, {}) if view.group_open and view.unconsumed() else None
 
 
 def _clear_open(view: SlotView, choose: Chooser) -> Step | None:
     """``clear`` with a reservation open: every window must close, no reserved slot issued again."""
-    return ("clear", {}) if view.group_open and view.unconsumed() else None
+    return (WindowOps.clear, {}) if view.group_open and view.unconsumed() else None
 
 
 def window_catalogue() -> tuple[Move[SlotView], ...]:
@@ -63,40 +64,40 @@ def window_catalogue() -> tuple[Move[SlotView], ...]:
 # ---------------------------------------------------------------- mamba_slots
 def _int32_free(view: MambaSlotView, choose: Chooser) -> Step | None:
     live = view.live_slots()
-    return ("free_slots", {"slots": live[:2], "int32": True}) if live else None
+    return (SlotOps.free_slots, {"slots": live[:2], "int32": True}) if live else None
 
 
 def _free_many(view: MambaSlotView, choose: Chooser) -> Step | None:
     """More than 64 live slots freed at once, one left live (so what the call ends is not every live slot)."""
     live = view.live_slots()
-    return ("free_slots", {"slots": live[1:]}) if len(live) > COUNTING_PATH + 1 else None
+    return (SlotOps.free_slots, {"slots": live[1:]}) if len(live) > COUNTING_PATH + 1 else None
 
 
 def _free_many_repeating(view: MambaSlotView, choose: Chooser) -> Step | None:
     """More than 64 live slots freed at once, the middle one named twice."""
     live = view.live_slots()
-    return ("free_slots", {"slots": [*live, live[len(live) // 2]]}) if len(live) > COUNTING_PATH else None
+    return (SlotOps.free_slots, {"slots": [*live, live[len(live) // 2]]}) if len(live) > COUNTING_PATH else None
 
 
 def _take_many(view: MambaSlotView, choose: Chooser) -> Step | None:
     """Every free slot of a large pool in one ``alloc``."""
     free = view.free_count()
-    return ("alloc", {"need_size": free}) if free > COUNTING_PATH else None
+    return (SlotOps.alloc, {"need_size": free}) if free > COUNTING_PATH else None
 
 
 def _multi_in_window(view: MambaSlotView, choose: Chooser) -> Step | None:
     """``alloc`` of two or more slots, all of which the free list has, while at least as many are reserved:
     only ``alloc(1)`` may take the reservation."""
     most = min(len(view.unconsumed()), view.free_count()) if view.group_open else 0
-    return ("alloc", {"need_size": choose.randint(2, most)}) if most >= 2 else None
+    return (SlotOps.alloc, {"need_size": choose.randint(2, most)}) if most >= 2 else None
 
 
 def _toward_reserved_and_free(view: MambaSlotView, choose: Chooser) -> Step | None:
     """Open a window reserving two or more slots with as many left on the free list (closing another first)."""
     if view.group_open:
-        return "group_end", {}
+        return SlotOps.group_end, {}
     free = view.free_count()
-    return ("group_begin", {"num_reqs": choose.randint(2, free - 2)}) if free >= 4 else None
+    return (SlotOps.group_begin, {"num_reqs": choose.randint(2, free - 2)}) if free >= 4 else None
 
 
 def mamba_slot_catalogue() -> tuple[Move[MambaSlotView], ...]:
@@ -107,16 +108,16 @@ def mamba_slot_catalogue() -> tuple[Move[MambaSlotView], ...]:
         Move("a multi-slot alloc in an open reservation", 0.1, _multi_in_window, CORNER_MULTI_IN_WINDOW, setup=_toward_reserved_and_free),
         Move("free of more than 64 slots at once", 0.05, _free_many, setup=_take_many),
         Move("free of more than 64 slots, one named twice", 0.03, _free_many_repeating, misuse=True, setup=_take_many),
-        Move("free of an empty tensor", 0.1, fixed("free_slots", slots=[])),
-        Move("free of an int32 tensor", 0.1, _int32_free, setup=fixed("alloc", need_size=1)),
-        Move("alloc of a float", 0.05, fixed("alloc", need_size=1.5), misuse=True),
-        Move("alloc of a bool", 0.05, fixed("alloc", need_size=True), misuse=True),
-        Move("group begin of a float", 0.05, fixed("group_begin", num_reqs=2.0), misuse=True),
-        Move("free of a list", 0.05, fixed("free_malformed", form="list"), misuse=True),
-        Move("free of a float tensor", 0.05, fixed("free_malformed", form="float tensor"), misuse=True),
-        Move("free of a 2-D tensor", 0.05, fixed("free_malformed", form="2-D tensor"), misuse=True),
-        Move("free of a 0-d tensor", 0.05, fixed("free_malformed", form="0-d tensor"), misuse=True),
-        *(Move(f"malformed constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        Move("free of an empty tensor", 0.1, fixed(SlotOps.free_slots, slots=[])),
+        Move("free of an int32 tensor", 0.1, _int32_free, setup=fixed(SlotOps.alloc, need_size=1)),
+        Move("alloc of a float", 0.05, fixed(SlotOps.alloc, need_size=1.5), misuse=True),
+        Move("alloc of a bool", 0.05, fixed(SlotOps.alloc, need_size=True), misuse=True),
+        Move("group begin of a float", 0.05, fixed(SlotOps.group_begin, num_reqs=2.0), misuse=True),
+        Move("free of a list", 0.05, fixed(SlotOps.free_malformed, form="list"), misuse=True),
+        Move("free of a float tensor", 0.05, fixed(SlotOps.free_malformed, form="float tensor"), misuse=True),
+        Move("free of a 2-D tensor", 0.05, fixed(SlotOps.free_malformed, form="2-D tensor"), misuse=True),
+        Move("free of a 0-d tensor", 0.05, fixed(SlotOps.free_malformed, form="0-d tensor"), misuse=True),
+        *(Move(f"malformed constructor {c}", 0.03, fixed(SlotOps.construct, overrides=c), misuse=True) for c in constructors),
     )
 
 
@@ -136,13 +137,13 @@ def readmit_beside_new(view: HybridView, choose: Chooser) -> Step | None:
         return None
     batch: list[int | None] = [choose.choice(row_only), *([None] * choose.randint(1, 2))]
     choose.shuffle(batch)
-    return "alloc", {"batch": batch}
+    return HybridOps.alloc, {"batch": batch}
 
 
 def donate_a_slot(view: HybridView, choose: Chooser) -> Step:
     """Free the slot of a request holding both (its cache donated), or admit one."""
     both = view.holding_both()
-    return ("free_mamba_cache", {"handle": choose.choice(both)}) if both else ("alloc", {"batch": [None]})
+    return (HybridOps.free_mamba_cache, {"handle": choose.choice(both)}) if both else (HybridOps.alloc, {"batch": [None]})
 
 
 def _short_side_batch(view: HybridView, choose: Chooser) -> Step | None:
@@ -150,7 +151,7 @@ def _short_side_batch(view: HybridView, choose: Chooser) -> Step | None:
     more to spare: the pool must refuse the batch and take nothing from either side, whatever the sum of
     the two sides' room says."""
     short, long = sorted((view.free_rows(), view.capacity()))
-    return ("alloc", {"batch": [None] * choose.randint(short + 1, long)}) if long - short >= 2 else None
+    return (HybridOps.alloc, {"batch": [None] * choose.randint(short + 1, long)}) if long - short >= 2 else None
 
 
 def _toward_one_side_short(view: HybridView, choose: Chooser) -> Step | None:
@@ -158,14 +159,14 @@ def _toward_one_side_short(view: HybridView, choose: Chooser) -> Step | None:
     free_rows, capacity = view.free_rows(), view.capacity()
     if free_rows > capacity or (free_rows == capacity and choose.random() < 0.5):
         rows = view.row_holders()
-        return ("free", {"handle": choose.choice(rows)}) if rows else None
+        return (HybridOps.free, {"handle": choose.choice(rows)}) if rows else None
     slots = view.slot_holders()
-    return ("free_mamba_cache", {"handle": choose.choice(slots)}) if slots else None
+    return (HybridOps.free_mamba_cache, {"handle": choose.choice(slots)}) if slots else None
 
 
 def _admit_two(view: HybridView, choose: Chooser) -> Step | None:
     """Admit two requests, if both sides have room for them (a refused admission builds nothing)."""
-    return ("alloc", {"batch": [None, None]}) if view.free_rows() >= 2 and view.capacity() >= 2 else None
+    return (HybridOps.alloc, {"batch": [None, None]}) if view.free_rows() >= 2 and view.capacity() >= 2 else None
 
 
 def _with_holders(count: int, make: Callable[[list[int], Chooser], Step]) -> HybridDraw:
@@ -179,33 +180,33 @@ def _with_holders(count: int, make: Callable[[list[int], Chooser], Step]) -> Hyb
 
 
 def _write_state(held: list[int], choose: Chooser) -> Step:
-    return "write_state", {"handle": held[0]}
+    return HybridOps.write_state, {"handle": held[0]}
 
 
 def _fork_state(held: list[int], choose: Chooser) -> Step:
-    return "copy_state", {"sources": held[:1], "targets": held[1:]}
+    return HybridOps.copy_state, {"sources": held[:1], "targets": held[1:]}
 
 
 def _clear_state(held: list[int], choose: Chooser) -> Step:
-    return "clear_state", {"handles": held}
+    return HybridOps.clear_state, {"handles": held}
 
 
 def _state_misuse(kind: str) -> HybridDraw:
-    return _with_holders(1, lambda held, choose: ("state_misuse", {"handles": held, "kind": kind}))
+    return _with_holders(1, lambda held, choose: (HybridOps.state_misuse, {"handles": held, "kind": kind}))
 
 
 def _claiming(claim: str) -> HybridDraw:
-    return one_of("alloc_claiming", HybridView.holding_both, claim=claim)
+    return one_of(HybridOps.alloc_claiming, HybridView.holding_both, claim=claim)
 
 
 def _beam_rows(view: HybridView, choose: Chooser) -> Step | None:
     """Rows taken with ``alloc_rows`` (no request holds them) given back with ``free_rows``."""
     beam = view.rows.raw_rows()
-    return ("free_rows", {"rows": beam[:2]}) if beam else None
+    return (HybridOps.free_rows, {"rows": beam[:2]}) if beam else None
 
 
 def _forged_free(form: str) -> HybridDraw:
-    return _with_holders(1, lambda held, choose: ("free_mamba_cache_forged", {"handle": held[0], "form": form}))
+    return _with_holders(1, lambda held, choose: (HybridOps.free_mamba_cache_forged, {"handle": held[0], "form": form}))
 
 
 def hybrid_catalogue() -> tuple[Move[HybridView], ...]:
@@ -224,12 +225,12 @@ def hybrid_catalogue() -> tuple[Move[HybridView], ...]:
         *window_catalogue(),
         Move("readmit without a slot beside new requests", 0.1, readmit_beside_new, CORNER_MIXED, setup=donate_a_slot),
         Move("a batch the shorter side cannot serve", 0.1, _short_side_batch, CORNER_SHORT_SIDE, setup=_toward_one_side_short),
-        Move("beam rows given back", 0.2, _beam_rows, setup=fixed("alloc_rows", need_size=2)),
+        Move("beam rows given back", 0.2, _beam_rows, setup=fixed(HybridOps.alloc_rows, need_size=2)),
         Move("write Mamba state", 0.3, _with_holders(1, _write_state), setup=_admit_two),
         Move("fork Mamba state", 0.3, _with_holders(2, _fork_state), setup=_admit_two),
         Move("clear Mamba state", 0.2, _with_holders(1, _clear_state), setup=_admit_two),
-        Move("clear no Mamba state", 0.03, fixed("clear_state", handles=[])),
-        Move("copy no Mamba state", 0.03, fixed("copy_state", sources=[], targets=[])),
+        Move("clear no Mamba state", 0.03, fixed(HybridOps.clear_state, handles=[])),
+        Move("copy no Mamba state", 0.03, fixed(HybridOps.copy_state, sources=[], targets=[])),
         *(Move(f"Mamba state: {kind}", 0.03, _state_misuse(kind), misuse=True, setup=_admit_two) for kind in STATE_MISUSE),
         *(
             Move(f"alloc with a forged request claiming {claim}", 0.03, _claiming(claim), misuse=True, setup=_admit_two)
@@ -239,5 +240,5 @@ def hybrid_catalogue() -> tuple[Move[HybridView], ...]:
             Move(f"free_mamba_cache of a request holding {form}", 0.03, _forged_free(form), misuse=True, setup=_admit_two)
             for form in FORGED_SLOT_FORMS
         ),
-        *(Move(f"malformed hybrid constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        *(Move(f"malformed hybrid constructor {c}", 0.03, fixed(HybridOps.construct, overrides=c), misuse=True) for c in constructors),
     )

@@ -28,6 +28,7 @@ from functools import partial
 
 from harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
 from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
+from harness.kits.mamba.ops import HybridOps, SlotOps, WindowOps
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from strategies.choosers import Chooser
 from strategies.table import (
@@ -79,21 +80,21 @@ def hybrid_config(choose: Chooser, *, max_size: int = 8) -> HybridRowConfig:
 
 # ---------------------------------------------------------------- the slot window (both families)
 def _group_end(view: SlotView, choose: Chooser) -> Step | None:
-    return ("group_end", {}) if view.group_open else None
+    return (WindowOps.group_end, {}) if view.group_open else None
 
 
 def _group_misuse(view: SlotView, choose: Chooser) -> Step:
     """A window opened inside an open one (0..2 reserved), or closed when none is open."""
-    return ("group_begin", {"num_reqs": choose.randint(0, 2)}) if view.group_open else ("group_end", {})
+    return (WindowOps.group_begin, {"num_reqs": choose.randint(0, 2)}) if view.group_open else (WindowOps.group_end, {})
 
 
 def _group_begin_negative(view: SlotView, choose: Chooser) -> Step | None:
     """``alloc_group_begin(-1)`` with no window open (in an open one it is a nested window)."""
-    return None if view.group_open else ("group_begin", {"num_reqs": -1})
+    return None if view.group_open else (WindowOps.group_begin, {"num_reqs": -1})
 
 
 def _clear(view: SlotView, choose: Chooser) -> Step | None:
-    return ("clear", {}) if view.in_use() else None
+    return (WindowOps.clear, {}) if view.in_use() else None
 
 
 # ---------------------------------------------------------------- mamba_slots moves
@@ -106,7 +107,7 @@ def _slot_alloc(view: MambaSlotView, choose: Chooser) -> Step:
         need = choose.randint(0, 4)
     else:
         need = view.free_count() + choose.choice((0, 1))
-    return "alloc", {"need_size": need}
+    return SlotOps.alloc, {"need_size": need}
 
 
 def _slot_group_begin(view: MambaSlotView, choose: Chooser) -> Step | None:
@@ -115,32 +116,32 @@ def _slot_group_begin(view: MambaSlotView, choose: Chooser) -> Step | None:
     if view.group_open:
         return None
     free = view.free_count()
-    return "group_begin", {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6), free, free + 1))}
+    return SlotOps.group_begin, {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6), free, free + 1))}
 
 
 def _slot_alloc_in_window(view: MambaSlotView, choose: Chooser) -> Step | None:
     """``alloc`` of 1, 2, all or one more than the reservation left in the open window."""
     left = len(view.unconsumed())
-    return ("alloc", {"need_size": choose.choice((1, 2, 2, left, left + 1))}) if left else None
+    return (SlotOps.alloc, {"need_size": choose.choice((1, 2, 2, left, left + 1))}) if left else None
 
 
 def _open_a_reservation(view: MambaSlotView, choose: Chooser) -> Step:
     """Open a window reserving two or more slots (closing a spent one first)."""
     if view.group_open:
-        return "group_end", {}
-    return "group_begin", {"num_reqs": choose.choice((2, 3, max(2, view.free_count() // 2)))}
+        return SlotOps.group_end, {}
+    return SlotOps.group_begin, {"num_reqs": choose.choice((2, 3, max(2, view.free_count() // 2)))}
 
 
-_slot_free = picking("free", MambaSlotView.live, "handles", some_of)
+_slot_free = picking(SlotOps.free, MambaSlotView.live, "handles", some_of)
 """One to three live slots freed in one call."""
-_slot_free_repeating = picking("free", MambaSlotView.live, "handles", partial(some_repeated, most=3))
+_slot_free_repeating = picking(SlotOps.free, MambaSlotView.live, "handles", partial(some_repeated, most=3))
 """Live slots freed in one call with one named twice, next to itself or with others between."""
 
 
 def _slot_free_again(view: MambaSlotView, choose: Chooser) -> Step | None:
     """A handle whose slot was already freed, freed again."""
     gone = view.gone()
-    return ("free", {"handles": [choose.choice(gone)]}) if gone else None
+    return (SlotOps.free, {"handles": [choose.choice(gone)]}) if gone else None
 
 
 def _slot_free_raw(view: MambaSlotView, choose: Chooser) -> Step:
@@ -148,9 +149,9 @@ def _slot_free_raw(view: MambaSlotView, choose: Chooser) -> Step:
     reserved and past the end)."""
     unconsumed = view.unconsumed()
     if unconsumed and choose.random() < 0.5:
-        return "free_slots", {"slots": [choose.choice(unconsumed)]}
+        return SlotOps.free_slots, {"slots": [choose.choice(unconsumed)]}
     top = max(MAX_RAW_SLOT, view.size + 2)
-    return "free_slots", {"slots": [choose.randint(-1, top) for _ in range(choose.randint(1, 3))]}
+    return SlotOps.free_slots, {"slots": [choose.randint(-1, top) for _ in range(choose.randint(1, 3))]}
 
 
 def mamba_slot_moves() -> tuple[Move[MambaSlotView], ...]:
@@ -163,11 +164,11 @@ def mamba_slot_moves() -> tuple[Move[MambaSlotView], ...]:
         Move("alloc in a window", 2, _slot_alloc_in_window, CORNER_WINDOW, setup=_open_a_reservation),
         Move("free", 3, _slot_free),
         Move("clear", 0.3, _clear),
-        Move("alloc negative", 0.2, fixed("alloc", need_size=-1), misuse=True),
+        Move("alloc negative", 0.2, fixed(SlotOps.alloc, need_size=-1), misuse=True),
         Move("group begin negative", 0.1, _group_begin_negative, misuse=True, setup=_group_end),
         Move("group misuse", 0.3, _group_misuse, misuse=True),
         Move("free repeating", 1, _slot_free_repeating, CORNER_REPEAT, misuse=True,
-             setup=fixed("alloc", need_size=2)),
+             setup=fixed(SlotOps.alloc, need_size=2)),
         Move("free again", 0.5, _slot_free_again, misuse=True),
         Move("free raw slots", 0.5, _slot_free_raw, misuse=True),
     )
@@ -177,15 +178,15 @@ def mamba_slot_drain(view: MambaSlotView) -> Iterator[Step]:
     """Hand out an open window's whole reservation one ``alloc(1)`` at a time (the order it must come in),
     close it, free every slot, take the whole free list in one ``alloc``, free it, then ``clear``."""
     for _ in range(len(view.unconsumed())):
-        yield "alloc", {"need_size": 1}
+        yield SlotOps.alloc, {"need_size": 1}
     if view.group_open:
-        yield "group_end", {}
+        yield SlotOps.group_end, {}
     for _ in range(2):
         if view.live():
-            yield "free", {"handles": view.live()}
+            yield SlotOps.free, {"handles": view.live()}
         if view.free_count():
-            yield "alloc", {"need_size": view.free_count()}
-    yield "clear", {}
+            yield SlotOps.alloc, {"need_size": view.free_count()}
+    yield SlotOps.clear, {}
 
 
 def mamba_slot_table() -> MoveTable[MambaSlotView]:
@@ -205,19 +206,19 @@ def _hybrid_alloc(view: HybridView, choose: Chooser) -> Step:
     new = choose.choice((choose.randint(0, 3), room, room + 1, max(free_rows, capacity)))
     batch: list[int | None] = [*([None] * min(new, 8)), *reuse]
     choose.shuffle(batch)
-    return "alloc", {"batch": batch}
+    return HybridOps.alloc, {"batch": batch}
 
 
 def _hybrid_group_begin(view: HybridView, choose: Chooser) -> Step | None:
     """The scheduler's admission window: mostly 1..3 reserved, also 0 and more than the pool."""
-    return None if view.group_open else ("group_begin", {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6)))})
+    return None if view.group_open else (HybridOps.group_begin, {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6)))})
 
 
-_hybrid_free = one_of("free", HybridView.row_holders)
+_hybrid_free = one_of(HybridOps.free, HybridView.row_holders)
 """Row only: the slot stays live (donated to a cache) until ``free_mamba_cache``."""
 
 
-_hybrid_free_cache = one_of("free_mamba_cache", HybridView.slot_holders)
+_hybrid_free_cache = one_of(HybridOps.free_mamba_cache, HybridView.slot_holders)
 
 
 def _finish(view: HybridView, choose: Chooser) -> Step | None:
@@ -233,14 +234,14 @@ def _finish(view: HybridView, choose: Chooser) -> Step | None:
 def _start_finishing(view: HybridView, choose: Chooser) -> Step | None:
     """The first call of a finished request's two-call release, in either order."""
     both = view.holding_both()
-    return (choose.choice(("free_mamba_cache", "free")), {"handle": choose.choice(both)}) if both else None
+    return (choose.choice((HybridOps.free_mamba_cache, "free")), {"handle": choose.choice(both)}) if both else None
 
 
 def _hybrid_write(view: HybridView, choose: Chooser) -> Step | None:
     rows = view.row_holders()
     if not rows:
         return None
-    return "write", {"handle": choose.choice(rows), "start": choose.randint(0, 8), "length": choose.randint(0, 8)}
+    return HybridOps.write, {"handle": choose.choice(rows), "start": choose.randint(0, 8), "length": choose.randint(0, 8)}
 
 
 def _hybrid_alloc_repeating(view: HybridView, choose: Chooser) -> Step | None:
@@ -250,13 +251,13 @@ def _hybrid_alloc_repeating(view: HybridView, choose: Chooser) -> Step | None:
         return None
     batch: list[int | None] = [*some_repeated(known, choose), *([None] * choose.randint(0, 1))]
     choose.shuffle(batch)
-    return "alloc", {"batch": batch}
+    return HybridOps.alloc, {"batch": batch}
 
 
 def _hybrid_free_again(view: HybridView, choose: Chooser) -> Step | None:
     """``free`` or ``free_mamba_cache`` of any known request: live, released or already without a slot."""
     known = view.known()
-    return (choose.choice(("free", "free_mamba_cache")), {"handle": choose.choice(known)}) if known else None
+    return (choose.choice((HybridOps.free, "free_mamba_cache")), {"handle": choose.choice(known)}) if known else None
 
 
 def hybrid_moves() -> tuple[Move[HybridView], ...]:
@@ -285,18 +286,18 @@ def hybrid_drain(view: HybridView) -> Iterator[Step]:
     The reservation's order and the two free lists' next entries are read by no check until they are
     handed out: a window closed early, or a slot freed to the wrong list, stays hidden until then."""
     if view.group_open and view.unconsumed() and view.free_rows():
-        yield "alloc", {"batch": [None] * min(len(view.unconsumed()), view.free_rows())}
+        yield HybridOps.alloc, {"batch": [None] * min(len(view.unconsumed()), view.free_rows())}
     if view.group_open:
-        yield "group_end", {}
+        yield HybridOps.group_end, {}
     for _ in range(2):
         for handle in view.row_holders():
-            yield "free", {"handle": handle}
+            yield HybridOps.free, {"handle": handle}
         for handle in view.slot_holders():
-            yield "free_mamba_cache", {"handle": handle}
+            yield HybridOps.free_mamba_cache, {"handle": handle}
         room = min(view.free_rows(), view.capacity())
         if room:
-            yield "alloc", {"batch": [None] * room}
-    yield "clear", {}
+            yield HybridOps.alloc, {"batch": [None] * room}
+    yield HybridOps.clear, {}
 
 
 def hybrid_table() -> MoveTable[HybridView]:

@@ -12,8 +12,9 @@ from harness.kits.rows.ops import RowOps
 
 
 class WindowOps(Operations):
-    """The alloc window both Mamba drivers open and close (``SlotWindowDriver``)."""
+    """What both Mamba drivers share: the alloc window they open and close (``SlotWindowDriver``), and ``clear``."""
 
+    clear = op()
     group_begin = op("num_reqs")
     group_end = op()
 
@@ -22,7 +23,6 @@ class SlotOps(WindowOps):
     """``mamba_slots``: slots taken, freed (well-formed, as raw slot tensors, or malformed) and cleared."""
 
     alloc = op("need_size")
-    clear = op()
     free = op("handles")
     free_malformed = op("form")
     free_slots = op("slots", "int32")

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 
 from harness.kits.prefix_cache.config import PrefixCacheConfig
 from harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
+from harness.kits.prefix_cache.ops import PrefixCacheOps
 from strategies.choosers import Chooser
 from strategies.table import Draw, DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
 
@@ -152,27 +153,27 @@ def generated(choose: Chooser) -> list[int]:
 
 # ---------------------------------------------------------------- random moves
 def _match(view: PrefixCacheView, choose: Chooser) -> Step:
-    return "match", {"prompt": prompt(choose, empty=True)}
+    return PrefixCacheOps.match, {"prompt": prompt(choose, empty=True)}
 
 
 def _request(view: PrefixCacheView, choose: Chooser) -> Step | None:
     """Admit a request, below :data:`MAX_RUNNING` live ones (at the cap the setup finishes the oldest first:
     without the cap requests pile up and the pool only ever refuses)."""
-    return ("request", {"prompt": prompt(choose)}) if len(view.requests()) < MAX_RUNNING else None
+    return (PrefixCacheOps.request, {"prompt": prompt(choose)}) if len(view.requests()) < MAX_RUNNING else None
 
 
 def _finish_oldest(view: PrefixCacheView, choose: Chooser) -> Step | None:
     requests = view.requests()
-    return ("finish", {"handle": requests[0], "cache": True}) if requests else None
+    return (PrefixCacheOps.finish, {"handle": requests[0], "cache": True}) if requests else None
 
 
 def _extend(view: PrefixCacheView, choose: Chooser) -> Step | None:
     """A running request generates tokens: new pages as its length crosses page boundaries."""
     requests = view.requests()
-    return ("extend", {"handle": choose.choice(requests), "tokens": generated(choose)}) if requests else None
+    return (PrefixCacheOps.extend, {"handle": choose.choice(requests), "tokens": generated(choose)}) if requests else None
 
 
-_checkpoint = one_of("checkpoint", PrefixCacheView.requests)
+_checkpoint = one_of(PrefixCacheOps.checkpoint, PrefixCacheView.requests)
 """A running request caches what it has so far (its lock moves to the new last node)."""
 
 
@@ -185,56 +186,56 @@ def _settle(release: bool) -> PrefixDraw:
         if not requests:
             return None
         step = {"handle": choose.choice(requests), "prompt_len": choose.randint(0, 24), "release": release}
-        return ("settle", {**step, "cache": choose.randrange(4) > 0} if release else step)
+        return (PrefixCacheOps.settle, {**step, "cache": choose.randrange(4) > 0} if release else step)
 
     return draw
 
 
 def _release(cache: bool) -> PrefixDraw:
     """A running request released: cached first (``finish``), or not (an abort)."""
-    return one_of("finish", PrefixCacheView.requests, cache=cache)
+    return one_of(PrefixCacheOps.finish, PrefixCacheView.requests, cache=cache)
 
 
 def _lock(view: PrefixCacheView, choose: Chooser) -> Step | None:
     """Lock a prefix for a waiting request, below :data:`MAX_LOCKS` bare locks (at the cap the setup drops the
     oldest first)."""
-    return ("lock", {"prompt": prompt(choose, empty=True)}) if len(view.locks()) < MAX_LOCKS else None
+    return (PrefixCacheOps.lock, {"prompt": prompt(choose, empty=True)}) if len(view.locks()) < MAX_LOCKS else None
 
 
 def _drop_oldest_lock(view: PrefixCacheView, choose: Chooser) -> Step | None:
     locks = view.locks()
-    return ("unlock", {"handle": locks[0]}) if locks else None
+    return (PrefixCacheOps.unlock, {"handle": locks[0]}) if locks else None
 
 
-_unlock = one_of("unlock", PrefixCacheView.locks)
+_unlock = one_of(PrefixCacheOps.unlock, PrefixCacheView.locks)
 
 
 def _insert(view: PrefixCacheView, choose: Chooser) -> Step:
     """Cache a prompt computed outside any request."""
-    return "insert", {"prompt": prompt(choose, empty=True)}
+    return PrefixCacheOps.insert, {"prompt": prompt(choose, empty=True)}
 
 
 def _evict(view: PrefixCacheView, choose: Chooser) -> Step:
-    return "evict", {"num_tokens": choose.choice(EVICT_COUNTS)}
+    return PrefixCacheOps.evict, {"num_tokens": choose.choice(EVICT_COUNTS)}
 
 
 def _reset(view: PrefixCacheView, choose: Chooser) -> Step | None:
     """``flush_cache``, at most once every :data:`RESET_EVERY` steps (it clears everything)."""
-    return ("reset", {}) if view.reset_due() else None
+    return (PrefixCacheOps.reset, {}) if view.reset_due() else None
 
 
-_unlock_again = one_of("unlock", PrefixCacheView.unlocked)
+_unlock_again = one_of(PrefixCacheOps.unlock, PrefixCacheView.unlocked)
 """A second unlock of a released holder, where the pool can tell (``unlocked_handles``)."""
 
 
 def _insert_mismatched(view: PrefixCacheView, choose: Chooser) -> Step:
     """A value longer or shorter than its key."""
-    return "insert_mismatched", {"prompt": prompt(choose), "extra": choose.choice((-1, 1, -3, 2))}
+    return PrefixCacheOps.insert_mismatched, {"prompt": prompt(choose), "extra": choose.choice((-1, 1, -3, 2))}
 
 
 def _recache(view: PrefixCacheView, choose: Chooser) -> Step:
     """Pages the tree holds, cached again under a new key."""
-    return "recache", {"prompt": prompt(choose)}
+    return PrefixCacheOps.recache, {"prompt": prompt(choose)}
 
 
 def prefix_cache_moves() -> tuple[Move[PrefixCacheView], ...]:
@@ -262,7 +263,7 @@ def prefix_cache_moves() -> tuple[Move[PrefixCacheView], ...]:
         Move("checkpoint", 0.7, _checkpoint),
         Move("abort", 0.5, _release(False)),
         Move("insert mismatched", 0.4, _insert_mismatched, misuse=True),
-        Move("evict negative", 0.1, fixed("evict", num_tokens=-1), misuse=True),
+        Move("evict negative", 0.1, fixed(PrefixCacheOps.evict, num_tokens=-1), misuse=True),
         Move("reset", 0.3, _reset),
         Move("checkpoint with the prompt's length", 0.5, _settle(False)),
         Move("release with the prompt's length", 0.3, _settle(True)),
@@ -273,7 +274,7 @@ def prefix_cache_moves() -> tuple[Move[PrefixCacheView], ...]:
 def _release_misuse(kind: str) -> PrefixDraw:
     def draw(view: PrefixCacheView, choose: Chooser) -> Step | None:
         ready = [h for h in view.requests() if view.release_breakable(h, kind)]
-        return ("release_malformed", {"handle": choose.choice(ready), "kind": kind}) if ready else None
+        return (PrefixCacheOps.release_malformed, {"handle": choose.choice(ready), "kind": kind}) if ready else None
 
     return draw
 
@@ -282,47 +283,52 @@ def _toward_a_release(view: PrefixCacheView, choose: Chooser) -> Step | None:
     """A cached prompt (its nodes unlocked), then requests sharing part of it, each with an uncached tail."""
     live = view.requests()
     if not view.caches_anything():
-        return ("insert", {"prompt": list(STEMS[1][:8])}) if view.free_tokens() else None
+        return (PrefixCacheOps.insert, {"prompt": list(STEMS[1][:8])}) if view.free_tokens() else None
     if len(live) < 2 and view.free_tokens() >= 8:
-        return "request", {"prompt": [*STEMS[1][: 3 + 2 * len(live)], 2]}
+        return PrefixCacheOps.request, {"prompt": [*STEMS[1][: 3 + 2 * len(live)], 2]}
     return None
 
 
-_node_of_a_holder = one_of("node_lookup", PrefixCacheView.holders)
+_node_of_a_holder = one_of(PrefixCacheOps.node_lookup, PrefixCacheView.holders)
 
 
 REMATCHED = list(STEMS[2][:6])
 
 
 def _rematch(view: PrefixCacheView, choose: Chooser) -> Step | None:
-    return ("rematch", {"prompt": list(REMATCHED), "times": 70}) if view.cached_len(REMATCHED) else None
+    return (PrefixCacheOps.rematch, {"prompt": list(REMATCHED), "times": 70}) if view.cached_len(REMATCHED) else None
 
 
 def _cache_of_another_page_size(view: PrefixCacheView, choose: Chooser) -> Step | None:
     ps = view.page_size
-    return ("cache_over", {"page_size": ps + 1, "eviction_policy": "lru"}) if ps > 1 else None
+    return (PrefixCacheOps.cache_over, {"page_size": ps + 1, "eviction_policy": "lru"}) if ps > 1 else None
 
 
 def _cache_of_an_unknown_policy(view: PrefixCacheView, choose: Chooser) -> Step:
-    return "cache_over", {"page_size": view.page_size, "eviction_policy": "nope"}
+    return PrefixCacheOps.cache_over, {"page_size": view.page_size, "eviction_policy": "nope"}
 
 
 def prefix_cache_catalogue() -> tuple[Move[PrefixCacheView], ...]:
     """Every kind of misuse ``RadixCache`` must reject beyond the random moves', and its rarer corners."""
     constructors: tuple[Overrides, ...] = ({"eviction_policy": "most-recent"}, {"page_size": 0}, {"size": -8})
     return (
-        Move("node of a holder", 0.1, _node_of_a_holder, setup=fixed("lock", prompt=[0, 0])),
-        Move("one prefix matched many times", 0.05, _rematch, setup=fixed("insert", prompt=list(REMATCHED))),
-        Move("node of an id never handed out", 0.03, fixed("node_lookup", handle=None), misuse=True),
-        *(Move(f"insert with {kind}", 0.03, fixed("insert_malformed", kind=kind), misuse=True) for kind in INSERT_MISUSE),
+        Move("node of a holder", 0.1, _node_of_a_holder, setup=fixed(PrefixCacheOps.lock, prompt=[0, 0])),
+        Move("one prefix matched many times", 0.05, _rematch, setup=fixed(PrefixCacheOps.insert, prompt=list(REMATCHED))),
+        Move("node of an id never handed out", 0.03, fixed(PrefixCacheOps.node_lookup, handle=None), misuse=True),
+        *(Move(f"insert with {kind}", 0.03, fixed(PrefixCacheOps.insert_malformed, kind=kind), misuse=True) for kind in INSERT_MISUSE),
         *(
             Move(f"release_request with {kind}", 0.03, _release_misuse(kind), misuse=True, setup=_toward_a_release)
             for kind in RELEASE_MISUSE
         ),
-        Move("a cache of page size 0 over the allocator", 0.02, fixed("cache_over", page_size=0, eviction_policy="lru"), misuse=True),
+        Move(
+            "a cache of page size 0 over the allocator",
+            0.02,
+            fixed(PrefixCacheOps.cache_over, page_size=0, eviction_policy="lru"),
+            misuse=True,
+        ),
         Move("a cache of another page size over the allocator", 0.02, _cache_of_another_page_size, misuse=True),
         Move("a cache with an unknown policy over the allocator", 0.02, _cache_of_an_unknown_policy, misuse=True),
-        *(Move(f"malformed constructor {c}", 0.02, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        *(Move(f"malformed constructor {c}", 0.02, fixed(PrefixCacheOps.construct, overrides=c), misuse=True) for c in constructors),
     )
 
 
@@ -333,12 +339,12 @@ def prefix_cache_drain(view: PrefixCacheView) -> Iterator[Step]:
     A wrong age or a lost leaf stays hidden while newer steps re-stamp the paths over it; evicting the
     whole tree in order asks for every age at once (the ``eviction-order`` id)."""
     for handle in view.requests():
-        yield "finish", {"handle": handle, "cache": True}
+        yield PrefixCacheOps.finish, {"handle": handle, "cache": True}
     for handle in view.locks():
-        yield "unlock", {"handle": handle}
+        yield PrefixCacheOps.unlock, {"handle": handle}
     while view.evictable_tokens() > 0:
-        yield "evict", {"num_tokens": view.page_size}
-    yield "reset", {}
+        yield PrefixCacheOps.evict, {"num_tokens": view.page_size}
+    yield PrefixCacheOps.reset, {}
 
 
 def _not_steered(view: PrefixCacheView) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from harness.kits.rows.config import DecodeRowConfig, RowConfig
 from harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
+from harness.kits.rows.ops import RowOps
 from strategies.choosers import Chooser
 from strategies.table import (
     CORNER_MIXED,
@@ -100,59 +101,59 @@ def _alloc(view: RowView, choose: Chooser) -> Step:
     reuse = choose.sample(live, min(len(live), choose.randint(0, 2)))
     batch: list[int | None] = [*([None] * choose.randint(0, 3)), *reuse]
     choose.shuffle(batch)
-    return "alloc", {"batch": batch}
+    return RowOps.alloc, {"batch": batch}
 
 
 def _alloc_mixed(view: RowView, choose: Chooser) -> Step | None:
     live = view.live()
-    return ("alloc", {"batch": mixed_batch(live, view.free_count(), choose)}) if live else None
+    return (RowOps.alloc, {"batch": mixed_batch(live, view.free_count(), choose)}) if live else None
 
 
 def _readmit(view: RowView, choose: Chooser) -> Step | None:
     gone = view.gone()
-    return ("alloc", {"batch": [choose.choice(gone), *([None] * choose.randint(0, 2))]}) if gone else None
+    return (RowOps.alloc, {"batch": [choose.choice(gone), *([None] * choose.randint(0, 2))]}) if gone else None
 
 
-_free = one_of("free", RowView.live)
+_free = one_of(RowOps.free, RowView.live)
 
 
-_free_again = one_of("free", RowView.gone)
+_free_again = one_of(RowOps.free, RowView.gone)
 
 
 def _alloc_rows(view: RowView, choose: Chooser) -> Step:
     free = view.free_count()
-    return "alloc_rows", {"need_size": choose.choice((0, 1, 2, free, free + 1, max(0, free - 1)))}
+    return RowOps.alloc_rows, {"need_size": choose.choice((0, 1, 2, free, free + 1, max(0, free - 1)))}
 
 
-_free_rows = picking("free_rows", RowView.raw_rows, "rows", some_of)
-_free_rows_repeating = picking("free_rows", RowView.live_rows, "rows", some_repeated)
+_free_rows = picking(RowOps.free_rows, RowView.raw_rows, "rows", some_of)
+_free_rows_repeating = picking(RowOps.free_rows, RowView.live_rows, "rows", some_repeated)
 """Live rows freed in one call with one of them named twice."""
 
 
 def _free_rows_arbitrary(view: RowView, choose: Chooser) -> Step:
-    return "free_rows", {"rows": [choose.randint(-1, view.num_rows + 2) for _ in range(choose.randint(1, 3))]}
+    return RowOps.free_rows, {"rows": [choose.randint(-1, view.num_rows + 2) for _ in range(choose.randint(1, 3))]}
 
 
 def _write(view: RowView, choose: Chooser) -> Step | None:
     live = view.live()
     if not live:
         return None
-    return "write", {"handle": choose.choice(live), "start": choose.randint(0, 16), "length": choose.randint(0, 8)}
+    return RowOps.write, {"handle": choose.choice(live), "start": choose.randint(0, 16), "length": choose.randint(0, 8)}
 
 
 def row_moves() -> tuple[Move[RowView], ...]:
     """The random moves of a request-row pool, cheapest and commonest first (hypothesis shrinks toward the first)."""
     return (
-        Move("clear", 0.3, fixed("clear")),
+        Move("clear", 0.3, fixed(RowOps.clear)),
         Move("alloc", 4, _alloc),
         Move("alloc mixed", 2, _alloc_mixed, CORNER_MIXED),
         Move("readmit", 1, _readmit),
         Move("free", 3, _free),
         Move("free again", 0.5, _free_again, misuse=True),
         Move("alloc_rows", 1.5, _alloc_rows),
-        Move("alloc_rows negative", 0.2, fixed("alloc_rows", need_size=-1), misuse=True),
+        Move("alloc_rows negative", 0.2, fixed(RowOps.alloc_rows, need_size=-1), misuse=True),
         Move("free_rows", 1, _free_rows),
-        Move("free_rows repeating", 1, _free_rows_repeating, CORNER_REPEAT, misuse=True, setup=fixed("alloc_rows", need_size=2)),
+        Move("free_rows repeating", 1, _free_rows_repeating, CORNER_REPEAT, misuse=True, setup=fixed(RowOps.alloc_rows, need_size=2)),
         Move("free_rows arbitrary", 0.5, _free_rows_arbitrary, misuse=True),
         Move("write", 1, _write),
     )
@@ -161,18 +162,18 @@ def row_moves() -> tuple[Move[RowView], ...]:
 # ---------------------------------------------------------------- the catalogue
 def _one_live(view: RowView, choose: Chooser) -> Step | None:
     """Admit one request, if a row is free (a refused admission builds nothing)."""
-    return ("alloc", {"batch": [None]}) if view.free_count() else None
+    return (RowOps.alloc, {"batch": [None]}) if view.free_count() else None
 
 
 def _every_free_row(view: RowView, choose: Chooser) -> Step:
-    return "alloc_rows", {"need_size": view.free_count()}
+    return RowOps.alloc_rows, {"need_size": view.free_count()}
 
 
 def _rebind_many(view: RowView, choose: Chooser) -> Step | None:
     """``alloc_rows`` of more than 16 free rows that were all bound before (their generations rise again)."""
     free = view.free_rows()
     if len(free) > FAST_PATH_ROWS and all(view.bound_before(row) for row in free):
-        return "alloc_rows", {"need_size": len(free)}
+        return RowOps.alloc_rows, {"need_size": len(free)}
     return None
 
 
@@ -180,18 +181,18 @@ def _toward_rebinding(view: RowView, choose: Chooser) -> Step | None:
     """Take every free row of a large pool with ``alloc_rows``, then give them back with ``free_rows``."""
     raw = view.raw_rows()
     if len(raw) > FAST_PATH_ROWS:
-        return "free_rows", {"rows": raw}
-    return ("alloc_rows", {"need_size": view.free_count()}) if view.free_count() > FAST_PATH_ROWS else None
+        return RowOps.free_rows, {"rows": raw}
+    return (RowOps.alloc_rows, {"need_size": view.free_count()}) if view.free_count() > FAST_PATH_ROWS else None
 
 
 def _claiming(claim: str) -> RowDraw:
-    return one_of("alloc_claiming", RowView.live, claim=claim)
+    return one_of(RowOps.alloc_claiming, RowView.live, claim=claim)
 
 
 def _write_rows(padding: bool) -> RowDraw:
     def draw(view: RowView, choose: Chooser) -> Step | None:
         live = view.live()
-        return ("write_rows", {"handles": choose.sample(live, min(len(live), 2)), "padding": padding}) if live else None
+        return (RowOps.write_rows, {"handles": choose.sample(live, min(len(live), 2)), "padding": padding}) if live else None
 
     return draw
 
@@ -201,7 +202,7 @@ def _write_selecting(selector: str, *, whole_rows: bool = False) -> RowDraw:
         live = view.live()
         if not live:
             return None
-        return "write_selecting", {"handle": choose.choice(live), "selector": selector, "whole_rows": whole_rows}
+        return RowOps.write_selecting, {"handle": choose.choice(live), "selector": selector, "whole_rows": whole_rows}
 
     return draw
 
@@ -219,11 +220,11 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move[RowView], ...]:
         Move("alloc_rows of every free row", 0.3, _every_free_row),
         Move("more than 16 rows bound a second time at once", 0.05, _rebind_many, setup=_toward_rebinding),
         Move("write through a tensor of rows", 0.2, _write_rows(False), setup=_one_live),
-        Move("write through an empty tensor of rows", 0.05, fixed("write_rows", handles=[], padding=False)),
-        Move("free_rows of no row", 0.05, fixed("free_rows", rows=[])),
-        Move("alloc_rows of a float", 0.05, fixed("alloc_rows_non_int", need_size=1.5), misuse=True),
-        Move("alloc_rows of a bool", 0.05, fixed("alloc_rows_non_int", need_size=True), misuse=True),
-        Move("free_rows of a non-integer row", 0.1, fixed("free_rows", rows=[1.0]), misuse=True),
+        Move("write through an empty tensor of rows", 0.05, fixed(RowOps.write_rows, handles=[], padding=False)),
+        Move("free_rows of no row", 0.05, fixed(RowOps.free_rows, rows=[])),
+        Move("alloc_rows of a float", 0.05, fixed(RowOps.alloc_rows_non_int, need_size=1.5), misuse=True),
+        Move("alloc_rows of a bool", 0.05, fixed(RowOps.alloc_rows_non_int, need_size=True), misuse=True),
+        Move("free_rows of a non-integer row", 0.1, fixed(RowOps.free_rows, rows=[1.0]), misuse=True),
         Move("tensor write naming row 0", 0.1, _write_rows(True), misuse=True, setup=_one_live),
         *(Move(f"alloc with a forged request claiming {claim}", 0.05, _claiming(claim), misuse=True, setup=_one_live) for claim in CLAIMS),
         *(Move(f"write through {selector}", 0.03, _write_selecting(selector), setup=_one_live) for selector in WRITE_SELECTORS_VALID),
@@ -239,7 +240,7 @@ def row_catalogue(*, decode: bool = False) -> tuple[Move[RowView], ...]:
             misuse=True,
             setup=_one_live,
         ),
-        *(Move(f"malformed constructor {c}", 0.03, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        *(Move(f"malformed constructor {c}", 0.03, fixed(RowOps.construct, overrides=c), misuse=True) for c in constructors),
     )
 
 
@@ -251,15 +252,15 @@ def row_drain(view: RowView) -> Iterator[Step]:
     tail pop or a stale entry (``sglang-pools.md`` section 6) shows here as a row handed out twice or not
     at all (``no-double-allocation``, ``conservation``)."""
     for handle in view.live():
-        yield "free", {"handle": handle}
+        yield RowOps.free, {"handle": handle}
     for _ in range(2):
         if view.raw_rows():
-            yield "free_rows", {"rows": view.raw_rows()}
+            yield RowOps.free_rows, {"rows": view.raw_rows()}
         if view.free_count():
-            yield "alloc_rows", {"need_size": view.free_count()}
+            yield RowOps.alloc_rows, {"need_size": view.free_count()}
     if view.raw_rows():
-        yield "free_rows", {"rows": view.raw_rows()}
-    yield "clear", {}
+        yield RowOps.free_rows, {"rows": view.raw_rows()}
+    yield RowOps.clear, {}
 
 
 def row_table(*, decode: bool = False) -> MoveTable[RowView]:

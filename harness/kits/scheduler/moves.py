@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from harness.kits.scheduler.config import SchedulerConfig
+from harness.kits.scheduler.ops import SchedulerOps
 from strategies.choosers import Chooser
 from strategies.table import DriverView, Move, MoveTable, Overrides, Step, one_of, pool_corners, viewed_table
 
@@ -209,30 +210,34 @@ def _admit(view: SchedulerView, choose: Chooser) -> Step:
     count = choose.randint(1, MAX_BATCH)
     if not view.cached():  # no entropy spent on token ids without a cache
         requests = [[_prompt_len(choose), _first_chunk(choose)] for _ in range(count)]
-        return "admit", {"requests": requests, "reserve_extra": choose.randint(0, 2)}
+        return SchedulerOps.admit, {"requests": requests, "reserve_extra": choose.randint(0, 2)}
     chunks = [_first_chunk(choose) for _ in range(count)]
     reserve_extra = choose.randint(0, 2)
     prompts = [_prompt_tokens(choose) for _ in range(choose.randint(1, MAX_BATCH))]
     tokens = [prompts[i % len(prompts)] for i in range(count)]
-    return "admit", {"requests": [[len(t), chunk] for t, chunk in zip(tokens, chunks)], "reserve_extra": reserve_extra, "tokens": tokens}
+    return SchedulerOps.admit, {
+        "requests": [[len(t), chunk] for t, chunk in zip(tokens, chunks)],
+        "reserve_extra": reserve_extra,
+        "tokens": tokens,
+    }
 
 
 def _decode_all(view: SchedulerView, choose: Chooser) -> Step | None:
     """The scheduler's usual step: the whole running batch decodes one token."""
     running = view.running()
-    return ("decode", {"handles": running}) if running else None
+    return (SchedulerOps.decode, {"handles": running}) if running else None
 
 
 def _decode(view: SchedulerView, choose: Chooser) -> Step | None:
     """Some running requests decode one token (the others wait: a batch of mixed lengths)."""
     running = view.running()
-    return ("decode", {"handles": _picks(running, choose)}) if running else None
+    return (SchedulerOps.decode, {"handles": _picks(running, choose)}) if running else None
 
 
 def _prefill_all(view: SchedulerView, choose: Chooser) -> Step | None:
     """The scheduler's usual step: every chunked request continues by one chunk (zero to a few pages)."""
     prefilling = view.prefilling()
-    return ("prefill", {"handles": prefilling, "chunk": choose.randint(0, MAX_CHUNK)}) if prefilling else None
+    return (SchedulerOps.prefill, {"handles": prefilling, "chunk": choose.randint(0, MAX_CHUNK)}) if prefilling else None
 
 
 def _prefill(view: SchedulerView, choose: Chooser) -> Step | None:
@@ -240,22 +245,22 @@ def _prefill(view: SchedulerView, choose: Chooser) -> Step | None:
     prefilling = view.prefilling()
     if not prefilling:
         return None
-    return "prefill", {"handles": _picks(prefilling, choose), "chunk": choose.randint(0, MAX_CHUNK)}
+    return SchedulerOps.prefill, {"handles": _picks(prefilling, choose), "chunk": choose.randint(0, MAX_CHUNK)}
 
 
 def _finish(view: SchedulerView, choose: Chooser) -> Step | None:
     """Up to 3 requests finish: their KV freed inside one free group, then Mamba slots, then rows."""
     live = view.live()
-    return ("finish", {"handles": _picks(live, choose, most=3)}) if live else None
+    return (SchedulerOps.finish, {"handles": _picks(live, choose, most=3)}) if live else None
 
 
 def _retract(view: SchedulerView, choose: Chooser) -> Step | None:
     """A request shrinks to the page boundary at or below ``keep`` (the driver clips ``keep`` to its length)."""
     live = view.live()
-    return ("retract", {"handle": choose.choice(live), "keep": choose.randint(0, MAX_KEEP)}) if live else None
+    return (SchedulerOps.retract, {"handle": choose.choice(live), "keep": choose.randint(0, MAX_KEEP)}) if live else None
 
 
-_abort = one_of("abort", SchedulerView.live)
+_abort = one_of(SchedulerOps.abort, SchedulerView.live)
 """A request aborts mid-flight: row first, then Mamba slot and KV, no free group."""
 
 
@@ -271,7 +276,7 @@ def _toward_running(view: SchedulerView, choose: Chooser) -> Step | None:
 
 def _clear(view: SchedulerView, choose: Chooser) -> Step | None:
     """Reset every pool, at most once per :data:`CLEAR_EVERY` steps."""
-    return ("clear", {}) if view.clear_due() else None
+    return (SchedulerOps.clear, {}) if view.clear_due() else None
 
 
 def scheduler_moves() -> tuple[Move[SchedulerView], ...]:
@@ -301,7 +306,7 @@ def scheduler_moves() -> tuple[Move[SchedulerView], ...]:
 
 def _construct(overrides: Overrides) -> Callable[[SchedulerView, Chooser], Step]:
     """A constructor from this pool's config with ``overrides`` (a fresh copy each time)."""
-    return lambda view, choose: ("construct", {"overrides": dict(overrides)})
+    return lambda view, choose: (SchedulerOps.construct, {"overrides": dict(overrides)})
 
 
 def scheduler_catalogue() -> tuple[Move[SchedulerView], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
 from harness.kits.swa.misuse import FREE_CALLS
+from harness.kits.swa.ops import SWAKVOps
 from harness.kits.swa.random_moves import free_swa_gone, slide, wrong_regime
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
@@ -27,7 +28,7 @@ def _malformed(op: str, defect: str) -> SWADraw:
         if view.page_size == 1 or not live:
             return None
         handles: list[int | None] = list(choose.sample(live, min(len(live), choose.randint(1, 2))))
-        if op == "extend_malformed" and choose.random() < 0.5:
+        if op == SWAKVOps.extend_malformed and choose.random() < 0.5:
             handles.insert(choose.randint(0, len(handles)), None)
         return op, {"handles": handles, "defect": defect}
 
@@ -37,21 +38,21 @@ def _malformed(op: str, defect: str) -> SWADraw:
 def _admit_mid_page(view: SWAView, choose: Chooser) -> Step | None:
     """Admit a request of a page and a token (it ends mid-page), if both sides have two pages free."""
     ps = view.page_size
-    return ("extend", {"batch": [[None, ps + 1]]}) if ps > 1 and not view.pages_short(2, 2) else None
+    return (SWAKVOps.extend, {"batch": [[None, ps + 1]]}) if ps > 1 and not view.pages_short(2, 2) else None
 
 
 def _nested_begin(view: SWAView, choose: Chooser) -> Step | None:
-    return ("group_begin", {}) if view.group_open() else None
+    return (SWAKVOps.group_begin, {}) if view.group_open() else None
 
 
 def _end_without_begin(view: SWAView, choose: Chooser) -> Step | None:
-    return None if view.group_open() else ("group_end", {})
+    return None if view.group_open() else (SWAKVOps.group_end, {})
 
 
 def _toward_a_slid_window(view: SWAView, choose: Chooser) -> Step | None:
     """Admit a request of two pages, then slide the window past its first."""
     if not view.any_live():
-        return None if view.pages_short(2, 2) else ("extend", {"batch": [[None, 2 * view.page_size]]})
+        return None if view.pages_short(2, 2) else (SWAKVOps.extend, {"batch": [[None, 2 * view.page_size]]})
     return slide(view, choose)
 
 
@@ -61,7 +62,7 @@ def _tail_misuse(kind: str) -> SWADraw:
         if ps == 1:
             return None
         tail = ps + 1 if kind == "longer than the extend" else 1
-        return "tail", {"handle": None, "extend_len": ps if tail > ps else 2 * ps, "swa_tail_len": tail}
+        return SWAKVOps.tail, {"handle": None, "extend_len": ps if tail > ps else 2 * ps, "swa_tail_len": tail}
 
     return draw
 
@@ -70,25 +71,25 @@ def swa_catalogue() -> tuple[Move[SWAView], ...]:
     """Every kind of misuse ``SWATokenToKVPoolAllocator`` must reject, one move each, and its empty-call corners."""
     constructors: tuple[Overrides, ...] = ({"page_size": 0}, {"size": -4}, {"size_swa": 2.5}, {"kernel": "gpu"})
     return (
-        Move("empty extend batch", 0.05, fixed("extend", batch=[])),
-        *(Move(f"{call} of no index", 0.03, fixed("free_indices", indices=[], call=call)) for call in FREE_CALLS),
+        Move("empty extend batch", 0.05, fixed(SWAKVOps.extend, batch=[])),
+        *(Move(f"{call} of no index", 0.03, fixed(SWAKVOps.free_indices, indices=[], call=call)) for call in FREE_CALLS),
         *(
-            Move(f"malformed extend ({d})", 0.03, _malformed("extend_malformed", d), misuse=True, setup=_admit_mid_page)
+            Move(f"malformed extend ({d})", 0.03, _malformed(SWAKVOps.extend_malformed, d), misuse=True, setup=_admit_mid_page)
             for d in EXTEND_DEFECTS
         ),
         *(
-            Move(f"malformed decode ({d})", 0.03, _malformed("decode_malformed", d), misuse=True, setup=_admit_mid_page)
+            Move(f"malformed decode ({d})", 0.03, _malformed(SWAKVOps.decode_malformed, d), misuse=True, setup=_admit_mid_page)
             for d in DECODE_DEFECTS
         ),
-        Move("a tail of two requests", 0.05, fixed("tail_of_two"), misuse=True),
+        Move("a tail of two requests", 0.05, fixed(SWAKVOps.tail_of_two), misuse=True),
         *(
             Move(f"a tail {kind}", 0.03, _tail_misuse(kind), misuse=True)
             for kind in ("longer than the extend", "not starting on a page boundary")
         ),
         Move("free_swa of pages out of the window", 0.05, free_swa_gone, misuse=True, setup=_toward_a_slid_window),
-        Move("alloc of a float", 0.03, fixed("alloc_non_int", need_size=1.5), misuse=True),
+        Move("alloc of a float", 0.03, fixed(SWAKVOps.alloc_non_int, need_size=1.5), misuse=True),
         Move("a call of the other page regime", 0.05, wrong_regime, misuse=True),
-        Move("nested free group", 0.03, _nested_begin, misuse=True, setup=fixed("group_begin")),
-        Move("free group end without a begin", 0.03, _end_without_begin, misuse=True, setup=fixed("group_end")),
-        *(Move(f"malformed constructor {c}", 0.02, fixed("construct", overrides=c), misuse=True) for c in constructors),
+        Move("nested free group", 0.03, _nested_begin, misuse=True, setup=fixed(SWAKVOps.group_begin)),
+        Move("free group end without a begin", 0.03, _end_without_begin, misuse=True, setup=fixed(SWAKVOps.group_end)),
+        *(Move(f"malformed constructor {c}", 0.02, fixed(SWAKVOps.construct, overrides=c), misuse=True) for c in constructors),
     )

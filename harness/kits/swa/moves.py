@@ -24,6 +24,7 @@ from harness.kits.kv.configs import draw_page_count, draw_page_size
 from harness.kits.swa.catalogue import swa_catalogue
 from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
 from harness.kits.swa.misuse import FREE_CALLS
+from harness.kits.swa.ops import SWAKVOps
 from harness.kits.swa.pure_moves import pure_swa_catalogue, pure_swa_moves
 from harness.kits.swa.random_moves import swa_moves
 from harness.kits.swa.views import PureSWAView, SWAView
@@ -91,29 +92,29 @@ def swa_kv_drain(view: SWAView) -> Iterator[Step]:
     """Close an open free group, free every request, admit one request as long as both sides can hold
     (which pages each side hands out next, and the SWA peers they map to), free it, then ``clear``."""
     if view.group_open():
-        yield "group_end", {}
+        yield SWAKVOps.group_end, {}
     for handle in view.live():
-        yield "free", {"handle": handle}
+        yield SWAKVOps.free, {"handle": handle}
     pages = min(view.full_free(), view.swa_free())
     if pages:
-        yield "extend", {"batch": [[None, pages * view.page_size]]}
+        yield SWAKVOps.extend, {"batch": [[None, pages * view.page_size]]}
         for handle in view.live():
-            yield "free", {"handle": handle}
-    yield "clear", {}
+            yield SWAKVOps.free, {"handle": handle}
+    yield SWAKVOps.clear, {}
 
 
 def pure_swa_kv_drain(view: PureSWAView) -> Iterator[Step]:
     """The token allocator's drain on the pure pool: free every holder, take every free slot in one ``alloc``
     (the free list's order), free it, then ``clear``."""
     if view.group_open():
-        yield "group_end", {}
+        yield SWAKVOps.group_end, {}
     for handle in view.live():
-        yield "free", {"handle": handle}
+        yield SWAKVOps.free, {"handle": handle}
     if view.available():
-        yield "alloc", {"need_size": view.available()}
+        yield SWAKVOps.alloc, {"need_size": view.available()}
         for handle in view.live():
-            yield "free", {"handle": handle}
-    yield "clear", {}
+            yield SWAKVOps.free, {"handle": handle}
+    yield SWAKVOps.clear, {}
 
 
 def swa_kv_table() -> MoveTable[SWAView]:

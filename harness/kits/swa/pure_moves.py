@@ -11,6 +11,7 @@ from __future__ import annotations
 from harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
 from harness.kits.kv.misuse import MALFORMED_FREES
 from harness.kits.kv.moves import free_part
+from harness.kits.swa.ops import PureSWAKVOps
 from harness.kits.swa.pure import PAGED_CALLS
 from harness.kits.swa.views import PureSWAView
 from strategies.choosers import Chooser
@@ -21,15 +22,15 @@ PureDraw = Draw[PureSWAView]
 
 def _pure_alloc(view: PureSWAView, choose: Chooser) -> Step:
     """An allocation of a few slots (0 allocates nothing)."""
-    return "alloc", {"need_size": choose.choice((1, 2, 3, 0))}
+    return PureSWAKVOps.alloc, {"need_size": choose.choice((1, 2, 3, 0))}
 
 
 def _pure_fill(view: PureSWAView, choose: Chooser) -> Step:
     """An allocation of exactly the free slots, or one more (refused) or one fewer."""
-    return "alloc", {"need_size": max(0, view.available() + choose.choice((0, 0, 1, -1)))}
+    return PureSWAKVOps.alloc, {"need_size": max(0, view.available() + choose.choice((0, 0, 1, -1)))}
 
 
-_pure_free = one_of("free", PureSWAView.live)
+_pure_free = one_of(PureSWAKVOps.free, PureSWAView.live)
 
 
 def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
@@ -38,7 +39,7 @@ def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
 
 
 def _pure_open_group(view: PureSWAView, choose: Chooser) -> Step | None:
-    return ("group_begin", {}) if view.holds_pages() and not view.group_open() else None
+    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() and not view.group_open() else None
 
 
 _pure_free_part = free_part(PureSWAView.live)
@@ -54,14 +55,14 @@ def _pure_free_through(op: str) -> PureDraw:
 def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while slots are live."""
     if view.group_open():
-        return "group_end", {}
-    return ("group_begin", {}) if view.holds_pages() else None
+        return PureSWAKVOps.group_end, {}
+    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() else None
 
 
-_pure_free_again = one_of("free_again", PureSWAView.released)
+_pure_free_again = one_of(PureSWAKVOps.free_again, PureSWAView.released)
 
 
-_pure_free_repeating = repeated_within("free_indices", "indices", PureSWAView.live, PureSWAView.slots)
+_pure_free_repeating = repeated_within(PureSWAKVOps.free_indices, "indices", PureSWAView.live, PureSWAView.slots)
 """Live slots of one allocation freed with one of them named twice."""
 
 
@@ -69,12 +70,12 @@ def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:
     """Raw slots from -1 to two past the end: padding, foreign, free and live ones."""
     if not view.holds_pages():
         return None
-    return "free_indices", {"indices": [choose.randint(-1, view.num_pages + 2) for _ in range(choose.randint(1, 3))]}
+    return PureSWAKVOps.free_indices, {"indices": [choose.randint(-1, view.num_pages + 2) for _ in range(choose.randint(1, 3))]}
 
 
 def _pure_group_misuse(view: PureSWAView, choose: Chooser) -> Step:
     """Begin inside an open free group (nesting), or end with none open."""
-    return ("group_begin", {}) if view.group_open() else ("group_end", {})
+    return (PureSWAKVOps.group_begin, {}) if view.group_open() else (PureSWAKVOps.group_end, {})
 
 
 def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
@@ -85,17 +86,17 @@ def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
     return (
         Move("alloc", 4, _pure_alloc),
         Move("free", 3, _pure_free),
-        Move("clear", 0.3, fixed("clear")),
+        Move("clear", 0.3, fixed(PureSWAKVOps.clear)),
         Move("free group", 1.5, _pure_group),
         Move("free in a free group", 1, _pure_free_in_group, setup=_pure_open_group),
         Move("free part", 1, _pure_free_part),
-        Move("free_swa", 1, _pure_free_through("free_swa")),
-        Move("free padded", 1, _pure_free_through("free_padded")),
-        Move("free_full", 0.5, _pure_free_through("free_full")),
+        Move("free_swa", 1, _pure_free_through(PureSWAKVOps.free_swa)),
+        Move("free padded", 1, _pure_free_through(PureSWAKVOps.free_padded)),
+        Move("free_full", 0.5, _pure_free_through(PureSWAKVOps.free_full)),
         Move("alloc what is free", 0.5, _pure_fill, CORNER_EXACT),
-        Move("alloc negative", 0.2, fixed("alloc", need_size=-1), misuse=True),
+        Move("alloc negative", 0.2, fixed(PureSWAKVOps.alloc, need_size=-1), misuse=True),
         Move("free again", 0.5, _pure_free_again, misuse=True),
-        Move("free repeating", 1, _pure_free_repeating, CORNER_REPEAT, misuse=True, setup=fixed("alloc", need_size=2)),
+        Move("free repeating", 1, _pure_free_repeating, CORNER_REPEAT, misuse=True, setup=fixed(PureSWAKVOps.alloc, need_size=2)),
         Move("free raw indices", 0.5, _pure_free_raw, misuse=True),
         Move("group misuse", 0.2, _pure_group_misuse, misuse=True),
     )
@@ -107,10 +108,10 @@ PURE_SWA_MALFORMED: tuple[Overrides, ...] = ({"page_size": 2}, {"size_swa": -1},
 
 def pure_swa_catalogue() -> tuple[Move[PureSWAView], ...]:
     """The token catalogue on a pure SWA pool (its constructor, its free forms) plus the paged calls it refuses."""
-    frees = {form: fixed("free_malformed", form=form) for form in MALFORMED_FREES if form != "2-D tensor"}
+    frees = {form: fixed(PureSWAKVOps.free_malformed, form=form) for form in MALFORMED_FREES if form != "2-D tensor"}
     return (
         *move_kinds("free of a malformed tensor", frees, 0.2),
         *move_kinds("alloc of a non-integer size", {str(size): non_integer_alloc(size) for size in NON_INTEGER_SIZES}, 0.1),
-        *move_kinds("malformed constructor", {str(c): fixed("construct", overrides=c) for c in PURE_SWA_MALFORMED}, 0.1),
-        *move_kinds("paged call", {call: fixed("paged_call", call=call) for call in PAGED_CALLS}, 0.1),
+        *move_kinds("malformed constructor", {str(c): fixed(PureSWAKVOps.construct, overrides=c) for c in PURE_SWA_MALFORMED}, 0.1),
+        *move_kinds("paged call", {call: fixed(PureSWAKVOps.paged_call, call=call) for call in PAGED_CALLS}, 0.1),
     )

@@ -18,6 +18,7 @@ from functools import partial
 
 from harness.kits.kv.page_moves import edge_extend_lengths
 from harness.kits.swa.misuse import FREE_CALLS
+from harness.kits.swa.ops import SWAKVOps
 from harness.kits.swa.views import SWAView
 from strategies.choosers import Chooser
 from strategies.table import Draw, Move, Step, one_of, picking, some_of
@@ -32,7 +33,7 @@ def _new_length(view: SWAView, choose: Chooser) -> int:
 
 def _admit(view: SWAView, choose: Chooser) -> Step:
     """An extend batch of new requests, lengths at page edges (page size 1: one ``alloc``)."""
-    return "extend", {"batch": [[None, _new_length(view, choose)] for _ in range(choose.randint(1, 3))]}
+    return SWAKVOps.extend, {"batch": [[None, _new_length(view, choose)] for _ in range(choose.randint(1, 3))]}
 
 
 def _grow(view: SWAView, choose: Chooser) -> Step | None:
@@ -44,10 +45,10 @@ def _grow(view: SWAView, choose: Chooser) -> Step | None:
     batch: list[list[int | None]] = [[h, choose.choice(edge_extend_lengths(view.length(h), ps))] for h in some_of(live, choose)]
     batch += [[None, _new_length(view, choose)] for _ in range(choose.randint(0, 1))]
     choose.shuffle(batch)
-    return "extend", {"batch": batch}
+    return SWAKVOps.extend, {"batch": batch}
 
 
-_decode: Draw[SWAView] = picking("decode", lambda view: view.handles(continuable=True), "handles", partial(some_of, most=4))
+_decode: Draw[SWAView] = picking(SWAKVOps.decode, lambda view: view.handles(continuable=True), "handles", partial(some_of, most=4))
 """A decode step for a few requests whose last token is in the window."""
 
 
@@ -60,7 +61,7 @@ def _decode_at_edge(view: SWAView, choose: Chooser) -> Step | None:
         return None
     first = choose.choice(edge)
     others = [h for h in live if h != first]
-    return "decode", {"handles": [first, *choose.sample(others, choose.randint(0, min(3, len(others))))]}
+    return SWAKVOps.decode, {"handles": [first, *choose.sample(others, choose.randint(0, min(3, len(others))))]}
 
 
 def _decode_toward_edge(view: SWAView, choose: Chooser) -> Step | None:
@@ -69,7 +70,7 @@ def _decode_toward_edge(view: SWAView, choose: Chooser) -> Step | None:
     mid = [h for h in view.handles(continuable=True) if view.length(h) % ps]
     if not mid:
         return None
-    return "decode", {"handles": [min(mid, key=lambda h: (-view.length(h) % ps, h))]}
+    return SWAKVOps.decode, {"handles": [min(mid, key=lambda h: (-view.length(h) % ps, h))]}
 
 
 def _tail(view: SWAView, choose: Chooser, *, valid: bool = True) -> Step | None:
@@ -91,7 +92,7 @@ def _tail(view: SWAView, choose: Chooser, *, valid: bool = True) -> Step | None:
         tail = choose.choice(headed if headed and choose.random() < 0.7 else tails)
     else:
         tail = choose.choice(bad)
-    return "tail", {"handle": handle, "extend_len": extend_len, "swa_tail_len": tail}
+    return SWAKVOps.tail, {"handle": handle, "extend_len": extend_len, "swa_tail_len": tail}
 
 
 def _impossible_tail(view: SWAView, choose: Chooser) -> Step | None:
@@ -105,13 +106,13 @@ def slide(view: SWAView, choose: Chooser) -> Step | None:
         return None
     handle = choose.choice(windowed)
     behind = view.windowed_pages(handle) - choose.choice((0, 1, 1, 2))
-    return "free_swa", {"handle": handle, "pages": max(1, behind), "sparse": choose.random() < 0.3}
+    return SWAKVOps.free_swa, {"handle": handle, "pages": max(1, behind), "sparse": choose.random() < 0.3}
 
 
 def _free(view: SWAView, choose: Chooser) -> Step | None:
     """Free a whole request (sometimes naming one token a page), its tokens out of the window included."""
     live = view.live()
-    return ("free", {"handle": choose.choice(live), "sparse": choose.random() < 0.4}) if live else None
+    return (SWAKVOps.free, {"handle": choose.choice(live), "sparse": choose.random() < 0.4}) if live else None
 
 
 def _free_in_group(view: SWAView, choose: Chooser) -> Step | None:
@@ -120,10 +121,10 @@ def _free_in_group(view: SWAView, choose: Chooser) -> Step | None:
 
 
 def _open_group(view: SWAView, choose: Chooser) -> Step | None:
-    return ("group_begin", {}) if view.any_live() and not view.group_open() else None
+    return (SWAKVOps.group_begin, {}) if view.any_live() and not view.group_open() else None
 
 
-_free_full: Draw[SWAView] = one_of("free_full", lambda view: view.handles(windowed=False))
+_free_full: Draw[SWAView] = one_of(SWAKVOps.free_full, lambda view: view.handles(windowed=False))
 """Free a request none of whose tokens is in the window any more."""
 
 
@@ -132,30 +133,30 @@ def _alloc(view: SWAView, choose: Chooser) -> Step | None:
     if view.page_size != 1:
         return None
     fits = min(view.full_free(), view.swa_free())
-    return "alloc", {"need_size": choose.choice((0, 1, 2, 3, fits, fits + 1))}
+    return SWAKVOps.alloc, {"need_size": choose.choice((0, 1, 2, 3, fits, fits + 1))}
 
 
 def _group(view: SWAView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while requests are live."""
     if view.group_open():
-        return "group_end", {}
-    return ("group_begin", {}) if view.any_live() else None
+        return SWAKVOps.group_end, {}
+    return (SWAKVOps.group_begin, {}) if view.any_live() else None
 
 
 def _clear(view: SWAView, choose: Chooser) -> Step | None:
-    return ("clear", {}) if view.any_live() else None
+    return (SWAKVOps.clear, {}) if view.any_live() else None
 
 
 def _stale_continue(view: SWAView, choose: Chooser) -> Step | None:
     """A decode of a request whose last token left the window (only an SWA tail may continue it)."""
     stale = [h for h in view.handles(continuable=False) if view.length(h)]
-    return ("decode", {"handles": [choose.choice(stale)]}) if stale else None
+    return (SWAKVOps.decode, {"handles": [choose.choice(stale)]}) if stale else None
 
 
 def _free_again(view: SWAView, choose: Chooser) -> Step | None:
     """Free, ``free_swa`` or ``free_full`` again every slot a request released: a double free."""
     gone = view.released()
-    return ("free_again", {"handle": choose.choice(gone), "call": choose.choice(FREE_CALLS)}) if gone else None
+    return (SWAKVOps.free_again, {"handle": choose.choice(gone), "call": choose.choice(FREE_CALLS)}) if gone else None
 
 
 def _free_raw(view: SWAView, choose: Chooser) -> Step | None:
@@ -164,29 +165,29 @@ def _free_raw(view: SWAView, choose: Chooser) -> Step | None:
         return None
     ps = view.page_size
     indices = [choose.randint(-1, view.full_pages + 2) * ps + choose.randint(0, 63) % ps for _ in range(choose.randint(1, 3))]
-    return "free_indices", {"indices": indices, "call": choose.choice(FREE_CALLS)}
+    return SWAKVOps.free_indices, {"indices": indices, "call": choose.choice(FREE_CALLS)}
 
 
 def free_swa_gone(view: SWAView, choose: Chooser) -> Step | None:
     """``free_swa`` of a live request's pages that have no SWA peer."""
     gone = [h for h in view.live() if view.out_of_window(h)]
-    return ("free_swa_again", {"handle": choose.choice(gone)}) if gone else None
+    return (SWAKVOps.free_swa_again, {"handle": choose.choice(gone)}) if gone else None
 
 
-_free_full_mapped: Draw[SWAView] = one_of("free_full", lambda view: view.handles(windowed=True))
+_free_full_mapped: Draw[SWAView] = one_of(SWAKVOps.free_full, lambda view: view.handles(windowed=True))
 """``free_full`` of a request still in the window (``free`` is the call)."""
 
 
 def wrong_regime(view: SWAView, choose: Chooser) -> Step:
     """The other page regime's call: a tail at page size 1, an ``alloc`` above it."""
     if view.page_size == 1:
-        return "tail", {"handle": None, "extend_len": 1, "swa_tail_len": 1}
-    return "alloc", {"need_size": choose.choice((view.page_size, -1))}
+        return SWAKVOps.tail, {"handle": None, "extend_len": 1, "swa_tail_len": 1}
+    return SWAKVOps.alloc, {"need_size": choose.choice((view.page_size, -1))}
 
 
 def _group_misuse(view: SWAView, choose: Chooser) -> Step:
     """Begin inside an open free group (nesting), or end with none open."""
-    return ("group_begin", {}) if view.group_open() else ("group_end", {})
+    return (SWAKVOps.group_begin, {}) if view.group_open() else (SWAKVOps.group_end, {})
 
 
 CORNER_SWA_SHORT_DECODE = "corner: a decode opening a page when only the SWA side is out of pages"
@@ -204,7 +205,7 @@ def _swa_short_decode(view: SWAView, choose: Chooser) -> Step | None:
     if view.page_size == 1 or view.swa_free() or not view.full_free():
         return None
     edge = _edge_requests(view)
-    return ("decode", {"handles": [choose.choice(edge)]}) if edge else None
+    return (SWAKVOps.decode, {"handles": [choose.choice(edge)]}) if edge else None
 
 
 def _toward_swa_short(view: SWAView, choose: Chooser) -> Step | None:
@@ -213,9 +214,9 @@ def _toward_swa_short(view: SWAView, choose: Chooser) -> Step | None:
     if view.page_size == 1 or not view.swa_free() and not view.full_free():
         return None
     if view.swa_free() and view.full_free() > view.swa_free():
-        return "extend", {"batch": [[None, view.swa_free() * view.page_size]]}
+        return SWAKVOps.extend, {"batch": [[None, view.swa_free() * view.page_size]]}
     live = view.handles(continuable=True)
-    return ("decode", {"handles": [choose.choice(live)]}) if live else None
+    return (SWAKVOps.decode, {"handles": [choose.choice(live)]}) if live else None
 
 
 def _recycled_tail(view: SWAView, choose: Chooser) -> Step | None:
@@ -227,7 +228,7 @@ def _recycled_tail(view: SWAView, choose: Chooser) -> Step | None:
     if view.need_sort or choose.random() < 0.3:
         extend_len = view.full_free() * ps  # staged pages are taken only when the free list runs short
     heads = list(range(extend_len % ps, min(extend_len, view.swa_free() * ps + 1), ps))
-    return "tail", {"handle": None, "extend_len": extend_len, "swa_tail_len": choose.choice(heads[-2:])}
+    return SWAKVOps.tail, {"handle": None, "extend_len": extend_len, "swa_tail_len": choose.choice(heads[-2:])}
 
 
 def _toward_recycled_tail(view: SWAView, choose: Chooser) -> Step | None:
@@ -236,11 +237,11 @@ def _toward_recycled_tail(view: SWAView, choose: Chooser) -> Step | None:
     if ps == 1:
         return None
     if view.group_open():
-        return "group_end", {}
+        return SWAKVOps.group_end, {}
     live = view.handles(windowed=True)
     if live:
-        return "free", {"handle": choose.choice(live), "sparse": False}
-    return "extend", {"batch": [[None, choose.choice((1, 2)) * ps]]}
+        return SWAKVOps.free, {"handle": choose.choice(live), "sparse": False}
+    return SWAKVOps.extend, {"batch": [[None, choose.choice((1, 2)) * ps]]}
 
 
 def swa_moves() -> tuple[Move[SWAView], ...]:
