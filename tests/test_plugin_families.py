@@ -158,8 +158,9 @@ KIT = {
         """The toy engine's own slot allocator, loaded from its files by poolfuzz's one loader."""
         from types import ModuleType
 
-        from harness.upstream.loading import Distribution, copy_of, runs_upstream
+        from harness.upstream.loading import Distribution, copy_of
         from harness.upstream.sources import UpstreamUnavailableError
+        from harness.upstream.wrapper import runs_upstream
 
 
         def _util(name):

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from harness.kits.engine.config import POOLS, EngineTargetConfig
 from harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
 from harness.upstream.engine_config import EOS
-from harness.upstream.engine_loader import EngineModules, engine_call, load_engine
+from harness.upstream.sglang_modules import EngineModules, engine_call, load_engine
 
 
 class StepFacts(NamedTuple):

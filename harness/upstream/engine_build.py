@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from harness.kits.engine.config import EngineTargetConfig
-from harness.upstream.engine_loader import EngineModules
+from harness.upstream.sglang_modules import EngineModules
 
 __all__ = ["ModelConfigStandIn", "NoSpeculation", "build_pools", "tree_cache"]
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from harness.kits.engine.config import MAMBA_REQUESTS_RATIO
-from harness.upstream.engine_loader import EngineModules
+from harness.upstream.sglang_modules import EngineModules
 
 MAMBA_LAYER_IDS = (0,)
 """One Mamba layer (``_get_mamba_layer_ids_for_req_pool``, kv_cache_configurator.py:1603-1610, on one rank)."""
@@ -43,7 +43,7 @@ def mamba_cache_params(modules: EngineModules) -> Any:
     Mamba layer ids.  The dtype is float32 for both states (what ``SGLANG_MAMBA_CONV_DTYPE=float32`` and
     the default SSM dtype give, mamba_utils.py:47-107).
     """
-    from harness.upstream.engine_loader import active
+    from harness.upstream.sglang_modules import active
 
     with active(modules):
         mu = importlib.import_module("sglang.srt.configs.mamba_utils")

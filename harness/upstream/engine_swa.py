@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.upstream.engine_loader import EngineModules
 from harness.upstream.sglang_fakes import swa_kv_pool_class
+from harness.upstream.sglang_modules import EngineModules
 
 
 def swa_kv_layout(modules: EngineModules) -> Any:

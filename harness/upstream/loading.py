@@ -34,12 +34,10 @@ one-line reason naming the upstream file and line (:func:`harness.upstream.sourc
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import inspect
 import logging
 import os
 import sys
@@ -60,7 +58,6 @@ __all__ = [
     "StandInFactory",
     "copy_of",
     "forget_copies",
-    "runs_upstream",
 ]
 
 StandInFactory = Callable[[str], ModuleType]
@@ -235,6 +232,9 @@ class LoadedCopy:
     def version(self) -> str:
         return self.source.version
 
+    def __deepcopy__(self, memo: dict[int, object]) -> LoadedCopy:
+        return self  # one per process and source: a copied wrapper shares its window
+
     @property
     def placeholders(self) -> tuple[str, ...]:
         """Every module of the distribution answered by a placeholder so far (for ``harness list`` and the docs)."""
@@ -245,7 +245,8 @@ class LoadedCopy:
         """The window in which upstream code runs: the finder installed, the copy's modules importable (reentrant)."""
         return _Window(self)
 
-    def _open(self) -> None:
+    def open(self) -> None:
+        """Open a window (:meth:`active` as a pair of calls, for the hottest paths); :meth:`close` closes it."""
         self._lock.acquire()
         if self._depth == 0:
             top = self.distribution.name
@@ -259,18 +260,23 @@ class LoadedCopy:
             sys.meta_path.insert(0, self._finder)
         self._depth += 1
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self._depth -= 1
         try:
             if self._depth == 0:
-                sys.meta_path.remove(self._finder)
-                for name in self._finder.imported:
-                    module = sys.modules.pop(name, None)
-                    if module is not None:
-                        self.namespace[name] = module
-                self._finder.imported.clear()
-                sys.modules.update(self._foreign)
-                self._foreign = {}
+                if sys.meta_path[0] is self._finder:
+                    del sys.meta_path[0]
+                else:  # something inserted a finder of its own meanwhile
+                    sys.meta_path.remove(self._finder)
+                if self._finder.imported:
+                    for name in self._finder.imported:
+                        module = sys.modules.pop(name, None)
+                        if module is not None:
+                            self.namespace[name] = module
+                    self._finder.imported.clear()
+                if self._foreign:
+                    sys.modules.update(self._foreign)
+                    self._foreign = {}
         finally:
             self._lock.release()
 
@@ -329,10 +335,10 @@ class _Window:
         self._copy = copy
 
     def __enter__(self) -> None:
-        self._copy._open()
+        self._copy.open()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._copy._close()
+        self._copy.close()
 
 
 _copies: dict[tuple[str, str | None], LoadedCopy] = {}
@@ -374,41 +380,3 @@ def forget_copies(name: str | None = None) -> None:
         for key in [k for k in (*_copies, *_failed) if name is None or k[0] == name]:
             _copies.pop(key, None)
             _failed.pop(key, None)
-
-
-T = TypeVar("T", bound=type)
-
-
-def runs_upstream(distribution: Distribution) -> Callable[[T], T]:
-    """Class decorator: every public method and property of a wrapper (its bases' included) runs in the window.
-
-    A wrapper's calls reach upstream methods, and some of those import at call time (``allocator/base.py``
-    imports ``prefill_budget`` inside a method); outside a window such an import would find the real
-    installed package and execute its ``__init__``, a second copy of every class.  The window costs a
-    few list operations a call.
-    """
-
-    def windowed(function: Callable[..., R]) -> Callable[..., R]:
-        if getattr(function, "__poolfuzz_windowed__", False):
-            return function
-
-        @functools.wraps(function)
-        def call(*args: object, **kwargs: object) -> R:
-            with copy_of(distribution).active():
-                return function(*args, **kwargs)
-
-        call.__poolfuzz_windowed__ = True  # type: ignore[attr-defined]
-        return call
-
-    def decorate(cls: T) -> T:
-        for name in dir(cls):
-            if name.startswith("_") and name != "__init__":
-                continue
-            value = inspect.getattr_static(cls, name)
-            if isinstance(value, property) and value.fget is not None:
-                setattr(cls, name, property(windowed(value.fget), value.fset, value.fdel, value.__doc__))
-            elif inspect.isfunction(value):
-                setattr(cls, name, windowed(value))
-        return cls
-
-    return decorate

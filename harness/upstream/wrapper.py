@@ -12,13 +12,18 @@ paged ``alloc_extend`` / ``alloc_decode``) are forwarded here once, by :class:`F
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from harness.upstream.loading import Distribution, copy_of
 from harness.upstream.sglang_files import SUPPORTED_VERSION
 from pools.protocols import PagedKVAllocator
+
+R = TypeVar("R")
+T = TypeVar("T", bound=type)
 
 
 def empty_indices(device: str | torch.device) -> torch.Tensor:
@@ -85,3 +90,45 @@ class ExtendDecodeForwarding:
 
     alloc_extend = forwarded(PagedKVAllocator, "alloc_extend")
     alloc_decode = forwarded(PagedKVAllocator, "alloc_decode")
+
+
+def runs_upstream(distribution: Distribution) -> Callable[[T], T]:
+    """Class decorator: every public method of a wrapper (its bases' included) runs in the window.
+
+    A wrapper's calls reach upstream methods, and some of those import at call time (``allocator/base.py``
+    imports ``prefill_budget`` inside a method); outside a window such an import would find the real
+    installed package and execute its ``__init__``, a second copy of every class.  The window costs a
+    few list operations a call.
+    """
+
+    def windowed(function: Callable[..., R]) -> Callable[..., R]:
+        if getattr(function, "__poolfuzz_windowed__", False):
+            return function
+
+        @functools.wraps(function)
+        def call(self: object, *args: object, **kwargs: object) -> R:
+            # The copy is looked up once an object (its source folder is fixed when it is built), so a window
+            # costs a few list operations, which the hottest wrapper calls can afford.
+            state = self.__dict__
+            copy = state.get("_poolfuzz_copy")
+            if copy is None:
+                copy = state["_poolfuzz_copy"] = copy_of(distribution)
+            copy.open()
+            try:
+                return function(self, *args, **kwargs)
+            finally:
+                copy.close()
+
+        call.__poolfuzz_windowed__ = True  # type: ignore[attr-defined]
+        return call
+
+    def decorate(cls: T) -> T:
+        for name in dir(cls):
+            if name.startswith("_") and name != "__init__":
+                continue
+            value = inspect.getattr_static(cls, name)
+            if inspect.isfunction(value):  # properties only read upstream's attributes: no window
+                setattr(cls, name, windowed(value))
+        return cls
+
+    return decorate

@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
-from harness.upstream.loading import runs_upstream
 from harness.upstream.vllm_files import SUPPORTED_VERSION, VLLM, load_vllm
 from harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
+from harness.upstream.wrapper import runs_upstream
 
 HASH_BLOCK_SIZE = 16
 """Tokens per block hash; the adapter caches at ``block_size == HASH_BLOCK_SIZE`` (one hash per block)."""

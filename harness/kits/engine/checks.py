@@ -32,7 +32,7 @@ class UpstreamChecker:
     """Upstream's ``SchedulerInvariantChecker`` over the loop's pools, built as scheduler.py:2523 builds it."""
 
     def __init__(self, loop: Any) -> None:
-        from harness.upstream.engine_loader import active
+        from harness.upstream.sglang_modules import active
 
         with active(loop.m):
             self._build(loop)
@@ -100,7 +100,7 @@ class UpstreamChecker:
 
 def judge(loop: Any, upstream: UpstreamChecker, *, with_surface: bool = True) -> Observation:
     """Both judges over the loop's state (see the module docstring); the observation they judged."""
-    from harness.upstream.engine_loader import active
+    from harness.upstream.sglang_modules import active
 
     with active(loop.m):
         observation = observe(loop, upstream, with_surface=with_surface)

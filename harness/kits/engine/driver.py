@@ -22,7 +22,7 @@ from harness.kits.engine.checks import judge
 from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
 from harness.kits.engine.observe import surface
 from harness.kits.engine.target import SGLangEngine
-from harness.upstream.engine_loader import active
+from harness.upstream.sglang_modules import active
 
 STEMS: tuple[tuple[int, ...], ...] = (
     (11, 12, 13, 14, 15, 16, 17, 18),

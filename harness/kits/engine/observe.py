@@ -201,7 +201,7 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
 
 
 def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Observation:
-    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.engine_loader.active`);
+    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.sglang_modules.active`);
     ``with_surface=False`` leaves the surface out where no second implementation is compared (it costs size calls)."""
     config = loop.config
     pools = [row_pool(loop), kv_pool(loop)]

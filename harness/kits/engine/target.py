@@ -14,7 +14,7 @@ from typing import Any
 from harness.engines.interface import Observation, StepReport, Submission
 from harness.kits.engine.checks import UpstreamChecker
 from harness.kits.engine.observe import observe
-from harness.upstream.engine_loader import active
+from harness.upstream.sglang_modules import active
 
 
 class SGLangEngine:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.upstream.loading import runs_upstream
 from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import load_upstream
-from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices
+from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices, runs_upstream
 
 
 class UpstreamKV(UpstreamWrapper, FreeGroupForwarding):

@@ -10,10 +10,9 @@ import operator
 
 import torch
 
-from harness.upstream.loading import runs_upstream
 from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import load_upstream
-from harness.upstream.wrapper import UpstreamWrapper
+from harness.upstream.wrapper import UpstreamWrapper, runs_upstream
 
 
 @runs_upstream(SGLANG)

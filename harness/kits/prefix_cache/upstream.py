@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 import torch
 
 from harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
-from harness.upstream.loading import runs_upstream
 from harness.upstream.sglang_files import SGLANG, SUPPORTED_VERSION
 from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
+from harness.upstream.wrapper import runs_upstream
 from pools.errors import TreeInvariantError, TreeNodeError
 
 TokenIds = Sequence[int] | torch.Tensor

@@ -24,10 +24,9 @@ from typing import Any
 
 import torch
 
-from harness.upstream.loading import runs_upstream
 from harness.upstream.sglang_files import SGLANG
 from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
-from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded
+from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded, runs_upstream
 from pools.protocols import SWAKVAllocator
 
 
