@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from harness.kits.swa.upstream import SWAKV, PureSWAKV
 from harness.upstream import sources, vllm_files
 from harness.upstream.rust_core_loader import (
     RustTreeCoreBindings,
@@ -219,7 +220,7 @@ def test_rust_core_and_python_radix_cache_evict_in_the_same_order(
 # ------------------------------------------------------------ SWA allocators
 @needs_cache
 def test_swa_allocator_at_page_size_one_pairs_and_releases_both_pools(cache: SglangCacheModules) -> None:
-    swa = cache.new_swa_allocator(16, 8, 1)
+    swa = SWAKV(16, 8, 1).inner
     full = swa.alloc(3)
     assert swa.full_to_swa_index_mapping[full].tolist() == swa.translate_loc_from_full_to_swa(full).tolist()
     assert (swa.full_available_size(), swa.swa_available_size()) == (13, 5)
@@ -233,7 +234,7 @@ def test_swa_allocator_at_page_size_one_pairs_and_releases_both_pools(cache: Sgl
 
 @needs_cache
 def test_swa_allocator_paged_extends_decodes_and_allocates_a_swa_tail(cache: SglangCacheModules) -> None:
-    swa = cache.new_swa_allocator(32, 16, 4)
+    swa = SWAKV(32, 16, 4).inner
     extended = swa.alloc_extend(ints(0), ints(0), ints(5), ints(5), ints(-1), 5)
     decoded = swa.alloc_decode(ints(6), ints(6), extended[-1:])
     tail = swa.alloc_extend_swa_tail(ints(0), ints(0), ints(9), ints(9), ints(-1), 9, 3)
@@ -250,7 +251,7 @@ def test_swa_allocator_paged_extends_decodes_and_allocates_a_swa_tail(cache: Sgl
 @needs_cache
 def test_swa_double_free_is_flagged_by_upstreams_own_peer_mapped_check(cache: SglangCacheModules) -> None:
     """Upstream puts the padding slot 0 in the SWA free list; its (default-off) ``swa.peer_mapped`` check names it."""
-    swa = cache.new_swa_allocator(8, 8, 1)
+    swa = SWAKV(8, 8, 1).inner
     full = swa.alloc(4)
     swa.free(full[:1])
     swa.free(full[:1])
@@ -261,7 +262,7 @@ def test_swa_double_free_is_flagged_by_upstreams_own_peer_mapped_check(cache: Sg
 @needs_cache
 def test_swa_decode_that_fails_on_the_swa_side_keeps_the_full_page(cache: SglangCacheModules) -> None:
     """Upstream hazard: ``alloc_decode`` allocates full first and returns None without giving it back."""
-    swa = cache.new_swa_allocator(32, 4, 4)
+    swa = SWAKV(32, 4, 4).inner
     prefix = swa.alloc_extend(ints(0), ints(0), ints(4), ints(4), ints(-1), 4)
     assert swa.alloc_decode(ints(5), ints(5), prefix[-1:]) is None
     assert (swa.full_available_size(), swa.swa_available_size()) == (24, 0)
@@ -269,7 +270,7 @@ def test_swa_decode_that_fails_on_the_swa_side_keeps_the_full_page(cache: Sglang
 
 @needs_cache
 def test_pure_swa_allocator_is_one_pool_with_an_identity_mapping(cache: SglangCacheModules) -> None:
-    swa = cache.new_pure_swa_allocator(8)
+    swa = PureSWAKV(8).inner
     slots = swa.alloc(3)
     assert swa.translate_loc_from_full_to_swa(slots).tolist() == slots.tolist()
     swa.free(slots)

@@ -22,8 +22,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
-import torch
-
 from harness.upstream import sglang_fakes
 from harness.upstream.loading import LoadedCopy
 from harness.upstream.sglang_files import (
@@ -151,27 +149,6 @@ class SglangCacheModules(LoadedFiles):
         )
         with sglang_copy().active():
             return self.radix_cache.RadixCache(params)
-
-    def new_swa_allocator(
-        self,
-        size: int,
-        size_swa: int,
-        page_size: int,
-        *,
-        device: str | torch.device = "cpu",
-        need_sort: bool = False,
-        dtype: torch.dtype = torch.float16,
-    ) -> Any:
-        """``SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, kvcache, need_sort)`` over a data-less kvcache."""
-        with sglang_copy().active():
-            return self.swa.SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, self.swa_kv_pool_class(), need_sort)
-
-    def new_pure_swa_allocator(
-        self, size_swa: int, *, device: str | torch.device = "cpu", need_sort: bool = False, dtype: torch.dtype = torch.float16
-    ) -> Any:
-        """``PureSWATokenToKVPoolAllocator(size_swa, 1, dtype, device, kvcache, need_sort)`` (page size 1 only)."""
-        with sglang_copy().active():
-            return self.swa.PureSWATokenToKVPoolAllocator(size_swa, 1, dtype, device, self.swa_kv_pool_class(), need_sort)
 
 
 def load_sglang_cache() -> SglangCacheModules:

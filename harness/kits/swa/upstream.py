@@ -120,7 +120,8 @@ class SWAKV(_UpstreamSWA):
     ) -> None:
         self.mods = load_sglang_cache()
         self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
-        self.inner = self.mods.new_swa_allocator(size, size_swa, page_size, device=self.device, need_sort=need_sort)
+        kvcache = self.mods.swa_kv_pool_class()  # the mapping holder, no KV buffers
+        self.inner = self.mods.swa.SWATokenToKVPoolAllocator(size, size_swa, page_size, torch.float16, self.device, kvcache, need_sort)
         self.kernel = "triton" if kernel == "triton" and self.device.type == "cuda" else "naive"
         if page_size > 1:
             for side in (self.inner.full_attn_allocator, self.inner.swa_attn_allocator):
@@ -139,4 +140,5 @@ class PureSWAKV(_UpstreamSWA):
         self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
         if page_size != 1:  # upstream asserts; say so before it does
             raise ValueError(f"PureSWATokenToKVPoolAllocator supports page_size 1 only, got {page_size}")
-        self.inner = self.mods.new_pure_swa_allocator(size_swa, device=self.device, need_sort=need_sort)
+        kvcache = self.mods.swa_kv_pool_class()
+        self.inner = self.mods.swa.PureSWATokenToKVPoolAllocator(size_swa, 1, torch.float16, self.device, kvcache, need_sort)
