@@ -72,7 +72,7 @@ def test_a_path_names_a_declared_operation_and_argument_or_is_refused() -> None:
         SlotOps.at(SlotOps.alloc, "need_sise")
     with pytest.raises(OpsError, match="declares no operation 'aloc'"):
         SlotOps.arguments_of("aloc")
-    with pytest.raises(OpsError, match="named twice"):
+    with pytest.raises(OpsError, match="names, each once"):
         op("handle", "handle")
 
 
@@ -140,3 +140,17 @@ def test_a_family_whose_limits_or_floors_name_an_undeclared_operation_or_argumen
     with pytest.raises(OpsError, match=r"mamba_slots's realistic floors: 'group_begin.num_req'"):
         dataclasses.replace(kit, realistic=(*kit.realistic, ("group_begin.num_req", 1)))
     assert dataclasses.replace(kit, realistic=(("size", 4),)).realistic == (("size", 4),)
+
+
+def test_a_typed_operation_builds_its_step_and_is_refused_with_another_operations_arguments() -> None:
+    from harness.judge.ops import TypedOp
+    from harness.kits.mamba.ops import ALLOC, FREE_SLOTS, AllocArgs, FreeArgs
+
+    assert ALLOC({"need_size": 2}) == ("alloc", {"need_size": 2})
+    assert FREE_SLOTS({"slots": [3], "int32": True}) == ("free_slots", {"slots": [3], "int32": True})
+    assert SlotOps.arguments_of(SlotOps.free_slots) == ("slots", "int32")
+    assert SlotOps.typed_arguments[SlotOps.alloc] is AllocArgs
+    with pytest.raises(OpsError, match="alloc is declared with"):
+        TypedOp(SlotOps, SlotOps.alloc, FreeArgs)
+    with pytest.raises(OpsError, match="declared with None"):
+        TypedOp(RowOps, RowOps.alloc, AllocArgs)

@@ -26,8 +26,8 @@ This module imports nothing: a kit's declaration imports its ``ops`` module for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, NewType, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Generic, NewType, TypeVar, cast
 
 OpName = NewType("OpName", str)
 """A declared operation's name: a plain string at run time, which only an :class:`Operations` attribute gives."""
@@ -37,21 +37,48 @@ class OpsError(ValueError):
     """A name that the family's :class:`Operations` do not declare (an operation, or an argument of one)."""
 
 
+Step = tuple[OpName, dict[str, Any]]
+"""One step as a move draws it: a declared operation and its arguments (a ``strategies.table.Step``)."""
+
+A = TypeVar("A", bound=Mapping[str, object])
+
+
 class _Declared:
-    """An operation's argument names, until its class replaces it with its name."""
+    """An operation's argument names (and the ``TypedDict`` they came from), until its class replaces it with its name."""
 
-    __slots__ = ("arguments",)
+    __slots__ = ("arguments", "typed")
 
-    def __init__(self, arguments: tuple[str, ...]) -> None:
+    def __init__(self, arguments: tuple[str, ...], typed: type | None) -> None:
         self.arguments = arguments
+        self.typed = typed
 
 
-def op(*arguments: str) -> OpName:
-    """Declare one operation in an :class:`Operations` class body, taking ``arguments`` (by keyword, in order);
-    the attribute's name is the operation's."""
-    if len(set(arguments)) != len(arguments):
-        raise OpsError(f"an operation's arguments are named twice: {arguments}")
-    return cast(OpName, _Declared(arguments))
+def op(*arguments: str | type) -> OpName:
+    """Declare one operation in an :class:`Operations` class body, taking ``arguments`` (by keyword, in order), or
+    the keys of one ``TypedDict`` class (the operation's typed arguments, which :class:`TypedOp` builds steps
+    from); the attribute's name is the operation's."""
+    typed = arguments[0] if len(arguments) == 1 and isinstance(arguments[0], type) else None
+    names = tuple(typed.__annotations__) if typed is not None else arguments
+    if not all(isinstance(name, str) for name in names) or len(set(names)) != len(names):
+        raise OpsError(f"an operation's arguments are names, each once: {arguments}")
+    return cast(OpName, _Declared(cast(tuple[str, ...], names), typed))
+
+
+class TypedOp(Generic[A]):
+    """A step builder for one operation declared with a ``TypedDict`` (``op(AllocArgs)``): ``ALLOC({"need_size":
+    n})`` is ``("alloc", {"need_size": n})``, and mypy checks the arguments' names and types against the
+    ``TypedDict``.  Built from the declaration, it is refused unless the operation was declared with that class."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, ops: type[Operations], name: OpName, arguments: Callable[..., A]) -> None:
+        declared = ops.typed_arguments.get(name)
+        if declared is not arguments:
+            raise OpsError(f"{ops.__name__}.{name} is declared with {declared}, not {arguments}")
+        self.name = name
+
+    def __call__(self, args: A) -> Step:
+        return self.name, cast(dict[str, Any], args)
 
 
 class Operations:
@@ -60,6 +87,8 @@ class Operations:
 
     arguments: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     """Every declared operation (base classes' included) and its argument names."""
+    typed_arguments: ClassVar[Mapping[str, type]] = {}
+    """The operations declared with a ``TypedDict`` of their arguments, and that class."""
 
     construct = op("overrides")
 
@@ -111,13 +140,21 @@ class Operations:
 
 
 def _declare(cls: type[Operations]) -> None:
-    own = {name: value.arguments for name, value in vars(cls).items() if isinstance(value, _Declared)}
+    own = {name: value for name, value in vars(cls).items() if isinstance(value, _Declared)}
     for name in own:
         setattr(cls, name, OpName(name))
-    inherited: dict[str, tuple[str, ...]] = {}
+    arguments: dict[str, tuple[str, ...]] = {}
+    typed: dict[str, type] = {}
     for base in reversed(cls.__mro__[1:]):
-        inherited.update(getattr(base, "arguments", {}))
-    cls.arguments = {**inherited, **own}
+        arguments.update(getattr(base, "arguments", {}))
+        typed.update(getattr(base, "typed_arguments", {}))
+    for name, declared in own.items():
+        arguments[name] = declared.arguments
+        typed.pop(name, None)
+        if declared.typed is not None:
+            typed[name] = declared.typed
+    cls.arguments = arguments
+    cls.typed_arguments = typed
 
 
 _declare(Operations)

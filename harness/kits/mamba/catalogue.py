@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.kits.mamba.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
-from harness.kits.mamba.ops import HybridOps, SlotOps, WindowOps
+from harness.kits.mamba.ops import ALLOC, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
 from harness.kits.mamba.state import STATE_MISUSE
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from harness.kits.rows.moves import RowView, row_catalogue
@@ -64,40 +64,40 @@ def window_catalogue() -> tuple[Move[SlotView], ...]:
 # ---------------------------------------------------------------- mamba_slots
 def _int32_free(view: MambaSlotView, choose: Chooser) -> Step | None:
     live = view.live_slots()
-    return (SlotOps.free_slots, {"slots": live[:2], "int32": True}) if live else None
+    return FREE_SLOTS({"slots": live[:2], "int32": True}) if live else None
 
 
 def _free_many(view: MambaSlotView, choose: Chooser) -> Step | None:
     """More than 64 live slots freed at once, one left live (so what the call ends is not every live slot)."""
     live = view.live_slots()
-    return (SlotOps.free_slots, {"slots": live[1:]}) if len(live) > COUNTING_PATH + 1 else None
+    return FREE_SLOTS({"slots": live[1:]}) if len(live) > COUNTING_PATH + 1 else None
 
 
 def _free_many_repeating(view: MambaSlotView, choose: Chooser) -> Step | None:
     """More than 64 live slots freed at once, the middle one named twice."""
     live = view.live_slots()
-    return (SlotOps.free_slots, {"slots": [*live, live[len(live) // 2]]}) if len(live) > COUNTING_PATH else None
+    return FREE_SLOTS({"slots": [*live, live[len(live) // 2]]}) if len(live) > COUNTING_PATH else None
 
 
 def _take_many(view: MambaSlotView, choose: Chooser) -> Step | None:
     """Every free slot of a large pool in one ``alloc``."""
     free = view.free_count()
-    return (SlotOps.alloc, {"need_size": free}) if free > COUNTING_PATH else None
+    return ALLOC({"need_size": free}) if free > COUNTING_PATH else None
 
 
 def _multi_in_window(view: MambaSlotView, choose: Chooser) -> Step | None:
     """``alloc`` of two or more slots, all of which the free list has, while at least as many are reserved:
     only ``alloc(1)`` may take the reservation."""
     most = min(len(view.unconsumed()), view.free_count()) if view.group_open else 0
-    return (SlotOps.alloc, {"need_size": choose.randint(2, most)}) if most >= 2 else None
+    return ALLOC({"need_size": choose.randint(2, most)}) if most >= 2 else None
 
 
 def _toward_reserved_and_free(view: MambaSlotView, choose: Chooser) -> Step | None:
     """Open a window reserving two or more slots with as many left on the free list (closing another first)."""
     if view.group_open:
-        return SlotOps.group_end, {}
+        return GROUP_END({})
     free = view.free_count()
-    return (SlotOps.group_begin, {"num_reqs": choose.randint(2, free - 2)}) if free >= 4 else None
+    return GROUP_BEGIN({"num_reqs": choose.randint(2, free - 2)}) if free >= 4 else None
 
 
 def mamba_slot_catalogue() -> tuple[Move[MambaSlotView], ...]:

@@ -28,7 +28,7 @@ from functools import partial
 
 from harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
 from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
-from harness.kits.mamba.ops import HybridOps, SlotOps, WindowOps
+from harness.kits.mamba.ops import ALLOC, CLEAR, FREE, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
 from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
 from strategies.choosers import Chooser
 from strategies.table import (
@@ -107,7 +107,7 @@ def _slot_alloc(view: MambaSlotView, choose: Chooser) -> Step:
         need = choose.randint(0, 4)
     else:
         need = view.free_count() + choose.choice((0, 1))
-    return SlotOps.alloc, {"need_size": need}
+    return ALLOC({"need_size": need})
 
 
 def _slot_group_begin(view: MambaSlotView, choose: Chooser) -> Step | None:
@@ -116,20 +116,20 @@ def _slot_group_begin(view: MambaSlotView, choose: Chooser) -> Step | None:
     if view.group_open:
         return None
     free = view.free_count()
-    return SlotOps.group_begin, {"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6), free, free + 1))}
+    return GROUP_BEGIN({"num_reqs": choose.choice((1, 2, 3, choose.randint(0, 6), free, free + 1))})
 
 
 def _slot_alloc_in_window(view: MambaSlotView, choose: Chooser) -> Step | None:
     """``alloc`` of 1, 2, all or one more than the reservation left in the open window."""
     left = len(view.unconsumed())
-    return (SlotOps.alloc, {"need_size": choose.choice((1, 2, 2, left, left + 1))}) if left else None
+    return ALLOC({"need_size": choose.choice((1, 2, 2, left, left + 1))}) if left else None
 
 
 def _open_a_reservation(view: MambaSlotView, choose: Chooser) -> Step:
     """Open a window reserving two or more slots (closing a spent one first)."""
     if view.group_open:
-        return SlotOps.group_end, {}
-    return SlotOps.group_begin, {"num_reqs": choose.choice((2, 3, max(2, view.free_count() // 2)))}
+        return GROUP_END({})
+    return GROUP_BEGIN({"num_reqs": choose.choice((2, 3, max(2, view.free_count() // 2)))})
 
 
 _slot_free = picking(SlotOps.free, MambaSlotView.live, "handles", some_of)
@@ -141,7 +141,7 @@ _slot_free_repeating = picking(SlotOps.free, MambaSlotView.live, "handles", part
 def _slot_free_again(view: MambaSlotView, choose: Chooser) -> Step | None:
     """A handle whose slot was already freed, freed again."""
     gone = view.gone()
-    return (SlotOps.free, {"handles": [choose.choice(gone)]}) if gone else None
+    return FREE({"handles": [choose.choice(gone)]}) if gone else None
 
 
 def _slot_free_raw(view: MambaSlotView, choose: Chooser) -> Step:
@@ -149,9 +149,9 @@ def _slot_free_raw(view: MambaSlotView, choose: Chooser) -> Step:
     reserved and past the end)."""
     unconsumed = view.unconsumed()
     if unconsumed and choose.random() < 0.5:
-        return SlotOps.free_slots, {"slots": [choose.choice(unconsumed)]}
+        return FREE_SLOTS({"slots": [choose.choice(unconsumed)]})
     top = max(MAX_RAW_SLOT, view.size + 2)
-    return SlotOps.free_slots, {"slots": [choose.randint(-1, top) for _ in range(choose.randint(1, 3))]}
+    return FREE_SLOTS({"slots": [choose.randint(-1, top) for _ in range(choose.randint(1, 3))]})
 
 
 def mamba_slot_moves() -> tuple[Move[MambaSlotView], ...]:
@@ -178,15 +178,15 @@ def mamba_slot_drain(view: MambaSlotView) -> Iterator[Step]:
     """Hand out an open window's whole reservation one ``alloc(1)`` at a time (the order it must come in),
     close it, free every slot, take the whole free list in one ``alloc``, free it, then ``clear``."""
     for _ in range(len(view.unconsumed())):
-        yield SlotOps.alloc, {"need_size": 1}
+        yield ALLOC({"need_size": 1})
     if view.group_open:
-        yield SlotOps.group_end, {}
+        yield GROUP_END({})
     for _ in range(2):
         if view.live():
-            yield SlotOps.free, {"handles": view.live()}
+            yield FREE({"handles": view.live()})
         if view.free_count():
-            yield SlotOps.alloc, {"need_size": view.free_count()}
-    yield SlotOps.clear, {}
+            yield ALLOC({"need_size": view.free_count()})
+    yield CLEAR({})
 
 
 def mamba_slot_table() -> MoveTable[MambaSlotView]:

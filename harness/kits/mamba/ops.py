@@ -7,25 +7,71 @@ the state tensors); moves, contracts, limits, realistic floors and the known-fin
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from typing import NotRequired, TypedDict
+
+from harness.judge.ops import Operations, TypedOp, op
 from harness.kits.rows.ops import RowOps
+
+
+# ---------------------------------------------------------------- typed arguments (the model for other kits)
+class NoArgs(TypedDict):
+    """An operation without arguments."""
+
+
+class GroupBeginArgs(TypedDict):
+    num_reqs: float
+    """The requests the window reserves for (misuse sends a float, a bool or a negative count)."""
+
+
+class AllocArgs(TypedDict):
+    need_size: float
+    """Slots to take (misuse sends a float or a bool)."""
+
+
+class FreeArgs(TypedDict):
+    handles: list[int]
+    """Handles of live allocations (a handle again, for a double free)."""
+
+
+class FreeSlotsArgs(TypedDict):
+    slots: list[int]
+    """Raw slot numbers, live or not."""
+    int32: NotRequired[bool]
+    """Sent as an int32 tensor (upstream frees only int64 ones)."""
+
+
+class FreeMalformedArgs(TypedDict):
+    form: str
+    """Which malformed argument: a list, a float tensor, a 2-D or a 0-d tensor."""
 
 
 class WindowOps(Operations):
     """What both Mamba drivers share: the alloc window they open and close (``SlotWindowDriver``), and ``clear``."""
 
-    clear = op()
-    group_begin = op("num_reqs")
-    group_end = op()
+    clear = op(NoArgs)
+    group_begin = op(GroupBeginArgs)
+    group_end = op(NoArgs)
 
 
 class SlotOps(WindowOps):
-    """``mamba_slots``: slots taken, freed (well-formed, as raw slot tensors, or malformed) and cleared."""
+    """``mamba_slots``: slots taken, freed (well-formed, as raw slot tensors, or malformed) and cleared.  Every
+    operation is declared with its typed arguments, and the moves build their steps through the builders below."""
 
-    alloc = op("need_size")
-    free = op("handles")
-    free_malformed = op("form")
-    free_slots = op("slots", "int32")
+    alloc = op(AllocArgs)
+    free = op(FreeArgs)
+    free_malformed = op(FreeMalformedArgs)
+    free_slots = op(FreeSlotsArgs)
+
+
+CLEAR = TypedOp(SlotOps, SlotOps.clear, NoArgs)
+GROUP_BEGIN = TypedOp(SlotOps, SlotOps.group_begin, GroupBeginArgs)
+GROUP_END = TypedOp(SlotOps, SlotOps.group_end, NoArgs)
+ALLOC = TypedOp(SlotOps, SlotOps.alloc, AllocArgs)
+FREE = TypedOp(SlotOps, SlotOps.free, FreeArgs)
+FREE_SLOTS = TypedOp(SlotOps, SlotOps.free_slots, FreeSlotsArgs)
+FREE_MALFORMED = TypedOp(SlotOps, SlotOps.free_malformed, FreeMalformedArgs)
+"""Typed step builders of ``mamba_slots`` (``ALLOC({"need_size": 2})``): mypy checks each step's argument names
+and types against the operation's ``TypedDict``."""
 
 
 class HybridOps(RowOps, WindowOps):
