@@ -3,9 +3,11 @@ and every place that names one is refused, when it is built, if the declaration 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +156,27 @@ def test_a_typed_operation_builds_its_step_and_is_refused_with_another_operation
         TypedOp(SlotOps, SlotOps.alloc, FreeArgs)
     with pytest.raises(OpsError, match="declared with None"):
         TypedOp(RowOps, RowOps.alloc, AllocArgs)
+
+
+MOVE_MODULES = sorted(
+    path
+    for kit in ("rows", "mamba", "kv", "swa", "block_pool", "prefix_cache", "scheduler")
+    for path in (Path(__file__).parent.parent / "harness" / "kits" / kit).glob("*.py")
+    if path.stem in {"moves", "catalogue", "page_moves", "pure_moves", "random_moves"}
+)
+STEP_HELPERS = {"fixed", "one_of", "picking", "repeated_within", "_malformed", "_pure_free_through"}
+
+
+@pytest.mark.parametrize("path", MOVE_MODULES, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_moves_name_their_operations_through_the_declaration_not_a_string(path: Path) -> None:
+    declared = set().union(*(kit.ops.names() for kit in FAMILIES.values() if kit.ops is not None))
+    literal = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        first: ast.expr | None = None
+        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            first = node.elts[0]
+        elif isinstance(node, ast.Call) and node.args and getattr(node.func, "id", None) in STEP_HELPERS:
+            first = node.args[0]
+        if isinstance(first, ast.Constant) and first.value in declared:
+            literal.append(f"line {first.lineno}: {first.value!r}")
+    assert not literal, f"{path.name} names operations as strings: {literal}"
