@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.judge.contract import CallRule, Contract, ContractError, KnownFindingFilter, NotCalled, all_contracts
+from harness.judge.contract import CONSTRUCT_MISUSE, CallRule, Contract, ContractError, KnownFindingFilter, NotCalled, all_contracts
 from harness.judge.driver import Driver, operation
 from harness.judge.families import FAMILIES, family, resolve
 from harness.judge.ops import Operations, OpsError, op
@@ -127,8 +127,10 @@ def test_a_contract_or_filter_naming_an_undeclared_operation_or_missing_one_is_r
     Contract("t:T", "none", (_rule(_TinyOps.take), _rule(_TinyOps.give)), (NotCalled(_TinyOps.construct, "misuse"),), ops=_TinyOps)
     with pytest.raises(OpsError, match=r"names \['tkae'\]"):
         Contract("t:T", "none", (_rule("tkae"), _rule(_TinyOps.give), _rule(_TinyOps.construct)), ops=_TinyOps)
-    with pytest.raises(ContractError, match=r"does not name \['construct'\]"):
-        Contract("t:T", "none", (_rule(_TinyOps.take), _rule(_TinyOps.give)), ops=_TinyOps)
+    with pytest.raises(ContractError, match=r"does not name \['give'\]"):
+        Contract("t:T", "none", (_rule(_TinyOps.take),), ops=_TinyOps)
+    unlisted = Contract("t:T", "none", (_rule(_TinyOps.take), _rule(_TinyOps.give)), ops=_TinyOps)
+    assert unlisted.not_called == (NotCalled(_TinyOps.construct, CONSTRUCT_MISUSE),)
     KnownFindingFilter(_view, ((_TinyOps.give, lambda view, args: True),), ops=_TinyOps)
     with pytest.raises(OpsError, match=r"names \['gve'\]"):
         KnownFindingFilter(_view, (("gve", lambda view, args: True),), ops=_TinyOps)

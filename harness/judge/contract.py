@@ -91,6 +91,11 @@ class CallRule(Generic[S_contra]):
     instead: str = ""
 
 
+CONSTRUCT_MISUSE = "misuse: a malformed constructor"
+"""Why no contract's target is sent ``construct`` (every driver's malformed constructor): a contract with declared
+operations lists it so, last, unless it says otherwise."""
+
+
 @dataclass(frozen=True)
 class NotCalled:
     """Driver operation ``op`` is never issued to this target: ``why`` says which caller behaviour it lacks."""
@@ -125,13 +130,16 @@ class Contract(Generic[S]):
 
     ops: type[Operations] | None = None
     """The driver's declared operations (its kit's ``ops`` module): the table must name each of them, and only them,
-    or it is refused as it is built."""
+    or it is refused as it is built (``construct``, unless listed, is added to ``not_called``: :data:`CONSTRUCT_MISUSE`)."""
 
     def __post_init__(self) -> None:
         ops = [rule.op for rule in self.rules] + [entry.op for entry in self.not_called]
         repeated = sorted({op for op in ops if ops.count(op) > 1})
         if repeated:
             raise ContractError(f"{self.target}'s contract lists {repeated} more than once")
+        if self.ops is not None and Operations.construct not in ops:  # every driver has it; no upstream caller sends it
+            object.__setattr__(self, "not_called", (*self.not_called, NotCalled(Operations.construct, CONSTRUCT_MISUSE)))
+            ops.append(Operations.construct)
         if self.ops is not None:
             self.ops.check_named(f"{self.target}'s contract", ops)
             missing = sorted(self.ops.names() - set(ops))

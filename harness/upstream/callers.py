@@ -165,6 +165,5 @@ TREE_MISUSE = (
     NotCalled(PrefixCacheOps.recache, "misuse: pages the tree holds cached again under another key"),
     NotCalled(PrefixCacheOps.release_malformed, "misuse: release_request with a broken argument"),
     NotCalled(PrefixCacheOps.cache_over, "misuse: a second cache of another page size or an unknown policy"),
-    NotCalled(PrefixCacheOps.construct, "misuse: a malformed constructor"),
 )
 """The prefix-cache driver's misuse operations, never issued to an upstream tree."""

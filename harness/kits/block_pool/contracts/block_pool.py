@@ -233,6 +233,5 @@ CONTRACT = Contract(
         NotCalled(BlockPoolOps.foreign_block, "misuse: an int or another pool's block where a block is due"),
         NotCalled(BlockPoolOps.unpin_misuse, "misuse: more unpins than references, or the null block (upstream asserts, :762)"),
         NotCalled(BlockPoolOps.evict_non_int, "misuse: an id that is not an int"),
-        NotCalled(BlockPoolOps.construct, "misuse: a malformed constructor"),
     ),
 )

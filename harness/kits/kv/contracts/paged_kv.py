@@ -282,7 +282,6 @@ CONTRACT = Contract(
         NotCalled(PagedKVOps.free_malformed, "misuse: a list, float or 2-D tensor of indices"),
         NotCalled(PagedKVOps.extend_malformed, "misuse: an extend batch with a defect"),
         NotCalled(PagedKVOps.decode_malformed, "misuse: a decode batch with a defect"),
-        NotCalled(PagedKVOps.construct, "misuse: a malformed constructor"),
     ),
 )
 

@@ -64,6 +64,5 @@ CONTRACT = Contract(
         NotCalled(TokenKVOps.merge, "merge_and_sort_free is called by alloc itself (allocator/token.py:56), by no caller"),
         NotCalled(TokenKVOps.free_again, "misuse: a second free of released slots"),
         NotCalled(TokenKVOps.free_malformed, "misuse: a list, float or 2-D tensor of indices"),
-        NotCalled(TokenKVOps.construct, "misuse: a malformed constructor"),
     ),
 )

@@ -117,7 +117,6 @@ CONTRACT = Contract(
     reads=("available_size",),
     not_called=(
         NotCalled(SlotOps.free_malformed, "misuse: a list, float, 2-D or 0-d tensor of slots"),
-        NotCalled(SlotOps.construct, "misuse: a malformed constructor"),
     ),
 )
 

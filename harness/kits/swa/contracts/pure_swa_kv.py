@@ -135,6 +135,5 @@ CONTRACT = Contract(
         NotCalled(PureSWAKVOps.merge, "merge_and_sort_free is called by the token allocator's alloc itself (token.py:56), by no caller"),
         NotCalled(PureSWAKVOps.free_again, "misuse: a second free of released slots"),
         NotCalled(PureSWAKVOps.free_malformed, "misuse: a list or float tensor of indices"),
-        NotCalled(PureSWAKVOps.construct, "misuse: a malformed constructor"),
     ),
 )

@@ -322,7 +322,6 @@ CONTRACT = Contract(
         NotCalled(SWAKVOps.decode_malformed, "misuse: an alloc_decode batch with one defect"),
         NotCalled(SWAKVOps.tail_of_two, "misuse: alloc_extend_swa_tail takes one request (swa.py:368 asserts bs=1)"),
         NotCalled(SWAKVOps.alloc_non_int, "misuse: alloc of a size that is not an int"),
-        NotCalled(SWAKVOps.construct, "misuse: a malformed constructor"),
     ),
 )
 
