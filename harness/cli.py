@@ -104,6 +104,16 @@ def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
                       help="time-series sampling interval of the report (default: budget/100, at least 1 s)")
     fuzz.add_argument("--round-seconds", type=positive(float), default=2.0, metavar="SECONDS",
                       help=argparse.SUPPRESS)
+    _add_known_arguments(fuzz)
+
+
+def _add_known_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--strict`` and ``--known FILE``: how a known upstream finding counts (``fuzz``; ``replay``, ``selfcheck``)."""
+    parser.add_argument("--strict", action="store_true",
+                        help="a known upstream finding (corpus/known.toml) fails the run as a new one does "
+                             "(default: recorded as known, exit 0, and fuzzing of its target goes on)")
+    parser.add_argument("--known", type=Path, metavar="FILE.toml",
+                        help="the reviewed list of known findings (default: the checkout's corpus/known.toml)")
 
 
 def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -221,6 +231,7 @@ def run_command(args_list: list[str]) -> int:
     from harness.fuzz.database import DatabaseError
     from harness.fuzz.outputs import OutputError
     from harness.judge.families import UnknownTargetError
+    from harness.upstream.known import KnownFindingsError
 
     try:
         if args.command == "list":
@@ -232,7 +243,7 @@ def run_command(args_list: list[str]) -> int:
 
             return run_dashboard(args)
         return cmd_fuzz(args)
-    except (UnknownTargetError, DatabaseError, OutputError, UsageError) as exc:
+    except (UnknownTargetError, DatabaseError, OutputError, UsageError, KnownFindingsError) as exc:
         print(f"poolfuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -274,7 +285,11 @@ def check_outputs(args: argparse.Namespace, report: Path) -> None:
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.fuzz import FuzzOptions, FuzzRun, select_targets
     from harness.fuzz.report import summary_text, write_report
+    from harness.upstream.known import load_known
 
+    if args.known is not None and not args.known.is_file():
+        raise UsageError(f"--known {args.known}: no such file")
+    load_known(args.known)  # a malformed list is a usage error before any worker starts
     targets, skipped = select_targets(args.target)
     for s in skipped:
         print(f"poolfuzz: warning: skipping {s['family']}: {s['reason']}", file=sys.stderr)
@@ -301,6 +316,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         database=args.database, steps=args.steps, misuse=args.misuse, coverage=args.coverage, grace=args.grace,
         round_seconds=args.round_seconds, progress_every=args.progress_every or (0.5 if live else 5.0), live=live,
         logs=report_path.with_suffix(".logs"), skipped=skipped, series_every=args.series_every, report=report_path,
+        strict=args.strict, known_file=args.known,
     )
     live = live_dashboard(args.dashboard, report_path)
     report = FuzzRun(options, err=sys.stderr, live=live.update if live is not None else None).run()

@@ -76,7 +76,7 @@ READ: dict[str, dict[str, str]] = {
         "skipped": OPTIONAL,
         "coverage": OPTIONAL,
     },
-    "/properties/run": {"seed": OPTIONAL, "workers": OPTIONAL, "device": NEEDED, "database": OPTIONAL, "cwd": OPTIONAL},
+    "/properties/run": {"seed": OPTIONAL, "workers": OPTIONAL, "device": NEEDED, "database": OPTIONAL, "cwd": OPTIONAL, "strict": OPTIONAL},
     "/properties/coverage": {"percent": OPTIONAL},
     "/properties/skipped/items": {"family": OPTIONAL, "reason": OPTIONAL},
     "/$defs/target": {
@@ -92,7 +92,9 @@ READ: dict[str, dict[str, str]] = {
         "failures": NEEDED,
         "crashes": NEEDED,
         "series": SINCE_2,
+        "upstream": OPTIONAL,
     },
+    "/$defs/target/properties/upstream": {"title": OPTIONAL, "version": OPTIONAL, "origin": OPTIONAL},
     "/$defs/sample": {"t": NEEDED, "steps": NEEDED, "examples": NEEDED, "events": NEEDED, "coverage": OPTIONAL, "failures": NEEDED},
     "/$defs/failure": {
         "invariant": OPTIONAL,
@@ -107,7 +109,9 @@ READ: dict[str, dict[str, str]] = {
         "unshrunk_steps": OPTIONAL,
         "found_at": OPTIONAL,
         "shrink": OPTIONAL,
+        "known": OPTIONAL,
     },
+    "/$defs/failure/properties/known": {"key": NEEDED, "number": OPTIONAL, "upstream": OPTIONAL, "document": OPTIONAL},
     "/$defs/found_at": {"after_s": NEEDED, "trace": OPTIONAL, "steps": OPTIONAL},
     "/$defs/shrink": {"state": NEEDED, "seconds": OPTIONAL, "note": OPTIONAL},
 }

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from harness.dashboard.report_check import ReportError, check_report
 from harness.fuzz.database import redacted
 from harness.fuzz.report import SeriesPoint
+from harness.fuzz.summary import upstream_text
 
 if TYPE_CHECKING:
     pass
@@ -63,6 +64,9 @@ class Failure:
     """How long the shrink took, from the first failing step's report to the shrunk one."""
     shrink_note: str | None = None
     """Why a partial shrink is partial."""
+    known: Mapping[str, Any] | None = None
+    """The known finding it is (``corpus/known.toml``: key, number, upstream, document), or ``None`` (new, or an
+    older report)."""
 
     @property
     def headline(self) -> str:
@@ -111,6 +115,15 @@ class TargetRun:
     failures: tuple[Failure, ...]
     crashes: int
     series: tuple[SeriesPoint, ...] | None
+    upstream: str = ""
+    """``upstream SGLang 0.5.23`` for a target that runs upstream's code, else ``""`` (and in older reports)."""
+
+    @property
+    def failing(self) -> int:
+        """Failures that failed the run: the new ones; the known findings too when the target failed on them alone
+        (``--strict``)."""
+        new = sum(f.known is None for f in self.failures)
+        return new or (len(self.failures) if self.status == "failed" else 0)
 
     @property
     def reached(self) -> bool:
@@ -243,6 +256,7 @@ def _failure(f: Mapping[str, Any], target: str) -> Failure:
         shrink_state=shrink.get("state"),
         shrink_s=_number(shrink.get("seconds")),
         shrink_note=shrink.get("note"),
+        known=f.get("known") or None,
     )
 
 
@@ -278,6 +292,7 @@ def _target(t: Mapping[str, Any], schema: int) -> TargetRun:
         failures=tuple(_failure(f, key) for f in t["failures"]),
         crashes=len(t["crashes"]),
         series=tuple(_sample(s) for s in t["series"]) if v2 else None,
+        upstream=upstream_text(t),
     )
 
 

@@ -16,8 +16,8 @@ from typing import Any
 from harness.dashboard.groups import Grouping
 from harness.dashboard.reports import NOT_REACHED, Failure, Run, TargetRun
 
-STATUS_ORDER = {"failed": 0, "crashed": 1, NOT_REACHED: 2, "ok": 3}
-PILL_TONES = {"ok": "ok", "failed": "failed", "crashed": "crashed"}
+STATUS_ORDER = {"failed": 0, "crashed": 1, "known": 2, NOT_REACHED: 2, "ok": 3}
+PILL_TONES = {"ok": "ok", "failed": "failed", "crashed": "crashed", "known": "other"}
 
 
 # ----------------------------------------------------------------- wording
@@ -93,7 +93,7 @@ def notes(latest_runs: Sequence[Run]) -> list[str]:
 def cards(rows: Sequence[tuple[Run, TargetRun]], steps: int, grouping: Grouping) -> str:
     """Counts over the targets (a target several boxes fuzzed is one), sums over every row."""
     keys = {t.key for _, t in rows}
-    failing = len({t.key for _, t in rows if t.failures})
+    failing = len({t.key for _, t in rows if t.failing})
     crashed = sum(t.crashes for _, t in rows)
     unreached = len(keys - {t.key for _, t in rows if t.reached})
     items = [
@@ -178,14 +178,18 @@ def targets_table(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str]
         cells = [
             (f'<td class="key"><span class="swatch" style="background:{colours[t.key]}"></span><code>{esc(t.key)}</code></td>'),
             f"<td>{esc(t.family)}</td>",
-            f'<td class="impl mono">{esc(t.implementation)}</td>',
+            f'<td class="impl mono">{esc(t.implementation)}'
+            + (f'<br><span class="upstream" title="upstream code under test">{esc(t.upstream)}</span>' if t.upstream else "")
+            + "</td>",
             f"<td>{_pill(t.shown_status)}</td>",
             f'<td class="num">{t.examples:,}</td>',
             f'<td class="num">{t.steps:,}</td>',
             f'<td class="num">{t.steps_per_second:,.0f}</td>',
             f'<td class="num" title="{esc(events)}">{len(t.events)}</td>',
             f'<td class="num">{_coverage_cell(t)}</td>',
-            f'<td class="num{" bad" if t.failures else ""}">{len(t.failures)}</td>',
+            f'<td class="num{" bad" if t.failing else ""}">{t.failing}'
+            + (f' <span class="context">+{len(t.failures) - t.failing} known</span>' if len(t.failures) > t.failing else "")
+            + "</td>",
             f'<td class="num">{"—" if quiet is None else esc(duration(quiet))}</td>',
         ]
         if several_runs:
@@ -212,6 +216,18 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
         for f in target.failures:
             what = f.invariant or f.kind
             facts = failure_facts(f)
+            if f.known:
+                known = f.known
+                facts.insert(
+                    0,
+                    (
+                        "known",
+                        esc(f"finding {known.get('number', '?')} {known['key']}, {known.get('upstream', '')}")
+                        + (f" (<code>{esc(known['document'])}</code>)" if known.get("document") else ""),
+                    ),
+                )
+            if target.upstream:
+                facts.insert(0, ("code", esc(target.upstream)))
             if f.replay:
                 where = f' <span class="context">from <code>{esc(run.cwd)}</code></span>' if run.cwd else ""
                 facts.append(("replay", f'<code class="command">{esc(f.replay)}</code>{where}'))
@@ -221,7 +237,7 @@ def failure_list(rows: Sequence[tuple[Run, TargetRun]], grouping: Grouping) -> s
             facts.append(("found", esc(f"on {run.box}, in the run started {when(run.started)}{found}")))
             items.append(
                 f'<div class="failure"><div class="title"><code>{esc(target.key)}</code> · '
-                f'<span class="invariant">{esc(what)}</span></div>'
+                f'<span class="invariant">{esc(what)}</span>' + (' · <span class="pill other">known</span>' if f.known else "") + "</div>"
                 f'<div class="message mono">{esc(f.headline)}</div><dl>'
                 + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
                 + f"</dl><details><summary>full message</summary><pre>{esc(f.message.strip())}</pre></details></div>"

@@ -7,7 +7,8 @@ decide whether the round must end (:meth:`RoundOwner.poll` raises
 :class:`~harness.fuzz.protocol.StopRound`, which hypothesis lets through
 without shrinking).  A violation is reported to the worker before it
 propagates, so the smallest failing trace seen so far survives a round cut
-short while shrinking.
+short while shrinking.  A violation of an invariant that a known finding of the target already broke in this
+run (:meth:`RoundOwner.known_again`) ends the example's checking instead: fuzzing goes on past a known finding.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class RoundOwner(Protocol):
 
     def saw(self, violation: InvariantViolation) -> None: ...
 
+    def known_again(self, violation: InvariantViolation) -> bool: ...
+
 
 class EventLog(list[str]):
     """A driver's ``events`` list that also counts every label into the worker's tally."""
@@ -60,14 +63,23 @@ class Counted(PoolMachine):
         self.driver.events = EventLog(self.worker.events)
         self.driver.trace.provenance["seed"] = self.worker.seed
 
+    known_hit = False
+    """This example broke an invariant a known finding of the target already broke in this run: its remaining
+    steps and teardown are skipped, so it passes, is not shrunk, and hypothesis drops it from the database."""
+
     def do(self, op: str, **args: Any) -> Any:
         worker = self.worker
         worker.steps += 1
         if worker.steps % 16 == 0:
             worker.poll()
+        if self.known_hit:
+            return None
         try:
             return super().do(op, **args)
         except InvariantViolation as violation:
+            if worker.known_again(violation):
+                self.known_hit = True
+                return None
             worker.saw(violation)
             raise
         except Exception:
@@ -77,11 +89,13 @@ class Counted(PoolMachine):
     def teardown(self) -> None:
         worker = self.worker
         worker.examples += 1
-        if worker.abandoning or worker.terminate["now"]:
+        if worker.abandoning or worker.terminate["now"] or self.known_hit:
             return
         try:
             super().teardown()
         except InvariantViolation as violation:
+            if worker.known_again(violation):
+                return
             worker.saw(violation)
             raise
         worker.poll()

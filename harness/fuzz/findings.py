@@ -17,8 +17,9 @@ that reproduces it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from harness.fuzz.protocol import FailureFound, FailureSeen
 from harness.fuzz.report import (
@@ -42,12 +43,15 @@ class Findings:
 
     stats: dict[str, TargetStats]
     note: Callable[[str], None]
+    known: Sequence[Any] = field(default_factory=tuple)
+    """The reviewed known findings (:class:`harness.upstream.known.KnownFinding`): a sighting that may be one says so."""
+    strict: bool = False
 
     def sighted(self, message: FailureSeen, *, worker: str, after_s: float, since_start_s: float) -> bool:
         """A first failing step: record it as the target's failure now and print it, with the unshrunk trace
         and its replay command.  False when the target already has a failure (a second worker's sighting)."""
         stats = self.stats[message.target]
-        if stats.failures:
+        if any(f.known is None or self.strict for f in stats.failures):
             return False
         found_at = FoundAt(
             after_s=round(after_s, 2),
@@ -83,7 +87,12 @@ class Findings:
             lines += [f"  unshrunk trace ({message.steps} steps): {message.trace}", f"  replay: {replay_command(message.trace)}"]
         if message.problem:
             lines.append(f"  ({message.problem})")
-        lines.append("  shrinking it now; no more fuzzing of this target in this run")
+        maybe = [f for f in self.known if f.could_be(message.family, message.implementation, message.invariant)]
+        if maybe and not self.strict:
+            named = ", ".join(f"{f.number} ({f.key})" for f in maybe)
+            lines.append(f"  shrinking it now, to tell it from known finding {named}; fuzzing this target goes on past a known one")
+        else:
+            lines.append("  shrinking it now; no more fuzzing of this target in this run")
         self.note("\n".join(lines))
         return True
 
@@ -94,6 +103,9 @@ class Findings:
         stats = self.stats[message.target]
         if any((f.invariant, f.trace) == (message.invariant, message.trace) and not shrinking(f) for f in stats.failures):
             return False
+        key = message.known["key"] if message.known else None
+        if key is not None and any(f.known and f.known["key"] == key and not shrinking(f) for f in stats.failures):
+            return False  # the same known finding again, from another worker or round: recorded once
         index = next((i for i, f in enumerate(stats.failures) if shrinking(f) and f.invariant == message.invariant), None)
         where = ""
         if message.trace:
@@ -101,7 +113,10 @@ class Findings:
             where = f"\n  {shrunk} trace ({message.steps} steps): {message.trace}\n  replay: {replay_command(message.trace)}"
         if index is None:
             stats.failures.append(FailureRecord.of(message, worker=worker, found_after_s=after_s))
-            self.note(f"FAILURE {message.target}: {message.first_line}{where}\n  no more fuzzing of this target in this run")
+            if message.known is not None:
+                self.note(f"{known_line(message.target, message.invariant, message.known, self.strict)}: {message.first_line}{where}")
+            else:
+                self.note(f"FAILURE {message.target}: {message.first_line}{where}\n  no more fuzzing of this target in this run")
             return True
         record = stats.failures[index]
         assert record.found_at is not None
@@ -109,6 +124,9 @@ class Findings:
         note = None if message.shrunk else f"cut off ({cut_off or 'the worker was stopped'}): the smallest failing trace seen was saved"
         shrink = ShrinkOutcome(SHRINK_DONE if message.shrunk else SHRINK_PARTIAL, after_s=round(after_s, 2), seconds=took, note=note)
         stats.failures[index] = FailureRecord.of(message, worker=worker, found_after_s=after_s, found_at=record.found_at, shrink=shrink)
+        if message.known is not None:
+            self.note(f"{known_line(message.target, message.invariant, message.known, self.strict)} (shrinking took {took:.1f} s){where}")
+            return True
         state = "SHRUNK" if message.shrunk else "SHRINK PARTIAL"
         self.note(
             f"FAILURE {state} {message.target} [{message.invariant}] after {after_s:.1f} s of fuzzing "
@@ -128,6 +146,12 @@ class Findings:
                         message=f.message + "\n  (unshrunk: the worker ended before shrinking finished)",
                         shrink=ShrinkOutcome(SHRINK_PARTIAL, note=why),
                     )
+
+
+def known_line(target: str, invariant: str | None, known: dict[str, Any], strict: bool) -> str:
+    """The announcement of a known finding (``corpus/known.toml``)."""
+    what = f"KNOWN {target} [{invariant}]: finding {known['number']} {known['key']} ({known['document']}; {known['upstream']})"
+    return what + ("; --strict: it fails the run" if strict else "; recorded, fuzzing this target goes on")
 
 
 def cut_off_by(stop_reason: str | None, grace: float) -> str | None:

@@ -36,6 +36,10 @@ class FuzzOptions:
     """The JSON report's path: the run writes it at each finding (first failing step, shrunk report) as well
     as the caller at the end; ``None``: only the caller writes it."""
     skipped: list[dict[str, str]] = field(default_factory=list)
+    strict: bool = False
+    """``--strict``: a known finding (``corpus/known.toml``) fails the run as a new one does."""
+    known_file: Path | None = None
+    """``--known``: the reviewed list of known findings; ``None``: the checkout's ``corpus/known.toml``."""
 
 
 def select_targets(items: list[str], *, overrides: dict[str, str] | None = None) -> tuple[list[TargetRef], list[dict[str, str]]]:

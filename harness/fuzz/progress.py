@@ -101,8 +101,8 @@ class Progress:
         status, fuzzed, left = self._times(now)
         steps = sum(r.steps for r in rows)
         examples = sum(r.examples for r in rows)
-        failures = sum(len(r.failures) + len(r.crashes) for r in rows)
-        parts = ", ".join(f"{r.key} {compact(r.steps)}" + ("!" if r.failures or r.crashes else "") for r in rows)
+        failures = sum(len(r.failing) + len(r.crashes) for r in rows)
+        parts = ", ".join(f"{r.key} {compact(r.steps)}" + ("!" if r.failing or r.crashes else "~" if r.failures else "") for r in rows)
         rate = steps / fuzzed if fuzzed > 0 else 0.0
         return (
             f"[poolfuzz {clock(now - self.started)} elapsed, {clock(left)} left, {status}] steps {compact(steps)} "
@@ -115,12 +115,12 @@ class Progress:
         header = f"{'target':<{width}}  {'examples':>9}  {'steps':>10}  {'steps/s':>8}  {'events':>6}  {'failures':>8}"
         lines = [f"poolfuzz  {status}  elapsed {clock(now - self.started)}  left {clock(left)}", header]
         for r in rows:
-            failed = len(r.failures) + len(r.crashes)
+            failed = len(r.failing) + len(r.crashes)
             lines.append(
                 f"{r.key:<{width}}  {r.examples:>9,}  {r.steps:>10,}  {r.steps_per_second:>8,.0f}  {len(r.events):>6}  {failed:>8}"
             )
         steps = sum(r.steps for r in rows)
         rate = steps / fuzzed if fuzzed > 0 else 0.0
-        total_failed = sum(len(r.failures) + len(r.crashes) for r in rows)
+        total_failed = sum(len(r.failing) + len(r.crashes) for r in rows)
         lines.append(f"{'total':<{width}}  {sum(r.examples for r in rows):>9,}  {steps:>10,}  {rate:>8,.0f}  {'':>6}  {total_failed:>8}")
         return lines

@@ -56,6 +56,10 @@ class WorkerPlan:
     coverage_dir: str | None = None
     walk_share: float | None = None
     """Share of the worker's time given to walk rounds (:mod:`harness.fuzz.walk`); ``None``: the engine's default."""
+    strict: bool = False
+    """``--strict``: a known finding retires its target as a new one does (else the worker fuzzes on past it)."""
+    known_file: str | None = None
+    """The reviewed list of known findings (``--known``); ``None``: the checkout's ``corpus/known.toml``."""
 
     @property
     def name(self) -> str:
@@ -186,6 +190,9 @@ class FailureFound:
     realistic: RealisticTrace | None
     """For an upstream target's violation, the smallest failing trace within what a server builds
     (:mod:`harness.fuzz.realistic`), or ``None``."""
+    known: dict[str, Any] | None = field(default=None, kw_only=True)
+    """The known finding this violation is (``corpus/known.toml``: key, number, title, distribution, versions,
+    document; :mod:`harness.upstream.known`), or ``None``: a new finding."""
 
     @property
     def first_line(self) -> str:

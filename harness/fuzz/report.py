@@ -177,6 +177,16 @@ class TargetStats:
     arcs: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
     possible_arcs: dict[str, frozenset[tuple[int, int]]] | None = None
     """Every arc of each module of ``pools/`` when ``--coverage`` is on (see :func:`possible_arcs`), else ``None``."""
+    upstream: dict[str, str] | None = None
+    """Upstream code under test (:func:`harness.upstream.known.upstream_code`: distribution, title, version, origin),
+    or ``None`` for our own pools and substitutes."""
+    strict: bool = False
+    """``--strict``: a known finding fails this target as a new one does."""
+
+    @property
+    def failing(self) -> list[FailureRecord]:
+        """The failures that fail the run: new ones, and known ones too under ``--strict``."""
+        return [f for f in self.failures if f.known is None or self.strict]
 
     @property
     def steps_per_second(self) -> float:
@@ -185,15 +195,16 @@ class TargetStats:
 
     @property
     def status(self) -> str:
-        """``failed``, ``crashed`` or ``ok`` (nothing went wrong, which says nothing of how much ran).
+        """``failed``, ``crashed``, ``known`` (its only failures are known findings, ``corpus/known.toml``) or ``ok``
+        (nothing went wrong, which says nothing of how much ran).
 
         People are shown :func:`shown_status`, which tells an ``ok`` target that ran no step apart.
         """
-        if self.failures:
+        if self.failing:
             return "failed"
         if self.crashes:
             return "crashed"
-        return "ok"
+        return "known" if self.failures else "ok"
 
     @property
     def coverage(self) -> float | None:
@@ -236,6 +247,7 @@ class TargetStats:
             "target": self.key,
             "family": self.family,
             "implementation": self.implementation,
+            "upstream": self.upstream,
             "status": self.status,
             "examples": self.examples,
             "steps": self.steps,
@@ -277,6 +289,11 @@ class RunReport:
     def failures(self) -> list[FailureRecord]:
         return [f for t in self.targets for f in t.failures]
 
+    @property
+    def failing(self) -> list[FailureRecord]:
+        """The failures that fail the run (:attr:`TargetStats.failing`)."""
+        return [f for t in self.targets for f in t.failing]
+
     def to_json(self) -> dict[str, Any]:
         steps = sum(t.steps for t in self.targets)
         return {
@@ -296,7 +313,7 @@ class RunReport:
             "totals": {
                 "examples": sum(t.examples for t in self.targets), "steps": steps,
                 "steps_per_second": round(steps / self.duration_s, 1) if self.duration_s > 0 else 0.0,
-                "failures": len(self.failures), "crashes": len(self.crashes),
+                "failures": len(self.failing), "known": len(self.failures) - len(self.failing), "crashes": len(self.crashes),
             },
             "targets": [t.to_json() for t in self.targets],
             "failures": [f.to_json() for f in self.failures],

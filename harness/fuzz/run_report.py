@@ -45,7 +45,7 @@ def build_run_report(run: RunState, *, final: bool = True) -> RunReport:
     run-wide ``coverage`` yet (per-target coverage is there)."""
     o = run.options
     interrupted = run.stop_reason == "interrupted"
-    found = any(s.failures for s in run.stats.values()) or bool(run.crashes)
+    found = any(s.failing for s in run.stats.values()) or bool(run.crashes)  # a known finding fails only under --strict
     devices = sorted({s.info.device_name for s in run.finished if s.info is not None} - {""})
     return RunReport(
         started=run.started_iso,
@@ -66,6 +66,8 @@ def build_run_report(run: RunState, *, final: bool = True) -> RunReport:
             "corpus": str(o.corpus),
             "grace_s": o.grace,
             "coverage": o.coverage,
+            "strict": o.strict,
+            "known": str(o.known_file) if o.known_file else None,
             "cwd": os.getcwd(),
             "logs": str(run.logdir) if run.crashes else None,
         },

@@ -27,7 +27,11 @@ How a run ends:
   sticky CUDA error reports it, then exits with ``EXIT_RESTART`` to be
   replaced: its CUDA context is unusable.
 * A target is fuzzed until its first failure in this run; then it is retired
-  for every worker, and the report says so.
+  for every worker, and the report says so.  A failure that is a known finding
+  (``corpus/known.toml``, :mod:`harness.upstream.known`) is recorded as known and
+  its target put back, so fuzzing goes on past it and the run exits 0 unless
+  something new turns up (``--strict``: a known finding retires its target and fails
+  the run, as a new one does).
 
 Targets do not get equal time: every :data:`SHARES_EVERY_S` the parent turns
 each target's behaviours so far (distinct event labels, and branch arcs under
@@ -90,6 +94,8 @@ class FuzzRun:
 
     def __init__(self, options: FuzzOptions, *, err: TextIO, live: Callable[[dict[str, Any]], None] | None = None,
                  live_every: float = LIVE_EVERY_S) -> None:
+        from harness.upstream.known import load_known, upstream_code
+
         self.options = options
         self.ctx = multiprocessing.get_context("spawn")
         slots = max(1, len(options.targets))
@@ -100,7 +106,10 @@ class FuzzRun:
         self.book = ShareBook([t.key for t in options.targets])
         self.next_shares = 0.0
         arcs = possible_arcs() if options.coverage else None
-        self.stats = {t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs) for t in options.targets}
+        self.stats = {
+            t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs, upstream=upstream_code(t.family, t.spec), strict=options.strict)
+            for t in options.targets
+        }
         self.series_every = options.series_every or max(1.0, options.seconds / 100)
         self.next_sample = float("inf")
         self.by_key = {t.key: t for t in options.targets}
@@ -126,7 +135,7 @@ class FuzzRun:
         self.deadline = float("inf")  # set when the workers are ready (start_when_ready)
         self.progress = Progress(err, live=options.live, every=options.progress_every, started=self.started,
                                  deadline=self.started + options.seconds)
-        self.findings = Findings(self.stats, self.progress.note)
+        self.findings = Findings(self.stats, self.progress.note, known=load_known(options.known_file), strict=options.strict)
         self.snapshots = Snapshots(lambda: self.build_report(final=False).to_json(), report=options.report, live=live,
                                    live_every=live_every, note=self.progress.note)
         """The report so far: to ``options.report`` at findings, to ``live`` (the live page) then and when due."""
@@ -141,7 +150,8 @@ class FuzzRun:
             worker=index, generation=generation, targets=tuple(o.targets), seed=o.seed, deadline=deadline,
             steps=o.steps, misuse=o.misuse, device=o.device, corpus=str(o.corpus), database=o.database,
             log_path=str(log), round_seconds=o.round_seconds, walk_share=o.walk_share,
-            coverage_dir=str(self.covdir) if self.covdir else None,
+            coverage_dir=str(self.covdir) if self.covdir else None, strict=o.strict,
+            known_file=str(o.known_file) if o.known_file else None,
         )
         reader, writer = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=worker_main, args=(plan, writer, self.shared),
@@ -175,7 +185,8 @@ class FuzzRun:
             self.snapshots.finding(now)
 
     def on_failure(self, slot: Slot, message: FailureFound) -> None:
-        self.retired[self.by_key[message.target].index] = 1
+        # A known finding (corpus/known.toml) puts its target back, unless --strict: fuzzing goes on past it.
+        self.retired[self.by_key[message.target].index] = 0 if message.known is not None and not self.options.strict else 1
         now = time.time()
         cut_off = cut_off_by(self.stop_reason, self.options.grace)
         if self.findings.found(message, worker=slot.name, after_s=now - self.fuzz_started, cut_off=cut_off):
@@ -199,8 +210,7 @@ class FuzzRun:
         self.next_shares = now + SHARES_EVERY_S
         for target in self.options.targets:
             stats = self.stats[target.key]
-            if self.retired[target.index]:
-                self.book.retire(target.key)
+            self.book.targets[target.key].retired = bool(self.retired[target.index])  # a known finding puts one back
             behaviours = len(stats.events) + sum(len(arcs) for arcs in stats.arcs.values())
             self.book.observe(target.key, behaviours=behaviours, seconds=stats.seconds)
         shares = self.book.shares()

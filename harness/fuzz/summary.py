@@ -10,6 +10,7 @@ the shrink is partial.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -38,22 +39,42 @@ def shown_status(target: dict[str, Any]) -> str:
     return NOT_REACHED if target["status"] == "ok" and target["steps"] == 0 else str(target["status"])
 
 
+def is_failing(failure: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Whether a report's failure fails the run: a new one, or a known one (``known``) under ``--strict``."""
+    return not failure.get("known") or bool(run.get("strict"))
+
+
+def upstream_text(target: Mapping[str, Any]) -> str:
+    """``upstream SGLang 0.5.23`` for a target that runs upstream's code (its ``upstream`` record), else ``""``."""
+    code: dict[str, Any] = target.get("upstream") or {}
+    if not code:
+        return ""
+    origin = code.get("origin") or "installed"
+    return f"upstream {code.get('title') or code.get('distribution')} {code.get('version')}" + (
+        "" if origin == "installed" else f" ({origin})"
+    )
+
+
 def summary_text(report: dict[str, Any]) -> str:
-    """The end-of-run summary: one row per target, then failures, crashes, events and coverage."""
+    """The end-of-run summary: one row per target, then failures, known findings, crashes, events and coverage."""
     run = report["run"]
     targets = report["targets"]
-    failures = sum(len(t["failures"]) for t in targets)
+    failures = sum(is_failing(f, run) for t in targets for f in t["failures"])
+    known = sum(not is_failing(f, run) for t in targets for f in t["failures"])
     head = (
         f"poolfuzz fuzz: {report['duration_s']:.1f} s, {run['workers']} worker(s), seed {run['seed']}, "
         f"device {run['device']}, {len(targets)} target(s), {failures} failure(s), "
-        f"{len(report['crashes'])} crash(es)" + (" — INTERRUPTED" if report["interrupted"] else "")
+        + (f"{known} known finding(s), " if known else "")
+        + f"{len(report['crashes'])} crash(es)"
+        + (" — INTERRUPTED" if report["interrupted"] else "")
     )
     rows = [["target", "examples", "steps", "steps/s", "events", "failures", "status"]]
     for t in targets:
         ids = ",".join(sorted({f["invariant"] or f["kind"] for f in t["failures"]})) or "-"
+        code = upstream_text(t)
         rows.append(
             [
-                t["target"],
+                t["target"] + (f" ({code})" if code else ""),
                 f"{t['examples']:,}",
                 f"{t['steps']:,}",
                 _rate(t["steps_per_second"]),
@@ -69,7 +90,14 @@ def summary_text(report: dict[str, Any]) -> str:
         lines += ["", "failures (each target stops being fuzzed after its first failure):"]
         for t in targets:
             for f in t["failures"]:
-                lines += failure_lines(t["target"], f)
+                if is_failing(f, run):
+                    lines += failure_lines(t["target"], f)
+    if known:
+        lines += ["", "known findings (corpus/known.toml: recorded, and fuzzing went on past them; --strict fails on them):"]
+        for t in targets:
+            for f in t["failures"]:
+                if not is_failing(f, run):
+                    lines += failure_lines(t["target"], f)
     if report["crashes"]:
         lines += ["", "crashed workers (their target is not fuzzed further in this run):"]
         for c in report["crashes"]:
@@ -99,6 +127,9 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
     """
     first = f["message"].strip().splitlines()[0] if f["message"].strip() else ""
     lines = [f"  {target}: {first}"]
+    known: dict[str, Any] = f.get("known") or {}
+    if known:
+        lines.append(f"    KNOWN: finding {known['number']} {known['key']}, {known['upstream']} ({known['document']})")
     classified: dict[str, Any] = f.get("classification") or {}
     if classified:
         lines.append(f"    {classified['kind'].upper()}: {classified['note']}")

@@ -90,6 +90,8 @@ class WalkRun:
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None
     """Called with a violation and its unshrunk trace the moment it is found, before shrinking starts."""
+    known_again: Callable[[InvariantViolation], bool] | None = None
+    """Whether a violation is a known finding already reported in this run: its episode ends and the walk goes on."""
     realistic: bool = False
     """Walk only what a server builds and sends: every config and step lifted to the family's realistic floors
     (:mod:`harness.traces.realistic`), as the search for a finding's realistic trace walks."""
@@ -167,6 +169,8 @@ class WalkRun:
                     driver.events.clear()
             driver.teardown()
         except Exception as exc:  # noqa: BLE001 - every exception is a finding, as under hypothesis
+            if isinstance(exc, InvariantViolation) and self.known_again is not None and self.known_again(exc):
+                return None
             return self._found(exc, driver, config)
         finally:
             self.drains += driver.drains if driver is not None else 0

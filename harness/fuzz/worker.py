@@ -57,7 +57,7 @@ from harness.fuzz.protocol import (
     WorkerPlan,
 )
 from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
-from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure
+from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure, walk_key
 from harness.fuzz.shares import EngineBook, pick
 from harness.fuzz.walk import WALK_SHARE, WalkRun
 from harness.fuzz.worker_reports import WorkerReports
@@ -87,6 +87,8 @@ class Worker(WorkerReports):
         self.database = open_database(plan.database)
         self.machines: dict[str, type[PoolMachine]] = {}
         self.round_size: dict[str, int] = {}
+        self.known_seen: dict[str, dict[str, dict[str, Any]]] = {}
+        """Per target, the known findings reported in this run, by invariant (:meth:`known_again`)."""
         self.as_found: dict[str, Trace] = {}
         """Each target's failing trace as first seen, unshrunk: what its realistic trace is lifted from."""
         self.target: TargetRef | None = None
@@ -238,8 +240,12 @@ class Worker(WorkerReports):
             f"{result.describe()}\n  replayed from a walk failure in the example database "
             f"({trace.provenance.get('note', 'no note')}):\n{trace.steps_text()}" + (f"\n  ({kept.problem})" if kept.problem else "")
         )
-        self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True, where={"round": round_no, "seed": seed})
-        return True
+        known = self.found(target, result.invariant, message, path=path, trace=trace, shrunk=True, where={"round": round_no, "seed": seed})
+        if known is None or self.plan.strict:
+            return True
+        if self.database is not None:  # known: replayed and reported once, as hypothesis drops a passing example
+            self.database.delete(walk_key(target.key), trace.dumps().encode())
+        return False
 
     def shared_shares(self) -> list[float]:
         shares = self.shares
@@ -259,6 +265,7 @@ class Worker(WorkerReports):
                 check_misuse=None if self.plan.misuse else False,
                 corpus=Path(self.plan.corpus),
                 on_found=self.first_sighting,
+                known_again=self.known_again,
             )
         share = self.engines.walk_share(target.key)
         longest = self.plan.round_seconds * min(3.0, share / max(1e-9, 1 - share))
@@ -305,9 +312,7 @@ class Worker(WorkerReports):
             if violation is not None and finding.trace_problem:
                 message += f"\n  ({finding.trace_problem})"
             self.poisoned = poisons_cuda(message)
-            if violation is not None:
-                save_walk_failure(self.database, target.key, finding.trace)
-            self.found(
+            known = self.found(
                 target,
                 violation.invariant_id if violation is not None else None,
                 message,
@@ -316,6 +321,8 @@ class Worker(WorkerReports):
                 shrunk=True,
                 where=where,
             )
+            if violation is not None and (known is None or self.plan.strict):
+                save_walk_failure(self.database, target.key, finding.trace)
 
     def machine_for(self, target: TargetRef) -> type[PoolMachine]:
         if target.key not in self.machines:

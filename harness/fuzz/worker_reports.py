@@ -42,6 +42,8 @@ class WorkerReports:
     poisoned: bool
     error_trace: Trace | None
     shortest: ShortestFailure
+    known_seen: dict[str, dict[str, dict[str, Any]]]
+    events: Any
 
     def send(self, message: Message) -> None:
         raise NotImplementedError
@@ -120,12 +122,24 @@ class WorkerReports:
         trace: Trace | None,
         shrunk: bool,
         where: dict[str, int],
-    ) -> None:
+    ) -> dict[str, Any] | None:
         """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
-        which takes the place of the first sighting's unshrunk one in the report)."""
+        which takes the place of the first sighting's unshrunk one in the report).
+
+        A violation that is a known finding (``corpus/known.toml``, :mod:`harness.upstream.known`) is reported
+        as such, with no realistic trace, and, unless ``--strict``, the target is put back: fuzzing goes on
+        past it, and later violations of the same invariant on it in this run count as that finding again
+        (:meth:`known_again`).  Returns the known finding's record, or ``None`` for a new one."""
+        known = self.known_of(target, invariant, path)
+        going_on = known is not None and not self.plan.strict
         self.retired[target.index] = 1
         realistic = None
-        if shrunk and invariant is not None and trace is not None:
+        if known is not None:
+            self.as_found.pop(target.key, None)
+            message += f"\n  KNOWN finding {known['number']} ({known['key']}, {known['document']}): " + (
+                "fuzzing this target goes on past it" if going_on else "--strict: it fails the run"
+            )
+        elif shrunk and invariant is not None and trace is not None:
             left = min(REALISTIC_SECONDS, self.plan.deadline - time.time() - 1.0)  # the report must not wait on it
             note, realistic = realistic_note(
                 target.family,
@@ -153,5 +167,34 @@ class WorkerReports:
                 round=where["round"],
                 seed=where["seed"],
                 realistic=realistic,
+                known=known,
             )
         )
+        if going_on and invariant is not None and known is not None:
+            self.known_seen.setdefault(target.key, {})[invariant] = known
+            self.retired[target.index] = 0
+        return known
+
+    def known_of(self, target: TargetRef, invariant: str | None, path: Path | None) -> dict[str, Any] | None:
+        """The known finding a violation with its saved trace at ``path`` is, as the report records it, or ``None``."""
+        if invariant is None or path is None:
+            return None
+        from harness.upstream.known import known_finding_of, load_known
+
+        known = load_known(Path(self.plan.known_file) if self.plan.known_file else None)  # checked before workers start
+        found = known_finding_of(target.family, target.spec, invariant, path, known=known)
+        return found.to_json() if found is not None else None
+
+    def known_again(self, violation: InvariantViolation) -> bool:
+        """Whether ``violation`` breaks an invariant that a known finding of the current target broke earlier in
+        this run (counted as the event ``known finding again: KEY``): the example or episode ends unchecked.
+
+        This is hypothesis's own rule for one bug seen twice (one interesting origin, reported once),
+        keyed by the target and the invariant: past a known finding, a new bug that breaks the same invariant
+        on the same target is not told apart in that run (``--strict`` stops at the known one instead)."""
+        target = self.target
+        known = self.known_seen.get(target.key, {}).get(violation.invariant_id) if target is not None else None
+        if known is None:
+            return False
+        self.events[f"known finding again: {known['key']}"] += 1
+        return True

@@ -1,5 +1,9 @@
 """What fuzzing upstream SGLang 0.5.23 found, and machines that steer around it.
 
+The findings themselves are data: ``corpus/known.toml``, read by :mod:`harness.upstream.known`
+(which also tells a new failure from a known one); :data:`KNOWN_FINDINGS` is its view of the
+findings of one class driven alone.
+
 Every trace under ``corpus/upstream/`` names its :class:`KnownFinding` in
 ``provenance.finding``: replayed on the upstream wrapper it must break the recorded
 invariant, replayed on our pools it must pass (``docs/upstream-findings.md``
@@ -13,7 +17,6 @@ is, so the remaining state space is still fuzzed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,46 +26,18 @@ from harness.judge.trace import Trace
 from harness.machines.base import PoolMachine
 from harness.machines.table import make_machine
 from harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
+from harness.upstream.known import KnownFinding, load_known
 
 UPSTREAM_FOLDER = "upstream"
 """Upstream findings live flat in ``<corpus>/upstream/``, one folder for every upstream family."""
 
 
-@dataclass(frozen=True)
-class KnownFinding:
-    """One upstream defect.  Its traces (``provenance.finding == key``) may show it through
-    different invariants: which check fires first depends on the pool's state."""
-
-    key: str
-    family: str
-    invariants: tuple[str, ...]
-    summary: str
-
-
-KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
-    KnownFinding(
-        "paged-decode-page-size-1",
-        "paged_kv",
-        ("empty-pool-guard", "reserved-never-handed-out", "no-double-allocation"),
-        "PagedTokenToKVPoolAllocator.alloc_decode at page size 1 counts 0 new pages (seq % 1 == 1 is never true), "
-        "so it consumes nothing and returns last_loc + 1: a slot the request does not own",
-    ),
-    KnownFinding(
-        "mamba-clear-keeps-reservation",
-        "mamba_slots",
-        ("clear-restores",),
-        "MambaSlotAllocator.clear() keeps the group's reservation iterator, so alloc(1) after clear re-issues "
-        "reserved slots that clear already put back on the free list: one slot, two owners",
-    ),
-    KnownFinding(
-        "swa-decode-keeps-one-side",
-        "swa_kv",
-        ("empty-pool-guard",),
-        "SWATokenToKVPoolAllocator.alloc_decode (page size > 1) allocates on the full side and then on the SWA "
-        "side without checking either first; when one side is short it returns None and keeps the page the other "
-        "side handed out, mapped to nothing: a page leaked per refused request",
-    ),
+KNOWN_FINDINGS: tuple[KnownFinding, ...] = tuple(
+    finding for finding in load_known() if finding.traces and all(t.startswith(f"{UPSTREAM_FOLDER}/") for t in finding.traces)
 )
+"""The findings of one upstream class driven alone, whose traces under ``corpus/upstream/`` name them in
+``provenance.finding``: a view of ``corpus/known.toml`` (:mod:`harness.upstream.known`), which also lists the
+engine's finding 5."""
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
 
