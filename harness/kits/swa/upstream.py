@@ -119,6 +119,7 @@ class SWAKV(_UpstreamSWA):
         check_layout: bool | None = None,
     ) -> None:
         self.mods = load_sglang_cache()
+        self.mods.signals.drain()  # the record is process-wide: what an earlier target (the engine) left is not ours
         self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
         kvcache = self.mods.swa_kv_pool_class()  # the mapping holder, no KV buffers
         self.inner = self.mods.swa.SWATokenToKVPoolAllocator(size, size_swa, page_size, torch.float16, self.device, kvcache, need_sort)
@@ -137,6 +138,7 @@ class PureSWAKV(_UpstreamSWA):
 
     def __init__(self, size_swa: int, page_size: int = 1, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
         self.mods = load_sglang_cache()
+        self.mods.signals.drain()  # the record is process-wide: what an earlier target (the engine) left is not ours
         self.device, self.page_size, self.need_sort = torch.device(device), page_size, need_sort
         if page_size != 1:  # upstream asserts; say so before it does
             raise ValueError(f"PureSWATokenToKVPoolAllocator supports page_size 1 only, got {page_size}")
