@@ -320,7 +320,13 @@ def test_the_sglang_src_option_reaches_the_fuzz_workers(tmp_path: Path) -> None:
 def test_a_vllm_copy_loads_and_a_missing_block_pool_file_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package = vllm_files.locate_vllm().package
     site = tmp_path / "src"
-    shutil.copytree(package / "v1/core", site / "vllm/v1/core", ignore=shutil.ignore_patterns("__pycache__"))
+    for prefix in vllm_files.REAL_PREFIXES:  # the files the loader executes (the block pool imports the request's)
+        relative = Path(*prefix.split(".")[1:])
+        if (package / relative).is_dir():
+            shutil.copytree(package / relative, site / "vllm" / relative, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (site / "vllm" / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(package / relative.with_suffix(".py"), site / "vllm" / relative.with_suffix(".py"))
     shutil.copy2(package / "_version.py", site / "vllm/_version.py")
     monkeypatch.setenv(vllm_files.SOURCE_ENV, str(site))
     modules = vllm_files.load_vllm()

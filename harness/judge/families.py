@@ -37,6 +37,7 @@ KITS = (
     "harness.kits.prefix_cache",
     "harness.kits.block_pool",
     "harness.kits.swa",
+    "harness.kits.vllm_engine",
 )
 """Our family kits, one line each: a kit is a package whose ``__init__`` declares ``FAMILIES`` (:mod:`harness.kits`)."""
 

@@ -13,6 +13,8 @@ Targets (``--target FAMILY=SPEC``; ``docs/upstream-findings.md`` lists what they
 * ``engine=harness.upstream:Engine`` -- the scheduler's memory path (``allocation.py``, ``common.py``,
   ``ReqToTokenPool``, ``RadixCache``/``UnifiedRadixCache``, ``Req``/``ScheduleBatch``, the runtime
   invariant checker)
+* ``vllm_engine=harness.upstream:VllmEngine`` -- vLLM 0.33.0's v1 ``Scheduler`` / ``AsyncScheduler`` over its
+  ``KVCacheManager`` and ``BlockPool``, with a fake model (``harness/kits/vllm_engine/``)
 
 Every one loads through the one loader, :mod:`harness.upstream.loading` (declared by
 :mod:`~harness.upstream.sglang_files` and :mod:`~harness.upstream.vllm_files`), so each upstream class has
@@ -55,6 +57,7 @@ _WRAPPERS: dict[str, tuple[str, Callable[[], object] | None]] = {
     "SWAKV": ("harness.kits.swa.upstream:SWAKV", None),
     "PureSWAKV": ("harness.kits.swa.upstream:PureSWAKV", None),
     "Engine": ("harness.kits.engine.driver:build_engine", None),
+    "VllmEngine": ("harness.kits.vllm_engine.target:build_vllm_engine", None),
 }
 """Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and, for the Rust core, the ``.so``
 loader to run besides the one loader (:mod:`harness.upstream.loading`)."""
@@ -84,6 +87,8 @@ def require_target(name: str) -> None:
             load_engine()  # the engine needs its whole path: one refusal naming the first module that failed
         else:
             sglang_files.require(name)
+    elif name == "VllmEngine":
+        vllm_files.load_vllm_scheduler()
     elif name in vllm_files.TARGET_NEEDS:
         vllm_files.load_vllm().require(name)
 

@@ -27,13 +27,27 @@ INSTALL_HINT = f"pip install --no-deps {DISTRIBUTION}=={SUPPORTED_VERSION}"
 SOURCE_ENV = "POOLFUZZ_VLLM_SRC"
 """Environment variable naming a folder of vLLM's files to load instead of the installed distribution."""
 
+REAL_PREFIXES = (
+    "vllm.v1.core",  # the block pool, KV cache manager, coordinator, single-type managers, the schedulers (sched/)
+    "vllm.v1.request",  # Request, RequestStatus: the scheduler's own request object
+    "vllm.v1.kv_cache_interface",  # the KV cache specs and KVCacheConfig the manager is built from
+    "vllm.v1.kv_cache_spec_registry",  # the spec -> single-type manager table (single_type_kv_cache_manager.py:42)
+    "vllm.v1.kv_cache_layout",  # imported by kv_cache_interface.py:23
+    "vllm.v1.outputs",  # ModelRunnerOutput, the fake model's result
+    "vllm.v1.engine",  # EngineCoreOutput(s), FinishReason: what update_from_output returns (its __init__ only)
+    "vllm.v1.hisparse.block_pool",  # a base the single-type managers import (single_type_kv_cache_manager.py:21)
+    "vllm.v1.metrics.stats",  # PrefixCacheStats, SchedulerStats (stats off: built, never published)
+    "vllm.utils.math_utils",  # cdiv, round_up, round_down
+)
+"""The modules run from vLLM's files: the v1 scheduler's whole memory path (docs/engine-vllm.md)."""
+
 VLLM = Distribution(
     name=DISTRIBUTION,
     title="vLLM",
     supported=SUPPORTED_VERSION,
     env=SOURCE_ENV,
     probe="v1",
-    real=("vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool"),
+    real=REAL_PREFIXES,
     stand_ins=vllm_stand_ins.stand_in_modules,
 )
 
@@ -109,6 +123,25 @@ def load_vllm() -> VllmModules:
         copy=copy,
         **{name: loaded[f"{_CORE}.{name}"] for name in _FILES},
     )
+
+
+SCHEDULER_MODULES = (
+    "vllm.v1.core.sched.scheduler",
+    "vllm.v1.core.sched.async_scheduler",
+    "vllm.v1.core.kv_cache_utils",
+    "vllm.v1.kv_cache_interface",
+    "vllm.v1.outputs",
+    "vllm.v1.request",
+)
+"""What the ``VllmEngine`` target drives: the v1 schedulers and what it builds them from."""
+
+
+def load_vllm_scheduler() -> dict[str, ModuleType]:
+    """The v1 scheduler path's modules from the copy in use, or one refusal naming the first module that failed."""
+    loaded, problems = copy_of(VLLM).load(SCHEDULER_MODULES)
+    if problems:
+        raise UpstreamUnavailableError(next(iter(problems.values())))
+    return loaded
 
 
 def vllm_unavailable_reason() -> str | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from harness.upstream import vllm_scheduler_stand_ins as scheduler_stand_ins
 from harness.upstream.placeholders import StandInModule
 
 
@@ -78,19 +79,36 @@ def _stand_in_table() -> dict[str, ModuleType]:
     """The stand-in modules by name (each built once a loaded copy; placeholders answer the rest)."""
     modules: dict[str, ModuleType] = {}
     # The default of VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES ("1"); read only when events are on.
-    modules["vllm.envs"] = _module("vllm.envs", VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=True)
+    s = scheduler_stand_ins
+    # Read when KV events are on, by the async scheduler on XPU only, and by stats (all off): vllm/envs.py's defaults.
+    modules["vllm.envs"] = _module("vllm.envs", **s.ENVS)
     modules["vllm.logger"] = _module("vllm.logger", init_logger=logging.getLogger)
-    modules["vllm.utils.math_utils"] = _module("vllm.utils.math_utils", cdiv=cdiv)
-    # block_pool.py's cache_full_blocks reads a request's block hashes (v1/core/block_pool.py).
-    modules["vllm.v1.request"] = _module("vllm.v1.request", Request=RequestStandIn)
     modules["vllm.distributed.kv_events"] = _module(
         "vllm.distributed.kv_events",
         MEDIUM_GPU="GPU",
+        MEDIUM_CPU="CPU",  # v1/core/single_type_kv_cache_manager.py:9
         KVCacheEvent=KVCacheEvent,
         BlockStored=BlockStored,
         BlockRemoved=BlockRemoved,
         AllBlocksCleared=AllBlocksCleared,
+        EventPublisherFactory=s.EventPublisherFactory,  # v1/core/sched/scheduler.py:206
     )
+    # The scheduler path (v1/request.py, v1/core/sched/): see harness/upstream/vllm_scheduler_stand_ins.py.
+    modules["vllm.sampling_params"] = _module("vllm.sampling_params", SamplingParams=s.SamplingParams)
+    modules["vllm.utils"] = _module("vllm.utils", length_from_prompt_token_ids_or_embeds=s.length_from_prompt_token_ids_or_embeds)
+    modules["vllm.utils.hashing"] = _module("vllm.utils.hashing", sha256=s.sha256)
+    modules["vllm.utils.torch_utils"] = _module("vllm.utils.torch_utils", get_dtype_size=s.get_dtype_size, PIN_MEMORY=False)
+    modules["vllm.v1.utils"] = _module(
+        "vllm.v1.utils", ConstantList=s.ConstantList, record_function_or_nullcontext=s.record_function_or_nullcontext
+    )
+    modules["vllm.v1.structured_output"] = _module("vllm.v1.structured_output", StructuredOutputManager=s.StructuredOutputManager)
+    modules["vllm.v1.structured_output.request"] = _module(
+        "vllm.v1.structured_output.request", StructuredOutputRequest=s.StructuredOutputRequest
+    )
+    # v1/kv_cache_spec_registry.py:49-51: no config is current (the real vllm.config needs pydantic and transformers).
+    modules["vllm.config"] = _module("vllm.config", get_current_vllm_config_or_none=lambda: None)
+    modules["vllm.multimodal.utils"] = _module("vllm.multimodal.utils", strip_covered_mm_data=s.strip_covered_mm_data)
+    modules["vllm.platforms"] = _module("vllm.platforms", current_platform=s.CpuPlatform())
     return modules
 
 

@@ -1,0 +1,72 @@
+"""The vLLM engine kit: vLLM 0.33.0's own v1 ``Scheduler`` / ``AsyncScheduler`` under the engine judges.
+
+``config`` (the server shape, declared once), ``ops`` and ``moves`` (arrivals, tokens at results, aborts,
+cache resets), ``target`` (the engine protocol over the real scheduler, with the fake model), ``observe``
+(the raw state as an engine-neutral observation, and vLLM's own structures checked), ``driver``,
+``canaries``.  Everything the scheduler decides runs from vLLM's files (:data:`harness.upstream.vllm_files.VLLM`).
+"""
+
+from __future__ import annotations
+
+from harness.judge.kit import Family
+from harness.judge.limits import REQUEST
+from harness.kits.vllm_engine.config import VllmEngineConfig
+from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+
+FAMILIES = (
+    Family(
+        name="vllm_engine",
+        summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
+        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts)",
+        default="harness.upstream:VllmEngine",
+        driver="harness.kits.vllm_engine.driver:VllmEngineDriver",
+        moves="harness.kits.vllm_engine.moves:vllm_engine_table",
+        audit_period=1,
+        drain_period=0,
+        bench_config=VllmEngineConfig(
+            block_size=4,
+            num_blocks=24,
+            max_num_seqs=4,
+            max_num_batched_tokens=16,
+            max_model_len=32,
+            long_prefill_token_threshold=0,
+            enable_chunked_prefill=True,
+            enable_prefix_caching=True,
+            async_scheduling=False,
+            sliding_window=None,
+            device="cpu",
+        ),
+        canaries=("harness.kits.vllm_engine.canaries",),
+        upstream=("harness.upstream:VllmEngine",),
+        not_covered=(
+            "vLLM's KV cache config builder (kv_cache_planning.get_kv_cache_configs): it sizes blocks from GPU memory "
+            "and imports vllm.config's SpeculativeConfig (pydantic, transformers); the KVCacheConfig is built from "
+            "vLLM's own classes by hand",
+            "speculative decoding (drafts, accepted tokens), Mamba and chunked-local groups, KV connectors "
+            "(P/D, offload, defer_block_free), KV events, multimodal inputs, structured output, pipeline parallel: "
+            "not driven yet",
+        ),
+        invariants=(
+            "valid-call-accepted",
+            "reserved-never-handed-out",
+            "no-double-allocation",
+            "scheduler-conservation",
+            "ref-count",
+            "free-queue-order",
+            "cache-map",
+            "in-flight-reuse",
+            "scheduler-progress",
+        ),
+        limits=VllmEngineConfig.with_args(
+            {
+                Ops.at(Ops.arrive, "length"): REQUEST,
+                Ops.at(Ops.arrive, "tail"): REQUEST,
+                Ops.at(Ops.arrive, "max_new"): REQUEST,
+                Ops.at(Ops.iterate, "eos", "[*]"): REQUEST,
+                Ops.at(Ops.iterate, "stop", "[*]"): REQUEST,
+                Ops.at(Ops.run, "iterations"): REQUEST,
+            }
+        ),
+        ops=Ops,
+    ),
+)

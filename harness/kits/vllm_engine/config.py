@@ -1,0 +1,75 @@
+"""The ``vllm_engine`` family's server shape, declared once: what vLLM 0.33.0's v1 engine core would build.
+
+:class:`VllmEngineConfig` is the only declaration: a trace's ``config`` is read into it, the move table draws
+it, the limits are its fields' bounds, and :mod:`harness.kits.vllm_engine.target` builds the scheduler's
+configuration stand-in and its ``KVCacheConfig`` from it and nothing else.  A shape vLLM refuses at startup
+is refused when the config is built (:class:`VllmShapeError`), so replay refuses such a trace as bad input.
+
+Nothing here loads upstream: the registry imports it with the kit's declaration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.judge.config import PoolConfig, bounded, setting
+from harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
+
+
+class VllmShapeError(LimitError):
+    """A server shape vLLM 0.33.0 does not start (its startup checks refuse it)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("vllm_engine", "config", None, None, f"is not a shape vLLM 0.33.0 starts: {problem}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmEngineConfig(PoolConfig):
+    """One server: ``num_blocks`` KV blocks of ``block_size`` tokens (block 0 the null block), the scheduler's limits."""
+
+    family = "vllm_engine"
+    takes_device = False  # the scheduler holds no tensors; the trace records the device only
+
+    block_size: int = bounded(1, PAGE, default=16)
+    """``cache_config.block_size``: tokens per KV block (and per block hash)."""
+    num_blocks: int = bounded(2, BLOCKS, default=64)
+    """``KVCacheConfig.num_blocks`` (``cache_config.num_gpu_blocks``)."""
+    max_num_seqs: int = bounded(1, ROWS, default=8)
+    """``scheduler_config.max_num_seqs``: requests running at once."""
+    max_num_batched_tokens: int = bounded(1, TOKENS, default=64)
+    """``scheduler_config.max_num_batched_tokens``: the token budget of one step."""
+    max_model_len: int = bounded(1, CONTEXT, default=64)
+    """``model_config.max_model_len``: a longer prompt is refused at admission; a request stops there."""
+    long_prefill_token_threshold: int = bounded(0, CONTEXT, default=0)
+    """``scheduler_config.long_prefill_token_threshold``: 0 is off; else a prefill chunk's cap."""
+    enable_chunked_prefill: bool = setting(True)
+    enable_prefix_caching: bool = setting(True)
+    async_scheduling: bool = setting(False)
+    """The engine core runs ``AsyncScheduler`` with two batches in flight: step N's results land after step N+1 is
+    scheduled (``update_from_output(N)`` after ``schedule(N+1)``)."""
+    sliding_window: int | None = bounded(1, CONTEXT, nullable=True, default=None)
+    """``None``: full attention (one ``FullAttentionSpec`` group).  A window: a hybrid model, one full-attention
+    group and one ``SlidingWindowSpec`` group over the same block pool (``HybridKVCacheCoordinator``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for problem in _shape_problems(self):
+            raise VllmShapeError(problem)
+
+
+def _shape_problems(config: VllmEngineConfig) -> list[str]:
+    problems = []
+    groups = 1 if config.sliding_window is None else 2
+    if (config.num_blocks - 1) // groups * config.block_size < config.max_model_len:
+        # vLLM refuses to start when one request of max_model_len does not fit (kv_cache_utils'
+        # check_enough_kv_cache_memory: "max_model_len ... is larger than the maximum number of tokens").
+        problems.append(
+            f"{config.num_blocks - 1} usable blocks of {config.block_size} over {groups} group(s) hold fewer than "
+            f"max_model_len ({config.max_model_len}) tokens"
+        )
+    if not config.enable_chunked_prefill and config.max_num_batched_tokens < config.max_model_len:
+        # SchedulerConfig's validation: without chunked prefill one step must hold a whole prompt.
+        problems.append("without chunked prefill max_num_batched_tokens must be at least max_model_len")
+    if config.max_num_batched_tokens < config.max_num_seqs:
+        problems.append("max_num_batched_tokens must be at least max_num_seqs (SchedulerConfig's validation)")
+    return problems

@@ -1,0 +1,126 @@
+"""The ``vllm_engine`` family's driver: vLLM's v1 scheduler steps, judged after every one.
+
+The pool under test is a :class:`~harness.kits.vllm_engine.target.VllmEngine`: vLLM's own ``Scheduler`` (or
+``AsyncScheduler``) over its ``KVCacheManager`` and ``BlockPool``.  The fuzzer chooses arrivals (prompts from
+stems sharing prefixes, output budgets), which live requests sample EOS or a stop token when a result lands,
+aborts, runs of steps and prefix-cache resets; the scheduler decides everything memory does.  After every step
+the engine judges of :mod:`harness.engines.judges` run over the observation, with vLLM's own structures checked
+right after the partition (:func:`~harness.kits.vllm_engine.observe.check_structures`).  vLLM's own asserts
+raising inside a step are findings (``valid-call-accepted``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from harness.engines import judges
+from harness.engines.interface import Submission
+from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from harness.judge.invariants import InvariantViolation
+from harness.kits.vllm_engine.config import VllmEngineConfig
+from harness.kits.vllm_engine.observe import check_structures
+from harness.kits.vllm_engine.ops import VllmEngineOps
+from harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
+
+STEMS: tuple[tuple[int, ...], ...] = (
+    (11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22),
+    (11, 12, 13, 14, 15, 16, 31, 32, 33, 34, 35, 36),
+    (41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52),
+)
+"""Prompt stems: the first two share six tokens (a prefix hit at block sizes up to 6), the third shares nothing."""
+
+
+class VllmEngineDriver(Driver):
+    """Arrivals, steps, aborts and cache resets on one :class:`VllmEngine`, judged after each step."""
+
+    family = "vllm_engine"
+    ops = VllmEngineOps
+    config: VllmEngineConfig
+
+    def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
+        kwargs["audit_period"] = 1
+        super().__init__(factory, config, **kwargs)
+        self.engine: VllmEngine = self.pool
+
+    # ------------------------------------------------------------------ operations
+    @operation
+    def arrive(self, stem: int, length: int, tail: int, max_new: int) -> None:
+        """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
+        base = STEMS[stem % len(STEMS)]
+        prompt = [base[i % len(base)] for i in range(max(1, length))] + [60 + (self.steps + i) % 30 for i in range(tail)]
+        if self.engine.submit(Submission(tuple(prompt), max(1, max_new))) is None:
+            self.event("a request refused at admission (longer than max_model_len)")
+
+    @operation
+    def iterate(self, eos: list[int], stop: list[int]) -> str:
+        """One engine step; the live requests at positions ``eos`` (``stop``) sample EOS (the stop token) if a result of
+        theirs lands now."""
+        live = self.engine.live()
+        samples = {live[i]: STOP for i in stop if i < len(live)}
+        samples.update({live[i]: EOS for i in eos if i < len(live)})
+        return self._step(samples)
+
+    @operation
+    def run(self, iterations: int) -> None:
+        """``iterations`` steps with plain tokens: requests decode toward their budgets, preempting when short."""
+        for _ in range(iterations):
+            self._step({})
+            self.audit_now()
+
+    @operation
+    def abort(self, pick: int) -> Any:
+        """Abort a queued or running request (``finish_requests(..., FINISHED_ABORTED)``)."""
+        live = self.engine.live()
+        if not live:
+            return SKIPPED
+        self.event(f"abort of a {self.engine.abort(live[pick % len(live)])} request")
+        return None
+
+    @operation
+    def reset_cache(self) -> None:
+        """``reset_prefix_cache()``: refused (False) unless no block but the null one is in use (block_pool.py:881-888)."""
+        self.event(f"prefix cache reset {'done' if self._upstream(self.engine.reset_prefix_cache) else 'refused'}")
+
+    def _step(self, samples: dict[str, int]) -> str:
+        report = self._upstream(lambda: self.engine.step(samples))
+        preempted = self.engine.scheduler.reset_preempted_req_ids
+        if preempted:
+            self.event("a request preempted")
+        self.event(f"step: {report.kind}")
+        return str(report.kind)
+
+    def _upstream(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except InvariantViolation:
+            raise
+        except Exception as exc:  # vLLM's own asserts and errors inside its scheduler: a finding
+            raise InvariantViolation(
+                "valid-call-accepted", f"vLLM's scheduler raised {type(exc).__name__}: {exc}", step=self.engine.steps
+            ) from exc
+
+    # ------------------------------------------------------------------ judging
+    def observe(self) -> Hashable:
+        scheduler = self.engine.scheduler
+        tables = tuple(sorted((rid, r.num_computed_tokens, int(r.status)) for rid, r in scheduler.requests.items()))
+        return tables, scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    def audit(self) -> None:
+        observation = self.engine.observe()
+        judges.judge(observation, engine_checks=lambda: check_structures(self.engine, observation))
+
+    def teardown(self) -> None:
+        """Drain: every live request samples EOS at each step until nothing is held or in flight, judged each step;
+        then the at-rest checks (``assert_scheduler_empty``'s conditions) run on the idle engine."""
+        bound = 4 * len(self.engine.scheduler.requests) + 3 * self.config.max_model_len + 8
+        for _ in range(bound):
+            if not self.engine.scheduler.requests and not self.engine.flights:
+                break
+            self._step(dict.fromkeys(self.engine.live(), EOS))
+            self.audit_now()
+        else:
+            raise InvariantViolation("scheduler-progress", "the engine did not drain with EOS at every step", steps=bound)
+        self._step({})  # an idle step: the observation is at rest
+        self.audit_now()
+        super().teardown()

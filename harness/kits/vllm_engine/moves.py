@@ -1,0 +1,116 @@
+"""The ``vllm_engine`` family's move table: server shapes, arrivals, EOS and stop tokens at results, aborts.
+
+The fuzzer chooses what users and the model choose, never a memory call: vLLM's scheduler decides what memory
+does with it.  Shapes are small on purpose (a few dozen blocks of 2-8 tokens, a handful of sequences), so
+chunked prefill, prefix hits, preemption and the free queue's reuse happen within a few steps; prompts come
+from stems that share prefixes, so blocks are cached and hit.
+"""
+
+from __future__ import annotations
+
+from harness.kits.vllm_engine.config import VllmEngineConfig
+from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+from strategies.choosers import Chooser
+from strategies.table import DriverView, Move, MoveTable, Step, viewed_table
+
+
+class VllmEngineView(DriverView):
+    """What the moves may read: how many requests the scheduler holds, and the server shape."""
+
+    __slots__ = ()
+
+    @property
+    def live(self) -> int:
+        return len(self._driver.engine.scheduler.requests)
+
+    @property
+    def seqs(self) -> int:
+        return int(self._driver.config.max_num_seqs)
+
+    def occupancy(self) -> float:
+        pool = self._driver.engine.scheduler.kv_cache_manager.block_pool
+        return 1.0 - pool.get_num_free_blocks() / max(1, len(pool.blocks) - 1)
+
+
+def vllm_config(choose: Chooser) -> VllmEngineConfig:
+    """A server shape vLLM starts: block size, blocks, sequences, token budget, chunking, caching, sync or async,
+    full attention or full + sliding window."""
+    block_size = choose.choice((2, 4, 4, 8))
+    window = choose.choice((None, None, 4, 8))
+    groups = 1 if window is None else 2
+    max_model_len = choose.choice((16, 32, 32, 48))
+    blocks = groups * (-(-max_model_len // block_size)) + 1 + choose.randint(0, 16)
+    chunked = choose.randrange(0, 4) != 0
+    budget = choose.choice((8, 16, 32)) if chunked else max_model_len
+    seqs = choose.randint(1, min(6, budget))
+    return VllmEngineConfig(
+        block_size=block_size,
+        num_blocks=blocks,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=choose.choice((0, 0, 4, 8)) if chunked else 0,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=choose.randrange(0, 4) != 0,
+        async_scheduling=choose.randrange(0, 2) == 0,
+        sliding_window=window,
+    )
+
+
+def corners(config: VllmEngineConfig) -> list[str]:
+    return [
+        "async" if config.async_scheduling else "sync",
+        "full attention" if config.sliding_window is None else "full + sliding window",
+        "prefix caching" if config.enable_prefix_caching else "no prefix caching",
+        "chunked prefill" if config.enable_chunked_prefill else "no chunking",
+        f"block_size {config.block_size}",
+    ]
+
+
+def _arrive(view: VllmEngineView, choose: Chooser) -> Step | None:
+    if view.live >= 3 * view.seqs:
+        return None
+    return Ops.arrive, {
+        "stem": choose.randrange(0, 3),
+        "length": choose.randint(1, 24),
+        "tail": choose.randint(0, 8),
+        "max_new": choose.randint(1, 24),
+    }
+
+
+def _positions(view: VllmEngineView, choose: Chooser) -> list[int]:
+    return sorted({choose.randrange(0, view.live) for _ in range(choose.choice((0, 0, 0, 1, 2)))}) if view.live else []
+
+
+def _iterate(view: VllmEngineView, choose: Chooser) -> Step | None:
+    if view.live == 0 and choose.randrange(0, 5):
+        return None
+    return Ops.iterate, {"eos": _positions(view, choose), "stop": _positions(view, choose)}
+
+
+def _run(view: VllmEngineView, choose: Chooser) -> Step | None:
+    return (Ops.run, {"iterations": choose.randint(4, 24)}) if view.live else None
+
+
+def _abort(view: VllmEngineView, choose: Chooser) -> Step | None:
+    return (Ops.abort, {"pick": choose.randrange(0, 8)}) if view.live else None
+
+
+def _reset(view: VllmEngineView, choose: Chooser) -> Step | None:
+    return Ops.reset_cache, {}
+
+
+def vllm_engine_table() -> MoveTable[VllmEngineView]:
+    """Steps commonest (each runs the whole scheduler), arrivals next, aborts and cache resets rare."""
+    return viewed_table(
+        VllmEngineView,
+        vllm_config,
+        (
+            Move(Ops.iterate, 6, _iterate),
+            Move(Ops.arrive, 4, _arrive),
+            Move(Ops.run, 2, _run, corner="decode under memory pressure (preemption)"),
+            Move(Ops.abort, 1, _abort),
+            Move(Ops.reset_cache, 1, _reset),
+        ),
+        corners=corners,
+    )

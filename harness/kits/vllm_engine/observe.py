@@ -1,0 +1,195 @@
+"""vLLM's v1 scheduler state as an engine-neutral :class:`~harness.engines.interface.Observation`, and the checks
+only vLLM's structures need.
+
+Read from raw state, never from a size method: the blocks (``BlockPool.blocks``) and their ``ref_cnt``; the free
+queue walked link by link from its fake head; each request's block table per KV cache group
+(``single_type_managers[g].req_to_blocks``), each entry a *reference* (``Holding(owned=False)``) in one shared
+pool; the null block reserved.  A cached block with ``ref_cnt == 0`` is free (its hash is an index entry, not a
+holder).  vLLM keeps no leak checker of its own, so the observation has no accounts: a block neither free nor
+referenced is a breach at once.
+
+:func:`check_structures` adds what the engine-neutral judges cannot see: the free queue's own count and links
+(``free-queue-order``), every hash map entry pointing at a block that carries that hash, and every hashed block
+reachable from the map (``cache-map``); and at idle the conditions of vLLM's test helper
+``assert_scheduler_empty`` (tests/v1/core/test_scheduler.py): no request, no block table, no cached-block
+count left, every block but the null one free (``scheduler-conservation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from harness.engines.interface import FreePlace, Holder, HolderKind, Holding, InFlight, Observation, PoolState, Progress, Read
+from harness.judge.invariants import check
+
+POOL = "block"
+
+
+class FlightLike(Protocol):
+    seq: int
+    reads: dict[str, tuple[int, int, tuple[int, ...]]]
+
+
+class VllmEngine(Protocol):
+    """What the observation reads of :class:`harness.kits.vllm_engine.target.VllmEngine` (no import: no circle)."""
+
+    scheduler: Any
+    status: Any
+    last_advanced: bool
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def flights(self) -> Sequence[FlightLike]: ...
+
+
+def free_queue(pool: Any) -> tuple[list[int], str | None]:
+    """The free queue's block ids head to tail, walked by ``next_free_block``; and what is wrong with its links."""
+    queue = pool.free_block_queue
+    ids: list[int] = []
+    block = queue.fake_free_list_head.next_free_block
+    previous = queue.fake_free_list_head
+    bound = len(pool.blocks) + 1
+    while block is not None and block is not queue.fake_free_list_tail:
+        if block.prev_free_block is not previous:
+            return ids, f"block {block.block_id}'s prev_free_block is not the block before it"
+        ids.append(block.block_id)
+        if len(ids) > bound:
+            return ids, "the free queue's links form a cycle"
+        previous, block = block, block.next_free_block
+    if block is None:
+        return ids, "the free queue ends before its fake tail"
+    return ids, None
+
+
+def tables(engine: VllmEngine) -> dict[str, list[int]]:
+    """Each request's non-null block ids over every KV cache group (a request's tables, concatenated)."""
+    held: dict[str, list[int]] = {}
+    for manager in engine.scheduler.kv_cache_manager.coordinator.single_type_managers:
+        for rid, blocks in manager.req_to_blocks.items():
+            held.setdefault(rid, []).extend(b.block_id for b in blocks if not b.is_null)
+    return held
+
+
+def observe(engine: VllmEngine) -> Observation:
+    """The engine's raw state now (see the module docstring)."""
+    scheduler = engine.scheduler
+    pool = scheduler.kv_cache_manager.block_pool
+    queue, _ = free_queue(pool)
+    holdings = tuple(
+        Holding(Holder(HolderKind.REQUEST, rid), tuple(ids), owned=False) for rid, ids in sorted(tables(engine).items()) if ids
+    )
+    null = pool.null_block.block_id
+    blocks = PoolState(
+        name=POOL,
+        ids=range(null + 1, len(pool.blocks)),
+        free=(FreePlace("free_block_queue", tuple(queue)),),
+        holdings=holdings,
+        reserved=(null,),
+        shared=True,
+        ref_counts=tuple((b.block_id, b.ref_cnt) for b in pool.blocks if not b.is_null),
+    )
+    running = {r.request_id for r in scheduler.running}
+    waiting = tuple(rid for rid in scheduler.requests if rid not in running)
+    return Observation(
+        engine=f"vllm {'AsyncScheduler' if engine.config.async_scheduling else 'Scheduler'}",
+        pools=(blocks,),
+        progress=Progress(
+            waiting=waiting,
+            active=tuple(sorted(running)),
+            advanced=engine.last_advanced,
+            context=(("free_blocks", len(queue)), ("head_prompt", _head_prompt(engine))),
+        ),
+        in_flight=_in_flight(engine),
+        checker="vLLM (no leak checker of its own)",
+    )
+
+
+def _head_prompt(engine: VllmEngine) -> int | None:
+    for request in engine.scheduler.requests.values():
+        if request.status != engine.status.RUNNING:
+            return int(request.num_tokens)
+    return None
+
+
+def _in_flight(engine: VllmEngine) -> tuple[InFlight, ...]:
+    """Each step in flight, and the blocks it still reads for each request it scheduled that still runs.
+
+    A request finished, aborted or preempted while its step is in flight has its blocks freed at once (no KV
+    connector: ``defer_block_free`` is off, scheduler.py:191-194); the step's writes precede any later owner's
+    on the one stream, so those reads are not reported.  A request still running must keep every block its
+    in-flight step reads (a sliding window's pruning must leave them: kv_cache_manager.py:566).
+    """
+    flights = []
+    requests = engine.scheduler.requests
+    for flight in engine.flights:
+        reads = []
+        for rid, (status, preemptions, ids) in flight.reads.items():
+            request = requests.get(rid)
+            if request is None or int(request.status) != status or int(request.num_preemptions) != preemptions:
+                continue
+            reads.append(Read(POOL, Holder(HolderKind.REQUEST, rid), ids))
+        flights.append(InFlight(f"step {flight.seq}", tuple(reads)))
+    return tuple(flights)
+
+
+def check_structures(engine: VllmEngine, observation: Observation) -> None:
+    """vLLM's own structures (see the module docstring); run right after the partition judges."""
+    scheduler = engine.scheduler
+    pool = scheduler.kv_cache_manager.block_pool
+    queue, broken = free_queue(pool)
+    check(broken is None, "free-queue-order", f"vLLM's free block queue is broken: {broken}")
+    counted = pool.free_block_queue.num_free_blocks
+    check(
+        counted == len(queue),
+        "free-queue-order",
+        "the free queue's num_free_blocks differs from its length",
+        counted=counted,
+        walked=len(queue),
+    )
+    hashed = {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
+    seen: set[int] = set()
+    for key, entry in pool.cached_block_hash_to_block._cache.items():
+        for block in entry.values() if isinstance(entry, dict) else (entry,):
+            check(
+                hashed.get(block.block_id) == key, "cache-map", "a hash map entry points at a block without that hash", block=block.block_id
+            )
+            seen.add(block.block_id)
+    unindexed = sorted(set(hashed) - seen)
+    check(not unindexed, "cache-map", "a block carries a hash the map does not index", blocks=unindexed[:8])
+    held = tables(engine)
+    gone = sorted(rid for rid, ids in held.items() if ids and rid not in scheduler.requests)
+    check(
+        not gone,
+        "scheduler-conservation",
+        "a request the scheduler no longer holds keeps blocks (freed requests hold none)",
+        requests=gone[:8],
+    )
+    kept = sorted(
+        rid
+        for rid, ids in held.items()
+        if ids
+        and rid in scheduler.requests
+        and scheduler.requests[rid].status != engine.status.RUNNING
+        and not scheduler._holds_kv_blocks(scheduler.requests[rid])
+    )
+    # scheduler.py:2697-2707: a waiting or preempted request holds blocks only once it has computed tokens.
+    check(not kept, "scheduler-conservation", "a waiting or preempted request with nothing computed keeps blocks", requests=kept[:8])
+    if observation.at_rest:
+        managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        left = sorted({rid for m in managers for rid in (*m.req_to_blocks, *m.num_cached_block)})
+        check(
+            not left,
+            "scheduler-conservation",
+            "at idle, a manager still keeps a request's blocks (assert_scheduler_empty)",
+            requests=left[:8],
+        )
+        check(
+            counted == len(pool.blocks) - 1,
+            "scheduler-conservation",
+            "at idle, not every block but the null block is free (assert_scheduler_empty)",
+            free=counted,
+            blocks=len(pool.blocks),
+        )

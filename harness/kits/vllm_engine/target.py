@@ -1,0 +1,284 @@
+"""vLLM 0.33.0's v1 ``Scheduler`` / ``AsyncScheduler`` as an engine target (:class:`harness.engines.interface.EngineTarget`).
+
+Everything the scheduler decides (admission, chunking, prefix hits, preemption, frees) runs from vLLM's
+files: ``v1/core/sched/scheduler.py`` and ``async_scheduler.py``, ``KVCacheManager``, the coordinator,
+the single-type managers, ``BlockPool`` and ``v1/request.py``, loaded by the one loader
+(:data:`harness.upstream.vllm_files.VLLM`).  The model is the only fake (:meth:`VllmEngine._model_output`):
+a ``ModelRunnerOutput`` whose sampled token per request the fuzzer chooses (a plain token, EOS or a stop
+token), empty for a non-final prefill chunk as the model runner discards those.
+
+Synchronous: a step is ``schedule()`` then ``update_from_output`` of that schedule.  Asynchronous (as the
+engine core runs ``AsyncScheduler`` with two batches in flight, ``EngineCore.step_with_batch_queue``): a step
+is ``schedule()`` of step N+1, then ``update_from_output`` of step N; step N+1 is in flight between steps,
+and :meth:`observe` reports what it still reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.engines.interface import Observation, StepReport, Submission
+from harness.kits.vllm_engine.config import VllmEngineConfig
+from harness.kits.vllm_engine.observe import observe
+from harness.upstream.loading import copy_of
+from harness.upstream.vllm_files import VLLM, load_vllm_scheduler
+from harness.upstream.vllm_scheduler_stand_ins import Fields, SamplingParams, StructuredOutputManager, sha256
+
+EOS = 2
+"""Every request's EOS token (``sampling_params.eos_token_id``)."""
+STOP = 3
+"""Every request's one stop token (``sampling_params.stop_token_ids``)."""
+PLAIN = 100
+"""A token that neither stops nor ends a request (the fuzzer's default sample)."""
+
+
+def vllm_config(config: VllmEngineConfig) -> Fields:
+    """The ``VllmConfig`` the scheduler reads, holding exactly the fields its path reads (the line reading each).
+
+    Every other field raises :class:`~harness.upstream.placeholders.StandInReached` when read.
+    """
+    return Fields(
+        "VllmConfig",
+        scheduler_config=Fields(
+            "SchedulerConfig",
+            max_num_seqs=config.max_num_seqs,  # scheduler.py:131
+            max_num_active_seqs=None,  # :135
+            max_num_scheduled_tokens=None,  # :140
+            max_num_batched_tokens=config.max_num_batched_tokens,  # :142
+            long_prefill_token_threshold_adaptive=False,  # :145
+            policy="fcfs",  # :226
+            watermark=0.0,  # :366
+            prefill_schedule_interval=1,  # :405
+            scheduler_reserve_full_isl=False,  # :427
+            long_prefill_token_threshold=config.long_prefill_token_threshold,  # :614
+            enable_chunked_prefill=config.enable_chunked_prefill,  # :1338
+            async_scheduling=config.async_scheduling,  # :1945
+            disable_chunked_mm_input=False,  # :2099
+        ),
+        cache_config=Fields(
+            "CacheConfig",
+            num_gpu_blocks=config.num_blocks,  # scheduler.py:215
+            enable_prefix_caching=config.enable_prefix_caching,  # :355
+            enable_mamba_shared_prefix_checkpoint=False,  # :368
+            mamba_cache_mode="none",  # :433
+            block_size=config.block_size,  # :572
+        ),
+        lora_config=None,  # scheduler.py:101
+        model_config=Fields(
+            "ModelConfig",
+            uses_mrope=False,  # scheduler.py:102
+            is_encoder_decoder=False,  # :117
+            max_model_len=config.max_model_len,  # :147
+            runner_type="generate",  # :157
+            is_diffusion=False,  # :158
+            supports_multimodal_inputs=False,  # :266
+            return_sampling_mask=False,  # :487
+        ),
+        kv_events_config=None,  # scheduler.py:104
+        parallel_config=Fields(
+            "ParallelConfig",
+            data_parallel_index=0,  # scheduler.py:207
+            decode_context_parallel_size=1,  # :219
+            prefill_context_parallel_size=1,  # :220
+            pipeline_parallel_size=1,  # :386, async_scheduler.py:18
+            data_parallel_size=1,  # :406
+        ),
+        observability_config=Fields(
+            "ObservabilityConfig",
+            per_request_spec_decode_metrics=False,  # scheduler.py:109
+            kv_cache_metrics=False,  # :112
+            enable_mfu_metrics=False,  # :479
+            enable_logging_iteration_details=False,  # :1719
+        ),
+        is_mm_encoder_only=False,  # scheduler.py:118
+        kv_transfer_config=None,  # :174 (no KV connector)
+        ec_transfer_config=None,  # :210
+        ec_manager_config=Fields("ECManagerConfig", get_encoder_cache_manager_obj=lambda: None),  # :284
+        speculative_config=None,  # :294
+        num_speculative_tokens=0,  # :297
+        num_lookahead_tokens=0,  # :298
+        num_prefill_lookahead_tokens=0,  # :315
+        use_v2_model_runner=False,  # :320
+        num_hash_lookahead_tokens=0,  # :342
+        max_in_flight_tokens=(2 if config.async_scheduling else 1) * config.max_num_batched_tokens,  # :354
+        aux_output_config=Fields("AuxOutputConfig", enabled=False),  # :484
+        max_concurrent_batches=2 if config.async_scheduling else 1,  # :193
+    )
+
+
+def kv_cache_config(config: VllmEngineConfig, interface: Any) -> Any:
+    """``KVCacheConfig``: one full-attention group, or full + sliding window over one block pool.
+
+    Built by hand from vLLM's own classes: vLLM's builder (``kv_cache_planning.get_kv_cache_configs``) sizes
+    ``num_blocks`` from GPU memory and imports ``vllm.config.SpeculativeConfig`` and the memory utilities,
+    neither of which loads here (docs/engine-vllm.md).
+    """
+    import torch
+
+    shape = {"block_size": config.block_size, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float16}
+    groups = [interface.KVCacheGroupSpec(["full.0"], interface.FullAttentionSpec(**shape))]
+    if config.sliding_window is not None:
+        groups.append(interface.KVCacheGroupSpec(["swa.0"], interface.SlidingWindowSpec(**shape, sliding_window=config.sliding_window)))
+    return interface.KVCacheConfig(num_blocks=config.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+
+
+@dataclass
+class Flight:
+    """A scheduled step whose results have not landed: its output and, per running request, the blocks it reads."""
+
+    seq: int
+    output: Any
+    chunks: frozenset[str]
+    """Requests scheduled as a non-final prefill chunk: the model runner discards their sampled token."""
+    reads: dict[str, tuple[int, int, tuple[int, ...]]]
+    """Request id -> (its status, its preemptions, the non-null block ids of its tables) when the step was scheduled."""
+
+
+class VllmEngine:
+    """vLLM's v1 scheduler over one server shape, behind the engine protocol (see the module docstring)."""
+
+    def __init__(self, config: VllmEngineConfig) -> None:
+        self.config = config
+        self.modules = load_vllm_scheduler()
+        self.copy = copy_of(VLLM)
+        m = self.modules
+        with self.copy.active():
+            utils = m["vllm.v1.core.kv_cache_utils"]
+            utils.init_none_hash(sha256)
+            self.block_hasher = utils.get_request_block_hasher(config.block_size, sha256)
+            kind = (
+                m["vllm.v1.core.sched.async_scheduler"].AsyncScheduler
+                if config.async_scheduling
+                else m["vllm.v1.core.sched.scheduler"].Scheduler
+            )
+            self.scheduler = kind(
+                vllm_config(config),
+                kv_cache_config(config, m["vllm.v1.kv_cache_interface"]),
+                StructuredOutputManager(),
+                block_size=config.block_size,
+                log_stats=False,
+            )
+        self.request_class = m["vllm.v1.request"].Request
+        self.status = m["vllm.v1.request"].RequestStatus
+        self.output_class = m["vllm.v1.outputs"].ModelRunnerOutput
+        self.flights: deque[Flight] = deque()
+        self.next_rid = 0
+        self.steps = 0
+        self.last_advanced = False
+        self.landed_at_last_step: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ the protocol
+    def submit(self, request: Submission) -> str | None:
+        """``add_request``; a prompt of ``max_model_len`` tokens or more is refused, as the input processor refuses it
+        (v1/engine/input_processor.py:574-601: longer, or as long for a generating model)."""
+        if not request.prompt or len(request.prompt) >= self.config.max_model_len:
+            return None
+        rid = str(self.next_rid)
+        self.next_rid += 1
+        self.last_advanced = True  # the queue changed since the last step: no step has had its chance yet
+        params = SamplingParams(max_tokens=max(1, request.max_new_tokens), eos_token_id=EOS, stop_token_ids=[STOP])
+        with self.copy.active():
+            self.scheduler.add_request(self.request_class(rid, list(request.prompt), params, None, block_hasher=self.block_hasher))
+        return rid
+
+    def abort(self, rid: str) -> str:
+        """``finish_requests(rid, FINISHED_ABORTED)`` wherever the request is; where it was."""
+        request = self.scheduler.requests.get(rid)
+        if request is None:
+            return "gone"
+        where = "running" if request.status == self.status.RUNNING else "queued"
+        self.last_advanced = True
+        with self.copy.active():
+            self.scheduler.finish_requests(rid, self.status.FINISHED_ABORTED)
+        return where
+
+    def step(self, samples: Mapping[str, int]) -> StepReport:
+        """One engine-core step: ``schedule()`` and, once a result is due, ``update_from_output`` of the oldest step."""
+        with self.copy.active():
+            output = self.scheduler.schedule()
+            scheduled = tuple(output.num_scheduled_tokens)
+            if scheduled:
+                self.flights.append(self._flight(output))
+            landed: tuple[str, ...] = ()
+            depth = 2 if self.config.async_scheduling else 1
+            if self.flights and (len(self.flights) >= depth or not scheduled):
+                flight = self.flights.popleft()
+                landed = tuple(flight.output.num_scheduled_tokens)
+                self.scheduler.update_from_output(flight.output, self._model_output(flight, samples))
+            elif not scheduled:
+                # Nothing scheduled and nothing in flight: the engine core still calls update_from_output with an
+                # empty output (EngineCore.step), which finishes what was aborted meanwhile.
+                self.scheduler.update_from_output(output, self.output_class(req_ids=[], req_id_to_index={}))
+        self.steps += 1
+        self.last_advanced = bool(scheduled or landed)
+        return StepReport("schedule" if scheduled else "idle", scheduled, landed)
+
+    def observe(self) -> Observation:
+        return observe(self)
+
+    # ------------------------------------------------------------------ the fake model
+    def _flight(self, output: Any) -> Flight:
+        requests = self.scheduler.requests
+        managers = self.scheduler.kv_cache_manager.coordinator.single_type_managers
+        reads = {}
+        for rid, count in output.num_scheduled_tokens.items():
+            request = requests[rid]
+            start = request.num_computed_tokens - count  # _update_after_schedule advanced it by the scheduled tokens
+            ids: list[int] = []
+            for manager in managers:
+                window = getattr(manager.kv_cache_spec, "sliding_window", None)
+                first = 0 if window is None else max(0, start - window + 1) // self.config.block_size
+                ids += [b.block_id for b in manager.req_to_blocks.get(rid, ())[first:] if not b.is_null]
+            reads[rid] = (int(request.status), int(request.num_preemptions), tuple(ids))
+        chunks = frozenset(rid for rid in output.num_scheduled_tokens if requests[rid].is_prefill_chunk)
+        return Flight(self.steps, output, chunks, reads)
+
+    def _model_output(self, flight: Flight, samples: Mapping[str, int]) -> Any:
+        """The model's result for ``flight``: one sampled token per request, none for a non-final prefill chunk."""
+        req_ids = list(flight.output.num_scheduled_tokens)
+        sampled = [[] if rid in flight.chunks else [int(samples.get(rid, PLAIN))] for rid in req_ids]
+        return self.output_class(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)}, sampled_token_ids=sampled)
+
+    # ------------------------------------------------------------------ reads for moves and drivers
+    def live(self) -> list[str]:
+        """Every request the scheduler still holds, running first, then waiting (its ids)."""
+        running = [r.request_id for r in self.scheduler.running]
+        return running + [rid for rid in self.scheduler.requests if rid not in set(running)]
+
+    def reset_prefix_cache(self) -> bool:
+        with self.copy.active():
+            return bool(self.scheduler.reset_prefix_cache())
+
+
+def build_vllm_engine(
+    *,
+    block_size: int = 16,
+    num_blocks: int = 64,
+    max_num_seqs: int = 8,
+    max_num_batched_tokens: int = 64,
+    max_model_len: int = 64,
+    long_prefill_token_threshold: int = 0,
+    enable_chunked_prefill: bool = True,
+    enable_prefix_caching: bool = True,
+    async_scheduling: bool = False,
+    sliding_window: int | None = None,
+    device: str = "cpu",
+) -> VllmEngine:
+    """The target for one server shape (``harness.upstream:VllmEngine``): its keywords are the config's fields."""
+    return VllmEngine(
+        VllmEngineConfig(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            enable_chunked_prefill=enable_chunked_prefill,
+            enable_prefix_caching=enable_prefix_caching,
+            async_scheduling=async_scheduling,
+            sliding_window=sliding_window,
+        )
+    )

@@ -1,0 +1,89 @@
+"""vLLM 0.33.0's own v1 scheduler as an engine target: it loads, fuzzes clean sync and async, and its canaries bite."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from harness.engines import judges
+from harness.engines.interface import EngineTarget, Submission
+from harness.upstream.vllm_files import vllm_unavailable_reason
+
+MISSING = vllm_unavailable_reason()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"vLLM unavailable: {MISSING}")
+
+
+def _judge(engine: Any) -> Any:
+    from harness.kits.vllm_engine.observe import check_structures
+
+    observation = engine.observe()
+    judges.judge(observation, engine_checks=lambda: check_structures(engine, observation))
+    return observation
+
+
+def _walk(async_scheduling: bool, sliding_window: int | None, steps: int = 300) -> None:
+    from harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
+
+    rng = random.Random(7)
+    engine = build_vllm_engine(
+        block_size=4, num_blocks=24, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=async_scheduling, sliding_window=sliding_window,
+    )  # fmt: skip
+    assert isinstance(engine, EngineTarget)
+    for _ in range(steps):
+        roll = rng.random()
+        if roll < 0.3:
+            prompt = (11, 12, 13, 14, 15, 16)[: rng.randint(1, 6)] + tuple(rng.randint(20, 60) for _ in range(rng.randint(0, 12)))
+            engine.submit(Submission(prompt, rng.randint(1, 20)))
+        elif roll < 0.35 and engine.live():
+            engine.abort(rng.choice(engine.live()))
+        else:
+            engine.step({rid: rng.choice((EOS, STOP, 100, 100, 100)) for rid in engine.live()})
+        _judge(engine)
+    for _ in range(200):
+        if not engine.scheduler.requests and not engine.flights:
+            break
+        engine.step(dict.fromkeys(engine.live(), EOS))
+    engine.step({})
+    assert _judge(engine).at_rest
+    pool = engine.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == len(pool.blocks) - 1
+
+
+def test_the_target_loads_vllms_own_scheduler_classes() -> None:
+    import harness.upstream
+    from harness.upstream.vllm_files import load_vllm_scheduler
+
+    build = harness.upstream.VllmEngine
+    engine = build(block_size=4, num_blocks=16, max_model_len=16, max_num_batched_tokens=16)
+    modules = load_vllm_scheduler()
+    assert type(engine.scheduler) is modules["vllm.v1.core.sched.scheduler"].Scheduler
+    assert type(engine.scheduler.kv_cache_manager.block_pool).__module__ == "vllm.v1.core.block_pool"
+    assert (
+        build(block_size=4, num_blocks=16, max_model_len=16, max_num_batched_tokens=16, async_scheduling=True).scheduler.__class__.__name__
+        == "AsyncScheduler"
+    )
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("sliding_window", [None, 4], ids=["full", "full+swa"])
+def test_a_walk_of_a_few_hundred_steps_is_clean_and_drains_to_rest(async_scheduling: bool, sliding_window: int | None) -> None:
+    _walk(async_scheduling, sliding_window)
+
+
+def test_a_shape_vllm_would_not_start_is_refused_when_the_config_is_built() -> None:
+    from harness.judge.limits import LimitError
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+
+    with pytest.raises(LimitError, match="max_model_len"):
+        VllmEngineConfig(block_size=4, num_blocks=4, max_model_len=64)
+
+
+@pytest.mark.parametrize("canary", ["vllm-engine-duplicate-in-free-blocks", "vllm-engine-preemption-keeps-blocks"])
+def test_each_planted_bug_is_caught_by_its_invariant(canary: str) -> None:
+    from harness.canaries.selfcheck import check_canary
+
+    outcome = check_canary(canary, seconds=20, shrink=False)
+    assert outcome.status == "caught", outcome
