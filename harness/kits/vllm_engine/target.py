@@ -282,3 +282,6 @@ def build_vllm_engine(
             sliding_window=sliding_window,
         )
     )
+
+
+build_vllm_engine.poolfuzz_contract = "harness.kits.vllm_engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]

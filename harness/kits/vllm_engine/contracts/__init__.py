@@ -1,0 +1,1 @@
+"""The ``vllm_engine`` target's caller contract (docs/contracts.md)."""

@@ -1,0 +1,46 @@
+"""The calls vLLM 0.33.0's engine core makes on its v1 scheduler, as :class:`harness.kits.vllm_engine.target.VllmEngine`
+makes them (target ``harness.upstream:VllmEngine``).
+
+The fuzzer does not call a pool: it chooses arrivals, the tokens results carry, aborts and cache resets, and the
+target makes the engine core's own scheduler calls in their order (``EngineCore.step``, or
+``step_with_batch_queue`` for the async scheduler).  The contract is descriptive: the recording proxy does not
+apply (``upstream_attr=""``).  Paths are relative to the ``vllm`` package folder.
+"""
+
+from __future__ import annotations
+
+from harness.judge.contract import CallRule, Cite, Contract
+from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+
+CORE = "v1/engine/core.py"
+
+
+def _at(line: int, text: str, note: str = "", path: str = CORE) -> Cite:
+    return Cite(path, line, text, package="vllm", note=note)
+
+
+LENGTH = _at(
+    574, "if prompt_len > max_prompt_len:", note="and :593, a prompt as long as max_model_len", path="v1/engine/input_processor.py"
+)
+ADD = _at(558, "self.scheduler.add_request(request)")
+SCHEDULE = _at(677, "scheduler_output = self.scheduler.schedule(", note="EngineCore.step")
+UPDATE = _at(691, "engine_core_outputs = self.scheduler.update_from_output(")
+SCHEDULE_ASYNC = _at(735, "scheduler_output = self.scheduler.schedule(", note="step_with_batch_queue")
+UPDATE_ASYNC = _at(793, "engine_core_outputs = self.scheduler.update_from_output(", note="the oldest batch's result")
+ABORT = _at(569, "self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)")
+RESET = _at(886, "return self.scheduler.reset_prefix_cache(")
+STEP_CITES = (SCHEDULE, UPDATE, SCHEDULE_ASYNC, UPDATE_ASYNC)
+
+CONTRACT: Contract[object] = Contract(
+    target="harness.upstream:VllmEngine",
+    release="vllm==0.33.0",
+    rules=(
+        CallRule(Ops.arrive, ("add_request",), "one tokenized request, refused at max_model_len tokens or more", (LENGTH, ADD)),
+        CallRule(Ops.iterate, ("schedule", "update_from_output"), "one engine-core step (sync, or async with one batch ahead)", STEP_CITES),
+        CallRule(Ops.run, ("schedule", "update_from_output"), "iterate, n times with plain tokens", STEP_CITES),
+        CallRule(Ops.abort, ("finish_requests",), "abort_requests: finish_requests(ids, FINISHED_ABORTED)", (ABORT,)),
+        CallRule(Ops.reset_cache, ("reset_prefix_cache",), "reset_prefix_cache(): refused unless only the null block is used", (RESET,)),
+    ),
+    upstream_attr="",
+    ops=Ops,
+)
