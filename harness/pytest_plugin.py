@@ -42,6 +42,8 @@ TRACE_PROPERTY = "poolfuzz_trace"
 """``user_properties`` key of a failed test's saved trace path (travels with xdist reports and into JUnit XML)."""
 INVARIANT_PROPERTY = "poolfuzz_invariant"
 """``user_properties`` key of the invariant id a failed test broke."""
+KNOWN_PROPERTY = "poolfuzz_known"
+"""``user_properties`` key of a known upstream finding (``corpus/known.toml``) a test re-found and passed."""
 MARKER = "poolfuzz"
 """The marker every poolfuzz test carries: ``-m poolfuzz`` selects them, ``-m "not poolfuzz"`` skips them."""
 DEFAULT_CORPUS = Path("corpus") / "found"
@@ -60,6 +62,8 @@ class PoolfuzzOptions:
     """The hypothesis profile; ``None``: :func:`harness.machines.settings.default_profile_name` at run time."""
     max_examples: int | None = None
     steps: int | None = None
+    strict: bool = False
+    """``--poolfuzz-strict``: a known upstream finding fails the test as a new one does."""
 
 
 @dataclass
@@ -75,6 +79,8 @@ class _Session:
 
     options: PoolfuzzOptions
     found: list[_Found] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)
+    """``nodeid: [invariant] known finding ...`` of tests that re-found a known upstream finding and passed."""
 
 
 _SESSION = pytest.StashKey[_Session]()
@@ -100,6 +106,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     metavar="N", help="examples per poolfuzz test (overrides the profile and poolfuzz_test)")
     group.addoption("--poolfuzz-steps", type=positive(int), default=None, dest="poolfuzz_steps", metavar="N",
                     help="steps per example (overrides the profile and poolfuzz_test)")
+    group.addoption("--poolfuzz-strict", action="store_true", default=False, dest="poolfuzz_strict",
+                    help="a known upstream finding (corpus/known.toml) fails its test as a new one does "
+                         "(default: recorded in the summary, the test passes)")
 
 
 def _one_line(text: str) -> str:
@@ -158,6 +167,7 @@ def _read_options(config: pytest.Config) -> PoolfuzzOptions:
         profile=profile,
         max_examples=config.getoption("poolfuzz_max_examples"),
         steps=config.getoption("poolfuzz_steps"),
+        strict=bool(config.getoption("poolfuzz_strict", False)),
     )
 
 
@@ -194,14 +204,20 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # On an xdist controller these are the workers' reports: user_properties travel with them.
+        properties = dict(report.user_properties)
+        if report.passed and KNOWN_PROPERTY in properties:
+            self.session.known.append(f"{report.nodeid}: {properties[KNOWN_PROPERTY]}")
         if not report.failed:
             return
-        properties = dict(report.user_properties)
         path = properties.get(TRACE_PROPERTY)
         if path is not None:
             self.session.found.append(_Found(report.nodeid, str(properties.get(INVARIANT_PROPERTY, "")), str(path)))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.session.known:
+            terminalreporter.write_sep("=", "poolfuzz known upstream findings (recorded; --poolfuzz-strict fails them)")
+            for line in dict.fromkeys(self.session.known):
+                terminalreporter.write_line(line)
         if not self.session.found:
             return
         terminalreporter.write_sep("=", "poolfuzz counterexamples (shrunk traces)")
@@ -256,7 +272,9 @@ def run_poolfuzz(
     The budget: ``--poolfuzz-max-examples``/``--poolfuzz-steps`` if given, else ``max_examples``/``steps``,
     else the profile's.  The failure message is the violation (invariant id, shrunk steps, where the
     trace was saved) and its replay command, without a traceback through the harness; the trace path
-    is also recorded in ``node.user_properties`` for the terminal summary (and JUnit XML).
+    is also recorded in ``node.user_properties`` for the terminal summary (and JUnit XML).  A known upstream
+    finding (``corpus/known.toml``) is recorded, not failed (unless ``--poolfuzz-strict``), and the target is fuzzed
+    on once more by the machine that steers around its known findings, where its family has one.
     """
     if device.startswith("cuda"):
         import torch
@@ -276,21 +294,48 @@ def run_poolfuzz(
         overrides["stateful_step_count"] = count
     settings = build_settings(options.profile or default_profile_name(), **overrides)
     machine = make_machine(family, spec, device=device)
-    try:
-        run_machine(machine, settings=settings, corpus=options.corpus, note=f"found by pytest {node.nodeid}")
-    except Exception as exc:
-        violation = violation_of(exc)
-        if violation is None:
-            raise
-    else:
-        return
-    # Failed outside the ``except`` block, so the report is this message alone, not a chain of exceptions.
+    for _ in range(2):  # a known finding is recorded, then the machine that steers around it fuzzes on
+        try:
+            run_machine(machine, settings=settings, corpus=options.corpus, note=f"found by pytest {node.nodeid}")
+        except Exception as exc:
+            violation = violation_of(exc)
+            if violation is None:
+                raise
+        else:
+            return
+        # Failed outside the ``except`` block, so the report is this message alone, not a chain of exceptions.
+        failure = judge_violation(node, family, spec, device, violation, strict=options.strict)
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
+        from harness.upstream.findings import known_finding_filter, machine_avoiding_known_findings
+
+        if known_finding_filter(family) is None:
+            return
+        machine = machine_avoiding_known_findings(family, spec, device=device)
+
+
+def judge_violation(node: Any, family: str, spec: str, device: str, violation: Any, *, strict: bool = False) -> str | None:
+    """The failure message of ``violation`` found on ``node``, or ``None`` when it is a known upstream finding
+    (``corpus/known.toml``, matched by :func:`harness.upstream.known.known_finding_of`) and not ``strict``: then it
+    is recorded in ``node.user_properties`` (:data:`KNOWN_PROPERTY`) with a warning, and the test passes."""
+    from harness.upstream.known import known_finding_of
+
+    known = known_finding_of(family, spec, violation.invariant_id, violation.trace_path)
+    what = f"known finding {known.number} ({known.key}, {known.upstream})" if known is not None else ""
+    if known is not None and not strict:
+        node.user_properties.append((KNOWN_PROPERTY, f"[{violation.invariant_id}] {what}: {violation.trace_path}"))
+        import warnings
+
+        warnings.warn(f"poolfuzz: {family}={spec} re-found {what} [{violation.invariant_id}]; recorded", stacklevel=2)
+        return None
     lines = [f"poolfuzz: {family}={spec} on {device} broke invariant {violation.invariant_id}", str(violation)]
+    if known is not None:
+        lines.insert(1, f"  {what}; --poolfuzz-strict fails it")
     if violation.trace_path is not None:
         node.user_properties.append((TRACE_PROPERTY, str(violation.trace_path)))
         node.user_properties.append((INVARIANT_PROPERTY, violation.invariant_id))
         lines.append(f"  replay: python -m harness replay {violation.trace_path}")
-    pytest.fail("\n".join(lines), pytrace=False)
+    return "\n".join(lines)
 
 
 def poolfuzz_test(
@@ -327,5 +372,5 @@ def poolfuzz_test(
     return marked
 
 
-__all__ = ["PoolfuzzItem", "PoolfuzzOptions", "PoolfuzzSuite", "options_of", "poolfuzz_test", "run_poolfuzz",
-           "validate_targets"]
+__all__ = ["PoolfuzzItem", "PoolfuzzOptions", "PoolfuzzSuite", "judge_violation", "options_of", "poolfuzz_test",
+           "run_poolfuzz", "validate_targets"]

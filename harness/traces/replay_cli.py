@@ -2,7 +2,10 @@
 
 One line per trace (docs/corpus.md has them all): ``PASS``, ``OK`` (the expected
 violation fired), ``FIXED`` / ``NOT FIXED`` (``--expect fixed``), ``MARKED``
-(``--mark-regression``), ``FAIL``, ``SKIP``, ``MISS`` (the implementation cannot
+(``--mark-regression``), ``KNOWN`` (an unexpected violation that is a known upstream
+finding of ``corpus/known.toml``: recorded, not failed unless ``--strict``), ``POSSIBLY
+FIXED`` (a known finding's trace that no longer reproduces on its upstream target,
+:mod:`harness.traces.known_replay`), ``FAIL``, ``SKIP``, ``MISS`` (the implementation cannot
 be imported here) and ``BAD`` (an invalid file, or sizes beyond the limits of
 :mod:`harness.judge.limits`); then one summary line of counts.
 
@@ -25,6 +28,7 @@ from harness.judge.trace import Trace
 from harness.traces.across import main_across
 from harness.traces.corpus import DEFAULT_CORPUS, rewrite_trace
 from harness.traces.interrupt import Interrupted, SignalGuard
+from harness.traces.known_replay import committed_finding, known_of, label, possibly_fixed_line, violation_known
 from harness.traces.replay import (
     ReplayResult,
     expected_outcome,
@@ -36,6 +40,7 @@ from harness.traces.replay import (
     trace_files,
 )
 from harness.traces.schema import TraceError, load_trace
+from harness.upstream.known import KnownFinding, KnownFindingsError
 
 STATUSES = ("matched", "failed", "skipped", "missing", "invalid")
 Verdict = tuple[str, list[str]]
@@ -51,6 +56,10 @@ class Options:
     skip_missing: bool = False
     mark: bool = False
     fixed_by: str | None = None
+    strict: bool = False
+    """``--strict``: a violation the trace did not expect fails even when it is a known upstream finding."""
+    known_file: Path | None = None
+    known: tuple[KnownFinding, ...] = ()
 
 
 # --------------------------------------------------------------- one trace
@@ -77,7 +86,17 @@ def judge(path: Path, options: Options) -> Verdict:
             else:
                 line = f"FAIL {path} regression: expected [{regression['invariant']}] on the old {old}, got {on_old.describe()}"
                 return "failed", [line, *_steps(trace, options)]
+    known = violation_known(trace, path, result, options.known)
+    if known is not None:
+        notes.append(label(known))
     status, line = verdict(path, trace, result, fixed=options.fixed, skip_missing=options.skip_missing, notes=notes)
+    if status == "failed" and known is not None and not options.fixed:
+        if options.strict:
+            line += "; --strict: a known finding fails"
+        else:
+            status, line = "matched", f"KNOWN {path}: [{result.invariant}] {result.where}, {label(known)}: recorded, not a new finding"
+    elif status == "failed" and not options.fixed:
+        line = possibly_fixed_line(path, trace, result, committed_finding(path, trace, options.known, options.known_file)) or line
     return status, [line, *_steps(trace, options)]
 
 
@@ -240,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="module:attr",
         help="with --mark-regression: the fixed pool (default: the trace's own implementation, fixed in place)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="a violation the trace did not expect fails even when it is a known upstream finding (corpus/known.toml); "
+        "by default it is KNOWN: recorded, exit 0",
+    )
+    parser.add_argument("--known", type=Path, metavar="FILE.toml", help="the reviewed list of known findings (default corpus/known.toml)")
     return parser
 
 
@@ -272,7 +298,20 @@ def options_from(args: argparse.Namespace) -> Options:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         raise ValueError(f"no such file or directory: {', '.join(missing)}")
-    return Options(overrides, args.device, args.steps, args.expect == "fixed", args.skip_missing, args.mark_regression, args.fixed_by)
+    if args.known is not None and not args.known.is_file():
+        raise ValueError(f"--known {args.known}: no such file")
+    return Options(
+        overrides,
+        args.device,
+        args.steps,
+        args.expect == "fixed",
+        args.skip_missing,
+        args.mark_regression,
+        args.fixed_by,
+        strict=args.strict,
+        known_file=args.known,
+        known=known_of(args.known),
+    )
 
 
 def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:
@@ -289,7 +328,7 @@ def main(argv: list[str] | None = None, *, exit_on_signal: bool = True) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         options = options_from(args)
-    except (UnknownTargetError, ValueError) as exc:
+    except (UnknownTargetError, ValueError, KnownFindingsError) as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
     if args.across is not None:
