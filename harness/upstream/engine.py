@@ -55,6 +55,8 @@ class StepFacts(NamedTuple):
 class EngineLoop:
     """The scheduler's memory state and one iteration of its loop (see the module docstring)."""
 
+    rid_format = "r{}"  # a request's id from its arrival number
+
     @engine_call
     def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None) -> None:
         if config.pools not in POOLS:
@@ -108,9 +110,12 @@ class EngineLoop:
             return None  # aborted at admission ("exceeds the KV memory budget"), or nothing to generate
         params = sb.SamplingParams(max_new_tokens=budget)
         params.normalize(None)  # as the tokenizer manager does before the request reaches the scheduler
-        req = sb.Req(f"r{next(self.rids)}", "", array("q", prompt), params, eos_token_ids={EOS})
-        self.waiting_queue.append(req)
+        req = sb.Req(self.rid_format.format(next(self.rids)), "", array("q", prompt), params, eos_token_ids={EOS})
+        self._enqueue(req)
         return req
+
+    def _enqueue(self, req: Any) -> None:  # _add_request_to_queue (scheduler.py:3480) without PD or priorities
+        self.waiting_queue.append(req)
 
     @engine_call
     def abort(self, rid: str) -> str:

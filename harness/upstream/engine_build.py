@@ -27,6 +27,8 @@ class ModelConfigStandIn:
     is_multimodal = False
     is_hybrid_swa = False
     attention_chunk_size = None
+    self_opened_think_start_ids = None
+    """No reasoning parser: ``_maybe_update_reasoning_tokens`` (batch_result_processor.py:1502) counts nothing."""
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the engine target's model config has no {name!r} (ScheduleBatch read it)")

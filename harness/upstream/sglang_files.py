@@ -61,6 +61,16 @@ REAL_PREFIXES: tuple[str, ...] = (
     # Mamba2StateShape.create's divide (mamba_utils.py:23); at module level it imports only torch.distributed's
     # collectives and runtime_context.get_resources (a placeholder, called only by the TCPStore helpers).
     "sglang.srt.distributed.utils",
+    # The scheduler itself (harness.upstream.sglang_scheduler): its loops' bodies, batch formation, abort and idle
+    # checks run from the file, on an object built without __init__ (scheduler.py:465 starts the whole server).
+    "sglang.srt.managers.scheduler",
+    # process_batch_result_prefill / _decode (batch_result_processor.py:258, :952): finishes, checkpoints, releases.
+    "sglang.srt.managers.scheduler_components.batch_result_processor",
+    # GenerationBatchResult (utils.py:56): the result type the processor reads, which the fake model returns.
+    "sglang.srt.managers.utils",
+    # HEALTH_CHECK_RID_PREFIX (constants.py:12), which _record_step_counters compares each rid with
+    # (scheduler.py:5127 -> utils.py:429); a leaf module of constants.
+    "sglang.srt.constants",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 
@@ -107,6 +117,12 @@ MODULES: dict[str, str] = {
     "pool_stats_observer": "sglang.srt.managers.scheduler_components.pool_stats_observer",
     "environ": "sglang.srt.environ",
 }
+SCHEDULER_MODULES: dict[str, str] = {
+    "scheduler": "sglang.srt.managers.scheduler",
+    "batch_result_processor": "sglang.srt.managers.scheduler_components.batch_result_processor",
+    "manager_utils": "sglang.srt.managers.utils",
+}
+"""What the scheduler-backed engine loops load besides :data:`MODULES` (:mod:`harness.upstream.sglang_scheduler`)."""
 """The SGLang modules poolfuzz drives, by short name (what targets and their tests call them)."""
 
 

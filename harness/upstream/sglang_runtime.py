@@ -48,6 +48,12 @@ class RuntimeConfig:
       state cap (``mamba_max_states_per_path=-1``, ``components/mamba.py:86``; ``rust_tree_core/adapter.py:465``)
       and the default decode track interval 256 (``arg_groups/fields/exec_.py:497``, ``:530``, ``:534``).
 
+    Read by the scheduler itself (:mod:`harness.upstream.sglang_scheduler`): ``serving.weight_version`` (the default,
+    ``_make_abort_req``, scheduler.py:6405); ``memory.enable_flexkv`` off
+    (scheduler.py:3884), ``exec.features.return_hidden_states_mode`` / ``enable_return_hidden_states`` off
+    (forward_batch_info.py:325-329, from batch_result_processor.py:708); ``parallel.pp_max_micro_batch_size`` (:4034; ``None`` until a scheduler's init overrides it with
+    ``max_running_requests``, :1237-1243, which :class:`~harness.upstream.engine_scheduler.SchedulerLoop` does per iteration).
+
     Each value is the server default (``arg_groups/fields/*.py``) for a one-rank full-attention server.
     """
 
@@ -61,7 +67,7 @@ class RuntimeConfig:
         bag = ConfigBag
         self.bags = {
             "spec": bag("spec", speculative_algorithm=None),
-            "serving": bag("serving", strip_thinking_cache=False),
+            "serving": bag("serving", strip_thinking_cache=False, weight_version="default"),
             "disagg": bag(
                 "disagg",
                 disaggregation_mode="null",
@@ -77,11 +83,25 @@ class RuntimeConfig:
                 prefill_max_requests=None,
             ),
             "parallel": bag(
-                "parallel", dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_cp_size=1, attn_cp_rank=0, tp_rank=0, tp_size=1
+                "parallel",
+                dcp_enabled=False,
+                attn_dcp_size=1,
+                attn_dcp_rank=0,
+                attn_cp_size=1,
+                attn_cp_rank=0,
+                tp_rank=0,
+                tp_size=1,
+                pp_size=1,
+                pp_max_micro_batch_size=None,
             ),
             "exec": bag(
                 "exec",
-                features=bag("exec.features", enable_encoder_swa_bounded_replay=False),
+                features=bag(
+                    "exec.features",
+                    enable_encoder_swa_bounded_replay=False,
+                    return_hidden_states_mode=None,
+                    enable_return_hidden_states=False,
+                ),
                 mamba=bag(
                     "exec.mamba",
                     enable_mamba_extra_buffer=False,
@@ -93,7 +113,7 @@ class RuntimeConfig:
                 ),
             ),
             "model": bag("model", context_length=context_length),
-            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru"),
+            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru", enable_flexkv=False),
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
         }
 

@@ -24,6 +24,7 @@ import torch
 
 from harness.upstream.placeholders import StandInModule, StandInReached
 from harness.upstream.sglang_runtime import runtime_context_attributes
+from harness.upstream.sglang_scheduler_stand_ins import SCHEDULER_STAND_INS, TIMING
 
 logger = logging.getLogger("poolfuzz.engine")
 
@@ -201,6 +202,11 @@ class MetricsSink:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    @property
+    def trace_ctx(self) -> MetricsSink:
+        """The request's trace context (``req.time_stats.trace_ctx.abort(...)``, scheduler.py:3809): a sink too."""
+        return self
+
     def __getattr__(self, name: str) -> Callable[..., None]:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -254,7 +260,9 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
             "SchedulerReqTimeStats": MetricsSink,
             "APIServerReqTimeStats": MetricsSink,
             "DPControllerReqTimeStats": MetricsSink,
+            **TIMING,
         },
+        **SCHEDULER_STAND_INS,
     }
     return {name: functools.partial(_module_with, attrs) for name, attrs in table.items()}
 

@@ -29,6 +29,11 @@ POOLS = ("upstream", "poolfuzz")
 TARGET_POOLS = (*POOLS, "both")
 """What a target may name: one loop's pools, or ``both`` (the driver runs upstream's and ours side by side)."""
 
+LOOPS = ("overlap", "normal", "reenacted")
+"""Which scheduler loop runs: upstream's ``Scheduler`` methods as ``event_loop_overlap`` (every server's default,
+scheduler.py:500-502) or ``event_loop_normal`` runs them (:mod:`harness.upstream.engine_scheduler`), or the
+hand-written re-enactment of the normal loop (:mod:`harness.upstream.engine`), kept while tests compare the two."""
+
 MAMBA_REQUESTS_RATIO = 3
 """``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
 extra buffer and ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`` off (environ.py:1637), ``_calculate_mamba_ratio``
@@ -90,6 +95,9 @@ class EngineTargetConfig(PoolConfig):
     it is the model that is both (an Inkling-class hybrid): ``HybridReqToTokenPool`` (:1593-1597) under
     ``SWATokenToKVPoolAllocator`` (:2874-2884) and a FULL + SWA + MAMBA tree, as 0.5.23's default
     (non-unified) memory path builds it; it loads and runs on CPU."""
+    loop: str = setting("overlap")
+    """:data:`LOOPS`.  A hybrid Mamba shape runs ``normal`` when ``overlap`` is asked: without the extra buffer (which
+    does not run on a CPU torch, see ``mamba_slots``) the server forces overlap off (arg_groups/overrides.py:477-487)."""
     waiting_timeout: bool = setting(False)
     """``SGLANG_REQ_WAITING_TIMEOUT > 0`` (default -1, off): the scheduler aborts a request that waited past the
     timeout (``_poll_timeout_aborts``, scheduler.py:3598-3620).  The loop has no clock; a request left waiting
@@ -118,6 +126,8 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         problems.append(f"cache must be one of {CACHES}, not {config.cache!r}")
     if config.pools not in TARGET_POOLS:
         problems.append(f"pools must be one of {TARGET_POOLS}, not {config.pools!r}")
+    if config.loop not in LOOPS:
+        problems.append(f"loop must be one of {LOOPS}, not {config.loop!r}")
     if config.tokens % config.page_size:
         problems.append(f"tokens ({config.tokens}) must be a positive multiple of page_size ({config.page_size})")
     if config.sliding_window is not None:

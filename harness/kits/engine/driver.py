@@ -184,11 +184,15 @@ def build_engine(**shape: Any) -> Any:
     config's fields); ``pools="both"`` builds the upstream-pools loop, and the driver adds the poolfuzz mirror.
     CPU only: ``device`` is recorded, as every family's is, and must be ``"cpu"``."""
     from harness.upstream.engine import EngineLoop
+    from harness.upstream.engine_scheduler import SchedulerLoop
 
     config = EngineTargetConfig(**shape)
     if config.device != "cpu":
         raise ValueError(f"the engine target runs on CPU (upstream's Triton paths need a GPU build of sglang), not {config.device}")
-    return EngineLoop(config.replaced(pools="upstream") if config.pools == "both" else config)
+    one = config.replaced(pools="upstream") if config.pools == "both" else config
+    if config.loop == "reenacted":
+        return EngineLoop(one)
+    return SchedulerLoop(one, overlap=config.loop == "overlap" and not config.hybrid_ssm)
 
 
 build_engine.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]

@@ -94,7 +94,8 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
         config = config.replaced(sliding_window=window, swa_tokens=max(swa_tokens, floor), swa_eviction_interval=choose.choice((1, 4, 128)))
     if mamba:
         config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
-    return config
+    # Every server runs the overlap loop (scheduler.py:500-502); the normal loop is the variant.
+    return config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
 
 
 def engine_corners(config: EngineTargetConfig) -> list[str]:

@@ -14,8 +14,9 @@ sees and upstream's own checker only):
 
 The tree's ``protected_size`` (and ``mamba_protected_size``) are its lock counts; upstream's
 ``SchedulerInvariantChecker`` (:class:`~harness.kits.engine.checks.UpstreamChecker`) gives the accounts'
-verdicts.  The normal loop (``event_loop_normal``) lands every result in the iteration that scheduled it,
-so nothing is ever in flight here.
+verdicts.  The normal loop (``event_loop_normal``) lands every result in the iteration that scheduled it, so
+nothing is in flight there; under ``event_loop_overlap`` the batch whose result is queued (``result_queue``) is
+in flight (:func:`in_flight`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from harness.engines.interface import Account, FreePlace, Holder, HolderKind, Holding, LockCount, Observation, PoolState, Progress, Verdict
+from harness.engines.interface import (
+    Account,
+    FreePlace,
+    Holder,
+    HolderKind,
+    Holding,
+    InFlight,
+    LockCount,
+    Observation,
+    PoolState,
+    Progress,
+    Read,
+    Verdict,
+)
 
 
 class Verdicts(Protocol):
@@ -200,6 +214,32 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
     return tuple(zip(SURFACE_FIELDS, values, strict=True))
 
 
+def in_flight(loop: Any) -> tuple[InFlight, ...]:
+    """Each queued batch and what it still reads for each request whose result it will commit: the request's row
+    (``req_pool_indices``) and the KV pages its forward writes (its part of ``out_cache_loc``).
+
+    A request that finished or was retracted after the batch was queued is left out: the result processor skips
+    it (batch_result_processor.py:1022-1027 decode, :344-349 prefill), and its over-allocated slot is freed by its
+    release (``_release_overallocated_kv_indices``, common.py:447), which one stream orders after the forward."""
+    queued = loop.in_flight() if hasattr(loop, "in_flight") else []
+    flights = []
+    for n, batch in enumerate(queued):
+        rows = [int(v) for v in batch.req_pool_indices.tolist()]
+        locs = [int(v) for v in batch.out_cache_loc.tolist()] if batch.out_cache_loc is not None else []
+        widths = list(batch.extend_lens) if batch.forward_mode.is_extend() else [1] * len(batch.reqs)
+        reads: list[Read] = []
+        start = 0
+        for req, row, width in zip(batch.reqs, rows, widths, strict=True):
+            slots, start = locs[start : start + width], start + width
+            if req.finished() or req.is_retracted:
+                continue
+            holder = _holder(req)
+            reads.append(Read("request row", holder, (row,)))
+            reads.append(Read("KV page", holder, tuple(pages(slots, loop.config.page_size))))
+        flights.append(InFlight(f"queued batch {n} ({batch.forward_mode.name.lower()})", tuple(reads)))
+    return tuple(flights)
+
+
 def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Observation:
     """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.sglang_modules.active`);
     ``with_surface=False`` leaves the surface out where no second implementation is compared (it costs size calls)."""
@@ -218,6 +258,7 @@ def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Obse
         engine=config.pools,
         pools=tuple(pools),
         progress=_progress(loop),
+        in_flight=in_flight(loop),
         locks=tuple(locks),
         checker=CHECKER,
         accounts=tuple(accounts),

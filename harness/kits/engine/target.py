@@ -23,6 +23,9 @@ class SGLangEngine:
     def __init__(self, loop: Any) -> None:
         self.loop = loop
         self.checker = UpstreamChecker(loop)
+        attach = getattr(loop, "attach_checker", None)
+        if attach is not None:  # upstream's own Scheduler runs on_idle's checks with it (engine_scheduler.SchedulerLoop)
+            attach(self.checker)
 
     def submit(self, request: Submission) -> str | None:
         req = self.loop.arrive(list(request.prompt), request.max_new_tokens)

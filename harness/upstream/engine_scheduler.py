@@ -1,0 +1,212 @@
+"""SGLang 0.5.23's scheduler loops run from upstream's ``Scheduler`` methods: ``event_loop_normal`` and ``event_loop_overlap``.
+
+:class:`SchedulerLoop` keeps what :class:`~harness.upstream.engine.EngineLoop` builds (the pools, the tree cache, the
+server shape, arrivals as ``handle_generate_request`` refuses and clips them) and hands every iteration to a real
+``Scheduler`` (:func:`~harness.upstream.sglang_scheduler.build_scheduler`).  Both loops are ``while True`` bodies
+(scheduler.py:2026-2058, :2061-2134) that :meth:`SchedulerLoop._iterate` runs one iteration at a time, statement by
+statement, each statement a call of upstream's method but these, re-enacted with the reason:
+
+* ``ingest_requests`` (:2033, :2075): requests come from the fuzzer, through ``_add_request_to_queue`` (:3480);
+* ``run_batch`` (:2048, :2109): the model, the only fake (:meth:`_run_batch`);
+* ``_apply_war_barrier`` (:2111): a CUDA stream barrier, off unless ``SGLANG_ENABLE_WAR_BARRIER`` on CUDA (:2007-2023);
+* ``launch_batch_sample_if_needed`` (:2128): returns at once without a delayed sampler (:5049), which the fake never sets;
+* ``self_check_during_busy`` (:2057, :2133): off by default (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY``); the
+  engine kit's checker runs its checks after every step instead (:mod:`harness.kits.engine.checks`).
+
+Under overlap the result of batch *k* is queued (``result_queue``, with ``batch.copy()``) and processed in the next
+iteration, after batch *k+1* was scheduled and allocated.  The token a request samples is chosen when its result
+is processed, from the samples of the step that processes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from harness.kits.engine.config import EngineTargetConfig
+from harness.upstream.engine import EngineLoop, StepFacts
+from harness.upstream.sglang_modules import EngineModules, engine_call
+from harness.upstream.sglang_runtime import RUNTIME
+from harness.upstream.sglang_scheduler import build_scheduler, load_scheduler
+from harness.upstream.sglang_scheduler_stand_ins import AbortReq
+
+DEFAULT_TOKEN = 7
+"""What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
+
+
+class _OnScheduler:
+    """An :class:`EngineLoop` attribute that lives on the scheduler (``waiting_queue``, ``running_batch``, ...).
+
+    ``EngineLoop.__init__`` assigns each before the scheduler exists; those values are dropped, the scheduler
+    starting with its own (:func:`~harness.upstream.sglang_scheduler.attributes_for`)."""
+
+    def __init__(self, upstream_name: str | None = None) -> None:
+        self.upstream_name = upstream_name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = self.upstream_name or name
+
+    def __get__(self, loop: Any, owner: type | None = None) -> Any:
+        return getattr(loop.s, self.name)
+
+    def __set__(self, loop: Any, value: Any) -> None:
+        if "s" in loop.__dict__:
+            setattr(loop.s, self.name, value)
+
+
+class SchedulerLoop(EngineLoop):
+    """One server whose iterations are upstream's ``Scheduler`` methods (``overlap`` picks the loop)."""
+
+    rid_format = "r{}-"
+    """``abort_request`` matches by prefix (``req.rid.startswith(recv_req.rid)``, scheduler.py:5690): ``r1-`` is no
+    prefix of ``r10-``."""
+    waiting_queue = _OnScheduler()
+    running_batch = _OnScheduler()
+    last_batch = _OnScheduler()
+    chunked_req = _OnScheduler()
+    pending_chunked_abort = _OnScheduler("_pending_chunked_abort_req")
+
+    @engine_call
+    def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None, *, overlap: bool = True) -> None:
+        super().__init__(config, modules)
+        self.overlap = overlap
+        self.scheduler_modules = load_scheduler()
+        self.s = build_scheduler(self, self.scheduler_modules, overlap=overlap)
+        self.landed: tuple[str, ...] = ()
+        """The requests whose results the last iteration processed."""
+        self.scheduled: tuple[str, ...] = ()
+        """The requests of the batch the last iteration launched."""
+
+    def attach_checker(self, checker: Any) -> None:
+        """Upstream's checker and pool observer, for ``on_idle``'s leak check (scheduler.py:5284-5309)."""
+        self.s.invariant_checker = checker.checker
+        self.s.pool_stats_observer = checker.observer
+
+    # ------------------------------------------------------------------ requests
+    def _enqueue(self, req: Any) -> None:
+        self.s._add_request_to_queue(req)  # scheduler.py:3480
+
+    @engine_call
+    def abort(self, rid: str) -> str:
+        """``abort_request`` (scheduler.py:5675): where the request was, then upstream's own abort."""
+        s = self.s
+        where = "running"
+        if s.chunked_req is not None and s.chunked_req.rid == rid:
+            where = "chunked"
+        elif any(r.rid == rid for r in s.waiting_queue):
+            where = "queued"
+        s.abort_request(AbortReq(rid=rid))
+        return where
+
+    # ------------------------------------------------------------------ iterations
+    @contextlib.contextmanager
+    def _server_environment(self) -> Iterator[None]:
+        """The knobs of :meth:`EngineLoop._server_environment`, and ``pp_max_micro_batch_size`` as the scheduler's init
+        overrides it (``max_running_requests // pp_size``, scheduler.py:1237-1243) in the process-wide runtime context."""
+        parallel = RUNTIME.bags["parallel"]
+        saved = parallel.__dict__.get("pp_max_micro_batch_size")
+        parallel.__dict__["pp_max_micro_batch_size"] = self.config.rows
+        try:
+            with super()._server_environment():
+                yield
+        finally:
+            parallel.__dict__["pp_max_micro_batch_size"] = saved
+
+    def _iterate(self, next_tokens: dict[str, int]) -> str:
+        self.iterations += 1
+        self.tokens = next_tokens
+        self.landed = ()
+        self.scheduled = ()
+        batch = self._overlap_iteration() if self.overlap else self._normal_iteration()
+        kind = "idle" if batch is None else ("prefill" if batch.forward_mode.is_extend() else "decode")
+        advanced = batch is not None or bool(self.landed)
+        if batch is None and self.landed:
+            kind = "land"
+        self._record(advanced=advanced)
+        if self.stalled and self.config.waiting_timeout:
+            self.abort(self.waiting_queue[0].rid)  # the waiting timeout's AbortReq for the queue head
+            self.timed_out += 1
+            self._record(advanced=True)
+            return "timeout"
+        return kind
+
+    def _next_batch_plan(self) -> Any:
+        """scheduler.py:2039-2044 (:2082-2088): ``get_next_batch_to_run``, its plan's running batch kept."""
+        s = self.s
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        s.cur_batch_for_debug = batch
+        return batch
+
+    def _normal_iteration(self) -> Any:
+        """One pass of ``event_loop_normal``'s body (scheduler.py:2039-2058)."""
+        s = self.s
+        batch = self._next_batch_plan()
+        if batch:
+            result = self._run_batch(batch)
+            self._process(batch, result)
+        else:
+            s._sched_idled = True
+            s.on_idle()
+        s.last_batch = batch
+        return batch
+
+    def _overlap_iteration(self) -> Any:
+        """One pass of ``event_loop_overlap``'s body (scheduler.py:2082-2134)."""
+        s = self.s
+        batch = self._next_batch_plan()
+        disable_overlap_for_batch = s.is_disable_overlap_for_batch(batch, last_batch=s.last_batch)
+        if disable_overlap_for_batch:
+            self._pop_and_process()
+        if batch:
+            result = self._run_batch(batch)
+            s.result_queue.append((batch.copy(), result))  # :2112
+        else:
+            s._sched_idled = True
+        if s.last_batch:
+            if not disable_overlap_for_batch:
+                self._pop_and_process()
+        elif batch is None:
+            s.on_idle()  # :2121-2123
+        s.last_batch = batch
+        return batch
+
+    def _pop_and_process(self) -> None:
+        """``pop_and_process`` (scheduler.py:2068-2071): the oldest queued result, its tokens chosen now."""
+        batch, result = self.s.result_queue.popleft()
+        self._process(batch, result)
+
+    def _process(self, batch: Any, result: Any) -> None:
+        result.next_token_ids = torch.tensor([self.tokens.get(r.rid, DEFAULT_TOKEN) for r in batch.reqs], dtype=torch.int64)
+        self.s.process_batch_result(batch, result)
+        self.landed += tuple(str(r.rid) for r in batch.reqs)
+
+    def _run_batch(self, batch: Any) -> Any:
+        """The model (``run_batch``, scheduler.py:4614): the memory-neutral counters it moves (:4621, :4628) and a
+        real ``GenerationBatchResult`` (managers/utils.py:56); its tokens are set when it is processed."""
+        s = self.s
+        s.forward_ct += 1
+        batch.forward_iter = s.forward_ct
+        batch.launch_ts = float(s.forward_ct)  # :4622: a logical clock (step counters only, :5131)
+        batch.after_idle_gap = s._sched_idled  # :4626
+        s._sched_idled = False
+        self.scheduled = tuple(str(r.rid) for r in batch.reqs)
+        result = self.scheduler_modules.manager_utils.GenerationBatchResult()
+        result.next_token_ids = torch.zeros(len(batch.reqs), dtype=torch.int64)
+        return result
+
+    # ------------------------------------------------------------------ views
+    def in_flight(self) -> list[Any]:
+        """The queued batches (``result_queue``'s ``batch.copy()`` snapshots) whose results have not landed."""
+        return [batch for batch, _ in self.s.result_queue] if self.overlap else []
+
+    def is_idle(self) -> bool:
+        return super().is_idle() and not self.in_flight()
+
+    @property
+    def facts(self) -> StepFacts:
+        return self.last_step

@@ -1,0 +1,274 @@
+"""SGLang 0.5.23's own ``Scheduler`` on a CPU: the real class, built without its ``__init__``, and a fake model.
+
+``Scheduler.__init__`` (managers/scheduler.py:465) starts a whole server: ZMQ sockets, the TP worker and its
+model, CUDA streams, metrics.  :func:`build_scheduler` instead makes the object with ``object.__new__`` and
+sets what ``init_memory_pool_and_cache`` and its neighbours would have set for one CPU rank without PD, PP,
+LoRA, HiCache, grammar or speculative decoding: the pools and tree cache the engine loop built, the queues, the
+flags.  :data:`ATTRIBUTES` names each with the line that reads it.  The methods then run from the file:
+``get_next_batch_to_run``, ``get_new_batch_prefill``, ``update_running_batch``, ``_reqs_finishing_inflight``,
+``process_batch_result`` into ``SchedulerBatchResultProcessor.process_batch_result_prefill`` / ``_decode``,
+``process_pending_chunked_abort``, ``abort_request``, ``on_idle``, ``is_fully_idle``, ``_add_request_to_queue``
+and ``is_disable_overlap_for_batch``.
+
+The model is the only fake (:func:`model_result`): ``run_batch`` (scheduler.py:4614) launches the forward
+through ``future_map`` and CUDA streams (:4656-4740), none of which exists here, so it is re-enacted: the
+two memory-neutral counters it moves (``forward_ct`` :4621, ``_sched_idled`` :4628) and a real
+``GenerationBatchResult`` (managers/utils.py:56) carrying the tokens the fuzzer chose.
+
+Collaborators that never touch memory (metrics, load publishing, streaming output to the tokenizer) are
+:class:`Sink` objects; those whose return value the loop uses are pass-throughs (:class:`BatchPassThrough`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
+from harness.upstream.sglang_modules import EngineModules
+from harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, third_party_absent_ok
+from harness.upstream.sources import UpstreamUnavailableError
+
+
+@dataclass(frozen=True)
+class SchedulerModules:
+    """The loaded ``scheduler.py``, ``batch_result_processor.py`` and ``managers/utils.py``."""
+
+    scheduler: Any
+    batch_result_processor: Any
+    manager_utils: Any
+
+
+_LOADED: list[SchedulerModules] = []
+
+
+def load_scheduler() -> SchedulerModules:
+    """The scheduler's modules from the SGLang copy in use (once a process), or one refusal."""
+    if _LOADED:
+        return _LOADED[0]
+    with third_party_absent_ok():
+        loaded, problems = sglang_copy().load(SCHEDULER_MODULES.values())
+    if problems:
+        raise UpstreamUnavailableError(next(iter(problems.values())))
+    modules = SchedulerModules(**{short: loaded[dotted] for short, dotted in SCHEDULER_MODULES.items()})
+    _LOADED.append(modules)
+    return modules
+
+
+class Sink:
+    """A collaborator whose calls have no memory effect (metrics, publishing, output streaming): every method is a
+    no-op; attributes set on it are kept (``metrics_reporter.num_generated_tokens +=``, batch_result_processor.py:985)."""
+
+    def __init__(self, name: str, **attributes: Any) -> None:
+        self._name = name
+        self.__dict__.update(attributes)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _noop
+
+    def __repr__(self) -> str:
+        return f"<sink {self._name}>"
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class BatchPassThrough:
+    """The DP-attention adapter and the n-gram embedding manager on one rank without either: each hands the batch
+    back unchanged (scheduler.py:4010-4019, ``maybe_prepare_mlp_sync_batch`` / ``maybe_convert_decode_to_extend`` /
+    ``prepare_for_forward``), and ``on_idle``'s ``drop_sync_wait_carry`` (:5243) has nothing to drop."""
+
+    def maybe_prepare_mlp_sync_batch(self, batch: Any, need_sync: bool = False) -> Any:
+        return batch
+
+    def maybe_convert_decode_to_extend(self, batch: Any) -> Any:
+        return batch
+
+    def prepare_for_forward(self, batch: Any, chunked_req: Any = None) -> Any:
+        return batch
+
+    def drop_sync_wait_carry(self) -> None:
+        return None
+
+
+class NoStageMetrics:
+    """``scheduler_stage_metrics`` with stage timing off: ``record`` (on_idle, scheduler.py:5280) times nothing."""
+
+    def record(self, stage: Any) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class NoGrammars:
+    """``grammar_manager`` with no grammar-constrained request (scheduler.py:4085, :5749; its queue :5372)."""
+
+    grammar_queue: tuple[Any, ...] = ()
+
+    def has_waiting_grammars(self) -> bool:
+        return False
+
+    def abort_requests(self, recv_req: Any) -> None:
+        return None
+
+
+class NoBeams:
+    """``beam_coordinator`` with no beam search (scheduler.py:4043, :5705; batch_result_processor.py:999)."""
+
+    def pending_member_rows(self, batch: Any) -> int:
+        return 0
+
+    def retire_group(self, req: Any) -> None:
+        return None
+
+    def commit_decode(self, batch: Any) -> set[int]:
+        return set()
+
+
+class NoDllm:
+    """``dllm_manager`` without diffusion LMs (``is_fully_idle``, scheduler.py:5348)."""
+
+    def any_staging_reqs(self) -> bool:
+        return False
+
+
+def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> Any:
+    """The real ``Scheduler`` over ``loop``'s pools and tree cache (see :data:`ATTRIBUTES`), ``enable_overlap`` as given."""
+    m: EngineModules = loop.m
+    cls = modules.scheduler.Scheduler
+    scheduler = object.__new__(cls)
+    config = loop.config
+    policy_cls = m.schedule_policy.SchedulePolicy
+    tracker_cls = modules.scheduler.NewTokenRatioTracker
+    attributes = attributes_for(loop, overlap=overlap)
+    scheduler.__dict__.update(attributes)
+    scheduler.policy = policy_cls("fcfs", loop.tree_cache, False, False, False)  # init_schedule_policy (:1347)
+    scheduler.new_token_ratio_tracker = new_token_ratio_tracker(tracker_cls, config.new_token_ratio)
+    scheduler.result_queue = deque()  # event_loop_overlap (:2064); is_fully_idle reads it under overlap (:5349)
+    scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
+    scheduler.batch_result_processor = modules.batch_result_processor.SchedulerBatchResultProcessor(
+        is_generation=True,
+        disaggregation_mode=scheduler.disaggregation_mode,
+        enable_overlap=overlap,
+        enable_overlap_mlx=False,
+        model_config=loop.model_config,
+        token_to_kv_pool_allocator=loop.allocator,
+        tree_cache=loop.tree_cache,
+        hisparse_coordinator=None,
+        req_to_token_pool=loop.req_to_token_pool,
+        decode_offload_manager=None,
+        metrics_collector=Sink("metrics_collector"),
+        metrics_reporter=scheduler.metrics_reporter,
+        draft_worker=None,
+        model_worker=None,
+        logprob_result_processor=Sink("logprob_result_processor"),
+        output_streamer=scheduler.output_streamer,
+        beam_coordinator=scheduler.beam_coordinator,
+        abort_request=scheduler.abort_request,
+    )  # init_batch_result_processor
+    return scheduler
+
+
+def new_token_ratio_tracker(tracker_cls: Any, init: float) -> Any:
+    """``NewTokenRatioTracker`` as ``from_config`` builds it (new_token_ratio_tracker.py:20-32) from the shape's ratio:
+    decaying to ``init * 0.14`` over 600 steps (``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``_DECAY_STEPS`` defaults)."""
+    floor = init * 0.14
+    return tracker_cls(init=init, min=floor, decay=(init - floor) / 600, current=init)
+
+
+def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
+    """What ``Scheduler.__init__`` would have set, for the memory path (each: the line reading it, 0.5.23)."""
+    config = loop.config
+    disagg_null = DisaggregationMode.NULL
+    return {
+        # the pools and the tree (init_memory_pool_and_cache)
+        "req_to_token_pool": loop.req_to_token_pool,  # get_num_allocatable_reqs :4040
+        "token_to_kv_pool_allocator": loop.allocator,  # adder :4157, update_running_batch :4482
+        "tree_cache": loop.tree_cache,  # get_new_batch_prefill :4260, stash_chunked_request :3776
+        "page_size": config.page_size,  # PrefillAdder :4158
+        "max_total_num_tokens": config.tokens,  # max_prefill_tokens default
+        "max_prefill_tokens": config.tokens,  # PrefillAdder :4163
+        "chunked_prefill_size": config.chunk,  # :4142
+        "max_running_requests": config.rows,  # PrefillAdder :4168
+        "max_prefill_bs": 0,  # :4167 (no prefill batch-size cap)
+        "model_config": loop.model_config,  # ScheduleBatch.init_new :4339
+        "spec_algorithm": loop.spec_algorithm,  # init_new :4341, get_next_batch_to_run :3988
+        "is_hybrid_swa": config.hybrid_swa,  # :4091
+        "device": "cpu",
+        # queues and loop state
+        "waiting_queue": [],  # :4100, :4213
+        "running_batch": loop.m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False),  # event loops :2040
+        "last_batch": None,  # :2041, :2118
+        "chunked_req": None,  # :3908
+        "cur_batch_for_debug": None,  # :2044
+        "_pending_chunked_abort_req": None,  # process_pending_chunked_abort :3791
+        "_sched_idled": False,  # :2053, run_batch :4626
+        "forward_ct": 0,  # run_batch :4621, update_running_batch :4478
+        "processed_tokens_counter": 0,  # calc_priority :4131, _add_request_to_queue :3494
+        "enable_overlap": overlap,  # init_new :4340, is_fully_idle :5349, batch_result_processor.py:1022
+        "enable_overlap_mlx": False,
+        "enable_continuous_input_polling": False,  # the dispatch resets it (:6220); _collect_inflight_batches :5670
+        "enable_skip_finishing_decode": overlap,  # event_loop_overlap sets it (:2063); _reqs_finishing_inflight :4446
+        "is_generation": True,  # event_loop_overlap :2127
+        # configurations a one-rank CPU server without PD/PP/LoRA/HiCache runs
+        "disaggregation_mode": disagg_null,  # :3772, :3488, :5258
+        "dllm_config": None,  # :3901, :3980
+        "enable_hisparse": False,  # :3924, :5283
+        "hisparse_coordinator": None,  # :4347
+        "enable_hierarchical_cache": False,  # :3861, :4350
+        "enable_hicache_storage": False,  # :3864, :4237
+        "enable_unified_cache_external_linker": False,  # :3863
+        "enable_lmcache": False,  # :3865
+        "enable_unified_memory": False,  # event_loop_overlap :2100, on_idle :5273
+        "enable_lora": False,  # :4186
+        "enable_priority_preemption": False,  # :4089, :4121
+        "enable_priority_scheduling": False,  # _set_or_validate_priority :3521
+        "abort_on_priority_when_disabled": False,  # :3528
+        "schedule_low_priority_values_first": False,
+        "priority_scheduling_preemption_threshold": 0,  # PrefillAdder :4166
+        "max_queued_requests": None,  # _abort_on_queued_limit :3555
+        "is_mixed_chunk": False,  # :4165, :4376
+        "truncation_align_size": None,  # add_one_req :4272
+        "require_mlp_sync": False,  # :3983, is_disable_overlap_for_batch :2143
+        "prefill_delayer": None,  # get_new_batch_prefill :4054
+        "min_free_slots_delayer": None,  # :4106
+        "dynamic_chunk_sizer": None,  # :4143
+        "decode_offload_manager": None,  # update_running_batch :4481
+        "mm_receiver": None,  # abort_request :5683
+        "prefill_decode_interval": 0,  # _arm_prefill_decode_interval :1414
+        "_prefill_decode_interval_remaining": 0,  # _should_defer_prefill :1401
+        "rust_server": None,  # send_abort_output :2275
+        "enable_fpm": False,  # process_batch_result :5102
+        "_engine_paused": False,  # event loops :2035
+        "return_health_check_ipcs": [],  # maybe_send_health_check_signal :5183 (no health probe pending)
+        "load_snapshot_writer": None,  # publish_load_snapshot :875 (load snapshots off)
+        "idle_sleeper": None,  # maybe_sleep_on_idle :6161
+        "scheduler_stage_metrics": NoStageMetrics(),  # on_idle :5280
+        # init_load_inquirer (:2580-2590): the step counters _record_step_counters keeps (:5120-5180), timing only
+        "total_prefill_uncached_tokens": 0,
+        "total_prefill_busy_us": 0,
+        "decode_moment_totals": [0.0] * 6,
+        "_prev_step": None,
+        "_prev_prefill_end_ts": None,
+        "_pause_intervals": deque(),
+        "_pause_started_at": None,
+        # collaborators
+        "grammar_manager": NoGrammars(),  # :4085, abort_request :5749
+        "beam_coordinator": NoBeams(),  # :4043, :5705
+        "dllm_manager": NoDllm(),  # is_fully_idle :5348
+        "dp_attn_adapter": BatchPassThrough(),  # :4010-4014, on_idle :5243
+        "ngram_embedding_manager": BatchPassThrough(),  # :4018
+        "tp_worker": Sink("tp_worker", model_runner=Sink("model_runner", attn_backend=object(), prefill_aware_swa=False)),  # :4151, :4359
+        "metrics_reporter": Sink(
+            "metrics_reporter", num_retracted_reqs=0, enable_metrics=False, num_generated_tokens=0, forward_ct_decode=0
+        ),
+        "load_publisher": Sink("load_publisher"),  # process_batch_result :5084
+        "load_inquirer": Sink("load_inquirer"),  # :4368
+        "kv_events_publisher": Sink("kv_events_publisher"),  # on_idle :5312
+        "output_streamer": Sink("output_streamer"),  # batch_result_processor.py:510, :1093
+        "ipc_channels": Sink("ipc_channels", send_to_tokenizer=Sink("send_to_tokenizer")),  # send_abort_output :2278
+        "pool_stats_observer": loop.checker.observer if hasattr(loop, "checker") else None,  # on_idle :5285
+    }
