@@ -1,0 +1,302 @@
+"""``poolfuzz report TRACE``: an upstream-ready Markdown issue for a finding on an upstream target (issue 44).
+
+The issue is built from the trace and a replay of it on the copy in use (``--sglang-src``, else the installed
+package), in the order a maintainer reads one:
+
+* a title in the engine's words (the known finding's, from ``corpus/known.toml``, else the upstream class and
+  what went wrong);
+* the classification and reachability (:mod:`harness.upstream.classify`, the steps off the callers' path);
+* the server arguments (the trace's config) and the request pattern (its operations);
+* the versions affected: the reviewed range of ``known.toml``, and ``replay --across`` when asked for
+  (``--across sglang==A..B``: it fetches wheels, so never by default);
+* the shortest trace and a realistic one (within the kit's floors, :mod:`harness.traces.realistic`), each step
+  with the upstream calls its caller contract says it makes (``harness/kits/*/contracts/``);
+* both judges' accounts: poolfuzz's invariant with its numbers, and upstream's own checks where the target has
+  them (the engine's), else what upstream's class said (it accepted every call);
+* a standalone reproduction that imports nothing from poolfuzz: the committed ``corpus/upstream/repro_*.py`` of
+  the finding (``--repro FILE`` writes it, with its sibling loader ``_wheel_allocators.py``), or, for a new
+  finding, what one needs.
+
+Exit status: 0 the report was written, 1 the trace does not reproduce here (nothing to report), 2 bad input (no
+such file, not a trace, a trace of our own pool with no upstream target), one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.judge.contract import contract_of
+from harness.judge.families import UnknownTargetError, family, load_factory
+from harness.judge.trace import Trace
+from harness.traces.known_replay import committed_finding
+from harness.traces.realistic import unrealistic
+from harness.traces.replay import ReplayResult, plural, replay_trace
+from harness.traces.schema import TraceError, load_trace
+from harness.upstream.classify import classify
+from harness.upstream.known import KNOWN_FILE, REPOSITORY, KnownFinding, known_finding_of, load_known, upstream_code, upstream_label
+
+REPROS = REPOSITORY / "corpus" / "upstream"
+"""Where the committed standalone reproductions live (``repro_*.py``, each naming its finding's number)."""
+SIBLING = "_wheel_allocators.py"
+"""The reproductions' shared loader of the installed wheel's files (no poolfuzz import)."""
+
+__all__ = ["ReportError", "Report", "build_report", "committed_repro", "main", "render", "write_repro"]
+
+
+class ReportError(ValueError):
+    """Input that cannot be reported: the CLI's one line and exit status 2."""
+
+
+@dataclass
+class Report:
+    """What one issue is made of; :func:`render` writes it as Markdown."""
+
+    path: Path
+    trace: Trace
+    result: ReplayResult
+    finding: KnownFinding | None
+    code: dict[str, str]
+    classification: dict[str, str] | None
+    realistic: tuple[Path, Trace] | None
+    repro: Path | None
+    across: list[str]
+
+
+def committed_repro(finding: KnownFinding | None) -> Path | None:
+    """The committed ``repro_*.py`` whose first line names ``finding``'s number, or ``None``."""
+    if finding is None:
+        return None
+    for script in sorted(REPROS.glob("repro_*.py")):
+        first = script.read_text().split("\n", 1)[0]
+        if re.search(rf"\bfinding {finding.number}\b", first):
+            return script
+    return None
+
+
+def write_repro(report: Report, destination: Path) -> Path:
+    """Write the reproduction to ``destination`` with its sibling loader beside it; ``ReportError`` without one."""
+    if report.repro is None:
+        raise ReportError(f"{report.path}: no committed standalone reproduction for this finding (see the report)")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(report.repro, destination)
+    shutil.copyfile(REPROS / SIBLING, destination.parent / SIBLING)
+    return destination
+
+
+def build_report(path: Path, *, across: list[str] | None = None) -> Report:
+    """Load, check and replay ``path``; :class:`ReportError` for input that has nothing to report upstream."""
+    if not path.is_file():
+        raise ReportError(f"{path}: no such file")
+    try:
+        trace = load_trace(path)
+    except TraceError as exc:
+        raise ReportError(" ".join(str(exc).split())) from None
+    try:
+        fam = family(trace.family)
+    except UnknownTargetError as exc:
+        raise ReportError(f"{path}: {exc}") from None
+    implementation = trace.implementation or fam.default
+    code = upstream_code(trace.family, implementation)
+    if code is None:
+        raise ReportError(f"{path}: a trace of {implementation}, poolfuzz's own pool: there is no upstream target to report to")
+    result = replay_trace(trace)
+    if result.outcome == "unavailable":
+        raise ReportError(f"{path}: {result.describe()}")
+    known = load_known()
+    finding = None
+    if result.outcome == "violation":
+        finding = known_finding_of(trace.family, result.implementation, result.invariant, path, known=known)
+    finding = finding or committed_finding(path, trace, known, KNOWN_FILE)
+    classified = classify(trace.family, result.implementation, result.invariant, str(path))
+    return Report(
+        path=path,
+        trace=trace,
+        result=result,
+        finding=finding,
+        code=code,
+        classification=classified.to_json() if classified else None,
+        realistic=_realistic(path, trace, finding),
+        repro=committed_repro(finding),
+        across=across or [],
+    )
+
+
+def _realistic(path: Path, trace: Trace, finding: KnownFinding | None) -> tuple[Path, Trace] | None:
+    """The trace itself when within the family's realistic floors, else the first such committed trace of the finding."""
+    candidates = [path] + ([KNOWN_FILE.parent / name for name in finding.traces] if finding else [])
+    for candidate in candidates:
+        try:
+            loaded = trace if candidate == path else load_trace(candidate)
+        except TraceError:
+            continue
+        if unrealistic(loaded.family, loaded.config, loaded.steps) is None:
+            return candidate, loaded
+    return None
+
+
+# ------------------------------------------------------------------ rendering
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository when inside it."""
+    return path.resolve().relative_to(REPOSITORY) if path.resolve().is_relative_to(REPOSITORY) else path
+
+
+def _args(args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items())
+
+
+def upstream_steps(trace: Trace, implementation: str) -> list[str]:
+    """Each step as ``N. op(args)``, then the upstream calls its caller contract says that operation makes."""
+    try:
+        contract = contract_of(load_factory(implementation))
+    except UnknownTargetError:
+        contract = None
+    rules = contract.by_op if contract is not None else {}
+    lines = []
+    for number, step in enumerate(trace.steps, 1):
+        op = str(step.get("op"))
+        line = f"{number}. `{op}({_args(step.get('args') or {})})`"
+        rule = rules.get(op)
+        if rule is not None:
+            line += f" -> upstream `{'`, `'.join(rule.calls) or '(no call)'}`: {rule.shape}"
+        lines.append(line)
+    return lines or ["(no step: the violation is in the pool as built)"]
+
+
+def _title(report: Report) -> str:
+    if report.finding is not None:
+        return report.finding.title
+    result = report.result
+    what = result.message.split(":")[0] if result.outcome == "violation" else f"replays as {result.outcome}"
+    return f"{report.code['title']} {result.implementation.partition(':')[2]}: {what}"
+
+
+def _judges(result: ReplayResult) -> list[str]:
+    if result.outcome != "violation":
+        return [f"- poolfuzz: {result.describe()}", "- upstream: nothing to account for"]
+    numbers = {k: v for k, v in result.numbers.items() if k not in ("upstream", "theirs")}
+    shown = "".join(f"\n  - `{k}` = `{v}`" for k, v in numbers.items())
+    theirs = result.numbers.get("upstream") or result.numbers.get("theirs")
+    upstream = (
+        f"- upstream's own check: {theirs}"
+        if theirs
+        else "- upstream: every call returned normally and no check of its own fired (the class accepted the state above)"
+    )
+    return [f"- poolfuzz (`{result.invariant}`, {result.where}): {result.message}{shown}", upstream]
+
+
+def render(report: Report) -> str:
+    """The issue as Markdown."""
+    trace, result, finding = report.trace, report.result, report.finding
+    kind = report.classification or {"kind": "unclassified", "note": ""}
+    lines = [f"# {_title(report)}", ""]
+    if finding is not None:
+        lines += [f"Known finding {finding.number} (`{finding.key}`, {finding.document}): {finding.summary}", ""]
+    lines += [
+        "## Classification and reachability",
+        "",
+        f"**{kind['kind']}**: {kind['note']}",
+        "",
+        f"Found by poolfuzz on {upstream_label(report.code)}, target `{result.implementation}` (family `{trace.family}`).",
+        "",
+        "## Server arguments and request pattern",
+        "",
+        *[f"- `{k}` = `{json.dumps(v)}`" for k, v in sorted(trace.config.items())],
+        "",
+        f"Request pattern: {', '.join(str(s.get('op')) for s in trace.steps) or 'none'} ({plural(len(trace.steps), 'step')}).",
+        "",
+        "## Versions affected",
+        "",
+        f"- reviewed: {finding.upstream} (corpus/known.toml)" if finding else "- reviewed: not yet (a new finding)",
+        f"- here: {result.outcome} on {upstream_label(report.code)}",
+    ]
+    if report.across:
+        lines += ["", "```", *report.across, "```"]
+    else:
+        lines.append(f"- per release: `poolfuzz replay {report.path} --across {report.code['distribution']}==LOW..HIGH`")
+    lines += ["", "## Shortest trace, as upstream calls", "", f"`{report.path}`:", "", *upstream_steps(trace, result.implementation)]
+    lines += ["", "## Realistic trace", ""]
+    if report.realistic is None:
+        lines.append("None committed within the family's realistic floors; `poolfuzz fuzz` shrinks one (harness/traces/realistic.py).")
+    elif report.realistic[0] == report.path:
+        lines.append("The shortest trace is already within the realistic floors a server builds.")
+    else:
+        lines += [f"`{_shown(report.realistic[0])}`:", "", *upstream_steps(report.realistic[1], result.implementation)]
+    lines += ["", "## Both judges' accounts", "", *_judges(result), "", "## Standalone reproduction", ""]
+    if report.repro is not None:
+        rel = report.repro.relative_to(REPOSITORY)
+        lines += [
+            f"`{rel}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 when it reproduces). "
+            f"Run: `pip install --no-deps {report.code['distribution']}=={report.code['version']} && python {rel}`",
+            "",
+            "```python",
+            report.repro.read_text().rstrip(),
+            "```",
+        ]
+    else:
+        lines.append(
+            "No committed reproduction for this trace. One needs: the installed wheel's files for the class "
+            f"(`{SIBLING}` loads the allocators without importing sglang), the target's constructor with the server "
+            "arguments above, and the upstream calls of the shortest trace in order, then a check of the invariant "
+            "poolfuzz reports (exit 1 when it holds no longer)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="poolfuzz report",
+        description="Write an upstream-ready Markdown issue for a trace of an upstream target.",
+        epilog="Exit status: 0 written, 1 the trace does not reproduce here, 2 bad input.",
+    )
+    parser.add_argument("trace", type=Path, metavar="TRACE", help="a trace file of an upstream target")
+    parser.add_argument("--out", type=Path, metavar="FILE.md", help="write the issue here (default: standard output)")
+    parser.add_argument("--repro", type=Path, metavar="FILE.py", help="write the standalone reproduction here (its loader beside it)")
+    parser.add_argument(
+        "--across", metavar="PACKAGE==LOW..HIGH", help="replay the trace across these releases for the versions (fetches wheels)"
+    )
+    return parser
+
+
+def _across(path: Path, spec: str | None) -> list[str]:
+    if spec is None:
+        return []
+    from harness.traces.across import AcrossError, parse_across, replay_across, report
+
+    try:
+        across = parse_across(spec)
+    except AcrossError as exc:
+        raise ReportError(str(exc)) from None
+    return report(replay_across([path], across), across)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        report = build_report(args.trace, across=_across(args.trace, args.across) if args.trace.is_file() else None)
+        if args.repro is not None:
+            write_repro(report, args.repro)
+    except ReportError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    text = render(report)
+    if args.out is not None:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    if report.result.outcome != "violation":
+        print(f"report: {args.trace} does not reproduce here ({report.result.describe()})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

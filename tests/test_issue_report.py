@@ -1,0 +1,81 @@
+"""``poolfuzz report TRACE`` (issue 44): each committed upstream finding's report is written and its standalone
+reproduction, run with nothing of poolfuzz on the path, exits 1 on the installed SGLang 0.5.23; bad input is one
+line and exit status 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import run_command
+from harness.traces.issue_report import build_report, render, write_repro
+from harness.upstream.known import KNOWN_FILE, load_known
+from harness.upstream.sglang_modules import unavailable_reason
+
+REPO = Path(__file__).resolve().parent.parent
+SGLANG_MISSING = unavailable_reason()
+needs_sglang = pytest.mark.skipif(SGLANG_MISSING is not None, reason=f"SGLang unavailable: {SGLANG_MISSING}")
+FINDINGS = {finding.key: KNOWN_FILE.parent / finding.traces[0] for finding in load_known() if finding.traces}
+
+
+def _installed_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+@needs_sglang
+@pytest.mark.skipif(_installed_version() != "0.5.23", reason="the reproductions are written for sglang 0.5.23")
+@pytest.mark.parametrize("key", sorted(FINDINGS))
+def test_each_committed_findings_report_carries_a_reproduction_that_fails_on_0_5_23(key: str, tmp_path: Path) -> None:
+    report = build_report(FINDINGS[key])
+    text = render(report)
+    finding = report.finding
+    assert finding is not None and finding.key == key
+    assert text.startswith(f"# {finding.title}\n")
+    for section in ("Classification and reachability", "Server arguments", "Versions affected", "as upstream calls", "judges'"):
+        assert section in text
+    assert "-> upstream `" in text, "each step names the upstream call it makes"
+    script = write_repro(report, tmp_path / "repro" / "repro.py")
+    assert "harness" not in script.read_text().replace("poolfuzz", "")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POOLFUZZ_SGLANG_SRC")}
+    done = subprocess.run(
+        [sys.executable, "-I", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
+
+
+@needs_sglang
+def test_the_report_command_writes_the_issue_and_the_reproduction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, repro = tmp_path / "issue.md", tmp_path / "repro.py"
+    trace = FINDINGS["mamba-clear-keeps-reservation"]
+    assert run_command(["report", str(trace), "--out", str(out), "--repro", str(repro)]) == 0
+    assert out.read_text().startswith("# MambaSlotAllocator.clear() keeps an open group's reservation")
+    assert repro.is_file() and (tmp_path / "_wheel_allocators.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "no such file"),
+        ("{}", ""),
+        ((REPO / "corpus" / "req_to_token" / "req_to_token-4ac078b45798908c.json").read_text(), "no upstream target"),
+    ],
+    ids=["a missing file", "not a trace", "a trace of our own pool"],
+)
+def test_bad_input_is_one_line_and_exit_status_2(
+    content: str | None, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.json"
+    if content is not None:
+        path.write_text(content)
+    assert run_command(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("report: ") and says in err
