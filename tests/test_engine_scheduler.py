@@ -1,0 +1,130 @@
+"""SGLang's own Scheduler behind the engine target: its methods run, both loops run clean, overlap's slot and in-flight facts."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from harness.judge.invariants import InvariantViolation
+from harness.upstream.sglang_modules import unavailable_reason
+
+pytestmark = pytest.mark.skipif(bool(reason := unavailable_reason("Engine")), reason=reason or "")
+
+
+def _engine(loop: str, **shape: Any) -> Any:
+    from harness.kits.engine.driver import build_engine
+    from harness.kits.engine.target import SGLangEngine
+
+    return SGLangEngine(build_engine(loop=loop, **shape))
+
+
+@contextmanager
+def _calls(names: set[str], keep: Callable[[FrameType], Any] = lambda frame: None) -> Iterator[list[tuple[str, str, Any]]]:
+    """Every call of a function named in ``names``: (file name, function name, ``keep(frame)``)."""
+    seen: list[tuple[str, str, Any]] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name in names:
+            seen.append((frame.f_code.co_filename, frame.f_code.co_name, keep(frame)))
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+def _fuzz(engine: Any, steps: int, seed: int = 0) -> None:
+    """Random arrivals, EOS samples and aborts, every step judged by both judges."""
+    from harness.engines.interface import Submission
+    from harness.kits.engine.checks import judge
+    from harness.upstream.engine_config import EOS
+
+    rng = random.Random(seed)
+    loop = engine.loop
+    for _ in range(steps):
+        if rng.random() < 0.3:
+            prompt = tuple(rng.choice((11, 12, 13)) for _ in range(rng.randint(1, 20)))
+            engine.submit(Submission(prompt, rng.randint(1, 20)))
+        live = list(loop.running_batch.reqs)
+        if live and rng.random() < 0.05:
+            engine.abort(rng.choice(live).rid)
+        engine.step({r.rid: EOS for r in live if rng.random() < 0.1})
+        judge(loop, engine.checker)
+
+
+def test_the_real_schedulers_methods_run_from_upstreams_files() -> None:
+    engine = _engine("overlap", chunk=8)
+    wanted = {"get_next_batch_to_run", "update_running_batch", "process_batch_result_decode", "process_batch_result_prefill", "on_idle"}
+    with _calls(wanted) as seen:
+        _fuzz(engine, 60)
+    files = {name: {f.rsplit("/", 2)[-1] for f, n, _ in seen if n == name} for name in wanted}
+    assert "scheduler.py" in files["get_next_batch_to_run"]
+    assert "scheduler.py" in files["update_running_batch"]
+    assert "scheduler.py" in files["on_idle"]
+    assert "batch_result_processor.py" in files["process_batch_result_decode"]
+    assert "batch_result_processor.py" in files["process_batch_result_prefill"]
+
+
+@pytest.mark.parametrize("loop", ["overlap", "normal"])
+@pytest.mark.parametrize("shape", [{}, {"page_size": 4, "tokens": 64, "chunk": 8}, {"cache": "unified-rust", "tokens": 48, "rows": 4}])
+def test_both_loops_run_clean_for_hundreds_of_steps_under_the_judges(loop: str, shape: dict[str, Any]) -> None:
+    engine = _engine(loop, **shape)
+    _fuzz(engine, 250, seed=len(shape))
+    assert engine.loop.s.forward_ct > 100
+
+
+def _finish_one(loop_kind: str) -> tuple[Any, list[Any]]:
+    """One request decodes, then samples EOS; the release's over-allocated span recorded; run to rest."""
+    from harness.engines.interface import Submission
+    from harness.upstream.engine_config import EOS
+
+    engine = _engine(loop_kind)
+    rid = engine.submit(Submission((11, 12, 13, 14), 16))
+    for _ in range(4):
+        engine.step({})
+    span = lambda f: (int(f.f_locals["start_p"]), int(f.f_locals["end_p"]))
+    with _calls({"_release_overallocated_kv_indices"}, span) as seen:
+        engine.step({rid: EOS})
+        engine.step({rid: EOS})
+    for _ in range(3):
+        engine.step({})
+    assert engine.observe().at_rest
+    return engine.loop, [s for _, _, s in seen]
+
+
+def test_under_overlap_a_finishing_request_owns_the_slot_its_queued_batch_got_and_the_pools_balance() -> None:
+    """Batch k allocated the request's next slot before k-1's result finished it; without speculation
+    ``kv_committed_len`` moved at allocation (allocation.py:685-686), so ``release_kv_cache`` owns the slot and
+    ``_release_overallocated_kv_indices`` frees an empty tail (its assert, common.py:459, holds); every page is back."""
+    normal, normal_spans = _finish_one("normal")
+    overlap, overlap_spans = _finish_one("overlap")
+    assert normal_spans and overlap_spans
+    assert all(start == end for start, end in normal_spans + overlap_spans)
+    for loop in (normal, overlap):
+        assert loop.allocator.available_size() + int(loop.tree_cache.evictable_size()) == loop.config.tokens
+
+
+def test_the_in_flight_judge_catches_a_row_freed_while_its_batch_is_queued() -> None:
+    from harness.engines import judges
+    from harness.engines.interface import Submission
+
+    engine = _engine("overlap")
+    loop = engine.loop
+    engine.submit(Submission((11, 12, 13, 14), 16))
+    for _ in range(3):
+        engine.step({})
+    observation = engine.observe()
+    reads = [read for flight in observation.in_flight for read in flight.reads if read.pool == "request row"]
+    assert reads, "the queued decode batch reads its request's row"
+    judges.in_flight_reuse(observation)
+    req = next(r for r in loop.running_batch.reqs if r.rid == reads[0].reader.name)
+    loop.req_to_token_pool.free(req)  # the planted bug: the row freed (ReqToTokenPool.free) while its batch is queued
+    with pytest.raises(InvariantViolation, match="in-flight-reuse"):
+        judges.in_flight_reuse(engine.observe())
