@@ -27,47 +27,84 @@ message is the install command, instead of deep inside a fuzz run.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from harness.judge.families import FAMILIES
 from harness.upstream import sglang_files, vllm_files
-from harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, installed_version
+from harness.upstream.loading import Distribution
+from harness.upstream.sglang_files import INSTALL_HINT, SGLANG, SUPPORTED_VERSION, installed_version
 from harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
 from harness.upstream.sources import UpstreamUnavailableError
+from harness.upstream.vllm_files import VLLM
 
 TARGETS: dict[str, tuple[str, ...]] = {name: fam.upstream for name, fam in FAMILIES.items() if fam.upstream}
 """Family name -> the target specs of its upstream wrappers (every one: ``prefix_cache`` has the Python and Rust caches)."""
 
 
-def _load_rust_tree_core() -> None:
+@dataclass(frozen=True)
+class UpstreamTarget:
+    """One ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, whose code it runs, and how the
+    copy in use is checked for it (a one-line :class:`UpstreamUnavailableError` naming what moved, else nothing)."""
+
+    spec: str
+    distribution: Distribution
+    require: Callable[[], object]
+
+
+def _sglang(name: str) -> Callable[[], object]:
+    return functools.partial(sglang_files.require, name)
+
+
+def _vllm_block_pool() -> None:
+    vllm_files.load_vllm().require("VllmBlockPool")
+
+
+def _rust_tree_core() -> None:
     from harness.upstream import rust_core_loader
 
-    rust_core_loader.load_rust_tree_core()
+    sglang_files.require("RustTreeCore")
+    rust_core_loader.load_rust_tree_core()  # the .so: the one binary special case
 
 
-_WRAPPERS: dict[str, tuple[str, Callable[[], object] | None]] = {
-    "TokenKV": ("harness.kits.kv.upstream:TokenKV", None),
-    "PagedKV": ("harness.kits.kv.upstream:PagedKV", None),
-    "MambaSlots": ("harness.kits.mamba.upstream:MambaSlots", None),
-    "VllmBlockPool": ("harness.kits.block_pool.upstream:VllmBlockPool", None),
-    "RadixCache": ("harness.kits.prefix_cache.upstream:RadixCache", None),
-    "RustTreeCore": ("harness.kits.prefix_cache.upstream_rust:RustTreeCore", _load_rust_tree_core),
-    "SWAKV": ("harness.kits.swa.upstream:SWAKV", None),
-    "PureSWAKV": ("harness.kits.swa.upstream:PureSWAKV", None),
-    "Engine": ("harness.kits.engine.driver:build_engine", None),
-    "VllmEngine": ("harness.kits.vllm_engine.target:build_vllm_engine", None),
+def _sglang_engine() -> None:
+    from harness.upstream.sglang_modules import load_engine
+
+    load_engine()  # the engine needs its whole path: one refusal naming the first module that failed
+
+
+_WRAPPERS: dict[str, UpstreamTarget] = {
+    "TokenKV": UpstreamTarget("harness.kits.kv.upstream:TokenKV", SGLANG, _sglang("TokenKV")),
+    "PagedKV": UpstreamTarget("harness.kits.kv.upstream:PagedKV", SGLANG, _sglang("PagedKV")),
+    "MambaSlots": UpstreamTarget("harness.kits.mamba.upstream:MambaSlots", SGLANG, _sglang("MambaSlots")),
+    "RadixCache": UpstreamTarget("harness.kits.prefix_cache.upstream:RadixCache", SGLANG, _sglang("RadixCache")),
+    "RustTreeCore": UpstreamTarget("harness.kits.prefix_cache.upstream_rust:RustTreeCore", SGLANG, _rust_tree_core),
+    "SWAKV": UpstreamTarget("harness.kits.swa.upstream:SWAKV", SGLANG, _sglang("SWAKV")),
+    "PureSWAKV": UpstreamTarget("harness.kits.swa.upstream:PureSWAKV", SGLANG, _sglang("PureSWAKV")),
+    "Engine": UpstreamTarget("harness.kits.engine.driver:build_engine", SGLANG, _sglang_engine),
+    "VllmBlockPool": UpstreamTarget("harness.kits.block_pool.upstream:VllmBlockPool", VLLM, _vllm_block_pool),
+    "VllmEngine": UpstreamTarget("harness.kits.vllm_engine.target:build_vllm_engine", VLLM, vllm_files.load_vllm_scheduler),
 }
-"""Each ``harness.upstream:NAME`` target: the ``module:attr`` it resolves to, and, for the Rust core, the ``.so``
-loader to run besides the one loader (:mod:`harness.upstream.loading`)."""
+"""Every ``harness.upstream:NAME`` target (each loads through the one loader, :mod:`harness.upstream.loading`)."""
+
+
+def distribution_of(name: str) -> Distribution | None:
+    """The distribution whose code ``harness.upstream:NAME`` runs, or ``None`` for a name that is no target."""
+    target = _WRAPPERS.get(name)
+    return None if target is None else target.distribution
+
 
 __all__ = [
     "INSTALL_HINT",
     "SUPPORTED_VERSION",
     "TARGETS",
     "UpstreamModules",
+    "UpstreamTarget",
     "UpstreamUnavailableError",
+    "distribution_of",
     "installed_version",
     "load_upstream",
     "unavailable_reason",
@@ -80,26 +117,14 @@ def require_target(name: str) -> None:
 
     Another SGLang (or vLLM) version refuses only the targets whose files, imports or classes moved.
     """
-    if name in sglang_files.TARGETS:
-        if name == "Engine":
-            from harness.upstream.sglang_modules import load_engine
-
-            load_engine()  # the engine needs its whole path: one refusal naming the first module that failed
-        else:
-            sglang_files.require(name)
-    elif name == "VllmEngine":
-        vllm_files.load_vllm_scheduler()
-    elif name in vllm_files.TARGET_NEEDS:
-        vllm_files.load_vllm().require(name)
+    _WRAPPERS[name].require()
 
 
 def __getattr__(name: str) -> Any:
     """The wrapper classes, after checking that upstream loads (PEP 562)."""
     if name not in _WRAPPERS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    spec, load = _WRAPPERS[name]
-    require_target(name)  # another version: refuse this target only, naming the surface that moved
-    if load is not None:
-        load()
-    module, _, attr = spec.partition(":")
+    target = _WRAPPERS[name]
+    target.require()  # another version: refuse this target only, naming the surface that moved
+    module, _, attr = target.spec.partition(":")
     return getattr(importlib.import_module(module), attr)

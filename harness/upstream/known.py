@@ -306,8 +306,13 @@ def upstream_code(family_name: str, implementation: str) -> dict[str, str] | Non
         if fam is None or fam.default not in fam.upstream or not module.startswith("harness."):
             return None
         name = fam.default.partition(":")[2]
-    files = vllm_files if name in vllm_files.TARGET_NEEDS else sglang_files
-    distribution = files.DISTRIBUTION
+    from harness.upstream import distribution_of
+
+    declared = distribution_of(name)
+    if declared is None:
+        return None
+    files = vllm_files if declared.name == vllm_files.DISTRIBUTION else sglang_files
+    distribution = declared.name
     try:
         source = vllm_files.locate_vllm() if files is vllm_files else sglang_files.locate_sglang()
         version, origin = source.version, source.origin
