@@ -47,7 +47,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import ParamSpec, TypeVar
 
 from harness.upstream.placeholders import StandInModule, loading
 from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, failing_upstream_file, locate_copy
@@ -64,9 +63,6 @@ StandInFactory = Callable[[str], ModuleType]
 """Builds the stand-in module of a name (the factory gets the dotted name)."""
 AfterExec = Callable[[ModuleType], None]
 """Runs once a real file has executed, before any other file imports it (an instrumentation point)."""
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
