@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any
 
 import pytest
@@ -87,3 +88,93 @@ def test_each_planted_bug_is_caught_by_its_invariant(canary: str) -> None:
 
     outcome = check_canary(canary, seconds=20, shrink=False)
     assert outcome.status == "caught", outcome
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("sliding_window", [None, 4], ids=["full", "full+swa"])
+def test_our_block_pool_under_vllms_scheduler_agrees_with_vllms_own(async_scheduling: bool, sliding_window: int | None) -> None:
+    """pools.block_pool in vLLM's BlockPool's place (the real coordinator and managers call it): the same steps leave
+    what a user sees equal to vLLM's own pool's, both judged clean, for a few hundred steps and a drain."""
+    from harness.kits.vllm_engine.observe import check_structures
+    from harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
+    from pools.block_pool import BlockPool
+
+    rng = random.Random(11)
+    shape: dict[str, Any] = dict(
+        block_size=4, num_blocks=24, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=async_scheduling, sliding_window=sliding_window,
+    )  # fmt: skip
+    engines = [build_vllm_engine(pools=pools, **shape) for pools in ("upstream", "poolfuzz")]
+    assert isinstance(engines[1].scheduler.kv_cache_manager.coordinator.block_pool, BlockPool)
+    for manager in engines[1].scheduler.kv_cache_manager.coordinator.single_type_managers:
+        assert manager.block_pool is engines[1].scheduler.kv_cache_manager.block_pool
+
+    def judged() -> list[Any]:
+        observations = []
+        for engine in engines:
+            observation = engine.observe()
+            judges.judge(observation, engine_checks=partial(check_structures, engine, observation))
+            observations.append(observation)
+        judges.agree(*observations)
+        return observations
+
+    hits = 0
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.3:
+            prompt = (11, 12, 13, 14, 15, 16)[: rng.randint(1, 6)] + tuple(rng.randint(20, 60) for _ in range(rng.randint(0, 12)))
+            request = Submission(prompt, rng.randint(1, 20))
+            for engine in engines:
+                engine.submit(request)
+        elif roll < 0.35 and engines[0].live():
+            rid = rng.choice(engines[0].live())
+            for engine in engines:
+                engine.abort(rid)
+        elif roll < 0.37:
+            for engine in engines:
+                engine.reset_prefix_cache()
+        else:
+            samples = {rid: rng.choice((EOS, STOP, 100, 100, 100)) for rid in engines[0].live()}
+            for engine in engines:
+                engine.step(samples)
+        judged()
+        hits += len(engines[1].scheduler.kv_cache_manager.block_pool.cached_block_hash_to_block) > 0
+    for _ in range(200):
+        if not any(engine.scheduler.requests or engine.flights for engine in engines):
+            break
+        for engine in engines:
+            engine.step(dict.fromkeys(engine.live(), EOS))
+    for engine in engines:
+        engine.step({})
+    assert all(observation.at_rest for observation in judged())
+    assert hits, "our pool cached nothing: the prefix-cache path was not reached"
+
+
+def test_a_both_pools_shape_runs_a_mirror_over_our_pool_in_the_driver() -> None:
+    import harness.upstream
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    config = VllmEngineConfig(block_size=4, num_blocks=24, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32, pools="both")
+    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    assert [engine.config.pools for engine in driver.engines] == ["upstream", "poolfuzz"]
+    driver.arrive(0, 8, 2, 6)
+    driver.run(12)
+    driver.teardown()
+
+
+def test_a_request_resumed_after_preemption_is_scheduled_with_a_copy_of_its_tokens() -> None:
+    """Two arrivals in a pool of four usable blocks: async scheduling preempts one and resumes it, and the scheduler
+    copies its tokens (scheduler.py:1962, ``ConstantList.copy``); the drain is clean (found by fuzzing, seed 4301)."""
+    import harness.upstream
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    config = VllmEngineConfig(
+        block_size=2, num_blocks=5, max_num_seqs=2, max_num_batched_tokens=4, max_model_len=8,
+        enable_prefix_caching=False, async_scheduling=True,
+    )  # fmt: skip
+    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    driver.arrive(0, 0, 0, 0)
+    driver.arrive(0, 7, 0, 0)
+    driver.teardown()

@@ -113,6 +113,10 @@ class ConstantList(Sequence[Any]):
     def __repr__(self) -> str:
         return f"ConstantList({self._x!r})"
 
+    def copy(self) -> list[Any]:
+        """v1/utils.py:106 (a resumed request's tokens, scheduler.py:1962): a copy of the wrapped list."""
+        return self._x.copy()
+
 
 def strip_covered_mm_data(mm_features: list[Any], num_computed_tokens: int, uses_mrope: bool = False) -> list[Any]:
     """``vllm.multimodal.utils.strip_covered_mm_data`` (v1/core/sched/output.py:69) with no multimodal inputs: the

@@ -17,7 +17,8 @@ FAMILIES = (
     Family(
         name="vllm_engine",
         summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
-        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts)",
+        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts); "
+        "pools.block_pool in its BlockPool's place beside it (pools='both')",
         default="harness.upstream:VllmEngine",
         driver="harness.kits.vllm_engine.driver:VllmEngineDriver",
         moves="harness.kits.vllm_engine.moves:vllm_engine_table",
@@ -56,6 +57,7 @@ FAMILIES = (
             "cache-map",
             "in-flight-reuse",
             "scheduler-progress",
+            "implementations-agree",
         ),
         limits=VllmEngineConfig.with_args(
             {

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from harness.judge.config import PoolConfig, bounded, setting
 from harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
 
+POOLS = ("upstream", "poolfuzz", "both")
+"""Whose block pool vLLM's scheduler runs over: vLLM's ``BlockPool``, ours (``pools.block_pool`` behind its
+interface, :mod:`harness.kits.vllm_engine.ours`), or ``both`` (the driver runs the two side by side and compares
+what a user sees, ``implementations-agree``)."""
+
 
 class VllmShapeError(LimitError):
     """A server shape vLLM 0.33.0 does not start (its startup checks refuse it)."""
@@ -50,6 +55,8 @@ class VllmEngineConfig(PoolConfig):
     sliding_window: int | None = bounded(1, CONTEXT, nullable=True, default=None)
     """``None``: full attention (one ``FullAttentionSpec`` group).  A window: a hybrid model, one full-attention
     group and one ``SlidingWindowSpec`` group over the same block pool (``HybridKVCacheCoordinator``)."""
+    pools: str = setting("upstream")
+    """:data:`POOLS`: ``poolfuzz`` puts ``pools.block_pool`` in the place of vLLM's ``BlockPool``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,6 +66,8 @@ class VllmEngineConfig(PoolConfig):
 
 def _shape_problems(config: VllmEngineConfig) -> list[str]:
     problems = []
+    if config.pools not in POOLS:
+        problems.append(f"pools must be one of {POOLS}, not {config.pools!r}")
     groups = 1 if config.sliding_window is None else 2
     if (config.num_blocks - 1) // groups * config.block_size < config.max_model_len:
         # vLLM refuses to start when one request of max_model_len does not fit (kv_cache_utils'

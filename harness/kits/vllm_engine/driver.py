@@ -12,6 +12,7 @@ raising inside a step are findings (``valid-call-accepted``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any
 
 from harness.engines import judges
@@ -42,6 +43,10 @@ class VllmEngineDriver(Driver):
         kwargs["audit_period"] = 1
         super().__init__(factory, config, **kwargs)
         self.engine: VllmEngine = self.pool
+        self.engines = [self.engine]
+        if self.config.pools == "both":
+            # The same steps over pools.block_pool in vLLM's BlockPool's place (harness.kits.vllm_engine.ours).
+            self.engines.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
 
     # ------------------------------------------------------------------ operations
     @operation
@@ -49,7 +54,8 @@ class VllmEngineDriver(Driver):
         """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [60 + (self.steps + i) % 30 for i in range(tail)]
-        if self.engine.submit(Submission(tuple(prompt), max(1, max_new))) is None:
+        admitted = [engine.submit(Submission(tuple(prompt), max(1, max_new))) for engine in self.engines]
+        if admitted[0] is None:
             self.event("a request refused at admission (longer than max_model_len)")
 
     @operation
@@ -74,16 +80,19 @@ class VllmEngineDriver(Driver):
         live = self.engine.live()
         if not live:
             return SKIPPED
-        self.event(f"abort of a {self.engine.abort(live[pick % len(live)])} request")
+        wheres = [engine.abort(live[pick % len(live)]) for engine in self.engines]
+        self.event(f"abort of a {wheres[0]} request")
         return None
 
     @operation
     def reset_cache(self) -> None:
         """``reset_prefix_cache()``: refused (False) unless no block but the null one is in use (block_pool.py:881-888)."""
-        self.event(f"prefix cache reset {'done' if self._upstream(self.engine.reset_prefix_cache) else 'refused'}")
+        done = [self._upstream(engine.reset_prefix_cache) for engine in self.engines]
+        self.event(f"prefix cache reset {'done' if done[0] else 'refused'}")
 
     def _step(self, samples: dict[str, int]) -> str:
-        report = self._upstream(lambda: self.engine.step(samples))
+        reports = [self._upstream(partial(engine.step, samples)) for engine in self.engines]
+        report = reports[0]
         preempted = self.engine.scheduler.reset_preempted_req_ids
         if preempted:
             self.event("a request preempted")
@@ -107,15 +116,21 @@ class VllmEngineDriver(Driver):
         return tables, scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def audit(self) -> None:
-        observation = self.engine.observe()
-        judges.judge(observation, engine_checks=lambda: check_structures(self.engine, observation))
+        """The engine judges over each engine; with ``pools="both"`` the two then agree on what a user sees."""
+        observations = []
+        for engine in self.engines:
+            observation = engine.observe()
+            judges.judge(observation, engine_checks=partial(check_structures, engine, observation))
+            observations.append(observation)
+        if len(observations) == 2:
+            judges.agree(*observations)
 
     def teardown(self) -> None:
         """Drain: every live request samples EOS at each step until nothing is held or in flight, judged each step;
         then the at-rest checks (``assert_scheduler_empty``'s conditions) run on the idle engine."""
         bound = 4 * len(self.engine.scheduler.requests) + 3 * self.config.max_model_len + 8
         for _ in range(bound):
-            if not self.engine.scheduler.requests and not self.engine.flights:
+            if all(not engine.scheduler.requests and not engine.flights for engine in self.engines):
                 break
             self._step(dict.fromkeys(self.engine.live(), EOS))
             self.audit_now()

@@ -34,7 +34,7 @@ class VllmEngineView(DriverView):
 
 def vllm_config(choose: Chooser) -> VllmEngineConfig:
     """A server shape vLLM starts: block size, blocks, sequences, token budget, chunking, caching, sync or async,
-    full attention or full + sliding window."""
+    full attention or full + sliding window; vLLM's block pool alone, or in step with ours (``pools="both"``)."""
     block_size = choose.choice((2, 4, 4, 8))
     window = choose.choice((None, None, 4, 8))
     groups = 1 if window is None else 2
@@ -54,6 +54,7 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
         enable_prefix_caching=choose.randrange(0, 4) != 0,
         async_scheduling=choose.randrange(0, 2) == 0,
         sliding_window=window,
+        pools=choose.choice(("upstream", "upstream", "both")),
     )
 
 
@@ -64,6 +65,7 @@ def corners(config: VllmEngineConfig) -> list[str]:
         "prefix caching" if config.enable_prefix_caching else "no prefix caching",
         "chunked prefill" if config.enable_chunked_prefill else "no chunking",
         f"block_size {config.block_size}",
+        f"pools {config.pools}",
     ]
 
 

@@ -94,7 +94,7 @@ def observe(engine: VllmEngine) -> Observation:
     running = {r.request_id for r in scheduler.running}
     waiting = tuple(rid for rid in scheduler.requests if rid not in running)
     return Observation(
-        engine=f"vllm {'AsyncScheduler' if engine.config.async_scheduling else 'Scheduler'}",
+        engine=f"vllm {'AsyncScheduler' if engine.config.async_scheduling else 'Scheduler'} over {engine.config.pools} pools",
         pools=(blocks,),
         progress=Progress(
             waiting=waiting,
@@ -104,7 +104,28 @@ def observe(engine: VllmEngine) -> Observation:
         ),
         in_flight=_in_flight(engine),
         checker="vLLM (no leak checker of its own)",
+        surface=surface(engine),
     )
+
+
+SURFACE_FIELDS = ("free_blocks", "waiting", "running", "requests")
+
+
+def surface(engine: VllmEngine) -> tuple[tuple[str, Any], ...]:
+    """What a user of the engine sees: the KV cache usage it reports (free blocks), who waits and who runs in order,
+    and per request its status, computed tokens (prefix hits included), output tokens and preemptions.  Block ids are not
+    seen, so two pools handing out other ids under the same decisions agree."""
+    scheduler = engine.scheduler
+    requests = tuple(
+        (rid, int(r.status), r.num_computed_tokens, r.num_output_tokens, r.num_preemptions) for rid, r in scheduler.requests.items()
+    )
+    values = (
+        scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+        tuple(r.request_id for queue in (scheduler.kv_holding_waiting, scheduler.waiting) for r in queue),
+        tuple(r.request_id for r in scheduler.running),
+        requests,
+    )
+    return tuple(zip(SURFACE_FIELDS, values, strict=True))
 
 
 def _head_prompt(engine: VllmEngine) -> int | None:
@@ -151,7 +172,8 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
     )
     hashed = {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
     seen: set[int] = set()
-    for key, entry in pool.cached_block_hash_to_block._cache.items():
+    index = pool.cached_block_hash_to_block  # vLLM's BlockHashToBlockMap, or ours: a dict of dicts
+    for key, entry in getattr(index, "_cache", index).items():
         for block in entry.values() if isinstance(entry, dict) else (entry,):
             check(
                 hashed.get(block.block_id) == key, "cache-map", "a hash map entry points at a block without that hash", block=block.block_id

@@ -23,6 +23,7 @@ from typing import Any
 from harness.engines.interface import Observation, StepReport, Submission
 from harness.kits.vllm_engine.config import VllmEngineConfig
 from harness.kits.vllm_engine.observe import observe
+from harness.kits.vllm_engine.ours import put_our_pool
 from harness.upstream.loading import copy_of
 from harness.upstream.vllm_files import VLLM, load_vllm_scheduler
 from harness.upstream.vllm_scheduler_stand_ins import Fields, SamplingParams, StructuredOutputManager, sha256
@@ -161,6 +162,8 @@ class VllmEngine:
                 block_size=config.block_size,
                 log_stats=False,
             )
+            if config.pools == "poolfuzz":
+                put_our_pool(self.scheduler, utils.make_block_hash_with_group_id)
         self.request_class = m["vllm.v1.request"].Request
         self.status = m["vllm.v1.request"].RequestStatus
         self.output_class = m["vllm.v1.outputs"].ModelRunnerOutput
@@ -265,23 +268,25 @@ def build_vllm_engine(
     enable_prefix_caching: bool = True,
     async_scheduling: bool = False,
     sliding_window: int | None = None,
+    pools: str = "upstream",
     device: str = "cpu",
 ) -> VllmEngine:
-    """The target for one server shape (``harness.upstream:VllmEngine``): its keywords are the config's fields."""
-    return VllmEngine(
-        VllmEngineConfig(
-            block_size=block_size,
-            num_blocks=num_blocks,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            enable_chunked_prefill=enable_chunked_prefill,
-            enable_prefix_caching=enable_prefix_caching,
-            async_scheduling=async_scheduling,
-            sliding_window=sliding_window,
-        )
+    """The target for one server shape (``harness.upstream:VllmEngine``): its keywords are the config's fields.
+    ``pools="both"`` builds the engine over vLLM's ``BlockPool``; the driver adds the mirror over ours."""
+    config = VllmEngineConfig(
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        enable_chunked_prefill=enable_chunked_prefill,
+        enable_prefix_caching=enable_prefix_caching,
+        async_scheduling=async_scheduling,
+        sliding_window=sliding_window,
+        pools=pools,
     )
+    return VllmEngine(config.replaced(pools="upstream") if pools == "both" else config)
 
 
 build_vllm_engine.poolfuzz_contract = "harness.kits.vllm_engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
