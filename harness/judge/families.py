@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -68,7 +69,7 @@ def resolve(spec: str) -> Any:
     if not sep or not module_name or not attr:
         raise UnknownTargetError(f"target {spec!r} is not of the form module:attr")
     try:
-        obj: Any = importlib.import_module(current_module(module_name))
+        obj: Any = _import_target_module(current_module(module_name))
     except ImportError as exc:
         raise UnknownTargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from exc
     for part in attr.split("."):
@@ -77,6 +78,30 @@ def resolve(spec: str) -> Any:
         except AttributeError:
             raise UnknownTargetError(f"target {spec!r}: {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _import_target_module(name: str) -> Any:
+    """Import a target's module; one not found is looked for in the current directory too.
+
+    ``python -m harness`` and ``python -m pytest`` put the current directory on ``sys.path``; the
+    ``poolfuzz`` console script and plain ``pytest`` do not, so ``--target req_to_token=mypool:MyPool``
+    run from the project that holds ``mypool.py`` would not import there.  When the module's top-level
+    package is not importable and the current directory holds it (``NAME.py`` or ``NAME/``), the
+    directory is appended to ``sys.path`` (after the installed packages, so it shadows none of them:
+    it is only consulted for what they lack) and the import is tried again.
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        top = name.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or "" in sys.path or cwd in sys.path:
+            raise
+        if not (os.path.isfile(os.path.join(cwd, f"{top}.py")) or os.path.isdir(os.path.join(cwd, top))):
+            raise
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
 
 
 def family(name: str) -> Family:

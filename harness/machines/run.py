@@ -31,6 +31,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.judge.trace import Trace, fill_provenance
 from harness.machines.base import PoolMachine
 from harness.traces.keep import keep_trace
+from harness.traces.replay import replay_trace
 from harness.traces.shrink import shrink_trace
 
 _Found = TypeVar("_Found")
@@ -171,25 +172,53 @@ def run_machine(
             violation.trace_path = kept.path
             saved = f"\n  saved to {kept.path}" if kept.path is not None else ""
             saved += f"\n  ({kept.problem})" if kept.problem else ""
-        violation.args = (describe_shrunk(violation, found=found, trace=trace, found_by="hypothesis reported") + saved,)
+        described = describe_shrunk(
+            violation,
+            found=found,
+            trace=trace,
+            found_by="hypothesis reported",
+            target=machine.implementation or None,
+            factory=getattr(machine, "factory", None),
+            check_misuse=machine.check_misuse,
+        )
+        violation.args = (described + saved,)
         if replaced:
             raise violation from None
         raise
 
 
-def describe_shrunk(violation: InvariantViolation, *, found: int, trace: Trace, found_by: str) -> str:
-    """The violation's message with its shrunk steps, each count saying which trace it counts.
+def describe_shrunk(
+    violation: InvariantViolation,
+    *,
+    found: int,
+    trace: Trace,
+    found_by: str,
+    target: str | None = None,
+    factory: Callable[..., Any] | None = None,
+    check_misuse: bool | None = None,
+) -> str:
+    """The violation's message with its shrunk steps, each count and number saying which run it comes from.
 
-    The driver's ``at step N of <trace> (M steps)`` line describes the trace as found; printed
-    beside a shorter shrunk listing it read as a contradiction ("at step 7 (7 steps)" above five
-    steps), so it is replaced by one line naming both traces.
+    The violation was raised by the run as found (hypothesis's or the walk's), so its numbers are that
+    run's: printed over the shrunk listing they read as a contradiction ("row 20 ... available = 19"
+    above a 2-step trace of a 1-row pool).  The shrunk trace is replayed once (``target``, ``factory``
+    and ``check_misuse`` as the shrinker replayed it) and, when it breaks the same invariant, the
+    message is the shrunk run's: its message, its numbers, its step.  Should it not (a trace the
+    shrinker could not replay), the found run's message is kept and the line says whose numbers they are.
     """
+    shrunk = len(trace.steps)
+    listing = f"shrunk by replay to {shrunk} step{'' if shrunk == 1 else 's'}:\n{trace.steps_text()}"
+    found_where = "at teardown" if violation.step is None else f"at step {violation.step}"
+    replayed = replay_trace(trace, target=target, factory=factory, check_misuse=check_misuse)
+    if replayed.outcome == "violation" and replayed.invariant == violation.invariant_id:
+        shown = "".join(f"\n    {k} = {v!r}" for k, v in replayed.numbers.items())
+        where = "at teardown" if replayed.step is None else f"at step {replayed.step}"
+        return (
+            f"[{violation.invariant_id}] {replayed.message}{shown}\n"
+            f"  {where} of the shrunk trace (the numbers are its run's); {found_by} {found_where} of a "
+            f"{found}-step trace, {listing}"
+        )
     head, sep, last = violation.args[0].rpartition("\n")
     if not (sep and last.startswith(("  at step ", "  at teardown "))):
         head = violation.args[0]
-    where = "at teardown" if violation.step is None else f"at step {violation.step}"
-    shrunk = len(trace.steps)
-    return (
-        f"{head}\n  {where} of the {found}-step trace {found_by}; shrunk by replay to "
-        f"{shrunk} step{'' if shrunk == 1 else 's'}:\n{trace.steps_text()}"
-    )
+    return f"{head}\n  {found_where} of the {found}-step trace {found_by} (the numbers are its run's); {listing}"

@@ -1,0 +1,172 @@
+"""What a new user meets in a first run (issue 44's smaller items): a target module in the project
+they run from, a plugin failure's numbers beside its shrunk steps, and the like.
+
+Each test reproduces what was seen from a scratch folder holding a tiny project of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
+
+from harness.judge.families import UnknownTargetError, load_factory
+from harness.judge.invariants import InvariantViolation
+from harness.machines import make_machine, run_machine
+from harness.traces.replay import replay_trace
+from harness.traces.schema import load_trace
+from pools import ReqToTokenPool
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCRATCH_POOL = '''
+from pools.req_to_token import ReqToTokenPool
+
+
+class ScratchPool(ReqToTokenPool):
+    """Our pool under the scratch project's own name."""
+'''
+
+
+class LeaksEveryFreedRow(ReqToTokenPool):
+    """``free`` takes the row it gave back off the free list again."""
+
+    def free(self, req):  # type: ignore[no-untyped-def]
+        super().free(req)
+        self.free_slots.pop()
+
+
+def _scratch_project(root: Path) -> Path:
+    """A project of one module, ``scratchpool_first_run.py``, and nothing that puts it on ``sys.path``."""
+    project = root / "project"
+    project.mkdir()
+    (project / "scratchpool_first_run.py").write_text(SCRATCH_POOL)
+    return project
+
+
+def _without_cwd_env() -> dict[str, str]:
+    """This environment, minus anything that would put the project on the path or pick another profile."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "HYPOTHESIS_", "POOLFUZZ_"))}
+    env.update(CI="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=False, cwd=cwd, env=_without_cwd_env(), capture_output=True, text=True, timeout=240)
+
+
+def _shown(result: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+
+
+# ------------------------------------------------------------ a target module in the current directory
+def test_a_target_module_in_the_current_directory_resolves_without_it_on_sys_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = _scratch_project(tmp_path)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(project))])
+    monkeypatch.delitem(sys.modules, "scratchpool_first_run", raising=False)
+    factory = load_factory("scratchpool_first_run:ScratchPool")
+    assert factory.__module__ == "scratchpool_first_run" and isinstance(factory, type) and issubclass(factory, ReqToTokenPool)
+    assert sys.path[-1] == str(project)  # appended: the installed packages keep their precedence
+    sys.modules.pop("scratchpool_first_run", None)
+
+
+def test_a_module_that_is_nowhere_is_still_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(_scratch_project(tmp_path))
+    before = list(sys.path)
+    with pytest.raises(UnknownTargetError, match="cannot import 'no_such_module_here'"):
+        load_factory("no_such_module_here:Pool")
+    assert sys.path == before  # nothing in the directory by that name: the path is left alone
+
+
+def test_the_poolfuzz_command_fuzzes_and_replays_a_target_module_from_the_project_it_runs_in(tmp_path: Path) -> None:
+    """The console script puts its own folder on ``sys.path``, not the current one (``python -m harness`` does)."""
+    project = _scratch_project(tmp_path)
+    poolfuzz = Path(sys.executable).parent / "poolfuzz"
+    if not poolfuzz.is_file():
+        pytest.skip(f"no poolfuzz console script beside {sys.executable}")
+    target = "req_to_token=scratchpool_first_run:ScratchPool"
+    fuzzed = _run(
+        [str(poolfuzz), "fuzz", "--target", target, "--seconds", "2", "--workers", "1", "--report", "report.json", "--corpus", "found"],
+        project,
+    )
+    assert fuzzed.returncode == 0, _shown(fuzzed)
+    assert "cannot import" not in fuzzed.stderr, _shown(fuzzed)
+
+    committed = sorted((REPO / "corpus" / "req_to_token").glob("*.json"))[0]
+    trace = json.loads(committed.read_text())
+    trace.update(implementation="scratchpool_first_run:ScratchPool", expect={"outcome": "pass"})
+    (project / "trace.json").write_text(json.dumps(trace))
+    replayed = _run([str(poolfuzz), "replay", "trace.json"], project)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("PASS "), _shown(replayed)  # was MISS, exit 2
+
+
+def test_plain_pytest_runs_a_poolfuzz_target_from_the_project_it_runs_in(tmp_path: Path) -> None:
+    """``python -P -m pytest`` is plain ``pytest``: the current directory is not put on ``sys.path``."""
+    project = _scratch_project(tmp_path)
+    load = [] if _plugin_registered() else ["-p", "harness.pytest_plugin"]
+    result = _run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *load,
+            "-q",
+            "--poolfuzz-target",
+            "req_to_token=scratchpool_first_run:ScratchPool",
+            "--poolfuzz-max-examples",
+            "3",
+            "--poolfuzz-steps",
+            "5",
+        ],
+        project,
+    )
+    assert result.returncode == 0, _shown(result)  # was a usage error (exit 4): cannot import the module
+    assert "1 passed" in result.stdout, _shown(result)
+
+
+def _plugin_registered() -> bool:
+    import importlib.metadata
+
+    return any(ep.name == "poolfuzz" for ep in importlib.metadata.entry_points(group="pytest11"))
+
+
+# ------------------------------------------------------------ a failure's numbers are its shrunk run's
+def _found_long() -> Settings:
+    """Deterministic, hypothesis's own shrinking off: the run as found is longer than the shrunk trace."""
+    return Settings(
+        max_examples=60,
+        stateful_step_count=25,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
+
+
+def test_a_shrunk_failure_shows_the_numbers_of_the_shrunk_run_beside_its_steps(tmp_path: Path) -> None:
+    machine = make_machine("req_to_token", f"{__name__}:LeaksEveryFreedRow")
+    with pytest.raises(InvariantViolation) as caught:
+        run_machine(machine, settings=_found_long(), corpus=tmp_path)
+    text = str(caught.value)
+    trace = load_trace(caught.value.trace_path)  # type: ignore[arg-type]
+    replayed = replay_trace(trace)
+    assert replayed.outcome == "violation" and replayed.invariant == caught.value.invariant_id
+    lines = text.splitlines()
+    numbers = [f"    {k} = {v!r}" for k, v in replayed.numbers.items()]
+    assert lines[: 1 + len(numbers)] == [f"[{replayed.invariant}] {replayed.message}", *numbers], text
+    assert f"at step {replayed.step} of the shrunk trace (the numbers are its run's)" in text
+    assert f"shrunk by replay to {len(trace.steps)} step" in text
+    assert trace.steps_text() in text
