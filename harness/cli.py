@@ -32,6 +32,7 @@ DISPATCHED = {
     "replay": ("harness.traces.replay_cli", "replay corpus traces through the drivers, without hypothesis"),
     "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
     "report": ("harness.traces.issue_report", "an upstream-ready Markdown issue for a trace of an upstream target"),
+    "ci": ("harness.ci.command", "CI mode over an engine's checkout: replay the upstream corpus, walk its targets, JUnit"),
     "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
     "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
     "mutate": ("harness.mutate.command", "plant mutants in pools/ and report which ones the machines kill"),
