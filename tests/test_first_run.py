@@ -170,3 +170,32 @@ def test_a_shrunk_failure_shows_the_numbers_of_the_shrunk_run_beside_its_steps(t
     assert f"at step {replayed.step} of the shrunk trace (the numbers are its run's)" in text
     assert f"shrunk by replay to {len(trace.steps)} step" in text
     assert trace.steps_text() in text
+
+
+# ------------------------------------------------------------ outputs into folders that do not exist yet
+def test_a_dashboard_into_a_missing_folder_says_in_one_line_that_the_folder_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness import cli
+
+    monkeypatch.chdir(tmp_path)
+    args = cli.build_parser().parse_args(["fuzz", "--dashboard", "out/run.html", "--report", "kept/r.json", "--corpus", "traces"])
+    cli.check_outputs(args, args.report)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "poolfuzz: --dashboard out/run.html: out does not exist; it is made when the run first writes there",
+        "poolfuzz: --report kept/r.json: kept does not exist; it is made when the run first writes there",
+        "poolfuzz: --corpus traces: traces does not exist; it is made when the run first writes there",
+    ]
+    assert not (tmp_path / "out").exists()  # the check makes nothing: a refused run leaves no folders behind
+
+
+def test_outputs_into_existing_folders_and_the_default_corpus_are_made_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness import cli
+
+    monkeypatch.chdir(tmp_path)
+    args = cli.build_parser().parse_args(["fuzz", "--dashboard", "run.html"])
+    cli.check_outputs(args, Path("reports") / "r.json")  # the default report's folder: a fresh clone has none
+    assert capsys.readouterr().err == ""

@@ -5,7 +5,9 @@ before this check, ``--corpus notes.txt`` (an existing file) was accepted, and t
 in ``NotADirectoryError`` the moment there was a trace to save.  Every folder a run writes to
 (the corpus, the report's folder, the dashboard's, a directory database layer) must exist or
 be creatable, and must take a file; anything else is a usage error (exit 2, one line) before
-a second is spent fuzzing.
+a second is spent fuzzing.  A folder the user named that does not exist yet is made when first
+written, and the run says so in one line as it starts (:func:`folder_to_make`): ``--dashboard
+out/run.html`` with no ``out/`` used to make it silently.
 """
 
 from __future__ import annotations
@@ -45,3 +47,12 @@ def check_file(path: Path, flag: str) -> None:
         check_folder(path.parent, flag)
     except OutputError as exc:
         raise OutputError(f"{flag} {path}: its folder {str(exc).removeprefix(f'{flag} ')}") from None
+
+
+def folder_to_make(path: Path, flag: str, *, is_file: bool) -> str | None:
+    """The line announcing the folder the run will make for ``flag``'s ``path`` (a file's folder when
+    ``is_file``), or ``None`` when it exists: ``--dashboard out/run.html: out does not exist; it is made``."""
+    folder = path.parent if is_file else path
+    if folder.exists():
+        return None
+    return f"{flag} {path}: {folder} does not exist; it is made when the run first writes there"
