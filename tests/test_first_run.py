@@ -199,3 +199,29 @@ def test_outputs_into_existing_folders_and_the_default_corpus_are_made_quietly(
     args = cli.build_parser().parse_args(["fuzz", "--dashboard", "run.html"])
     cli.check_outputs(args, Path("reports") / "r.json")  # the default report's folder: a fresh clone has none
     assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------------------ replay --across says what it fetches
+def test_replay_across_prints_a_line_for_each_release_before_it_downloads_or_replays_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A download of a release takes minutes; the table comes at the end, so each release is announced on stderr."""
+    import harness.traces.across as across
+
+    finding = REPO / "corpus" / "upstream" / "mamba_slots-6a8cbaad60810966.json"
+    (tmp_path / "sglang-0.5.22" / "sglang").mkdir(parents=True)  # 0.5.22 is cached, 0.5.21 is not
+    fetched: list[str] = []
+
+    def fetch(package: str, version: str, cache: Path) -> Path:
+        fetched.append(version)
+        raise OSError(f"no wheel of {package}=={version} here")
+
+    monkeypatch.setattr(across, "index_versions", lambda package: ["0.5.20", "0.5.21", "0.5.22", "0.5.23"])
+    monkeypatch.setattr(across, "fetch_release", fetch)
+    assert across.main_across([finding], "sglang==0.5.21..0.5.22", tmp_path) == 1  # neither could be had
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"replay --across: sglang 0.5.21 (1 of 2): downloading into {tmp_path}, then 1 trace",
+        f"replay --across: sglang 0.5.22 (2 of 2): cached in {tmp_path}, then 1 trace",
+    ]
+    assert fetched == ["0.5.21", "0.5.22"] and "not available on 0.5.21-0.5.22" in out

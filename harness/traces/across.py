@@ -38,7 +38,7 @@ PACKAGES = {"sglang": "POOLFUZZ_SGLANG_SRC", "vllm": "POOLFUZZ_VLLM_SRC"}
 DEFAULT_CACHE = Path.home() / ".cache" / "poolfuzz" / "releases"
 PIP_SECONDS = 300
 
-__all__ = ["Across", "AcrossError", "fetch_release", "index_versions", "parse_across", "replay_across"]
+__all__ = ["Across", "AcrossError", "fetch_release", "index_versions", "is_cached", "parse_across", "replay_across"]
 
 
 class AcrossError(ValueError):
@@ -116,11 +116,16 @@ def releases(across: Across, listed: Callable[[str], list[str]] = index_versions
     return inside
 
 
+def is_cached(package: str, version: str, cache: Path) -> bool:
+    """Whether ``package==version`` is already unzipped under ``cache`` (no download needed)."""
+    return (cache / f"{package}-{version}" / package).is_dir()
+
+
 def fetch_release(package: str, version: str, cache: Path) -> Path:
     """The unzipped wheel of ``package==version`` under ``cache`` (fetched on first use); ``OSError`` or
     ``subprocess.CalledProcessError`` when it cannot be had."""
     folder = cache / f"{package}-{version}"
-    if (folder / package).is_dir():
+    if is_cached(package, version, cache):
         return folder
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=f".{package}-{version}-") as scratch:
@@ -206,12 +211,22 @@ def replay_across(
     cache: Path = DEFAULT_CACHE,
     listed: Callable[[str], list[str]] = index_versions,
     fetch: Callable[[str, str, Path], Path] = fetch_release,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, list[Row]]:
-    """Each trace under ``paths``, by path, with its row on every release ``across`` names (oldest first)."""
+    """Each trace under ``paths``, by path, with its row on every release ``across`` names (oldest first).
+
+    ``progress`` gets one line per release before it is fetched and replayed (a download of a wheel
+    of hundreds of MB takes minutes, and the table is printed only at the end): ``replay --across:
+    sglang 0.5.22 (2 of 3): downloading into CACHE`` or ``... cached in CACHE``.
+    """
     versions = sorted(releases(across, listed), key=Version)
     files = [str(p) for p in trace_files(list(paths))]
     table: dict[str, list[Row]] = {path: [] for path in files}
-    for version in versions:
+    for number, version in enumerate(versions, 1):
+        if progress is not None:
+            where = "cached in" if is_cached(across.package, version, cache) else "downloading into"
+            count = f"{len(files)} trace{'' if len(files) == 1 else 's'}"
+            progress(f"replay --across: {across.package} {version} ({number} of {len(versions)}): {where} {cache}, then {count}")
         try:
             folder = fetch(across.package, version, cache)
             rows = {row["path"]: row for row in _run_release(across, folder, [Path(p) for p in files])}
@@ -265,12 +280,16 @@ def report(table: dict[str, list[Row]], across: Across) -> list[str]:
     return lines
 
 
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main_across(paths: Sequence[Path], spec: str, cache: Path | None) -> int:
     """``replay --across``: 0 when every release was replayed, 1 when one could not be (not available),
     2 for a usage error (printed)."""
     try:
         across = parse_across(spec)
-        table = replay_across(paths, across, cache=cache or DEFAULT_CACHE)
+        table = replay_across(paths, across, cache=cache or DEFAULT_CACHE, listed=index_versions, fetch=fetch_release, progress=_progress)
     except AcrossError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2

@@ -275,7 +275,7 @@ def _across(path: Path, spec: str | None) -> list[str]:
         across = parse_across(spec)
     except AcrossError as exc:
         raise ReportError(str(exc)) from None
-    return report(replay_across([path], across), across)
+    return report(replay_across([path], across, progress=lambda line: print(line, file=sys.stderr, flush=True)), across)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
