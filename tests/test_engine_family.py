@@ -223,13 +223,14 @@ def _caught(factory: object, config: Mapping[str, object], *, seeds: int = 10) -
     from harness.kits.engine.driver import EngineDriver
     from harness.kits.engine.moves import EngineView, engine_table
 
-    table = engine_table()
+    # The moves the re-enacted loop runs (it has no pause); drawn from alone, the seeds' sequences stay as they were.
+    moves = [m for m in engine_table().moves if m.name in {"iterate", "arrive", "crowd", "run", "abort"}]
     for seed in range(seeds):
         driver = EngineDriver(factory, config)  # type: ignore[arg-type]
         view, rng = EngineView(driver), random.Random(seed)
         try:
             for _ in range(80):
-                move = rng.choices(table.moves, weights=[m.weight for m in table.moves])[0]
+                move = rng.choices(moves, weights=[m.weight for m in moves])[0]
                 step = move.draw(view, rng)
                 if step is not None:
                     driver.step(step[0], **step[1])

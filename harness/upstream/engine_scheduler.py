@@ -31,7 +31,7 @@ from harness.upstream.engine import EngineLoop, StepFacts
 from harness.upstream.sglang_modules import EngineModules, engine_call
 from harness.upstream.sglang_runtime import RUNTIME
 from harness.upstream.sglang_scheduler import build_scheduler, load_scheduler
-from harness.upstream.sglang_scheduler_stand_ins import AbortReq
+from harness.upstream.sglang_scheduler_stand_ins import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
 
 DEFAULT_TOKEN = 7
 """What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
@@ -100,6 +100,18 @@ class SchedulerLoop(EngineLoop):
             where = "queued"
         s.abort_request(AbortReq(rid=rid))
         return where
+
+    @engine_call
+    def pause(self, *, flush: bool) -> bool:
+        """The weight-update pause: ``pause_generation`` in ``retract`` mode (scheduler.py:5817-5932: the queued result
+        processed, every running, last-extend and chunked request retracted by ``retract_all`` and re-queued), then
+        ``flush_cache`` when ``flush`` (:5518-5547, allowed while paused with requests waiting; ``empty_cache=False``: the
+        device allocator's cache is no pool), then ``continue_generation`` (:5934).  Whether the cache was flushed."""
+        s = self.s
+        s.pause_generation(PauseGenerationReqInput(mode="retract"))
+        flushed = bool(s.flush_cache(empty_cache=False)) if flush else False
+        s.continue_generation(ContinueGenerationReqInput())
+        return flushed
 
     # ------------------------------------------------------------------ iterations
     @contextlib.contextmanager

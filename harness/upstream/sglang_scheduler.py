@@ -108,6 +108,10 @@ class NoGrammars:
 
     grammar_queue: tuple[Any, ...] = ()
 
+    def clear(self) -> None:
+        """``flush_cache`` (scheduler.py:5527): no grammar cache to clear."""
+        return None
+
     def has_waiting_grammars(self) -> bool:
         return False
 
@@ -263,8 +267,15 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "ngram_embedding_manager": BatchPassThrough(),  # :4018
         "tp_worker": Sink("tp_worker", model_runner=Sink("model_runner", attn_backend=object(), prefill_aware_swa=False)),  # :4151, :4359
         "metrics_reporter": Sink(
-            "metrics_reporter", num_retracted_reqs=0, enable_metrics=False, num_generated_tokens=0, forward_ct_decode=0
+            "metrics_reporter",
+            num_retracted_reqs=0,
+            enable_metrics=False,
+            num_generated_tokens=0,
+            forward_ct_decode=0,
+            current_scheduler_metrics_enabled=False,
+            is_stats_logging_rank=False,  # pause_generation :5927, flush_cache :5537
         ),
+        "draft_worker": None,  # flush_cache :5530 (no speculative decoding)
         "load_publisher": Sink("load_publisher"),  # process_batch_result :5084
         "load_inquirer": Sink("load_inquirer"),  # :4368
         "kv_events_publisher": Sink("kv_events_publisher"),  # on_idle :5312

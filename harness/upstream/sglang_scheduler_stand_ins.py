@@ -79,6 +79,22 @@ class AbortReq:
     weight_versions: Any = None
 
 
+@dataclass
+class PauseGenerationReqInput:
+    """``io_struct.PauseGenerationReqInput`` as ``pause_generation`` reads it (scheduler.py:5817-5818): ``mode`` is
+    ``in_place`` or ``retract`` (the weight-update pause: every running, last-extend and chunked request retracted)."""
+
+    mode: str = "retract"
+
+
+@dataclass
+class ContinueGenerationReqInput:
+    """``io_struct.ContinueGenerationReqInput`` as ``continue_generation`` reads it (scheduler.py:5934-5935): no CUDA
+    cache to empty on a CPU."""
+
+    torch_empty_cache: bool = False
+
+
 def _no_weight_version_spans(*args: Any, **kwargs: Any) -> None:
     """``utils.weight_versions.compute_weight_version_spans`` (``_make_abort_req``, scheduler.py:6404): which weight
     versions produced an aborted request's output, reported to the user only; no weight updates run here."""
@@ -92,7 +108,11 @@ def _no_capturer() -> None:
 
 
 SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
-    "sglang.srt.managers.io_struct": {"AbortReq": AbortReq},
+    "sglang.srt.managers.io_struct": {
+        "AbortReq": AbortReq,
+        "PauseGenerationReqInput": PauseGenerationReqInput,
+        "ContinueGenerationReqInput": ContinueGenerationReqInput,
+    },
     "sglang.srt.utils.weight_versions": {"compute_weight_version_spans": _no_weight_version_spans},
     "sglang.srt.state_capturer.indexer_topk": {"get_global_indexer_capturer": _no_capturer},
     "sglang.srt.state_capturer.routed_experts": {"get_global_experts_capturer": _no_capturer},

@@ -99,8 +99,11 @@ class EngineDriver(Driver):
             except InvariantViolation:
                 raise
             except Exception as exc:  # upstream raised inside its own scheduler path
-                raise InvariantViolation("valid-call-accepted", f"scheduler iteration over {loop.config.pools} pools raised "
-                                         f"{type(exc).__name__}: {exc}", iteration=loop.iterations) from exc
+                raise InvariantViolation(
+                    "valid-call-accepted",
+                    f"scheduler iteration over {loop.config.pools} pools raised {type(exc).__name__}: {exc}",
+                    iteration=loop.iterations,
+                ) from exc
         self.event(f"iteration: {kinds[0]}")
         return kinds[0]
 
@@ -123,6 +126,19 @@ class EngineDriver(Driver):
         rid = live[pick % len(live)]
         wheres = [target.abort(rid) for target in self.targets]
         self.event(f"abort of a {wheres[0]} request")
+        return None
+
+    @operation
+    def pause(self, flush: bool) -> Any:
+        """The weight-update pause (``pause_generation`` in retract mode, ``flush_cache`` if ``flush``, then
+        ``continue_generation``) on upstream's scheduler loops; the re-enacted loop has no such path (skipped).
+        The flush is asked only of a loop over upstream's pools alone: ``pools/`` has no ``clear``, and in a ``both`` run
+        flushing one side would part the two sides' observable states."""
+        if not hasattr(self.loop, "pause"):
+            return SKIPPED
+        flush = flush and len(self.targets) == 1 and self.loop.config.pools == "upstream"
+        flushed = [target.loop.pause(flush=flush) for target in self.targets]
+        self.event("a weight-update pause (retract)" + (", cache flushed" if flushed[0] else ""))
         return None
 
     # ------------------------------------------------------------------ judging

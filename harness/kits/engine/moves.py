@@ -36,6 +36,11 @@ class EngineView(DriverView):
     def rows(self) -> int:
         return int(self._driver.loop.config.rows)
 
+    @property
+    def chunked(self) -> str | None:
+        chunked = self._driver.loop.chunked_req
+        return None if chunked is None else str(chunked.rid)
+
     def occupancy(self) -> float:
         loop = self._driver.loop
         return 1.0 - loop.allocator.available_size() / max(1, loop.config.tokens)
@@ -148,6 +153,21 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
     return "abort", {"pick": choose.randrange(0, 8)}
 
 
+def _abort_chunked(view: EngineView, choose: Chooser) -> Step | None:
+    """Abort the request whose prefill is being chunked (``abort_request`` defers it to
+    ``process_pending_chunked_abort``, scheduler.py:3776-3826): the driver's last live request is the chunked one."""
+    if view.chunked is None:
+        return None
+    return "abort", {"pick": -1}
+
+
+def _pause(view: EngineView, choose: Chooser) -> Step | None:
+    """A weight-update pause (RL servers pause, flush and resume between rollouts) while requests are live."""
+    if view.running + view.waiting == 0 and view.chunked is None:
+        return None
+    return "pause", {"flush": choose.randrange(0, 2) == 0}
+
+
 def engine_table() -> MoveTable[EngineView]:
     """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
     return viewed_table(
@@ -159,6 +179,8 @@ def engine_table() -> MoveTable[EngineView]:
             Move("crowd", 2, _crowd),
             Move("run", 2, _run, corner="decode under memory pressure"),
             Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
+            Move("abort_chunked", 1, _abort_chunked, corner="abort of a chunked request"),
+            Move("pause", 1, _pause, corner="weight-update pause"),
         ),
         corners=engine_corners,
     )

@@ -107,6 +107,10 @@ WAITING_TIMEOUT = _at(
     note="_poll_timeout_aborts: an AbortReq for a queued request waiting too long",
 )
 
+PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
+FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
+RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
+
 ARRIVAL_CALLS = ("BaseTokenToKVPoolAllocator.max_new_tokens_for_memory", "SamplingParams.normalize", "Req")
 ITERATION_CALLS = (
     "checkpoint_kv_cache",
@@ -193,6 +197,14 @@ CONTRACT: Contract[object] = Contract(
             "abort_request(rid) of a queued or running request: a queued one is dropped (its Mamba slot "
             "released with checkpoint=False), a running one marked to_finish and released by its next result",
             (QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT),
+        ),
+        CallRule(
+            "pause",
+            ("retract_all", "release_kv_cache"),
+            "the weight-update pause: pause_generation(mode='retract') processes the queued result and retracts every "
+            "running, last-extend and chunked request back to the queue; flush_cache resets the tree and the pools "
+            "if nothing holds memory; continue_generation resumes (the upstream loops only; the re-enacted one skips it)",
+            (PAUSE_RETRACT, FLUSH, RESUME),
         ),
     ),
     not_called=(NotCalled("construct", "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
