@@ -132,3 +132,17 @@ def test_bad_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca
     if SGLANG_MISSING is None:
         assert "--traces" in usage(["--distribution", "sglang", "--traces", str(tmp_path / "nope")], capsys)
         assert "--target paged" in usage(["--distribution", "sglang", "--target", "paged"], capsys)
+
+
+def test_docs_workflow_runs_the_command_as_written() -> None:
+    """docs/ci.md's workflow: its ``poolfuzz ci`` line parses, points at the checked-out engine and uploads ``--out``."""
+    text = (REPO / "docs" / "ci.md").read_text()
+    workflow = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    [run] = [line.strip().removeprefix("run: ") for line in workflow.splitlines() if line.strip().startswith("run: poolfuzz ci")]
+    argv = run.split()[2:]
+    source = argv.pop(argv.index("--sglang-src") + 1)
+    argv.remove("--sglang-src")
+    args = command.build_parser().parse_args(argv)
+    assert source == "sglang/python" and "path: sglang\n" in workflow
+    assert f"path: {args.out}/" in workflow and f"report_paths: {args.out}/junit.xml" in workflow
+    assert "pip install -e './poolfuzz[upstream]'" in workflow  # editable: the committed corpus comes with it

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scale", type=positive(float), default=1.0, metavar="F",
                         help=f"multiply every target's step budget (default 1: {STEPS} steps for the slow targets, "
-                             "20,000 for the others; about 6 minutes on 2 cores for SGLang)")  # fmt: skip
+                             "20,000 for the others; about 2-3 minutes on 2 cores for SGLang)")  # fmt: skip
     parser.add_argument(
         "--workers", type=positive(int), default=2, metavar="N", help="targets walked at once, one process each (default 2)"
     )
