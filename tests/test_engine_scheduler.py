@@ -128,3 +128,24 @@ def test_the_in_flight_judge_catches_a_row_freed_while_its_batch_is_queued() -> 
     loop.req_to_token_pool.free(req)  # the planted bug: the row freed (ReqToTokenPool.free) while its batch is queued
     with pytest.raises(InvariantViolation, match="in-flight-reuse"):
         judges.in_flight_reuse(engine.observe())
+
+
+def test_upstreams_busy_check_runs_after_every_iteration_with_a_batch_in_flight_and_is_judged() -> None:
+    """scheduler.py:2133's ``self_check_during_busy`` after each overlap iteration; its verdict is one of the observation's
+    accounts, so a pool whose sizes lie (``available_size`` one short) is reported under ``checker-agreement``."""
+    from harness.engines import judges
+    from harness.engines.interface import Submission
+
+    engine = _engine("overlap")
+    loop = engine.loop
+    engine.submit(Submission((11, 12, 13, 14), 16))
+    for _ in range(3):
+        engine.step({})
+    assert loop.in_flight() and loop.busy_check == (False, "upstream's busy check passed")
+    assert any("self_check_during_busy" in account.what for account in engine.observe().accounts)
+    available = loop.allocator.available_size
+    loop.allocator.available_size = lambda: available() - 1
+    engine.step({})
+    assert loop.busy_check is not None and loop.busy_check[0], loop.busy_check
+    with pytest.raises(InvariantViolation, match="checker-agreement"):
+        judges.judge(engine.observe())

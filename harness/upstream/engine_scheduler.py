@@ -10,8 +10,9 @@ statement, each statement a call of upstream's method but these, re-enacted with
 * ``run_batch`` (:2048, :2109): the model, the only fake (:meth:`_run_batch`);
 * ``_apply_war_barrier`` (:2111): a CUDA stream barrier, off unless ``SGLANG_ENABLE_WAR_BARRIER`` on CUDA (:2007-2023);
 * ``launch_batch_sample_if_needed`` (:2128): returns at once without a delayed sampler (:5049), which the fake never sets;
-* ``self_check_during_busy`` (:2057, :2133): off by default (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY``); the
-  engine kit's checker runs its checks after every step instead (:mod:`harness.kits.engine.checks`).
+* ``self_check_during_busy`` (:2057, :2133): off by default (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY``); it runs
+  here after every iteration, as that knob runs it, and its verdict is kept (:attr:`SchedulerLoop.busy_check`) for the
+  judges instead of its ``assert`` stopping the loop (:mod:`harness.kits.engine.observe`).
 
 Under overlap the result of batch *k* is queued (``result_queue``, with ``batch.copy()``) and processed in the next
 iteration, after batch *k+1* was scheduled and allocated.  The token a request samples is chosen when its result
@@ -79,6 +80,9 @@ class SchedulerLoop(EngineLoop):
         """The requests whose results the last iteration processed."""
         self.scheduled: tuple[str, ...] = ()
         """The requests of the batch the last iteration launched."""
+        self.busy_check: tuple[bool, str] | None = None
+        """Upstream's ``self_check_during_busy`` at the end of the last iteration (scheduler.py:2057, :2133): (leak, its
+        words), or ``None`` where it did not check (no last batch) or memory changed since (an abort, a pause)."""
 
     def attach_checker(self, checker: Any) -> None:
         """Upstream's checker and pool observer, for ``on_idle``'s leak check (scheduler.py:5284-5309)."""
@@ -99,6 +103,7 @@ class SchedulerLoop(EngineLoop):
         elif any(r.rid == rid for r in s.waiting_queue):
             where = "queued"
         s.abort_request(AbortReq(rid=rid))
+        self.busy_check = None
         return where
 
     @engine_call
@@ -111,6 +116,7 @@ class SchedulerLoop(EngineLoop):
         s.pause_generation(PauseGenerationReqInput(mode="retract"))
         flushed = bool(s.flush_cache(empty_cache=False)) if flush else False
         s.continue_generation(ContinueGenerationReqInput())
+        self.busy_check = None
         return flushed
 
     # ------------------------------------------------------------------ iterations
@@ -133,6 +139,7 @@ class SchedulerLoop(EngineLoop):
         self.landed = ()
         self.scheduled = ()
         batch = self._overlap_iteration() if self.overlap else self._normal_iteration()
+        self.busy_check = self._self_check_during_busy()
         kind = "idle" if batch is None else ("prefill" if batch.forward_mode.is_extend() else "decode")
         advanced = batch is not None or bool(self.landed)
         if batch is None and self.landed:
@@ -144,6 +151,19 @@ class SchedulerLoop(EngineLoop):
             self._record(advanced=True)
             return "timeout"
         return kind
+
+    def _self_check_during_busy(self) -> tuple[bool, str] | None:
+        """``invariant_checker.self_check_during_busy()`` (invariant_checker.py:313-348), where the knob runs it: the full
+        (and SWA) pool's leak equation with the owners' uncached tokens while the last batch's result may be queued.
+        Its ``assert`` is its verdict: (leak, words); ``None`` without a last batch (it returns at once, :314)."""
+        checker = self.s.invariant_checker
+        if checker is None or self.s.last_batch is None:
+            return None
+        try:
+            checker.self_check_during_busy()
+        except AssertionError as leak:
+            return True, str(leak)
+        return False, "upstream's busy check passed"
 
     def _next_batch_plan(self) -> Any:
         """scheduler.py:2039-2044 (:2082-2088): ``get_next_batch_to_run``, its plan's running batch kept."""

@@ -249,6 +249,10 @@ def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Obse
     if config.hybrid_swa:
         pools.append(swa_pool(loop))
     accounts = [_account("KV page", kv_account, upstream.verdict, "upstream checks nothing at this point")]
+    busy = getattr(loop, "busy_check", None)
+    if busy is not None:
+        # scheduler.py:2133 ran upstream's own busy check at the end of this iteration (the loop kept its verdict).
+        accounts.append(Account("KV page (upstream's self_check_during_busy)", kv_account, Verdict(*busy)))
     locks = [LockCount("the tree", "tokens", int(loop.tree_cache.protected_size()))]
     if config.hybrid_ssm:
         pools.append(mamba_pool(loop))
