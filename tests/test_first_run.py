@@ -225,3 +225,78 @@ def test_replay_across_prints_a_line_for_each_release_before_it_downloads_or_rep
         f"replay --across: sglang 0.5.22 (2 of 2): cached in {tmp_path}, then 1 trace",
     ]
     assert fetched == ["0.5.21", "0.5.22"] and "not available on 0.5.21-0.5.22" in out
+
+
+# ------------------------------------------------------------ an engine finding: its realistic trace and its line
+def test_an_engine_finding_records_its_shrunk_trace_as_its_realistic_one(tmp_path: Path) -> None:
+    """The engine family declares no floors (its configs are server shapes): ``"realistic": null`` was the report's field."""
+    from harness.fuzz.realistic import realistic_note
+    from harness.judge.trace import Trace
+
+    shrunk = Trace(family="engine", implementation="harness.upstream:Engine", config={}, steps=[{"op": "idle", "args": {}}] * 3)
+    saved = tmp_path / "engine-1.json"
+    note, realistic = realistic_note(
+        "engine",
+        "harness.upstream:Engine",
+        invariant_id="scheduler-progress",
+        trace=shrunk,
+        seed=0,
+        corpus=tmp_path,
+        shrunk=(saved, shrunk),
+    )
+    assert realistic is not None and (realistic.trace, realistic.steps, realistic.invariant) == (str(saved), 3, "scheduler-progress")
+    assert note == "\n  realistic trace: the shrunk one (engine declares no floors: every shape and step is a server's)"
+    # our own pools are judged on their minimal traces: nothing to record
+    assert realistic_note(
+        "engine", "pools:ReqToTokenPool", invariant_id="conservation", trace=shrunk, seed=0, corpus=tmp_path, shrunk=(saved, shrunk)
+    ) == ("", None)
+
+
+def test_a_finding_reported_without_a_sighting_first_is_announced_with_the_failure_found_line() -> None:
+    """The walk, or the example database replayed at the start, reports a finding already shrunk: it printed ``FAILURE engine:``."""
+    from harness.fuzz.findings import Findings
+    from harness.fuzz.protocol import FailureFound
+    from harness.fuzz.report import TargetStats
+
+    notes: list[str] = []
+    findings = Findings({"engine": TargetStats("engine", "engine", "harness.upstream:Engine")}, notes.append)
+    message = FailureFound(
+        target="engine",
+        family="engine",
+        implementation="harness.upstream:Engine",
+        kind="violation",
+        invariant="scheduler-progress",
+        trace="corpus/found/engine/engine-1.json",
+        steps=4,
+        message="[scheduler-progress] nothing ran\n    waiting = 1",
+        shrunk=True,
+        round=0,
+        seed=7,
+        realistic=None,
+    )
+    assert findings.found(message, worker="w0", after_s=0.4)
+    assert notes[0].splitlines()[0] == "FAILURE FOUND engine [scheduler-progress] after 0.4 s of fuzzing: [scheduler-progress] nothing ran"
+    assert "  shrunk trace (4 steps): corpus/found/engine/engine-1.json" in notes[0].splitlines()
+
+
+# ------------------------------------------------------------ the suite's summary: skips grouped, not repeated
+def test_the_suite_summary_groups_repeated_skip_reasons_into_one_line_each() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the CUDA tests run instead of skipping")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "tests/test_kv_allocator.py", "-k", "cuda"],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, _shown(result)
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("SKIPPED [")], _shown(result)  # no line per skipping test
+    grouped = [line for line in lines if line.strip().endswith("needs a CUDA device")]
+    assert len(grouped) == 1 and int(grouped[0].split()[0]) > 1, _shown(result)  # one line, with its count

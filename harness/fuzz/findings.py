@@ -116,7 +116,13 @@ class Findings:
             if message.known is not None:
                 self.note(f"{known_line(message.target, message.invariant, message.known, self.strict)}: {message.first_line}{where}")
             else:
-                self.note(f"FAILURE {message.target}: {message.first_line}{where}\n  no more fuzzing of this target in this run")
+                # No sighting came first (the walk reports a finding already shrunk; the example database replays
+                # one at the start): the one line a finding is announced with, as the docs show it.
+                what = f"[{message.invariant}]" if message.invariant is not None else f"({message.kind})"
+                self.note(
+                    f"FAILURE FOUND {message.target} {what} after {after_s:.1f} s of fuzzing: {message.first_line}{where}"
+                    "\n  no more fuzzing of this target in this run"
+                )
             return True
         record = stats.failures[index]
         assert record.found_at is not None

@@ -84,13 +84,25 @@ def realistic_note(
     device: str = "cpu",
     seconds: float = REALISTIC_SECONDS,
     stop: Callable[[], bool] | None = None,
+    shrunk: tuple[Path | None, Trace] | None = None,
 ) -> tuple[str, RealisticTrace | None]:
     """The lines a finding's message gets about its realistic trace, and the trace as the report records it
     (kept in ``corpus``).  For an upstream target only: ours are judged on their minimal traces, an upstream
     maintainer asks whether a server hits it.  ``seconds``: what the run has left for it, at most
-    :data:`REALISTIC_SECONDS`."""
-    if spec not in family(family_name).upstream or not floors_of(family_name):
+    :data:`REALISTIC_SECONDS`.
+
+    A family that declares no floors (``engine``, ``vllm_engine``: every config is a server shape its
+    release builds, refused otherwise, and every step a scheduler iteration) has no trace below what a server
+    builds: its ``shrunk`` trace (saved path, trace) is its realistic one, as ``poolfuzz report`` reads it
+    (:func:`harness.traces.realistic.unrealistic` is ``None`` for it)."""
+    if spec not in family(family_name).upstream:
         return "", None
+    if not floors_of(family_name):
+        if shrunk is None:
+            return "", None
+        path, shortest = shrunk
+        note = f"\n  realistic trace: the shrunk one ({family_name} declares no floors: every shape and step is a server's)"
+        return note, RealisticTrace(str(path) if path is not None else None, len(shortest.steps), invariant_id)
     if seconds < MIN_SECONDS:
         return "\n  no realistic trace: the run had no time left to look for one", None
     found = find_realistic(family_name, spec, invariant_id=invariant_id, trace=trace, seed=seed, device=device, seconds=seconds, stop=stop)

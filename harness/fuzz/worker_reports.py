@@ -151,6 +151,7 @@ class WorkerReports:
                 device=self.plan.device,
                 seconds=left,
                 stop=self.stop.is_set,
+                shrunk=(path, trace),
             )
             message += note
         self.send(
