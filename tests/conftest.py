@@ -48,3 +48,25 @@ def target_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
     from harness.judge.families import parse_overrides
 
     return parse_overrides(request.config.getoption("--target"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The suite's skips grouped by reason, one line each with its count (``pytest -rs`` lists every one).
+
+    ``-ra`` printed a line per skipping test location: 231 lines of the same few reasons (no CUDA device,
+    upstream not installed) on a machine without a GPU or SGLang.  ``addopts`` is ``-rfE`` now, so this
+    summary is where skips stay visible.
+    """
+    if "s" in (terminalreporter.config.option.reportchars or ""):
+        return  # -rs / -ra asked for each skip: pytest prints them
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ").strip().splitlines()[0] if reason.strip() else "no reason"
+        counts[reason] = counts.get(reason, 0) + 1
+    if not counts:
+        return
+    terminalreporter.section("skipped, by reason (pytest -rs lists each test)")
+    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line(f"{count:5d}  {reason}")
