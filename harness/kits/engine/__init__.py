@@ -13,6 +13,7 @@ from __future__ import annotations
 from harness.judge.kit import Family
 from harness.judge.limits import REQUEST, ROWS
 from harness.kits.engine.config import EngineTargetConfig
+from harness.kits.engine.ops import EngineOps as Ops
 
 FAMILIES = (
     Family(
@@ -64,14 +65,15 @@ FAMILIES = (
         ),
         limits=EngineTargetConfig.with_args(
             {
-                "arrive.length": REQUEST,
-                "arrive.tail": REQUEST,
-                "arrive.max_new": REQUEST,
-                "iterate.eos[*]": REQUEST,
-                "crowd.count": ROWS,
-                "crowd.max_new": REQUEST,
-                "run.iterations": REQUEST,
+                Ops.at(Ops.arrive, "length"): REQUEST,
+                Ops.at(Ops.arrive, "tail"): REQUEST,
+                Ops.at(Ops.arrive, "max_new"): REQUEST,
+                Ops.at(Ops.iterate, "eos", "[*]"): REQUEST,
+                Ops.at(Ops.crowd, "count"): ROWS,
+                Ops.at(Ops.crowd, "max_new"): REQUEST,
+                Ops.at(Ops.run, "iterations"): REQUEST,
             }
         ),
+        ops=Ops,
     ),
 )

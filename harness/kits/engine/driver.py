@@ -21,6 +21,7 @@ from harness.judge.invariants import InvariantViolation
 from harness.kits.engine.checks import judge
 from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
 from harness.kits.engine.observe import surface
+from harness.kits.engine.ops import EngineOps
 from harness.kits.engine.target import SGLangEngine
 from harness.upstream.sglang_modules import active
 
@@ -41,6 +42,7 @@ class EngineDriver(Driver):
     """
 
     family = "engine"
+    ops = EngineOps
     config: EngineTargetConfig
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:

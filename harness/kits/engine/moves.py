@@ -10,6 +10,7 @@ come from stems that share prefixes so the tree splits and hits.
 from __future__ import annotations
 
 from harness.kits.engine.config import EngineTargetConfig
+from harness.kits.engine.ops import EngineOps as Ops
 from harness.upstream.engine_config import CACHES
 from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
 from strategies.choosers import Chooser
@@ -118,7 +119,7 @@ def engine_corners(config: EngineTargetConfig) -> list[str]:
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
     if view.waiting >= 2 * view.rows:
         return None
-    return "arrive", {
+    return Ops.arrive, {
         "stem": choose.randrange(0, 3),
         "length": choose.randint(1, 20),
         "tail": choose.randint(0, 6),
@@ -130,27 +131,27 @@ def _iterate(view: EngineView, choose: Chooser) -> Step | None:
     live = view.running + view.waiting
     if live == 0:
         # An idle iteration runs on_idle's checks; with nothing live, only now and then.
-        return ("iterate", {"eos": []}) if choose.randrange(0, 5) == 0 else None
+        return (Ops.iterate, {"eos": []}) if choose.randrange(0, 5) == 0 else None
     eos = sorted({choose.randrange(0, live) for _ in range(choose.choice((0, 0, 0, 1, 2)))})
-    return "iterate", {"eos": eos}
+    return Ops.iterate, {"eos": eos}
 
 
 def _crowd(view: EngineView, choose: Chooser) -> Step | None:
     if view.waiting >= view.rows:
         return None
-    return "crowd", {"count": view.rows, "max_new": choose.randint(16, 40)}
+    return Ops.crowd, {"count": view.rows, "max_new": choose.randint(16, 40)}
 
 
 def _run(view: EngineView, choose: Chooser) -> Step | None:
     if view.running + view.waiting == 0:
         return None
-    return "run", {"iterations": choose.randint(4, 32)}
+    return Ops.run, {"iterations": choose.randint(4, 32)}
 
 
 def _abort(view: EngineView, choose: Chooser) -> Step | None:
     if view.running + view.waiting == 0:
         return None
-    return "abort", {"pick": choose.randrange(0, 8)}
+    return Ops.abort, {"pick": choose.randrange(0, 8)}
 
 
 def _abort_chunked(view: EngineView, choose: Chooser) -> Step | None:
@@ -158,14 +159,14 @@ def _abort_chunked(view: EngineView, choose: Chooser) -> Step | None:
     ``process_pending_chunked_abort``, scheduler.py:3776-3826): the driver's last live request is the chunked one."""
     if view.chunked is None:
         return None
-    return "abort", {"pick": -1}
+    return Ops.abort, {"pick": -1}
 
 
 def _pause(view: EngineView, choose: Chooser) -> Step | None:
     """A weight-update pause (RL servers pause, flush and resume between rollouts) while requests are live."""
     if view.running + view.waiting == 0 and view.chunked is None:
         return None
-    return "pause", {"flush": choose.randrange(0, 2) == 0}
+    return Ops.pause, {"flush": choose.randrange(0, 2) == 0}
 
 
 def engine_table() -> MoveTable[EngineView]:
@@ -174,13 +175,13 @@ def engine_table() -> MoveTable[EngineView]:
         EngineView,
         engine_config,
         (
-            Move("iterate", 6, _iterate),
-            Move("arrive", 4, _arrive),
-            Move("crowd", 2, _crowd),
-            Move("run", 2, _run, corner="decode under memory pressure"),
-            Move("abort", 1, _abort),  # rare: a request aborted is a request that never reaches decode
+            Move(Ops.iterate, 6, _iterate),
+            Move(Ops.arrive, 4, _arrive),
+            Move(Ops.crowd, 2, _crowd),
+            Move(Ops.run, 2, _run, corner="decode under memory pressure"),
+            Move(Ops.abort, 1, _abort),  # rare: a request aborted is a request that never reaches decode
             Move("abort_chunked", 1, _abort_chunked, corner="abort of a chunked request"),
-            Move("pause", 1, _pause, corner="weight-update pause"),
+            Move(Ops.pause, 1, _pause, corner="weight-update pause"),
         ),
         corners=engine_corners,
     )

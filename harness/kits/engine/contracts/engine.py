@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from harness.kits.engine.ops import EngineOps as Ops
 from harness.upstream import callers
 from harness.upstream.classify import Classification
 
@@ -169,20 +170,20 @@ CONTRACT: Contract[object] = Contract(
     release="sglang==0.5.23",
     rules=(
         CallRule(
-            "arrive",
+            Ops.arrive,
             ARRIVAL_CALLS,
             "one tokenized request: refused at max_req_input_len tokens or more, max_new_tokens clipped to "
             "the context and to the allocator's memory budget, then queued",
             (CLIP, LENGTH, QUEUE, NORMALIZE),
         ),
         CallRule(
-            "crowd",
+            Ops.crowd,
             ARRIVAL_CALLS,
             "count requests sharing a four-token prefix arrive before the next iteration (arrive, repeated)",
             (CLIP, LENGTH, QUEUE),
         ),
         CallRule(
-            "iterate",
+            Ops.iterate,
             ITERATION_CALLS,
             "one event_loop_normal iteration: get_next_batch_to_run (stash, filter and merge, prefill "
             "admission, else decode with retraction), then the batch's result with the chosen EOS "
@@ -190,16 +191,16 @@ CONTRACT: Contract[object] = Contract(
             "no memory call (with the waiting timeout, a hung queue head is aborted as queued)",
             ITERATION_CITES + (WAITING_TIMEOUT,),
         ),
-        CallRule("run", ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
+        CallRule(Ops.run, ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
         CallRule(
-            "abort",
+            Ops.abort,
             ("release_kv_cache",),
             "abort_request(rid) of a queued or running request: a queued one is dropped (its Mamba slot "
             "released with checkpoint=False), a running one marked to_finish and released by its next result",
             (QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT),
         ),
         CallRule(
-            "pause",
+            Ops.pause,
             ("retract_all", "release_kv_cache"),
             "the weight-update pause: pause_generation(mode='retract') processes the queued result and retracts every "
             "running, last-extend and chunked request back to the queue; flush_cache resets the tree and the pools "
@@ -207,8 +208,9 @@ CONTRACT: Contract[object] = Contract(
             (PAUSE_RETRACT, FLUSH, RESUME),
         ),
     ),
-    not_called=(NotCalled("construct", "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
+    not_called=(NotCalled(Ops.construct, "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
     upstream_attr="",
+    ops=Ops,
 )
 
 

@@ -1,0 +1,17 @@
+"""The ``engine`` driver's operations and their arguments, declared once (:mod:`harness.judge.ops`)."""
+
+from __future__ import annotations
+
+from harness.judge.ops import Operations, op
+
+
+class EngineOps(Operations):
+    """``engine``: what users and the model choose: arrivals (one or a crowd), which live requests sample EOS at a
+    result, runs of iterations, aborts and the weight-update pause; the scheduler decides every memory call."""
+
+    arrive = op("stem", "length", "tail", "max_new")
+    crowd = op("count", "max_new")
+    iterate = op("eos")
+    run = op("iterations")
+    abort = op("pick")
+    pause = op("flush")
