@@ -275,13 +275,20 @@ def check_outputs(args: argparse.Namespace, report: Path) -> None:
     """Every place the run writes, checked before any worker starts: a found counterexample must
     have somewhere to go (:mod:`harness.fuzz.outputs`)."""
     from harness.fuzz.database import check_database
-    from harness.fuzz.outputs import check_file, check_folder
+    from harness.fuzz.outputs import check_file, check_folder, folder_to_make
 
     check_folder(args.corpus, "--corpus")
     check_file(report, "--report")
     if args.dashboard is not None:
         check_file(args.dashboard, "--dashboard")
     check_database(args.database)
+    named = [(args.dashboard, "--dashboard", True), (args.report, "--report", True)]
+    if args.corpus != Path("corpus/found"):  # the default is made quietly, as on every fresh clone
+        named.append((args.corpus, "--corpus", False))
+    for path, flag, is_file in named:
+        made = folder_to_make(path, flag, is_file=is_file) if path is not None else None
+        if made is not None:
+            print(f"poolfuzz: {made}", file=sys.stderr)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
