@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 from functools import partial
 from typing import Any
@@ -82,7 +83,68 @@ def test_a_shape_vllm_would_not_start_is_refused_when_the_config_is_built() -> N
         VllmEngineConfig(block_size=4, num_blocks=4, max_model_len=64)
 
 
-@pytest.mark.parametrize("canary", ["vllm-engine-duplicate-in-free-blocks", "vllm-engine-preemption-keeps-blocks"])
+VLLM_ENGINE_CANARIES = [
+    "vllm-engine-duplicate-in-free-blocks",
+    "vllm-engine-preemption-keeps-blocks",
+    "vllm-engine-placeholders-survive-preemption",
+    "vllm-engine-evicted-hash-left-in-map",
+    "vllm-engine-free-order-reversed",
+    "vllm-engine-null-block-left-queued",
+    "vllm-engine-table-entry-left-after-free",
+    "vllm-engine-reset-leaves-block-hashes",
+]
+
+
+def test_the_family_has_at_least_eight_canaries_each_listed_here() -> None:
+    from harness.kits.vllm_engine.canaries import CANARIES
+
+    assert sorted(CANARIES) == sorted(VLLM_ENGINE_CANARIES)
+
+
+def _first_violation(spec: str, config: Any, seed: int, steps: int = 400) -> str | None:
+    """A seeded walk of the family's operations through its driver over the canary's factory: the first invariant."""
+    from harness.judge.invariants import InvariantViolation
+    from harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    module, _, attr = spec.partition(":")
+    rng = random.Random(seed)
+    driver = VllmEngineDriver(getattr(importlib.import_module(module), attr), config)
+    try:
+        for _ in range(steps):
+            roll = rng.random()
+            if roll < 0.3:
+                driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 24))
+            elif roll < 0.34:
+                driver.abort(rng.randrange(8))
+            elif roll < 0.37:
+                driver.reset_cache()
+            elif roll < 0.45:
+                driver.run(rng.randint(4, 12))
+            else:
+                driver.iterate([rng.randrange(4)] if rng.random() < 0.2 else [], [])
+            driver.audit_now()
+        driver.teardown()
+    except InvariantViolation as violation:
+        return violation.invariant_id
+    return None
+
+
+@pytest.mark.parametrize("canary", VLLM_ENGINE_CANARIES[2:])
+def test_each_new_canary_is_caught_by_its_invariant_in_a_short_seeded_walk(canary: str) -> None:
+    """The canaries added with the both-pools mirror, each caught within a few hundred driver steps on a tight shape
+    (async for the placeholders, both pools for the free order); selfcheck catches them too (docs/engine-vllm.md)."""
+    from harness.canaries import CANARIES
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+
+    entry = CANARIES[canary]
+    config = VllmEngineConfig(
+        block_size=4, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=canary.endswith("preemption"), pools="both" if canary.endswith("reversed") else "upstream",
+    )  # fmt: skip
+    assert _first_violation(entry.spec, config, seed=0) == entry.invariant
+
+
+@pytest.mark.parametrize("canary", VLLM_ENGINE_CANARIES[:2])
 def test_each_planted_bug_is_caught_by_its_invariant(canary: str) -> None:
     from harness.canaries.selfcheck import check_canary
 
@@ -178,3 +240,28 @@ def test_a_request_resumed_after_preemption_is_scheduled_with_a_copy_of_its_toke
     driver.arrive(0, 0, 0, 0)
     driver.arrive(0, 7, 0, 0)
     driver.teardown()
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_the_seeded_walk_over_the_clean_engine_finds_nothing(async_scheduling: bool) -> None:
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+
+    config = VllmEngineConfig(
+        block_size=4, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=async_scheduling, pools="both",
+    )  # fmt: skip
+    assert _first_violation("harness.upstream:VllmEngine", config, seed=0) is None
+
+
+def test_a_vllm_engine_finding_is_classified_reachable_not_latent(tmp_path: Any) -> None:
+    import json
+
+    from harness.upstream.classify import classify
+
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"config": {"async_scheduling": True, "pools": "both"}, "steps": [{"op": "arrive"}, {"op": "run"}]}))
+    found = classify("vllm_engine", "harness.upstream:VllmEngine", "ref-count", str(trace))
+    assert found is not None and found.kind == "reachable", found
+    assert "async" in found.note and "arrive, run" in found.note
+    agreed = classify("vllm_engine", "harness.upstream:VllmEngine", "implementations-agree", str(trace))
+    assert agreed is not None and agreed.kind == "divergence"

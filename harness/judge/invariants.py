@@ -202,6 +202,13 @@ _CATALOGUE = (
         "a reused block left in the map, so a prefix hit reads another request's KV (vLLM #4761); stale block hashes "
         "after reuse (vLLM #44237)",
     ),
+    Invariant(
+        "async-placeholders",
+        "Under vLLM's async scheduling a request's num_output_placeholders (tokens scheduled whose results have not "
+        "landed) is never negative, and a request that is not running has none: preemption rolls them back "
+        "(v1/core/sched/scheduler.py:1836) and a waiting request was never scheduled since.",
+        "async + preemption placeholder underflow and placeholders surviving preemption (vLLM #46066, #47900, #38624)",
+    ),
 )
 
 INVARIANTS: dict[str, Invariant] = {inv.id: inv for inv in _CATALOGUE}

@@ -38,6 +38,7 @@ FAMILIES = (
             device="cpu",
         ),
         canaries=("harness.kits.vllm_engine.canaries",),
+        classifier="harness.kits.vllm_engine.contracts.engine:classify_failure",
         upstream=("harness.upstream:VllmEngine",),
         not_covered=(
             "vLLM's KV cache config builder (kv_cache_planning.get_kv_cache_configs): it sizes blocks from GPU memory "
@@ -58,6 +59,7 @@ FAMILIES = (
             "in-flight-reuse",
             "scheduler-progress",
             "implementations-agree",
+            "async-placeholders",
         ),
         limits=VllmEngineConfig.with_args(
             {

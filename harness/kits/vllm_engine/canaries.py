@@ -12,6 +12,14 @@ from typing import Any
 
 from harness.canaries.catalogue import Canary
 from harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
+from pools.block_pool import BlockPool
+
+
+def _vllms_pool(engine: VllmEngine) -> Any:
+    """vLLM's ``BlockPool`` of ``engine``, or ``None`` on the poolfuzz side of a ``pools="both"`` run: a bug planted in
+    vLLM's pool stays out of ours (which refuses some of them), so the mirror runs the pool as written."""
+    pool = engine.scheduler.kv_cache_manager.block_pool
+    return None if isinstance(pool, BlockPool) else pool
 
 
 def build_duplicate_in_free_blocks(**shape: Any) -> VllmEngine:
@@ -21,7 +29,9 @@ def build_duplicate_in_free_blocks(**shape: Any) -> VllmEngine:
     count goes one too low, and it is appended to the free queue while a table still holds it or twice.
     """
     engine = build_vllm_engine(**shape)
-    pool = engine.scheduler.kv_cache_manager.block_pool
+    pool = _vllms_pool(engine)
+    if pool is None:
+        return engine
     free = pool.free_blocks
 
     def free_blocks(ordered_blocks: Iterable[Any]) -> None:
@@ -60,6 +70,124 @@ def build_preemption_keeps_blocks(**shape: Any) -> VllmEngine:
     return engine
 
 
+def build_placeholders_survive_preemption(**shape: Any) -> VllmEngine:
+    """Async scheduling: a preempted request keeps its ``num_output_placeholders`` (vLLM #46066 / #47900 / #38624).
+
+    ``_preempt_request`` rolls the placeholders of its in-flight steps back to 0 (scheduler.py:1836); here they
+    survive, so the request waits with placeholders for tokens it will never be scheduled for, and once resumed
+    its placeholder count drifts from what is in flight (the underflow assert at scheduler.py:2769 upstream).
+    """
+    engine = build_vllm_engine(**{**shape, "async_scheduling": True})
+    scheduler = engine.scheduler
+    preempt = scheduler._preempt_request
+
+    def preempt_request(request: Any, timestamp: float, drop_stale_output: bool = False) -> None:
+        kept = request.num_output_placeholders
+        preempt(request, timestamp, drop_stale_output)
+        request.num_output_placeholders = kept
+
+    scheduler._preempt_request = preempt_request
+    return engine
+
+
+def build_evicted_hash_left_in_map(**shape: Any) -> VllmEngine:
+    """A cached free block reused by ``get_new_blocks`` loses its hash, but the hash map keeps pointing at it.
+
+    ``_maybe_evict_cached_block`` must pop the block's entries from ``cached_block_hash_to_block``
+    (block_pool.py:769-790, ``_remove_cached_block_hashes``); here only the block's own hash is reset, so a later
+    request with that prefix hits a block another request now writes (vLLM #4761, stale hashes after reuse #44237).
+    """
+    engine = build_vllm_engine(**{**shape, "enable_prefix_caching": True})
+    pool = _vllms_pool(engine)
+    if pool is None:
+        return engine
+
+    def maybe_evict_cached_block(block: Any) -> bool:
+        had = block.block_hash is not None
+        block.reset_hash()
+        return had
+
+    pool._maybe_evict_cached_block = maybe_evict_cached_block
+    return engine
+
+
+def build_free_blocks_in_call_order_reversed(**shape: Any) -> VllmEngine:
+    """``BlockPool.free_blocks`` queues the blocks of one call in reverse order.
+
+    The managers pass a request's blocks tail first (single_type_kv_cache_manager.py:599, ``reversed``) so its tail
+    block is evicted before the prefix it extends; a pool that reverses the call evicts the shared prefix first.
+    Planted in vLLM's pool of a ``pools="both"`` run: ours keeps block_pool.py's order, and the two free queues
+    differ (``free-queue-order``).
+    """
+    engine = build_vllm_engine(**shape)
+    pool = _vllms_pool(engine)
+    if pool is None:
+        return engine
+    free = pool.free_blocks
+    pool.free_blocks = lambda ordered_blocks: free(list(ordered_blocks)[::-1])
+    return engine
+
+
+def build_null_block_left_queued(**shape: Any) -> VllmEngine:
+    """The null block stays on the free queue after the pool takes it as the placeholder.
+
+    ``BlockPool.__init__`` pops block 0 off the queue as the null block (block_pool.py:190-192), which sliding-window
+    tables name for every skipped position and no call pools again (``touch``/``free_blocks`` skip it, :795, :828).
+    Here it is queued again at the tail, so once the queue drains ``get_new_blocks`` hands the placeholder to a
+    request that then writes into it.
+    """
+    engine = build_vllm_engine(**shape)
+    pool = _vllms_pool(engine)
+    if pool is None:
+        return engine
+    pool.free_block_queue.append(pool.null_block)
+    return engine
+
+
+def build_table_entry_left_after_free(**shape: Any) -> VllmEngine:
+    """A finished request's blocks go back to the pool, but the single-type manager keeps its block table entry.
+
+    ``SingleTypeKVCacheManager.free`` pops ``req_to_blocks[request_id]`` (single_type_kv_cache_manager.py:599,
+    ``pop_blocks_for_free``); here the freed blocks stay listed under the gone request, so the table names blocks
+    the free queue hands to others (the shape of vLLM's leaked-table fixes around ``req_to_blocks``).
+    """
+    engine = build_vllm_engine(**shape)
+    for manager in engine.scheduler.kv_cache_manager.coordinator.single_type_managers:
+
+        def free(request_id: str, manager: Any = manager, release: Any = manager.free) -> None:
+            blocks = list(manager.req_to_blocks.get(request_id, ()))
+            release(request_id)
+            if blocks:
+                manager.req_to_blocks[request_id] = blocks
+
+        manager.free = free
+    return engine
+
+
+def build_reset_leaves_block_hashes(**shape: Any) -> VllmEngine:
+    """``reset_prefix_cache`` empties the hash map but leaves each block's own hash.
+
+    block_pool.py:890-897 resets the map and then every block's hash; here the blocks keep theirs, so a block
+    carries a hash nothing indexes, and caching it again trips ``set_block_hash``'s assert (kv_cache_utils.py:201).
+    """
+    engine = build_vllm_engine(**{**shape, "enable_prefix_caching": True})
+    pool = _vllms_pool(engine)
+    if pool is None:
+        return engine
+    reset = pool.reset_prefix_cache
+
+    def reset_prefix_cache() -> bool:
+        hashes = [(block, block._block_hash, block._block_hash_num_tokens) for block in pool.blocks]
+        done = bool(reset())
+        if done:
+            for block, block_hash, tokens in hashes:
+                block._block_hash, block._block_hash_num_tokens = block_hash, tokens
+        return done
+
+    pool.reset_prefix_cache = reset_prefix_cache
+    return engine
+
+
 CANARIES = {
     "vllm-engine-duplicate-in-free-blocks": Canary(
         family="vllm_engine",
@@ -74,5 +202,47 @@ CANARIES = {
         bug="a preempted request is re-queued still holding its KV blocks",
         upstream="vLLM async + preemption fixes (#38624, #46066, #47900)",
         invariant="scheduler-conservation",
+    ),
+    "vllm-engine-placeholders-survive-preemption": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_placeholders_survive_preemption",
+        bug="async scheduling: a preempted request keeps its num_output_placeholders",
+        upstream="vLLM async + preemption placeholder fixes (#46066, #47900, #38624)",
+        invariant="async-placeholders",
+    ),
+    "vllm-engine-evicted-hash-left-in-map": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_evicted_hash_left_in_map",
+        bug="a cached block reused by get_new_blocks loses its hash, but the hash map still points at it",
+        upstream="vLLM #4761 (a reused block left in the map), #44237 (stale hashes after reuse)",
+        invariant="cache-map",
+    ),
+    "vllm-engine-free-order-reversed": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_free_blocks_in_call_order_reversed",
+        bug="free_blocks queues one call's blocks in reverse: a shared prefix is evicted before its tail",
+        upstream="vLLM v1 free order (the managers free a request's blocks tail first, single_type_kv_cache_manager.py:599)",
+        invariant="free-queue-order",
+    ),
+    "vllm-engine-null-block-left-queued": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_null_block_left_queued",
+        bug="the null block stays on the free queue, so get_new_blocks can hand the placeholder to a request",
+        upstream="vLLM v1 null block (block_pool.py:190-192: taken off the queue, never pooled again)",
+        invariant="reserved-never-handed-out",
+    ),
+    "vllm-engine-table-entry-left-after-free": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_table_entry_left_after_free",
+        bug="a finished request's block table entry survives the free of its blocks",
+        upstream="vLLM req_to_blocks leaks (assert_scheduler_empty in tests/v1/core/test_scheduler.py)",
+        invariant="scheduler-conservation",
+    ),
+    "vllm-engine-reset-leaves-block-hashes": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.canaries:build_reset_leaves_block_hashes",
+        bug="reset_prefix_cache empties the hash map but leaves each block's hash",
+        upstream="vLLM reset_prefix_cache (block_pool.py:871-910; RLHF weight updates)",
+        invariant="cache-map",
     ),
 }

@@ -20,7 +20,7 @@ from harness.engines.interface import Submission
 from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from harness.judge.invariants import InvariantViolation
 from harness.kits.vllm_engine.config import VllmEngineConfig
-from harness.kits.vllm_engine.observe import check_structures
+from harness.kits.vllm_engine.observe import check_structures, same_free_queue
 from harness.kits.vllm_engine.ops import VllmEngineOps
 from harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
 
@@ -124,6 +124,7 @@ class VllmEngineDriver(Driver):
             observations.append(observation)
         if len(observations) == 2:
             judges.agree(*observations)
+            same_free_queue(*self.engines)
 
     def teardown(self) -> None:
         """Drain: every live request samples EOS at each step until nothing is held or in flight, judged each step;

@@ -170,6 +170,16 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
         counted=counted,
         walked=len(queue),
     )
+    null = pool.null_block
+    # The null block is never pooled and no call maintains its ref_cnt (block_pool.py:190-192, :795, :828): it is
+    # never queued, and a count moved off 0 means get_new_blocks handed it out (tables list it as a placeholder).
+    check(
+        null.block_id not in queue and null.ref_cnt == 0,
+        "reserved-never-handed-out",
+        "the null block is on the free queue or was handed out",
+        queued=null.block_id in queue,
+        ref_cnt=null.ref_cnt,
+    )
     hashed = {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
     seen: set[int] = set()
     index = pool.cached_block_hash_to_block  # vLLM's BlockHashToBlockMap, or ours: a dict of dicts
@@ -199,6 +209,17 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
     )
     # scheduler.py:2697-2707: a waiting or preempted request holds blocks only once it has computed tokens.
     check(not kept, "scheduler-conservation", "a waiting or preempted request with nothing computed keeps blocks", requests=kept[:8])
+    placeholders = sorted(
+        (rid, r.num_output_placeholders)
+        for rid, r in scheduler.requests.items()
+        if r.num_output_placeholders < 0 or (r.num_output_placeholders and r.status != engine.status.RUNNING)
+    )
+    check(
+        not placeholders,
+        "async-placeholders",
+        "a request has negative output placeholders, or keeps some while not running (preemption resets them)",
+        requests=placeholders[:8],
+    )
     if observation.at_rest:
         managers = scheduler.kv_cache_manager.coordinator.single_type_managers
         left = sorted({rid for m in managers for rid in (*m.req_to_blocks, *m.num_cached_block)})
@@ -214,4 +235,21 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
             "at idle, not every block but the null block is free (assert_scheduler_empty)",
             free=counted,
             blocks=len(pool.blocks),
+        )
+
+
+def same_free_queue(first: VllmEngine, second: VllmEngine) -> None:
+    """``free-queue-order`` across a ``pools="both"`` run: the same steps leave vLLM's free queue and ours in the same
+    order, block id by block id.  ``pools.block_pool`` states vLLM 0.33.0's order (get_new_blocks pops the front;
+    free_blocks prepends unhashed blocks and appends hashed ones, each in call order; touch unlinks), so it is the
+    model the upstream pool's order is held to, with vLLM's own managers deciding every call."""
+    queues = [free_queue(engine.scheduler.kv_cache_manager.block_pool)[0] for engine in (first, second)]
+    if queues[0] != queues[1]:
+        at = next((i for i, (a, b) in enumerate(zip(*queues, strict=False)) if a != b), min(map(len, queues)))
+        check(
+            False,
+            "free-queue-order",
+            f"the same steps leave the free queue over {first.config.pools} pools in another order than over {second.config.pools}",
+            position=at,
+            **{first.config.pools: queues[0][at : at + 8], second.config.pools: queues[1][at : at + 8]},
         )

@@ -9,8 +9,12 @@ apply (``upstream_attr=""``).  Paths are relative to the ``vllm`` package folder
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from harness.judge.contract import CallRule, Cite, Contract
 from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+from harness.upstream.classify import Classification
 
 CORE = "v1/engine/core.py"
 
@@ -44,3 +48,27 @@ CONTRACT: Contract[object] = Contract(
     upstream_attr="",
     ops=Ops,
 )
+
+
+def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classification:
+    """The class of a violation by the vLLM engine target (the kit's ``classifier``): ``reachable`` by construction.
+
+    Every step is an engine-core call on vLLM 0.33.0's own ``Scheduler``/``AsyncScheduler`` (add_request, schedule,
+    update_from_output, finish_requests, reset_prefix_cache: the contract above); admission, chunking, prefix hits,
+    preemption and frees are its decisions, and only the model's sampled tokens are chosen.  The server shape is one
+    vLLM starts (``VllmEngineConfig`` refuses the rest), its ``KVCacheConfig`` built by hand from vLLM's classes."""
+    kinds = sorted(set(ops))
+    shape = ", ".join(
+        part
+        for part in (
+            "async" if config.get("async_scheduling") else "sync",
+            "full + sliding window" if config.get("sliding_window") else "full attention",
+            f"pools {config.get('pools', 'upstream')}",
+        )
+    )
+    return Classification(
+        "reachable",
+        "vLLM 0.33.0's own v1 scheduler decides every memory call; the fuzzer chooses only arrivals, sampled tokens "
+        f"(EOS, stop), aborts and prefix-cache resets (docs/engine-vllm.md); shape: {shape}; "
+        f"the trace's steps: {', '.join(kinds) or 'none'}",
+    )
