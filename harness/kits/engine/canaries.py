@@ -16,6 +16,7 @@ import torch
 
 from harness.canaries.catalogue import Canary
 from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
+from harness.kits.engine.overlap_canaries import CANARIES as OVERLAP_CANARIES
 from harness.upstream.engine import EngineLoop
 
 
@@ -182,49 +183,67 @@ _HERE = "harness.kits.engine.canaries"
 
 CANARIES: dict[str, Canary] = {
     "engine-release-frees-protected-prefix": Canary(
-        "engine", f"{_HERE}:build_release_frees_protected_prefix",
+        "engine",
+        f"{_HERE}:build_release_frees_protected_prefix",
         "a release frees the row from 0, the tree's protected prefix included",
         "release_kv_cache frees [cache_protected_len, owned) (common.py:433); mini-sglang PR #142",
         "scheduler-conservation",
     ),
     "engine-retraction-keeps-row": Canary(
-        "engine", f"{_HERE}:build_retraction_keeps_row",
+        "engine",
+        f"{_HERE}:build_retraction_keeps_row",
         "a retracted request's req_to_token row is taken again after release",
-        "release_req / req_to_token_pool.free (schedule_batch.py:2360, memory_pool.py:462)", "scheduler-conservation",
+        "release_req / req_to_token_pool.free (schedule_batch.py:2360, memory_pool.py:462)",
+        "scheduler-conservation",
     ),
     "engine-overallocated-decode-not-returned": Canary(
-        "engine", f"{_HERE}:build_overallocated_decode_not_returned",
+        "engine",
+        f"{_HERE}:build_overallocated_decode_not_returned",
         "decode over-allocates a slot per request that kv_allocated_len never records",
-        "_release_overallocated_kv_indices (common.py:447); spec-decode over-allocation", "kv-accounting",
+        "_release_overallocated_kv_indices (common.py:447); spec-decode over-allocation",
+        "kv-accounting",
     ),
     "engine-release-keeps-lock": Canary(
-        "engine", f"{_HERE}:build_release_keeps_lock",
+        "engine",
+        f"{_HERE}:build_release_keeps_lock",
         "a finish leaves one lock reference on the request's tree path",
-        "release_kv_cache unlock(req.lock) (common.py:434); SGLang PR #29291 lock_ref shapes", "lock-balance",
+        "release_kv_cache unlock(req.lock) (common.py:434); SGLang PR #29291 lock_ref shapes",
+        "lock-balance",
     ),
     "engine-double-free-at-finish": Canary(
-        "engine", f"{_HERE}:build_double_free_at_finish",
+        "engine",
+        f"{_HERE}:build_double_free_at_finish",
         "a finish frees again a slot its release already returned (an insert duplicate)",
-        "double frees in release paths (SGLang #4977, #18694)", "no-double-allocation",
+        "double frees in release paths (SGLang #4977, #18694)",
+        "no-double-allocation",
     ),
     "engine-free-group-dropped": Canary(
-        "engine", f"{_HERE}:build_free_group_dropped",
+        "engine",
+        f"{_HERE}:build_free_group_dropped",
         "free_group_end discards the frees collected since free_group_begin",
-        "free_group_begin/end around result processing (batch_result_processor.py:264, :501)", "kv-accounting",
+        "free_group_begin/end around result processing (batch_result_processor.py:264, :501)",
+        "kv-accounting",
     ),
     "engine-admits-nothing-when-idle": Canary(
-        "engine", f"{_HERE}:build_admits_nothing_when_idle",
+        "engine",
+        f"{_HERE}:build_admits_nothing_when_idle",
         "admission refuses every request while nothing runs",
-        "pool_configurator.py:201-207 (the scheduler spins in the waiting queue, the server hangs)", "scheduler-progress",
+        "pool_configurator.py:201-207 (the scheduler spins in the waiting queue, the server hangs)",
+        "scheduler-progress",
     ),
     "engine-evictable-size-drifts": Canary(
-        "engine", f"{_HERE}:build_evictable_size_drifts",
+        "engine",
+        f"{_HERE}:build_evictable_size_drifts",
         "evictable_size() counts one token more than the tree holds",
-        "SGLang #35270 (a shared page counted twice in evictable_size)", "checker-agreement",
+        "SGLang #35270 (a shared page counted twice in evictable_size)",
+        "checker-agreement",
     ),
     "engine-mirror-pops-tail": Canary(
-        "engine", f"{_HERE}:build_mirror_pops_tail",
+        "engine",
+        f"{_HERE}:build_mirror_pops_tail",
         "the poolfuzz side of a both-pools run hands out KV slots from the free list's tail",
-        "SGLang #32208 (tail pop)", "implementations-agree",
+        "SGLang #32208 (tail pop)",
+        "implementations-agree",
     ),
 }
+CANARIES.update(OVERLAP_CANARIES)  # the overlap loop's (upstream's own Scheduler): harness/kits/engine/overlap_canaries.py

@@ -11,7 +11,8 @@ retraction, checkpoints, releases) is upstream's decision, so every call order r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from harness.engines import judges
@@ -96,16 +97,8 @@ class EngineDriver(Driver):
             loop = target.loop
             live = list(loop.running_batch.reqs) + list(loop.waiting_queue)
             tokens = {live[i].rid: EOS for i in eos if i < len(live)}
-            try:
+            with upstream_raises(loop):
                 kinds.append(target.step(tokens).kind)
-            except InvariantViolation:
-                raise
-            except Exception as exc:  # upstream raised inside its own scheduler path
-                raise InvariantViolation(
-                    "valid-call-accepted",
-                    f"scheduler iteration over {loop.config.pools} pools raised {type(exc).__name__}: {exc}",
-                    iteration=loop.iterations,
-                ) from exc
         self.event(f"iteration: {kinds[0]}")
         return kinds[0]
 
@@ -182,13 +175,31 @@ class EngineDriver(Driver):
                 # batch next), the chunked request and the queue (a re-prefilled request finishes at its prefill).
                 live = list(loop.running_batch.reqs) + list(loop.waiting_queue) + ([loop.chunked_req] if loop.chunked_req else [])
                 live += list(loop.last_batch.reqs) if loop.last_batch is not None else []
-                loop.iterate({r.rid: EOS for r in live})
+                with upstream_raises(loop):
+                    loop.iterate({r.rid: EOS for r in live})
             self.audit_now()
         else:
             self.event("teardown did not drain: the idle checks see a busy loop")
         for loop in self.loops:
-            loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
+            with upstream_raises(loop):
+                loop.iterate({})  # the idle iteration: on_idle's pool and request-pool checks
         super().teardown()
+
+
+@contextlib.contextmanager
+def upstream_raises(loop: Any) -> Iterator[None]:
+    """An exception upstream raises inside its own scheduler path (an iteration, the teardown's drain) is the
+    ``valid-call-accepted`` violation: every call it made was one the scheduler chose."""
+    try:
+        yield
+    except InvariantViolation:
+        raise
+    except Exception as exc:
+        raise InvariantViolation(
+            "valid-call-accepted",
+            f"scheduler iteration over {loop.config.pools} pools raised {type(exc).__name__}: {exc}",
+            iteration=loop.iterations,
+        ) from exc
 
 
 def fingerprint(loop: Any) -> tuple[Any, ...]:
