@@ -318,7 +318,17 @@ def test_an_installed_kit_is_fuzzed_and_its_pool_runs_clean(installed: Installed
 
 def test_an_installed_kits_upstream_target_loads_through_the_one_loader_and_runs_clean(installed: Installed) -> None:
     result = installed.run(
-        "fuzz", "--target", "tiny_slots=tinykit.upstream:ToySlots", "--seconds", "3", "--workers", "1", "--corpus", "up", "--report", "up.json"
+        "fuzz",
+        "--target",
+        "tiny_slots=tinykit.upstream:ToySlots",
+        "--seconds",
+        "3",
+        "--workers",
+        "1",
+        "--corpus",
+        "up",
+        "--report",
+        "up.json",
     )
     assert result.returncode == 0, _out(result)
     (target,) = json.loads((installed.work / "up.json").read_text())["targets"]
