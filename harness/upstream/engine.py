@@ -172,12 +172,7 @@ class EngineLoop:
             # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
             # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).
             self._record(advanced=False)
-            if self.stalled and self.config.waiting_timeout:
-                self.abort(self.waiting_queue[0].rid)  # the waiting timeout's AbortReq for the queue head
-                self.timed_out += 1
-                self._record(advanced=True)
-                return "timeout"
-            return "idle"
+            return "timeout" if self._waiting_timeout() else "idle"
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
                 self.to_abort.discard(req.rid)
@@ -196,6 +191,16 @@ class EngineLoop:
     def _record(self, *, advanced: bool) -> None:
         active = [r.rid for r in self.running_batch.reqs] + ([self.chunked_req.rid] if self.chunked_req is not None else [])
         self.last_step = StepFacts(tuple(r.rid for r in self.waiting_queue), tuple(active), advanced)
+
+    def _waiting_timeout(self) -> bool:
+        """A stalled loop whose config sets ``waiting_timeout``: the timeout's AbortReq for the queue head, recorded
+        as a step that advanced.  Whether it fired."""
+        if not (self.stalled and self.config.waiting_timeout):
+            return False
+        self.abort(self.waiting_queue[0].rid)
+        self.timed_out += 1
+        self._record(advanced=True)
+        return True
 
     @property
     def fully_idle(self) -> bool:

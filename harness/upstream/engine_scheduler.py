@@ -145,12 +145,7 @@ class SchedulerLoop(EngineLoop):
         if batch is None and self.landed:
             kind = "land"
         self._record(advanced=advanced)
-        if self.stalled and self.config.waiting_timeout:
-            self.abort(self.waiting_queue[0].rid)  # the waiting timeout's AbortReq for the queue head
-            self.timed_out += 1
-            self._record(advanced=True)
-            return "timeout"
-        return kind
+        return "timeout" if self._waiting_timeout() else kind
 
     def _self_check_during_busy(self) -> tuple[bool, str] | None:
         """``invariant_checker.self_check_during_busy()`` (invariant_checker.py:313-348), where the knob runs it: the full
