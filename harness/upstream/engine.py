@@ -193,8 +193,7 @@ class EngineLoop:
         self.last_step = StepFacts(tuple(r.rid for r in self.waiting_queue), tuple(active), advanced)
 
     def _waiting_timeout(self) -> bool:
-        """A stalled loop whose config sets ``waiting_timeout``: the timeout's AbortReq for the queue head, recorded
-        as a step that advanced.  Whether it fired."""
+        """Whether ``waiting_timeout`` fired: a stalled loop's AbortReq for the queue head, a step that advanced."""
         if not (self.stalled and self.config.waiting_timeout):
             return False
         self.abort(self.waiting_queue[0].rid)
