@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
 
 from harness.machines.settings import load_default_profile
 
@@ -13,6 +15,25 @@ load_default_profile()
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.cuda])]
+
+
+def found_settings(*, examples: int, steps: int) -> Settings:
+    """Deterministic whatever the profile, so the same bug is found the same way twice.
+
+    Hypothesis's own shrink phase is left out: it costs seconds, and the runner's replay shrinker must reach a
+    minimal trace without its help (so the run as found is longer than the shrunk trace).
+    """
+    return Settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
 import harness.traces.shrink
@@ -26,7 +25,7 @@ from harness.traces.schema import load_trace
 from harness.traces.shrink import shrink_trace
 from pools import ReqToTokenPool
 from pools.req_to_token import Req
-from tests.conftest import CUDA
+from tests.conftest import CUDA, found_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -54,22 +53,8 @@ class FreeLosesRow(ReqToTokenPool):
 
 
 def fuzz_settings() -> Settings:
-    """Deterministic whatever the profile, so the same bug is found the same way twice.
-
-    Hypothesis's own shrink phase is left out: it costs seconds here, and the
-    runner's replay shrinker must reach a minimal trace without its help.
-    """
-    return Settings(
-        max_examples=40,
-        stateful_step_count=8,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        report_multiple_bugs=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate],
-    )
+    """Deterministic whatever the profile, hypothesis's own shrinking left out (:func:`tests.conftest.found_settings`)."""
+    return found_settings(examples=40, steps=8)
 
 
 Steps = list[tuple[str, dict[str, Any]]]

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
 from harness.judge.families import UnknownTargetError, load_factory
@@ -22,6 +21,7 @@ from harness.machines import make_machine, run_machine
 from harness.traces.replay import replay_trace
 from harness.traces.schema import load_trace
 from pools import ReqToTokenPool
+from tests.conftest import found_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,17 +143,7 @@ def _plugin_registered() -> bool:
 # ------------------------------------------------------------ a failure's numbers are its shrunk run's
 def _found_long() -> Settings:
     """Deterministic, hypothesis's own shrinking off: the run as found is longer than the shrunk trace."""
-    return Settings(
-        max_examples=60,
-        stateful_step_count=25,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        report_multiple_bugs=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate],
-    )
+    return found_settings(examples=60, steps=25)
 
 
 def test_a_shrunk_failure_shows_the_numbers_of_the_shrunk_run_beside_its_steps(tmp_path: Path) -> None:
