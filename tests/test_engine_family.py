@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 
 from harness.judge.families import family_unavailable
 from harness.upstream.placeholders import StandIn, StandInReached
+from tests.engine_walk import walk
 
 REASON = family_unavailable("engine")
 needs_engine = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
@@ -32,17 +32,9 @@ def test_a_placeholder_lets_a_file_import_but_refuses_to_run() -> None:
 
 def _run(config: dict[str, object], seed: int, steps: int = 80) -> object:
     from harness.kits.engine.driver import EngineDriver, build_engine
-    from harness.kits.engine.moves import EngineView, engine_table
 
-    table = engine_table()
     driver = EngineDriver(build_engine, config)
-    view = EngineView(driver)
-    rng = random.Random(seed)
-    for _ in range(steps):
-        move = rng.choices(table.moves, weights=[m.weight for m in table.moves])[0]
-        step = move.draw(view, rng)
-        if step is not None:
-            driver.step(step[0], **step[1])
+    walk(driver, seed, steps)
     driver.teardown()
     return driver
 
@@ -221,19 +213,14 @@ def _leaky_mamba_engine(where: str) -> object:
 def _caught(factory: object, config: Mapping[str, object], *, seeds: int = 10) -> object:
     from harness.judge.invariants import InvariantViolation
     from harness.kits.engine.driver import EngineDriver
-    from harness.kits.engine.moves import EngineView, engine_table
+    from harness.kits.engine.moves import engine_table
 
     # The moves the re-enacted loop runs (it has no pause); drawn from alone, the seeds' sequences stay as they were.
     moves = [m for m in engine_table().moves if m.name in {"iterate", "arrive", "crowd", "run", "abort"}]
     for seed in range(seeds):
         driver = EngineDriver(factory, config)  # type: ignore[arg-type]
-        view, rng = EngineView(driver), random.Random(seed)
         try:
-            for _ in range(80):
-                move = rng.choices(moves, weights=[m.weight for m in moves])[0]
-                step = move.draw(view, rng)
-                if step is not None:
-                    driver.step(step[0], **step[1])
+            walk(driver, seed, 80, moves)
             driver.teardown()
         except InvariantViolation as violation:
             return violation

@@ -11,6 +11,7 @@ import pytest
 from harness.judge.families import family_unavailable
 from harness.judge.invariants import InvariantViolation
 from harness.kits.engine.ops import EngineOps as Ops
+from tests.engine_walk import walk
 
 REASON = family_unavailable("engine")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
@@ -51,10 +52,7 @@ leaked row shows after an abort and a pause around a chunked prompt)."""
 
 
 def _first_violation(factory: Any, walk_seed: int | None = None) -> InvariantViolation | None:
-    import random
-
     from harness.kits.engine.driver import EngineDriver
-    from harness.kits.engine.moves import EngineView, engine_table
 
     driver = EngineDriver(factory, SHAPE)
     try:
@@ -62,11 +60,7 @@ def _first_violation(factory: Any, walk_seed: int | None = None) -> InvariantVio
             for op, args in STREAM:
                 driver.step(op, **args)
         else:
-            table, view, rng = engine_table(), EngineView(driver), random.Random(walk_seed)
-            for _ in range(60):
-                step = rng.choices(table.moves, weights=[m.weight for m in table.moves])[0].draw(view, rng)
-                if step is not None:
-                    driver.step(step[0], **step[1])
+            walk(driver, walk_seed, 60)
         driver.teardown()
     except InvariantViolation as violation:
         return violation
