@@ -265,3 +265,70 @@ def test_a_vllm_engine_finding_is_classified_reachable_not_latent(tmp_path: Any)
     assert "async" in found.note and "arrive, run" in found.note
     agreed = classify("vllm_engine", "harness.upstream:VllmEngine", "implementations-agree", str(trace))
     assert agreed is not None and agreed.kind == "divergence"
+
+
+@pytest.mark.parametrize("method", ["ngram", "eagle"])
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(async_scheduling: bool, method: str) -> None:
+    """300 driver steps with K=3 drafts, the fuzzer choosing drafts and acceptance, on a pool tight enough to preempt
+    (both pools for n-gram): judged after every step, drafts scheduled, and the drain ends at rest."""
+    import harness.upstream
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    config = VllmEngineConfig(
+        block_size=4, num_blocks=12, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=async_scheduling, speculative_method=method, num_speculative_tokens=3,
+        pools="both" if method == "ngram" else "upstream",
+    )  # fmt: skip
+    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    scheduler = driver.engine.scheduler
+    assert scheduler.num_spec_tokens == 3 and scheduler.num_lookahead_tokens == (3 if method == "eagle" else 0)
+    schedule, seen = scheduler.schedule, {"drafts": 0, "preempted": 0}
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        output = schedule(*args, **kwargs)
+        seen["drafts"] += sum(map(len, output.scheduled_spec_decode_tokens.values()))
+        seen["preempted"] += len(output.preempted_req_ids or ())
+        return output
+
+    scheduler.schedule = counted
+    rng = random.Random(3)
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.3:
+            driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 24))
+        elif roll < 0.33:
+            driver.abort(rng.randrange(8))
+        elif roll < 0.4:
+            driver.run(rng.randint(4, 12))
+        else:
+            driver.speculate(rng.randint(0, 3), rng.randint(0, 3), [rng.randrange(4)] if rng.random() < 0.15 else [])
+        driver.audit_now()
+    driver.teardown()
+    assert seen["drafts"] > 100 and seen["preempted"] > 0, seen
+    assert driver.engine.observe().at_rest
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_lookahead_blocks_kept_after_preemption_are_caught(async_scheduling: bool) -> None:
+    from harness.canaries import CANARIES
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+
+    entry = CANARIES["vllm-engine-lookahead-blocks-kept-after-preemption"]
+    config = VllmEngineConfig(
+        block_size=4, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
+        async_scheduling=async_scheduling, speculative_method="eagle", num_speculative_tokens=3,
+    )  # fmt: skip
+    assert _first_violation(entry.spec, config, seed=0) == entry.invariant
+    assert _first_violation("harness.upstream:VllmEngine", config, seed=0) is None
+
+
+def test_a_trace_config_without_the_speculation_fields_replays_with_speculation_off() -> None:
+    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from harness.kits.vllm_engine.target import vllm_config
+
+    config = VllmEngineConfig(block_size=4, num_blocks=16, max_model_len=16, max_num_batched_tokens=16)
+    assert (config.speculative_method, config.num_speculative_tokens) == (None, 0)
+    stand_in = vllm_config(config)
+    assert stand_in.speculative_config is None and stand_in.num_lookahead_tokens == 0

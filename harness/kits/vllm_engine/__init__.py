@@ -17,7 +17,8 @@ FAMILIES = (
     Family(
         name="vllm_engine",
         summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
-        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts); "
+        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts; n-gram or EAGLE "
+        "drafts, accepted and rejected); "
         "pools.block_pool in its BlockPool's place beside it (pools='both')",
         default="harness.upstream:VllmEngine",
         driver="harness.kits.vllm_engine.driver:VllmEngineDriver",
@@ -37,14 +38,15 @@ FAMILIES = (
             sliding_window=None,
             device="cpu",
         ),
-        canaries=("harness.kits.vllm_engine.canaries",),
+        canaries=("harness.kits.vllm_engine.canaries", "harness.kits.vllm_engine.spec_canaries"),
         classifier="harness.kits.vllm_engine.contracts.engine:classify_failure",
         upstream=("harness.upstream:VllmEngine",),
         not_covered=(
             "vLLM's KV cache config builder (kv_cache_planning.get_kv_cache_configs): it sizes blocks from GPU memory "
             "and imports vllm.config's SpeculativeConfig (pydantic, transformers); the KVCacheConfig is built from "
             "vLLM's own classes by hand",
-            "speculative decoding (drafts, accepted tokens), Mamba and chunked-local groups, KV connectors "
+            "EAGLE with prefix caching over our pool (lookahead block hashes are not bridged), dynamic K, parallel drafting, "
+            "MTP and draft models, Mamba and chunked-local groups, KV connectors "
             "(P/D, offload, defer_block_free), KV events, multimodal inputs, structured output, pipeline parallel: "
             "not driven yet",
         ),
@@ -69,6 +71,9 @@ FAMILIES = (
                 Ops.at(Ops.iterate, "eos", "[*]"): REQUEST,
                 Ops.at(Ops.iterate, "stop", "[*]"): REQUEST,
                 Ops.at(Ops.run, "iterations"): REQUEST,
+                Ops.at(Ops.speculate, "drafts"): REQUEST,
+                Ops.at(Ops.speculate, "accepted"): REQUEST,
+                Ops.at(Ops.speculate, "eos", "[*]"): REQUEST,
             }
         ),
         ops=Ops,

@@ -21,6 +21,13 @@ interface, :mod:`harness.kits.vllm_engine.ours`), or ``both`` (the driver runs t
 what a user sees, ``implementations-agree``)."""
 
 
+SPECULATIVE_METHODS = (None, "ngram", "eagle")
+"""``speculative_config.method`` as the scheduler sees it (vllm/config/speculative.py, vllm/config/vllm.py:611-692):
+``None`` drafts nothing; ``ngram`` drafts with no forward pass of its own (no lookahead slots, up to K drafts a step);
+``eagle`` drafts from the target's hidden states (K lookahead slots, a prefill lookahead of 1, the trailing-block
+drop, and with prefix caching one lookahead token in each block hash)."""
+
+
 class VllmShapeError(LimitError):
     """A server shape vLLM 0.33.0 does not start (its startup checks refuse it)."""
 
@@ -57,6 +64,11 @@ class VllmEngineConfig(PoolConfig):
     group and one ``SlidingWindowSpec`` group over the same block pool (``HybridKVCacheCoordinator``)."""
     pools: str = setting("upstream")
     """:data:`POOLS`: ``poolfuzz`` puts ``pools.block_pool`` in the place of vLLM's ``BlockPool``."""
+    speculative_method: str | None = setting(None)
+    """:data:`SPECULATIVE_METHODS`: speculative decoding off, n-gram or EAGLE drafts (the fake model proposes them and
+    chooses how many are accepted)."""
+    num_speculative_tokens: int = bounded(0, 8, default=0)
+    """``speculative_config.num_speculative_tokens`` (K): 0 exactly when ``speculative_method`` is ``None``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,4 +93,11 @@ def _shape_problems(config: VllmEngineConfig) -> list[str]:
         problems.append("without chunked prefill max_num_batched_tokens must be at least max_model_len")
     if config.max_num_batched_tokens < config.max_num_seqs:
         problems.append("max_num_batched_tokens must be at least max_num_seqs (SchedulerConfig's validation)")
+    if config.speculative_method not in SPECULATIVE_METHODS:
+        problems.append(f"speculative_method must be one of {SPECULATIVE_METHODS}, not {config.speculative_method!r}")
+    if (config.speculative_method is None) != (config.num_speculative_tokens == 0):
+        problems.append("num_speculative_tokens is 0 exactly when there is no speculative_method (SpeculativeConfig)")
+    if config.speculative_method == "eagle" and config.enable_prefix_caching and config.pools != "upstream":
+        # Not vLLM's refusal: EAGLE's lookahead block hashes (vllm/config/vllm.py:678-692) are not bridged to ours.
+        problems.append("EAGLE with prefix caching hashes a lookahead token per block; pools.block_pool has none (ours.py)")
     return problems

@@ -68,6 +68,13 @@ class VllmEngineDriver(Driver):
         return self._step(samples)
 
     @operation
+    def speculate(self, drafts: int, accepted: int, eos: list[int]) -> str:
+        """One step with speculation: each landing request accepts ``accepted`` of its scheduled drafts (at most those
+        scheduled) and, synchronous, proposes ``drafts`` next (EAGLE always K); positions ``eos`` then sample EOS."""
+        live = self.engine.live()
+        return self._step({live[i]: EOS for i in eos if i < len(live)}, drafts, accepted)
+
+    @operation
     def run(self, iterations: int) -> None:
         """``iterations`` steps with plain tokens: requests decode toward their budgets, preempting when short."""
         for _ in range(iterations):
@@ -90,8 +97,8 @@ class VllmEngineDriver(Driver):
         done = [self._upstream(engine.reset_prefix_cache) for engine in self.engines]
         self.event(f"prefix cache reset {'done' if done[0] else 'refused'}")
 
-    def _step(self, samples: dict[str, int]) -> str:
-        reports = [self._upstream(partial(engine.step, samples)) for engine in self.engines]
+    def _step(self, samples: dict[str, int], drafts: int | None = None, accepted: int | None = None) -> str:
+        reports = [self._upstream(partial(engine.step, samples, drafts, accepted)) for engine in self.engines]
         report = reports[0]
         preempted = self.engine.scheduler.reset_preempted_req_ids
         if preempted:

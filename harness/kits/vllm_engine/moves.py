@@ -27,6 +27,10 @@ class VllmEngineView(DriverView):
     def seqs(self) -> int:
         return int(self._driver.config.max_num_seqs)
 
+    @property
+    def spec_tokens(self) -> int:
+        return int(self._driver.config.num_speculative_tokens)
+
     def occupancy(self) -> float:
         pool = self._driver.engine.scheduler.kv_cache_manager.block_pool
         return 1.0 - pool.get_num_free_blocks() / max(1, len(pool.blocks) - 1)
@@ -34,7 +38,7 @@ class VllmEngineView(DriverView):
 
 def vllm_config(choose: Chooser) -> VllmEngineConfig:
     """A server shape vLLM starts: block size, blocks, sequences, token budget, chunking, caching, sync or async,
-    full attention or full + sliding window; vLLM's block pool alone, or in step with ours (``pools="both"``)."""
+    full attention or full + sliding window, n-gram or EAGLE drafts in half the shapes; vLLM's block pool alone, or in step with ours (``pools="both"``)."""
     block_size = choose.choice((2, 4, 4, 8))
     window = choose.choice((None, None, 4, 8))
     groups = 1 if window is None else 2
@@ -43,6 +47,11 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
     chunked = choose.randrange(0, 4) != 0
     budget = choose.choice((8, 16, 32)) if chunked else max_model_len
     seqs = choose.randint(1, min(6, budget))
+    caching = choose.randrange(0, 4) != 0
+    pools = choose.choice(("upstream", "upstream", "both"))
+    method = choose.choice((None, None, "ngram", "eagle"))
+    if method == "eagle" and caching and pools != "upstream":
+        method = "ngram"  # EAGLE's lookahead block hashes are not bridged to our pool (config.py)
     return VllmEngineConfig(
         block_size=block_size,
         num_blocks=blocks,
@@ -51,10 +60,12 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
         max_model_len=max_model_len,
         long_prefill_token_threshold=choose.choice((0, 0, 4, 8)) if chunked else 0,
         enable_chunked_prefill=chunked,
-        enable_prefix_caching=choose.randrange(0, 4) != 0,
+        enable_prefix_caching=caching,
         async_scheduling=choose.randrange(0, 2) == 0,
         sliding_window=window,
-        pools=choose.choice(("upstream", "upstream", "both")),
+        pools=pools,
+        speculative_method=method,
+        num_speculative_tokens=0 if method is None else choose.randint(1, 4),
     )
 
 
@@ -66,6 +77,7 @@ def corners(config: VllmEngineConfig) -> list[str]:
         "chunked prefill" if config.enable_chunked_prefill else "no chunking",
         f"block_size {config.block_size}",
         f"pools {config.pools}",
+        f"speculation {config.speculative_method}" if config.speculative_method else "no speculation",
     ]
 
 
@@ -98,6 +110,13 @@ def _abort(view: VllmEngineView, choose: Chooser) -> Step | None:
     return (Ops.abort, {"pick": choose.randrange(0, 8)}) if view.live else None
 
 
+def _speculate(view: VllmEngineView, choose: Chooser) -> Step | None:
+    k = view.spec_tokens
+    if not k or not view.live:
+        return None
+    return Ops.speculate, {"drafts": choose.randint(0, k), "accepted": choose.randint(0, k), "eos": _positions(view, choose)}
+
+
 def _reset(view: VllmEngineView, choose: Chooser) -> Step | None:
     return Ops.reset_cache, {}
 
@@ -111,6 +130,7 @@ def vllm_engine_table() -> MoveTable[VllmEngineView]:
             Move(Ops.iterate, 6, _iterate),
             Move(Ops.arrive, 4, _arrive),
             Move(Ops.run, 2, _run, corner="decode under memory pressure (preemption)"),
+            Move(Ops.speculate, 3, _speculate, corner="speculative drafts accepted and rejected"),
             Move(Ops.abort, 1, _abort),
             Move(Ops.reset_cache, 1, _reset),
         ),

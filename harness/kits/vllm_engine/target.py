@@ -41,6 +41,7 @@ def vllm_config(config: VllmEngineConfig) -> Fields:
 
     Every other field raises :class:`~harness.upstream.placeholders.StandInReached` when read.
     """
+    eagle = config.speculative_method == "eagle"
     return Fields(
         "VllmConfig",
         scheduler_config=Fields(
@@ -98,16 +99,51 @@ def vllm_config(config: VllmEngineConfig) -> Fields:
         kv_transfer_config=None,  # :174 (no KV connector)
         ec_transfer_config=None,  # :210
         ec_manager_config=Fields("ECManagerConfig", get_encoder_cache_manager_obj=lambda: None),  # :284
-        speculative_config=None,  # :294
-        num_speculative_tokens=0,  # :297
-        num_lookahead_tokens=0,  # :298
-        num_prefill_lookahead_tokens=0,  # :315
+        speculative_config=speculative_config(config),  # :294, :720
+        num_speculative_tokens=config.num_speculative_tokens,  # :297
+        num_lookahead_tokens=lookahead_tokens(config),  # :298
+        num_prefill_lookahead_tokens=1 if eagle else 0,  # :315 (config/vllm.py:655-675: an EAGLE drafter reads one ahead)
         use_v2_model_runner=False,  # :320
-        num_hash_lookahead_tokens=0,  # :342
+        num_hash_lookahead_tokens=hash_lookahead_tokens(config),  # :342
         max_in_flight_tokens=(2 if config.async_scheduling else 1) * config.max_num_batched_tokens,  # :354
         aux_output_config=Fields("AuxOutputConfig", enabled=False),  # :484
         max_concurrent_batches=2 if config.async_scheduling else 1,  # :193
     )
+
+
+def speculative_config(config: VllmEngineConfig) -> Fields | None:
+    """``SpeculativeConfig`` as the scheduler reads it (scheduler.py:323-341, :720), for n-gram or EAGLE drafts.
+
+    Each answer is what vllm/config/speculative.py computes for the method: ``use_eagle`` (:2116),
+    ``needs_eagle_block_drop`` / ``use_eagle_block_drop`` (:2122, :2147), ``max_num_new_slots_for_drafting`` (:2058:
+    0 for n-gram and sequential EAGLE), no dynamic K (``num_speculative_tokens_per_batch_size``).
+    """
+    if config.speculative_method is None:
+        return None
+    eagle = config.speculative_method == "eagle"
+    return Fields(
+        "SpeculativeConfig",
+        method=config.speculative_method,
+        num_speculative_tokens=config.num_speculative_tokens,
+        num_speculative_tokens_per_batch_size=None,  # scheduler.py:324
+        use_eagle=lambda: eagle,  # :330
+        use_eagle_block_drop=lambda: eagle,  # :331
+        needs_eagle_block_drop=lambda: eagle,  # :333
+        disable_eagle_block_drop=False,  # :334
+        max_num_new_slots_for_drafting=0,  # :721
+    )
+
+
+def lookahead_tokens(config: VllmEngineConfig) -> int:
+    """``VllmConfig.num_lookahead_tokens`` (config/vllm.py:626-652): K slots past the scheduled tokens for EAGLE, whose
+    drafter writes KV there; none for n-gram (no forward pass of its own)."""
+    return config.num_speculative_tokens if config.speculative_method == "eagle" else 0
+
+
+def hash_lookahead_tokens(config: VllmEngineConfig) -> int:
+    """``VllmConfig.num_hash_lookahead_tokens`` (config/vllm.py:678-692): with EAGLE's block drop and prefix caching
+    each block hash covers the one prefill-lookahead token after it; 0 otherwise."""
+    return 1 if config.speculative_method == "eagle" and config.enable_prefix_caching else 0
 
 
 def kv_cache_config(config: VllmEngineConfig, interface: Any) -> Any:
@@ -149,7 +185,7 @@ class VllmEngine:
         with self.copy.active():
             utils = m["vllm.v1.core.kv_cache_utils"]
             utils.init_none_hash(sha256)
-            self.block_hasher = utils.get_request_block_hasher(config.block_size, sha256)
+            self.block_hasher = utils.get_request_block_hasher(config.block_size, sha256, hash_lookahead_tokens(config))
             kind = (
                 m["vllm.v1.core.sched.async_scheduler"].AsyncScheduler
                 if config.async_scheduling
@@ -167,11 +203,13 @@ class VllmEngine:
         self.request_class = m["vllm.v1.request"].Request
         self.status = m["vllm.v1.request"].RequestStatus
         self.output_class = m["vllm.v1.outputs"].ModelRunnerOutput
+        self.drafts_class = m["vllm.v1.outputs"].DraftTokenIds
         self.flights: deque[Flight] = deque()
         self.next_rid = 0
         self.steps = 0
         self.last_advanced = False
         self.landed_at_last_step: tuple[str, ...] = ()
+        self.accepted = 0
 
     # ------------------------------------------------------------------ the protocol
     def submit(self, request: Submission) -> str | None:
@@ -198,8 +236,15 @@ class VllmEngine:
             self.scheduler.finish_requests(rid, self.status.FINISHED_ABORTED)
         return where
 
-    def step(self, samples: Mapping[str, int]) -> StepReport:
-        """One engine-core step: ``schedule()`` and, once a result is due, ``update_from_output`` of the oldest step."""
+    def step(self, samples: Mapping[str, int], drafts: int | None = None, accepted: int | None = None) -> StepReport:
+        """One engine-core step: ``schedule()`` and, once a result is due, ``update_from_output`` of the oldest step.
+
+        With speculation, the landing step's requests accept ``accepted`` of their scheduled drafts each (at most as many
+        as were scheduled) and, synchronous, then propose ``drafts`` new ones (EAGLE always K); by default K drafts and
+        ``steps % (K + 1)`` accepted, so a run of steps varies acceptance."""
+        k = self.config.num_speculative_tokens
+        drafts = k if drafts is None or self.config.speculative_method == "eagle" else max(0, min(k, drafts))
+        self.accepted = self.steps % (k + 1) if accepted is None else max(0, accepted)
         with self.copy.active():
             output = self.scheduler.schedule()
             scheduled = tuple(output.num_scheduled_tokens)
@@ -211,6 +256,11 @@ class VllmEngine:
                 flight = self.flights.popleft()
                 landed = tuple(flight.output.num_scheduled_tokens)
                 self.scheduler.update_from_output(flight.output, self._model_output(flight, samples))
+                if k and not self.config.async_scheduling and not flight.output.skip_drafts:
+                    # EngineCore.post_step (v1/engine/core.py:699-706): the drafter's proposals after the model ran.
+                    # Async scheduling drafts in the worker: the scheduler holds -1 placeholders (async_scheduler.py:41-50).
+                    ids = list(flight.output.num_scheduled_tokens)
+                    self.scheduler.update_draft_token_ids(self.drafts_class(ids, [[PLAIN] * drafts for _ in ids]))
             elif not scheduled:
                 # Nothing scheduled and nothing in flight: the engine core still calls update_from_output with an
                 # empty output (EngineCore.step), which finishes what was aborted meanwhile.
@@ -240,9 +290,14 @@ class VllmEngine:
         return Flight(self.steps, output, chunks, reads)
 
     def _model_output(self, flight: Flight, samples: Mapping[str, int]) -> Any:
-        """The model's result for ``flight``: one sampled token per request, none for a non-final prefill chunk."""
+        """The model's result for ``flight``: per request its accepted drafts then one sampled token (the bonus or the
+        correction: scheduler.py:2346-2363 reads ``len - 1`` accepted), none for a non-final prefill chunk."""
         req_ids = list(flight.output.num_scheduled_tokens)
-        sampled = [[] if rid in flight.chunks else [int(samples.get(rid, PLAIN))] for rid in req_ids]
+        spec = flight.output.scheduled_spec_decode_tokens
+        sampled = [
+            [] if rid in flight.chunks else [PLAIN] * min(self.accepted, len(spec.get(rid, ()))) + [int(samples.get(rid, PLAIN))]
+            for rid in req_ids
+        ]
         return self.output_class(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)}, sampled_token_ids=sampled)
 
     # ------------------------------------------------------------------ reads for moves and drivers
@@ -269,6 +324,8 @@ def build_vllm_engine(
     async_scheduling: bool = False,
     sliding_window: int | None = None,
     pools: str = "upstream",
+    speculative_method: str | None = None,
+    num_speculative_tokens: int = 0,
     device: str = "cpu",
 ) -> VllmEngine:
     """The target for one server shape (``harness.upstream:VllmEngine``): its keywords are the config's fields.
@@ -285,6 +342,8 @@ def build_vllm_engine(
         async_scheduling=async_scheduling,
         sliding_window=sliding_window,
         pools=pools,
+        speculative_method=speculative_method,
+        num_speculative_tokens=num_speculative_tokens,
     )
     return VllmEngine(config.replaced(pools="upstream") if pools == "both" else config)
 

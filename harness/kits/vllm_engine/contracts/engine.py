@@ -32,6 +32,7 @@ UPDATE = _at(691, "engine_core_outputs = self.scheduler.update_from_output(")
 SCHEDULE_ASYNC = _at(735, "scheduler_output = self.scheduler.schedule(", note="step_with_batch_queue")
 UPDATE_ASYNC = _at(793, "engine_core_outputs = self.scheduler.update_from_output(", note="the oldest batch's result")
 ABORT = _at(569, "self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)")
+DRAFTS = _at(706, "self.scheduler.update_draft_token_ids(draft_token_ids)", note="EngineCore.post_step, sync only")
 RESET = _at(886, "return self.scheduler.reset_prefix_cache(")
 STEP_CITES = (SCHEDULE, UPDATE, SCHEDULE_ASYNC, UPDATE_ASYNC)
 
@@ -42,6 +43,12 @@ CONTRACT: Contract[object] = Contract(
         CallRule(Ops.arrive, ("add_request",), "one tokenized request, refused at max_model_len tokens or more", (LENGTH, ADD)),
         CallRule(Ops.iterate, ("schedule", "update_from_output"), "one engine-core step (sync, or async with one batch ahead)", STEP_CITES),
         CallRule(Ops.run, ("schedule", "update_from_output"), "iterate, n times with plain tokens", STEP_CITES),
+        CallRule(
+            Ops.speculate,
+            ("schedule", "update_from_output", "update_draft_token_ids"),
+            "one step whose results accept some scheduled drafts; sync, then the drafter's next proposals",
+            (*STEP_CITES, DRAFTS),
+        ),
         CallRule(Ops.abort, ("finish_requests",), "abort_requests: finish_requests(ids, FINISHED_ABORTED)", (ABORT,)),
         CallRule(Ops.reset_cache, ("reset_prefix_cache",), "reset_prefix_cache(): refused unless only the null block is used", (RESET,)),
     ),
@@ -64,11 +71,13 @@ def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classific
             "async" if config.get("async_scheduling") else "sync",
             "full + sliding window" if config.get("sliding_window") else "full attention",
             f"pools {config.get('pools', 'upstream')}",
+            f"{config.get('speculative_method')} drafts" if config.get("speculative_method") else "",
         )
+        if part
     )
     return Classification(
         "reachable",
         "vLLM 0.33.0's own v1 scheduler decides every memory call; the fuzzer chooses only arrivals, sampled tokens "
-        f"(EOS, stop), aborts and prefix-cache resets (docs/engine-vllm.md); shape: {shape}; "
+        f"(EOS, stop), drafts and how many are accepted, aborts and prefix-cache resets (docs/engine-vllm.md); shape: {shape}; "
         f"the trace's steps: {', '.join(kinds) or 'none'}",
     )

@@ -1,0 +1,54 @@
+"""``vllm_engine`` canaries for speculative decoding: one bug shape planted in one engine's objects.
+
+As in :mod:`harness.kits.vllm_engine.canaries`, the method is replaced on *that* engine's scheduler (an instance
+attribute), so vLLM's loaded classes stay untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.canaries.catalogue import Canary
+from harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
+
+
+def build_lookahead_blocks_kept_after_preemption(**shape: Any) -> VllmEngine:
+    """A preempted request keeps the blocks allocated past its computed tokens (its draft and lookahead slots).
+
+    ``allocate_slots`` reserves ``num_lookahead_tokens`` and the scheduled drafts past the computed tokens
+    (kv_cache_manager.py:460-552); rejected drafts roll ``num_computed_tokens`` back (scheduler.py:2354-2361) without
+    freeing them.  ``_preempt_request`` must free every block (``_free_request_blocks``, scheduler.py:1817); here the
+    blocks past the computed tokens stay in the request's table, so it waits with nothing computed and holds them (the
+    async + speculative preemption family of vLLM #41190 / #38624).  EAGLE with K lookahead slots by default.
+    """
+    engine = build_vllm_engine(**{"speculative_method": "eagle", "num_speculative_tokens": 3, **shape})
+    scheduler = engine.scheduler
+    preempt = scheduler._preempt_request
+    managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+
+    def preempt_request(request: Any, timestamp: float, drop_stale_output: bool = False) -> None:
+        rid = request.request_id
+        kept = []
+        for manager in managers:
+            blocks = manager.req_to_blocks.get(rid, [])
+            covered = -(-request.num_computed_tokens // manager.block_size)
+            kept.append(blocks[covered:])
+            del blocks[covered:]
+        preempt(request, timestamp, drop_stale_output)
+        for manager, tail in zip(managers, kept, strict=True):
+            if tail:
+                manager.req_to_blocks[rid] = tail
+
+    scheduler._preempt_request = preempt_request
+    return engine
+
+
+CANARIES = {
+    "vllm-engine-lookahead-blocks-kept-after-preemption": Canary(
+        family="vllm_engine",
+        spec="harness.kits.vllm_engine.spec_canaries:build_lookahead_blocks_kept_after_preemption",
+        bug="speculative decoding: a preempted request keeps the blocks of its draft and lookahead slots",
+        upstream="vLLM async + speculative preemption fixes (#41190, #38624)",
+        invariant="scheduler-conservation",
+    ),
+}
