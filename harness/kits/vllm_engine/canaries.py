@@ -7,12 +7,14 @@ process running other targets is not affected.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.canaries.catalogue import Canary
 from harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
 from pools.block_pool import BlockPool
+
+Builder = Callable[..., VllmEngine]
 
 
 def _vllms_pool(engine: VllmEngine) -> Any:
@@ -22,16 +24,37 @@ def _vllms_pool(engine: VllmEngine) -> Any:
     return None if isinstance(pool, BlockPool) else pool
 
 
-def build_duplicate_in_free_blocks(**shape: Any) -> VllmEngine:
+def _scheduler(engine: VllmEngine) -> Any:
+    return engine.scheduler
+
+
+def _planted(where: Callable[[VllmEngine], Any], **overrides: Any) -> Callable[[Callable[[Any], None]], Builder]:
+    """A canary's builder from ``plant(obj)``: the engine built from the shape with ``overrides``, then the bug planted
+    in ``where(engine)`` (nothing planted where that is ``None``).  The builder takes ``plant``'s name and docstring,
+    not its signature (no ``__wrapped__``: a target's signature is checked against the family's configuration)."""
+
+    def decorate(plant: Callable[[Any], None]) -> Builder:
+        def build(**shape: Any) -> VllmEngine:
+            engine = build_vllm_engine(**{**shape, **overrides})
+            planted_in = where(engine)
+            if planted_in is not None:
+                plant(planted_in)
+            return engine
+
+        build.__name__ = build.__qualname__ = plant.__name__
+        build.__doc__ = plant.__doc__
+        return build
+
+    return decorate
+
+
+@_planted(_vllms_pool)
+def build_duplicate_in_free_blocks(pool: Any) -> None:
     """``BlockPool.free_blocks`` gets its first block twice in one call (vLLM #42571, SWA + CPU offload).
 
     0.33.0's ``free_blocks`` neither dedups nor asserts ``ref_cnt > 0`` (block_pool.py:816-849): the block's
     count goes one too low, and it is appended to the free queue while a table still holds it or twice.
     """
-    engine = build_vllm_engine(**shape)
-    pool = _vllms_pool(engine)
-    if pool is None:
-        return engine
     free = pool.free_blocks
 
     def free_blocks(ordered_blocks: Iterable[Any]) -> None:
@@ -39,18 +62,16 @@ def build_duplicate_in_free_blocks(**shape: Any) -> VllmEngine:
         free(blocks + blocks[:1])
 
     pool.free_blocks = free_blocks
-    return engine
 
 
-def build_preemption_keeps_blocks(**shape: Any) -> VllmEngine:
+@_planted(_scheduler)
+def build_preemption_keeps_blocks(scheduler: Any) -> None:
     """A preempted request goes back to the waiting queue still holding its blocks.
 
     ``_preempt_request`` must free them (``_free_request_blocks``, scheduler.py:1817) and reset
     ``num_computed_tokens``; here the free is skipped, so the request waits with nothing computed and its
     blocks held (the async + preemption family of vLLM #46066 / #47900 / #38624).
     """
-    engine = build_vllm_engine(**shape)
-    scheduler = engine.scheduler
     preempt, release = scheduler._preempt_request, scheduler._free_request_blocks
     preempting = [False]
 
@@ -67,18 +88,16 @@ def build_preemption_keeps_blocks(**shape: Any) -> VllmEngine:
 
     scheduler._free_request_blocks = free_request_blocks
     scheduler._preempt_request = preempt_request
-    return engine
 
 
-def build_placeholders_survive_preemption(**shape: Any) -> VllmEngine:
+@_planted(_scheduler, async_scheduling=True)
+def build_placeholders_survive_preemption(scheduler: Any) -> None:
     """Async scheduling: a preempted request keeps its ``num_output_placeholders`` (vLLM #46066 / #47900 / #38624).
 
     ``_preempt_request`` rolls the placeholders of its in-flight steps back to 0 (scheduler.py:1836); here they
     survive, so the request waits with placeholders for tokens it will never be scheduled for, and once resumed
     its placeholder count drifts from what is in flight (the underflow assert at scheduler.py:2769 upstream).
     """
-    engine = build_vllm_engine(**{**shape, "async_scheduling": True})
-    scheduler = engine.scheduler
     preempt = scheduler._preempt_request
 
     def preempt_request(request: Any, timestamp: float, drop_stale_output: bool = False) -> None:
@@ -87,20 +106,16 @@ def build_placeholders_survive_preemption(**shape: Any) -> VllmEngine:
         request.num_output_placeholders = kept
 
     scheduler._preempt_request = preempt_request
-    return engine
 
 
-def build_evicted_hash_left_in_map(**shape: Any) -> VllmEngine:
+@_planted(_vllms_pool, enable_prefix_caching=True)
+def build_evicted_hash_left_in_map(pool: Any) -> None:
     """A cached free block reused by ``get_new_blocks`` loses its hash, but the hash map keeps pointing at it.
 
     ``_maybe_evict_cached_block`` must pop the block's entries from ``cached_block_hash_to_block``
     (block_pool.py:769-790, ``_remove_cached_block_hashes``); here only the block's own hash is reset, so a later
     request with that prefix hits a block another request now writes (vLLM #4761, stale hashes after reuse #44237).
     """
-    engine = build_vllm_engine(**{**shape, "enable_prefix_caching": True})
-    pool = _vllms_pool(engine)
-    if pool is None:
-        return engine
 
     def maybe_evict_cached_block(block: Any) -> bool:
         had = block.block_hash is not None
@@ -108,10 +123,10 @@ def build_evicted_hash_left_in_map(**shape: Any) -> VllmEngine:
         return had
 
     pool._maybe_evict_cached_block = maybe_evict_cached_block
-    return engine
 
 
-def build_free_blocks_in_call_order_reversed(**shape: Any) -> VllmEngine:
+@_planted(_vllms_pool)
+def build_free_blocks_in_call_order_reversed(pool: Any) -> None:
     """``BlockPool.free_blocks`` queues the blocks of one call in reverse order.
 
     The managers pass a request's blocks tail first (single_type_kv_cache_manager.py:599, ``reversed``) so its tail
@@ -119,16 +134,12 @@ def build_free_blocks_in_call_order_reversed(**shape: Any) -> VllmEngine:
     Planted in vLLM's pool of a ``pools="both"`` run: ours keeps block_pool.py's order, and the two free queues
     differ (``free-queue-order``).
     """
-    engine = build_vllm_engine(**shape)
-    pool = _vllms_pool(engine)
-    if pool is None:
-        return engine
     free = pool.free_blocks
     pool.free_blocks = lambda ordered_blocks: free(list(ordered_blocks)[::-1])
-    return engine
 
 
-def build_null_block_left_queued(**shape: Any) -> VllmEngine:
+@_planted(_vllms_pool)
+def build_null_block_left_queued(pool: Any) -> None:
     """The null block stays on the free queue after the pool takes it as the placeholder.
 
     ``BlockPool.__init__`` pops block 0 off the queue as the null block (block_pool.py:190-192), which sliding-window
@@ -136,23 +147,18 @@ def build_null_block_left_queued(**shape: Any) -> VllmEngine:
     Here it is queued again at the tail, so once the queue drains ``get_new_blocks`` hands the placeholder to a
     request that then writes into it.
     """
-    engine = build_vllm_engine(**shape)
-    pool = _vllms_pool(engine)
-    if pool is None:
-        return engine
     pool.free_block_queue.append(pool.null_block)
-    return engine
 
 
-def build_table_entry_left_after_free(**shape: Any) -> VllmEngine:
+@_planted(_scheduler)
+def build_table_entry_left_after_free(scheduler: Any) -> None:
     """A finished request's blocks go back to the pool, but the single-type manager keeps its block table entry.
 
     ``SingleTypeKVCacheManager.free`` pops ``req_to_blocks[request_id]`` (single_type_kv_cache_manager.py:599,
     ``pop_blocks_for_free``); here the freed blocks stay listed under the gone request, so the table names blocks
     the free queue hands to others (the shape of vLLM's leaked-table fixes around ``req_to_blocks``).
     """
-    engine = build_vllm_engine(**shape)
-    for manager in engine.scheduler.kv_cache_manager.coordinator.single_type_managers:
+    for manager in scheduler.kv_cache_manager.coordinator.single_type_managers:
 
         def free(request_id: str, manager: Any = manager, release: Any = manager.free) -> None:
             blocks = list(manager.req_to_blocks.get(request_id, ()))
@@ -161,19 +167,15 @@ def build_table_entry_left_after_free(**shape: Any) -> VllmEngine:
                 manager.req_to_blocks[request_id] = blocks
 
         manager.free = free
-    return engine
 
 
-def build_reset_leaves_block_hashes(**shape: Any) -> VllmEngine:
+@_planted(_vllms_pool, enable_prefix_caching=True)
+def build_reset_leaves_block_hashes(pool: Any) -> None:
     """``reset_prefix_cache`` empties the hash map but leaves each block's own hash.
 
     block_pool.py:890-897 resets the map and then every block's hash; here the blocks keep theirs, so a block
     carries a hash nothing indexes, and caching it again trips ``set_block_hash``'s assert (kv_cache_utils.py:201).
     """
-    engine = build_vllm_engine(**{**shape, "enable_prefix_caching": True})
-    pool = _vllms_pool(engine)
-    if pool is None:
-        return engine
     reset = pool.reset_prefix_cache
 
     def reset_prefix_cache() -> bool:
@@ -185,7 +187,6 @@ def build_reset_leaves_block_hashes(**shape: Any) -> VllmEngine:
         return done
 
     pool.reset_prefix_cache = reset_prefix_cache
-    return engine
 
 
 CANARIES = {
