@@ -20,6 +20,7 @@ import pytest
 
 from harness.ci import command
 from harness.ci.plan import CiTarget, target_seed
+from harness.ci.records import WalkRecord
 from harness.upstream import sglang_files
 from tests.test_upstream_versions import SGLANG_MISSING, copy_sglang
 
@@ -101,13 +102,14 @@ def test_same_seed_same_walk() -> None:
     from harness.ci.walks import walk_target
 
     target = CiTarget("mamba_slots", "harness.upstream:MambaSlots", "sglang", target_seed(0, "harness.upstream:MambaSlots"), 600)
-    runs = []
+    runs: list[WalkRecord] = []
     for corpus in ("a", "b"):
-        with_corpus = walk_target(target, f"{os.environ.get('TMPDIR', '/tmp')}/poolfuzz-ci-seed-{os.getpid()}-{corpus}", None, 120.0)
-        runs.append({k: v for k, v in with_corpus.items() if k != "seconds"})
-    for run in runs:
+        run = walk_target(target, f"{os.environ.get('TMPDIR', '/tmp')}/poolfuzz-ci-seed-{os.getpid()}-{corpus}", None, 120.0)
+        del run["seconds"]
         for finding in run["findings"]:
+            assert finding["trace"] is not None
             finding["trace"] = Path(finding["trace"]).name
+        runs.append(run)
     assert runs[0] == runs[1] and runs[0]["steps"] == 600
     assert target_seed(0, "harness.upstream:MambaSlots") != target_seed(1, "harness.upstream:MambaSlots")
 

@@ -9,5 +9,5 @@ and a JSON report, keep every found trace as an artifact, and exit 1 on new find
 :mod:`~harness.ci.plan` (which distributions, targets, traces, seeds and budgets),
 :mod:`~harness.ci.walks` (one target's walk, in its own process), :mod:`~harness.ci.replays` (the
 replay phase), :mod:`~harness.ci.outputs` (JUnit XML, the JSON report, the artifacts folder) and
-:mod:`~harness.ci.command` (the command).
+:mod:`~harness.ci.command` (the command); :mod:`~harness.ci.records` declares the plan and the report's records.
 """

@@ -16,7 +16,6 @@ import multiprocessing
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from harness.arguments import positive
 from harness.ci.outputs import REPORT_SCHEMA, finding_text, is_new, keep_new_traces, target_status, write_junit, write_report
@@ -33,6 +32,7 @@ from harness.ci.plan import (
     refusal,
     upstream_targets,
 )
+from harness.ci.records import CopyRecord, Finding, Plan, Report, WalkRecord
 from harness.helptext import PROG
 
 EXIT_OK, EXIT_NEW, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def prepare(args: argparse.Namespace) -> dict[str, Any]:
+def prepare(args: argparse.Namespace) -> Plan:
     """Every check of the input, before anything runs: :class:`CiInputError` (exit 2) on the first problem."""
     from harness.fuzz.outputs import OutputError, check_file, check_folder
     from harness.upstream.known import KnownFindingsError, load_known
@@ -127,7 +127,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     return {"copies": copies, "known": known, "known_file": known_file, "targets": targets, "refused": refused, "traces": traces}
 
 
-def run(args: argparse.Namespace, plan: dict[str, Any]) -> int:
+def run(args: argparse.Namespace, plan: Plan) -> int:
     from harness.ci.replays import replay_traces
 
     started = time.monotonic()
@@ -135,8 +135,8 @@ def run(args: argparse.Namespace, plan: dict[str, Any]) -> int:
     for copy in plan["copies"]:
         print(f"poolfuzz ci: {copy.name} {copy.version} from {copy.site} ({copy.origin}); seed {args.seed}, scale {args.scale:g}")
     replays = replay_traces(plan["traces"], plan["known"], plan["known_file"])
-    for record in replays:
-        print(f"  replay {record['status'].upper():<14} {record['line']}")
+    for replayed in replays:
+        print(f"  replay {replayed['status'].upper():<14} {replayed['line']}")
     targets = walk_all(plan["targets"], plan["refused"], out / "corpus", plan["known_file"], args)
     kept = keep_new_traces(targets, replays, out / "new")
     sources = {c.name: c.site for c in plan["copies"]}
@@ -148,14 +148,14 @@ def run(args: argparse.Namespace, plan: dict[str, Any]) -> int:
                 finding["replay"] = f"{PROG} {SOURCE_OPTION[record['distribution']]} {source} replay {trace}" if source else None
     new = sum(1 for r in replays if r["status"] == "failed") + sum(1 for t in targets for f in t.get("findings", []) if is_new(f))
     status = EXIT_NEW if new else EXIT_OK
-    report = {
+    report: Report = {
         "schema": REPORT_SCHEMA,
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": [PROG, "ci", *(sys.argv[2:] if sys.argv[1:2] == ["ci"] else [])],
         "seed": args.seed,
         "scale": args.scale,
         "workers": args.workers,
-        "copies": [vars(c) for c in plan["copies"]],
+        "copies": [CopyRecord(name=c.name, version=c.version, site=c.site, origin=c.origin) for c in plan["copies"]],
         "known_file": str(plan["known_file"]),
         "replay": replays,
         "targets": targets,
@@ -183,18 +183,19 @@ def run(args: argparse.Namespace, plan: dict[str, Any]) -> int:
 
 def walk_all(
     targets: list[CiTarget], refused: dict[str, str | None], corpus: Path, known_file: Path, args: argparse.Namespace
-) -> list[dict[str, Any]]:
+) -> list[WalkRecord]:
     """Each target's record: skipped ones with the copy's reason, the others walked in processes of their own
     (a fresh interpreter each, so one target's loaded modules never lend state to another's)."""
     from harness.ci.walks import walk_target
 
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, WalkRecord] = {}
     runnable = [t for t in targets if not refused[t.key]]
     for t in targets:
-        if refused[t.key]:
+        reason = refused[t.key]
+        if reason:
             records[t.key] = {"target": t.key, "family": t.family, "spec": t.spec, "distribution": t.distribution, "seed": t.seed,
-                              "steps_budget": t.steps, "steps": 0, "skipped": True, "reason": refused[t.key], "findings": []}  # fmt: skip
-            print(f"  fuzz   SKIPPED        {t.key}: {refused[t.key]}")
+                              "steps_budget": t.steps, "steps": 0, "skipped": True, "reason": reason, "findings": []}  # fmt: skip
+            print(f"  fuzz   SKIPPED        {t.key}: {reason}")
     runnable.sort(key=lambda t: t.spec not in STEPS)  # the slow targets first: two cores finish together
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.workers, mp_context=context, max_tasks_per_child=1) as pool:
@@ -204,31 +205,32 @@ def walk_all(
             try:
                 record = future.result()
             except Exception as exc:  # noqa: BLE001 - a worker that died is this target's failure
+                died: Finding = {"kind": "error", "invariant": None, "message": f"worker died: {type(exc).__name__}: {exc}",
+                                 "trace": None, "steps": 0, "known": None, "steps_text": ""}  # fmt: skip
                 record = {"target": t.key, "family": t.family, "spec": t.spec, "distribution": t.distribution, "seed": t.seed,
                           "steps_budget": t.steps, "steps": 0, "seconds": 0.0, "cut_off": False, "known_again": 0,
-                          "findings": [{"kind": "error", "invariant": None, "message": f"worker died: {type(exc).__name__}: {exc}",
-                                        "trace": None, "steps": 0, "known": None, "steps_text": ""}]}  # fmt: skip
+                          "findings": [died]}  # fmt: skip
             records[t.key] = record
             print(f"  fuzz   {target_status(record).upper():<14} {line(record)}")
     return [records[t.key] for t in targets]
 
 
-def line(record: dict[str, Any]) -> str:
+def line(record: WalkRecord) -> str:
     parts = [
         f"{record['target']}: {record['steps']}/{record['steps_budget']} steps, seed {record['seed']}, {record.get('seconds', 0):.1f} s"
     ]
     if record.get("cut_off"):
         parts.append("cut off by --max-seconds (not the same result as an uncut run)")
     for finding in record.get("findings", []):
-        if finding.get("known"):
-            known = finding["known"]
+        known = finding.get("known")
+        if known:
             parts.append(f"KNOWN [{finding['invariant']}] finding {known['number']} {known['key']}")
         else:
             parts.append(f"NEW {finding_text(finding)}; trace {finding.get('artifact') or finding.get('trace')}")
     return "; ".join(parts)
 
 
-def summary(report: dict[str, Any]) -> str:
+def summary(report: Report) -> str:
     totals = report["totals"]
     verdict = f"{totals['new']} new finding(s): exit 1" if totals["new"] else "nothing new: exit 0"
     return (

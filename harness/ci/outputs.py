@@ -12,19 +12,21 @@ import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
+from harness.ci.records import Finding, ReplayRecord, Report, WalkProperty, WalkRecord
 from harness.upstream.known import REPOSITORY
 
 REPORT_SCHEMA = "poolfuzz-ci/1"
+PROPERTIES: tuple[WalkProperty, ...] = ("seed", "steps_budget", "steps", "episodes", "cut_off", "known_again")
+"""The keys of a walk record each target's JUnit testcase lists as properties (those its record has)."""
 
 
-def is_new(finding: dict[str, Any]) -> bool:
+def is_new(finding: Finding) -> bool:
     """A finding that fails the run: an error, or a violation no known finding matches."""
     return finding.get("known") is None
 
 
-def target_status(record: dict[str, Any]) -> str:
+def target_status(record: WalkRecord) -> str:
     """``failed`` (a new finding), ``known`` (known findings only), ``skipped`` or ``passed``."""
     if record.get("skipped"):
         return "skipped"
@@ -34,18 +36,19 @@ def target_status(record: dict[str, Any]) -> str:
     return "known" if findings else "passed"
 
 
-def keep_new_traces(targets: list[dict[str, Any]], replays: list[dict[str, Any]], new_folder: Path) -> list[str]:
+def keep_new_traces(targets: list[WalkRecord], replays: list[ReplayRecord], new_folder: Path) -> list[str]:
     """Copy each new finding's trace (and each failing committed trace) into ``new_folder``; the copies' paths.
     Each finding's ``artifact`` is set to its copy."""
     kept: list[str] = []
-    sources: list[tuple[dict[str, Any], str, str]] = []
+    sources: list[tuple[Finding | ReplayRecord, str, str]] = []
     for record in targets:
         for finding in record.get("findings", []):
-            if is_new(finding) and finding.get("trace"):
-                sources.append((finding, finding["trace"], record["family"]))
-    for record in replays:
-        if record["status"] == "failed" and Path(record["trace"]).is_file():
-            sources.append((record, record["trace"], "replayed"))
+            trace = finding.get("trace")
+            if is_new(finding) and trace:
+                sources.append((finding, trace, record["family"]))
+    for replayed in replays:
+        if replayed["status"] == "failed" and Path(replayed["trace"]).is_file():
+            sources.append((replayed, replayed["trace"], "replayed"))
     for holder, source, folder in sources:
         destination = new_folder / folder / Path(source).name
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -55,27 +58,27 @@ def keep_new_traces(targets: list[dict[str, Any]], replays: list[dict[str, Any]]
     return kept
 
 
-def write_report(report: dict[str, Any], path: Path) -> None:
+def write_report(report: Report, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
 
 
-def write_junit(report: dict[str, Any], path: Path) -> None:
+def write_junit(report: Report, path: Path) -> None:
     """The JUnit XML of ``report`` (see the module docstring)."""
     root = ET.Element("testsuites", name="poolfuzz ci")
     replay_suite = _suite(root, "poolfuzz.ci.replay")
-    for record in report["replay"]:
+    for replayed in report["replay"]:
         case = ET.SubElement(
-            replay_suite, "testcase", classname="poolfuzz.ci.replay", name=_short(record["trace"]), time=f"{record['seconds']:.3f}"
+            replay_suite, "testcase", classname="poolfuzz.ci.replay", name=_short(replayed["trace"]), time=f"{replayed['seconds']:.3f}"
         )
-        if record["status"] == "failed":
-            failure = ET.SubElement(case, "failure", message=record["line"], type="new finding")
-            failure.text = "\n".join(part for part in (record["line"], record.get("steps_text", ""), _artifact(record)) if part)
-        elif record["status"] == "skipped":
-            ET.SubElement(case, "skipped", message=record["line"])
-        ET.SubElement(case, "system-out").text = record["line"]
+        if replayed["status"] == "failed":
+            failure = ET.SubElement(case, "failure", message=replayed["line"], type="new finding")
+            failure.text = "\n".join(part for part in (replayed["line"], replayed.get("steps_text", ""), _artifact(replayed)) if part)
+        elif replayed["status"] == "skipped":
+            ET.SubElement(case, "skipped", message=replayed["line"])
+        ET.SubElement(case, "system-out").text = replayed["line"]
     fuzz_suite = _suite(root, "poolfuzz.ci.fuzz")
     for record in report["targets"]:
         name = record["target"]
@@ -87,7 +90,7 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
             time=f"{record.get('seconds', 0.0):.3f}",
         )
         properties = ET.SubElement(case, "properties")
-        for key in ("seed", "steps_budget", "steps", "episodes", "cut_off", "known_again"):
+        for key in PROPERTIES:
             if key in record:
                 ET.SubElement(properties, "property", name=key, value=str(record[key]))
         status = target_status(record)
@@ -96,8 +99,8 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
             continue
         out: list[str] = [f"{record['steps']} steps of {record['steps_budget']}, seed {record['seed']}"]
         for finding in record["findings"]:
-            if not is_new(finding):
-                known = finding["known"]
+            known = finding["known"]
+            if known is not None:  # not is_new(finding)
                 ET.SubElement(properties, "property", name="known_finding", value=f"{known['number']} {known['key']}")
                 out.append(
                     f"KNOWN [{finding['invariant']}] finding {known['number']} {known['key']} ({known['upstream']}): {finding['trace']}"
@@ -124,7 +127,7 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def finding_text(finding: dict[str, Any]) -> str:
+def finding_text(finding: Finding) -> str:
     """``[invariant] message`` of a violation (its message names the invariant once), the exception of an error."""
     message = str(finding.get("message") or "")
     invariant = finding.get("invariant")
@@ -147,7 +150,7 @@ def _suite(root: ET.Element, name: str) -> ET.Element:
     return ET.SubElement(root, "testsuite", name=name)
 
 
-def _artifact(record: dict[str, Any]) -> str:
+def _artifact(record: Finding | ReplayRecord) -> str:
     if record.get("artifact"):
         return f"trace kept as {record['artifact']}"
     if record.get("trace"):

@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
+from harness.ci.records import ReplayRecord, ReplayStatus
 from harness.upstream.known import KnownFinding
 
-_STATUS = {"matched": "passed", "failed": "failed", "skipped": "skipped", "missing": "skipped", "invalid": "failed"}
+_STATUS: dict[str, ReplayStatus] = dict(matched="passed", failed="failed", skipped="skipped", missing="skipped", invalid="failed")
 
 
-def replay_traces(paths: list[Path], known: tuple[KnownFinding, ...], known_file: Path | None) -> list[dict[str, Any]]:
+def replay_traces(paths: list[Path], known: tuple[KnownFinding, ...], known_file: Path | None) -> list[ReplayRecord]:
     """One record per trace: ``trace``, ``status`` (above), ``line`` (replay's own line), ``seconds``."""
     from harness.traces.replay_cli import Options, judge
 
     options = Options(overrides={}, steps=True, known=known, known_file=known_file)
-    records: list[dict[str, Any]] = []
+    records: list[ReplayRecord] = []
     for path in paths:
         started = time.monotonic()
         try:
@@ -36,7 +36,7 @@ def replay_traces(paths: list[Path], known: tuple[KnownFinding, ...], known_file
         except Exception as exc:  # noqa: BLE001 - a replay that raises is a failing testcase, not a crash of the run
             status, lines = "failed", [f"FAIL {path}: replay raised {type(exc).__name__}: {exc}"]
         line = lines[0] if lines else ""
-        mapped = _STATUS.get(status, "failed")
+        mapped: ReplayStatus = _STATUS.get(status, "failed")
         if line.startswith("POSSIBLY FIXED"):
             mapped = "possibly_fixed"
         records.append(

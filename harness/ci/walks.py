@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from harness.ci.plan import CiTarget
+from harness.ci.records import Finding, WalkRecord
 from harness.judge.invariants import InvariantViolation
 
 
-def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_seconds: float) -> dict[str, Any]:
+def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_seconds: float) -> WalkRecord:
     """Walk ``target`` for its steps (or until ``max_seconds``, a guard); the result record of the report."""
     from harness.fuzz.walk import WalkRun
     from harness.judge.trace import Trace
@@ -27,7 +27,7 @@ def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_secon
 
     started = time.monotonic()
     known = load_known(Path(known_file) if known_file else None)
-    record: dict[str, Any] = {
+    record: WalkRecord = {
         "target": target.key,
         "family": target.family,
         "spec": target.spec,
@@ -64,7 +64,7 @@ def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_secon
         except Exception as exc:  # noqa: BLE001 - the shrinker or the corpus failing is reported, not a crash
             record["findings"].append(_error(exc, None))
             break
-        record.update(steps=walk.steps, episodes=walk.episodes)
+        record["steps"], record["episodes"] = walk.steps, walk.episodes
         if finding is None:
             record["cut_off"] = walk.steps < target.steps
             break
@@ -92,11 +92,11 @@ def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_secon
         if match is None:
             break
         seen.add(violation.invariant_id)
-    record.update(steps=walk.steps, episodes=walk.episodes)
+    record["steps"], record["episodes"] = walk.steps, walk.episodes
     return _done(record, started)
 
 
-def _error(exc: BaseException, path: Path | None, *, steps: int = 0) -> dict[str, Any]:
+def _error(exc: BaseException, path: Path | None, *, steps: int = 0) -> Finding:
     tail = "".join(traceback.format_exception(exc)[-4:]).rstrip()
     return {
         "kind": "error",
@@ -112,6 +112,6 @@ def _error(exc: BaseException, path: Path | None, *, steps: int = 0) -> dict[str
     }
 
 
-def _done(record: dict[str, Any], started: float) -> dict[str, Any]:
+def _done(record: WalkRecord, started: float) -> WalkRecord:
     record["seconds"] = round(time.monotonic() - started, 3)
     return record

@@ -184,7 +184,7 @@ class WorkerReports:
 
         known = load_known(Path(self.plan.known_file) if self.plan.known_file else None)  # checked before workers start
         found = known_finding_of(target.family, target.spec, invariant, path, known=known)
-        return found.to_json() if found is not None else None
+        return dict(found.to_json()) if found is not None else None
 
     def known_again(self, violation: InvariantViolation) -> bool:
         """Whether ``violation`` breaks an invariant that a known finding of the current target broke earlier in

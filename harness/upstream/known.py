@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 KNOWN_FILE = REPOSITORY / "corpus" / "known.toml"
@@ -60,6 +60,18 @@ class Fingerprint:
     def describe(self) -> str:
         ops = ", ".join(sorted(self.operations)) or "no step"
         return f"{self.family}={self.implementation} [{self.invariant}] {self.classification or 'unclassified'} ({ops})"
+
+
+class KnownRecord(TypedDict):
+    """The report's ``known`` record of a failure that is a known finding (:meth:`KnownFinding.to_json`)."""
+
+    key: str
+    number: int
+    title: str
+    distribution: str
+    versions: str
+    upstream: str
+    document: str
 
 
 @dataclass(frozen=True)
@@ -99,7 +111,7 @@ class KnownFinding:
         """``SGLang 0.5.22 to 0.5.23``: the code and versions it was made on."""
         return f"{DISTRIBUTIONS.get(self.distribution, self.distribution)} {self.versions}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> KnownRecord:
         """The report's ``known`` record of a failure that is this finding."""
         return {
             "key": self.key,
