@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from harness.judge.config import PoolConfig, bounded, setting
 from harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
 
+DRAFTS = 1 << 8
+"""The most draft tokens a step's config may name: far past any server's K (the moves draw 1-4), so only an absurd trace is refused."""
+
 POOLS = ("upstream", "poolfuzz", "both")
 """Whose block pool vLLM's scheduler runs over: vLLM's ``BlockPool``, ours (``pools.block_pool`` behind its
 interface, :mod:`harness.kits.vllm_engine.ours`), or ``both`` (the driver runs the two side by side and compares
@@ -67,7 +70,7 @@ class VllmEngineConfig(PoolConfig):
     speculative_method: str | None = setting(None)
     """:data:`SPECULATIVE_METHODS`: speculative decoding off, n-gram or EAGLE drafts (the fake model proposes them and
     chooses how many are accepted)."""
-    num_speculative_tokens: int = bounded(0, 8, default=0)
+    num_speculative_tokens: int = bounded(0, DRAFTS, default=0)
     """``speculative_config.num_speculative_tokens`` (K): 0 exactly when ``speculative_method`` is ``None``."""
 
     def __post_init__(self) -> None:

@@ -19,9 +19,13 @@ def build_lookahead_blocks_kept_after_preemption(**shape: Any) -> VllmEngine:
     (kv_cache_manager.py:460-552); rejected drafts roll ``num_computed_tokens`` back (scheduler.py:2354-2361) without
     freeing them.  ``_preempt_request`` must free every block (``_free_request_blocks``, scheduler.py:1817); here the
     blocks past the computed tokens stay in the request's table, so it waits with nothing computed and holds them (the
-    async + speculative preemption family of vLLM #41190 / #38624).  EAGLE with K lookahead slots by default.
+    async + speculative preemption family of vLLM #41190 / #38624).  A shape drawn without speculation gets EAGLE
+    with 3 lookahead slots, so every example can reach the bug; one over our pool too (``both``) keeps its own, since
+    the driver's mirror over ours is built from the drawn shape and must run the same server.
     """
-    engine = build_vllm_engine(**{"speculative_method": "eagle", "num_speculative_tokens": 3, **shape})
+    if not shape.get("speculative_method") and shape.get("pools", "upstream") == "upstream":
+        shape = {**shape, "speculative_method": "eagle", "num_speculative_tokens": 3}
+    engine = build_vllm_engine(**shape)
     scheduler = engine.scheduler
     preempt = scheduler._preempt_request
     managers = scheduler.kv_cache_manager.coordinator.single_type_managers
