@@ -13,19 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.upstream import sglang_files, vllm_files
+from harness.upstream.distributions import DISTRIBUTIONS
 from harness.upstream.known import REPOSITORY
-from harness.upstream.sources import SourceFolder
-
-DISTRIBUTIONS: dict[str, tuple[str, Callable[[], SourceFolder]]] = {
-    "sglang": (sglang_files.SOURCE_ENV, sglang_files.locate_sglang),
-    "vllm": (vllm_files.SOURCE_ENV, vllm_files.locate_vllm),
-}
-"""Each distribution the CI mode knows: the variable ``--sglang-src`` / ``--vllm-src`` sets, and how its copy is found."""
 
 DEFAULT_CORPUS = REPOSITORY / "corpus"
 """The committed corpus of this checkout of poolfuzz (``corpus/known.toml`` and the traces it names)."""
@@ -82,7 +75,7 @@ def named_distributions(asked: Iterable[str]) -> list[str]:
         if name not in DISTRIBUTIONS:
             raise CiInputError(f"unknown distribution {name!r} (known: {', '.join(DISTRIBUTIONS)})")
     if not names:
-        names = [name for name, (env, _) in DISTRIBUTIONS.items() if os.environ.get(env)]
+        names = [name for name, declared in DISTRIBUTIONS.items() if os.environ.get(declared.env)]
     if not names:
         raise CiInputError("name the checkout: --sglang-src PATH or --vllm-src PATH (or --distribution NAME for the installed one)")
     return names
@@ -93,7 +86,7 @@ def locate(name: str) -> Copy:
     from harness.upstream.sources import UpstreamUnavailableError
 
     try:
-        source = DISTRIBUTIONS[name][1]()
+        source = DISTRIBUTIONS[name].locate()
     except UpstreamUnavailableError as exc:
         raise CiInputError(str(exc)) from None
     return Copy(name, source.version, str(source.site), source.origin)

@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from harness.upstream.distributions import DISTRIBUTIONS
+from harness.upstream.sources import distribution_version
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 KNOWN_FILE = REPOSITORY / "corpus" / "known.toml"
 """The checkout's reviewed list; traces it names are relative to its folder, documents to the repository."""
 KNOWN_SCHEMA = 1
 CLASSIFICATIONS = ("reachable", "latent", "divergence")
-DISTRIBUTIONS = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 class KnownFindingsError(ValueError):
@@ -109,7 +111,8 @@ class KnownFinding:
     @property
     def upstream(self) -> str:
         """``SGLang 0.5.22 to 0.5.23``: the code and versions it was made on."""
-        return f"{DISTRIBUTIONS.get(self.distribution, self.distribution)} {self.versions}"
+        declared = DISTRIBUTIONS.get(self.distribution)
+        return f"{declared.title if declared else self.distribution} {self.versions}"
 
     def to_json(self) -> KnownRecord:
         """The report's ``known`` record of a failure that is this finding."""
@@ -310,7 +313,7 @@ def upstream_code(family_name: str, implementation: str) -> dict[str, str] | Non
     ``harness.upstream:NAME`` target, or a builder of a family whose default is one, as the engine's are), else
     ``None``.  The version is the copy's that the targets load (``--sglang-src``'s, else the installed one)."""
     from harness.judge.families import FAMILIES
-    from harness.upstream import sglang_files, vllm_files
+    from harness.upstream import distribution_of
 
     fam = FAMILIES.get(family_name)
     module, _, name = implementation.partition(":")
@@ -318,19 +321,15 @@ def upstream_code(family_name: str, implementation: str) -> dict[str, str] | Non
         if fam is None or fam.default not in fam.upstream or not module.startswith("harness."):
             return None
         name = fam.default.partition(":")[2]
-    from harness.upstream import distribution_of
-
     declared = distribution_of(name)
     if declared is None:
         return None
-    files = vllm_files if declared.name == vllm_files.DISTRIBUTION else sglang_files
-    distribution = declared.name
     try:
-        source = vllm_files.locate_vllm() if files is vllm_files else sglang_files.locate_sglang()
+        source = declared.locate()
         version, origin = source.version, source.origin
     except Exception:  # noqa: BLE001 - not installed: the target is refused elsewhere, the label says so
-        version, origin = files.installed_version() or "not installed", "installed"
-    return {"distribution": distribution, "title": DISTRIBUTIONS[distribution], "version": version, "origin": origin}
+        version, origin = distribution_version(declared.name) or "not installed", "installed"
+    return {"distribution": declared.name, "title": declared.title, "version": version, "origin": origin}
 
 
 def upstream_label(code: Mapping[str, Any] | None) -> str:

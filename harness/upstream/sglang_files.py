@@ -22,6 +22,7 @@ the targets that need it (:func:`target_problem`), with a one-line reason; docs/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 from harness.upstream import sglang_fakes, sglang_stand_ins
 from harness.upstream.loading import Distribution, LoadedCopy, copy_of
@@ -192,7 +193,7 @@ def sglang_copy() -> LoadedCopy:
     return copy_of(SGLANG)
 
 
-def load_files(names: tuple[str, ...]) -> tuple[dict[str, object], dict[str, str]]:
+def load_files(names: tuple[str, ...]) -> tuple[dict[str, ModuleType], dict[str, str]]:
     """Load the :data:`MODULES` of ``names``: the modules that loaded and, for each that did not, why (by short name)."""
     copy = sglang_copy()
     loaded, problems = copy.load(MODULES[name] for name in names)

@@ -30,6 +30,7 @@ from harness.upstream.sglang_files import (
     SUPPORTED_VERSION,
     load_files,
     paged_cpu_problem,
+    require,
     sglang_copy,
     target_problem,
 )
@@ -67,17 +68,10 @@ class UpstreamModules(LoadedFiles):
     paged = FileModule("paged")
     mamba = FileModule("mamba")
 
-    def target_problem(self, target: str) -> str | None:
-        """Why allocator target ``target`` (``"TokenKV"``...) cannot run on this copy, or ``None``."""
-        return target_problem(target)
-
-    def paged_cpu_problem(self) -> str | None:
-        return paged_cpu_problem()
-
-    def require(self, target: str) -> None:
-        problem = self.target_problem(target)
-        if problem is not None:
-            raise UpstreamUnavailableError(problem)
+    target_problem = staticmethod(target_problem)
+    """Why an SGLang target (``"TokenKV"``...) cannot run on this copy, or ``None`` (:func:`~harness.upstream.sglang_files.target_problem`)."""
+    require = staticmethod(require)
+    paged_cpu_problem = staticmethod(paged_cpu_problem)
 
 
 def load_upstream() -> UpstreamModules:
@@ -91,7 +85,7 @@ def load_upstream() -> UpstreamModules:
     return UpstreamModules(
         version=source.version,
         root=source.package / "srt/mem_cache/allocator",
-        modules=modules,  # type: ignore[arg-type]
+        modules=modules,
         problems=problems,
         source=source,
     )
@@ -123,13 +117,8 @@ class SglangCacheModules(LoadedFiles):
         base = self.module("base_swa_memory_pool").BaseSWAKVPool
         return sglang_fakes.swa_kv_pool_class(base)
 
-    def target_problem(self, target: str) -> str | None:
-        return target_problem(target)
-
-    def require(self, target: str) -> None:
-        problem = self.target_problem(target)
-        if problem is not None:
-            raise UpstreamUnavailableError(problem)
+    target_problem = staticmethod(target_problem)
+    require = staticmethod(require)
 
     def radix_key(self, tokens: Iterable[int], extra_key: str | None = None) -> Any:
         """Upstream ``RadixKey`` over an int64 ``array`` (the only token container it accepts)."""
@@ -166,7 +155,7 @@ def load_sglang_cache() -> SglangCacheModules:
         version=source.version,
         root=source.package / "srt/mem_cache",
         allocators=allocators,
-        modules=modules,  # type: ignore[arg-type]
+        modules=modules,
         problems=problems,
         signals=sglang_fakes.SIGNALS,
         clock=sglang_fakes.CLOCK,
@@ -174,13 +163,20 @@ def load_sglang_cache() -> SglangCacheModules:
     )
 
 
+def unavailable_reason(target: str | None = None) -> str | None:
+    """Why the allocator files (or, given ``target``, that SGLang target) cannot run, else ``None`` (test skips)."""
+    try:
+        if target is not None:
+            return target_problem(target)
+        return next(iter(load_upstream().problems.values()), None)
+    except UpstreamUnavailableError as exc:
+        return str(exc)
+
+
 def sglang_cache_unavailable_reason(target: str | None = None) -> str | None:
     """Why the cache target ``target`` (or, without one, any of them but the Rust core) cannot run, else ``None``."""
     names = (target,) if target is not None else ("RadixCache", "SWAKV", "PureSWAKV")
-    try:
-        return next((p for p in map(target_problem, names) if p is not None), None)
-    except UpstreamUnavailableError as exc:
-        return str(exc)
+    return next((p for p in map(unavailable_reason, names) if p is not None), None)
 
 
 @dataclass(frozen=True)
@@ -215,7 +211,7 @@ def load_engine() -> EngineModules:
     if problems:
         reason = next(iter(problems.values()))
         raise UpstreamUnavailableError(f"{reason} (the engine target; {INSTALL_HINT}, plus msgspec)")
-    return EngineModules(version=copy.source.version, site=copy.source.site, modules=modules, copy=copy)  # type: ignore[arg-type]
+    return EngineModules(version=copy.source.version, site=copy.source.site, modules=modules, copy=copy)
 
 
 def active(modules: EngineModules) -> AbstractContextManager[None]:
@@ -246,14 +242,5 @@ __all__ = [
     "load_sglang_cache",
     "load_upstream",
     "sglang_cache_unavailable_reason",
+    "unavailable_reason",
 ]
-
-
-def unavailable_reason(target: str | None = None) -> str | None:
-    """Why the allocator files (or, given ``target``, that SGLang target) cannot run, else ``None`` (test skips)."""
-    try:
-        if target is not None:
-            return target_problem(target)
-        return next(iter(load_upstream().problems.values()), None)
-    except UpstreamUnavailableError as exc:
-        return str(exc)
