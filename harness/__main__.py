@@ -1,6 +1,6 @@
-"""``python -m harness``: see :mod:`harness.cli`."""
+"""``poolfuzz``: see :mod:`poolfuzz.harness.cli`."""
 
-from harness.cli import main
+from poolfuzz.harness.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,6 +1,6 @@
-"""``poolfuzz`` (also ``python -m harness``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
+"""``poolfuzz`` (also ``poolfuzz``): fuzz | list | dashboard | replay | selfcheck | bench | mutate.
 
-``fuzz``, ``list`` and ``dashboard`` are parsed here (``list`` runs in :mod:`harness.list_command`); ``replay``, ``selfcheck``,
+``fuzz``, ``list`` and ``dashboard`` are parsed here (``list`` runs in :mod:`poolfuzz.harness.list_command`); ``replay``, ``selfcheck``,
 ``seed-corpus``, ``bench`` and ``mutate`` are handed their remaining arguments
 (``<module>.main(argv)``), imported only when asked for.  Every failure to start is one line on stderr and exit
 status 2, never a traceback.  Every help text names the program :data:`PROG` (``poolfuzz COMMAND``).
@@ -22,21 +22,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.arguments import positive
-from harness.helptext import PROG
+from poolfuzz.harness.arguments import positive
+from poolfuzz.harness.helptext import PROG
 
 if TYPE_CHECKING:
-    from harness.dashboard import LiveDashboard
+    from poolfuzz.harness.dashboard import LiveDashboard
 
 DISPATCHED = {
-    "replay": ("harness.traces.replay_cli", "replay corpus traces through the drivers, without hypothesis"),
-    "selfcheck": ("harness.canaries.selfcheck", "prove the harness catches every canary bug"),
-    "report": ("harness.traces.issue_report", "an upstream-ready Markdown issue for a trace of an upstream target"),
-    "ci": ("harness.ci.command", "CI mode over an engine's checkout: replay the upstream corpus, walk its targets, JUnit"),
-    "seed-corpus": ("harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
-    "bench": ("harness.bench.run", "benchmark the pools and the page-index kernels"),
-    "mutate": ("harness.mutate.command", "plant mutants in pools/ and report which ones the machines kill"),
-    "coverage": ("harness.bench.coverage", "branch coverage of pools/ reached by the machine tests alone"),
+    "replay": ("poolfuzz.harness.traces.replay_cli", "replay corpus traces through the drivers, without hypothesis"),
+    "selfcheck": ("poolfuzz.harness.canaries.selfcheck", "prove the harness catches every canary bug"),
+    "report": ("poolfuzz.harness.traces.issue_report", "an upstream-ready Markdown issue for a trace of an upstream target"),
+    "ci": ("poolfuzz.harness.ci.command", "CI mode over an engine's checkout: replay the upstream corpus, walk its targets, JUnit"),
+    "seed-corpus": ("poolfuzz.harness.canaries.seeding", "fuzz canaries and save their shrunk regression traces"),
+    "bench": ("poolfuzz.harness.bench.run", "benchmark the pools and the page-index kernels"),
+    "mutate": ("poolfuzz.harness.mutate.command", "plant mutants in pools/ and report which ones the machines kill"),
+    "coverage": ("poolfuzz.harness.bench.coverage", "branch coverage of pools/ reached by the machine tests alone"),
 }
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -67,7 +67,7 @@ def _workers(value: str) -> int:
 
 
 def _add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
-    from harness.fuzz.database import DEFAULT_DATABASE
+    from poolfuzz.harness.fuzz.database import DEFAULT_DATABASE
 
     fuzz.add_argument("--target", action="append", default=[], metavar="FAMILY[=module:attr]",
                       help="fuzz this family (repeatable), optionally with another implementation; "
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="poolfuzz: invariant checking and stateful fuzzing of LLM-serving memory pools "
-                    "(also run as 'python -m harness').",
+                    "(also run as 'poolfuzz').",
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the caller contract of each upstream target: the calls upstream's own callers make, "
                               "with the lines that make them (docs/contracts.md)")
     _add_source_arguments(listing)
-    from harness.dashboard import add_arguments as add_dashboard_arguments
+    from poolfuzz.harness.dashboard import add_arguments as add_dashboard_arguments
 
     dashboard = commands.add_parser("dashboard", help="one self-contained HTML page of fuzz reports",
                                     description="Build one offline HTML page from fuzz reports: targets, failures "
@@ -230,18 +230,18 @@ def run_command(args_list: list[str]) -> int:
         args = build_parser().parse_args(args_list)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from harness.fuzz.database import DatabaseError
-    from harness.fuzz.outputs import OutputError
-    from harness.judge.families import UnknownTargetError
-    from harness.upstream.known import KnownFindingsError
+    from poolfuzz.harness.fuzz.database import DatabaseError
+    from poolfuzz.harness.fuzz.outputs import OutputError
+    from poolfuzz.harness.judge.families import UnknownTargetError
+    from poolfuzz.harness.upstream.known import KnownFindingsError
 
     try:
         if args.command == "list":
-            from harness.list_command import cmd_list
+            from poolfuzz.harness.list_command import cmd_list
 
             return cmd_list(args)
         if args.command == "dashboard":
-            from harness.dashboard import run as run_dashboard
+            from poolfuzz.harness.dashboard import run as run_dashboard
 
             return run_dashboard(args)
         return cmd_fuzz(args)
@@ -273,9 +273,9 @@ def dispatch(command: str, argv: list[str]) -> int:
 # -------------------------------------------------------------------- fuzz
 def check_outputs(args: argparse.Namespace, report: Path) -> None:
     """Every place the run writes, checked before any worker starts: a found counterexample must
-    have somewhere to go (:mod:`harness.fuzz.outputs`)."""
-    from harness.fuzz.database import check_database
-    from harness.fuzz.outputs import check_file, check_folder, folder_to_make
+    have somewhere to go (:mod:`poolfuzz.harness.fuzz.outputs`)."""
+    from poolfuzz.harness.fuzz.database import check_database
+    from poolfuzz.harness.fuzz.outputs import check_file, check_folder, folder_to_make
 
     check_folder(args.corpus, "--corpus")
     check_file(report, "--report")
@@ -292,9 +292,9 @@ def check_outputs(args: argparse.Namespace, report: Path) -> None:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from harness.fuzz import FuzzOptions, FuzzRun, select_targets
-    from harness.fuzz.report import summary_text, write_report
-    from harness.upstream.known import load_known
+    from poolfuzz.harness.fuzz import FuzzOptions, FuzzRun, select_targets
+    from poolfuzz.harness.fuzz.report import summary_text, write_report
+    from poolfuzz.harness.upstream.known import load_known
 
     if args.known is not None and not args.known.is_file():
         raise UsageError(f"--known {args.known}: no such file")
@@ -347,7 +347,7 @@ def live_dashboard(path: Path | None, report_path: Path) -> LiveDashboard | None
     if path is None:
         return None
     try:
-        from harness.dashboard import LiveDashboard
+        from poolfuzz.harness.dashboard import LiveDashboard
 
         return LiveDashboard(path, report_path=report_path)
     except ImportError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 PROG = "poolfuzz"
-"""The one program name every help text shows; ``python -m harness`` runs the same CLI."""
+"""The one program name every help text shows; ``poolfuzz`` runs the same CLI."""
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
 _LITERAL = re.compile(r"``([^`]+)``")

@@ -1,8 +1,8 @@
 """JSON Schema as poolfuzz reads it: the committed schemas shipped as package data, a validator whose
 ``integer`` is Python's, and the one error to tell, in a reader's words.
 
-The trace loader (:mod:`harness.traces.schema`) and the dashboard's report check
-(:mod:`harness.dashboard.report_check`) validate their files against committed
+The trace loader (:mod:`poolfuzz.harness.traces.schema`) and the dashboard's report check
+(:mod:`poolfuzz.harness.dashboard.report_check`) validate their files against committed
 schemas with these: the first error in the order the schema lists the fields (not
 the order jsonschema finds them in), the field it is about as ``steps[1].args``, and
 the problem worded from the schema's ``x-problem`` or the reader's own templates.

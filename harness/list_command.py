@@ -14,9 +14,9 @@ __all__ = ["cmd_list", "describe_families"]
 
 
 def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
-    from harness.judge.families import FAMILIES, family_unavailable, implementation_for, resolve
-    from harness.judge.plugins import PLUGGED_IN
-    from harness.machines.table import machine_class
+    from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, implementation_for, resolve
+    from poolfuzz.harness.judge.plugins import PLUGGED_IN
+    from poolfuzz.harness.machines.table import machine_class
 
     described = []
     for fam in FAMILIES.values():
@@ -51,10 +51,10 @@ def describe_families(overrides: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.judge.families import parse_overrides
-    from harness.judge.invariants import INVARIANTS
-    from harness.judge.plugins import PROBLEMS
-    from pools.page_alloc import KERNEL_NAMES, triton_available
+    from poolfuzz.harness.judge.families import parse_overrides
+    from poolfuzz.harness.judge.invariants import INVARIANTS
+    from poolfuzz.harness.judge.plugins import PROBLEMS
+    from poolfuzz.pools.page_alloc import KERNEL_NAMES, triton_available
 
     if args.contracts:
         return _list_contracts(as_json=args.json)
@@ -101,7 +101,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _list_contracts(*, as_json: bool) -> int:
-    from harness.judge.contract import all_contracts
+    from poolfuzz.harness.judge.contract import all_contracts
 
     contracts = all_contracts()
     if as_json:

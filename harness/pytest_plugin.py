@@ -2,24 +2,24 @@
 
 Registered through the ``pytest11`` entry point (``pip install poolfuzz`` is enough; ``-p no:poolfuzz``
 turns it off), so a project tests its pool class with the same machines, invariants, hypothesis
-profiles and corpus as ``python -m harness fuzz``, without a separate runner in its CI:
+profiles and corpus as ``poolfuzz fuzz``, without a separate runner in its CI:
 
 * on the command line, ``pytest --poolfuzz-target FAMILY=module:attr`` (repeatable) adds one test
   item per target and device, ``poolfuzz::FAMILY[module:attr@DEVICE]``;
 * in a test module, ``test_my_pool = poolfuzz_test("req_to_token", "mypkg.pools:MyReqPool")``
   declares the same as an ordinary test function.
 
-Both run :func:`harness.machines.run_machine`: under the profile :mod:`harness.machines.settings`
+Both run :func:`poolfuzz.harness.machines.run_machine`: under the profile :mod:`poolfuzz.harness.machines.settings`
 picks (``ci``, derandomised, when ``CI`` is set; else ``dev``), unless ``--poolfuzz-profile``
 names another.  A counterexample is shrunk and saved under ``--poolfuzz-corpus`` (default
 ``corpus/found`` under the rootdir); the failure names the broken invariant and the saved trace,
-and the terminal summary lists every saved trace with its ``python -m harness replay`` command.
+and the terminal summary lists every saved trace with its ``poolfuzz replay`` command.
 
 Item names depend only on the options, never on the order of imports or on randomness, so the
 workers of ``pytest -n auto`` (pytest-xdist) collect the same items.  A target that does not
 resolve or does not fit its family stops the run before any test with one line: a
 ``pytest.UsageError`` (exit status 4) for ``--poolfuzz-target``, a one-line collection error for
-:func:`poolfuzz_test`.  Validation is :func:`harness.fuzz.options.select_targets`, the same as
+:func:`poolfuzz_test`.  Validation is :func:`poolfuzz.harness.fuzz.options.select_targets`, the same as
 ``harness fuzz --target``.
 
 This module imports nothing of poolfuzz at import time: pytest loads it in every test run of an
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from harness.arguments import positive
+from poolfuzz.harness.arguments import positive
 
 TRACE_PROPERTY = "poolfuzz_trace"
 """``user_properties`` key of a failed test's saved trace path (travels with xdist reports and into JUnit XML)."""
@@ -59,7 +59,7 @@ class PoolfuzzOptions:
     devices: tuple[str, ...] = ("cpu",)
     corpus: Path = DEFAULT_CORPUS
     profile: str | None = None
-    """The hypothesis profile; ``None``: :func:`harness.machines.settings.default_profile_name` at run time."""
+    """The hypothesis profile; ``None``: :func:`poolfuzz.harness.machines.settings.default_profile_name` at run time."""
     max_examples: int | None = None
     steps: int | None = None
     strict: bool = False
@@ -118,15 +118,15 @@ def _one_line(text: str) -> str:
 def validate_targets(items: Iterable[str]) -> list[tuple[str, str]]:
     """``FAMILY=module:attr`` strings to ``(family, spec)`` pairs; :class:`UnknownTargetError` with one line if not.
 
-    Delegates to :func:`harness.fuzz.options.select_targets`, so the plugin accepts and refuses exactly
+    Delegates to :func:`poolfuzz.harness.fuzz.options.select_targets`, so the plugin accepts and refuses exactly
     what ``harness fuzz --target`` does: an unknown family, a malformed spec, a module that does not
     import, a missing attribute, a class that does not fit the family.
     """
     wanted = [item for item in items if item.strip()]
     if not wanted:  # select_targets([]) would mean every family; and a run that names none imports nothing
         return []
-    from harness.fuzz.options import select_targets
-    from harness.judge.families import UnknownTargetError
+    from poolfuzz.harness.fuzz.options import select_targets
+    from poolfuzz.harness.judge.families import UnknownTargetError
 
     try:
         targets, _ = select_targets(wanted)
@@ -145,7 +145,7 @@ def _read_options(config: pytest.Config) -> PoolfuzzOptions:
     """The validated options; a bad target or profile is a :class:`pytest.UsageError` of one line."""
     targets: list[tuple[str, str]] = []
     if config.getoption("poolfuzz_targets"):
-        from harness.judge.families import UnknownTargetError
+        from poolfuzz.harness.judge.families import UnknownTargetError
 
         try:
             targets = validate_targets(config.getoption("poolfuzz_targets"))
@@ -153,7 +153,7 @@ def _read_options(config: pytest.Config) -> PoolfuzzOptions:
             raise pytest.UsageError(f"--poolfuzz-target: {exc}") from None
     profile: str | None = config.getoption("poolfuzz_profile")
     if profile is not None:
-        from harness.machines.settings import profile as named_profile
+        from poolfuzz.harness.machines.settings import profile as named_profile
 
         try:
             named_profile(profile)
@@ -182,7 +182,7 @@ def options_of(config: pytest.Config) -> PoolfuzzOptions:
 # ------------------------------------------------------------------ hooks
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, validate the options (stopping the run on a bad one) and the run's reporter."""
-    config.addinivalue_line("markers", f"{MARKER}: a poolfuzz state-machine test (harness.pytest_plugin)")
+    config.addinivalue_line("markers", f"{MARKER}: a poolfuzz state-machine test (poolfuzz.harness.pytest_plugin)")
     session = _Session(_read_options(config))
     config.stash[_SESSION] = session
     config.pluginmanager.register(_Reporter(session), "poolfuzz-reporter")
@@ -227,7 +227,7 @@ class _Reporter:
             shown = Path(found.path)
             if shown.is_relative_to(here):
                 shown = shown.relative_to(here)
-            lines[f"{found.nodeid}: [{found.invariant}] python -m harness replay {shown}"] = None
+            lines[f"{found.nodeid}: [{found.invariant}] poolfuzz replay {shown}"] = None
         for line in lines:
             terminalreporter.write_line(line)
 
@@ -281,8 +281,8 @@ def run_poolfuzz(
 
         if not torch.cuda.is_available():
             pytest.skip("needs a CUDA device")
-    from harness.machines import build_settings, make_machine, run_machine, violation_of
-    from harness.machines.settings import default_profile_name
+    from poolfuzz.harness.machines import build_settings, make_machine, run_machine, violation_of
+    from poolfuzz.harness.machines.settings import default_profile_name
 
     options = options_of(node.config)
     overrides: dict[str, Any] = {}
@@ -307,7 +307,7 @@ def run_poolfuzz(
         failure = judge_violation(node, family, spec, device, violation, strict=options.strict)
         if failure is not None:
             pytest.fail(failure, pytrace=False)
-        from harness.upstream.findings import known_finding_filter, machine_avoiding_known_findings
+        from poolfuzz.harness.upstream.findings import known_finding_filter, machine_avoiding_known_findings
 
         if known_finding_filter(family) is None:
             return
@@ -316,9 +316,9 @@ def run_poolfuzz(
 
 def judge_violation(node: Any, family: str, spec: str, device: str, violation: Any, *, strict: bool = False) -> str | None:
     """The failure message of ``violation`` found on ``node``, or ``None`` when it is a known upstream finding
-    (``corpus/known.toml``, matched by :func:`harness.upstream.known.known_finding_of`) and not ``strict``: then it
+    (``corpus/known.toml``, matched by :func:`poolfuzz.harness.upstream.known.known_finding_of`) and not ``strict``: then it
     is recorded in ``node.user_properties`` (:data:`KNOWN_PROPERTY`) with a warning, and the test passes."""
-    from harness.upstream.known import known_finding_of
+    from poolfuzz.harness.upstream.known import known_finding_of
 
     known = known_finding_of(family, spec, violation.invariant_id, violation.trace_path)
     what = f"known finding {known.number} ({known.key}, {known.upstream})" if known is not None else ""
@@ -334,7 +334,7 @@ def judge_violation(node: Any, family: str, spec: str, device: str, violation: A
     if violation.trace_path is not None:
         node.user_properties.append((TRACE_PROPERTY, str(violation.trace_path)))
         node.user_properties.append((INVARIANT_PROPERTY, violation.invariant_id))
-        lines.append(f"  replay: python -m harness replay {violation.trace_path}")
+        lines.append(f"  replay: poolfuzz replay {violation.trace_path}")
     return "\n".join(lines)
 
 
@@ -345,7 +345,7 @@ def poolfuzz_test(
 
     Assign it to a ``test_`` name in a test module and pytest collects it like any other test::
 
-        from harness.pytest_plugin import poolfuzz_test
+        from poolfuzz.harness.pytest_plugin import poolfuzz_test
 
         test_my_row_pool = poolfuzz_test("req_to_token", "mypkg.pools:MyReqPool")
 
@@ -355,7 +355,7 @@ def poolfuzz_test(
     ``device="cuda"`` skips without a CUDA device.  The test's node id is the module's name for it,
     so it is the same in every xdist worker.
     """
-    from harness.judge.families import UnknownTargetError
+    from poolfuzz.harness.judge.families import UnknownTargetError
 
     try:
         ((name, spec),) = validate_targets([f"{family}={target}"])

@@ -3,7 +3,7 @@
 Nothing here imports hypothesis or the harness: these are the classes under test.
 """
 
-from pools.errors import (
+from poolfuzz.pools.errors import (
     BadBatchError,
     BadSizeError,
     DoubleFreeError,
@@ -14,9 +14,9 @@ from pools.errors import (
     ReservedIndexError,
     UnknownKernelError,
 )
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
-from pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
+from poolfuzz.pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
 
 __all__ = [
     "BadBatchError",
@@ -38,12 +38,12 @@ __all__ = [
     "UnknownKernelError",
 ]
 
-from pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
-from pools.errors import BlockStateError, InsufficientBlocksError
+from poolfuzz.pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
+from poolfuzz.pools.errors import BlockStateError, InsufficientBlocksError
 
 __all__ += ["BlockPool", "BlockStateError", "FreeKVCacheBlockQueue", "InsufficientBlocksError", "KVCacheBlock"]
 
-from pools.errors import (  # noqa: E402
+from poolfuzz.pools.errors import (  # noqa: E402
     AlreadyCachedError,
     KeyValueMismatchError,
     LockStateError,
@@ -51,7 +51,7 @@ from pools.errors import (  # noqa: E402
     TreeNodeError,
     UnknownEvictionPolicyError,
 )
-from pools.radix_cache import MatchResult, RadixCache, RequestCacheResult, TreeNode  # noqa: E402
+from poolfuzz.pools.radix_cache import MatchResult, RadixCache, RequestCacheResult, TreeNode  # noqa: E402
 
 __all__ += [
     "AlreadyCachedError",
@@ -66,6 +66,6 @@ __all__ += [
     "UnknownEvictionPolicyError",
 ]
 
-from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator  # noqa: E402
+from poolfuzz.pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator  # noqa: E402
 
 __all__ += ["PureSWATokenToKVPoolAllocator", "SWATokenToKVPoolAllocator"]

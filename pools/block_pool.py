@@ -31,17 +31,17 @@ Hazards fixed here: upstream ``free_blocks`` decrements without a floor, so a
 block freed twice reaches ``ref_cnt == -1`` and is linked into the queue twice
 (vLLM #42571, CPU offload with sliding window).  Every call here validates its
 whole batch first -- counting a block named twice in one call -- and raises a
-typed :class:`~pools.errors.PoolError` with the pool unchanged.
+typed :class:`~poolfuzz.pools.errors.PoolError` with the pool unchanged.
 
 Deliberate deviations from vLLM 0.33.0:
 
 * ``get_new_blocks`` over capacity raises
-  :class:`~pools.errors.InsufficientBlocksError` (a ``PoolError`` *and* a
+  :class:`~poolfuzz.pools.errors.InsufficientBlocksError` (a ``PoolError`` *and* a
   ``ValueError``), not ``None``: vLLM's callers must check the free count
   first, so it is a contract breach.
 * A block holds at most one hash (no partial-block entries), and caching an
   already-hashed block, a free block, or anything with caching off raises
-  :class:`~pools.errors.BlockStateError` (upstream asserts or corrupts).
+  :class:`~poolfuzz.pools.errors.BlockStateError` (upstream asserts or corrupts).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pools.block_queue import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
-from pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, InsufficientBlocksError
+from poolfuzz.pools.block_queue import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, InsufficientBlocksError
 
 __all__ = ["BlockHash", "BlockPool", "FreeKVCacheBlockQueue", "KVCacheBlock"]
 
@@ -58,7 +58,7 @@ __all__ = ["BlockHash", "BlockPool", "FreeKVCacheBlockQueue", "KVCacheBlock"]
 class BlockPool:
     """Blocks ``1..num_gpu_blocks-1`` handed out by reference count, with a prefix cache.
 
-    Failure tiers: a contract breach raises a :class:`~pools.errors.PoolError`
+    Failure tiers: a contract breach raises a :class:`~poolfuzz.pools.errors.PoolError`
     subclass before anything changes (double free, foreign block, touching a
     free uncached block, asking for more blocks than are free);
     ``reset_prefix_cache`` returns ``False`` while blocks are in use.

@@ -1,4 +1,4 @@
-"""The blocks of a :class:`~pools.block_pool.BlockPool` and its free queue, with vLLM v1 semantics.
+"""The blocks of a :class:`~poolfuzz.pools.block_pool.BlockPool` and its free queue, with vLLM v1 semantics.
 
 As vLLM 0.33.0's ``v1/core/kv_cache_utils.py``: a :class:`KVCacheBlock` is one block's state
 (its id, reference count, hash and free-queue links), and :class:`FreeKVCacheBlockQueue` the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pools.errors import InsufficientBlocksError
+from poolfuzz.pools.errors import InsufficientBlocksError
 
 BlockHash = int | bytes
 """A block's content hash; the caller computes it (vLLM chains it over the prefix)."""

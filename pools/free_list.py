@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pools.host_views import HostViews
-from pools.page_states import host_tables
+from poolfuzz.pools.host_views import HostViews
+from poolfuzz.pools.page_states import host_tables
 
 __all__ = ["PageFreeList"]
 

@@ -22,9 +22,9 @@ Semantics follow SGLang 0.5.23 (``mem_cache/allocator/{base,token,paged}.py``):
 Hazards fixed here: upstream ``free`` neither validates nor deduplicates, so a
 double free puts a page on the free list twice and it is later handed to two
 requests.  These allocators keep a per-page state table
-(:mod:`pools.page_states`) and raise a typed error instead.  The table is read
+(:mod:`poolfuzz.pools.page_states`) and raise a typed error instead.  The table is read
 through NumPy on a CPU pool and costs one host read per ``free`` on a device.
-The free list is a :class:`~pools.free_list.PageFreeList`: same order of reuse
+The free list is a :class:`~poolfuzz.pools.free_list.PageFreeList`: same order of reuse
 as upstream's tensor, but a free costs O(pages freed), not an O(pool) ``torch.cat``.
 Nested free groups raise (0.5.23 asserts), and the decode page count uses the
 predicate ``(seq - 1) % page_size == 0``, which is also right for page size 1.
@@ -38,14 +38,22 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
-from pools.free_list import PageFreeList
-from pools.page_alloc import PageKernel, get_kernel
-from pools.page_states import FREE as _FREE
-from pools.page_states import LIVE as _LIVE
-from pools.page_states import PENDING as _PENDING
-from pools.page_states import PageStateTable
-from pools.paged_checks import PagedBatchChecker, is_int_tensor
+from poolfuzz.pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    ReservedIndexError,
+    check_count,
+)
+from poolfuzz.pools.free_list import PageFreeList
+from poolfuzz.pools.page_alloc import PageKernel, get_kernel
+from poolfuzz.pools.page_states import FREE as _FREE
+from poolfuzz.pools.page_states import LIVE as _LIVE
+from poolfuzz.pools.page_states import PENDING as _PENDING
+from poolfuzz.pools.page_states import PageStateTable
+from poolfuzz.pools.paged_checks import PagedBatchChecker, is_int_tensor
 
 __all__ = ["PagedTokenToKVPoolAllocator", "TokenToKVPoolAllocator"]
 
@@ -346,7 +354,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
     ) -> torch.Tensor | None:
         """Slots for tokens ``prefix_lens[i]..seq_lens[i]`` of each request, or ``None`` if short.
 
-        The batch is checked (:mod:`pools.paged_checks`) and its pages counted on
+        The batch is checked (:mod:`poolfuzz.pools.paged_checks`) and its pages counted on
         the CPU lengths before the kernel reads ``free_pages`` (#34399).
         """
         num_new_pages = self._batches.extend_pages(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, extend_num_tokens)

@@ -1,5 +1,5 @@
 """Mamba state: ``MambaPool`` (state tensors) and ``HybridReqToTokenPool`` (request
-rows plus one Mamba slot each); the slot free list is :mod:`pools.mamba_slots`.
+rows plus one Mamba slot each); the slot free list is :mod:`poolfuzz.pools.mamba_slots`.
 
 Semantics follow SGLang 0.5.23 (``memory_pool.py``).  Slot 0 is the dummy
 write target of padded tokens, so every state tensor has ``size + 1`` slots
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from pools.errors import BadBatchError, DoubleFreeError, check_count
-from pools.mamba_slots import MambaSlotAllocator, _check_slot, _slot_list
-from pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.pools.errors import BadBatchError, DoubleFreeError, check_count
+from poolfuzz.pools.mamba_slots import MambaSlotAllocator, _check_slot, _slot_list
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
 
 __all__ = ["HybridReqToTokenPool", "MambaPool", "MambaSlotAllocator"]
 

@@ -7,7 +7,7 @@ Hazards fixed here (sglang-pools.md section 8, hazards 3 and 6): upstream let a
 second ``alloc_group_begin`` drop the first reservation (a leak), kept the
 reservation across ``clear()`` (so stale reserved slots were issued twice), and
 appended freed slots with neither a range nor a membership check.  Here nesting
-and unmatched ends raise :class:`~pools.errors.GroupStateError`, ``clear()``
+and unmatched ends raise :class:`~poolfuzz.pools.errors.GroupStateError`, ``clear()``
 closes the window, and ``free`` validates against a host-side state table.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
-from pools.free_list import PageFreeList
-from pools.host_views import HostViews
+from poolfuzz.pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, GroupStateError, ReservedIndexError, check_count
+from poolfuzz.pools.free_list import PageFreeList
+from poolfuzz.pools.host_views import HostViews
 
 __all__ = ["MambaSlotAllocator"]
 
@@ -64,7 +64,7 @@ class MambaSlotAllocator(HostViews):
     sentinel past ``size`` are never live, so one clipped gather counting live
     slots checks a whole ``free`` (range, padding, ownership); the exact error is worked out
     only when it fails.  On CUDA reading the slot ids costs one host sync per
-    ``alloc``/``free``.  The free list is a :class:`~pools.free_list.PageFreeList`:
+    ``alloc``/``free``.  The free list is a :class:`~poolfuzz.pools.free_list.PageFreeList`:
     a free costs O(slots freed), not upstream's O(pool) ``torch.cat``.
     """
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pools.host_views import HostViews
+from poolfuzz.pools.host_views import HostViews
 
 __all__ = ["DEVICE_PATH_ON_CPU", "FREE", "LIVE", "PENDING", "RESERVED", "PageStateTable", "RepeatFinder", "host_tables"]
 

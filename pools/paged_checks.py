@@ -18,7 +18,7 @@ NumPy on the CPU lengths (and on ``last_loc`` for a CPU pool), or with torch on
 the device for a device pool's ``last_loc`` (one host read).  Only when a rule
 fails does the slow path below work out which request broke which rule, for the
 error message.  The same pass yields the number of new pages, so the counting
-in :mod:`pools.page_alloc.counting` is not validated a second time.
+in :mod:`poolfuzz.pools.page_alloc.counting` is not validated a second time.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pools.errors import BadBatchError
-from pools.host_views import HostViews
-from pools.page_states import LIVE, PageStateTable, host_tables
+from poolfuzz.pools.errors import BadBatchError
+from poolfuzz.pools.host_views import HostViews
+from poolfuzz.pools.page_states import LIVE, PageStateTable, host_tables
 
 __all__ = ["PagedBatchChecker", "is_int_tensor"]
 

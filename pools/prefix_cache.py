@@ -1,4 +1,4 @@
-"""One config, one prefix cache: the KV allocator and the :class:`~pools.radix_cache.RadixCache` over it.
+"""One config, one prefix cache: the KV allocator and the :class:`~poolfuzz.pools.radix_cache.RadixCache` over it.
 
 SGLang builds its ``token_to_kv_pool_allocator`` and the tree cache from the same
 server arguments; :func:`build_prefix_cache` does the same from ``size``,
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.radix_cache import RadixCache
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.radix_cache import RadixCache
 
 KVAllocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 

@@ -1,7 +1,7 @@
 """One ``typing.Protocol`` per pool family: exactly what the harness may call.
 
 A user's own pool is fuzzable when it satisfies the protocol of its family and
-takes the same constructor arguments (see ``harness.judge.families``).  The harness
+takes the same constructor arguments (see ``poolfuzz.harness.judge.families``).  The harness
 reads only these members; everything else is the implementation's business.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from pools.req_to_token import Req
+from poolfuzz.pools.req_to_token import Req
 
 
 @runtime_checkable
@@ -97,7 +97,7 @@ class PagedKVAllocator(TokenKVAllocator, Protocol):
 
 @runtime_checkable
 class PrefixCache(Protocol):
-    """``RadixCache`` over its KV allocator (``pools.prefix_cache.build_prefix_cache``): what the
+    """``RadixCache`` over its KV allocator (``poolfuzz.pools.prefix_cache.build_prefix_cache``): what the
     ``prefix_cache`` family calls, and all it calls.
 
     Nodes are opaque handles: the harness passes ``match_prefix(...).last_node`` back to

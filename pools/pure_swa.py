@@ -3,7 +3,7 @@
 Semantics follow SGLang 0.5.23 (``mem_cache/allocator/swa.py``; sglang-pools.md
 section 2.8).  When every layer of a model is sliding-window there is no
 full-attention pool: one page-size-1 :class:`TokenToKVPoolAllocator` plays both
-sides, behind the calls of :class:`pools.swa.SWATokenToKVPoolAllocator` (the paged
+sides, behind the calls of :class:`poolfuzz.pools.swa.SWATokenToKVPoolAllocator` (the paged
 ones raise).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from pools.errors import BadSizeError
-from pools.kv_allocator import TokenToKVPoolAllocator
+from poolfuzz.pools.errors import BadSizeError
+from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator
 
 
 class PureSWATokenToKVPoolAllocator:

@@ -1,7 +1,7 @@
 """Radix-tree prefix cache over a KV allocator, with SGLang 0.5.23 ``RadixCache`` semantics.
 
-The tree, its counts, locks and eviction are :class:`~pools.radix_cache_base.RadixCacheBase`
-(see :mod:`pools.radix_cache_base` for the contract and the deliberate differences
+The tree, its counts, locks and eviction are :class:`~poolfuzz.pools.radix_cache_base.RadixCacheBase`
+(see :mod:`poolfuzz.pools.radix_cache_base` for the contract and the deliberate differences
 from upstream).  :class:`RadixCache` adds what a scheduler does with it for one
 request, ``BasePrefixCache.checkpoint`` and ``common.release_kv_cache`` upstream:
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from pools.errors import AlreadyCachedError, BadBatchError, BadSizeError, LockStateError
-from pools.radix_cache_base import FreeingAllocator, MatchResult, RadixCacheBase, TokenIds, is_int_vector
-from pools.radix_tree import Key, TreeNode
+from poolfuzz.pools.errors import AlreadyCachedError, BadBatchError, BadSizeError, LockStateError
+from poolfuzz.pools.radix_cache_base import FreeingAllocator, MatchResult, RadixCacheBase, TokenIds, is_int_vector
+from poolfuzz.pools.radix_tree import Key, TreeNode
 
 __all__ = ["FreeingAllocator", "MatchResult", "RadixCache", "RequestCacheResult", "TokenIds", "TreeNode"]
 

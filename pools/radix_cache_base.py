@@ -1,7 +1,7 @@
 """The radix cache itself: match, insert, locks, eviction and counts, with SGLang 0.5.23 ``RadixCache`` semantics.
 
 * Keys are token ids, truncated to a multiple of ``page_size`` on insert and
-  match; nodes split only at page boundaries (the tree is :mod:`pools.radix_tree`).
+  match; nodes split only at page boundaries (the tree is :mod:`poolfuzz.pools.radix_tree`).
 * A node's ``value`` holds one int64 KV index per key token, on the pool's
   device.  Every size counts KV indices held, never key length (SGLang PR
   #10637), and no allocator page is held by two nodes (SGLang #35270).
@@ -15,12 +15,12 @@
 * ``evict`` frees unlocked leaves through ``allocator.free``, one call per leaf,
   in policy order; a parent left childless and unlocked becomes a candidate.
 
-:class:`RadixCacheBase` is all of :class:`pools.radix_cache.RadixCache` but the
+:class:`RadixCacheBase` is all of :class:`poolfuzz.pools.radix_cache.RadixCache` but the
 per-request paths (``checkpoint`` / ``release_request``), which that module adds.
 
 Differences from upstream, all deliberate: a logical clock instead of wall time
-(see :mod:`pools.radix_tree`; the eviction order is upstream's, made
-reproducible), and typed :class:`~pools.errors.PoolError` raised before any
+(see :mod:`poolfuzz.pools.radix_tree`; the eviction order is upstream's, made
+reproducible), and typed :class:`~poolfuzz.pools.errors.PoolError` raised before any
 change for unlocking an unlocked node (upstream reaches
 ``lock_ref == -1`` and lets eviction free KV a request still reads), locking a
 node no longer in the tree (SGLang PR #29291), a value whose length differs
@@ -35,7 +35,7 @@ from typing import NoReturn, Protocol
 
 import torch
 
-from pools.errors import (
+from poolfuzz.pools.errors import (
     AlreadyCachedError,
     BadBatchError,
     BadSizeError,
@@ -47,7 +47,7 @@ from pools.errors import (
     TreeNodeError,
     UnknownEvictionPolicyError,
 )
-from pools.radix_tree import EVICTION_POLICIES, Key, RadixTree, TreeNode, Walk
+from poolfuzz.pools.radix_tree import EVICTION_POLICIES, Key, RadixTree, TreeNode, Walk
 
 __all__ = ["FreeingAllocator", "MatchResult", "RadixCacheBase", "TokenIds", "TreeNode", "is_int_vector"]
 
@@ -78,7 +78,7 @@ def is_int_vector(t: object) -> bool:
 
 
 class RadixCacheBase:
-    """Prefix cache whose evictions free through ``allocator.free``; :class:`~pools.radix_cache.RadixCache` adds the request paths.
+    """Prefix cache whose evictions free through ``allocator.free``; :class:`~poolfuzz.pools.radix_cache.RadixCache` adds the request paths.
 
     ``page_size`` defaults to the allocator's and must be a multiple of it;
     ``eviction_policy`` is ``"lru"`` (default), ``"mru"``, ``"fifo"`` or ``"filo"``;

@@ -1,4 +1,4 @@
-"""The radix tree under :class:`pools.radix_cache.RadixCache`: nodes, page-aligned
+"""The radix tree under :class:`poolfuzz.pools.radix_cache.RadixCache`: nodes, page-aligned
 walks and splits, and the queue of evictable leaves.
 
 It knows nothing of allocators, sizes or validation; the cache does.  Keys are

@@ -17,7 +17,7 @@ Semantics follow SGLang 0.5.23 (``memory_pool.py`` / ``disaggregation/decode.py`
 
 Hazards fixed here: upstream appends freed rows without a membership check, so
 ``free_rows`` of a free row silently duplicates it.  These pools keep an O(1)
-free-membership table and raise :class:`~pools.errors.DoubleFreeError` instead.
+free-membership table and raise :class:`~poolfuzz.pools.errors.DoubleFreeError` instead.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, ReservedIndexError, check_count
-from pools.host_views import HostViews
+from poolfuzz.pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, ReservedIndexError, check_count
+from poolfuzz.pools.host_views import HostViews
 
 
 @dataclass(eq=False)

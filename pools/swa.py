@@ -36,18 +36,18 @@ frees (``free_segment``, ``free_swa_segment``), ``resize``, the KV-data hooks
 (``get_cpu_copy``...) and the scheduler budget hooks.
 
 ``PureSWATokenToKVPoolAllocator`` (every layer sliding-window, no mapping to keep)
-lives in :mod:`pools.pure_swa` and is re-exported here.
+lives in :mod:`poolfuzz.pools.pure_swa` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import torch
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.page_alloc import get_num_new_pages
-from pools.page_alloc.counting import check_page_size
-from pools.pure_swa import PureSWATokenToKVPoolAllocator
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import get_num_new_pages
+from poolfuzz.pools.page_alloc.counting import check_page_size
+from poolfuzz.pools.pure_swa import PureSWATokenToKVPoolAllocator
 
 __all__ = ["PureSWATokenToKVPoolAllocator", "SWATokenToKVPoolAllocator", "SubAllocator"]
 

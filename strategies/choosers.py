@@ -1,6 +1,6 @@
 """Choosers: the one interface a move table draws its arguments through.
 
-A family's moves (:mod:`strategies.table`) are written once, against :class:`Chooser`:
+A family's moves (:mod:`poolfuzz.strategies.table`) are written once, against :class:`Chooser`:
 the handful of ``random.Random`` methods they need.  Two engines back it:
 
 - the walk passes a plain :class:`random.Random` (it *is* a chooser), so a draw costs

@@ -2,11 +2,11 @@
 
 A :class:`MoveTable` holds a family's pool configurations and every kind of step it
 can take, each a :class:`Move` whose arguments are drawn through a
-:class:`~strategies.choosers.Chooser`.  From that one table come
+:class:`~poolfuzz.strategies.choosers.Chooser`.  From that one table come
 
-- the hypothesis machine (:func:`harness.machines.table.table_machine`): each move a
+- the hypothesis machine (:func:`poolfuzz.harness.machines.table.table_machine`): each move a
   weighted pick, each argument a ``data.draw`` the shrinker understands;
-- the walk (:mod:`harness.fuzz.walk`): the same moves with a plain ``random.Random``;
+- the walk (:mod:`poolfuzz.harness.fuzz.walk`): the same moves with a plain ``random.Random``;
 - the bench workload (:func:`workload`): the valid moves over the bench configuration.
 
 Before tables, each family wrote its inputs three times (machine rules, walk moves,
@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from harness.judge.config import PoolConfig
-from harness.judge.trace import Args
-from harness.judge.view import DriverView as DriverView  # re-exported: every kit's move view subclasses it
-from strategies.choosers import Chooser
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.judge.view import DriverView as DriverView  # re-exported: every kit's move view subclasses it
+from poolfuzz.strategies.choosers import Chooser
 
 V = TypeVar("V")
 """A table's view type: what every draw of its moves receives."""
@@ -44,7 +44,7 @@ serves every table)."""
 
 Overrides = dict[str, Any]
 """Constructor keywords a catalogue move merges into a pool's config to build a malformed one (``construct``):
-deliberately outside the family's :class:`~harness.judge.config.PoolConfig`, so a plain mapping."""
+deliberately outside the family's :class:`~poolfuzz.harness.judge.config.PoolConfig`, so a plain mapping."""
 Step = tuple[str, Args]
 Draw = Callable[[V, Chooser], Step | None]
 """A move's ``draw`` (or ``setup``) over view type ``V`` (``Draw[RowView]``): ``(op, args)`` from the view and a
@@ -80,7 +80,7 @@ class MoveTable(Generic[V]):
     Generic in its view type ``V`` (``MoveTable[RowView]``): every move, the occupancy and the drain plan take
     the view the table builds, so mypy checks each draw against the kit's view class.
 
-    ``configs(choose)`` draws the family's typed configuration (:class:`~harness.judge.config.PoolConfig`;
+    ``configs(choose)`` draws the family's typed configuration (:class:`~poolfuzz.harness.judge.config.PoolConfig`;
     the engine sets ``device``).
     ``view(driver)`` builds, once per pool, the object every draw receives; a table that
     declares none gets the driver itself (the tables written before views existed).
@@ -101,7 +101,7 @@ class MoveTable(Generic[V]):
     drain: Callable[[V], Iterator[Step]] | None = None
     """The family's drain plan over a view: steps that empty the pool in policy order (release every holder,
     evict or allocate until refused, free everything), yielded one at a time so each reads the state the last
-    left.  Drain audits (:meth:`~harness.judge.driver.Driver.drain_audit`) run it on a copy of the pool."""
+    left.  Drain audits (:meth:`~poolfuzz.harness.judge.driver.Driver.drain_audit`) run it on a copy of the pool."""
 
     def drain_plan(self) -> Callable[[Any], Iterator[Step]] | None:
         """The drain plan as the driver base takes it (over the driver, the view built here), or ``None``."""

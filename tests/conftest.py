@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 
-from harness.machines.settings import load_default_profile
+from poolfuzz.harness.machines.settings import load_default_profile
 
 load_default_profile()
 
@@ -39,8 +39,8 @@ def found_settings(*, examples: int, steps: int) -> Settings:
 def pytest_configure(config: pytest.Config) -> None:
     """A ``--target`` that does not resolve, or does not fit its family, stops the run at once with one
     line (as ``harness fuzz --target`` and ``--poolfuzz-target`` do), not after the whole suite ran."""
-    from harness.judge.families import UnknownTargetError
-    from harness.pytest_plugin import validate_targets
+    from poolfuzz.harness.judge.families import UnknownTargetError
+    from poolfuzz.harness.pytest_plugin import validate_targets
 
     try:
         validate_targets(config.getoption("--target"))
@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def target_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
-    from harness.judge.families import parse_overrides
+    from poolfuzz.harness.judge.families import parse_overrides
 
     return parse_overrides(request.config.getoption("--target"))
 

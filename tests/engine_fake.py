@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.engines.interface import (
+from poolfuzz.harness.engines.interface import (
     Account,
     FreePlace,
     Holder,
@@ -86,7 +86,7 @@ class FakeBatch:
 
 
 class FakeEngine:
-    """An engine target (:class:`~harness.engines.interface.EngineTarget`) whose results land one step late."""
+    """An engine target (:class:`~poolfuzz.harness.engines.interface.EngineTarget`) whose results land one step late."""
 
     def __init__(self, *, blocks: int = 16, rows: int = 3, faults: frozenset[str] = frozenset(), name: str = "fake") -> None:
         unknown = set(faults) - FAULTS

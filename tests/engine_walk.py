@@ -10,7 +10,7 @@ from typing import Any
 def walk(driver: Any, seed: int, steps: int, moves: Sequence[Any] | None = None) -> None:
     """``steps`` moves drawn by weight from ``moves`` (default: every move of the engine table) with
     ``random.Random(seed)``, each drawn step run on ``driver`` (a move that draws nothing is passed over)."""
-    from harness.kits.engine.moves import EngineView, engine_table
+    from poolfuzz.harness.kits.engine.moves import EngineView, engine_table
 
     moves = engine_table().moves if moves is None else moves
     view, rng = EngineView(driver), random.Random(seed)

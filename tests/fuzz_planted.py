@@ -11,7 +11,7 @@ import resource
 import time
 from collections.abc import Iterable
 
-from pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
 
 
 class ForgetfulFree(ReqToTokenPool):

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
-from harness.bench.run import main
-from pools import ReqToTokenPool
-from pools.page_alloc import get_kernel
+from poolfuzz.harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
+from poolfuzz.harness.bench.run import main
+from poolfuzz.pools import ReqToTokenPool
+from poolfuzz.pools.page_alloc import get_kernel
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64])

@@ -1,4 +1,4 @@
-"""Unit tests of ``pools.block_pool``: vLLM-v1 block pool order, caching and misuse.
+"""Unit tests of ``poolfuzz.pools.block_pool``: vLLM-v1 block pool order, caching and misuse.
 
 Every test ends with :func:`assert_consistent`, the pool invariants of
 ``reference/prefix-cache-and-peers.md`` section 2, recomputed from the blocks.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pools import (
+from poolfuzz.pools import (
     BadBatchError,
     BadSizeError,
     BlockPool,

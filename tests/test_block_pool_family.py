@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from harness.bench.workloads import workload_for
-from harness.judge.families import family, load_factory
-from harness.judge.invariants import INVARIANTS, InvariantViolation
-from harness.kits.block_pool.canaries import CANARIES
-from harness.kits.block_pool.driver import BlockPoolDriver
-from harness.kits.block_pool.model import BlockPoolModel, chain_hashes
-from pools import BlockPool
-from pools.protocols import BlockPoolLike
+from poolfuzz.harness.bench.workloads import workload_for
+from poolfuzz.harness.judge.families import family, load_factory
+from poolfuzz.harness.judge.invariants import INVARIANTS, InvariantViolation
+from poolfuzz.harness.kits.block_pool.canaries import CANARIES
+from poolfuzz.harness.kits.block_pool.driver import BlockPoolDriver
+from poolfuzz.harness.kits.block_pool.model import BlockPoolModel, chain_hashes
+from poolfuzz.pools import BlockPool
+from poolfuzz.pools.protocols import BlockPoolLike
 
-OURS = "harness.kits.block_pool.driver:build_block_pool"
+OURS = "poolfuzz.harness.kits.block_pool.driver:build_block_pool"
 Steps = list[tuple[str, dict[str, Any]]]
 
 

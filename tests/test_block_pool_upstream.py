@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 
-from harness.judge.families import family, load_factory, validates_input
-from harness.machines import make_machine, pinned_settings, run_machine
-from harness.traces.replay import replay_trace
-from harness.traces.schema import load_trace
-from harness.upstream.vllm_files import vllm_unavailable_reason
-from pools import BlockPool
-from pools.protocols import BlockPoolLike
+from poolfuzz.harness.judge.families import family, load_factory, validates_input
+from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
+from poolfuzz.pools import BlockPool
+from poolfuzz.pools.protocols import BlockPoolLike
 
 MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"upstream vLLM unavailable: {MISSING}")
 
-SPEC = "harness.upstream:VllmBlockPool"
+SPEC = "poolfuzz.harness.upstream:VllmBlockPool"
 TRACES = [
     path
     for path in sorted((Path(__file__).resolve().parents[1] / "corpus" / "block_pool").glob("block_pool-*.json"))

@@ -1,6 +1,6 @@
 """Every canary is a real bug the harness catches, by the invariant its registry entry names.
 
-Each canary runs through :func:`harness.machines.run.run_machine` under the ``ci``
+Each canary runs through :func:`poolfuzz.harness.machines.run.run_machine` under the ``ci``
 profile (derandomised, so the outcome is the same on every run) with a
 400-example, 20-step budget.  The margin matters: hypothesis mixes constants
 mined from our modules' source into its draws, so an unrelated edit moves them;
@@ -21,10 +21,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 
-from harness.canaries import CANARIES, canary_machine, machine_available
-from harness.judge.families import FAMILIES, load_factory, resolve
-from harness.judge.invariants import INVARIANTS
-from harness.machines import pinned_settings, run_machine, violation_of
+from poolfuzz.harness.canaries import CANARIES, canary_machine, machine_available
+from poolfuzz.harness.judge.families import FAMILIES, load_factory, resolve
+from poolfuzz.harness.judge.invariants import INVARIANTS
+from poolfuzz.harness.machines import pinned_settings, run_machine, violation_of
 
 NAMES = sorted(CANARIES)
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from harness.ci import command
-from harness.ci.plan import CiTarget, target_seed
-from harness.ci.records import WalkRecord
-from harness.upstream import sglang_files
+from poolfuzz.harness.ci import command
+from poolfuzz.harness.ci.plan import CiTarget, target_seed
+from poolfuzz.harness.ci.records import WalkRecord
+from poolfuzz.harness.upstream import sglang_files
 from tests.test_upstream_versions import SGLANG_MISSING, copy_sglang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +33,20 @@ TARGETS = ["--target", "token_kv", "--target", "mamba_slots"]
 
 def ci(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in (sglang_files.SOURCE_ENV, "POOLFUZZ_VLLM_SRC")}
-    argv = [sys.executable, "-m", "harness", "ci", "--sglang-src", str(source), "--scale", "0.1", "--out", str(out), *TARGETS, *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "poolfuzz.harness",
+        "ci",
+        "--sglang-src",
+        str(source),
+        "--scale",
+        "0.1",
+        "--out",
+        str(out),
+        *TARGETS,
+        *extra,
+    ]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -64,15 +77,15 @@ def test_pristine_copy_passes_with_known_findings_recorded(sources: dict[str, Pa
     assert report["totals"]["new"] == 0 and report["totals"]["replay_failed"] == 0
     assert report["totals"]["replayed"] >= 7  # corpus/upstream and the engine's committed trace
     walked = {t["target"]: t for t in report["targets"]}
-    assert set(walked) == {"token_kv=harness.upstream:TokenKV", "mamba_slots=harness.upstream:MambaSlots"}
+    assert set(walked) == {"token_kv=poolfuzz.harness.upstream:TokenKV", "mamba_slots=poolfuzz.harness.upstream:MambaSlots"}
     assert all(t["steps"] == t["steps_budget"] == 2000 and not t["cut_off"] for t in walked.values())
-    mamba = walked["mamba_slots=harness.upstream:MambaSlots"]
+    mamba = walked["mamba_slots=poolfuzz.harness.upstream:MambaSlots"]
     assert [f["known"]["key"] for f in mamba["findings"]] == ["mamba-clear-keeps-reservation"]
     assert not list((tmp_path / "out").glob("new/**/*.json"))
     cases = junit_cases(tmp_path / "out" / "junit.xml")
     assert not any(case.find("failure") is not None for case in cases.values())
     assert "corpus/upstream/mamba_slots-6a8cbaad60810966.json" in cases
-    assert "KNOWN [clear-restores] finding 2" in (cases["mamba_slots=harness.upstream:MambaSlots"].findtext("system-out") or "")
+    assert "KNOWN [clear-restores] finding 2" in (cases["mamba_slots=poolfuzz.harness.upstream:MambaSlots"].findtext("system-out") or "")
 
 
 @needs_sglang
@@ -87,9 +100,9 @@ def test_planted_bug_in_the_memory_glue_fails_with_its_trace(sources: dict[str, 
     assert kept.is_file() and kept.parent == tmp_path / "out" / "new" / "token_kv"
     assert report["new_traces"] == [str(kept)]
     trace = json.loads(kept.read_text())
-    assert trace["implementation"] == "harness.upstream:TokenKV" and trace["expect"]["outcome"] == "violation"
+    assert trace["implementation"] == "poolfuzz.harness.upstream:TokenKV" and trace["expect"]["outcome"] == "violation"
     assert finding["replay"] == f"poolfuzz --sglang-src {sources['planted']} replay {kept}"
-    failure = junit_cases(tmp_path / "out" / "junit.xml")["token_kv=harness.upstream:TokenKV"].find("failure")
+    failure = junit_cases(tmp_path / "out" / "junit.xml")["token_kv=poolfuzz.harness.upstream:TokenKV"].find("failure")
     assert failure is not None and str(kept) in (failure.text or "")
     assert "new finding" in failure.get("message", "")
     assert "NEW [" in done.stdout and "1 new finding(s): exit 1" in done.stdout
@@ -99,9 +112,11 @@ def test_planted_bug_in_the_memory_glue_fails_with_its_trace(sources: dict[str, 
 def test_same_seed_same_walk() -> None:
     """The schedule is fixed by --seed and the target: two walks of one target take the same steps and find the
     same known finding, shrunk the same way (only the seconds differ)."""
-    from harness.ci.walks import walk_target
+    from poolfuzz.harness.ci.walks import walk_target
 
-    target = CiTarget("mamba_slots", "harness.upstream:MambaSlots", "sglang", target_seed(0, "harness.upstream:MambaSlots"), 600)
+    target = CiTarget(
+        "mamba_slots", "poolfuzz.harness.upstream:MambaSlots", "sglang", target_seed(0, "poolfuzz.harness.upstream:MambaSlots"), 600
+    )
     runs: list[WalkRecord] = []
     for corpus in ("a", "b"):
         run = walk_target(target, f"{os.environ.get('TMPDIR', '/tmp')}/poolfuzz-ci-seed-{os.getpid()}-{corpus}", None, 120.0)
@@ -111,7 +126,7 @@ def test_same_seed_same_walk() -> None:
             finding["trace"] = Path(finding["trace"]).name
         runs.append(run)
     assert runs[0] == runs[1] and runs[0]["steps"] == 600
-    assert target_seed(0, "harness.upstream:MambaSlots") != target_seed(1, "harness.upstream:MambaSlots")
+    assert target_seed(0, "poolfuzz.harness.upstream:MambaSlots") != target_seed(1, "poolfuzz.harness.upstream:MambaSlots")
 
 
 def usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -120,7 +135,7 @@ def usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_bad_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main as cli_main
+    from poolfuzz.harness.cli import main as cli_main
 
     monkeypatch.delenv(sglang_files.SOURCE_ENV, raising=False)
     monkeypatch.delenv("POOLFUZZ_VLLM_SRC", raising=False)

@@ -1,4 +1,4 @@
-"""``python -m harness``: the commands, their listing, dispatch and usage errors (no fuzzing here)."""
+"""``poolfuzz``: the commands, their listing, dispatch and usage errors (no fuzzing here)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import cli
-from harness.judge.families import FAMILIES
-from harness.judge.invariants import INVARIANTS
-from pools.page_alloc import KERNEL_NAMES
+from poolfuzz.harness import cli
+from poolfuzz.harness.judge.families import FAMILIES
+from poolfuzz.harness.judge.invariants import INVARIANTS
+from poolfuzz.pools.page_alloc import KERNEL_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,8 +41,10 @@ def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         assert command in out
 
 
-def test_python_dash_m_harness_is_the_same_door(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+def test_python_dash_m_poolfuzz_harness_is_the_same_door(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
     for option in (
         "--target",
@@ -75,7 +77,7 @@ def test_list_names_every_family_invariant_and_kernel(capsys: pytest.CaptureFixt
 def test_list_shows_driver_operations_and_an_active_override(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "list", "--target", "req_to_token=tests.fuzz_planted:ForgetfulFree")
     assert code == 0
-    assert "tests.fuzz_planted:ForgetfulFree  override, default pools:ReqToTokenPool" in out
+    assert "tests.fuzz_planted:ForgetfulFree  override, default poolfuzz.pools:ReqToTokenPool" in out
     assert "operations: alloc, alloc_claiming, alloc_rows, alloc_rows_non_int, clear, construct, free, free_rows, write, write_rows" in out
 
 
@@ -97,8 +99,8 @@ def test_list_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> No
         ("req_to_token=no.such.module:Pool", "cannot import 'no.such.module'"),
         ("req_to_token=tests.fuzz_planted:Nope", "has no attribute 'Nope'"),
         # classes of another family: a usage error, not a finding
-        ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
-        ("token_kv=pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
+        ("paged_kv=poolfuzz.pools:ReqToTokenPool", "does not take paged_kv's configuration"),
+        ("token_kv=poolfuzz.pools:MambaSlotAllocator", "is not a token_kv pool: it lacks free_group_begin"),
     ],
 )
 def test_a_target_that_does_not_resolve_or_is_of_another_family_is_a_one_line_usage_error(
@@ -156,7 +158,7 @@ def test_every_help_names_one_program_in_plain_words(capsys: pytest.CaptureFixtu
     code, out, _ = run_cli(capsys, command, "--help")
     assert code == 0
     assert out.startswith(f"usage: poolfuzz {command}"), out[:80]
-    assert "``" not in out and ":func:" not in out and ":class:" not in out and "python -m harness." not in out
+    assert "``" not in out and ":func:" not in out and ":class:" not in out and "poolfuzz." not in out
 
 
 @pytest.mark.parametrize(

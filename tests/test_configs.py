@@ -1,4 +1,4 @@
-"""The typed pool configurations (:mod:`harness.judge.config`): checked once, when built, and faithful to JSON."""
+"""The typed pool configurations (:mod:`poolfuzz.harness.judge.config`): checked once, when built, and faithful to JSON."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.config import PoolConfig, UntypedConfig, untyped_config
-from harness.judge.families import FAMILIES, family_unavailable, resolve
-from harness.judge.limits import SETTING, FamilyLimits, Limit, LimitError
-from harness.kits.kv.config import PagedKVConfig
-from harness.kits.mamba.config import HybridRowConfig
-from harness.kits.rows.config import RowConfig
-from harness.kits.scheduler.config import SchedulerConfig
+from poolfuzz.harness.judge.config import PoolConfig, UntypedConfig, untyped_config
+from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, resolve
+from poolfuzz.harness.judge.limits import SETTING, FamilyLimits, Limit, LimitError
+from poolfuzz.harness.kits.kv.config import PagedKVConfig
+from poolfuzz.harness.kits.mamba.config import HybridRowConfig
+from poolfuzz.harness.kits.rows.config import RowConfig
+from poolfuzz.harness.kits.scheduler.config import SchedulerConfig
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 

@@ -1,6 +1,6 @@
 """Caller contracts: every upstream target has one, it cites lines that exist, and the drivers keep to it.
 
-A contract (:mod:`harness.judge.contract`) is the list of calls upstream's own callers
+A contract (:mod:`poolfuzz.harness.judge.contract`) is the list of calls upstream's own callers
 make.  These tests keep each table true to two things it describes: the installed upstream
 files (each citation's line still holds the call it names) and our own driver (each
 operation calls exactly the upstream methods its rule lists, and an operation the table
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from harness.fuzz.walk import WalkRun
-from harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, all_contracts, contract_of
-from harness.judge.driver import Driver
-from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
-from harness.judge.invariants import InvariantViolation
-from harness.judge.view import DriverView
-from harness.traces.schema import load_trace
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, ContractError, NotCalled, all_contracts, contract_of
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.view import DriverView
+from poolfuzz.harness.traces.schema import load_trace
 
 TARGETS = sorted((name, spec) for name, fam in FAMILIES.items() for spec in fam.upstream)
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "upstream"
@@ -39,11 +39,11 @@ def _factory(spec: str) -> Any:
 def _package_folder(package: str) -> tuple[Path, str] | None:
     """The installed upstream package's folder and version, or ``None`` when it is not installed."""
     if package == "sglang":
-        from harness.upstream.sglang_files import locate_sglang
+        from poolfuzz.harness.upstream.sglang_files import locate_sglang
 
         locate = locate_sglang
     else:
-        from harness.upstream.vllm_files import locate_vllm
+        from poolfuzz.harness.upstream.vllm_files import locate_vllm
 
         locate = locate_vllm
     try:
@@ -164,8 +164,8 @@ def test_each_operation_calls_only_the_upstream_methods_its_rule_lists(family_na
 
 
 def test_an_operation_the_contract_does_not_allow_is_skipped_and_left_out_of_the_trace() -> None:
-    from harness.kits.kv.driver import TokenKVDriver as KVDriver
-    from pools.kv_allocator import TokenToKVPoolAllocator
+    from poolfuzz.harness.kits.kv.driver import TokenKVDriver as KVDriver
+    from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator
 
     contract: Contract[object] = Contract(
         "test:OnlyAlloc",
@@ -215,8 +215,8 @@ def test_every_table_whose_predicates_read_state_names_its_typed_view() -> None:
 
 
 def test_a_validating_target_is_not_narrowed_by_a_contract() -> None:
-    from harness.kits.kv.driver import TokenKVDriver as KVDriver
-    from pools.kv_allocator import TokenToKVPoolAllocator
+    from poolfuzz.harness.kits.kv.driver import TokenKVDriver as KVDriver
+    from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator
 
     class Declares(TokenToKVPoolAllocator):
         poolfuzz_contract: Contract[object] = Contract("test:None", "none", ())
@@ -233,7 +233,7 @@ def test_a_contract_listing_an_operation_twice_or_not_resolving_is_refused() -> 
         Contract("t", "r", (rule,), (NotCalled("alloc", "twice"),))
 
     class Broken:
-        poolfuzz_contract = "harness.kits.kv.contracts:NOT_THERE"
+        poolfuzz_contract = "poolfuzz.harness.kits.kv.contracts:NOT_THERE"
 
     with pytest.raises(ContractError, match="NOT_THERE"):
         contract_of(Broken)
@@ -256,7 +256,7 @@ def test_every_committed_upstream_finding_makes_only_calls_its_target_accepts(pa
 
 
 def test_every_contract_table_imports_without_upstream_installed_and_each_upstream_target_has_one() -> None:
-    from harness.judge.families import FAMILIES, KITS
+    from poolfuzz.harness.judge.families import FAMILIES, KITS
 
     tables = []
     for kit in KITS:
@@ -273,7 +273,7 @@ def test_every_contract_table_imports_without_upstream_installed_and_each_upstre
 
 
 def test_a_latent_finding_names_each_step_its_callers_do_not_make_and_what_they_do_instead() -> None:
-    from harness.upstream.classify import classify
+    from poolfuzz.harness.upstream.classify import classify
 
     path = CORPUS / "mamba_slots-6a8cbaad60810966.json"
     trace = load_trace(path)
@@ -284,8 +284,8 @@ def test_a_latent_finding_names_each_step_its_callers_do_not_make_and_what_they_
 
 
 def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() -> None:
-    from harness.kits.kv.driver import TokenKVDriver
-    from pools.kv_allocator import TokenToKVPoolAllocator
+    from poolfuzz.harness.kits.kv.driver import TokenKVDriver
+    from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator
 
     contract: Contract[object] = Contract(
         "test:Noted",
@@ -313,7 +313,7 @@ def test_a_step_the_class_accepts_but_callers_do_not_send_is_issued_and_noted() 
 
 
 def test_the_contracts_document_lists_every_table_as_list_contracts_prints_it() -> None:
-    from harness.judge.contract import all_contracts
+    from poolfuzz.harness.judge.contract import all_contracts
 
     document = (Path(__file__).resolve().parents[1] / "docs" / "contracts.md").read_text()
     for contract in all_contracts():
@@ -321,9 +321,9 @@ def test_the_contracts_document_lists_every_table_as_list_contracts_prints_it() 
 
 
 def test_a_corner_whose_step_the_contract_refuses_is_not_counted_as_reached() -> None:
-    from harness.kits.kv.paged import PagedKVDriver
-    from pools.kv_allocator import PagedTokenToKVPoolAllocator
-    from strategies.table import CORNER_MIXED
+    from poolfuzz.harness.kits.kv.paged import PagedKVDriver
+    from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+    from poolfuzz.strategies.table import CORNER_MIXED
 
     cite = (Cite("x.py", 1, "x"),)
     contract: Contract[object] = Contract(

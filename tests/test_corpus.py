@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from hypothesis import settings as Settings
 
-import harness.traces.shrink
-from harness.canaries.seeding import SeedError, seed_trace, verify_seed
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace
-from harness.machines import make_machine, run_machine
-from harness.traces.corpus import save_trace, trace_key
-from harness.traces.replay import ReplayResult, matches_expectation, old_implementation, replay_trace, trace_files
-from harness.traces.replay_cli import main
-from harness.traces.schema import load_trace
-from harness.traces.shrink import shrink_trace
-from pools import ReqToTokenPool
-from pools.req_to_token import Req
+import poolfuzz.harness.traces.shrink
+from poolfuzz.harness.canaries.seeding import SeedError, seed_trace, verify_seed
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.machines import make_machine, run_machine
+from poolfuzz.harness.traces.corpus import save_trace, trace_key
+from poolfuzz.harness.traces.replay import ReplayResult, matches_expectation, old_implementation, replay_trace, trace_files
+from poolfuzz.harness.traces.replay_cli import main
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.traces.shrink import shrink_trace
+from poolfuzz.pools import ReqToTokenPool
+from poolfuzz.pools.req_to_token import Req
 from tests.conftest import CUDA, found_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ CORPUS = ROOT / "corpus"
 FOUND = CORPUS / "found"  # fuzz-run output awaiting triage (gitignored), not the committed corpus
 COMMITTED = sorted(p for p in trace_files([CORPUS]) if FOUND not in p.parents) if CORPUS.is_dir() else []
 BROKEN = "tests.test_corpus:ClearZeroesGeneration"
-DEFAULT = "pools:ReqToTokenPool"
+DEFAULT = "poolfuzz.pools:ReqToTokenPool"
 
 
 class ClearZeroesGeneration(ReqToTokenPool):
@@ -150,7 +150,7 @@ def test_seeding_refuses_a_canary_fuzzing_cannot_break(tmp_path: Path) -> None:
 
 def test_seeding_refuses_a_trace_our_pool_fails_too() -> None:
     trace = rows_trace([("free", {"handle": 3})], expect=EXPECT_BROKEN)
-    with pytest.raises(SeedError, match="against pools:ReqToTokenPool: got error at step 1"):
+    with pytest.raises(SeedError, match="against poolfuzz.pools:ReqToTokenPool: got error at step 1"):
         verify_seed(trace)
 
 
@@ -220,8 +220,8 @@ def test_an_implementation_that_cannot_be_imported_here_is_unavailable_not_faile
 
 def test_a_trace_saved_before_the_kits_moved_still_replays_under_its_old_module_name() -> None:
     """Canaries and the harness-built defaults moved into ``harness/kits/``; a corpus written before must not rot."""
-    old = rows_trace(GENERATION_BUG, implementation="harness.canaries.rows:GenerationZeroedOnClear")
-    new = rows_trace(GENERATION_BUG, implementation="harness.kits.rows.canaries:GenerationZeroedOnClear")
+    old = rows_trace(GENERATION_BUG, implementation="poolfuzz.harness.canaries.rows:GenerationZeroedOnClear")
+    new = rows_trace(GENERATION_BUG, implementation="poolfuzz.harness.kits.rows.canaries:GenerationZeroedOnClear")
     assert replay_trace(old).describe() == replay_trace(new).describe()
     assert replay_trace(old).invariant == "generation-monotonic"
 
@@ -323,7 +323,7 @@ def test_shrinking_stops_at_its_replay_budget(monkeypatch: pytest.MonkeyPatch) -
         calls.append(1)
         return replay_trace(*args, **kwargs)
 
-    monkeypatch.setattr(harness.traces.shrink, "replay_trace", counting)
+    monkeypatch.setattr(poolfuzz.harness.traces.shrink, "replay_trace", counting)
     trace = rows_trace(NOISY, size=6, implementation=BROKEN)
     shrunk = shrink_trace(trace, invariant_id="generation-monotonic", max_replays=5)
     assert len(calls) == 5
@@ -334,8 +334,8 @@ def test_shrinking_stops_at_its_replay_budget(monkeypatch: pytest.MonkeyPatch) -
 WRITER = """
 import json, sys, time
 from pathlib import Path
-from harness.traces.corpus import save_trace
-from harness.judge.trace import Trace
+from poolfuzz.harness.traces.corpus import save_trace
+from poolfuzz.harness.judge.trace import Trace
 corpus, name, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 (corpus / f"ready-{name}").touch()
 while not go.exists():
@@ -455,8 +455,8 @@ def test_cli_exits_2_on_an_unreadable_trace_naming_file_and_field(traces: Path, 
     "argv",
     [
         ["nowhere/"],
-        ["--target", "req_to_token=pools:NoSuchPool"],
-        ["--target", "rows=pools:ReqToTokenPool"],
+        ["--target", "req_to_token=poolfuzz.pools:NoSuchPool"],
+        ["--target", "rows=poolfuzz.pools:ReqToTokenPool"],
         ["--device", "tpu"],
     ],
 )
@@ -476,7 +476,7 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
     done = subprocess.run(
-        [sys.executable, "-m", "harness.traces.replay_cli", str(tmp_path)],
+        [sys.executable, "-m", "poolfuzz.harness.traces.replay_cli", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -1,4 +1,4 @@
-"""The machine tests alone reach at least 97% of the CPU-reachable branches of ``pools/`` (``python -m harness coverage``).
+"""The machine tests alone reach at least 97% of the CPU-reachable branches of ``pools/`` (``poolfuzz coverage``).
 
 The measurement runs ``tests/test_machines.py`` and ``tests/test_scheduler_machine.py``
 under ``coverage`` in a subprocess with ``CI=true``, one file after the other (about 80 s);
@@ -7,7 +7,7 @@ the table it fails with names every file's missed lines and arcs.
 
 from __future__ import annotations
 
-from harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, measure
+from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, measure
 
 
 def test_the_machine_tests_alone_reach_the_required_branch_coverage_of_pools() -> None:

@@ -31,19 +31,34 @@ import pytest
 
 pytest.importorskip("plotly", reason="the dashboard needs plotly (the 'dashboard' extra)")
 
-from harness.dashboard import LiveDashboard, NoReportsError, ReportError, add_arguments, build_dashboard, load_reports, load_runs, run
-from harness.dashboard.bundle import BASIC_TRACES, basic_bundle, bundle_for, full_bundle
-from harness.dashboard.groups import Grouping, latest_rows, target_groups
-from harness.dashboard.report_check import TOOL
-from harness.dashboard.reports import Run, parse_report, so_far
-from harness.fuzz.report import RunReport, SeriesPoint, TargetStats
+from poolfuzz.harness.dashboard import (
+    LiveDashboard,
+    NoReportsError,
+    ReportError,
+    add_arguments,
+    build_dashboard,
+    load_reports,
+    load_runs,
+    run,
+)
+from poolfuzz.harness.dashboard.bundle import BASIC_TRACES, basic_bundle, bundle_for, full_bundle
+from poolfuzz.harness.dashboard.groups import Grouping, latest_rows, target_groups
+from poolfuzz.harness.dashboard.report_check import TOOL
+from poolfuzz.harness.dashboard.reports import Run, parse_report, so_far
+from poolfuzz.harness.fuzz.report import RunReport, SeriesPoint, TargetStats
 
 #: (target, implementation, event labels it can reach, time constant of its saturation in s, steps/s)
 TARGETS = [
-    ("req_to_token", "pools:ReqToTokenPool", ["alloc needing no row", "alloc refused: pool short", "pool exactly full"], 120.0, 900.0),
+    (
+        "req_to_token",
+        "poolfuzz.pools:ReqToTokenPool",
+        ["alloc needing no row", "alloc refused: pool short", "pool exactly full"],
+        120.0,
+        900.0,
+    ),
     (
         "mamba_slots",
-        "pools:MambaSlotAllocator",
+        "poolfuzz.pools:MambaSlotAllocator",
         [
             "group opened with a reservation",
             "group reservation exhausted",
@@ -56,7 +71,7 @@ TARGETS = [
     ),
     (
         "paged_kv",
-        "pools:PagedTokenToKVPoolAllocator",
+        "poolfuzz.pools:PagedTokenToKVPoolAllocator",
         [
             "alloc refused: pool short",
             "pool exactly full",
@@ -71,7 +86,7 @@ TARGETS = [
     ),
     (
         "scheduler",
-        "harness.kits.scheduler.driver:build_scheduler_pools",
+        "poolfuzz.harness.kits.scheduler.driver:build_scheduler_pools",
         ["extend refused: KV short", "KV exactly full", "retract mid-page", "admission rolled back: KV short"],
         1500.0,
         150.0,
@@ -122,7 +137,7 @@ def _target(
                 "seed": 2966120417,
                 "worker": "w2",
                 "found_after_s": fails_at,
-                "replay": f"python -m harness replay {TRACE}",
+                "replay": f"poolfuzz replay {TRACE}",
                 "message": "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)\n"
                 "  step 1: alloc_extend(prefix_lens=[0], seq_lens=[9])\n  step 2: free_group_begin()",
             }
@@ -147,7 +162,7 @@ def _target(
 
 
 def night_report(night: int, *, failing: tuple[str, ...] = (), coverage: bool = True, schema: int = 2) -> dict[str, Any]:
-    """Night ``night`` (0, 1, 2: January 1st to 3rd, 2026) as ``python -m harness fuzz`` writes it."""
+    """Night ``night`` (0, 1, 2: January 1st to 3rd, 2026) as ``poolfuzz fuzz`` writes it."""
     targets = [_target(*spec, night=night, fails_at=FAILURE_AT_S if spec[0] in failing else None, coverage=coverage) for spec in TARGETS]
     failures = [f for t in targets for f in t["failures"]]
     report: dict[str, Any] = {
@@ -333,7 +348,7 @@ def test_a_failure_without_replay_gets_one_built_from_its_trace() -> None:
     old = schema_1(night_report(2, failing=("paged_kv",)))
     old["targets"][2]["failures"][0]["trace"] = "corpus/found/my dir/t.json"
     failure = parsed(old).targets[2].failures[0]
-    assert failure.replay == "python -m harness replay 'corpus/found/my dir/t.json'"
+    assert failure.replay == "poolfuzz replay 'corpus/found/my dir/t.json'"
     assert failure.headline.startswith("[conservation] free pages differ")
 
 
@@ -445,7 +460,7 @@ def two_runs_on_one_date() -> list[dict[str, Any]]:
 
 
 def test_two_runs_on_one_date_are_two_runs_not_one_night_with_doubled_rows_and_summed_steps(tmp_path: Path) -> None:
-    from harness.dashboard.sections import big_number
+    from poolfuzz.harness.dashboard.sections import big_number
 
     morning, evening = two_runs_on_one_date()
     html = dashboard_of(tmp_path, morning, evening)
@@ -581,7 +596,7 @@ def test_every_trace_the_pages_draw_is_in_the_basic_bundle(page: str) -> None:
 
 
 def test_without_a_usable_basic_bundle_the_page_inlines_the_full_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.dashboard import bundle
+    from poolfuzz.harness.dashboard import bundle
 
     try:
         old = write(tmp_path, "old.js", "/**\n* plotly.js (basic - minified) v2.35.2")
@@ -621,7 +636,7 @@ def test_every_target_has_a_row_and_the_failure_shows_its_id_trace_and_replay_co
         assert f"<code>{name}</code></td>" in page
     assert '<span class="invariant">conservation</span>' in page
     assert f"<code>{TRACE}</code> (7 steps)" in page
-    assert f'<code class="command">python -m harness replay {TRACE}</code>' in page
+    assert f'<code class="command">poolfuzz replay {TRACE}</code>' in page
     assert "[conservation] free pages differ from the model: pool 14 free, model 15 (page 9 lost)" in page
 
 
@@ -648,7 +663,7 @@ def test_a_schema_3_failure_shows_its_unshrunk_trace_time_to_first_failing_step_
         "trace": unshrunk,
         "steps": 91,
         "worker": "w2",
-        "replay": f"python -m harness replay {unshrunk}",
+        "replay": f"poolfuzz replay {unshrunk}",
     }
     shrink = {
         "state": state,
@@ -745,7 +760,7 @@ def test_a_schema_1_report_gets_its_table_and_a_note_instead_of_curves(tmp_path:
     assert "is a schema-1 report: it has no time series" in html
     assert "No curve for req_to_token, mamba_slots, paged_kv, scheduler" in html
     assert "plotly-graph-div" not in html and "Plotly" not in html  # no plot, so no 4 MB of plotly.js
-    assert f"python -m harness replay {TRACE}" in html
+    assert f"poolfuzz replay {TRACE}" in html
 
 
 def test_schema_1_nights_still_count_in_the_trend_next_to_a_schema_2_night(tmp_path: Path) -> None:
@@ -807,7 +822,7 @@ def test_the_same_reports_give_the_same_bytes(three_nights: Path, tmp_path: Path
 
 # -------------------------------------------------------------------- CLI
 def dashboard_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness dashboard")
+    parser = argparse.ArgumentParser(prog="poolfuzz dashboard")
     add_arguments(parser)
     return run(parser.parse_args(list(argv)))
 
@@ -853,7 +868,10 @@ def test_by_night_runs_and_bundle_reach_the_page_from_the_command_line(tmp_path:
 def live_report(seconds: int, *, finished: str = "2026-01-03T22:10:00+00:00") -> dict[str, Any]:
     """What the coordinator hands :class:`LiveDashboard`: ``RunReport.to_json()`` of two targets ``seconds`` in."""
     targets = []
-    for key, impl, speed in (("req_to_token", "pools:ReqToTokenPool", 900), ("mamba_slots", "pools:MambaSlotAllocator", 600)):
+    for key, impl, speed in (
+        ("req_to_token", "poolfuzz.pools:ReqToTokenPool", 900),
+        ("mamba_slots", "poolfuzz.pools:MambaSlotAllocator", 600),
+    ):
         stats = TargetStats(key=key, family=key, implementation=impl)
         for t in range(0, seconds + 1, 5):
             stats.steps, stats.examples, stats.seconds = t * speed, t * speed // 200, float(t)
@@ -881,7 +899,7 @@ def live_report(seconds: int, *, finished: str = "2026-01-03T22:10:00+00:00") ->
 
 
 def test_a_live_page_reloads_itself_while_the_run_goes_on_and_the_final_page_does_not(tmp_path: Path) -> None:
-    from harness.fuzz.report import write_report
+    from poolfuzz.harness.fuzz.report import write_report
 
     page, report_path = tmp_path / "site" / "live.html", tmp_path / "reports" / "tonight.json"
     live = LiveDashboard(page, refresh_s=2, report_path=report_path)
@@ -905,7 +923,7 @@ def test_a_live_page_reloads_itself_while_the_run_goes_on_and_the_final_page_doe
 
 
 def test_a_live_update_takes_well_under_a_second_and_reads_no_bundle_from_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.dashboard import bundle
+    from poolfuzz.harness.dashboard import bundle
 
     live = LiveDashboard(tmp_path / "live.html")
     live.update(live_report(60))  # the first update may read the bundle
@@ -1092,7 +1110,7 @@ def test_pages_render_offline_with_every_plot_drawn_and_nothing_overlapping_at_1
 ) -> None:
     """The page by run (three runs) and a fleet by night (eight legend entries, the longest names), at both widths;
     and, to show the check has teeth, the legend where the page used to put it (y = -0.14 of the plot)."""
-    from harness.dashboard import figures
+    from poolfuzz.harness.dashboard import figures
 
     fleet = tmp_path / "fleet.html"
     fleet.write_text(fleet_night(tmp_path))

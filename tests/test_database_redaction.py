@@ -3,7 +3,7 @@
 The fleet set-up (``docs/nightly.md``) passes the shared database as a URL, and a
 Redis with ``requirepass`` puts the password in it.  Reports are copied to a
 collector and rendered into a page anyone on the team opens, so every place that
-records or prints the spec shows :func:`~harness.fuzz.database.redacted` instead;
+records or prints the spec shows :func:`~poolfuzz.harness.fuzz.database.redacted` instead;
 the workers still receive the spec as given (they must authenticate).
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.fuzz.database import DatabaseError, check_database, layers, redacted
-from harness.fuzz.options import FuzzOptions
-from harness.fuzz.run_report import opening_line
-from harness.fuzz.session import FuzzRun
+from poolfuzz.harness.fuzz.database import DatabaseError, check_database, layers, redacted
+from poolfuzz.harness.fuzz.options import FuzzOptions
+from poolfuzz.harness.fuzz.run_report import opening_line
+from poolfuzz.harness.fuzz.session import FuzzRun
 
 SECRET = "s3cr3t-Pa55"
 FLEET = f"readonly:redis://:{SECRET}@fleet-db:6379/0"

@@ -1,7 +1,7 @@
 """Differential tests: every page-index implementation writes exactly what the loop oracle writes.
 
-The engine is :mod:`harness.judge.differential`; the inputs come from
-:mod:`harness.kits.kv.page_moves` (owned layouts, exact/short/ample free lists).
+The engine is :mod:`poolfuzz.harness.judge.differential`; the inputs come from
+:mod:`poolfuzz.harness.kits.kv.page_moves` (owned layouts, exact/short/ample free lists).
 On CPU, Triton runs through its interpreter, which is slow, so it gets a few
 small batches of its own; on CUDA every kernel, Triton compiled, runs on the
 full-size draws.  The last test plants the seed-002 class of bug (floor for
@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from harness.judge.differential import check_allocators, check_kernels, kernel_names, kernels_for
-from harness.judge.invariants import InvariantViolation
-from harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
-from pools.page_alloc import PageKernel, get_kernel, triton_available
-from pools.page_alloc.vectorized import token_positions
+from poolfuzz.harness.judge.differential import check_allocators, check_kernels, kernel_names, kernels_for
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
+from poolfuzz.pools.page_alloc import PageKernel, get_kernel, triton_available
+from poolfuzz.pools.page_alloc.vectorized import token_positions
 from tests.conftest import DEVICES
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (and numpy for its interpreter) not installed")

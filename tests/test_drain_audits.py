@@ -17,23 +17,23 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bench.workloads import workload_for
-from harness.fuzz.walk import WalkRun, walk_for
-from harness.judge.driver import MAX_DRAIN_STEPS, DrainCopyDiverged, Driver
-from harness.judge.families import FAMILIES, family, family_unavailable, load_factory, resolve
-from harness.judge.invariants import InvariantViolation
-from harness.kits.prefix_cache.driver import PrefixCacheDriver
-from harness.traces.replay import replay_trace
-from pools.free_list import PageFreeList
-from pools.prefix_cache import build_prefix_cache, kv_allocator_for
-from pools.radix_cache import MatchResult, RadixCache, TokenIds
+from poolfuzz.harness.bench.workloads import workload_for
+from poolfuzz.harness.fuzz.walk import WalkRun, walk_for
+from poolfuzz.harness.judge.driver import MAX_DRAIN_STEPS, DrainCopyDiverged, Driver
+from poolfuzz.harness.judge.families import FAMILIES, family, family_unavailable, load_factory, resolve
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.prefix_cache.driver import PrefixCacheDriver
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.pools.free_list import PageFreeList
+from poolfuzz.pools.prefix_cache import build_prefix_cache, kv_allocator_for
+from poolfuzz.pools.radix_cache import MatchResult, RadixCache, TokenIds
 
 DRAINED = [name for name in FAMILIES if walk_for(name).drain is not None]
 UPSTREAM = [
-    ("prefix_cache", "harness.upstream:RadixCache"),
-    ("block_pool", "harness.upstream:VllmBlockPool"),
-    ("token_kv", "harness.upstream:TokenKV"),
-    ("pure_swa_kv", "harness.upstream:PureSWAKV"),
+    ("prefix_cache", "poolfuzz.harness.upstream:RadixCache"),
+    ("block_pool", "poolfuzz.harness.upstream:VllmBlockPool"),
+    ("token_kv", "poolfuzz.harness.upstream:TokenKV"),
+    ("pure_swa_kv", "poolfuzz.harness.upstream:PureSWAKV"),
 ]
 
 
@@ -117,7 +117,7 @@ def test_a_drain_found_trace_replays_to_the_same_invariant_without_any_drain() -
     assert trace is not None and len(trace.steps) > len(REUSED_PREFIX)
     replayed = replay_trace(trace, factory=build_stale_ages, target="stale ages")
     assert (replayed.outcome, replayed.invariant) == ("violation", "eviction-order")
-    assert replay_trace(trace, target="pools.prefix_cache:build_prefix_cache").outcome == "pass"
+    assert replay_trace(trace, target="poolfuzz.pools.prefix_cache:build_prefix_cache").outcome == "pass"
 
 
 def test_a_periodic_drain_finds_the_stale_age_before_the_run_ends() -> None:
@@ -160,7 +160,7 @@ def test_a_passing_drain_audit_leaves_the_driver_it_copied_unchanged(name: str) 
 
 
 def test_a_copy_of_a_free_list_reads_and_writes_its_own_buffer() -> None:
-    """The copy's NumPy view is re-taken from the copy's tensor (:mod:`pools.host_views`), not shared."""
+    """The copy's NumPy view is re-taken from the copy's tensor (:mod:`poolfuzz.pools.host_views`), not shared."""
     free = PageFreeList(torch.device("cpu"))
     free.replace(torch.arange(1, 9))
     twin = copy.deepcopy(free)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.judge.families import family_unavailable
-from harness.upstream.placeholders import StandIn, StandInReached
+from poolfuzz.harness.judge.families import family_unavailable
+from poolfuzz.harness.upstream.placeholders import StandIn, StandInReached
 from tests.engine_walk import walk
 
 REASON = family_unavailable("engine")
@@ -31,7 +31,7 @@ def test_a_placeholder_lets_a_file_import_but_refuses_to_run() -> None:
 
 
 def _run(config: dict[str, object], seed: int, steps: int = 80) -> object:
-    from harness.kits.engine.driver import EngineDriver, build_engine
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_engine
 
     driver = EngineDriver(build_engine, config)
     walk(driver, seed, steps)
@@ -56,8 +56,8 @@ def test_upstreams_scheduler_path_runs_clean_under_both_judges(config: dict[str,
 
 @needs_engine
 def test_the_unified_cache_runs_the_core_it_names() -> None:
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.upstream.engine import EngineLoop
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.upstream.engine import EngineLoop
 
     rust = EngineLoop(EngineTargetConfig(cache="unified-rust")).tree_cache.tree_core
     python = EngineLoop(EngineTargetConfig(cache="unified-python")).tree_cache.tree_core
@@ -67,8 +67,8 @@ def test_the_unified_cache_runs_the_core_it_names() -> None:
 
 @needs_engine
 def test_low_admission_ratio_drives_decode_into_retraction() -> None:
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.upstream.engine import EOS, EngineLoop
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.upstream.engine import EOS, EngineLoop
 
     loop = EngineLoop(EngineTargetConfig(rows=4, tokens=40, context=64, new_token_ratio=0.1))
     for i in range(4):
@@ -94,8 +94,8 @@ def test_low_admission_ratio_drives_decode_into_retraction() -> None:
     ],
 )
 def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
-    from harness.canaries import collected
-    from harness.judge.families import resolve
+    from poolfuzz.harness.canaries import collected
+    from poolfuzz.harness.judge.families import resolve
 
     canary = collected()[name]
     violation = _caught(resolve(canary.spec), CONFIGS[0], seeds=20)
@@ -111,8 +111,8 @@ MAMBA: dict[str, Any] = {"page_size": 1, "rows": 4, "tokens": 48, "context": 64,
 def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
     import torch
 
-    from harness.upstream.engine_mamba import mamba_cache_params
-    from harness.upstream.sglang_modules import active
+    from poolfuzz.harness.upstream.engine_mamba import mamba_cache_params
+    from poolfuzz.harness.upstream.sglang_modules import active
 
     driver = _run({**MAMBA, "cache": cache}, seed=3)
     loop = driver.loop  # type: ignore[attr-defined]
@@ -134,7 +134,7 @@ def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
 
 @needs_engine
 def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None:
-    from harness.upstream.sglang_modules import active
+    from poolfuzz.harness.upstream.sglang_modules import active
 
     driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1}, seed=5)
     loop = driver.loop  # type: ignore[attr-defined]
@@ -146,7 +146,7 @@ def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None
 
 @needs_engine
 def test_a_mamba_shape_refuses_what_0_5_23_does_not_build_here() -> None:
-    from harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 
     for bad in ({"cache": "radix"}, {"page_size": 4, "tokens": 48}, {"pools": "poolfuzz"}, {"rows": 5}):
         with pytest.raises(ValueError):
@@ -157,10 +157,10 @@ def test_the_server_shape_is_declared_once_and_every_engine_target_takes_exactly
     import dataclasses
     import inspect
 
-    from harness.canaries import collected
-    from harness.judge.families import resolve
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.kits.engine.driver import build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine
+    from poolfuzz.harness.canaries import collected
+    from poolfuzz.harness.judge.families import resolve
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.kits.engine.driver import build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine
 
     fields = {f.name: f.default for f in dataclasses.fields(EngineTargetConfig) if not f.name.startswith("_")}
     canaries = [resolve(c.spec) for c in collected().values() if c.family == "engine"]
@@ -171,8 +171,8 @@ def test_the_server_shape_is_declared_once_and_every_engine_target_takes_exactly
 
 
 def test_a_shape_0_5_23_does_not_build_is_refused_when_the_config_is_built_before_any_loop() -> None:
-    from harness.judge.limits import LimitError
-    from harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.judge.limits import LimitError
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 
     with pytest.raises(LimitError, match="not a shape 0.5.23 builds"):
         EngineTargetConfig(cache="radix", sliding_window=4, swa_tokens=24)
@@ -182,8 +182,8 @@ def test_a_shape_0_5_23_does_not_build_is_refused_when_the_config_is_built_befor
 
 def _leaky_mamba_engine(where: str) -> object:
     """A factory whose loop takes one Mamba slot and drops it: after a decode step (``busy``) or at idle."""
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.upstream.engine import EngineLoop
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.upstream.engine import EngineLoop
 
     class DropsAMambaSlot(EngineLoop):
         dropped = False
@@ -211,9 +211,9 @@ def _leaky_mamba_engine(where: str) -> object:
 
 
 def _caught(factory: object, config: Mapping[str, object], *, seeds: int = 10) -> object:
-    from harness.judge.invariants import InvariantViolation
-    from harness.kits.engine.driver import EngineDriver
-    from harness.kits.engine.moves import engine_table
+    from poolfuzz.harness.judge.invariants import InvariantViolation
+    from poolfuzz.harness.kits.engine.driver import EngineDriver
+    from poolfuzz.harness.kits.engine.moves import engine_table
 
     # The moves the re-enacted loop runs (it has no pause); drawn from alone, the seeds' sequences stay as they were.
     moves = [m for m in engine_table().moves if m.name in {"iterate", "arrive", "crowd", "run", "abort"}]
@@ -238,10 +238,10 @@ def test_the_mamba_slot_accounting_catches_a_dropped_slot(where: str, seen_by: s
 
 @needs_engine
 def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
-    from harness.judge.invariants import InvariantViolation
-    from harness.kits.engine.checks import UpstreamChecker, judge
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.upstream.engine import EngineLoop
+    from poolfuzz.harness.judge.invariants import InvariantViolation
+    from poolfuzz.harness.kits.engine.checks import UpstreamChecker, judge
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.upstream.engine import EngineLoop
 
     loop = EngineLoop(EngineTargetConfig(**{**MAMBA, "cache": "unified-python"}))
     for i in range(3):
@@ -259,8 +259,8 @@ def test_a_mamba_count_only_upstream_sees_is_a_checker_disagreement() -> None:
 
 
 def test_without_sglang_the_engine_family_is_skipped_with_the_reason_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.fuzz.options import select_targets
-    from harness.upstream import loading
+    from poolfuzz.harness.fuzz.options import select_targets
+    from poolfuzz.harness.upstream import loading
 
     monkeypatch.setattr(loading, "_copies", {})
     monkeypatch.setattr(loading, "_failed", {("sglang", None): "upstream SGLang is not installed (a stand-in for this test)"})
@@ -276,8 +276,8 @@ def test_finding_5_a_hybrid_swa_server_hangs_with_requests_queued_and_nothing_ru
     while this holds, upstream's SWA admission (prefill_budget.py:230-268) still refuses an idle pool's queue head."""
     from pathlib import Path
 
-    from harness.traces.replay import replay_trace
-    from harness.traces.schema import load_trace
+    from poolfuzz.harness.traces.replay import replay_trace
+    from poolfuzz.harness.traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
     result = replay_trace(trace)
@@ -288,18 +288,18 @@ def test_finding_5_a_hybrid_swa_server_hangs_with_requests_queued_and_nothing_ru
 def test_with_the_waiting_timeout_on_the_hung_queue_head_is_aborted_and_the_server_goes_on() -> None:
     from pathlib import Path
 
-    from harness.traces.replay import replay_trace
-    from harness.traces.schema import load_trace
+    from poolfuzz.harness.traces.replay import replay_trace
+    from poolfuzz.harness.traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json")
-    result = replay_trace(trace, target="harness.kits.engine.driver:build_engine_with_waiting_timeout")
+    result = replay_trace(trace, target="poolfuzz.harness.kits.engine.driver:build_engine_with_waiting_timeout")
     assert result.outcome == "pass", result.describe()
 
 
 @needs_engine
 def test_a_trace_naming_a_shape_no_server_builds_is_refused_as_bad_input(tmp_path: Path) -> None:
-    from harness.traces.replay import replay_trace
-    from harness.traces.schema import load_trace
+    from poolfuzz.harness.traces.replay import replay_trace
+    from poolfuzz.harness.traces.schema import load_trace
 
     data = json.loads((Path(__file__).resolve().parents[1] / "corpus" / "engine" / "engine-swa-admission-hangs.json").read_text())
     data["config"]["cache"] = "radix"  # 0.5.23 has no SWA component for the legacy cache
@@ -312,7 +312,7 @@ def test_a_trace_naming_a_shape_no_server_builds_is_refused_as_bad_input(tmp_pat
 @needs_engine
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_an_aborted_chunked_request_is_released_before_its_next_chunk_and_the_pools_balance(page_size: int) -> None:
-    from harness.kits.engine.driver import EngineDriver, build_engine
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_engine
 
     config = {"cache": "radix", "page_size": page_size, "rows": 4, "tokens": 48, "context": 64, "chunk": 8}
     driver = EngineDriver(build_engine, config)
@@ -333,11 +333,11 @@ def test_an_aborted_chunked_request_is_released_before_its_next_chunk_and_the_po
 
 @needs_engine
 def test_sglangs_loop_is_an_engine_target_whose_observation_the_engine_judges_pass() -> None:
-    from harness.engines import judges
-    from harness.engines.interface import EngineTarget, HolderKind, Submission
-    from harness.kits.engine.config import EngineTargetConfig
-    from harness.kits.engine.target import SGLangEngine
-    from harness.upstream.engine import EOS, EngineLoop
+    from poolfuzz.harness.engines import judges
+    from poolfuzz.harness.engines.interface import EngineTarget, HolderKind, Submission
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.kits.engine.target import SGLangEngine
+    from poolfuzz.harness.upstream.engine import EOS, EngineLoop
 
     engine = SGLangEngine(EngineLoop(EngineTargetConfig(cache="unified-python", page_size=4, rows=4, tokens=48, context=64)))
     assert isinstance(engine, EngineTarget)

@@ -12,9 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import judges
-from harness.engines.interface import EngineTarget, FreePlace, Holder, HolderKind, Holding, Observation, PoolState, Progress, Submission
-from harness.judge.invariants import INVARIANTS, InvariantViolation
+from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.interface import (
+    EngineTarget,
+    FreePlace,
+    Holder,
+    HolderKind,
+    Holding,
+    Observation,
+    PoolState,
+    Progress,
+    Submission,
+)
+from poolfuzz.harness.judge.invariants import INVARIANTS, InvariantViolation
 from tests.engine_fake import EOS, FakeEngine
 
 STEMS = ((11, 12, 13, 14), (11, 12, 21, 22), (31, 32, 33))
@@ -201,5 +211,5 @@ def test_the_engine_judges_import_nothing_engine_specific() -> None:
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
     assert imported, "the scan found the imports"
-    banned = ("sglang", "vllm", "torch", "harness.upstream", "harness.kits")
+    banned = ("sglang", "vllm", "torch", "poolfuzz.harness.upstream", "poolfuzz.harness.kits")
     assert not [name for name in imported if name.startswith(banned)], imported

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harness.upstream.sglang_modules import unavailable_reason
+from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 
 pytestmark = pytest.mark.skipif(bool(reason := unavailable_reason("Engine")), reason=reason or "")
 
@@ -61,11 +61,11 @@ class Seen:
 def _run(loop_kind: str, shape: dict[str, Any], eos_after: int | None = None) -> Seen:
     """The stream through one loop: wave one, then a follow-up for each of its requests (its prompt, its output and
     one new token), each wave run to rest; ``eos_after``: every request samples EOS once it has that many tokens."""
-    from harness.kits.engine.checks import judge
-    from harness.kits.engine.driver import build_engine
-    from harness.kits.engine.target import SGLangEngine
-    from harness.upstream.engine_config import EOS
-    from harness.upstream.sglang_modules import active
+    from poolfuzz.harness.kits.engine.checks import judge
+    from poolfuzz.harness.kits.engine.driver import build_engine
+    from poolfuzz.harness.kits.engine.target import SGLangEngine
+    from poolfuzz.harness.upstream.engine_config import EOS
+    from poolfuzz.harness.upstream.sglang_modules import active
 
     engine = SGLangEngine(build_engine(loop=loop_kind, **shape))
     loop = engine.loop

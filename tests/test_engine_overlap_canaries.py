@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from harness.judge.families import family_unavailable
-from harness.judge.invariants import InvariantViolation
-from harness.kits.engine.ops import EngineOps as Ops
+from poolfuzz.harness.judge.families import family_unavailable
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
 from tests.engine_walk import walk
 
 REASON = family_unavailable("engine")
@@ -41,7 +41,7 @@ budgets: every overlap path a canary plants in, in a few dozen iterations."""
 
 
 def _overlap_canaries() -> dict[str, Any]:
-    from harness.kits.engine.overlap_canaries import CANARIES
+    from poolfuzz.harness.kits.engine.overlap_canaries import CANARIES
 
     return CANARIES
 
@@ -52,7 +52,7 @@ leaked row shows after an abort and a pause around a chunked prompt)."""
 
 
 def _first_violation(factory: Any, walk_seed: int | None = None) -> InvariantViolation | None:
-    from harness.kits.engine.driver import EngineDriver
+    from poolfuzz.harness.kits.engine.driver import EngineDriver
 
     driver = EngineDriver(factory, SHAPE)
     try:
@@ -69,8 +69,8 @@ def _first_violation(factory: Any, walk_seed: int | None = None) -> InvariantVio
 
 @pytest.mark.parametrize("name", sorted(_overlap_canaries()))
 def test_an_overlap_canary_is_caught_by_its_expected_invariant(name: str) -> None:
-    from harness.canaries import collected
-    from harness.judge.families import resolve
+    from poolfuzz.harness.canaries import collected
+    from poolfuzz.harness.judge.families import resolve
 
     canary = collected()[name]
     assert canary.family == "engine"
@@ -80,8 +80,8 @@ def test_an_overlap_canary_is_caught_by_its_expected_invariant(name: str) -> Non
 
 
 def test_the_same_stream_runs_clean_on_upstreams_overlap_loop_and_the_planting_leaks_to_no_other_loop() -> None:
-    from harness.judge.families import resolve
-    from harness.kits.engine.driver import build_engine
+    from poolfuzz.harness.judge.families import resolve
+    from poolfuzz.harness.kits.engine.driver import build_engine
 
     for name in sorted(_overlap_canaries()):
         resolve(_overlap_canaries()[name].spec)(**SHAPE)  # every canary planted once in this process

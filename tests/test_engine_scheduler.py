@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from harness.judge.invariants import InvariantViolation
-from harness.upstream.sglang_modules import unavailable_reason
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 
 pytestmark = pytest.mark.skipif(bool(reason := unavailable_reason("Engine")), reason=reason or "")
 
 
 def _engine(loop: str, **shape: Any) -> Any:
-    from harness.kits.engine.driver import build_engine
-    from harness.kits.engine.target import SGLangEngine
+    from poolfuzz.harness.kits.engine.driver import build_engine
+    from poolfuzz.harness.kits.engine.target import SGLangEngine
 
     return SGLangEngine(build_engine(loop=loop, **shape))
 
@@ -42,9 +42,9 @@ def _calls(names: set[str], keep: Callable[[FrameType], Any] = lambda frame: Non
 
 def _fuzz(engine: Any, steps: int, seed: int = 0) -> None:
     """Random arrivals, EOS samples and aborts, every step judged by both judges."""
-    from harness.engines.interface import Submission
-    from harness.kits.engine.checks import judge
-    from harness.upstream.engine_config import EOS
+    from poolfuzz.harness.engines.interface import Submission
+    from poolfuzz.harness.kits.engine.checks import judge
+    from poolfuzz.harness.upstream.engine_config import EOS
 
     rng = random.Random(seed)
     loop = engine.loop
@@ -82,8 +82,8 @@ def test_both_loops_run_clean_for_hundreds_of_steps_under_the_judges(loop: str, 
 
 def _finish_one(loop_kind: str) -> tuple[Any, list[Any]]:
     """One request decodes, then samples EOS; the release's over-allocated span recorded; run to rest."""
-    from harness.engines.interface import Submission
-    from harness.upstream.engine_config import EOS
+    from poolfuzz.harness.engines.interface import Submission
+    from poolfuzz.harness.upstream.engine_config import EOS
 
     engine = _engine(loop_kind)
     rid = engine.submit(Submission((11, 12, 13, 14), 16))
@@ -112,8 +112,8 @@ def test_under_overlap_a_finishing_request_owns_the_slot_its_queued_batch_got_an
 
 
 def test_the_in_flight_judge_catches_a_row_freed_while_its_batch_is_queued() -> None:
-    from harness.engines import judges
-    from harness.engines.interface import Submission
+    from poolfuzz.harness.engines import judges
+    from poolfuzz.harness.engines.interface import Submission
 
     engine = _engine("overlap")
     loop = engine.loop
@@ -133,8 +133,8 @@ def test_the_in_flight_judge_catches_a_row_freed_while_its_batch_is_queued() -> 
 def test_upstreams_busy_check_runs_after_every_iteration_with_a_batch_in_flight_and_is_judged() -> None:
     """scheduler.py:2133's ``self_check_during_busy`` after each overlap iteration; its verdict is one of the observation's
     accounts, so a pool whose sizes lie (``available_size`` one short) is reported under ``checker-agreement``."""
-    from harness.engines import judges
-    from harness.engines.interface import Submission
+    from poolfuzz.harness.engines import judges
+    from poolfuzz.harness.engines.interface import Submission
 
     engine = _engine("overlap")
     loop = engine.loop

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.families import FAMILIES, family, load_factory, resolve
-from harness.traces.schema import load_trace
-from harness.upstream.classify import classify
-from harness.upstream.findings import KNOWN_FINDINGS, known_finding_filter
+from poolfuzz.harness.judge.families import FAMILIES, family, load_factory, resolve
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.upstream.classify import classify
+from poolfuzz.harness.upstream.findings import KNOWN_FINDINGS, known_finding_filter
 
 
 def _trace(tmp_path: Path, config: dict[str, object], ops: list[str]) -> str:
@@ -21,24 +21,24 @@ def _trace(tmp_path: Path, config: dict[str, object], ops: list[str]) -> str:
 
 def test_an_engine_violation_is_reachable_and_names_the_iteration_kinds(tmp_path: Path) -> None:
     trace = _trace(tmp_path, {"cache": "unified-rust"}, ["arrive", "iterate", "run"])
-    found = classify("engine", "harness.upstream:Engine", "kv-accounting", trace)
+    found = classify("engine", "poolfuzz.harness.upstream:Engine", "kv-accounting", trace)
     assert found is not None and found.kind == "reachable" and "arrive, iterate, run" in found.note
 
 
 def test_an_engine_violation_on_the_legacy_radix_cache_is_latent(tmp_path: Path) -> None:
     trace = _trace(tmp_path, {"cache": "radix"}, ["iterate"])
-    found = classify("engine", "harness.upstream:Engine", "kv-accounting", trace)
+    found = classify("engine", "poolfuzz.harness.upstream:Engine", "kv-accounting", trace)
     assert found is not None and found.kind == "latent" and "registry.py" in found.note
 
 
 def test_a_lone_upstream_class_is_latent_and_a_disagreement_is_a_divergence() -> None:
-    assert classify("paged_kv", "harness.upstream:PagedKV", "empty-pool-guard", None).kind == "latent"  # type: ignore[union-attr]
-    assert classify("engine", "harness.upstream:Engine", "checker-agreement", None).kind == "divergence"  # type: ignore[union-attr]
+    assert classify("paged_kv", "poolfuzz.harness.upstream:PagedKV", "empty-pool-guard", None).kind == "latent"  # type: ignore[union-attr]
+    assert classify("engine", "poolfuzz.harness.upstream:Engine", "checker-agreement", None).kind == "divergence"  # type: ignore[union-attr]
 
 
 def test_our_own_pools_and_errors_are_not_classified() -> None:
-    assert classify("paged_kv", "pools:PagedTokenToKVPoolAllocator", "empty-pool-guard", None) is None
-    assert classify("engine", "harness.upstream:Engine", None, None) is None
+    assert classify("paged_kv", "poolfuzz.pools:PagedTokenToKVPoolAllocator", "empty-pool-guard", None) is None
+    assert classify("engine", "poolfuzz.harness.upstream:Engine", None, None) is None
 
 
 UPSTREAM_FINDINGS = sorted((Path(__file__).resolve().parents[1] / "corpus" / "upstream").glob("*.json"))

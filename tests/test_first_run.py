@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as Settings
 
-from harness.judge.families import UnknownTargetError, load_factory
-from harness.judge.invariants import InvariantViolation
-from harness.machines import make_machine, run_machine
-from harness.traces.replay import replay_trace
-from harness.traces.schema import load_trace
-from pools import ReqToTokenPool
+from poolfuzz.harness.judge.families import UnknownTargetError, load_factory
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.machines import make_machine, run_machine
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.pools import ReqToTokenPool
 from tests.conftest import found_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
 SCRATCH_POOL = '''
-from pools.req_to_token import ReqToTokenPool
+from poolfuzz.pools.req_to_token import ReqToTokenPool
 
 
 class ScratchPool(ReqToTokenPool):
@@ -86,7 +86,7 @@ def test_a_module_that_is_nowhere_is_still_refused_in_one_line(tmp_path: Path, m
 
 
 def test_the_poolfuzz_command_fuzzes_and_replays_a_target_module_from_the_project_it_runs_in(tmp_path: Path) -> None:
-    """The console script puts its own folder on ``sys.path``, not the current one (``python -m harness`` does)."""
+    """The console script puts its own folder on ``sys.path``, not the current one (``poolfuzz`` does)."""
     project = _scratch_project(tmp_path)
     poolfuzz = Path(sys.executable).parent / "poolfuzz"
     if not poolfuzz.is_file():
@@ -110,7 +110,7 @@ def test_the_poolfuzz_command_fuzzes_and_replays_a_target_module_from_the_projec
 def test_plain_pytest_runs_a_poolfuzz_target_from_the_project_it_runs_in(tmp_path: Path) -> None:
     """``python -P -m pytest`` is plain ``pytest``: the current directory is not put on ``sys.path``."""
     project = _scratch_project(tmp_path)
-    load = [] if _plugin_registered() else ["-p", "harness.pytest_plugin"]
+    load = [] if _plugin_registered() else ["-p", "poolfuzz.harness.pytest_plugin"]
     result = _run(
         [
             sys.executable,
@@ -166,7 +166,7 @@ def test_a_shrunk_failure_shows_the_numbers_of_the_shrunk_run_beside_its_steps(t
 def test_a_dashboard_into_a_missing_folder_says_in_one_line_that_the_folder_is_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from harness import cli
+    from poolfuzz.harness import cli
 
     monkeypatch.chdir(tmp_path)
     args = cli.build_parser().parse_args(["fuzz", "--dashboard", "out/run.html", "--report", "kept/r.json", "--corpus", "traces"])
@@ -183,7 +183,7 @@ def test_a_dashboard_into_a_missing_folder_says_in_one_line_that_the_folder_is_m
 def test_outputs_into_existing_folders_and_the_default_corpus_are_made_quietly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from harness import cli
+    from poolfuzz.harness import cli
 
     monkeypatch.chdir(tmp_path)
     args = cli.build_parser().parse_args(["fuzz", "--dashboard", "run.html"])
@@ -196,7 +196,7 @@ def test_replay_across_prints_a_line_for_each_release_before_it_downloads_or_rep
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A download of a release takes minutes; the table comes at the end, so each release is announced on stderr."""
-    import harness.traces.across as across
+    import poolfuzz.harness.traces.across as across
 
     finding = REPO / "corpus" / "upstream" / "mamba_slots-6a8cbaad60810966.json"
     (tmp_path / "sglang-0.5.22" / "sglang").mkdir(parents=True)  # 0.5.22 is cached, 0.5.21 is not
@@ -220,14 +220,14 @@ def test_replay_across_prints_a_line_for_each_release_before_it_downloads_or_rep
 # ------------------------------------------------------------ an engine finding: its realistic trace and its line
 def test_an_engine_finding_records_its_shrunk_trace_as_its_realistic_one(tmp_path: Path) -> None:
     """The engine family declares no floors (its configs are server shapes): ``"realistic": null`` was the report's field."""
-    from harness.fuzz.realistic import realistic_note
-    from harness.judge.trace import Trace
+    from poolfuzz.harness.fuzz.realistic import realistic_note
+    from poolfuzz.harness.judge.trace import Trace
 
-    shrunk = Trace(family="engine", implementation="harness.upstream:Engine", config={}, steps=[{"op": "idle", "args": {}}] * 3)
+    shrunk = Trace(family="engine", implementation="poolfuzz.harness.upstream:Engine", config={}, steps=[{"op": "idle", "args": {}}] * 3)
     saved = tmp_path / "engine-1.json"
     note, realistic = realistic_note(
         "engine",
-        "harness.upstream:Engine",
+        "poolfuzz.harness.upstream:Engine",
         invariant_id="scheduler-progress",
         trace=shrunk,
         seed=0,
@@ -238,22 +238,28 @@ def test_an_engine_finding_records_its_shrunk_trace_as_its_realistic_one(tmp_pat
     assert note == "\n  realistic trace: the shrunk one (engine declares no floors: every shape and step is a server's)"
     # our own pools are judged on their minimal traces: nothing to record
     assert realistic_note(
-        "engine", "pools:ReqToTokenPool", invariant_id="conservation", trace=shrunk, seed=0, corpus=tmp_path, shrunk=(saved, shrunk)
+        "engine",
+        "poolfuzz.pools:ReqToTokenPool",
+        invariant_id="conservation",
+        trace=shrunk,
+        seed=0,
+        corpus=tmp_path,
+        shrunk=(saved, shrunk),
     ) == ("", None)
 
 
 def test_a_finding_reported_without_a_sighting_first_is_announced_with_the_failure_found_line() -> None:
     """The walk, or the example database replayed at the start, reports a finding already shrunk: it printed ``FAILURE engine:``."""
-    from harness.fuzz.findings import Findings
-    from harness.fuzz.protocol import FailureFound
-    from harness.fuzz.report import TargetStats
+    from poolfuzz.harness.fuzz.findings import Findings
+    from poolfuzz.harness.fuzz.protocol import FailureFound
+    from poolfuzz.harness.fuzz.report import TargetStats
 
     notes: list[str] = []
-    findings = Findings({"engine": TargetStats("engine", "engine", "harness.upstream:Engine")}, notes.append)
+    findings = Findings({"engine": TargetStats("engine", "engine", "poolfuzz.harness.upstream:Engine")}, notes.append)
     message = FailureFound(
         target="engine",
         family="engine",
-        implementation="harness.upstream:Engine",
+        implementation="poolfuzz.harness.upstream:Engine",
         kind="violation",
         invariant="scheduler-progress",
         trace="corpus/found/engine/engine-1.json",

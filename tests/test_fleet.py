@@ -5,7 +5,7 @@ A real ``redis-server`` on loopback is the fleet's example database.  Machine A
 machine B, another process with an empty corpus, must then hit the same failure
 in its very first round, from the database: hypothesis's replay (``Phase.reuse``)
 when a hypothesis round found it, the saved walk trace
-(:mod:`harness.fuzz.saved_walks`) when a walk round did.
+(:mod:`poolfuzz.harness.fuzz.saved_walks`) when a walk round did.
 
 Why that proves a replay rather than luck: B runs with A's ``--seed``, so B's
 round 0 would *generate* exactly the examples A's round 0 generated on an empty
@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES
-from harness.traces.schema import load_trace
-from pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.harness.fuzz.rounds import FIRST_ROUND_EXAMPLES
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
 
 REPO = Path(__file__).resolve().parent.parent
 PLANTED = "req_to_token=tests.test_fleet:LeakyAllocUnderLoad"
@@ -93,12 +93,12 @@ class Run:
 
 
 def fuzz_machine(workdir: Path, database: str, *, seed: int, seconds: int) -> Run:
-    """``python -m harness fuzz`` in its own process and working directory (so its own default corpus)."""
+    """``poolfuzz fuzz`` in its own process and working directory (so its own default corpus)."""
     workdir.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable,
         "-m",
-        "harness",
+        "poolfuzz.harness",
         "fuzz",
         "--target",
         PLANTED,

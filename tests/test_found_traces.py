@@ -16,22 +16,22 @@ from typing import Any
 
 import pytest
 
-from harness.canaries import CANARIES
-from harness.fuzz.options import FuzzOptions, select_targets
-from harness.fuzz.protocol import FailureFound, FailureSeen, Shared, WorkerPlan
-from harness.fuzz.run_report import exit_status
-from harness.fuzz.session import FuzzRun
-from harness.fuzz.summary import summary_text
-from harness.fuzz.walk import WalkRun
-from harness.fuzz.worker import Worker
-from harness.fuzz.worker_reports import UNSHRUNK_FOLDER
-from harness.judge.families import FAMILIES, check_target
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace
-from harness.machines import make_machine, pinned_settings, run_machine
-from harness.traces.keep import FALLBACK_FOLDER, keep_trace
-from harness.traces.schema import load_trace
-from harness.upstream.sources import UpstreamUnavailableError
+from poolfuzz.harness.canaries import CANARIES
+from poolfuzz.harness.fuzz.options import FuzzOptions, select_targets
+from poolfuzz.harness.fuzz.protocol import FailureFound, FailureSeen, Shared, WorkerPlan
+from poolfuzz.harness.fuzz.run_report import exit_status
+from poolfuzz.harness.fuzz.session import FuzzRun
+from poolfuzz.harness.fuzz.summary import summary_text
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.fuzz.worker import Worker
+from poolfuzz.harness.fuzz.worker_reports import UNSHRUNK_FOLDER
+from poolfuzz.harness.judge.families import FAMILIES, check_target
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine
+from poolfuzz.harness.traces.keep import FALLBACK_FOLDER, keep_trace
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 REPO = Path(__file__).resolve().parent.parent
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
@@ -244,7 +244,7 @@ def test_an_interrupted_clean_run_exits_with_128_plus_the_signal(signum: int, st
 
 def test_sigterm_stops_a_run_within_seconds_writes_its_report_and_exits_143(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    command = [sys.executable, "-m", "harness", "fuzz", "--target", "req_to_token", "--seconds", "120",
+    command = [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--target", "req_to_token", "--seconds", "120",
                "--workers", "1", "--plain", "--progress-every", "0.2", "--database", "none",
                "--corpus", str(tmp_path / "corpus"), "--report", str(report)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -270,9 +270,9 @@ def test_every_shipped_implementation_and_canary_fits_its_family() -> None:
         try:
             check_target(name, spec)
         except UpstreamUnavailableError:  # an upstream target whose package is not installed here
-            assert spec.startswith("harness.upstream:"), (name, spec)
+            assert spec.startswith("poolfuzz.harness.upstream:"), (name, spec)
         except Exception as exc:  # noqa: BLE001 - one whose module cannot be imported here
-            assert spec.startswith("harness.upstream:") and "cannot import" in str(exc), (name, spec, exc)
+            assert spec.startswith("poolfuzz.harness.upstream:") and "cannot import" in str(exc), (name, spec, exc)
 
 
 # ------------------------------------------------------------- shrink budget

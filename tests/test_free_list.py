@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pools.errors import DoubleFreeError, ForeignIndexError, ReservedIndexError
-from pools.free_list import PageFreeList
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.mamba import MambaSlotAllocator
-from pools.page_states import DEVICE_PATH_ON_CPU, FREE, LIVE, RESERVED, PageStateTable
+from poolfuzz.pools.errors import DoubleFreeError, ForeignIndexError, ReservedIndexError
+from poolfuzz.pools.free_list import PageFreeList
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.mamba import MambaSlotAllocator
+from poolfuzz.pools.page_states import DEVICE_PATH_ON_CPU, FREE, LIVE, RESERVED, PageStateTable
 
 CPU = torch.device("cpu")
 

@@ -1,6 +1,6 @@
 """The nightly runner: target selection, rounds, the display, the report, and real runs with workers.
 
-Runs go through ``harness.cli.main`` in this process (the workers are real
+Runs go through ``poolfuzz.harness.cli.main`` in this process (the workers are real
 spawned processes), with the database, corpus and report under ``tmp_path``.
 Broken pools live in :mod:`tests.fuzz_planted`, never in ``pools/``.  Budgets
 count from the first worker being ready, so a loaded machine slows these tests
@@ -25,18 +25,18 @@ from typing import Any
 
 import pytest
 
-from harness import cli
-from harness.canaries import CANARIES
-from harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
-from harness.fuzz.counted import EventLog
-from harness.fuzz.options import FuzzOptions
-from harness.fuzz.progress import Progress, clock, compact
-from harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
-from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
-from harness.fuzz.session import FuzzRun
-from harness.judge.families import FAMILIES, UnknownTargetError
-from harness.judge.kit import Family
-from harness.traces.schema import load_trace
+from poolfuzz.harness import cli
+from poolfuzz.harness.canaries import CANARIES
+from poolfuzz.harness.fuzz import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, exit_status, select_targets
+from poolfuzz.harness.fuzz.counted import EventLog
+from poolfuzz.harness.fuzz.options import FuzzOptions
+from poolfuzz.harness.fuzz.progress import Progress, clock, compact
+from poolfuzz.harness.fuzz.report import FailureRecord, TargetStats, events_summary, summary_text
+from poolfuzz.harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, MAX_ROUND_EXAMPLES, next_round_size, round_seed
+from poolfuzz.harness.fuzz.session import FuzzRun
+from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError
+from poolfuzz.harness.judge.kit import Family
+from poolfuzz.harness.traces.schema import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
@@ -45,7 +45,7 @@ LEAK_INVARIANTS = {"conservation", "empty-pool-guard"}
 
 
 def fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any], str, str]:
-    """Run ``python -m harness fuzz`` in-process with everything it writes under ``tmp_path``."""
+    """Run ``poolfuzz fuzz`` in-process with everything it writes under ``tmp_path``."""
     report = tmp_path / "report.json"
     code = cli.main(["fuzz", "--database", str(tmp_path / "db"), "--corpus", str(tmp_path / "corpus"),
                      "--report", str(report), "--seed", "7", *args])
@@ -65,7 +65,7 @@ def test_a_substituted_target_is_keyed_by_family_and_implementation() -> None:
     targets, _ = select_targets([LEAKY, "decode_req_to_token", "decode_req_to_token"])
     assert [(t.key, t.spec) for t in targets] == [
         (LEAKY, "tests.fuzz_planted:ForgetfulFree"),
-        ("decode_req_to_token", "pools:DecodeReqToTokenPool"),
+        ("decode_req_to_token", "poolfuzz.pools:DecodeReqToTokenPool"),
     ]
 
 
@@ -85,13 +85,13 @@ def test_an_environment_substitution_that_does_not_resolve_is_an_error_not_a_ski
 
 
 def test_a_family_whose_machine_does_not_import_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    ghost = Family(name="ghost", summary="not written yet", default="pools:ReqToTokenPool",
-                   driver="harness.kits.ghost.driver:GhostDriver", moves="harness.kits.ghost.moves:table",
+    ghost = Family(name="ghost", summary="not written yet", default="poolfuzz.pools:ReqToTokenPool",
+                   driver="poolfuzz.harness.kits.ghost.driver:GhostDriver", moves="poolfuzz.harness.kits.ghost.moves:table",
                    limits=FAMILIES["req_to_token"].limits)
     monkeypatch.setitem(FAMILIES, "ghost", ghost)
     targets, skipped = select_targets([])
     assert "ghost" not in {t.family for t in targets}
-    assert [s["family"] for s in skipped if "harness.kits.ghost" in s["reason"]] == ["ghost"]
+    assert [s["family"] for s in skipped if "poolfuzz.harness.kits.ghost" in s["reason"]] == ["ghost"]
 
 
 # ---------------------------------------------------------------- round logic
@@ -125,7 +125,7 @@ def test_exit_status_is_1_for_any_finding_and_130_for_a_clean_interruption() -> 
 
 # -------------------------------------------------------------------- display
 def stats() -> list[TargetStats]:
-    busy = TargetStats("req_to_token", "req_to_token", "pools:ReqToTokenPool", examples=1200, steps=54_321,
+    busy = TargetStats("req_to_token", "req_to_token", "poolfuzz.pools:ReqToTokenPool", examples=1200, steps=54_321,
                        seconds=10.0, events=Counter({"pool exactly full": 3}))
     failed = TargetStats(LEAKY, "req_to_token", "tests.fuzz_planted:ForgetfulFree", examples=3, steps=40, seconds=1.0)
     failed.failures.append(FailureRecord(
@@ -197,7 +197,7 @@ def test_the_summary_names_failures_with_their_trace_and_how_to_replay_it() -> N
     text = summary_text(report)
     assert "1 failure(s)" in text
     assert f"{LEAKY}: [conservation] free rows differ from the model" in text
-    assert "python -m harness replay corpus/found/req_to_token/x.json" in text
+    assert "poolfuzz replay corpus/found/req_to_token/x.json" in text
     assert "    3  pool exactly full" in text.splitlines()
 
 
@@ -233,7 +233,7 @@ def test_a_planted_bug_exits_1_and_its_shrunk_trace_lands_in_the_corpus(
     assert trace.expect["invariant"] == failure["invariant"]
     assert trace.implementation == "tests.fuzz_planted:ForgetfulFree"
     assert "no more fuzzing of this target" in err
-    assert f"replay: python -m harness replay {failure['trace']}" in out
+    assert f"replay: poolfuzz replay {failure['trace']}" in out
     healthy = next(t for t in report["targets"] if t["target"] == "decode_req_to_token")
     assert healthy["status"] == "ok" and healthy["steps"] > 0  # the run went on with the other target
 
@@ -315,7 +315,7 @@ def test_ctrl_c_stops_the_run_with_a_partial_report(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     with stderr.open("w") as err_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "harness", "fuzz", "--seconds", "300", "--workers", "1", "--target", "req_to_token",
+            [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--seconds", "300", "--workers", "1", "--target", "req_to_token",
              "--progress-every", "0.5", "--database", str(tmp_path / "db"), "--corpus", str(tmp_path / "corpus"),
              "--report", str(report)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=err_file, text=True, start_new_session=True,

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase
 
-from harness.canaries import CANARIES
-from harness.judge.invariants import INVARIANTS
-from harness.machines import make_machine, pinned_settings, run_machine, violation_of
-from pools import BadSizeError, Req, ReqToTokenPool
-from pools.prefix_cache import build_prefix_cache
-from pools.radix_cache import RadixCache
-from pools.radix_tree import EVICTION_POLICIES
+from poolfuzz.harness.canaries import CANARIES
+from poolfuzz.harness.judge.invariants import INVARIANTS
+from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine, violation_of
+from poolfuzz.pools import BadSizeError, Req, ReqToTokenPool
+from poolfuzz.pools.prefix_cache import build_prefix_cache
+from poolfuzz.pools.radix_cache import RadixCache
+from poolfuzz.pools.radix_tree import EVICTION_POLICIES
 
 
 class LeakyFree(ReqToTokenPool):

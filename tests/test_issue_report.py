@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import run_command
-from harness.traces.issue_report import build_report, render, write_repro
-from harness.upstream.known import KNOWN_FILE, load_known
-from harness.upstream.sglang_modules import unavailable_reason
+from poolfuzz.harness.cli import run_command
+from poolfuzz.harness.traces.issue_report import build_report, render, write_repro
+from poolfuzz.harness.upstream.known import KNOWN_FILE, load_known
+from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 SGLANG_MISSING = unavailable_reason()
@@ -44,7 +44,8 @@ def test_each_committed_findings_report_carries_a_reproduction_that_fails_on_0_5
         assert section in text
     assert "-> upstream `" in text, "each step names the upstream call it makes"
     script = write_repro(report, tmp_path / "repro" / "repro.py")
-    assert "harness" not in script.read_text().replace("poolfuzz", "")
+    imports = [line for line in script.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
+    assert not [line for line in imports if "poolfuzz" in line or "harness" in line], imports
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POOLFUZZ_SGLANG_SRC")}
     done = subprocess.run(
         [sys.executable, "-I", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.upstream.known import KNOWN_FILE, KnownFindingsError, fingerprint, known_finding_of, load_known, match
+from poolfuzz.harness.upstream.known import KNOWN_FILE, KnownFindingsError, fingerprint, known_finding_of, load_known, match
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
@@ -21,7 +21,7 @@ PLANTED = "req_to_token=tests.fuzz_planted:ForgetfulFree"
 
 
 def _sglang_missing() -> str | None:
-    from harness.upstream.sglang_modules import unavailable_reason
+    from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 
     return unavailable_reason()
 
@@ -32,7 +32,7 @@ def test_the_committed_list_loads_and_names_every_committed_upstream_trace() -> 
     named = {t for f in known for t in f.traces}
     committed = {str(p.relative_to(CORPUS)) for p in [*(CORPUS / "upstream").glob("*.json"), ENGINE_TRACE]}
     assert named == committed
-    from harness.upstream.findings import FINDINGS_BY_KEY, KNOWN_FINDINGS
+    from poolfuzz.harness.upstream.findings import FINDINGS_BY_KEY, KNOWN_FINDINGS
 
     assert {f.key for f in KNOWN_FINDINGS} == set(FINDINGS_BY_KEY) == {f.key for f in known if f.number != 5}
 
@@ -63,7 +63,10 @@ def test_a_bad_value_is_refused_with_its_field(tmp_path: Path) -> None:
         with pytest.raises(KnownFindingsError, match="entry engine-swa-admission-hangs, field 'classification'"):
             load_known(path)
         result = subprocess.run(
-            [sys.executable, "-m", "harness", "fuzz", "--known", str(path), "--seconds", "1"], cwd=tmp_path, capture_output=True, text=True
+            [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--known", str(path), "--seconds", "1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
         )
     finally:
         path.unlink()
@@ -85,14 +88,16 @@ def test_different_shrinks_of_one_finding_match_and_another_bug_does_not(tmp_pat
     other_shrink = dict(engine, steps=[{"op": "arrive", "args": {"stem": 0, "length": 0, "tail": 1, "max_new": 0}}])
     (tmp_path / "arrive.json").write_text(json.dumps(other_shrink))
     for path in (ENGINE_TRACE, tmp_path / "arrive.json"):
-        found = known_finding_of("engine", "harness.upstream:Engine", "scheduler-progress", path, known=known)
+        found = known_finding_of("engine", "poolfuzz.harness.upstream:Engine", "scheduler-progress", path, known=known)
         assert found is not None and found.number == 5
     # another bug: the same target and invariant but a trace that needs an abort; another invariant; our own pool
     other_bug = dict(engine, steps=[*engine["steps"], {"op": "abort", "args": {"pick": 0}}])
     (tmp_path / "abort.json").write_text(json.dumps(other_bug))
-    assert known_finding_of("engine", "harness.upstream:Engine", "scheduler-progress", tmp_path / "abort.json", known=known) is None
-    assert known_finding_of("engine", "harness.upstream:Engine", "kv-accounting", ENGINE_TRACE, known=known) is None
-    ours = fingerprint("paged_kv", "pools:PagedTokenToKVPoolAllocator", "empty-pool-guard", paged[0])
+    assert (
+        known_finding_of("engine", "poolfuzz.harness.upstream:Engine", "scheduler-progress", tmp_path / "abort.json", known=known) is None
+    )
+    assert known_finding_of("engine", "poolfuzz.harness.upstream:Engine", "kv-accounting", ENGINE_TRACE, known=known) is None
+    ours = fingerprint("paged_kv", "poolfuzz.pools:PagedTokenToKVPoolAllocator", "empty-pool-guard", paged[0])
     assert ours.classification is None and match(ours, known) is None
 
 
@@ -101,8 +106,8 @@ def _fuzz(tmp_path: Path, name: str, *extra: str, seed_walk: bool = True, worker
     the first round replays it, as the next run after finding it does)."""
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from harness.fuzz.saved_walks import save_walk_failure
-    from harness.traces.schema import load_trace
+    from poolfuzz.harness.fuzz.saved_walks import save_walk_failure
+    from poolfuzz.harness.traces.schema import load_trace
 
     folder = tmp_path / name
     folder.mkdir()
@@ -126,7 +131,7 @@ def _fuzz(tmp_path: Path, name: str, *extra: str, seed_walk: bool = True, worker
         "5",
     ]
     result = subprocess.run(
-        [sys.executable, "-m", "harness", "fuzz", *extra, *args], cwd=folder, capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "poolfuzz.harness", "fuzz", *extra, *args], cwd=folder, capture_output=True, text=True, env=env, timeout=300
     )
     report = json.loads((folder / "r.json").read_text())
     return result.returncode, report, result.stdout + result.stderr

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.judge.invariants import InvariantViolation
-from harness.pytest_plugin import KNOWN_PROPERTY, TRACE_PROPERTY, judge_violation
-from harness.traces.replay_cli import main as replay_main
-from harness.upstream.sglang_modules import unavailable_reason
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.pytest_plugin import KNOWN_PROPERTY, TRACE_PROPERTY, judge_violation
+from poolfuzz.harness.traces.replay_cli import main as replay_main
+from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 PAGED = REPO / "corpus" / "upstream" / "paged_kv-4032333a04fac5e9.json"
@@ -71,7 +71,7 @@ def test_a_known_finding_that_no_longer_reproduces_on_a_fixed_copy_is_possibly_f
     assert "    def clear(self):\n" in text, "upstream's clear() moved: the planted fix needs updating"
     mamba.write_text(text.replace("    def clear(self):\n", "    def clear(self):\n        self._alloc_iter = None\n"))
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "--sglang-src", str(site), "replay", str(MAMBA)],
+        [sys.executable, "-m", "poolfuzz.harness", "--sglang-src", str(site), "replay", str(MAMBA)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -92,10 +92,12 @@ def _violation(invariant: str, trace: Path) -> InvariantViolation:
 def test_the_plugin_records_a_known_finding_and_passes_unless_strict() -> None:
     node = SimpleNamespace(user_properties=[])
     with pytest.warns(UserWarning, match="known finding 1"):
-        failure = judge_violation(node, "paged_kv", "harness.upstream:PagedKV", "cpu", _violation("empty-pool-guard", PAGED))
+        failure = judge_violation(node, "paged_kv", "poolfuzz.harness.upstream:PagedKV", "cpu", _violation("empty-pool-guard", PAGED))
     assert failure is None and dict(node.user_properties)[KNOWN_PROPERTY].startswith("[empty-pool-guard] known finding 1")
     strict = SimpleNamespace(user_properties=[])
-    failure = judge_violation(strict, "paged_kv", "harness.upstream:PagedKV", "cpu", _violation("empty-pool-guard", PAGED), strict=True)
+    failure = judge_violation(
+        strict, "paged_kv", "poolfuzz.harness.upstream:PagedKV", "cpu", _violation("empty-pool-guard", PAGED), strict=True
+    )
     assert failure is not None and "known finding 1" in failure and "--poolfuzz-strict" in failure
     assert dict(strict.user_properties)[TRACE_PROPERTY] == str(PAGED)
 

@@ -1,4 +1,4 @@
-"""Unit tests of ``pools.kv_allocator``: the token and the paged KV allocators.
+"""Unit tests of ``poolfuzz.pools.kv_allocator``: the token and the paged KV allocators.
 
 Every test runs on each device of ``tests.conftest.DEVICES`` (CUDA variants skip
 without a GPU); the extend/decode tests also run over the page-index kernels
@@ -15,10 +15,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.page_alloc import PageKernel, get_kernel, triton_available
-from pools.page_states import DEVICE_PATH_ON_CPU
+from poolfuzz.pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import PageKernel, get_kernel, triton_available
+from poolfuzz.pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (with numpy for its interpreter) is not installed")

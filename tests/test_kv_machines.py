@@ -14,13 +14,13 @@ import pytest
 import torch
 from hypothesis import Phase
 
-from harness.kits.kv.driver import TokenKVDriver
-from harness.kits.kv.moves import paged_kv_table
-from harness.kits.kv.paged import PagedKVDriver
-from harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
-from pools.errors import GroupStateError
-from pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.page_alloc import PageKernel, get_kernel
+from poolfuzz.harness.kits.kv.driver import TokenKVDriver
+from poolfuzz.harness.kits.kv.moves import paged_kv_table
+from poolfuzz.harness.kits.kv.paged import PagedKVDriver
+from poolfuzz.harness.machines import PoolMachine, make_machine, pinned_settings, run_machine, violation_of
+from poolfuzz.pools.errors import GroupStateError
+from poolfuzz.pools.kv_allocator import _LIVE, _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import PageKernel, get_kernel
 
 
 def test_the_driver_accepts_a_refusal_that_merged_the_staging_area() -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.families import FAMILIES, family_unavailable, upstream_default
-from harness.machines import make_machine, run_machine
-from harness.machines.without import without_modules
-from harness.mutate.targets import DEVICE_PATH_FAMILIES
-from pools.page_states import DEVICE_PATH_ON_CPU
+from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, upstream_default
+from poolfuzz.harness.machines import make_machine, run_machine
+from poolfuzz.harness.machines.without import without_modules
+from poolfuzz.harness.mutate.targets import DEVICE_PATH_FAMILIES
+from poolfuzz.pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of ``pools.mamba``: the slot allocator, the state pool and the hybrid row pool."""
+"""Unit tests of ``poolfuzz.pools.mamba``: the slot allocator, the state pool and the hybrid row pool."""
 
 from __future__ import annotations
 
@@ -10,9 +10,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
-from pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
-from pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
+from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
 
 CUDA = pytest.param(
     "cuda",

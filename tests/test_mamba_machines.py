@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from harness.judge.invariants import InvariantViolation
-from harness.kits.mamba.driver import MambaSlotDriver
-from harness.kits.mamba.hybrid import HybridDriver
-from harness.machines import make_machine, pinned_settings, run_machine
-from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
-from pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.mamba.driver import MambaSlotDriver
+from poolfuzz.harness.kits.mamba.hybrid import HybridDriver
+from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine
+from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
 
 FAMILIES = ["mamba_slots", "hybrid_req_to_token"]
 

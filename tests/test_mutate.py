@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from harness.cli import main as cli_main
-from harness.mutate.mutants import ModuleSource, Mutant, generate
-from harness.mutate.plan import Baseline, BaselineFailed
-from harness.mutate.runner import Job, WorkerFailed, WorkerPool
-from harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
-from harness.mutate.targets import target_names
-from harness.mutate.worker import MutantLab, WorkerSetup
+from poolfuzz.harness.cli import main as cli_main
+from poolfuzz.harness.mutate.mutants import ModuleSource, Mutant, generate
+from poolfuzz.harness.mutate.plan import Baseline, BaselineFailed
+from poolfuzz.harness.mutate.runner import Job, WorkerFailed, WorkerPool
+from poolfuzz.harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
+from poolfuzz.harness.mutate.targets import target_names
+from poolfuzz.harness.mutate.worker import MutantLab, WorkerSetup
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,15 +215,15 @@ def test_the_unmutated_row_machine_runs_clean_and_executes_the_allocation_check(
 
 
 def test_a_comparison_mutant_in_the_row_pool_is_killed_by_its_machine_and_then_restored(row_lab: MutantLab) -> None:
-    import pools.req_to_token
+    import poolfuzz.pools.req_to_token
 
-    original = pools.req_to_token._RowPool.alloc_rows.__code__
+    original = poolfuzz.pools.req_to_token._RowPool.alloc_rows.__code__
     mutant = by(list(row_lab.mutants.values()), "_RowPool.alloc_rows", "Gt->GtE")
     assert not mutant.message_only
     outcome = row_lab.run(mutant.id, ["req_to_token"])
     assert (outcome.status, outcome.killer) == ("killed", "req_to_token")
     assert outcome.detail.startswith("invariant ")
-    assert pools.req_to_token._RowPool.alloc_rows.__code__ is original
+    assert poolfuzz.pools.req_to_token._RowPool.alloc_rows.__code__ is original
 
 
 def test_each_familys_walk_is_a_killer_and_kills_the_same_row_mutant_its_machine_does(row_lab: MutantLab) -> None:
@@ -278,16 +278,16 @@ def test_a_failing_baseline_aborts_and_a_clean_one_orders_targets_by_hits_per_se
 def test_the_cli_lists_the_selected_mutants_without_running_them(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["mutate", "--module", "pools/req_to_token.py", "--match", "alloc_rows", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines and all(line.startswith("pools.req_to_token:_RowPool.alloc_rows:") for line in lines)
+    assert lines and all(line.startswith("poolfuzz.pools.req_to_token:_RowPool.alloc_rows:") for line in lines)
     assert any("[message-only]" in line for line in lines) and any("[behavioural]" in line for line in lines)
 
 
 def test_every_listed_equivalent_names_a_mutant_still_generated_and_nothing_else_is_marked() -> None:
-    from harness.mutate.equivalents import EQUIVALENTS
+    from poolfuzz.harness.mutate.equivalents import EQUIVALENTS
 
     root = Path(__file__).resolve().parents[1]
     modules = sorted({entry.module for entry in EQUIVALENTS})
-    marked = [m for name in modules for m in generate(ModuleSource.load(root / (name.replace(".", "/") + ".py"), root))
+    marked = [m for name in modules for m in generate(ModuleSource.load(root / (name.removeprefix("poolfuzz.").replace(".", "/") + ".py"), root))
               if m.kind == "equivalent"]
     found = {(m.module, m.function, m.operator, m.source, m.col, m.description) for m in marked}
     stale = [entry for entry in EQUIVALENTS if entry.key not in found]
@@ -298,8 +298,8 @@ def test_every_listed_equivalent_names_a_mutant_still_generated_and_nothing_else
 def test_equivalent_mutants_are_scored_apart_and_a_killed_one_is_reported_as_a_wrong_entry() -> None:
     import dataclasses
 
-    from harness.mutate.report import score, tally, wrong_equivalents_text
-    from harness.mutate.worker import Outcome
+    from poolfuzz.harness.mutate.report import score, tally, wrong_equivalents_text
+    from poolfuzz.harness.mutate.worker import Outcome
 
     root = Path(__file__).resolve().parents[1]
     base = generate(ModuleSource.load(root / "pools" / "radix_cache.py", root))
@@ -317,7 +317,7 @@ def test_equivalent_mutants_are_scored_apart_and_a_killed_one_is_reported_as_a_w
 
 _GOOD_EQUIVALENT = """\
 [[equivalent]]
-module = "pools.free_list"
+module = "poolfuzz.pools.free_list"
 function = "PageFreeList.__init__"
 operator = "0->1"
 source = 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")'
@@ -328,15 +328,15 @@ reason = "INIT_REPLACED"
 
 
 def test_an_equivalents_table_is_read_in_order_with_each_reason_its_constants_text(tmp_path: Path) -> None:
-    from harness.mutate.equivalents import reasons
-    from harness.mutate.equivalents.entry import Equivalent, load_equivalents
+    from poolfuzz.harness.mutate.equivalents import reasons
+    from poolfuzz.harness.mutate.equivalents.entry import Equivalent, load_equivalents
 
     table = tmp_path / "good.toml"
     table.write_text(_GOOD_EQUIVALENT + "\n" + _GOOD_EQUIVALENT.replace('"INIT_REPLACED"', '"SLACK"'))
     assert load_equivalents(table) == (
-        Equivalent("pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
+        Equivalent("poolfuzz.pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
                    33, "`0` -> `1`", reasons.INIT_REPLACED),
-        Equivalent("pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
+        Equivalent("poolfuzz.pools.free_list", "PageFreeList.__init__", "0->1", 'self._buf = torch.empty(0, dtype=torch.int64, device="cpu")',
                    33, "`0` -> `1`", reasons.SLACK))
 
 
@@ -350,7 +350,7 @@ def test_an_equivalents_table_is_read_in_order_with_each_reason_its_constants_te
 ], ids=["missing-key", "unknown-reason", "reason-not-a-string", "col-a-string", "col-a-boolean", "extra-key"])
 def test_a_malformed_equivalents_entry_is_refused_naming_the_file_the_entry_and_the_field(
         tmp_path: Path, edit: Any, field: str, problem: str) -> None:
-    from harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
+    from poolfuzz.harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
 
     table = tmp_path / "bad.toml"
     table.write_text(_GOOD_EQUIVALENT + "\n" + edit(_GOOD_EQUIVALENT))
@@ -362,7 +362,7 @@ def test_a_malformed_equivalents_entry_is_refused_naming_the_file_the_entry_and_
 
 
 def test_an_equivalents_file_that_is_not_toml_or_holds_no_entries_is_refused_naming_the_file(tmp_path: Path) -> None:
-    from harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
+    from poolfuzz.harness.mutate.equivalents.entry import EquivalentsFileError, load_equivalents
 
     for name, text in (("broken.toml", "[[equivalent]\n"), ("empty.toml", ""), ("misnamed.toml", "[[equivalents]]\n")):
         table = tmp_path / name
@@ -375,9 +375,9 @@ def test_an_equivalents_file_that_is_not_toml_or_holds_no_entries_is_refused_nam
 def test_the_packaged_equivalents_tables_load_in_order_from_the_installed_package() -> None:
     from importlib.resources import files
 
-    from harness.mutate.equivalents import EQUIVALENTS, TABLES
-    from harness.mutate.equivalents.entry import load_equivalents
+    from poolfuzz.harness.mutate.equivalents import EQUIVALENTS, TABLES
+    from poolfuzz.harness.mutate.equivalents.entry import load_equivalents
 
-    tables = [load_equivalents(files("harness.mutate.equivalents") / name) for name in TABLES]
+    tables = [load_equivalents(files("poolfuzz.harness.mutate.equivalents") / name) for name in TABLES]
     assert all(tables) and EQUIVALENTS == tuple(entry for table in tables for entry in table)
     assert len({entry.key for entry in EQUIVALENTS}) == len(EQUIVALENTS), "one mutant listed twice"

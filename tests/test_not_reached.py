@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.fuzz.report import NOT_REACHED, FailureRecord, TargetStats, shown_status, summary_text
+from poolfuzz.harness.fuzz.report import NOT_REACHED, FailureRecord, TargetStats, shown_status, summary_text
 
 POOL_MODULE = "/repo/pools/req_to_token.py"
 OTHER_MODULE = "/repo/tests/fuzz_planted.py"
@@ -25,7 +25,7 @@ def target(
     stats = TargetStats(
         key,
         "req_to_token",
-        "pools:ReqToTokenPool",
+        "poolfuzz.pools:ReqToTokenPool",
         steps=steps,
         examples=steps // 10,
         seconds=1.0 if steps else 0.0,

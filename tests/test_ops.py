@@ -12,12 +12,20 @@ from typing import Any
 
 import pytest
 
-from harness.judge.contract import CONSTRUCT_MISUSE, CallRule, Contract, ContractError, KnownFindingFilter, NotCalled, all_contracts
-from harness.judge.driver import Driver, operation
-from harness.judge.families import FAMILIES, family, resolve
-from harness.judge.ops import Operations, OpsError, op
-from harness.kits.mamba.ops import HybridOps, SlotOps
-from harness.kits.rows.ops import RowOps
+from poolfuzz.harness.judge.contract import (
+    CONSTRUCT_MISUSE,
+    CallRule,
+    Contract,
+    ContractError,
+    KnownFindingFilter,
+    NotCalled,
+    all_contracts,
+)
+from poolfuzz.harness.judge.driver import Driver, operation
+from poolfuzz.harness.judge.families import FAMILIES, family, resolve
+from poolfuzz.harness.judge.ops import Operations, OpsError, op
+from poolfuzz.harness.kits.mamba.ops import HybridOps, SlotOps
+from poolfuzz.harness.kits.rows.ops import RowOps
 
 DECLARED = sorted(FAMILIES)
 
@@ -142,8 +150,8 @@ def test_a_family_whose_limits_or_floors_name_an_undeclared_operation_or_argumen
 
 
 def test_a_typed_operation_builds_its_step_and_is_refused_with_another_operations_arguments() -> None:
-    from harness.judge.ops import TypedOp
-    from harness.kits.mamba.ops import ALLOC, FREE_SLOTS, AllocArgs, FreeArgs
+    from poolfuzz.harness.judge.ops import TypedOp
+    from poolfuzz.harness.kits.mamba.ops import ALLOC, FREE_SLOTS, AllocArgs, FreeArgs
 
     assert ALLOC({"need_size": 2}) == ("alloc", {"need_size": 2})
     assert FREE_SLOTS({"slots": [3], "int32": True}) == ("free_slots", {"slots": [3], "int32": True})

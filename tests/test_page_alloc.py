@@ -20,10 +20,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.machines.without import without_modules
-from pools.errors import BadBatchError, BadSizeError, KernelUnavailableError, UnknownKernelError
-from pools.kv_allocator import PagedTokenToKVPoolAllocator
-from pools.page_alloc import KERNEL_NAMES, get_kernel, get_num_new_pages, num_new_pages_per_request, triton_available
+from poolfuzz.harness.machines.without import without_modules
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, KernelUnavailableError, UnknownKernelError
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import KERNEL_NAMES, get_kernel, get_num_new_pages, num_new_pages_per_request, triton_available
 
 HAS_TRITON = triton_available()
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton (with numpy for its interpreter) is not installed")
@@ -152,7 +152,7 @@ class _TakesTriton(random.Random):
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed: there is nothing to block")
 def test_the_kernel_strategy_stops_and_resumes_drawing_triton_with_the_block_whatever_it_drew_before() -> None:
-    from harness.kits.kv.configs import kernel
+    from poolfuzz.harness.kits.kv.configs import kernel
 
     assert kernel(_TakesTriton(0), page_size=4) == "triton"  # an answer a cache could keep
     with without_modules(["triton"]):
@@ -161,7 +161,7 @@ def test_the_kernel_strategy_stops_and_resumes_drawing_triton_with_the_block_wha
 
 
 def test_importing_the_package_does_not_import_triton() -> None:
-    code = "import sys, pools.page_alloc; assert 'triton' not in sys.modules, 'triton imported eagerly'"
+    code = "import sys, poolfuzz.pools.page_alloc; assert 'triton' not in sys.modules, 'triton imported eagerly'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

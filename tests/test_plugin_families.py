@@ -39,8 +39,8 @@ KIT = {
     """,
     "tinykit/__init__.py": '''
         """A tiny slot pool's kit for poolfuzz: one registry entry, every part named by module:attr."""
-        from harness.judge.kit import Family
-        from harness.judge.limits import SETTING, FamilyLimits, Limit
+        from poolfuzz.harness.judge.kit import Family
+        from poolfuzz.harness.judge.limits import SETTING, FamilyLimits, Limit
 
         FAMILY = Family(
             name="tiny_slots", summary="a tiny slot pool (plug-in kit)", default="tinykit.pool:SlotPool",
@@ -53,7 +53,7 @@ KIT = {
         )
     ''',
     "tinykit/pool.py": '''
-        from pools.errors import DoubleFreeError
+        from poolfuzz.pools.errors import DoubleFreeError
 
 
         class SlotPool:
@@ -78,9 +78,9 @@ KIT = {
                 return len(self.free_slots)
     ''',
     "tinykit/driver.py": """
-        from harness.judge.driver import Driver, operation
-        from harness.judge.invariants import check
-        from pools.errors import DoubleFreeError
+        from poolfuzz.harness.judge.driver import Driver, operation
+        from poolfuzz.harness.judge.invariants import check
+        from poolfuzz.pools.errors import DoubleFreeError
 
 
         class SlotDriver(Driver):
@@ -120,7 +120,7 @@ KIT = {
                       "free plus live is not the pool", free=self.pool.available_size(), live=len(self.live))
     """,
     "tinykit/moves.py": '''
-        from strategies.table import Move, MoveTable
+        from poolfuzz.strategies.table import Move, MoveTable
 
 
         class SlotView:
@@ -158,9 +158,9 @@ KIT = {
         """The toy engine's own slot allocator, loaded from its files by poolfuzz's one loader."""
         from types import ModuleType
 
-        from harness.upstream.loading import Distribution, copy_of
-        from harness.upstream.sources import UpstreamUnavailableError
-        from harness.upstream.wrapper import runs_upstream
+        from poolfuzz.harness.upstream.loading import Distribution, copy_of
+        from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
+        from poolfuzz.harness.upstream.wrapper import runs_upstream
 
 
         def _util(name):
@@ -198,7 +198,7 @@ KIT = {
                 return len(self.inner.free)
     ''',
     "tinykit/canaries.py": '''
-        from harness.canaries.catalogue import Canary
+        from poolfuzz.harness.canaries.catalogue import Canary
         from tinykit.pool import SlotPool
 
 
@@ -255,7 +255,13 @@ class Installed:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_"))}
         env.update(PYTHONPATH=str(self.site), CI="1", TINYKIT_TOY_SRC=str(self.toy))
         return subprocess.run(
-            [sys.executable, "-m", "harness", *args], cwd=self.work, env=env, check=False, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-m", "poolfuzz.harness", *args],
+            cwd=self.work,
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
 
@@ -355,7 +361,7 @@ def test_an_installed_kits_canary_is_caught_saved_and_replayed(installed: Instal
 def test_an_installed_kits_machine_runs_under_the_pytest_plugin(installed: Installed) -> None:
     (installed.work / "test_tiny.py").write_text(
         textwrap.dedent("""
-        from harness.pytest_plugin import poolfuzz_test
+        from poolfuzz.harness.pytest_plugin import poolfuzz_test
 
         test_slot_pool = poolfuzz_test("tiny_slots", "tinykit.pool:SlotPool", max_examples=10, steps=10)
         test_leaky_pool = poolfuzz_test("tiny_slots", "tinykit.canaries:LeakyFree", max_examples=50, steps=10)

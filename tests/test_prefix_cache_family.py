@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from harness.bench.workloads import workload_for
-from harness.judge.driver import Driver
-from harness.judge.families import FAMILIES, load_factory, resolve
-from harness.judge.invariants import INVARIANTS, InvariantViolation
-from harness.kits.prefix_cache.canaries import CANARIES
-from harness.kits.prefix_cache.driver import PrefixCacheDriver
-from harness.kits.prefix_cache.model import PrefixCacheModel
-from pools.prefix_cache import build_prefix_cache
-from pools.protocols import PrefixCache
+from poolfuzz.harness.bench.workloads import workload_for
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.families import FAMILIES, load_factory, resolve
+from poolfuzz.harness.judge.invariants import INVARIANTS, InvariantViolation
+from poolfuzz.harness.kits.prefix_cache.canaries import CANARIES
+from poolfuzz.harness.kits.prefix_cache.driver import PrefixCacheDriver
+from poolfuzz.harness.kits.prefix_cache.model import PrefixCacheModel
+from poolfuzz.pools.prefix_cache import build_prefix_cache
+from poolfuzz.pools.protocols import PrefixCache
 from tests.conftest import DEVICES
 
 NEW_INVARIANTS = ("cache-accounting", "lock-balance", "evict-spares-locked", "match-returns-inserted", "kv-accounting")

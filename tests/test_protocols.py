@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pools import (
+from poolfuzz.pools import (
     DecodeReqToTokenPool,
     HybridReqToTokenPool,
     MambaSlotAllocator,
@@ -12,7 +12,7 @@ from pools import (
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
-from pools.protocols import HybridRowPool, MambaSlotPool, PagedKVAllocator, RequestRowPool, TokenKVAllocator
+from poolfuzz.pools.protocols import HybridRowPool, MambaSlotPool, PagedKVAllocator, RequestRowPool, TokenKVAllocator
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@
 The wheel is built from a copy of this working tree and installed (not editable) into a venv of its
 own; the packages poolfuzz needs (torch, hypothesis, pytest, xdist) come from this environment's
 site-packages through a ``.pth`` line.  A directory named in a ``.pth`` line is a plain ``sys.path``
-entry, so the *editable* install's ``.pth`` finder in there is never run: the only ``harness`` the
-scratch runs can import is the installed copy, which each run checks (``harness.__file__``, the
-registered plugin's file, the distribution's ``direct_url.json``).
+entry, so the *editable* install's ``.pth`` finder in there is never run: the only ``poolfuzz`` the
+scratch runs can import is the installed copy, which each run checks (``poolfuzz.harness.__file__``,
+the registered plugin's file, the distribution's ``direct_url.json``).
 
 The scratch project holds two pool classes (``GoodPool``: our ``ReqToTokenPool``; ``LeakyPool``:
 its ``free`` loses the row) and a test module declaring both with ``poolfuzz_test``.  Every run uses
@@ -30,10 +30,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pools", "harness", "strategies")
-"""What ``[tool.setuptools.packages.find]`` ships, copied with ``pyproject.toml`` and ``README.md``."""
+"""The folders the wheel ships as ``poolfuzz.pools``, ``poolfuzz.harness`` and ``poolfuzz.strategies``, copied with
+``pyproject.toml`` and ``README.md``."""
 
 POOLS = '''
-from pools.req_to_token import ReqToTokenPool
+from poolfuzz.pools.req_to_token import ReqToTokenPool
 
 
 class GoodPool(ReqToTokenPool):
@@ -49,16 +50,47 @@ class LeakyPool(ReqToTokenPool):
 '''
 
 TESTS = '''
-from harness.pytest_plugin import poolfuzz_test
+from poolfuzz.harness.pytest_plugin import poolfuzz_test
 
 test_good_pool = poolfuzz_test("req_to_token", "scratchpools:GoodPool", max_examples=8, steps=15)
 test_leaky_pool = poolfuzz_test("req_to_token", "scratchpools:LeakyPool", max_examples=8, steps=15)
 '''
 
 BAD_TESTS = '''
-from harness.pytest_plugin import poolfuzz_test
+from poolfuzz.harness.pytest_plugin import poolfuzz_test
 
 test_missing_class = poolfuzz_test("req_to_token", "scratchpools:NoSuchPool")
+'''
+
+OWN_POOLS = '''
+"""The project's own ``pools`` module: the name poolfuzz used to install as a top-level package."""
+
+from poolfuzz.pools.req_to_token import ReqToTokenPool
+
+OWNER = "project"
+
+
+class ReqPool(ReqToTokenPool):
+    """The project's pool: ours, renamed."""
+'''
+
+OWN_TESTS = '''
+"""The project's own tests: its ``pools``, ``harness`` and ``tests/strategies.py`` beside poolfuzz's, in one run."""
+
+import harness
+import pools
+import strategies
+
+from poolfuzz.harness.pytest_plugin import poolfuzz_test
+from poolfuzz.pools import ReqToTokenPool
+
+
+def test_the_projects_own_modules_are_the_ones_imported():
+    assert (pools.OWNER, harness.OWNER, strategies.OWNER) == ("project", "project", "project")
+    assert issubclass(pools.ReqPool, ReqToTokenPool)
+
+
+test_the_projects_pool_under_poolfuzz = poolfuzz_test("req_to_token", "pools:ReqPool", max_examples=5, steps=10)
 '''
 
 CONFTEST = '''
@@ -73,9 +105,9 @@ import sys
 def pytest_sessionstart(session):
     if hasattr(session.config, "workerinput"):
         return
-    heavy = sorted(m for m in ("harness.machines", "harness.fuzz", "torch") if m in sys.modules)
+    heavy = sorted(m for m in ("poolfuzz.harness.machines", "poolfuzz.harness.fuzz", "torch") if m in sys.modules)
     plugin = session.config.pluginmanager.get_plugin("poolfuzz")
-    import harness
+    from poolfuzz import harness
 
     dist = importlib.metadata.distribution("poolfuzz")
     facts = {
@@ -154,6 +186,13 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
     (project / "bad").mkdir()
     (project / "bad" / "test_bad_target.py").write_text(BAD_TESTS)
     (project / "conftest.py").write_text(CONFTEST)
+    # The names poolfuzz's folders have in its repository, taken by the project's own modules.
+    (project / "pools.py").write_text(OWN_POOLS)
+    (project / "harness").mkdir()
+    (project / "harness" / "__init__.py").write_text('OWNER = "project"\n')
+    (project / "tests").mkdir()
+    (project / "tests" / "strategies.py").write_text('OWNER = "project"\n')
+    (project / "tests" / "test_own.py").write_text(OWN_TESTS)
     yield Scratch(python, site_packages, project, root / "facts.json")
 
 
@@ -162,10 +201,17 @@ def _output(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def _saved_traces(text: str) -> list[tuple[str, str]]:
-    """``(nodeid, path)`` of each line ``NODEID: [conservation] python -m harness replay PATH`` of the summary."""
-    line = r"^(\S+): \[conservation\] python -m harness replay (\S+)$"
+    """``(nodeid, path)`` of each line ``NODEID: [conservation] poolfuzz replay PATH`` of the summary."""
+    line = r"^(\S+): \[conservation\] poolfuzz replay (\S+)$"
     found: list[tuple[str, str]] = re.findall(line, text, flags=re.MULTILINE)
     return found
+
+
+def test_a_project_with_its_own_pools_harness_and_strategies_runs_its_tests_and_poolfuzz_in_one_run(scratch: Scratch) -> None:
+    result = scratch.pytest("tests/test_own.py", "-v", "--poolfuzz-target", "req_to_token=pools:ReqPool")
+    assert result.returncode == 0, _output(result)
+    assert re.search(r"\b3 passed\b", result.stdout), _output(result)
+    assert re.search(r"poolfuzz::req_to_token\[pools:ReqPool@cpu\] PASSED", result.stdout), _output(result)
 
 
 def test_the_good_pool_passes_and_the_leaky_one_fails_with_its_invariant_and_a_saved_trace(scratch: Scratch) -> None:
@@ -183,7 +229,7 @@ def test_the_good_pool_passes_and_the_leaky_one_fails_with_its_invariant_and_a_s
     site_packages = scratch.site_packages.resolve()
     assert Path(facts["harness_file"]).resolve().is_relative_to(site_packages), facts["harness_file"]
     assert facts["plugin_file"] is not None, "the pytest11 entry point did not register the plugin as 'poolfuzz'"
-    assert Path(facts["plugin_file"]).resolve() == site_packages / "harness" / "pytest_plugin.py"
+    assert Path(facts["plugin_file"]).resolve() == site_packages / "poolfuzz" / "harness" / "pytest_plugin.py"
     assert not facts["direct_url"].get("dir_info", {}).get("editable", False), facts["direct_url"]
     assert str(REPO) not in facts["sys_path"]
     assert facts["heavy_before_collection"] == []
@@ -197,7 +243,7 @@ def test_the_good_pool_passes_and_the_leaky_one_fails_with_its_invariant_and_a_s
     trace = json.loads(path.read_text())
     assert trace["expect"]["invariant"] == "conservation"
     assert trace["implementation"] == "scratchpools:LeakyPool"
-    replayed = subprocess.run([str(scratch.python), "-m", "harness", "replay", listed[0][1]], check=False,
+    replayed = subprocess.run([str(scratch.python), "-m", "poolfuzz.harness", "replay", listed[0][1]], check=False,
                               cwd=scratch.project, env=scratch.env(), capture_output=True, text=True, timeout=120)
     assert replayed.returncode == 0 and "[conservation]" in replayed.stdout, _output(replayed)  # reproduced
 
@@ -212,17 +258,17 @@ def test_a_bad_poolfuzz_target_stops_the_run_with_one_line(scratch: Scratch) -> 
 
 
 @pytest.mark.parametrize(("target", "says"), [
-    ("no_such_family=pools:ReqToTokenPool", "unknown family 'no_such_family'"),
+    ("no_such_family=poolfuzz.pools:ReqToTokenPool", "unknown family 'no_such_family'"),
     ("req_to_token=", "is not of the form FAMILY=module:attr"),
     ("req_to_token=pools", "is not of the form module:attr"),
     ("req_to_token=no_such_module:Pool", "cannot import 'no_such_module'"),
-    ("req_to_token=pools:NoSuchPool", "has no attribute 'NoSuchPool'"),
-    ("paged_kv=pools:ReqToTokenPool", "does not take paged_kv's configuration"),
+    ("req_to_token=poolfuzz.pools:NoSuchPool", "has no attribute 'NoSuchPool'"),
+    ("paged_kv=poolfuzz.pools:ReqToTokenPool", "does not take paged_kv's configuration"),
 ], ids=["unknown-family", "no-spec", "malformed", "no-module", "no-attribute", "wrong-family"])
 def test_every_kind_of_bad_target_is_refused_in_one_line(target: str, says: str) -> None:
     """What the option and ``poolfuzz_test`` refuse (the end-to-end run above shows one of them stopping pytest)."""
-    from harness.judge.families import UnknownTargetError
-    from harness.pytest_plugin import validate_targets
+    from poolfuzz.harness.judge.families import UnknownTargetError
+    from poolfuzz.harness.pytest_plugin import validate_targets
 
     with pytest.raises(UnknownTargetError) as refused:
         validate_targets([target])
@@ -230,11 +276,11 @@ def test_every_kind_of_bad_target_is_refused_in_one_line(target: str, says: str)
 
 
 def test_valid_targets_keep_their_order_once_each() -> None:
-    from harness.pytest_plugin import validate_targets
+    from poolfuzz.harness.pytest_plugin import validate_targets
 
-    assert validate_targets(["req_to_token=pools:ReqToTokenPool", " ", "token_kv=pools:TokenToKVPoolAllocator",
-                             "req_to_token=pools:ReqToTokenPool"]) == [
-        ("req_to_token", "pools:ReqToTokenPool"), ("token_kv", "pools:TokenToKVPoolAllocator")]
+    assert validate_targets(["req_to_token=poolfuzz.pools:ReqToTokenPool", " ", "token_kv=poolfuzz.pools:TokenToKVPoolAllocator",
+                             "req_to_token=poolfuzz.pools:ReqToTokenPool"]) == [
+        ("req_to_token", "poolfuzz.pools:ReqToTokenPool"), ("token_kv", "poolfuzz.pools:TokenToKVPoolAllocator")]
     assert validate_targets([]) == []
 
 
@@ -272,10 +318,10 @@ def _plugin_registered_here() -> bool:
 
 def test_in_this_repository_the_plugin_adds_nothing_and_leaves_the_target_option_alone() -> None:
     """The repository's own ``--target`` (tests/conftest.py) and the plugin's options live side by side."""
-    load = [] if _plugin_registered_here() else ["-p", "harness.pytest_plugin"]
+    load = [] if _plugin_registered_here() else ["-p", "poolfuzz.harness.pytest_plugin"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *load, "--collect-only", "-q",
-                             "tests/test_machines.py", "--target", "req_to_token=pools:ReqToTokenPool",
+                             "tests/test_machines.py", "--target", "req_to_token=poolfuzz.pools:ReqToTokenPool",
                              "--poolfuzz-max-examples", "3"],
                             check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, _output(result)

@@ -1,4 +1,4 @@
-"""Unit tests of ``pools.radix_cache``: the prefix cache over the token and paged KV allocators.
+"""Unit tests of ``poolfuzz.pools.radix_cache``: the prefix cache over the token and paged KV allocators.
 
 Every test runs on each device of ``tests.conftest.DEVICES`` (CUDA skips without a
 GPU) and, where page geometry matters, at page sizes 1 and 4.
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from pools.errors import (
+from poolfuzz.pools.errors import (
     AlreadyCachedError,
     BadBatchError,
     BadSizeError,
@@ -25,8 +25,8 @@ from pools.errors import (
     TreeNodeError,
     UnknownEvictionPolicyError,
 )
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.radix_cache import RadixCache, TreeNode
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.radix_cache import RadixCache, TreeNode
 from tests.conftest import DEVICES
 
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator

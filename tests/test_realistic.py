@@ -11,16 +11,16 @@ import copy
 import time
 from typing import Any
 
-from harness.fuzz.realistic import find_realistic, realistic_note
-from harness.fuzz.summary import failure_lines
-from harness.fuzz.walk import WalkRun
-from harness.judge.families import FAMILIES
-from harness.judge.trace import Trace
-from harness.traces.realistic import lift, lift_step, shrink_realistic, unrealistic, within_floors
-from harness.traces.replay import replay_trace
-from harness.traces.shrink import shrink_trace
+from poolfuzz.harness.fuzz.realistic import find_realistic, realistic_note
+from poolfuzz.harness.fuzz.summary import failure_lines
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.judge.families import FAMILIES
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.realistic import lift, lift_step, shrink_realistic, unrealistic, within_floors
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.shrink import shrink_trace
 
-PAGE_1_DECODE = "harness.kits.kv.canaries:PageSize1DecodeConsumesNothing"
+PAGE_1_DECODE = "poolfuzz.harness.kits.kv.canaries:PageSize1DecodeConsumesNothing"
 """Upstream SGLang finding 1 put back in our paged allocator: decode at page size 1 consumes nothing."""
 
 
@@ -108,17 +108,17 @@ def test_the_summary_names_the_realistic_trace_and_the_invariant_it_shows() -> N
         "invariant": "empty-pool-guard",
         "trace": "min.json",
         "steps": 2,
-        "replay": "python -m harness replay min.json",
+        "replay": "poolfuzz replay min.json",
         "realistic": {"trace": "real.json", "steps": 3, "invariant": "no-double-allocation"},
     }
-    lines = failure_lines("paged_kv=harness.upstream:PagedKV", failure)
+    lines = failure_lines("paged_kv=poolfuzz.harness.upstream:PagedKV", failure)
     assert lines[-1] == ("    realistic trace (pools and requests a server builds, shows as [no-double-allocation]): real.json (3 steps)")
 
 
 def test_no_realistic_search_runs_when_the_run_has_no_time_left(tmp_path: Any) -> None:
     trace, invariant = page_1_finding()
     note, found = realistic_note(
-        "paged_kv", "harness.upstream:PagedKV", invariant_id=invariant, trace=trace, seed=0, corpus=tmp_path, seconds=0.1
+        "paged_kv", "poolfuzz.harness.upstream:PagedKV", invariant_id=invariant, trace=trace, seed=0, corpus=tmp_path, seconds=0.1
     )
     assert found is None and "no time left" in note
     assert list(tmp_path.iterdir()) == []

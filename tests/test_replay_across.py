@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.traces.across import Across, AcrossError, parse_across, releases, replay_across, report
-from harness.traces.replay_cli import main
+from poolfuzz.harness.traces.across import Across, AcrossError, parse_across, releases, replay_across, report
+from poolfuzz.harness.traces.replay_cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 MAMBA_FINDING = REPO / "corpus" / "upstream" / "mamba_slots-6a8cbaad60810966.json"

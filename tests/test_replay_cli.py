@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from harness.judge.trace import Trace
-from harness.traces.replay import replay_trace
-from harness.traces.replay_cli import build_parser, main
-from harness.traces.schema import load_trace
-from pools import ReqToTokenPool
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.replay_cli import build_parser, main
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.pools import ReqToTokenPool
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
-DEFAULT = "pools:ReqToTokenPool"
+DEFAULT = "poolfuzz.pools:ReqToTokenPool"
 BROKEN = "tests.test_corpus:ClearZeroesGeneration"
 SAME = "tests.test_replay_cli:SamePool"
 INVARIANT = "generation-monotonic"
@@ -110,7 +110,7 @@ def test_the_trillion_block_trace_neither_hangs_nor_grows_a_real_process(tmp_pat
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (6 << 30, 6 << 30))
 
-    done = subprocess.run([sys.executable, "-m", "harness", "replay", str(path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "poolfuzz.harness", "replay", str(path)], capture_output=True, text=True,
                           cwd=ROOT, env=ENV, timeout=120, preexec_fn=cap, check=False)
     assert done.returncode == 2, done.stderr
     assert "exceeds the limit 1048576 for block_pool" in done.stdout and "Traceback" not in done.stderr
@@ -179,7 +179,7 @@ def long_trace(folder: Path) -> Path:
 
 def run_until(argv: list[str], ready: Any, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[str]]:
     """Start ``poolfuzz replay``; return once ``ready(lines)`` holds for the lines it printed."""
-    child = subprocess.Popen([sys.executable, "-m", "harness", "replay", *argv], stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-m", "poolfuzz.harness", "replay", *argv], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env or ENV, start_new_session=True)
     assert child.stdout is not None
     lines: list[str] = []
@@ -332,7 +332,7 @@ def test_mark_regression_skips_traces_with_nothing_to_mark(tmp_path: Path, capsy
     ["--mark-regression"],
     ["--mark-regression", "--target", f"req_to_token={DEFAULT}"],
     ["--mark-regression", "--expect", "fixed"],
-    ["--mark-regression", "--fixed-by", "pools:NoSuchPool"],
+    ["--mark-regression", "--fixed-by", "poolfuzz.pools:NoSuchPool"],
     ["--expect", "later"],
 ])
 def test_fix_workflow_usage_errors_exit_2(tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from harness import cli
-from harness.dashboard.report_check import SCHEMAS, report_schema
-from harness.dashboard.reports import parse_report
-from harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
+from poolfuzz.harness import cli
+from poolfuzz.harness.dashboard.report_check import SCHEMAS, report_schema
+from poolfuzz.harness.dashboard.reports import parse_report
+from poolfuzz.harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
 
@@ -31,7 +31,7 @@ LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
 
 @pytest.fixture(scope="module")
 def validator() -> Any:
-    schema = json.loads(resources.files("harness.fuzz").joinpath("report.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("poolfuzz.harness.fuzz").joinpath("report.schema.json").read_text(encoding="utf-8"))
     assert schema == report_schema()  # the file the dashboard validates against, as installed
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
@@ -113,7 +113,7 @@ def test_crash_records_as_the_runner_writes_them_match_the_schema(validator: Any
 
 def test_a_target_that_never_ran_is_written_with_null_coverage_and_matches_the_schema(validator: Any, real_report: dict[str, Any]) -> None:
     report = copy.deepcopy(real_report)
-    unreached = TargetStats("mamba_slots", "mamba_slots", "pools:MambaSlotAllocator", possible_arcs=possible_arcs())
+    unreached = TargetStats("mamba_slots", "mamba_slots", "poolfuzz.pools:MambaSlotAllocator", possible_arcs=possible_arcs())
     unreached.sample(0.0)
     report["targets"].append(unreached.to_json())
     assert report["targets"][-1]["coverage"] is None and report["targets"][-1]["series"][0]["coverage"] is None

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from pools import (
+from poolfuzz.pools import (
     BadBatchError,
     BadSizeError,
     DecodeReqToTokenPool,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from hypothesis.database import InMemoryExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
 
-from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure, walk_key
-from harness.fuzz.walk import WalkRun
-from harness.judge.trace import Trace
+from poolfuzz.harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure, walk_key
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.judge.trace import Trace
 
 LEAKY = "tests.fuzz_planted:ForgetfulFree"
 TARGET = f"req_to_token={LEAKY}"
-CORRECT = "pools.req_to_token:ReqToTokenPool"
+CORRECT = "poolfuzz.pools.req_to_token:ReqToTokenPool"
 
 
 def walk_failure() -> Trace:

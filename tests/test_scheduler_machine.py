@@ -19,13 +19,13 @@ import pytest
 import torch
 from hypothesis import Phase
 
-from harness.judge.invariants import InvariantViolation
-from harness.kits.scheduler.canaries import CeilRetractScheduler as CeilRetractDriver
-from harness.kits.scheduler.driver import SchedulerDriver, SchedulerPools, build_scheduler_pools
-from harness.kits.scheduler.machine import scheduler_machine
-from harness.machines import run_machine, settings_for
-from pools.kv_allocator import PagedTokenToKVPoolAllocator
-from pools.page_alloc import triton_available
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.scheduler.canaries import CeilRetractScheduler as CeilRetractDriver
+from poolfuzz.harness.kits.scheduler.driver import SchedulerDriver, SchedulerPools, build_scheduler_pools
+from poolfuzz.harness.kits.scheduler.machine import scheduler_machine
+from poolfuzz.harness.machines import run_machine, settings_for
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import triton_available
 from tests.conftest import DEVICES
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (and numpy for its interpreter) not installed")

@@ -18,11 +18,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from harness.judge.invariants import InvariantViolation
-from harness.kits.scheduler.canaries import cached_part_freeing_pools, lock_keeping_pools, window_keeping_pools
-from harness.kits.scheduler.config import SchedulerConfig
-from harness.kits.scheduler.driver import SchedulerDriver, build_scheduler_pools
-from harness.machines.table import config_strategy
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.scheduler.canaries import cached_part_freeing_pools, lock_keeping_pools, window_keeping_pools
+from poolfuzz.harness.kits.scheduler.config import SchedulerConfig
+from poolfuzz.harness.kits.scheduler.driver import SchedulerDriver, build_scheduler_pools
+from poolfuzz.harness.machines.table import config_strategy
 
 PS = 4
 PROMPT = list(range(1, 10))  # two whole pages and one token more

@@ -1,13 +1,13 @@
-"""``python -m harness selfcheck``: a fast subset in CI, and the report and exit status on fakes."""
+"""``poolfuzz selfcheck``: a fast subset in CI, and the report and exit status on fakes."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.canaries import CANARIES, Canary, selfcheck
-from harness.canaries.selfcheck import Outcome, exit_status, family_report, report
-from harness.judge.families import FAMILIES
-from harness.judge.kit import Family
+from poolfuzz.harness.canaries import CANARIES, Canary, selfcheck
+from poolfuzz.harness.canaries.selfcheck import Outcome, exit_status, family_report, report
+from poolfuzz.harness.judge.families import FAMILIES
+from poolfuzz.harness.judge.kit import Family
 
 FAST = ["negative-zero-slice", "silent-double-free-rows", "decode-clear-forgets-prealloc", "clear-leaves-group-open"]
 
@@ -45,7 +45,7 @@ def test_the_family_table_gives_median_and_worst_times_to_detect_and_to_report()
 
 
 def test_a_correct_pool_posing_as_a_canary_is_reported_missed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(CANARIES, "no-bug", Canary("req_to_token", "pools:ReqToTokenPool", "none", "none", "conservation"))
+    monkeypatch.setitem(CANARIES, "no-bug", Canary("req_to_token", "poolfuzz.pools:ReqToTokenPool", "none", "none", "conservation"))
     outcome = selfcheck.check_canary("no-bug", seconds=0.5)
     assert outcome.status == "missed" and outcome.invariant is None
     assert exit_status([outcome]) == 1
@@ -55,13 +55,13 @@ def test_a_canary_whose_machine_has_not_landed_is_skipped_with_a_reason(monkeypa
     unwritten = Family(
         name="future",
         summary="not written yet",
-        default="pools:ReqToTokenPool",
-        driver="harness.kits.rows.driver:RowPoolDriver",
-        moves="harness.kits.future.moves:table",
+        default="poolfuzz.pools:ReqToTokenPool",
+        driver="poolfuzz.harness.kits.rows.driver:RowPoolDriver",
+        moves="poolfuzz.harness.kits.future.moves:table",
         limits=FAMILIES["req_to_token"].limits,
     )
     monkeypatch.setitem(FAMILIES, "future", unwritten)
-    monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "pools:ReqToTokenPool", "b", "u", "conservation"))
+    monkeypatch.setitem(CANARIES, "future-bug", Canary("future", "poolfuzz.pools:ReqToTokenPool", "b", "u", "conservation"))
     outcome = selfcheck.check_canary("future-bug", seconds=1)
     assert outcome.status == "unavailable" and "machine not available" in outcome.detail
     assert exit_status([outcome]) == 2

@@ -17,7 +17,7 @@ MISSING = """
 import importlib, pkgutil, sys
 {setup}
 missing = []
-for name in ("pools", "strategies", "harness"):
+for name in ("poolfuzz.pools", "poolfuzz.strategies", "poolfuzz.harness"):
     for info in pkgutil.walk_packages(importlib.import_module(name).__path__, name + "."):
         if not info.name.endswith("__main__") and info.name not in sys.modules:
             try:
@@ -42,18 +42,18 @@ def modules_missing_after(setup: str) -> list[str]:
 
 
 def test_pinned_settings_import_every_poolfuzz_module_first() -> None:
-    assert modules_missing_after("from harness.machines import pinned_settings; pinned_settings()") == []
+    assert modules_missing_after("from poolfuzz.harness.machines import pinned_settings; pinned_settings()") == []
 
 
 def test_random_settings_leave_imports_alone() -> None:
-    assert modules_missing_after("from harness.machines import settings_for; settings_for()") != []
+    assert modules_missing_after("from poolfuzz.harness.machines import settings_for; settings_for()") != []
 
 
 def test_a_fuzz_round_of_every_generated_machine_passes_hypothesis_health_checks() -> None:
     """A move-table machine draws every argument of every step, so its smallest example is large: the fuzz
     round's settings must not fail it for that (they once did, for four targets in a 20 s run)."""
-    from harness.judge.families import FAMILIES, family_unavailable, upstream_default
-    from harness.machines import build_settings, make_machine, run_machine
+    from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, upstream_default
+    from poolfuzz.harness.machines import build_settings, make_machine, run_machine
 
     for name in FAMILIES:
         if upstream_default(name) or family_unavailable(name) is not None:

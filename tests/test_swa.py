@@ -1,4 +1,4 @@
-"""Unit tests of ``pools.swa``: the SWA hybrid allocator (page size 1 and > 1) and the pure-SWA one.
+"""Unit tests of ``poolfuzz.pools.swa``: the SWA hybrid allocator (page size 1 and > 1) and the pure-SWA one.
 
 Every test runs on each device of ``tests.conftest.DEVICES`` (CUDA variants skip
 without a GPU).  ``assert_mapping_sound`` states the mapping invariants of the
@@ -13,8 +13,16 @@ from typing import Any
 import pytest
 import torch
 
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
-from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
+from poolfuzz.pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
+from poolfuzz.pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
 from tests.conftest import DEVICES
 
 PS = 4

@@ -4,7 +4,7 @@ Each historical bug (``harness/kits/swa/canaries.py``) is caught by its invarian
 script that passes on our pool; ``swa-mapping`` and per-side ``conservation`` are shown to
 trip by broken pools defined here; every misuse probe is rejected by our pool and skipped
 when misuse is off; the bench workloads and the walk's sampled configurations (the families' move
-tables, :mod:`harness.kits.swa.moves`) run clean.
+tables, :mod:`poolfuzz.harness.kits.swa.moves`) run clean.
 """
 
 from __future__ import annotations
@@ -16,15 +16,21 @@ from typing import Any
 import pytest
 import torch
 
-from harness.judge.driver import Driver
-from harness.judge.invariants import InvariantViolation
-from harness.kits.swa.canaries import CANARIES, NonAtomicDecode, TailHeadKeepsOldEntries, TombstoneKeepsItsEntry, UnmapsOnlyNamedTokens
-from harness.kits.swa.driver import SWAKVDriver
-from harness.kits.swa.moves import pure_swa_kv_table, swa_kv_table
-from harness.kits.swa.pure import PureSWAKVDriver
-from harness.kits.swa.random_moves import CORNER_RECYCLED_TAIL, CORNER_SWA_SHORT_DECODE
-from pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
-from strategies.table import MoveTable, step_of
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.swa.canaries import (
+    CANARIES,
+    NonAtomicDecode,
+    TailHeadKeepsOldEntries,
+    TombstoneKeepsItsEntry,
+    UnmapsOnlyNamedTokens,
+)
+from poolfuzz.harness.kits.swa.driver import SWAKVDriver
+from poolfuzz.harness.kits.swa.moves import pure_swa_kv_table, swa_kv_table
+from poolfuzz.harness.kits.swa.pure import PureSWAKVDriver
+from poolfuzz.harness.kits.swa.random_moves import CORNER_RECYCLED_TAIL, CORNER_SWA_SHORT_DECODE
+from poolfuzz.pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
+from poolfuzz.strategies.table import MoveTable, step_of
 
 Steps = list[tuple[str, dict[str, Any]]]
 PS = 4
@@ -266,7 +272,7 @@ class RecordsFrees(SWATokenToKVPoolAllocator):
 def test_a_target_that_does_not_validate_gets_the_frees_upstreams_callers_send(monkeypatch: pytest.MonkeyPatch) -> None:
     """free at page size 1 needs every peer mapped (allocator/swa.py:467-475, :558-560), so a request partly out of
     the window goes as free_kv_row_segments sends it: free_full of the part without peers, then free of the rest."""
-    from harness.kits.swa.contract import CONTRACT, rule_for
+    from poolfuzz.harness.kits.swa.contract import CONTRACT, rule_for
 
     assert rule_for("free", 1).needs == "peers mapped" and rule_for("free", 4).needs == "live pages"
     assert rule_for("free_full", 1) is rule_for("free_full", 4) and all(rule.evidence for rule in CONTRACT)
@@ -281,9 +287,9 @@ def test_a_target_that_does_not_validate_gets_the_frees_upstreams_callers_send(m
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang"), reason="upstream SGLang not installed")
 def test_upstream_swa_frees_a_request_partly_out_of_the_window_at_page_size_1_cleanly() -> None:
     """The driver no longer sends upstream free() after free_swa() (its _SWA_PEER_MAPPED case)."""
-    from harness.judge.families import load_factory
+    from poolfuzz.harness.judge.families import load_factory
 
-    driver = drive(load_factory("harness.upstream:SWAKV"), {**PAGE_SIZE_1, "need_sort": False}, PARTLY_OUT, check_misuse=False)
+    driver = drive(load_factory("poolfuzz.harness.upstream:SWAKV"), {**PAGE_SIZE_1, "need_sort": False}, PARTLY_OUT, check_misuse=False)
     assert "free split as free_kv_row_segments does: free_full below the window, free for the rest" in driver.events
     assert not driver.pool.invariant_hits()
 

@@ -1,6 +1,6 @@
 """Time to detect, in steps: each combination canary falls to the walk within a fixed budget, deterministically.
 
-Timings live in ``python -m harness bench`` (and ``selfcheck --seeds``); here a
+Timings live in ``poolfuzz bench`` (and ``selfcheck --seeds``); here a
 fixed seed makes the walk's step sequence fixed, so "caught within N steps" is a
 property, not a measurement.  The walk reads the shadow model, never the pool,
 so the production pool walked with the same seed takes exactly the same steps
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.canaries import CANARIES, selfcheck
-from harness.canaries.catalogue import Canary
-from harness.canaries.combinations import CANARIES as ROW_COMBINATIONS
-from harness.canaries.combinations_caches import CANARIES as CACHE_COMBINATIONS
-from harness.canaries.selfcheck import Outcome, SeedSummary, seeds_report, summarise
-from harness.fuzz.walk import WalkRun
-from harness.judge.families import family
+from poolfuzz.harness.canaries import CANARIES, selfcheck
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.canaries.combinations import CANARIES as ROW_COMBINATIONS
+from poolfuzz.harness.canaries.combinations_caches import CANARIES as CACHE_COMBINATIONS
+from poolfuzz.harness.canaries.selfcheck import Outcome, SeedSummary, seeds_report, summarise
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.judge.families import family
 
 COMBINATIONS = {**ROW_COMBINATIONS, **CACHE_COMBINATIONS}
 STEP_BUDGET = 5_000

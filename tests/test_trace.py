@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 import torch
 
-from harness.json_schema import schema_error_field
-from harness.judge import limits
-from harness.judge.config import PoolConfig
-from harness.judge.families import FAMILIES, family_unavailable, resolve
-from harness.judge.kit import Family
-from harness.judge.limits import LimitError, check_config, check_step, check_steps, limits_for
-from harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
-from harness.machines.table import config_strategy
-from harness.traces.replay import trace_files
-from harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace, trace_schema
+from poolfuzz.harness.json_schema import schema_error_field
+from poolfuzz.harness.judge import limits
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, resolve
+from poolfuzz.harness.judge.kit import Family
+from poolfuzz.harness.judge.limits import LimitError, check_config, check_step, check_steps, limits_for
+from poolfuzz.harness.judge.trace import SCHEMA_VERSION, Trace, fill_provenance
+from poolfuzz.harness.machines.table import config_strategy
+from poolfuzz.harness.traces.replay import trace_files
+from poolfuzz.harness.traces.schema import TraceError, load_trace, loads_trace, parse_trace, trace_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -33,7 +33,7 @@ def sample() -> dict[str, Any]:
     """A valid trace document to mutate."""
     return Trace(
         family="req_to_token",
-        implementation="pools:ReqToTokenPool",
+        implementation="poolfuzz.pools:ReqToTokenPool",
         config={"size": 3, "max_context_len": 4, "device": "cpu"},
         steps=[
             {"op": "alloc", "args": {"batch": [None, None]}},
@@ -124,7 +124,7 @@ REJECTED = [
     ("config not an object", _set("config", [3, 4]), "config", "must be an object, not an array"),
     ("config without device", _drop("config.device"), "config.device", "is missing"),
     ("config on an unknown device", _set("config.device", "tpu"), "config.device", "is not cpu, cuda or cuda:N"),
-    ("config key misspelt", _set("config.sise", 3), "config.sise", "is not a parameter of pools:ReqToTokenPool"),
+    ("config key misspelt", _set("config.sise", 3), "config.sise", "is not a parameter of poolfuzz.pools:ReqToTokenPool"),
     ("config value of the wrong type", _set("config.size", "3"), "config.size", "must be an integer, not a string"),
     ("config missing a required key", _drop("config.max_context_len"), "config.max_context_len", "is missing"),
     ("steps not a list", _set("steps", {}), "steps", "must be an array, not an object"),
@@ -316,9 +316,9 @@ def test_a_kit_cannot_declare_a_family_without_limits() -> None:
         Family(
             name="new_family",
             summary="no limits",
-            default="pools:ReqToTokenPool",  # type: ignore[call-arg]
-            driver="harness.kits.rows.driver:RowPoolDriver",
-            moves="harness.kits.rows.moves:row_table",
+            default="poolfuzz.pools:ReqToTokenPool",  # type: ignore[call-arg]
+            driver="poolfuzz.harness.kits.rows.driver:RowPoolDriver",
+            moves="poolfuzz.harness.kits.rows.moves:row_table",
         )
 
 
@@ -477,7 +477,7 @@ def test_a_missing_file_is_a_trace_error_not_an_os_error(tmp_path: Path) -> None
 def validator() -> Any:
     """A plain draft 2020-12 validator of the schema as installed: what any other tool reading traces would use."""
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads(resources.files("harness.traces").joinpath("trace.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("poolfuzz.harness.traces").joinpath("trace.schema.json").read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 

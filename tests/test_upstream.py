@@ -17,18 +17,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.judge.differential import check_allocators
-from harness.judge.families import family, load_factory, validates_input
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace
-from harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
-from harness.machines import run_machine
-from harness.traces.replay import replay_trace
-from harness.traces.schema import load_trace
-from harness.upstream import sources
-from harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, locate_sglang
-from harness.upstream.sglang_modules import load_upstream, unavailable_reason
-from harness.upstream.sources import UpstreamUnavailableError
+from poolfuzz.harness.judge.differential import check_allocators
+from poolfuzz.harness.judge.families import family, load_factory, validates_input
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.kits.kv.page_moves import FreeKind, PageBatch, build_page_batch, decode_batches, extend_batches
+from poolfuzz.harness.machines import run_machine
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.upstream import sources
+from poolfuzz.harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, locate_sglang
+from poolfuzz.harness.upstream.sglang_modules import load_upstream, unavailable_reason
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 MISSING = unavailable_reason()
 needs_upstream = pytest.mark.skipif(MISSING is not None, reason=f"upstream SGLang unavailable: {MISSING}")
@@ -61,7 +61,7 @@ def test_the_allocator_modules_load_without_leaving_sglang_in_sys_modules() -> N
 @needs_upstream
 @pytest.mark.parametrize("family_name", ["token_kv", "paged_kv", "mamba_slots"])
 def test_each_upstream_target_resolves_and_is_fuzzed_with_valid_calls_only(family_name: str) -> None:
-    from harness.upstream import TARGETS
+    from poolfuzz.harness.upstream import TARGETS
 
     factory = load_factory(TARGETS[family_name][0])
     assert not validates_input(factory)
@@ -69,7 +69,7 @@ def test_each_upstream_target_resolves_and_is_fuzzed_with_valid_calls_only(famil
 
 @needs_upstream
 def test_upstream_paged_allocator_runs_its_torch_naive_path_on_cpu() -> None:
-    from harness.upstream import PagedKV
+    from poolfuzz.harness.upstream import PagedKV
 
     pool = PagedKV(size=16, page_size=4)
     assert pool.inner.use_triton_kernels is False
@@ -93,14 +93,14 @@ PAGED_SIZES = st.integers(min_value=2, max_value=16)
     )
 )
 def test_upstream_paged_allocator_agrees_with_the_loop_oracle_away_from_page_size_1_decode(batch: PageBatch) -> None:
-    from harness.upstream import PagedKV
+    from poolfuzz.harness.upstream import PagedKV
 
     check_allocators(batch, ["naive"], factory=PagedKV)
 
 
 @needs_upstream
 def test_the_differential_oracle_catches_upstream_page_size_1_decode() -> None:
-    from harness.upstream import PagedKV
+    from poolfuzz.harness.upstream import PagedKV
 
     batch = build_page_batch(1, [1], [2], free_kind="ample", decode=True)
     with pytest.raises(InvariantViolation) as caught:
@@ -111,7 +111,7 @@ def test_the_differential_oracle_catches_upstream_page_size_1_decode() -> None:
 @needs_upstream
 def test_upstream_page_size_1_decode_hands_the_next_alloc_the_same_slot() -> None:
     """The harm behind finding ``paged-decode-page-size-1``, shown on upstream directly."""
-    from harness.upstream import PagedKV
+    from poolfuzz.harness.upstream import PagedKV
 
     pool = PagedKV(size=4, page_size=1)
     cpu = lambda *v: torch.tensor(v, dtype=torch.int64)
@@ -126,7 +126,7 @@ def test_upstream_page_size_1_decode_hands_the_next_alloc_the_same_slot() -> Non
 @needs_upstream
 def test_upstream_mamba_clear_lets_a_stale_reservation_give_one_slot_twice() -> None:
     """The harm behind finding ``mamba-clear-keeps-reservation``, shown on upstream directly."""
-    from harness.upstream import MambaSlots
+    from poolfuzz.harness.upstream import MambaSlots
 
     pool = MambaSlots(size=3)
     pool.alloc_group_begin(1)
@@ -139,15 +139,15 @@ def test_upstream_mamba_clear_lets_a_stale_reservation_give_one_slot_twice() -> 
 @needs_upstream
 @pytest.mark.parametrize("family_name", ["token_kv", "paged_kv", "mamba_slots"])
 def test_each_machine_finds_nothing_on_upstream_away_from_the_known_findings(family_name: str) -> None:
-    from harness.upstream import TARGETS
-    from harness.upstream.findings import machine_avoiding_known_findings
+    from poolfuzz.harness.upstream import TARGETS
+    from poolfuzz.harness.upstream.findings import machine_avoiding_known_findings
 
     run_machine(machine_avoiding_known_findings(family_name, TARGETS[family_name][0]))
 
 
 @needs_upstream
 def test_every_trace_names_a_known_finding_and_every_finding_has_a_trace() -> None:
-    from harness.upstream.findings import FINDINGS_BY_KEY
+    from poolfuzz.harness.upstream.findings import FINDINGS_BY_KEY
 
     shown: set[str] = set()
     for trace in map(load_trace, TRACES):
@@ -179,7 +179,8 @@ def test_each_standalone_reproduction_reproduces_without_importing_the_harness(s
     import subprocess
 
     source = script.read_text() + (CORPUS / "_wheel_allocators.py").read_text()
-    assert "harness" not in [line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))]
+    imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert not imported & {"poolfuzz", "harness"}, imported
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=script.parent)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
 
@@ -201,8 +202,8 @@ class _RecordingInner:
 def test_a_forwarded_method_passes_its_arguments_unchanged_and_shows_the_protocols_signature() -> None:
     import inspect
 
-    from harness.upstream.wrapper import ExtendDecodeForwarding
-    from pools.protocols import PagedKVAllocator
+    from poolfuzz.harness.upstream.wrapper import ExtendDecodeForwarding
+    from poolfuzz.pools.protocols import PagedKVAllocator
 
     wrapper = ExtendDecodeForwarding()
     wrapper.inner = inner = _RecordingInner()

@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 import torch
 
-from harness.kits.swa.upstream import SWAKV, PureSWAKV
-from harness.upstream import sources, vllm_files
-from harness.upstream.rust_core_loader import (
+from poolfuzz.harness.kits.swa.upstream import SWAKV, PureSWAKV
+from poolfuzz.harness.upstream import sources, vllm_files
+from poolfuzz.harness.upstream.rust_core_loader import (
     RustTreeCoreBindings,
     freed_by_actions,
     load_rust_tree_core,
     rust_evict_full,
     rust_tree_core_unavailable_reason,
 )
-from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
-from harness.upstream.sources import UpstreamUnavailableError
-from harness.upstream.vllm_stand_ins import block_hashes
+from poolfuzz.harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache, sglang_cache_unavailable_reason
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
+from poolfuzz.harness.upstream.vllm_stand_ins import block_hashes
 
 CACHE_MISSING = sglang_cache_unavailable_reason()
 RUST_MISSING = rust_tree_core_unavailable_reason() if CACHE_MISSING is None else CACHE_MISSING

@@ -1,8 +1,8 @@
 """Upstream SGLang 0.5.23's prefix caches and SWA allocators as poolfuzz targets, and the three-way differential.
 
-The targets (``harness.upstream:RadixCache``, ``RustTreeCore``, ``SWAKV``, ``PureSWAKV``)
+The targets (``poolfuzz.harness.upstream:RadixCache``, ``RustTreeCore``, ``SWAKV``, ``PureSWAKV``)
 must build from their family's config and satisfy the family protocol; the differential
-(:mod:`harness.upstream.cache_differential`) must find the Python ``RadixCache``, the
+(:mod:`poolfuzz.harness.upstream.cache_differential`) must find the Python ``RadixCache``, the
 Rust TreeCore and our cache in agreement on the policies they share, must name the one
 divergence it knows (FIFO/FILO after a split: the legacy Python cache against the default core and ours), and must
 catch a planted difference.
@@ -21,16 +21,24 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.judge.families import load_factory, validates_input
-from harness.machines.base import PoolMachine
-from harness.machines.run import run_machine
-from harness.machines.settings import pinned_settings
-from harness.machines.table import make_machine
-from harness.upstream import rust_core_loader, sglang_modules
-from harness.upstream.cache_differential import OP_WEIGHTS, SUBJECTS, Disagreement, Op, RecordingAllocator, random_ops, run_sequence
-from harness.upstream.sources import UpstreamUnavailableError
-from pools.protocols import PrefixCache, SWAKVAllocator
-from pools.radix_cache import RadixCache as OurRadixCache
+from poolfuzz.harness.judge.families import load_factory, validates_input
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.harness.machines.run import run_machine
+from poolfuzz.harness.machines.settings import pinned_settings
+from poolfuzz.harness.machines.table import make_machine
+from poolfuzz.harness.upstream import rust_core_loader, sglang_modules
+from poolfuzz.harness.upstream.cache_differential import (
+    OP_WEIGHTS,
+    SUBJECTS,
+    Disagreement,
+    Op,
+    RecordingAllocator,
+    random_ops,
+    run_sequence,
+)
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
+from poolfuzz.pools.protocols import PrefixCache, SWAKVAllocator
+from poolfuzz.pools.radix_cache import RadixCache as OurRadixCache
 
 CACHE_MISSING = sglang_modules.sglang_cache_unavailable_reason()
 RUST_MISSING = CACHE_MISSING or rust_core_loader.rust_tree_core_unavailable_reason()
@@ -42,7 +50,7 @@ RECENCY = ("lru", "mru")
 
 
 def _target(name: str) -> Any:
-    return load_factory(f"harness.upstream:{name}")
+    return load_factory(f"poolfuzz.harness.upstream:{name}")
 
 
 def _satisfies(pool: Any, protocol: type) -> bool:
@@ -164,14 +172,14 @@ def test_the_legacy_python_cache_ages_a_split_node_at_the_split_unlike_the_defau
 @needs_cache
 def test_the_legacy_radix_cache_target_selects_the_models_legacy_split_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     """The withdrawn finding 4 trace passes on the legacy target only because it declares its split rule."""
-    from harness.kits.prefix_cache.upstream import RadixCacheOver
-    from harness.traces.replay import replay_trace
-    from harness.traces.schema import load_trace
+    from poolfuzz.harness.kits.prefix_cache.upstream import RadixCacheOver
+    from poolfuzz.harness.traces.replay import replay_trace
+    from poolfuzz.harness.traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[1] / "corpus" / "prefix_cache" / "prefix_cache-99d8e670a8f7dc52.json")
-    assert replay_trace(trace, target="harness.upstream:RadixCache").outcome == "pass"
+    assert replay_trace(trace, target="poolfuzz.harness.upstream:RadixCache").outcome == "pass"
     monkeypatch.setattr(RadixCacheOver, "poolfuzz_split_ages", "inherit")
-    wrong = replay_trace(trace, target="harness.upstream:RadixCache")
+    wrong = replay_trace(trace, target="poolfuzz.harness.upstream:RadixCache")
     assert (wrong.outcome, wrong.invariant) == ("violation", "eviction-order"), wrong.describe()
 
 
@@ -188,7 +196,7 @@ def test_the_differential_catches_a_cache_that_evicts_in_another_order() -> None
 # ---------------------------------------------------------------- machines
 def _recency_only(machine: type[PoolMachine]) -> type[PoolMachine]:
     """The prefix-cache machine with LRU/MRU configs only (kept for speed; every policy is fuzzed by the CLI runs)."""
-    from harness.kits.prefix_cache.moves import prefix_cache_table
+    from poolfuzz.harness.kits.prefix_cache.moves import prefix_cache_table
 
     return type(f"{machine.__name__}-recency", (machine,), {"table": prefix_cache_table(policies=RECENCY)})
 
@@ -196,14 +204,14 @@ def _recency_only(machine: type[PoolMachine]) -> type[PoolMachine]:
 @needs_rust
 @pytest.mark.parametrize("name", ["RadixCache", "RustTreeCore"])
 def test_the_prefix_cache_machine_finds_nothing_on_upstream_caches_with_recency_policies(name: str) -> None:
-    machine = _recency_only(make_machine("prefix_cache", f"harness.upstream:{name}"))
+    machine = _recency_only(make_machine("prefix_cache", f"poolfuzz.harness.upstream:{name}"))
     run_machine(machine, settings=pinned_settings(max_examples=6, stateful_step_count=30))
 
 
 @needs_cache
 @pytest.mark.parametrize(("family_name", "name"), [("swa_kv", "SWAKV"), ("pure_swa_kv", "PureSWAKV")])
 def test_the_swa_machines_find_nothing_on_upstream_away_from_the_known_finding(family_name: str, name: str) -> None:
-    from harness.upstream.findings import machine_avoiding_known_findings
+    from poolfuzz.harness.upstream.findings import machine_avoiding_known_findings
 
-    machine = machine_avoiding_known_findings(family_name, f"harness.upstream:{name}")
+    machine = machine_avoiding_known_findings(family_name, f"poolfuzz.harness.upstream:{name}")
     run_machine(machine, settings=pinned_settings(max_examples=6, stateful_step_count=30))

@@ -16,13 +16,13 @@ from types import ModuleType
 
 import pytest
 
-from harness.judge.families import load_factory
-from harness.upstream.loading import Distribution, LoadedCopy
-from harness.upstream.placeholders import StandInReached
-from harness.upstream.sglang_files import sglang_copy
-from harness.upstream.sglang_modules import load_engine, load_sglang_cache, load_upstream, unavailable_reason
-from harness.upstream.sources import SourceFolder
-from harness.upstream.vllm_files import load_vllm, vllm_unavailable_reason
+from poolfuzz.harness.judge.families import load_factory
+from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy
+from poolfuzz.harness.upstream.placeholders import StandInReached
+from poolfuzz.harness.upstream.sglang_files import sglang_copy
+from poolfuzz.harness.upstream.sglang_modules import load_engine, load_sglang_cache, load_upstream, unavailable_reason
+from poolfuzz.harness.upstream.sources import SourceFolder
+from poolfuzz.harness.upstream.vllm_files import load_vllm, vllm_unavailable_reason
 
 ENGINE_MISSING = unavailable_reason("Engine")
 needs_sglang = pytest.mark.skipif(ENGINE_MISSING is not None, reason=f"upstream SGLang unavailable: {ENGINE_MISSING}")
@@ -41,11 +41,11 @@ def test_every_sglang_target_shares_one_class_per_upstream_class() -> None:
     engine = load_engine()
     assert engine.token is allocators.token and engine.paged is allocators.paged
     assert caches.radix_cache is engine.radix_cache and caches.swa is engine.swa_allocator
-    swa = load_factory("harness.upstream:SWAKV")(size=16, size_swa=16, page_size=4)
+    swa = load_factory("poolfuzz.harness.upstream:SWAKV")(size=16, size_swa=16, page_size=4)
     assert type(swa.inner.full_attn_allocator) is allocators.paged.PagedTokenToKVPoolAllocator
-    token = load_factory("harness.upstream:TokenKV")(size=8)
+    token = load_factory("poolfuzz.harness.upstream:TokenKV")(size=8)
     assert type(token.inner) is engine.token.TokenToKVPoolAllocator
-    radix = load_factory("harness.upstream:RadixCache")(size=8, page_size=1)
+    radix = load_factory("poolfuzz.harness.upstream:RadixCache")(size=8, page_size=1)
     assert type(radix.inner) is engine.radix_cache.RadixCache
     assert _leftovers() == []
 
@@ -64,7 +64,7 @@ def test_a_call_time_import_inside_the_window_finds_the_loaded_module_and_leaves
 @needs_sglang
 def test_a_wrapper_call_runs_inside_the_window() -> None:
     seen: list[bool] = []
-    token = load_factory("harness.upstream:TokenKV")(size=8)
+    token = load_factory("poolfuzz.harness.upstream:TokenKV")(size=8)
     original = type(token.inner).alloc
 
     def alloc(self: object, need_size: int) -> object:  # an upstream method that imports at call time
@@ -89,7 +89,7 @@ def test_a_module_nobody_declared_is_a_placeholder_that_refuses_use() -> None:
 @needs_vllm
 def test_vllm_block_pool_classes_are_the_ones_the_block_pool_target_drives() -> None:
     modules = load_vllm()
-    pool = load_factory("harness.upstream:VllmBlockPool")(num_gpu_blocks=4)
+    pool = load_factory("poolfuzz.harness.upstream:VllmBlockPool")(num_gpu_blocks=4)
     assert type(pool.inner) is modules.block_pool.BlockPool
     assert _leftovers() == []
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import take_source_options
-from harness.judge.families import UnknownTargetError, load_factory
-from harness.upstream import sglang_files, vllm_files
-from harness.upstream.sglang_files import locate_sglang
-from harness.upstream.sglang_modules import load_sglang_cache, load_upstream, unavailable_reason
-from harness.upstream.sources import UpstreamUnavailableError, folder_version, source_folder
+from poolfuzz.harness.cli import take_source_options
+from poolfuzz.harness.judge.families import UnknownTargetError, load_factory
+from poolfuzz.harness.upstream import sglang_files, vllm_files
+from poolfuzz.harness.upstream.sglang_files import locate_sglang
+from poolfuzz.harness.upstream.sglang_modules import load_sglang_cache, load_upstream, unavailable_reason
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError, folder_version, source_folder
 
 
 def _installed_reason(locate: object) -> str | None:
@@ -73,7 +73,7 @@ def sglang_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _refusal(name: str) -> str | None:
     try:
-        load_factory(f"harness.upstream:{name}")
+        load_factory(f"poolfuzz.harness.upstream:{name}")
     except UnknownTargetError as exc:
         return str(exc)
     return None
@@ -127,7 +127,7 @@ def test_the_cli_source_options_are_taken_from_any_position_and_exported(monkeyp
 
 
 def test_a_missing_source_folder_is_a_usage_error_before_any_command_runs(tmp_path: Path) -> None:
-    from harness.cli import run_command
+    from poolfuzz.harness.cli import run_command
 
     assert run_command(["list", "--sglang-src", str(tmp_path / "nowhere")]) == 2
 
@@ -167,7 +167,7 @@ def test_a_renamed_class_refuses_only_the_target_that_drives_it(sglang_copy: Pat
 
 @needs_sglang
 def test_an_sglang_name_the_stand_ins_do_not_cover_loads_as_a_placeholder_that_refuses_use(sglang_copy: Path) -> None:
-    from harness.upstream.placeholders import StandInReached
+    from poolfuzz.harness.upstream.placeholders import StandInReached
 
     _edit(
         sglang_copy / "sglang/srt/mem_cache/base_prefix_cache.py",
@@ -245,7 +245,7 @@ def test_a_paged_allocator_without_its_torch_path_refuses_what_runs_over_it_on_c
 def test_a_rust_binding_missing_a_member_the_adapter_uses_is_named() -> None:
     from types import ModuleType
 
-    from harness.upstream.rust_core_loader import _RUST_SURFACE, rust_surface_missing
+    from poolfuzz.harness.upstream.rust_core_loader import _RUST_SURFACE, rust_surface_missing
 
     module = ModuleType("fake_binding")
     for class_name, members in _RUST_SURFACE.items():
@@ -259,7 +259,7 @@ def test_a_rust_binding_missing_a_member_the_adapter_uses_is_named() -> None:
 
 @needs_sglang
 def test_a_copy_runs_a_target_through_its_walk(sglang_copy: Path) -> None:
-    from harness.fuzz.walk import WalkRun
+    from poolfuzz.harness.fuzz.walk import WalkRun
 
     _edit(
         sglang_copy / "sglang/srt/mem_cache/allocator/paged.py",
@@ -267,7 +267,7 @@ def test_a_copy_runs_a_target_through_its_walk(sglang_copy: Path) -> None:
         "\nPOOLFUZZ_FROM_THE_COPY = True\n\n\nclass PagedTokenToKVPoolAllocator(",
     )
     assert load_upstream().paged.POOLFUZZ_FROM_THE_COPY
-    walk = WalkRun("token_kv", 5, spec="harness.upstream:TokenKV")
+    walk = WalkRun("token_kv", 5, spec="poolfuzz.harness.upstream:TokenKV")
     assert walk.run(max_steps=150) is None and walk.steps == 150
 
 
@@ -285,12 +285,12 @@ def test_the_sglang_src_option_reaches_the_fuzz_workers(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "harness",
+            "poolfuzz.harness",
             "fuzz",
             "--sglang-src",
             str(site),
             "--target",
-            "token_kv=harness.upstream:TokenKV",
+            "token_kv=poolfuzz.harness.upstream:TokenKV",
             "--seconds",
             "2",
             "--workers",

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from harness.engines import judges
-from harness.engines.interface import EngineTarget, Submission
-from harness.upstream.vllm_files import vllm_unavailable_reason
+from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.interface import EngineTarget, Submission
+from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
 
 MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"vLLM unavailable: {MISSING}")
 
 
 def _judge(engine: Any) -> Any:
-    from harness.kits.vllm_engine.observe import check_structures
+    from poolfuzz.harness.kits.vllm_engine.observe import check_structures
 
     observation = engine.observe()
     judges.judge(observation, engine_checks=lambda: check_structures(engine, observation))
@@ -26,7 +26,7 @@ def _judge(engine: Any) -> Any:
 
 
 def _walk(async_scheduling: bool, sliding_window: int | None, steps: int = 300) -> None:
-    from harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
+    from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
 
     rng = random.Random(7)
     engine = build_vllm_engine(
@@ -55,10 +55,10 @@ def _walk(async_scheduling: bool, sliding_window: int | None, steps: int = 300) 
 
 
 def test_the_target_loads_vllms_own_scheduler_classes() -> None:
-    import harness.upstream
-    from harness.upstream.vllm_files import load_vllm_scheduler
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.upstream.vllm_files import load_vllm_scheduler
 
-    build = harness.upstream.VllmEngine
+    build = poolfuzz.harness.upstream.VllmEngine
     engine = build(block_size=4, num_blocks=16, max_model_len=16, max_num_batched_tokens=16)
     modules = load_vllm_scheduler()
     assert type(engine.scheduler) is modules["vllm.v1.core.sched.scheduler"].Scheduler
@@ -76,8 +76,8 @@ def test_a_walk_of_a_few_hundred_steps_is_clean_and_drains_to_rest(async_schedul
 
 
 def test_a_shape_vllm_would_not_start_is_refused_when_the_config_is_built() -> None:
-    from harness.judge.limits import LimitError
-    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.judge.limits import LimitError
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 
     with pytest.raises(LimitError, match="max_model_len"):
         VllmEngineConfig(block_size=4, num_blocks=4, max_model_len=64)
@@ -96,15 +96,15 @@ VLLM_ENGINE_CANARIES = [
 
 
 def test_the_family_has_at_least_eight_canaries_each_listed_here() -> None:
-    from harness.kits.vllm_engine.canaries import CANARIES
+    from poolfuzz.harness.kits.vllm_engine.canaries import CANARIES
 
     assert sorted(CANARIES) == sorted(VLLM_ENGINE_CANARIES)
 
 
 def _first_violation(spec: str, config: Any, seed: int, steps: int = 400) -> str | None:
     """A seeded walk of the family's operations through its driver over the canary's factory: the first invariant."""
-    from harness.judge.invariants import InvariantViolation
-    from harness.kits.vllm_engine.driver import VllmEngineDriver
+    from poolfuzz.harness.judge.invariants import InvariantViolation
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     module, _, attr = spec.partition(":")
     rng = random.Random(seed)
@@ -133,8 +133,8 @@ def _first_violation(spec: str, config: Any, seed: int, steps: int = 400) -> str
 def test_each_new_canary_is_caught_by_its_invariant_in_a_short_seeded_walk(canary: str) -> None:
     """The canaries added with the both-pools mirror, each caught within a few hundred driver steps on a tight shape
     (async for the placeholders, both pools for the free order); selfcheck catches them too (docs/engine-vllm.md)."""
-    from harness.canaries import CANARIES
-    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.canaries import CANARIES
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 
     entry = CANARIES[canary]
     config = VllmEngineConfig(
@@ -146,7 +146,7 @@ def test_each_new_canary_is_caught_by_its_invariant_in_a_short_seeded_walk(canar
 
 @pytest.mark.parametrize("canary", VLLM_ENGINE_CANARIES[:2])
 def test_each_planted_bug_is_caught_by_its_invariant(canary: str) -> None:
-    from harness.canaries.selfcheck import check_canary
+    from poolfuzz.harness.canaries.selfcheck import check_canary
 
     outcome = check_canary(canary, seconds=20, shrink=False)
     assert outcome.status == "caught", outcome
@@ -155,11 +155,11 @@ def test_each_planted_bug_is_caught_by_its_invariant(canary: str) -> None:
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("sliding_window", [None, 4], ids=["full", "full+swa"])
 def test_our_block_pool_under_vllms_scheduler_agrees_with_vllms_own(async_scheduling: bool, sliding_window: int | None) -> None:
-    """pools.block_pool in vLLM's BlockPool's place (the real coordinator and managers call it): the same steps leave
+    """poolfuzz.pools.block_pool in vLLM's BlockPool's place (the real coordinator and managers call it): the same steps leave
     what a user sees equal to vLLM's own pool's, both judged clean, for a few hundred steps and a drain."""
-    from harness.kits.vllm_engine.observe import check_structures
-    from harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
-    from pools.block_pool import BlockPool
+    from poolfuzz.harness.kits.vllm_engine.observe import check_structures
+    from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, build_vllm_engine
+    from poolfuzz.pools.block_pool import BlockPool
 
     rng = random.Random(11)
     shape: dict[str, Any] = dict(
@@ -213,12 +213,12 @@ def test_our_block_pool_under_vllms_scheduler_agrees_with_vllms_own(async_schedu
 
 
 def test_a_both_pools_shape_runs_a_mirror_over_our_pool_in_the_driver() -> None:
-    import harness.upstream
-    from harness.kits.vllm_engine.config import VllmEngineConfig
-    from harness.kits.vllm_engine.driver import VllmEngineDriver
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     config = VllmEngineConfig(block_size=4, num_blocks=24, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32, pools="both")
-    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, config)
     assert [engine.config.pools for engine in driver.engines] == ["upstream", "poolfuzz"]
     driver.arrive(0, 8, 2, 6)
     driver.run(12)
@@ -228,15 +228,15 @@ def test_a_both_pools_shape_runs_a_mirror_over_our_pool_in_the_driver() -> None:
 def test_a_request_resumed_after_preemption_is_scheduled_with_a_copy_of_its_tokens() -> None:
     """Two arrivals in a pool of four usable blocks: async scheduling preempts one and resumes it, and the scheduler
     copies its tokens (scheduler.py:1962, ``ConstantList.copy``); the drain is clean (found by fuzzing, seed 4301)."""
-    import harness.upstream
-    from harness.kits.vllm_engine.config import VllmEngineConfig
-    from harness.kits.vllm_engine.driver import VllmEngineDriver
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     config = VllmEngineConfig(
         block_size=2, num_blocks=5, max_num_seqs=2, max_num_batched_tokens=4, max_model_len=8,
         enable_prefix_caching=False, async_scheduling=True,
     )  # fmt: skip
-    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, config)
     driver.arrive(0, 0, 0, 0)
     driver.arrive(0, 7, 0, 0)
     driver.teardown()
@@ -244,26 +244,26 @@ def test_a_request_resumed_after_preemption_is_scheduled_with_a_copy_of_its_toke
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_the_seeded_walk_over_the_clean_engine_finds_nothing(async_scheduling: bool) -> None:
-    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 
     config = VllmEngineConfig(
         block_size=4, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
         async_scheduling=async_scheduling, pools="both",
     )  # fmt: skip
-    assert _first_violation("harness.upstream:VllmEngine", config, seed=0) is None
+    assert _first_violation("poolfuzz.harness.upstream:VllmEngine", config, seed=0) is None
 
 
 def test_a_vllm_engine_finding_is_classified_reachable_not_latent(tmp_path: Any) -> None:
     import json
 
-    from harness.upstream.classify import classify
+    from poolfuzz.harness.upstream.classify import classify
 
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"config": {"async_scheduling": True, "pools": "both"}, "steps": [{"op": "arrive"}, {"op": "run"}]}))
-    found = classify("vllm_engine", "harness.upstream:VllmEngine", "ref-count", str(trace))
+    found = classify("vllm_engine", "poolfuzz.harness.upstream:VllmEngine", "ref-count", str(trace))
     assert found is not None and found.kind == "reachable", found
     assert "async" in found.note and "arrive, run" in found.note
-    agreed = classify("vllm_engine", "harness.upstream:VllmEngine", "implementations-agree", str(trace))
+    agreed = classify("vllm_engine", "poolfuzz.harness.upstream:VllmEngine", "implementations-agree", str(trace))
     assert agreed is not None and agreed.kind == "divergence"
 
 
@@ -272,16 +272,16 @@ def test_a_vllm_engine_finding_is_classified_reachable_not_latent(tmp_path: Any)
 def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(async_scheduling: bool, method: str) -> None:
     """300 driver steps with K=3 drafts, the fuzzer choosing drafts and acceptance, on a pool tight enough to preempt
     (both pools for n-gram): judged after every step, drafts scheduled, and the drain ends at rest."""
-    import harness.upstream
-    from harness.kits.vllm_engine.config import VllmEngineConfig
-    from harness.kits.vllm_engine.driver import VllmEngineDriver
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     config = VllmEngineConfig(
         block_size=4, num_blocks=12, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
         async_scheduling=async_scheduling, speculative_method=method, num_speculative_tokens=3,
         pools="both" if method == "ngram" else "upstream",
     )  # fmt: skip
-    driver = VllmEngineDriver(harness.upstream.VllmEngine, config)
+    driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, config)
     scheduler = driver.engine.scheduler
     assert scheduler.num_spec_tokens == 3 and scheduler.num_lookahead_tokens == (3 if method == "eagle" else 0)
     schedule, seen = scheduler.schedule, {"drafts": 0, "preempted": 0}
@@ -312,8 +312,8 @@ def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(a
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_lookahead_blocks_kept_after_preemption_are_caught(async_scheduling: bool) -> None:
-    from harness.canaries import CANARIES
-    from harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.canaries import CANARIES
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 
     entry = CANARIES["vllm-engine-lookahead-blocks-kept-after-preemption"]
     config = VllmEngineConfig(
@@ -321,12 +321,12 @@ def test_lookahead_blocks_kept_after_preemption_are_caught(async_scheduling: boo
         async_scheduling=async_scheduling, speculative_method="eagle", num_speculative_tokens=3,
     )  # fmt: skip
     assert _first_violation(entry.spec, config, seed=0) == entry.invariant
-    assert _first_violation("harness.upstream:VllmEngine", config, seed=0) is None
+    assert _first_violation("poolfuzz.harness.upstream:VllmEngine", config, seed=0) is None
 
 
 def test_a_trace_config_without_the_speculation_fields_replays_with_speculation_off() -> None:
-    from harness.kits.vllm_engine.config import VllmEngineConfig
-    from harness.kits.vllm_engine.target import vllm_config
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.target import vllm_config
 
     config = VllmEngineConfig(block_size=4, num_blocks=16, max_model_len=16, max_num_batched_tokens=16)
     assert (config.speculative_method, config.num_speculative_tokens) == (None, 0)

@@ -1,4 +1,4 @@
-"""The walk engine (:mod:`harness.fuzz.walk`) and the adaptive time shares (:mod:`harness.fuzz.shares`)."""
+"""The walk engine (:mod:`poolfuzz.harness.fuzz.walk`) and the adaptive time shares (:mod:`poolfuzz.harness.fuzz.shares`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Shared, TargetRef, WorkerPlan
-from harness.fuzz.shares import FLOOR, WALK_SHARE_BOUNDS, EngineBook, ShareBook, pick
-from harness.fuzz.walk import WalkRun
-from harness.fuzz.worker import Worker
-from harness.judge.families import FAMILIES, family_unavailable, upstream_default
-from harness.judge.limits import check_config
-from harness.traces.replay import replay_trace
-from harness.traces.schema import load_trace
+from poolfuzz.harness.fuzz.protocol import FailureFound, ProgressReport, RoundStarted, Shared, TargetRef, WorkerPlan
+from poolfuzz.harness.fuzz.shares import FLOOR, WALK_SHARE_BOUNDS, EngineBook, ShareBook, pick
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.fuzz.worker import Worker
+from poolfuzz.harness.judge.families import FAMILIES, family_unavailable, upstream_default
+from poolfuzz.harness.judge.limits import check_config
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.schema import load_trace
 
 STEPS = 400
 
@@ -74,7 +74,7 @@ def test_the_walk_draws_its_configurations_from_the_table_the_machine_draws_from
 
 
 def test_a_failing_walk_is_shrunk_saved_and_replays_to_the_same_invariant(tmp_path: Path) -> None:
-    walk = WalkRun("req_to_token", 0, spec="harness.canaries.combinations:FreeRowsChecksASet", corpus=tmp_path)
+    walk = WalkRun("req_to_token", 0, spec="poolfuzz.harness.canaries.combinations:FreeRowsChecksASet", corpus=tmp_path)
     finding = walk.run(max_steps=5000)
     assert finding is not None and finding.violation is not None
     assert finding.violation.invariant_id == "misuse-rejected"
@@ -162,7 +162,7 @@ def walk_worker(tmp_path: Path, spec: str, *, walk_share: float | None = None) -
 
 
 def test_a_walk_round_reports_its_finding_with_the_shrunk_trace_saved(tmp_path: Path) -> None:
-    worker, pipe, target = walk_worker(tmp_path, "harness.canaries.combinations:FreeRowsChecksASet")
+    worker, pipe, target = walk_worker(tmp_path, "poolfuzz.harness.canaries.combinations:FreeRowsChecksASet")
     worker.run_walk_round(target, 0)
     started = [m for m in pipe.sent if isinstance(m, RoundStarted)]
     failures = [m for m in pipe.sent if isinstance(m, FailureFound)]
@@ -173,7 +173,7 @@ def test_a_walk_round_reports_its_finding_with_the_shrunk_trace_saved(tmp_path: 
 
 
 def test_a_clean_walk_round_counts_steps_episodes_and_events(tmp_path: Path) -> None:
-    worker, pipe, target = walk_worker(tmp_path, "pools:ReqToTokenPool")
+    worker, pipe, target = walk_worker(tmp_path, "poolfuzz.pools:ReqToTokenPool")
     worker.run_walk_round(target, 0)
     progress = [m for m in pipe.sent if isinstance(m, ProgressReport)]
     assert not [m for m in pipe.sent if isinstance(m, FailureFound)]
@@ -182,7 +182,7 @@ def test_a_clean_walk_round_counts_steps_episodes_and_events(tmp_path: Path) -> 
 
 
 def test_a_fixed_walk_share_splits_each_targets_time_after_a_first_hypothesis_round(tmp_path: Path) -> None:
-    worker, _, target = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.75)
+    worker, _, target = walk_worker(tmp_path, "poolfuzz.pools:ReqToTokenPool", walk_share=0.75)
     book = worker.engines
     assert book.next_engine(target.key) == "hypothesis"
     book.meet(target.key, "hypothesis")
@@ -193,7 +193,7 @@ def test_a_fixed_walk_share_splits_each_targets_time_after_a_first_hypothesis_ro
     assert book.next_engine(target.key) == "walk"  # 2 s of walk against 1 s of hypothesis: under 3:1
     book.observe(target.key, "walk", seconds=1.0, labels=set())
     assert book.next_engine(target.key) == "hypothesis"
-    never, _, target = walk_worker(tmp_path, "pools:ReqToTokenPool", walk_share=0.0)
+    never, _, target = walk_worker(tmp_path, "poolfuzz.pools:ReqToTokenPool", walk_share=0.0)
     never.engines.meet(target.key, "hypothesis")
     never.engines.observe(target.key, "hypothesis", seconds=5.0, labels=set())
     assert never.engines.next_engine(target.key) == "hypothesis"
@@ -218,7 +218,7 @@ def test_the_measured_walk_share_follows_the_engine_still_finding_new_behaviour(
 
 
 def test_a_worker_meets_every_target_under_both_engines_first_alternating_by_its_time_split(tmp_path: Path) -> None:
-    targets = tuple(TargetRef(index=i, family="req_to_token", spec="pools:ReqToTokenPool", key=f"t{i}")
+    targets = tuple(TargetRef(index=i, family="req_to_token", spec="poolfuzz.pools:ReqToTokenPool", key=f"t{i}")
                     for i in range(3))
     plan = WorkerPlan(worker=0, generation=0, targets=targets, seed=1, deadline=time.time() + 60, steps=50,
                       misuse=True, device="cpu", corpus=str(tmp_path / "corpus"), database="none",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pools.req_to_token import ReqToTokenPool
+from poolfuzz.pools.req_to_token import ReqToTokenPool
 
 
 class HeadSliceReqToTokenPool(ReqToTokenPool):
@@ -46,7 +46,7 @@ def extend_per_request_torch(
 
     Every ``int(tensor[i])`` is a host read (a device sync on CUDA); the three
     phases are written with small torch ops.  Kept here, not in ``pools/``: it
-    is a measuring stick, and the oracle is :mod:`pools.page_alloc.loop`.
+    is a measuring stick, and the oracle is :mod:`poolfuzz.pools.page_alloc.loop`.
     """
     ps = page_size
     out_at = page_at = 0

@@ -1,4 +1,4 @@
-"""``python -m harness coverage``: the branch coverage of ``pools/`` that the machine tests alone reach.
+"""``poolfuzz coverage``: the branch coverage of ``pools/`` that the machine tests alone reach.
 
 The fuzzer is the product, so the number that matters is what its state
 machines reach, not what hand-written unit tests do.  "The machine tests" are
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import harness
-from harness.helptext import prog, summary
+from poolfuzz import harness
+from poolfuzz.harness.helptext import prog, summary
 
 ROOT = Path(harness.__file__).resolve().parent.parent
 MACHINE_TESTS = ("tests/test_scheduler_machine.py", "tests/test_machines.py")

@@ -1,11 +1,11 @@
 """``bench`` sections on finding bugs fast: time to detect every canary, and steps/s of the two engines.
 
-* Time to detect: ``selfcheck --seeds`` (:mod:`harness.canaries.selfcheck`) on
+* Time to detect: ``selfcheck --seeds`` (:mod:`poolfuzz.harness.canaries.selfcheck`) on
   every canary, the engines alternating as in a worker; median and worst per
   canary and overall, against the targets (each canary caught in every seed
   within :data:`DETECT_LIMIT_S`, overall median at most :data:`MEDIAN_TARGET_S`).
 * Routes: checked driver steps per second of one worker, per family, under
-  the walk engine (:mod:`harness.fuzz.walk`) and under hypothesis (the family's
+  the walk engine (:mod:`poolfuzz.harness.fuzz.walk`) and under hypothesis (the family's
   machine with the nightly round settings), timed in alternating slices; then
   real one-worker ``fuzz`` runs of ``req_to_token`` and ``paged_kv``,
   hypothesis only against the default mix, against the throughput targets.
@@ -20,15 +20,15 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from harness.bench.timing import Section, verdict
-from harness.canaries import CANARIES
-from harness.canaries.selfcheck import Outcome, check_canary, summarise
-from harness.fuzz.options import FuzzOptions, select_targets
-from harness.fuzz.protocol import StopRound
-from harness.fuzz.session import FuzzRun
-from harness.fuzz.walk import WALK_SHARE, WalkRun
-from harness.judge.families import FAMILIES
-from harness.machines import PoolMachine, build_settings, make_machine, run_machine
+from poolfuzz.harness.bench.timing import Section, verdict
+from poolfuzz.harness.canaries import CANARIES
+from poolfuzz.harness.canaries.selfcheck import Outcome, check_canary, summarise
+from poolfuzz.harness.fuzz.options import FuzzOptions, select_targets
+from poolfuzz.harness.fuzz.protocol import StopRound
+from poolfuzz.harness.fuzz.session import FuzzRun
+from poolfuzz.harness.fuzz.walk import WALK_SHARE, WalkRun
+from poolfuzz.harness.judge.families import FAMILIES
+from poolfuzz.harness.machines import PoolMachine, build_settings, make_machine, run_machine
 
 DETECT_LIMIT_S = 10.0
 MEDIAN_TARGET_S = 1.0
@@ -86,7 +86,7 @@ def _seconds(value: float | None) -> str:
 # ------------------------------------------------------------------ routes
 class _Deadline(PoolMachine):
     """A family machine that counts driver steps and ends the run at :attr:`deadline` (hypothesis lets
-    :class:`~harness.fuzz.protocol.StopRound` through)."""
+    :class:`~poolfuzz.harness.fuzz.protocol.StopRound` through)."""
 
     deadline = 0.0
     steps = 0

@@ -1,4 +1,4 @@
-"""``python -m harness bench``: the performance claims of the pools and the harness, measured side by side.
+"""``poolfuzz bench``: the performance claims of the pools and the harness, measured side by side.
 
 Every ratio compares two things timed in the same run, interleaved round by
 round and reduced with best-of-N, so a busy machine slows both sides alike.
@@ -7,7 +7,7 @@ described; each target is marked met or missed, and a miss says why.
 A CUDA section (``torch.cuda.Event`` timing after warm-up) runs when a GPU is
 present and is skipped with a note otherwise.  ``--quick`` (under 30 s) is for
 smoke runs; its numbers are noisier, and it leaves out the sections of
-:mod:`harness.bench.detect` (time to detect every canary, the fuzzing routes),
+:mod:`poolfuzz.harness.bench.detect` (time to detect every canary, the fuzzing routes),
 which take minutes.
 """
 
@@ -21,16 +21,16 @@ from time import perf_counter
 
 import torch
 
-from harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
-from harness.bench.detect import bench_routes, bench_time_to_detect
-from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, machine_description, to_markdown, to_text, verdict
-from harness.bench.versus_upstream import bench_versus_upstream
-from harness.bench.workloads import checked_and_bare, workloads
-from harness.helptext import prog, summary
-from harness.kits.prefix_cache.bench import bench_prefix_cache
-from pools.mamba import MambaSlotAllocator
-from pools.page_alloc import get_kernel, triton_available
-from pools.req_to_token import ReqToTokenPool
+from poolfuzz.harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
+from poolfuzz.harness.bench.detect import bench_routes, bench_time_to_detect
+from poolfuzz.harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, machine_description, to_markdown, to_text, verdict
+from poolfuzz.harness.bench.versus_upstream import bench_versus_upstream
+from poolfuzz.harness.bench.workloads import checked_and_bare, workloads
+from poolfuzz.harness.helptext import prog, summary
+from poolfuzz.harness.kits.prefix_cache.bench import bench_prefix_cache
+from poolfuzz.pools.mamba import MambaSlotAllocator
+from poolfuzz.pools.page_alloc import get_kernel, triton_available
+from poolfuzz.pools.req_to_token import ReqToTokenPool
 
 DOC = Path("docs/benchmarks.md")
 SCALING_HEADER = "## Fuzz worker scaling"
@@ -262,7 +262,7 @@ def bench_harness(budget: Budget, quick: bool) -> Section:
 def bench_cuda(quick: bool) -> Section:
     section = Section("CUDA (torch.cuda.Event timing after warm-up, microseconds)", ["what", "batch", "time (us)"])
     if not torch.cuda.is_available():
-        section.notes.append("Skipped: no CUDA device on this machine.  Rerun `python -m harness bench` on a GPU host.")
+        section.notes.append("Skipped: no CUDA device on this machine.  Rerun `poolfuzz bench` on a GPU host.")
         return section
     section.notes.append(f"Device: {torch.cuda.get_device_name(0)}")
     ps, reps = 16, (20 if quick else 200)
@@ -297,7 +297,7 @@ def _kept_scaling(path: Path) -> str:
         text = path.read_text()
         if SCALING_HEADER in text:
             return text[text.index(SCALING_HEADER) :].rstrip() + "\n"
-    return f"{SCALING_HEADER}\n\nSteps per second of `python -m harness fuzz` against workers: to be measured.\n"
+    return f"{SCALING_HEADER}\n\nSteps per second of `poolfuzz fuzz` against workers: to be measured.\n"
 
 
 def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: float) -> None:
@@ -306,7 +306,7 @@ def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: flo
     body = [
         "# Benchmarks",
         "",
-        "Produced by `python -m harness bench` " + f"({mode} run, {seconds:.0f} s); every ratio compares two "
+        "Produced by `poolfuzz bench` " + f"({mode} run, {seconds:.0f} s); every ratio compares two "
         "timings from the same run, interleaved and best-of-N.  Rerun it to refresh this file; the worker "
         "scaling section at the end is measured separately and kept as is.",
         "",

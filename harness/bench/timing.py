@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from pools.page_alloc import triton_available
+from poolfuzz.pools.page_alloc import triton_available
 
 
 @dataclass

@@ -4,9 +4,9 @@ Issue 18's question is what safety costs on the scheduler's hot path.  Each
 row runs one step (an ``alloc`` and the ``free`` that undoes it, an extend
 batch and its free, a decode step) on our pool and on upstream's, built at
 the same size, timed interleaved and best-of-N in one run
-(:func:`harness.bench.timing.compare`); the ratio is ours / upstream with all
+(:func:`poolfuzz.harness.bench.timing.compare`); the ratio is ours / upstream with all
 our validation on.  Upstream is loaded from the installed ``sglang==0.5.23``
-(:mod:`harness.upstream.loader`); without it the section says why and skips.
+(:mod:`poolfuzz.harness.upstream.loader`); without it the section says why and skips.
 
 Every step leaves both pools as it found them, so the same step can repeat:
 
@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 import torch
 
-from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
-from harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.mamba import MambaSlotAllocator
+from poolfuzz.harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
+from poolfuzz.harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.mamba import MambaSlotAllocator
 
 __all__ = ["RATIO_TARGET", "bench_versus_upstream", "steps"]
 

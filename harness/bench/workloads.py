@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from harness.judge.config import PoolConfig
-from harness.judge.driver import Driver
-from harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
-from pools.errors import PoolError
-from pools.req_to_token import Req
-from strategies.table import load_table
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, family, load_factory, resolve
+from poolfuzz.pools.errors import PoolError
+from poolfuzz.pools.req_to_token import Req
+from poolfuzz.strategies.table import load_table
 
 Step = tuple[str, dict[str, Any]]
 Workload = Callable[[Any, random.Random], Step]

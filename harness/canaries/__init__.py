@@ -3,7 +3,7 @@
 A fuzzer that finds nothing might be broken.  Every canary here is a subclass
 or variant of a pool in :mod:`pools` reproducing exactly one bug from the seed
 documents or the catalogue in ``sglang-pools.md`` (sections 6 and 8), and
-names the invariant that must catch it.  ``python -m harness selfcheck`` fuzzes
+names the invariant that must catch it.  ``poolfuzz selfcheck`` fuzzes
 each one with the normal machine and fails unless all are caught; the test
 suite does the same under the ``ci`` profile.
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import importlib
 
-from harness.canaries.catalogue import Canary
-from harness.judge.families import FAMILIES, UnknownTargetError, family_unavailable, resolve
-from harness.judge.invariants import INVARIANTS
-from harness.machines.base import PoolMachine
-from harness.machines.table import machine_class, make_machine
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, family_unavailable, resolve
+from poolfuzz.harness.judge.invariants import INVARIANTS
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.harness.machines.table import machine_class, make_machine
 
 _COLLECTED: dict[str, Canary] = {}
 
@@ -28,7 +28,7 @@ def collected() -> dict[str, Canary]:
     """Every family's ``CANARIES`` modules, in registry order (a module shared by two families is read once).
 
     Collected on first use, not at import: a plug-in's canary module imports
-    :mod:`harness.canaries.catalogue`, which runs this package first, and an eager
+    :mod:`poolfuzz.harness.canaries.catalogue`, which runs this package first, and an eager
     collection would import that half-initialised module again.
     """
     if not _COLLECTED:
@@ -41,7 +41,7 @@ def collected() -> dict[str, Canary]:
 
 
 def __getattr__(name: str) -> dict[str, Canary]:
-    if name == "CANARIES":  # PEP 562: ``from harness.canaries import CANARIES`` collects them
+    if name == "CANARIES":  # PEP 562: ``from poolfuzz.harness.canaries import CANARIES`` collects them
         return collected()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -11,7 +11,7 @@ bug fails one way only, so the invariant is the same whatever example finds it.
 
 None of these is an upstream bug report: they are the shapes such bugs take
 (the ``upstream`` field names the code they imitate).  This module holds the
-request-row and Mamba-slot ones; :mod:`harness.canaries.combinations_caches`
+request-row and Mamba-slot ones; :mod:`poolfuzz.harness.canaries.combinations_caches`
 the KV allocator, prefix cache and block pool ones.
 """
 
@@ -22,11 +22,11 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from harness.canaries.catalogue import Canary
-from pools.errors import DoubleFreeError
-from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
-from pools.mamba_slots import _FREE, _LIVE, _slot_list
-from pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.errors import DoubleFreeError
+from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
+from poolfuzz.pools.mamba_slots import _FREE, _LIVE, _slot_list
+from poolfuzz.pools.req_to_token import DecodeReqToTokenPool, Req, ReqToTokenPool
 
 
 # ------------------------------------------------------------------ request rows
@@ -182,7 +182,7 @@ class AllOrNothingOnTheSum(_HybridBinding):
         return self._bind(reqs, rows, self._take_slots(need_slots))
 
 
-_HERE = "harness.canaries.combinations"
+_HERE = "poolfuzz.harness.canaries.combinations"
 CANARIES: dict[str, Canary] = {
     "free-rows-checks-a-set": Canary(
         "req_to_token",

@@ -2,7 +2,7 @@
 
 Planted bugs that show only when two independent conditions meet in one call
 or batch (repeated indices, mixed batches, page geometry, cached and uncached
-blocks together); see :mod:`harness.canaries.combinations` for why they exist.
+blocks together); see :mod:`poolfuzz.harness.canaries.combinations` for why they exist.
 Each class docstring names its two conditions and the invariant that must
 catch it.
 """
@@ -15,14 +15,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.canaries.catalogue import Canary
-from pools.block_pool import BlockPool, KVCacheBlock
-from pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.page_alloc import PageKernel
-from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
-from pools.prefix_cache import kv_allocator_for
-from pools.radix_cache import RadixCache
-from pools.radix_tree import RadixTree, TreeNode, Walk
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.block_pool import BlockPool, KVCacheBlock
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import PageKernel
+from poolfuzz.pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
+from poolfuzz.pools.prefix_cache import kv_allocator_for
+from poolfuzz.pools.radix_cache import RadixCache
+from poolfuzz.pools.radix_tree import RadixTree, TreeNode, Walk
 
 
 # ------------------------------------------------------------------ KV allocators
@@ -213,7 +213,7 @@ class TouchRemovesPerName(BlockPool):
             block.ref_cnt += 0 if block.is_null else 1
 
 
-_HERE = "harness.canaries.combinations_caches"
+_HERE = "poolfuzz.harness.canaries.combinations_caches"
 CANARIES: dict[str, Canary] = {
     "staged-free-skips-duplicates": Canary(
         "token_kv", f"{_HERE}:StagedFreeSkipsDuplicates",

@@ -6,13 +6,13 @@ pool: ``implementation`` is the family default, and ``expect`` records the
 violation on the canary::
 
     {"outcome": "violation", "invariant": "empty-pool-guard",
-     "implementation": "harness.kits.rows.canaries:NegativeZeroSlice"}
+     "implementation": "poolfuzz.harness.kits.rows.canaries:NegativeZeroSlice"}
 
-so ``python -m harness replay corpus/`` expects it to pass, and
+so ``poolfuzz replay corpus/`` expects it to pass, and
 ``--target FAMILY=<canary>`` expects the recorded invariant.  Before writing,
 both are checked by replay; a trace that fails either is refused.
 
-Run ``python -m harness.canaries.seeding`` to (re)seed every bug in :data:`SEEDS`
+Run ``python -m poolfuzz.harness.canaries.seeding`` to (re)seed every bug in :data:`SEEDS`
 whose canary exists; seeding is derandomised, so a rerun names the same files.
 """
 
@@ -24,13 +24,13 @@ from pathlib import Path
 
 from hypothesis import settings as Settings
 
-from harness.helptext import prog, summary
-from harness.judge.families import UnknownTargetError, family, parse_overrides
-from harness.judge.trace import Trace, fill_provenance
-from harness.machines import build_settings, failure_trace, make_machine, run_machine, violation_of
-from harness.traces.corpus import DEFAULT_CORPUS, save_trace
-from harness.traces.replay import matches_expectation, replay_trace
-from harness.traces.schema import load_trace
+from poolfuzz.harness.helptext import prog, summary
+from poolfuzz.harness.judge.families import UnknownTargetError, family, parse_overrides
+from poolfuzz.harness.judge.trace import Trace, fill_provenance
+from poolfuzz.harness.machines import build_settings, failure_trace, make_machine, run_machine, violation_of
+from poolfuzz.harness.traces.corpus import DEFAULT_CORPUS, save_trace
+from poolfuzz.harness.traces.replay import matches_expectation, replay_trace
+from poolfuzz.harness.traces.schema import load_trace
 
 SEEDS = (
     "negative-zero-slice",
@@ -41,7 +41,7 @@ SEEDS = (
     "extend-without-empty-guard",
     "free-group-aliasing",
 )
-"""Names in :data:`harness.canaries.CANARIES` of the bugs the corpus must keep fixed (issue 5)."""
+"""Names in :data:`poolfuzz.harness.canaries.CANARIES` of the bugs the corpus must keep fixed (issue 5)."""
 
 
 class SeedError(RuntimeError):
@@ -100,19 +100,19 @@ def seed_trace(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.canaries.seeding [NAME | FAMILY=module:attr ...] [--corpus DIR] [--note TEXT]``."""
+    """``python -m poolfuzz.harness.canaries.seeding [NAME | FAMILY=module:attr ...] [--corpus DIR] [--note TEXT]``."""
     parser = argparse.ArgumentParser(prog=prog("seed-corpus"), description=summary(__doc__))
     parser.add_argument(
         "seeds",
         nargs="*",
         metavar="NAME|FAMILY=module:attr",
-        help=f"canary names from harness.canaries (default: {', '.join(SEEDS)}) or explicit specs",
+        help=f"canary names, as `poolfuzz selfcheck` lists them (default: {', '.join(SEEDS)}) or explicit specs",
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--note", default="", help="provenance note for explicit FAMILY=module:attr seeds")
     args = parser.parse_args(argv)
     jobs: list[tuple[str, str, str, str | None]] = []  # family, spec, note, invariant the canary declares
-    from harness.canaries import CANARIES
+    from poolfuzz.harness.canaries import CANARIES
 
     for item in args.seeds or SEEDS:
         if "=" in item:
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             c = CANARIES[item]
             jobs.append((c.family, c.spec, f"{c.bug} ({c.upstream}); canary {item}", c.invariant))
         else:
-            print(f"MISSING {item}: no such canary in harness.canaries", file=sys.stderr)
+            print(f"MISSING {item}: no such canary in poolfuzz.harness.canaries", file=sys.stderr)
     failures = 0
     for family_name, spec, note, declared in jobs:
         try:

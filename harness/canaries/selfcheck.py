@@ -1,10 +1,10 @@
-"""``python -m harness selfcheck``: prove the harness has teeth on every canary, and time it.
+"""``poolfuzz selfcheck``: prove the harness has teeth on every canary, and time it.
 
-Each canary (:mod:`harness.canaries`) is chased by the engines of a nightly
+Each canary (:mod:`poolfuzz.harness.canaries`) is chased by the engines of a nightly
 worker, one seed each run: by default (``--engine mixed``) walk bursts
-(:mod:`harness.fuzz.walk`, the family's driver driven by a seeded random walk)
+(:mod:`poolfuzz.harness.fuzz.walk`, the family's driver driven by a seeded random walk)
 alternate with chunks of hypothesis examples of the family's normal machine
-(:func:`harness.machines.run.run_machine`), the walk bursts growing from a
+(:func:`poolfuzz.harness.machines.run.run_machine`), the walk bursts growing from a
 quarter to one second (:data:`WALK_BURSTS`) so a bug only hypothesis reaches
 is not kept waiting.  ``--engine
 walk`` or ``hypothesis`` runs one alone.  Probes count driver steps, so the
@@ -38,13 +38,13 @@ from typing import Any
 
 from hypothesis import Phase
 
-from harness.canaries import CANARIES, Canary, canary_machine, machine_available
-from harness.fuzz.walk import Finding, WalkRun
-from harness.helptext import prog, summary
-from harness.judge.families import UnknownTargetError
-from harness.judge.invariants import InvariantViolation
-from harness.machines import PoolMachine, build_settings, failure_trace, run_machine, violation_of
-from harness.traces.shrink import shrink_trace
+from poolfuzz.harness.canaries import CANARIES, Canary, canary_machine, machine_available
+from poolfuzz.harness.fuzz.walk import Finding, WalkRun
+from poolfuzz.harness.helptext import prog, summary
+from poolfuzz.harness.judge.families import UnknownTargetError
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.machines import PoolMachine, build_settings, failure_trace, run_machine, violation_of
+from poolfuzz.harness.traces.shrink import shrink_trace
 
 DEFAULT_SECONDS = 60.0
 CHUNK_EXAMPLES = 20

@@ -6,8 +6,8 @@ seed derived from ``--seed`` and the target, so the same commit gives the same r
 and a JSON report, keep every found trace as an artifact, and exit 1 on new findings only (known ones,
 ``corpus/known.toml``, are recorded), 2 on bad input.
 
-:mod:`~harness.ci.plan` (which distributions, targets, traces, seeds and budgets),
-:mod:`~harness.ci.walks` (one target's walk, in its own process), :mod:`~harness.ci.replays` (the
-replay phase), :mod:`~harness.ci.outputs` (JUnit XML, the JSON report, the artifacts folder) and
-:mod:`~harness.ci.command` (the command); :mod:`~harness.ci.records` declares the plan and the report's records.
+:mod:`~poolfuzz.harness.ci.plan` (which distributions, targets, traces, seeds and budgets),
+:mod:`~poolfuzz.harness.ci.walks` (one target's walk, in its own process), :mod:`~poolfuzz.harness.ci.replays` (the
+replay phase), :mod:`~poolfuzz.harness.ci.outputs` (JUnit XML, the JSON report, the artifacts folder) and
+:mod:`~poolfuzz.harness.ci.command` (the command); :mod:`~poolfuzz.harness.ci.records` declares the plan and the report's records.
 """

@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.arguments import positive
-from harness.ci.outputs import REPORT_SCHEMA, finding_text, is_new, keep_new_traces, target_status, write_junit, write_report
-from harness.ci.plan import (
+from poolfuzz.harness.arguments import positive
+from poolfuzz.harness.ci.outputs import REPORT_SCHEMA, finding_text, is_new, keep_new_traces, target_status, write_junit, write_report
+from poolfuzz.harness.ci.plan import (
     DEFAULT_CORPUS,
     DISTRIBUTIONS,
     MAX_SECONDS,
@@ -32,12 +32,16 @@ from harness.ci.plan import (
     refusal,
     upstream_targets,
 )
-from harness.ci.records import CopyRecord, Finding, Plan, Report, WalkRecord
-from harness.helptext import PROG
+from poolfuzz.harness.ci.records import CopyRecord, Finding, Plan, Report, WalkRecord
+from poolfuzz.harness.helptext import PROG
 
 EXIT_OK, EXIT_NEW, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SOURCE_OPTION = {"sglang": "--sglang-src", "vllm": "--vllm-src"}
 
+
+def _budgets() -> str:
+    """The slow targets' step budgets for ``--help``, by target name: ``PagedKV 10,000, ...``."""
+    return ", ".join(f"{spec.rpartition(':')[2]} {steps:,}" for spec, steps in STEPS.items())
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -56,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="seed of the schedule: each target's walk seed derives from it and the target (default 0)"
     )
     parser.add_argument("--scale", type=positive(float), default=1.0, metavar="F",
-                        help=f"multiply every target's step budget (default 1: {STEPS} steps for the slow targets, "
+                        help=f"multiply every target's step budget (default 1: {_budgets()} steps for the slow targets, "
                              "20,000 for the others; about 2-3 minutes on 2 cores for SGLang)")  # fmt: skip
     parser.add_argument(
         "--workers", type=positive(int), default=2, metavar="N", help="targets walked at once, one process each (default 2)"
@@ -92,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def prepare(args: argparse.Namespace) -> Plan:
     """Every check of the input, before anything runs: :class:`CiInputError` (exit 2) on the first problem."""
-    from harness.fuzz.outputs import OutputError, check_file, check_folder
-    from harness.upstream.known import KnownFindingsError, load_known
+    from poolfuzz.harness.fuzz.outputs import OutputError, check_file, check_folder
+    from poolfuzz.harness.upstream.known import KnownFindingsError, load_known
 
     names = named_distributions(args.distribution)
     copies = [locate(name) for name in names]
@@ -128,7 +132,7 @@ def prepare(args: argparse.Namespace) -> Plan:
 
 
 def run(args: argparse.Namespace, plan: Plan) -> int:
-    from harness.ci.replays import replay_traces
+    from poolfuzz.harness.ci.replays import replay_traces
 
     started = time.monotonic()
     out: Path = args.out
@@ -186,7 +190,7 @@ def walk_all(
 ) -> list[WalkRecord]:
     """Each target's record: skipped ones with the copy's reason, the others walked in processes of their own
     (a fresh interpreter each, so one target's loaded modules never lend state to another's)."""
-    from harness.ci.walks import walk_target
+    from poolfuzz.harness.ci.walks import walk_target
 
     records: dict[str, WalkRecord] = {}
     runnable = [t for t in targets if not refused[t.key]]

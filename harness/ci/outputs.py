@@ -13,8 +13,8 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.ci.records import Finding, ReplayRecord, Report, WalkProperty, WalkRecord
-from harness.upstream.known import REPOSITORY
+from poolfuzz.harness.ci.records import Finding, ReplayRecord, Report, WalkProperty, WalkRecord
+from poolfuzz.harness.upstream.known import REPOSITORY
 
 REPORT_SCHEMA = "poolfuzz-ci/1"
 PROPERTIES: tuple[WalkProperty, ...] = ("seed", "steps_budget", "steps", "episodes", "cut_off", "known_again")

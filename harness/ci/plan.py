@@ -1,7 +1,7 @@
 """What ``poolfuzz ci`` runs: the distributions named, their upstream targets, each one's seed and step budget,
 and the committed traces to replay.
 
-The budget is counted in walk steps, never in seconds: a walk (:class:`~harness.fuzz.walk.WalkRun`) draws
+The budget is counted in walk steps, never in seconds: a walk (:class:`~poolfuzz.harness.fuzz.walk.WalkRun`) draws
 every step from a ``random.Random`` seeded by :func:`target_seed`, so a target walked for the same number
 of steps on the same code takes the same steps, finds the same first violation and shrinks it the same way,
 on any machine and at any load.  The steps are weighted per target (:data:`STEPS`): the engine targets run
@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.upstream.distributions import DISTRIBUTIONS
-from harness.upstream.known import REPOSITORY
+from poolfuzz.harness.upstream.distributions import DISTRIBUTIONS
+from poolfuzz.harness.upstream.known import REPOSITORY
 
 DEFAULT_CORPUS = REPOSITORY / "corpus"
 """The committed corpus of this checkout of poolfuzz (``corpus/known.toml`` and the traces it names)."""
@@ -28,10 +28,10 @@ LEFT_OUT = ("found", "unshrunk")
 DEFAULT_STEPS = 20_000
 """Walk steps per target at ``--scale 1``: an allocator or cache target walks 2,000-14,000 steps a second."""
 STEPS: dict[str, int] = {
-    "harness.upstream:PagedKV": 10_000,
-    "harness.upstream:SWAKV": 10_000,
-    "harness.upstream:Engine": 1_500,
-    "harness.upstream:VllmEngine": 600,
+    "poolfuzz.harness.upstream:PagedKV": 10_000,
+    "poolfuzz.harness.upstream:SWAKV": 10_000,
+    "poolfuzz.harness.upstream:Engine": 1_500,
+    "poolfuzz.harness.upstream:VllmEngine": 600,
 }
 """Targets whose steps cost more (paged checks, a scheduler iteration a step): fewer steps, about the same time."""
 MAX_SECONDS = 300.0
@@ -83,7 +83,7 @@ def named_distributions(asked: Iterable[str]) -> list[str]:
 
 def locate(name: str) -> Copy:
     """The copy of ``name`` in use, or :class:`CiInputError` with the loader's one-line reason."""
-    from harness.upstream.sources import UpstreamUnavailableError
+    from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
     try:
         source = DISTRIBUTIONS[name].locate()
@@ -104,8 +104,8 @@ def steps_for(spec: str, scale: float) -> int:
 
 
 def upstream_targets(distributions: Iterable[str], *, seed: int, scale: float) -> list[CiTarget]:
-    """Every ``harness.upstream`` target whose code is one of ``distributions``, in the registry's order."""
-    from harness.upstream import TARGETS, distribution_of
+    """Every ``poolfuzz.harness.upstream`` target whose code is one of ``distributions``, in the registry's order."""
+    from poolfuzz.harness.upstream import TARGETS, distribution_of
 
     wanted = set(distributions)
     found: list[CiTarget] = []
@@ -118,9 +118,9 @@ def upstream_targets(distributions: Iterable[str], *, seed: int, scale: float) -
 
 
 def refusal(spec: str) -> str | None:
-    """Why the copy in use cannot run ``harness.upstream:NAME`` (its one-line reason), else ``None``."""
-    from harness.upstream import require_target
-    from harness.upstream.sources import UpstreamUnavailableError
+    """Why the copy in use cannot run ``poolfuzz.harness.upstream:NAME`` (its one-line reason), else ``None``."""
+    from poolfuzz.harness.upstream import require_target
+    from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
     try:
         require_target(spec.partition(":")[2])
@@ -132,7 +132,7 @@ def refusal(spec: str) -> str | None:
 def committed_traces(folders: Iterable[Path], distributions: Iterable[str]) -> list[Path]:
     """The trace files under ``folders`` (``found/`` and ``unshrunk/`` left out) of an upstream target of
     ``distributions``, sorted; files that are not traces are left to replay to call ``BAD``."""
-    from harness.upstream import distribution_of
+    from poolfuzz.harness.upstream import distribution_of
 
     wanted = set(distributions)
     chosen: list[Path] = []
@@ -147,7 +147,7 @@ def committed_traces(folders: Iterable[Path], distributions: Iterable[str]) -> l
                 chosen.append(path)  # not a trace: replay says so
                 continue
             module, _, name = implementation.partition(":")
-            declared = distribution_of(name) if module == "harness.upstream" else None
+            declared = distribution_of(name) if module == "poolfuzz.harness.upstream" else None
             if declared is not None and declared.name in wanted:
                 chosen.append(path)
     return chosen

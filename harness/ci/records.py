@@ -1,7 +1,7 @@
-"""The records of ``poolfuzz ci``, declared once: the plan :func:`~harness.ci.command.prepare` makes, and the
+"""The records of ``poolfuzz ci``, declared once: the plan :func:`~poolfuzz.harness.ci.command.prepare` makes, and the
 JSON the report (``report.json``, schema ``poolfuzz-ci/1``) is made of.
 
-A walk record crosses a process boundary (:func:`~harness.ci.walks.walk_target` runs in a process of its own)
+A walk record crosses a process boundary (:func:`~poolfuzz.harness.ci.walks.walk_target` runs in a process of its own)
 and every record below :class:`Report` is written as it is: plain data, keys in the order written.  A key
 marked ``NotRequired`` is one some records leave out (a skipped target was never walked; a worker that died
 left no episodes) or one set later (``artifact`` once a trace is copied under ``new/``, ``replay`` once the
@@ -13,17 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict
 
-from harness.ci.plan import CiTarget, Copy
-from harness.upstream.known import KnownFinding, KnownRecord
+from poolfuzz.harness.ci.plan import CiTarget, Copy
+from poolfuzz.harness.upstream.known import KnownFinding, KnownRecord
 
 ReplayStatus = Literal["passed", "failed", "skipped", "possibly_fixed"]
-"""A committed trace's status in the replay phase (:mod:`harness.ci.replays`)."""
+"""A committed trace's status in the replay phase (:mod:`poolfuzz.harness.ci.replays`)."""
 WalkProperty = Literal["seed", "steps_budget", "steps", "episodes", "cut_off", "known_again"]
 """The keys of a walk record written as JUnit properties."""
 
 
 class Plan(TypedDict):
-    """What :func:`~harness.ci.command.prepare` checked and :func:`~harness.ci.command.run` runs."""
+    """What :func:`~poolfuzz.harness.ci.command.prepare` checked and :func:`~poolfuzz.harness.ci.command.run` runs."""
 
     copies: list[Copy]
     known: tuple[KnownFinding, ...]
@@ -89,7 +89,7 @@ class WalkRecord(TypedDict):
 
 
 class CopyRecord(TypedDict):
-    """A distribution under test (:class:`~harness.ci.plan.Copy`)."""
+    """A distribution under test (:class:`~poolfuzz.harness.ci.plan.Copy`)."""
 
     name: str
     version: str

@@ -1,6 +1,6 @@
 """The replay phase of ``poolfuzz ci``: each committed upstream trace replayed against the copy under test.
 
-Each trace is judged as ``poolfuzz replay`` judges it (:func:`harness.traces.replay_cli.judge`), then given
+Each trace is judged as ``poolfuzz replay`` judges it (:func:`poolfuzz.harness.traces.replay_cli.judge`), then given
 the CI mode's status:
 
 * ``passed``: it did what it records (``PASS``, ``OK``: a known finding reproduced), or it broke an
@@ -17,15 +17,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.ci.records import ReplayRecord, ReplayStatus
-from harness.upstream.known import KnownFinding
+from poolfuzz.harness.ci.records import ReplayRecord, ReplayStatus
+from poolfuzz.harness.upstream.known import KnownFinding
 
 _STATUS: dict[str, ReplayStatus] = dict(matched="passed", failed="failed", skipped="skipped", missing="skipped", invalid="failed")
 
 
 def replay_traces(paths: list[Path], known: tuple[KnownFinding, ...], known_file: Path | None) -> list[ReplayRecord]:
     """One record per trace: ``trace``, ``status`` (above), ``line`` (replay's own line), ``seconds``."""
-    from harness.traces.replay_cli import Options, judge
+    from poolfuzz.harness.traces.replay_cli import Options, judge
 
     options = Options(overrides={}, steps=True, known=known, known_file=known_file)
     records: list[ReplayRecord] = []

@@ -1,7 +1,7 @@
 """One upstream target's CI walk, run in a process of its own: a fixed number of seeded walk steps.
 
-A violation is shrunk (:class:`~harness.fuzz.walk.WalkRun` does it) and saved under the run's corpus, then
-matched against the known findings (:func:`~harness.upstream.known.known_finding_of`): a known one is
+A violation is shrunk (:class:`~poolfuzz.harness.fuzz.walk.WalkRun` does it) and saved under the run's corpus, then
+matched against the known findings (:func:`~poolfuzz.harness.upstream.known.known_finding_of`): a known one is
 recorded and the walk goes on from where it was, a later violation of the same invariant on this target
 ending its episode unchecked (counted as ``known_again``), as ``fuzz`` does; a new one (or an exception that
 is no violation) ends this target's walk.  Everything returned is plain data, for the parent's report.
@@ -13,17 +13,17 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.ci.plan import CiTarget
-from harness.ci.records import Finding, WalkRecord
-from harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.ci.plan import CiTarget
+from poolfuzz.harness.ci.records import Finding, WalkRecord
+from poolfuzz.harness.judge.invariants import InvariantViolation
 
 
 def walk_target(target: CiTarget, corpus: str, known_file: str | None, max_seconds: float) -> WalkRecord:
     """Walk ``target`` for its steps (or until ``max_seconds``, a guard); the result record of the report."""
-    from harness.fuzz.walk import WalkRun
-    from harness.judge.trace import Trace
-    from harness.traces.keep import keep_trace
-    from harness.upstream.known import known_finding_of, load_known
+    from poolfuzz.harness.fuzz.walk import WalkRun
+    from poolfuzz.harness.judge.trace import Trace
+    from poolfuzz.harness.traces.keep import keep_trace
+    from poolfuzz.harness.upstream.known import known_finding_of, load_known
 
     started = time.monotonic()
     known = load_known(Path(known_file) if known_file else None)

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.dashboard.writing import write_atomically
+from poolfuzz.harness.dashboard.writing import write_atomically
 
 VENDOR = Path(__file__).with_name("vendor")
 BASIC_FILE = VENDOR / "plotly-basic.min.js"

@@ -1,6 +1,6 @@
-"""``python -m harness dashboard REPORT_OR_DIR... -o FILE.html``: the parser half and the run half.
+"""``poolfuzz dashboard REPORT_OR_DIR... -o FILE.html``: the parser half and the run half.
 
-:mod:`harness.cli` owns the subcommand; it calls :func:`add_arguments` on the
+:mod:`poolfuzz.harness.cli` owns the subcommand; it calls :func:`add_arguments` on the
 subparser and :func:`run` with the parsed namespace.  Every problem with the
 inputs is one ``poolfuzz: error:`` line and exit status 2, never a traceback.
 """
@@ -11,11 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.arguments import positive
-from harness.dashboard.bundle import BUNDLE_MODES
-from harness.dashboard.figures import PlotlyMissingError
-from harness.dashboard.page import build_dashboard
-from harness.dashboard.report_check import DashboardError
+from poolfuzz.harness.arguments import positive
+from poolfuzz.harness.dashboard.bundle import BUNDLE_MODES
+from poolfuzz.harness.dashboard.figures import PlotlyMissingError
+from poolfuzz.harness.dashboard.page import build_dashboard
+from poolfuzz.harness.dashboard.report_check import DashboardError
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -23,7 +23,7 @@ DEFAULT_OUTPUT = Path("poolfuzz-dashboard.html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``dashboard`` subcommand's arguments, on the subparser :mod:`harness.cli` made for it."""
+    """The ``dashboard`` subcommand's arguments, on the subparser :mod:`poolfuzz.harness.cli` made for it."""
     parser.add_argument(
         "sources",
         nargs="+",

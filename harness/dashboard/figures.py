@@ -3,12 +3,12 @@
 Every function returns a :class:`Plot`: an HTML fragment (a ``div`` and the
 script that draws it) without plotly's JavaScript, and the trace types it
 draws, from which the page picks the smallest bundle that draws them all
-(:func:`~harness.dashboard.bundle.bundle_for`) and includes it once.  Every
+(:func:`~poolfuzz.harness.dashboard.bundle.bundle_for`) and includes it once.  Every
 target keeps one colour in every plot (:func:`target_colours`), and clicking a
 legend entry hides that target in all panels of a plot.
 
 Curves of what was reached *so far* are running maxima by construction
-(:func:`~harness.dashboard.reports.so_far`), so they never fall even where
+(:func:`~poolfuzz.harness.dashboard.reports.so_far`), so they never fall even where
 the runner's samples do.
 
 Layout (:func:`_style`): the legend sits at the bottom of the figure with
@@ -18,7 +18,7 @@ their subject in their title, not in a y-axis title squeezed between panels.
 ``tests/test_dashboard.py`` measures, in Chromium at 1400 and 800 px, that no
 legend, title or tick label overlaps another.
 
-plotly is imported here only, so ``harness.dashboard`` imports (and the CLI
+plotly is imported here only, so ``poolfuzz.harness.dashboard`` imports (and the CLI
 lists the command) without it.
 """
 
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.dashboard.groups import Grouping, target_groups
-from harness.dashboard.reports import Run, TargetRun, so_far
-from harness.fuzz.report import SeriesPoint
+from poolfuzz.harness.dashboard.groups import Grouping, target_groups
+from poolfuzz.harness.dashboard.reports import Run, TargetRun, so_far
+from poolfuzz.harness.fuzz.report import SeriesPoint
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 FONT = "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif"
@@ -150,7 +150,7 @@ def behaviour_figure(lines: Sequence[tuple[str, TargetRun]], colours: Mapping[st
 
     One line per ``(name, target)``: a target's colour is its own, and a second
     report of the same target (another box) gets the next dash style.  Both
-    curves are :func:`~harness.dashboard.reports.so_far`: running maxima that
+    curves are :func:`~poolfuzz.harness.dashboard.reports.so_far`: running maxima that
     never fall; a coverage point below the best so far says so in its hover.
     """
     _plotly()
@@ -238,7 +238,7 @@ def trend_figure(runs: Sequence[Run], keys: Sequence[str], colours: Mapping[str,
     The four panels share their x axis, so only the bottom row names the steps
     (long run labels rotated there never run into the panels above).  By night,
     the reports of several boxes that night are one point per target
-    (:class:`~harness.dashboard.groups.TargetGroup`).
+    (:class:`~poolfuzz.harness.dashboard.groups.TargetGroup`).
     """
     _plotly()
     import plotly.graph_objects as go

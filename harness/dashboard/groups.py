@@ -1,13 +1,13 @@
 """What one step of the page is: a run (each report, the default) or a night (``--by-night``).
 
 By default every report is its own run, told apart by
-:attr:`~harness.dashboard.reports.Run.run_id`: two runs on one UTC date are two
+:attr:`~poolfuzz.harness.dashboard.reports.Run.run_id`: two runs on one UTC date are two
 rows of the table's history, two points of the trend, never one "night" with its
 rows doubled and its steps summed.
 
 ``--by-night`` is for a fleet (``docs/nightly.md``, *Running N machines*) that
 starts every box at the same time: a night is then every report started on one
-UTC date (:attr:`~harness.dashboard.reports.Run.night`), whichever box wrote it,
+UTC date (:attr:`~poolfuzz.harness.dashboard.reports.Run.night`), whichever box wrote it,
 and per target and night :class:`TargetGroup` combines the boxes: distinct
 event labels are the union of theirs, coverage the best one measured (arcs are
 not in the report, so it cannot be united), speed all their steps over all their
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.dashboard.reports import Run, TargetRun
+from poolfuzz.harness.dashboard.reports import Run, TargetRun
 
 
 def _chronological(runs: Sequence[Run]) -> list[Run]:

@@ -9,13 +9,13 @@ at start-up and, from its loop, hands it the report so far::
     ...
     live.finish(final_report)                    # once: the final page, which does not reload
 
-Every write is atomic (:func:`~harness.dashboard.writing.write_atomically`), so a
+Every write is atomic (:func:`~poolfuzz.harness.dashboard.writing.write_atomically`), so a
 browser reloading the page reads the previous page or the new one, never half
 of one.  An update is cheap: the report dict is typed in memory (no JSON file
 is read back), plotly.js is read from disk once per process
-(:mod:`~harness.dashboard.bundle`), and with ``bundle="shared"`` its file is
+(:mod:`~poolfuzz.harness.dashboard.bundle`), and with ``bundle="shared"`` its file is
 written beside the page once, not on every update.  The final page is the one
-``python -m harness dashboard`` builds from the same report, byte for byte.
+``poolfuzz dashboard`` builds from the same report, byte for byte.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.dashboard.bundle import BUNDLE_MODES, write_shared
-from harness.dashboard.figures import target_colours
-from harness.dashboard.page import Live, Page, render
-from harness.dashboard.reports import parse_report
-from harness.dashboard.writing import write_atomically
+from poolfuzz.harness.dashboard.bundle import BUNDLE_MODES, write_shared
+from poolfuzz.harness.dashboard.figures import target_colours
+from poolfuzz.harness.dashboard.page import Live, Page, render
+from poolfuzz.harness.dashboard.reports import parse_report
+from poolfuzz.harness.dashboard.writing import write_atomically
 
 DEFAULT_REFRESH_S = 5.0
 
@@ -42,7 +42,7 @@ class LiveDashboard:
     (plotly.js in one file beside it).  ``report_path`` is where the run's JSON
     report goes, named in the page's footer as ``dashboard`` names it (default:
     the page's own path).  :meth:`update` and :meth:`finish` raise
-    :class:`~harness.dashboard.report_check.ReportError` for a report the dashboard
+    :class:`~poolfuzz.harness.dashboard.report_check.ReportError` for a report the dashboard
     cannot read and :class:`OSError` when the page cannot be written; the
     caller decides whether that ends the run (it should not: warn and go on).
     """

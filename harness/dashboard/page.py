@@ -1,13 +1,13 @@
 """One HTML page from typed runs: summary, targets table, failures, curves, trends.
 
 The page needs nothing at view time: the stylesheet, plotly.js (once, the
-smallest bundle that draws it: :mod:`~harness.dashboard.bundle`) and the figures
+smallest bundle that draws it: :mod:`~poolfuzz.harness.dashboard.bundle`) and the figures
 are inline, so it can be mailed, attached to a CI run or opened from a file
 share offline; with ``bundle="shared"`` plotly.js is one file beside the page
 instead.  Every string from a report is escaped; the figures' JSON is escaped by
 plotly.  The same reports always give the same bytes (no "generated at" stamp,
 fixed plot ids), so a rebuilt page diffs clean.  What the page calls a step (a
-run, or with ``by_night`` a night) is :class:`~harness.dashboard.groups.Grouping`.
+run, or with ``by_night`` a night) is :class:`~poolfuzz.harness.dashboard.groups.Grouping`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.dashboard import figures
-from harness.dashboard.bundle import Bundle, bundle_for, script_tag, write_shared
-from harness.dashboard.groups import Grouping, latest_rows
-from harness.dashboard.reports import Run, TargetRun
-from harness.dashboard.sections import cards, duration, esc, failure_list, notes, row_names, run_context, targets_table, when
-from harness.dashboard.sources import load_runs
-from harness.dashboard.style import CSS, ERROR_CATCHER
-from harness.dashboard.writing import write_atomically
+from poolfuzz.harness.dashboard import figures
+from poolfuzz.harness.dashboard.bundle import Bundle, bundle_for, script_tag, write_shared
+from poolfuzz.harness.dashboard.groups import Grouping, latest_rows
+from poolfuzz.harness.dashboard.reports import Run, TargetRun
+from poolfuzz.harness.dashboard.sections import cards, duration, esc, failure_list, notes, row_names, run_context, targets_table, when
+from poolfuzz.harness.dashboard.sources import load_runs
+from poolfuzz.harness.dashboard.style import CSS, ERROR_CATCHER
+from poolfuzz.harness.dashboard.writing import write_atomically
 
 
 def behaviour_section(rows: Sequence[tuple[Run, TargetRun]], colours: dict[str, str], grouping: Grouping, plots: list[figures.Plot]) -> str:
@@ -258,9 +258,9 @@ def build_dashboard(
     date; ``nights`` and ``last`` keep the runs of the N most recent dates, or
     the N most recent runs.  ``bundle`` is ``inline`` (one self-contained file)
     or ``shared`` (plotly.js in one file beside the page, written when absent).
-    Raises :class:`~harness.dashboard.reports.DashboardError` for a corrupt or
+    Raises :class:`~poolfuzz.harness.dashboard.reports.DashboardError` for a corrupt or
     unknown report or when no report is found, and
-    :class:`~harness.dashboard.figures.PlotlyMissingError` without plotly, both
+    :class:`~poolfuzz.harness.dashboard.figures.PlotlyMissingError` without plotly, both
     before anything is written.
     """
     page = render(load_runs(sources, nights=nights, last=last), grouping=Grouping(by_night), bundle_mode=bundle)

@@ -4,7 +4,7 @@ first problem of a report as one :class:`ReportError` naming the file and the fi
 After the two checks that tell whether it is a report at all (``tool``, then ``schema``, so an
 unknown version is refused as such before any field it may have renamed), a report is validated
 against the committed schema (``harness/fuzz/report.schema.json``) cut down to :data:`READ`
-(:func:`reader_schema`); :mod:`harness.dashboard.reports` types what passes.
+(:func:`reader_schema`); :mod:`poolfuzz.harness.dashboard.reports` types what passes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.json_schema import first_schema_error, packaged_schema, schema_error_field, schema_error_words, strict_validator
+from poolfuzz.harness.json_schema import first_schema_error, packaged_schema, schema_error_field, schema_error_words, strict_validator
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -35,7 +35,7 @@ __all__ = [
 TOOL = "poolfuzz fuzz"
 SCHEMAS = (1, 2, 3)
 """The report versions this dashboard reads: the runner's (``REPORT_SCHEMA``, the schema's ``const``), 2 and 1."""
-SCHEMA_RESOURCE = ("harness.fuzz", "report.schema.json")
+SCHEMA_RESOURCE = ("poolfuzz.harness.fuzz", "report.schema.json")
 """Package and file name of the report's JSON Schema (package data, see pyproject.toml)."""
 
 

@@ -1,6 +1,6 @@
 """Nightly fuzz reports in, typed runs out: discovery, strict validation, and the numbers the page shows.
 
-A report is what ``python -m harness fuzz`` writes (``docs/nightly.md``):
+A report is what ``poolfuzz fuzz`` writes (``docs/nightly.md``):
 schema 1 has per-target totals only; schema 2 adds ``series_interval_s``,
 per-target ``coverage`` and ``series`` (cumulative samples over the run) and a
 ``replay`` command per failure; schema 3 a failure's ``found_at`` (its first failing
@@ -10,13 +10,13 @@ depends on a field (its presence, JSON type and range; an unknown ``schema`` is
 refused) and ignores keys it does not know, so a newer runner that only adds
 fields still renders.
 
-Validation is :mod:`harness.dashboard.report_check`'s: a field's type and range are those of the
+Validation is :mod:`poolfuzz.harness.dashboard.report_check`'s: a field's type and range are those of the
 report's JSON Schema (``harness/fuzz/report.schema.json``) cut down to the fields the page reads;
 by hand here is only what a schema cannot say: ``started`` must be a time :mod:`datetime` reads,
 with or without an offset.
 
 :func:`parse_report` is the only way a report becomes a :class:`Run` (files are
-found and read by :mod:`~harness.dashboard.sources`); every problem is one
+found and read by :mod:`~poolfuzz.harness.dashboard.sources`); every problem is one
 :class:`ReportError` naming the file and the field (the first wrong one, in the
 schema's field order), never a traceback from inside the page builder.
 """
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.dashboard.report_check import ReportError, check_report
-from harness.fuzz.database import redacted
-from harness.fuzz.report import SeriesPoint
-from harness.fuzz.summary import upstream_text
+from poolfuzz.harness.dashboard.report_check import ReportError, check_report
+from poolfuzz.harness.fuzz.database import redacted
+from poolfuzz.harness.fuzz.report import SeriesPoint
+from poolfuzz.harness.fuzz.summary import upstream_text
 
 if TYPE_CHECKING:
     pass
@@ -160,7 +160,7 @@ class TargetRun:
 
 @dataclass(frozen=True)
 class Run:
-    """One report file: one run of ``python -m harness fuzz`` on one box (see :attr:`run_id` and :attr:`night`)."""
+    """One report file: one run of ``poolfuzz fuzz`` on one box (see :attr:`run_id` and :attr:`night`)."""
 
     source: Path
     report: dict[str, Any]
@@ -172,7 +172,7 @@ class Run:
     workers: int | None
     device: str
     database: str | None
-    """``run.database`` :func:`~harness.fuzz.database.redacted`: reports written before the runner redacted it
+    """``run.database`` :func:`~poolfuzz.harness.fuzz.database.redacted`: reports written before the runner redacted it
     carry a Redis password verbatim, and the page must not show it."""
     cwd: str | None
     coverage: float | None
@@ -236,7 +236,7 @@ def _failure(f: Mapping[str, Any], target: str) -> Failure:
     trace = f.get("trace")
     replay = f.get("replay")  # schema 1 has none: built from the trace
     if replay is None and trace is not None:
-        replay = f"python -m harness replay {shlex.quote(trace)}"
+        replay = f"poolfuzz replay {shlex.quote(trace)}"
     shrunk = f.get("shrunk")
     found_at, shrink = f.get("found_at") or {}, f.get("shrink") or {}
     first_seen = found_at.get("after_s", f.get("first_seen_after_s"))

@@ -2,7 +2,7 @@
 
 Every string that comes from a report goes through :func:`esc`.  What a step
 of the page is (a run, or a night) comes in as a
-:class:`~harness.dashboard.groups.Grouping`, so the wording follows it.
+:class:`~poolfuzz.harness.dashboard.groups.Grouping`, so the wording follows it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from harness.dashboard.groups import Grouping
-from harness.dashboard.reports import NOT_REACHED, Failure, Run, TargetRun
+from poolfuzz.harness.dashboard.groups import Grouping
+from poolfuzz.harness.dashboard.reports import NOT_REACHED, Failure, Run, TargetRun
 
 STATUS_ORDER = {"failed": 0, "crashed": 1, "known": 2, NOT_REACHED: 2, "ok": 3}
 PILL_TONES = {"ok": "ok", "failed": "failed", "crashed": "crashed", "known": "other"}

@@ -2,7 +2,7 @@
 
 Folders are searched recursively for ``*.json`` (hidden folders skipped); JSON
 that is not a poolfuzz report there (corpus traces) is passed over, a corrupt
-report is an error.  A run is told apart by :attr:`~harness.dashboard.reports.Run.run_id`
+report is an error.  A run is told apart by :attr:`~poolfuzz.harness.dashboard.reports.Run.run_id`
 (start, box, seed), not by its file: the same run in two files (a report copied
 into an archive, an earlier snapshot of it) is one run, the most complete file
 kept (the longest ``duration_s``), and two runs on one date stay two runs.
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.dashboard.report_check import TOOL, NoReportsError, ReportError
-from harness.dashboard.reports import Run, parse_report
+from poolfuzz.harness.dashboard.report_check import TOOL, NoReportsError, ReportError
+from poolfuzz.harness.dashboard.reports import Run, parse_report
 
 
 def _candidates(sources: Iterable[Path]) -> list[tuple[Path, bool]]:

@@ -1,4 +1,4 @@
-"""The engine judges, written once over an :class:`~harness.engines.interface.Observation`.
+"""The engine judges, written once over an :class:`~poolfuzz.harness.engines.interface.Observation`.
 
 Every judge reads the observed raw state only, so SGLang's loop, an overlap loop or a vLLM scheduler is
 judged by the same code once it reports its state.  :func:`judge` runs them in this order:
@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.engines.interface import Holder, HolderKind, Observation, PoolState
-from harness.judge.invariants import InvariantViolation, check
+from poolfuzz.harness.engines.interface import Holder, HolderKind, Observation, PoolState
+from poolfuzz.harness.judge.invariants import InvariantViolation, check
 
 SHOWN = 8
 """Ids shown in a message; the rest are counted, not listed."""

@@ -4,7 +4,7 @@
 steps, examples and driver events (the labels drivers pass to
 ``hypothesis.event``) into the worker, and every few steps lets the worker
 decide whether the round must end (:meth:`RoundOwner.poll` raises
-:class:`~harness.fuzz.protocol.StopRound`, which hypothesis lets through
+:class:`~poolfuzz.harness.fuzz.protocol.StopRound`, which hypothesis lets through
 without shrinking).  A violation is reported to the worker before it
 propagates, so the smallest failing trace seen so far survives a round cut
 short while shrinking.  A violation of an invariant that a known finding of the target already broke in this
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar, Protocol
 
-from harness.judge.config import PoolConfig
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace
-from harness.machines import PoolMachine
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.machines import PoolMachine
 
 
 class RoundOwner(Protocol):

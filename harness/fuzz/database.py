@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from harness.fuzz.outputs import OutputError, check_folder
+from poolfuzz.harness.fuzz.outputs import OutputError, check_folder
 
 DEFAULT_DATABASE = ".hypothesis/poolfuzz"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")

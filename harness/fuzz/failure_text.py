@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 
-from harness.judge.trace import Trace
+from poolfuzz.harness.judge.trace import Trace
 
 FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "cudaError", "CUBLAS_STATUS")
 """Messages of CUDA errors after which a process's CUDA context is unusable ("sticky" errors)."""

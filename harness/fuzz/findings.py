@@ -1,10 +1,10 @@
 """What a fuzz run found, as the coordinator hears of it: a failure's first sighting, then its shrunk report.
 
 A worker announces a target's first failing step before it shrinks anything
-(:class:`~harness.fuzz.protocol.FailureSeen`: the unshrunk trace is already on disk), and
-reports the shrunk failure when shrinking ends (:class:`~harness.fuzz.protocol.FailureFound`).
+(:class:`~poolfuzz.harness.fuzz.protocol.FailureSeen`: the unshrunk trace is already on disk), and
+reports the shrunk failure when shrinking ends (:class:`~poolfuzz.harness.fuzz.protocol.FailureFound`).
 :class:`Findings` turns the sighting into the target's
-:class:`~harness.fuzz.report.FailureRecord` at once (with its :class:`~harness.fuzz.report.FoundAt`
+:class:`~poolfuzz.harness.fuzz.report.FailureRecord` at once (with its :class:`~poolfuzz.harness.fuzz.report.FoundAt`
 and a shrink still running), so the report written at that moment and every live page hold the
 failure from its first failing step on, not only once shrinking ends, which can take a
 minute and more.  The shrunk report then updates that record in place: the shrunk trace
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.fuzz.protocol import FailureFound, FailureSeen
-from harness.fuzz.report import (
+from poolfuzz.harness.fuzz.protocol import FailureFound, FailureSeen
+from poolfuzz.harness.fuzz.report import (
     SHRINK_DONE,
     SHRINK_PARTIAL,
     SHRINK_RUNNING,
@@ -34,7 +34,7 @@ from harness.fuzz.report import (
 )
 
 NEVER_REPORTED = "the worker ended before it reported a shrunk trace"
-"""Why a shrink is partial when its worker never sent a :class:`~harness.fuzz.protocol.FailureFound`."""
+"""Why a shrink is partial when its worker never sent a :class:`~poolfuzz.harness.fuzz.protocol.FailureFound`."""
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Findings:
     stats: dict[str, TargetStats]
     note: Callable[[str], None]
     known: Sequence[Any] = field(default_factory=tuple)
-    """The reviewed known findings (:class:`harness.upstream.known.KnownFinding`): a sighting that may be one says so."""
+    """The reviewed known findings (:class:`poolfuzz.harness.upstream.known.KnownFinding`): a sighting that may be one says so."""
     strict: bool = False
 
     def sighted(self, message: FailureSeen, *, worker: str, after_s: float, since_start_s: float) -> bool:

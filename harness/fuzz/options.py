@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.fuzz.protocol import TargetRef
-from harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, parse_target
-from harness.machines.table import machine_class
+from poolfuzz.harness.fuzz.protocol import TargetRef
+from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, parse_target
+from poolfuzz.harness.machines.table import machine_class
 
 
 @dataclass
@@ -25,7 +25,7 @@ class FuzzOptions:
     grace: float = 60.0
     round_seconds: float = 2.0
     walk_share: float | None = None
-    """Share of each worker's time in walk rounds (:mod:`harness.fuzz.walk`); ``None``: the engine's default,
+    """Share of each worker's time in walk rounds (:mod:`poolfuzz.harness.fuzz.walk`); ``None``: the engine's default,
     0: hypothesis only."""
     progress_every: float = 5.0
     series_every: float | None = None
@@ -51,7 +51,7 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None)
     does not import is an :class:`UnknownTargetError`, and so is a
     ``POOLFUZZ_TARGETS`` substitution that does not import; with no names,
     every registered family is tried and defaults that do not import are skipped.  A substitute
-    that does not fit its family (:func:`~harness.judge.families.check_target`: another family's
+    that does not fit its family (:func:`~poolfuzz.harness.judge.families.check_target`: another family's
     constructor, missing protocol methods) is an :class:`UnknownTargetError` too, not a finding.
     """
     explicit = bool(items)

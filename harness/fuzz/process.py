@@ -1,11 +1,11 @@
 """The start of one fuzz worker process.
 
-The nightly runner (:mod:`harness.fuzz.session`) starts its workers with the ``spawn``
+The nightly runner (:mod:`poolfuzz.harness.fuzz.session`) starts its workers with the ``spawn``
 method: every worker is a fresh interpreter, so no CUDA context or OpenMP pool
 is inherited across ``fork``, and coverage can start before :mod:`pools` is
 imported (lines run at import time count).  That is why this module imports
-only the standard library and :mod:`harness.fuzz.protocol` at the top; the round
-loop (:mod:`harness.fuzz.worker`) is imported once coverage runs.
+only the standard library and :mod:`poolfuzz.harness.fuzz.protocol` at the top; the round
+loop (:mod:`poolfuzz.harness.fuzz.worker`) is imported once coverage runs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any
 
-from harness.fuzz.protocol import EXIT_RESTART, Bye, Shared, Terminated, WorkerPlan
+from poolfuzz.harness.fuzz.protocol import EXIT_RESTART, Bye, Shared, Terminated, WorkerPlan
 
 
 def _redirect_output(log_path: str) -> None:
@@ -37,7 +37,7 @@ def _start_coverage(coverage_dir: str) -> Any:
         data_file=os.path.join(coverage_dir, ".coverage"),
         data_suffix=True,
         branch=True,
-        source_pkgs=["pools"],
+        source_pkgs=["poolfuzz.pools"],
     )
     cov.start()
     return cov
@@ -66,7 +66,7 @@ def worker_main(plan: WorkerPlan, conn: Any, shared: Shared) -> None:
     cov = _start_coverage(plan.coverage_dir) if plan.coverage_dir else None
     code = 0
     try:
-        from harness.fuzz.worker import Worker
+        from poolfuzz.harness.fuzz.worker import Worker
 
         worker = Worker(plan, conn, shared, terminate, coverage=cov)
         worker.run()

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
-from harness.fuzz.report import TargetStats
+from poolfuzz.harness.fuzz.report import TargetStats
 
 UP = "\x1b[{n}F"
 ERASE_DOWN = "\x1b[J"

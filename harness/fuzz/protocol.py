@@ -8,7 +8,7 @@ Each worker talks to the parent over its **own** pipe, never a shared queue: a
 worker killed while holding a shared queue's write lock (a segfault, a CUDA
 abort, the OOM killer) would block every other worker's reports forever.  Each
 message is one frozen dataclass below; the parent handles each type with a
-method of its own (:class:`harness.fuzz.session.FuzzRun`).
+method of its own (:class:`poolfuzz.harness.fuzz.session.FuzzRun`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class WorkerPlan:
     round_seconds: float = 2.0
     coverage_dir: str | None = None
     walk_share: float | None = None
-    """Share of the worker's time given to walk rounds (:mod:`harness.fuzz.walk`); ``None``: the engine's default."""
+    """Share of the worker's time given to walk rounds (:mod:`poolfuzz.harness.fuzz.walk`); ``None``: the engine's default."""
     strict: bool = False
     """``--strict``: a known finding retires its target as a new one does (else the worker fuzzes on past it)."""
     known_file: str | None = None
@@ -75,7 +75,7 @@ class Shared:
     ``stop`` at the deadline or on Ctrl-C; ``retired`` holds one byte per
     target, set once that target failed (by the worker that saw it first);
     ``shares`` one float per target, the share of fuzzing time the parent wants
-    it to get (:mod:`harness.fuzz.shares`), from which workers draw their next target.
+    it to get (:mod:`poolfuzz.harness.fuzz.shares`), from which workers draw their next target.
     """
 
     go: Any
@@ -189,10 +189,10 @@ class FailureFound:
     seed: int
     realistic: RealisticTrace | None
     """For an upstream target's violation, the smallest failing trace within what a server builds
-    (:mod:`harness.fuzz.realistic`), or ``None``."""
+    (:mod:`poolfuzz.harness.fuzz.realistic`), or ``None``."""
     known: dict[str, Any] | None = field(default=None, kw_only=True)
     """The known finding this violation is (``corpus/known.toml``: key, number, title, distribution, versions,
-    document; :mod:`harness.upstream.known`), or ``None``: a new finding."""
+    document; :mod:`poolfuzz.harness.upstream.known`), or ``None``: a new finding."""
 
     @property
     def first_line(self) -> str:

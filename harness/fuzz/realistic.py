@@ -1,10 +1,10 @@
 """The realistic trace of a finding: the smallest failing trace within what a server builds and sends.
 
 A finding's minimal trace is often a pool of no pages and a request of no tokens
-(:mod:`harness.traces.realistic` says why that is, and what the floors are).
+(:mod:`poolfuzz.harness.traces.realistic` says why that is, and what the floors are).
 :func:`find_realistic` gives the maintainer the other trace too: it lifts the trace as
 found to the family's floors and, if that no longer fails, walks the target with every
-config and step lifted (:attr:`WalkRun.realistic <harness.fuzz.walk.WalkRun.realistic>`)
+config and step lifted (:attr:`WalkRun.realistic <poolfuzz.harness.fuzz.walk.WalkRun.realistic>`)
 for a few seconds; whatever fails is shrunk without going below a floor.  The invariant
 found first is preferred; another one is kept if nothing else shows in the budget,
 since a bug that reads ``empty-pool-guard`` in an empty pool often reads
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.protocol import RealisticTrace
-from harness.fuzz.walk import WalkRun
-from harness.judge.families import family
-from harness.judge.trace import Trace, fill_provenance
-from harness.traces.keep import keep_trace
-from harness.traces.realistic import floors_of, shrink_realistic, within_floors
+from poolfuzz.harness.fuzz.protocol import RealisticTrace
+from poolfuzz.harness.fuzz.walk import WalkRun
+from poolfuzz.harness.judge.families import family
+from poolfuzz.harness.judge.trace import Trace, fill_provenance
+from poolfuzz.harness.traces.keep import keep_trace
+from poolfuzz.harness.traces.realistic import floors_of, shrink_realistic, within_floors
 
 REALISTIC_SECONDS = 5.0
 """The search's budget after a finding: the walk's share of it, then shrinking within the floors."""
@@ -44,7 +44,7 @@ def find_realistic(
     stop: Callable[[], bool] | None = None,
     **replay: Any,
 ) -> Trace | None:
-    """A realistic failing trace of ``spec`` (a :func:`~harness.judge.families.load_factory` target), or ``None``
+    """A realistic failing trace of ``spec`` (a :func:`~poolfuzz.harness.judge.families.load_factory` target), or ``None``
     when the family has no floors or none fails within ``seconds`` (or before ``stop()``).  ``trace``: the
     finding as found."""
     if not floors_of(family):
@@ -94,7 +94,7 @@ def realistic_note(
     A family that declares no floors (``engine``, ``vllm_engine``: every config is a server shape its
     release builds, refused otherwise, and every step a scheduler iteration) has no trace below what a server
     builds: its ``shrunk`` trace (saved path, trace) is its realistic one, as ``poolfuzz report`` reads it
-    (:func:`harness.traces.realistic.unrealistic` is ``None`` for it)."""
+    (:func:`poolfuzz.harness.traces.realistic.unrealistic` is ``None`` for it)."""
     if spec not in family(family_name).upstream:
         return "", None
     if not floors_of(family_name):

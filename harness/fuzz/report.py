@@ -4,7 +4,7 @@ The JSON report is the contract with whatever collects nightly runs
 (``docs/nightly.md`` documents every field).  A failure is in it from its first
 failing step on (:class:`FoundAt`, with the unshrunk trace), and its shrink's outcome
 follows (:class:`ShrinkOutcome`).  The text summary a person reads is rendered from
-the report dict by :mod:`harness.fuzz.summary` (re-exported here).
+the report dict by :mod:`poolfuzz.harness.fuzz.summary` (re-exported here).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.protocol import FailureFound, ProgressReport
-from harness.fuzz.summary import NOT_REACHED as NOT_REACHED
-from harness.fuzz.summary import events_summary as events_summary
-from harness.fuzz.summary import shown_status as shown_status
-from harness.fuzz.summary import summary_text as summary_text
+from poolfuzz.harness.fuzz.protocol import FailureFound, ProgressReport
+from poolfuzz.harness.fuzz.summary import NOT_REACHED as NOT_REACHED
+from poolfuzz.harness.fuzz.summary import events_summary as events_summary
+from poolfuzz.harness.fuzz.summary import shown_status as shown_status
+from poolfuzz.harness.fuzz.summary import summary_text as summary_text
 
 REPORT_SCHEMA = 3
 """Version 2 added ``series_interval_s`` and, per target, ``series`` and ``coverage``; version 3 a failure's
@@ -110,8 +110,8 @@ class FailureRecord(FailureFound):
 
     @property
     def classification(self) -> dict[str, str] | None:
-        """``reachable`` / ``latent`` / ``divergence`` for a violation by an upstream target (:mod:`harness.upstream.classify`)."""
-        from harness.upstream.classify import classify
+        """``reachable`` / ``latent`` / ``divergence`` for a violation by an upstream target (:mod:`poolfuzz.harness.upstream.classify`)."""
+        from poolfuzz.harness.upstream.classify import classify
 
         found = classify(self.family, self.implementation, self.invariant, self.trace)
         return found.to_json() if found is not None else None
@@ -124,7 +124,7 @@ class FailureRecord(FailureFound):
 
 def replay_command(trace: str) -> str:
     """The command that replays a saved trace, ready to paste."""
-    return f"python -m harness replay {shlex.quote(trace)}"
+    return f"poolfuzz replay {shlex.quote(trace)}"
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class TargetStats:
     possible_arcs: dict[str, frozenset[tuple[int, int]]] | None = None
     """Every arc of each module of ``pools/`` when ``--coverage`` is on (see :func:`possible_arcs`), else ``None``."""
     upstream: dict[str, str] | None = None
-    """Upstream code under test (:func:`harness.upstream.known.upstream_code`: distribution, title, version, origin),
+    """Upstream code under test (:func:`poolfuzz.harness.upstream.known.upstream_code`: distribution, title, version, origin),
     or ``None`` for our own pools and substitutes."""
     strict: bool = False
     """``--strict``: a known finding fails this target as a new one does."""
@@ -324,7 +324,7 @@ class RunReport:
         }
 
 
-def possible_arcs(package: str = "pools") -> dict[str, frozenset[tuple[int, int]]]:
+def possible_arcs(package: str = "poolfuzz.pools") -> dict[str, frozenset[tuple[int, int]]]:
     """Every arc (line to line, entries and exits included) of each module of ``package``, by absolute path."""
     import importlib.util
 
@@ -376,7 +376,7 @@ def combine_coverage(data_dir: Path) -> dict[str, Any] | None:
 
     if not any(data_dir.glob(".coverage.*")):
         return None
-    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"), branch=True, source_pkgs=["pools"])
+    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"), branch=True, source_pkgs=["poolfuzz.pools"])
     cov.combine([str(data_dir)])
     cov.save()
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
-"""What a fuzz run reports: the :class:`~harness.fuzz.report.RunReport` built from a run's state, its
+"""What a fuzz run reports: the :class:`~poolfuzz.harness.fuzz.report.RunReport` built from a run's state, its
 opening progress line and its exit status.
 
-:class:`~harness.fuzz.session.FuzzRun` orchestrates the workers; this module only reads what the run
+:class:`~poolfuzz.harness.fuzz.session.FuzzRun` orchestrates the workers; this module only reads what the run
 collected (its options, per-target stats, crashes, finished worker slots, how it stopped), so the
 report's shape and the exit codes are defined in one place apart from process handling.
 """
@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from harness.fuzz.database import redacted
-from harness.fuzz.options import FuzzOptions
-from harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, utc_now, versions
-from harness.fuzz.slots import Slot
+from poolfuzz.harness.fuzz.database import redacted
+from poolfuzz.harness.fuzz.options import FuzzOptions
+from poolfuzz.harness.fuzz.report import CrashRecord, RunReport, TargetStats, combine_coverage, machine_info, utc_now, versions
+from poolfuzz.harness.fuzz.slots import Slot
 
 __all__ = ["EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunState", "build_run_report", "exit_status", "opening_line"]
 
@@ -24,7 +24,7 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class RunState(Protocol):
-    """What the report reads of a run (:class:`~harness.fuzz.session.FuzzRun`)."""
+    """What the report reads of a run (:class:`~poolfuzz.harness.fuzz.session.FuzzRun`)."""
 
     options: FuzzOptions
     stats: dict[str, TargetStats]

@@ -3,7 +3,7 @@
 Hypothesis keeps its own failures in the example database and replays them
 before generating anything (``Phase.reuse``); that is how a bug one machine of
 a fleet found becomes the first thing every other machine hits.  A walk round
-(:mod:`harness.fuzz.walk`) has no choice sequence for hypothesis to keep, so
+(:mod:`poolfuzz.harness.fuzz.walk`) has no choice sequence for hypothesis to keep, so
 without this module a bug the walk found lived only in the finder's local
 corpus, and the rest of the fleet had to find it again by luck.
 
@@ -11,7 +11,7 @@ The walk's shrunk trace is saved instead, as its canonical JSON text, under one
 key per target (:func:`walk_key`), in the same database (a directory, Redis,
 or layers of both; a ``readonly:`` layer is read but never written).  A worker
 about to fuzz a target for the first time replays that target's saved traces
-through the family driver (:func:`~harness.traces.replay.replay_trace`, the
+through the family driver (:func:`~poolfuzz.harness.traces.replay.replay_trace`, the
 checks a fuzz run makes): one that still violates an invariant is the round's
 finding, and is saved again so that every writable layer (a developer's local
 directory under a ``readonly:`` fleet layer) keeps it; one that passes (the bug was fixed), no longer parses or no longer fits
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.trace import Trace
-from harness.traces.replay import ReplayResult, replay_trace
-from harness.traces.schema import TraceError, loads_trace
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.replay import ReplayResult, replay_trace
+from poolfuzz.harness.traces.schema import TraceError, loads_trace
 
 WALK_KEY_PREFIX = b"poolfuzz:walk-failures:"
 

@@ -1,11 +1,11 @@
 """The nightly runner: fuzz every target on every core for a time budget, then report.
 
 :func:`select_targets` turns ``--target`` values into :class:`TargetRef` s;
-:class:`FuzzRun` starts one process per worker (:mod:`harness.fuzz.protocol`,
+:class:`FuzzRun` starts one process per worker (:mod:`poolfuzz.harness.fuzz.protocol`,
 ``spawn``), collects their counters and findings over per-worker pipes, drives
-the live display (:mod:`harness.fuzz.progress`) and builds the report
-(:mod:`harness.fuzz.run_report`, of :mod:`harness.fuzz.report`'s parts): at each finding too, and for the live page
-(:mod:`harness.fuzz.snapshots`).
+the live display (:mod:`poolfuzz.harness.fuzz.progress`) and builds the report
+(:mod:`poolfuzz.harness.fuzz.run_report`, of :mod:`poolfuzz.harness.fuzz.report`'s parts): at each finding too, and for the live page
+(:mod:`poolfuzz.harness.fuzz.snapshots`).
 
 How a run ends:
 
@@ -28,14 +28,14 @@ How a run ends:
   replaced: its CUDA context is unusable.
 * A target is fuzzed until its first failure in this run; then it is retired
   for every worker, and the report says so.  A failure that is a known finding
-  (``corpus/known.toml``, :mod:`harness.upstream.known`) is recorded as known and
+  (``corpus/known.toml``, :mod:`poolfuzz.harness.upstream.known`) is recorded as known and
   its target put back, so fuzzing goes on past it and the run exits 0 unless
   something new turns up (``--strict``: a known finding retires its target and fails
   the run, as a new one does).
 
 Targets do not get equal time: every :data:`SHARES_EVERY_S` the parent turns
 each target's behaviours so far (distinct event labels, and branch arcs under
-``--coverage``) into shares of the fuzzing time (:mod:`harness.fuzz.shares`:
+``--coverage``) into shares of the fuzzing time (:mod:`poolfuzz.harness.fuzz.shares`:
 more to targets still finding new behaviour, a floor for all), and workers
 draw their next target from them.
 """
@@ -53,11 +53,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.fuzz.findings import Findings, cut_off_by
-from harness.fuzz.options import FuzzOptions
-from harness.fuzz.process import worker_main
-from harness.fuzz.progress import Progress
-from harness.fuzz.protocol import (
+from poolfuzz.harness.fuzz.findings import Findings, cut_off_by
+from poolfuzz.harness.fuzz.options import FuzzOptions
+from poolfuzz.harness.fuzz.process import worker_main
+from poolfuzz.harness.fuzz.progress import Progress
+from poolfuzz.harness.fuzz.protocol import (
     EXIT_RESTART,
     Bye,
     CoverageSample,
@@ -70,11 +70,11 @@ from harness.fuzz.protocol import (
     Shared,
     WorkerPlan,
 )
-from harness.fuzz.report import CrashRecord, RunReport, TargetStats, possible_arcs, utc_now
-from harness.fuzz.run_report import build_run_report, opening_line
-from harness.fuzz.shares import ShareBook
-from harness.fuzz.slots import Slot
-from harness.fuzz.snapshots import Snapshots
+from poolfuzz.harness.fuzz.report import CrashRecord, RunReport, TargetStats, possible_arcs, utc_now
+from poolfuzz.harness.fuzz.run_report import build_run_report, opening_line
+from poolfuzz.harness.fuzz.shares import ShareBook
+from poolfuzz.harness.fuzz.slots import Slot
+from poolfuzz.harness.fuzz.snapshots import Snapshots
 
 MAX_RESPAWNS = 3
 KILL_AFTER_TERM_S = 5.0
@@ -90,11 +90,11 @@ KILL_AFTER_INTERRUPT_S = 0.5
 
 
 class FuzzRun:
-    """One ``python -m harness fuzz`` run; :meth:`run` returns the report dict."""
+    """One ``poolfuzz fuzz`` run; :meth:`run` returns the report dict."""
 
     def __init__(self, options: FuzzOptions, *, err: TextIO, live: Callable[[dict[str, Any]], None] | None = None,
                  live_every: float = LIVE_EVERY_S) -> None:
-        from harness.upstream.known import load_known, upstream_code
+        from poolfuzz.harness.upstream.known import load_known, upstream_code
 
         self.options = options
         self.ctx = multiprocessing.get_context("spawn")
@@ -204,7 +204,7 @@ class FuzzRun:
         self.next_sample = now + self.series_every
 
     def update_shares(self, now: float) -> None:
-        """Give more of the time to targets still finding new behaviour (:mod:`harness.fuzz.shares`)."""
+        """Give more of the time to targets still finding new behaviour (:mod:`poolfuzz.harness.fuzz.shares`)."""
         if now < self.next_shares:
             return
         self.next_shares = now + SHARES_EVERY_S
@@ -378,5 +378,5 @@ class FuzzRun:
 
     # ------------------------------------------------------------- report
     def build_report(self, *, final: bool = True) -> RunReport:
-        """The report of the run so far (:func:`~harness.fuzz.run_report.build_run_report`)."""
+        """The report of the run so far (:func:`~poolfuzz.harness.fuzz.run_report.build_run_report`)."""
         return build_run_report(self, final=final)

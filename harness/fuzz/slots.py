@@ -1,5 +1,5 @@
-"""One worker position of a fuzz run, as the coordinator (:mod:`harness.fuzz.session`) tracks it and the
-report (:mod:`harness.fuzz.run_report`) reads it once its process has ended."""
+"""One worker position of a fuzz run, as the coordinator (:mod:`poolfuzz.harness.fuzz.session`) tracks it and the
+report (:mod:`poolfuzz.harness.fuzz.run_report`) reads it once its process has ended."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.protocol import Hello, RoundStarted, worker_name
+from poolfuzz.harness.fuzz.protocol import Hello, RoundStarted, worker_name
 
 __all__ = ["Slot"]
 

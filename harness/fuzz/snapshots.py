@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.report import write_report
+from poolfuzz.harness.fuzz.report import write_report
 
 Report = dict[str, Any]
 

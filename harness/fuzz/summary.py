@@ -157,7 +157,7 @@ def failure_lines(target: str, f: dict[str, Any]) -> list[str]:
         partial = "" if f.get("shrunk", True) else " (partially shrunk)"
         lines.append(f"    trace{partial}: {f['trace']}  ({f['steps']} steps)")
     if f["trace"]:
-        lines.append(f"    replay: {f.get('replay') or 'python -m harness replay ' + shlex.quote(f['trace'])}")
+        lines.append(f"    replay: {f.get('replay') or 'poolfuzz replay ' + shlex.quote(f['trace'])}")
     realistic: dict[str, Any] = f.get("realistic") or {}
     if realistic:
         shows = f", shows as [{realistic['invariant']}]" if realistic["invariant"] != f.get("invariant") else ""

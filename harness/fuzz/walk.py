@@ -3,7 +3,7 @@
 Under hypothesis a worker spends most of each step in the engine (choice
 sequences, bundles, rule selection): about 3,000 steps/s, while the drivers
 alone check 5,000-70,000.  A walk draws each step from the family's
-:class:`~strategies.table.MoveTable` -- the very moves its hypothesis machine draws, here through
+:class:`~poolfuzz.strategies.table.MoveTable` -- the very moves its hypothesis machine draws, here through
 a plain ``random.Random``, with the catalogue's corners (repeats inside one call, mixed batches,
 page-edge geometry, exact fits) at their weights -- and calls :meth:`Driver.step` itself, so every
 per-call check and the audit schedule are exactly the machine's.
@@ -13,8 +13,8 @@ draws its configuration, enables a random half of the moves and a length, so
 some episodes hammer two or three kinds of step into the corners they share.
 
 A failure ends the walk: its trace goes to the same shrinker and corpus as
-hypothesis's (:func:`~harness.traces.shrink.shrink_trace`,
-:func:`~harness.traces.corpus.save_trace`).
+hypothesis's (:func:`~poolfuzz.harness.traces.shrink.shrink_trace`,
+:func:`~poolfuzz.harness.traces.corpus.save_trace`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.judge.config import PoolConfig
-from harness.judge.driver import Driver
-from harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace, fill_provenance
-from harness.traces.keep import keep_trace
-from harness.traces.realistic import lift_config, lift_step
-from harness.traces.shrink import shrink_trace
-from strategies.table import MoveTable, load_table, pick_step
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.families import family, implementation_for, load_factory, resolve, validates_input
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace, fill_provenance
+from poolfuzz.harness.traces.keep import keep_trace
+from poolfuzz.harness.traces.realistic import lift_config, lift_step
+from poolfuzz.harness.traces.shrink import shrink_trace
+from poolfuzz.strategies.table import MoveTable, load_table, pick_step
 
 WALK_SHARE = 0.75
 """The share of a worker's time (and of a ``selfcheck`` chase) the walk gets; hypothesis has the rest."""
@@ -62,7 +62,7 @@ class Finding:
     """Steps of the trace when found, before shrinking."""
     trace_path: Path | None = None
     trace_problem: str = ""
-    """Why the trace is not in the corpus asked for (:func:`~harness.traces.keep.keep_trace`), if it is not."""
+    """Why the trace is not in the corpus asked for (:func:`~poolfuzz.harness.traces.keep.keep_trace`), if it is not."""
 
     @property
     def violation(self) -> InvariantViolation | None:
@@ -85,7 +85,7 @@ class WalkRun:
     device: str = "cpu"
     check_misuse: bool | None = None
     audit_period: int = 0
-    """Steps between full audits; 0: the family's (:attr:`~harness.judge.kit.Family.audit_period`)."""
+    """Steps between full audits; 0: the family's (:attr:`~poolfuzz.harness.judge.kit.Family.audit_period`)."""
     corpus: Path | None = None
     shrink: bool = True
     on_found: Callable[[InvariantViolation, Trace], None] | None = None
@@ -94,11 +94,11 @@ class WalkRun:
     """Whether a violation is a known finding already reported in this run: its episode ends and the walk goes on."""
     realistic: bool = False
     """Walk only what a server builds and sends: every config and step lifted to the family's realistic floors
-    (:mod:`harness.traces.realistic`), as the search for a finding's realistic trace walks."""
+    (:mod:`poolfuzz.harness.traces.realistic`), as the search for a finding's realistic trace walks."""
     steps: int = 0
     episodes: int = 0
     drains: int = 0
-    """Drain audits passed (:meth:`~harness.judge.driver.Driver.drain_audit`), over every episode."""
+    """Drain audits passed (:meth:`~poolfuzz.harness.judge.driver.Driver.drain_audit`), over every episode."""
     events: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:

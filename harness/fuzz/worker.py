@@ -1,31 +1,31 @@
 """Rounds inside one fuzz worker: choosing target and engine, counting, stopping, reporting what was found.
 
 A worker takes each target once under each engine first, then draws its next target from the
-shares the parent publishes (:mod:`harness.fuzz.shares`: more time where new
+shares the parent publishes (:mod:`poolfuzz.harness.fuzz.shares`: more time where new
 behaviour still turns up).  Before a target's first round it replays the walk
-failures the example database holds for it (:mod:`harness.fuzz.saved_walks`),
+failures the example database holds for it (:mod:`poolfuzz.harness.fuzz.saved_walks`),
 and it alternates two engines on each target, the walk's share of the target's time
-measured from what each engine finds (:class:`~harness.fuzz.shares.EngineBook`; the prior is
-:data:`harness.fuzz.walk.WALK_SHARE`, and a fixed ``walk_share`` overrides it).  A *walk round* drives the
-target's driver from a seeded random walk (:class:`~harness.fuzz.walk.WalkRun`,
+measured from what each engine finds (:class:`~poolfuzz.harness.fuzz.shares.EngineBook`; the prior is
+:data:`poolfuzz.harness.fuzz.walk.WALK_SHARE`, and a fixed ``walk_share`` overrides it).  A *walk round* drives the
+target's driver from a seeded random walk (:class:`~poolfuzz.harness.fuzz.walk.WalkRun`,
 one per target, resumed round after round), many times faster per step; a
 failing trace goes to the same shrinker and corpus.  A *hypothesis round* is one
-:func:`~harness.machines.run.run_machine` call with ``derandomize=False``, a seed
+:func:`~poolfuzz.harness.machines.run.run_machine` call with ``derandomize=False``, a seed
 derived from ``(--seed, worker, generation, round)`` and a ``max_examples``
 sized so the round lasts about ``round_seconds``.  All workers share one
 example database, so a failure found in one round (by either engine) is
 replayed first in the next, and shrinking progress survives rounds, workers and nights.
 
-The machine is subclassed with :class:`~harness.fuzz.counted.Counted`, which counts steps, examples
+The machine is subclassed with :class:`~poolfuzz.harness.fuzz.counted.Counted`, which counts steps, examples
 and driver events (the labels drivers pass to ``hypothesis.event``) and checks,
 every few steps, whether the round must end: the deadline passed, the parent set
 the stop event, or another worker retired the target.  It then raises
-:class:`~harness.fuzz.protocol.StopRound`, which hypothesis lets through without
+:class:`~poolfuzz.harness.fuzz.protocol.StopRound`, which hypothesis lets through without
 shrinking anything.  While a violation is being shrunk the round is *not*
 abandoned; the parent lets it finish for ``--grace`` seconds, then sends
 SIGTERM, and the smallest failing trace seen so far is saved (``shrunk:
 false``).  Before any of that, the first failing step of a round is written
-unshrunk, under the corpus's :data:`~harness.fuzz.worker_reports.UNSHRUNK_FOLDER`, and announced
+unshrunk, under the corpus's :data:`~poolfuzz.harness.fuzz.worker_reports.UNSHRUNK_FOLDER`, and announced
 (:meth:`Worker.first_sighting`), so a counterexample is never lost to the clock,
 a signal or a kill; that file stays, as the record of what was found at that step,
 beside the shrunk trace that follows.
@@ -40,10 +40,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.counted import Counted
-from harness.fuzz.database import open_database
-from harness.fuzz.failure_text import error_text, poisons_cuda
-from harness.fuzz.protocol import (
+from poolfuzz.harness.fuzz.counted import Counted
+from poolfuzz.harness.fuzz.database import open_database
+from poolfuzz.harness.fuzz.failure_text import error_text, poisons_cuda
+from poolfuzz.harness.fuzz.protocol import (
     FLUSH_SECONDS,
     CoverageSample,
     Hello,
@@ -56,16 +56,16 @@ from harness.fuzz.protocol import (
     Terminated,
     WorkerPlan,
 )
-from harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
-from harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure, walk_key
-from harness.fuzz.shares import EngineBook, pick
-from harness.fuzz.walk import WALK_SHARE, WalkRun
-from harness.fuzz.worker_reports import WorkerReports
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace
-from harness.machines import PoolMachine, build_settings, make_machine, run_machine
-from harness.machines.run import ShortestFailure, describe_shrunk
-from harness.traces.keep import keep_trace
+from poolfuzz.harness.fuzz.rounds import FIRST_ROUND_EXAMPLES, next_round_size, round_seed
+from poolfuzz.harness.fuzz.saved_walks import replay_walk_failures, save_walk_failure, walk_key
+from poolfuzz.harness.fuzz.shares import EngineBook, pick
+from poolfuzz.harness.fuzz.walk import WALK_SHARE, WalkRun
+from poolfuzz.harness.fuzz.worker_reports import WorkerReports
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.machines import PoolMachine, build_settings, make_machine, run_machine
+from poolfuzz.harness.machines.run import ShortestFailure, describe_shrunk
+from poolfuzz.harness.traces.keep import keep_trace
 
 #: How often a worker measuring coverage sends the arcs its current target reached, in seconds.
 COVERAGE_SAMPLE_SECONDS = 2.0
@@ -214,7 +214,7 @@ class Worker(WorkerReports):
         First every target once under each engine, the engines alternating by the worker's own time
         split (workers starting at different targets), as a short run must not leave a target unfuzzed,
         or unwalked, because a draw favoured another; then a target drawn by the shares, under the
-        engine its own measured split calls for (:class:`~harness.fuzz.shares.EngineBook`).
+        engine its own measured split calls for (:class:`~poolfuzz.harness.fuzz.shares.EngineBook`).
         """
         first = self.engines.worker_engine()
         for engine in dict.fromkeys((first, "hypothesis", "walk") if self.engines.prior > 0 else ("hypothesis",)):
@@ -225,7 +225,7 @@ class Worker(WorkerReports):
         return target, self.engines.next_engine(target.key)
 
     def replay_saved_walks(self, target: TargetRef, round_no: int) -> bool:
-        """Replay the walk failures the database holds for ``target`` (:mod:`harness.fuzz.saved_walks`);
+        """Replay the walk failures the database holds for ``target`` (:mod:`poolfuzz.harness.fuzz.saved_walks`);
         True when one still fails and was reported as this round's finding."""
         saved = replay_walk_failures(self.database, target.key, spec=target.spec, check_misuse=None if self.plan.misuse else False)
         if saved is None:

@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.fuzz.failure_text import error_text, poisons_cuda
-from harness.fuzz.protocol import FailureFound, FailureSeen, Message, TargetRef, WorkerPlan
-from harness.fuzz.realistic import REALISTIC_SECONDS, realistic_note
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace, fill_provenance
-from harness.machines import failure_trace, violation_of
-from harness.machines.run import ShortestFailure
-from harness.traces.keep import keep_trace
+from poolfuzz.harness.fuzz.failure_text import error_text, poisons_cuda
+from poolfuzz.harness.fuzz.protocol import FailureFound, FailureSeen, Message, TargetRef, WorkerPlan
+from poolfuzz.harness.fuzz.realistic import REALISTIC_SECONDS, realistic_note
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace, fill_provenance
+from poolfuzz.harness.machines import failure_trace, violation_of
+from poolfuzz.harness.machines.run import ShortestFailure
+from poolfuzz.harness.traces.keep import keep_trace
 
 UNSHRUNK_FOLDER = "unshrunk"
 """Under ``--corpus``: the unshrunk trace of each failing step a worker announced, ``unshrunk/<family>/...``.
@@ -30,7 +30,7 @@ the trace the first report named, and the report's ``found_at`` still names, rep
 
 
 class WorkerReports:
-    """The reporting half of :class:`~harness.fuzz.worker.Worker` (which sets every attribute named here)."""
+    """The reporting half of :class:`~poolfuzz.harness.fuzz.worker.Worker` (which sets every attribute named here)."""
 
     plan: WorkerPlan
     target: TargetRef | None
@@ -126,7 +126,7 @@ class WorkerReports:
         """Retire ``target`` for every worker and tell the parent what was found (``path``: the shrunk trace,
         which takes the place of the first sighting's unshrunk one in the report).
 
-        A violation that is a known finding (``corpus/known.toml``, :mod:`harness.upstream.known`) is reported
+        A violation that is a known finding (``corpus/known.toml``, :mod:`poolfuzz.harness.upstream.known`) is reported
         as such, with no realistic trace, and, unless ``--strict``, the target is put back: fuzzing goes on
         past it, and later violations of the same invariant on it in this run count as that finding again
         (:meth:`known_again`).  Returns the known finding's record, or ``None`` for a new one."""
@@ -180,7 +180,7 @@ class WorkerReports:
         """The known finding a violation with its saved trace at ``path`` is, as the report records it, or ``None``."""
         if invariant is None or path is None:
             return None
-        from harness.upstream.known import known_finding_of, load_known
+        from poolfuzz.harness.upstream.known import known_finding_of, load_known
 
         known = load_known(Path(self.plan.known_file) if self.plan.known_file else None)  # checked before workers start
         found = known_finding_of(target.family, target.spec, invariant, path, known=known)

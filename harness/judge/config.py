@@ -6,10 +6,10 @@ Before these classes a configuration was a ``dict[str, Any]`` read four ways on 
 driver, or silently a pool default.  A :class:`PoolConfig` subclass names every key its family's
 constructor takes, with its type and (:func:`bounded`) its size limit beside it, so
 
-- :meth:`PoolConfig.limits` *is* the family's :class:`~harness.judge.limits.FamilyLimits` row:
+- :meth:`PoolConfig.limits` *is* the family's :class:`~poolfuzz.harness.judge.limits.FamilyLimits` row:
   the bounds a trace's config is refused against are the fields' own, never a second table;
 - building one (from a trace's JSON with :meth:`PoolConfig.from_mapping`, or in code) checks
-  every field's type and bound and raises :class:`~harness.judge.limits.LimitError` naming the
+  every field's type and bound and raises :class:`~poolfuzz.harness.judge.limits.LimitError` naming the
   field, before any pool is built;
 - :attr:`PoolConfig.device` and :attr:`PoolConfig.tokens_per_page` are read here and nowhere else.
 
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from harness.judge.limits import SETTING, FamilyLimits, Footprint, Limit, LimitError, check_config
+from poolfuzz.harness.judge.limits import SETTING, FamilyLimits, Footprint, Limit, LimitError, check_config
 
 C = TypeVar("C", bound="PoolConfig")
 

@@ -9,7 +9,7 @@ finding.  A :class:`Contract` states, per driver operation, the upstream methods
 the argument shapes the callers send, and the upstream lines (:class:`Cite`) that send them.
 
 The driver consults it on every step (:meth:`Contract.judge`), whose predicates read the contract's
-*view* of the driver (:attr:`Contract.view`, a typed :class:`~harness.judge.view.DriverView` of the
+*view* of the driver (:attr:`Contract.view`, a typed :class:`~poolfuzz.harness.judge.view.DriverView` of the
 kit, never the driver itself): an operation the contract
 does not list, or one whose arguments its rule's ``allows`` refuses in the current state
 (the class itself forbids them), is skipped (not issued, not recorded), so a call upstream
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Generic, TypeVar
 
-from harness.judge.moved import current_module
-from harness.judge.ops import Operations
-from harness.judge.trace import Args
+from poolfuzz.harness.judge.moved import current_module
+from poolfuzz.harness.judge.ops import Operations
+from poolfuzz.harness.judge.trace import Args
 
 S = TypeVar("S")
 """A contract's view type: what its predicates read of the driver."""
@@ -113,7 +113,7 @@ class Contract(Generic[S]):
     """What ``target``'s callers in ``release`` send it: one rule per operation, and the operations they never make.
 
     Generic in its view type ``S``: ``view(driver)`` builds what every predicate of its rules reads (the kit's
-    typed view class, e.g. :class:`~harness.kits.kv.contract_view.KVContractView`), so mypy checks each
+    typed view class, e.g. :class:`~poolfuzz.harness.kits.kv.contract_view.KVContractView`), so mypy checks each
     predicate's reads against it; a table that names none (a plug-in's) gets the driver itself."""
 
     target: str
@@ -182,11 +182,11 @@ class Contract(Generic[S]):
 
 @dataclass(frozen=True)
 class KnownFindingFilter(Generic[S]):
-    """The calls that reach a family's known upstream findings (:mod:`harness.upstream.findings`): per operation,
+    """The calls that reach a family's known upstream findings (:mod:`poolfuzz.harness.upstream.findings`): per operation,
     when a machine may still issue it, a predicate over ``view(driver)`` as a contract's predicates read it.
 
     A family names its filter in its kit's declaration (``Family.known_findings``);
-    :func:`~harness.upstream.findings.machine_avoiding_known_findings` withholds every call it refuses, so the
+    :func:`~poolfuzz.harness.upstream.findings.machine_avoiding_known_findings` withholds every call it refuses, so the
     state space behind a known finding is still fuzzed."""
 
     view: Callable[[Any], S]
@@ -222,7 +222,7 @@ def all_contracts(packages: Sequence[str] | None = None) -> list[Contract[Any]]:
     import pkgutil
 
     if packages is None:
-        from harness.judge.families import KITS
+        from poolfuzz.harness.judge.families import KITS
 
         packages = [f"{kit}.contracts" for kit in KITS]
     modules: list[tuple[str, str]] = []

@@ -19,7 +19,7 @@ Two levels, one verdict (invariant ``kernel-agreement``):
   identical results and free lists; a batch one page short must return
   ``None`` and consume nothing (``empty-pool-guard``).
 
-Kernels are passed as :class:`~pools.page_alloc.PageKernel` values, so a test
+Kernels are passed as :class:`~poolfuzz.pools.page_alloc.PageKernel` values, so a test
 can hand in a deliberately broken variant and watch this module catch it.
 """
 
@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout
-from harness.judge.page_batch import PageBatch
-from pools.kv_allocator import PagedTokenToKVPoolAllocator
-from pools.page_alloc import PageKernel, get_kernel, triton_available
-from pools.page_alloc.counting import triton_page_size
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_slot_layout
+from poolfuzz.harness.judge.page_batch import PageBatch
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import PageKernel, get_kernel, triton_available
+from poolfuzz.pools.page_alloc.counting import triton_page_size
 
 POISON = -7777
 """Written into ``out_indices`` before each run: no real slot is negative."""

@@ -14,7 +14,7 @@ serves the hypothesis machines, trace replay and the nightly runner:
 5. with a drain plan (:meth:`Driver.enable_drains`), every ``drain_period`` steps and at
    teardown a *drain audit* (:meth:`Driver.drain_audit`) runs the plan on a copy.
 
-A violation is raised as :class:`~harness.judge.invariants.InvariantViolation` with the
+A violation is raised as :class:`~poolfuzz.harness.judge.invariants.InvariantViolation` with the
 step number and the trace attached, so whoever catches it can save the trace.
 """
 
@@ -25,12 +25,12 @@ import inspect
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from harness.judge.config import PoolConfig
-from harness.judge.contract import contract_of
-from harness.judge.invariants import InvariantViolation, check
-from harness.judge.ops import Operations, OpsError
-from harness.judge.trace import Args, Trace
-from pools.errors import ForeignIndexError, PoolError, ReservedIndexError
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.contract import contract_of
+from poolfuzz.harness.judge.invariants import InvariantViolation, check
+from poolfuzz.harness.judge.ops import Operations, OpsError
+from poolfuzz.harness.judge.trace import Args, Trace
+from poolfuzz.pools.errors import ForeignIndexError, PoolError, ReservedIndexError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,9 +61,9 @@ _COPIED_BY_REPLAY: set[type] = set()
 
 
 def family_config(name: str, config: PoolConfig | Mapping[str, Any]) -> PoolConfig:
-    """``config`` as family ``name``'s typed configuration (:meth:`~harness.judge.kit.Family.configured`); a driver
-    of no registered family is refused (:class:`~harness.judge.families.UnknownTargetError`)."""
-    from harness.judge.families import family
+    """``config`` as family ``name``'s typed configuration (:meth:`~poolfuzz.harness.judge.kit.Family.configured`); a driver
+    of no registered family is refused (:class:`~poolfuzz.harness.judge.families.UnknownTargetError`)."""
+    from poolfuzz.harness.judge.families import family
 
     return family(name).configured(config)
 
@@ -115,7 +115,7 @@ class Driver:
     family: ClassVar[str] = ""
     operations: ClassVar[frozenset[str]] = frozenset()
     ops: ClassVar[type[Operations] | None] = None
-    """The kit's declaration of this driver's operations and their arguments (:mod:`harness.judge.ops`): the
+    """The kit's declaration of this driver's operations and their arguments (:mod:`poolfuzz.harness.judge.ops`): the
     ``@operation`` methods must be exactly those, with those parameters, or the class is refused as it is built.
     ``None`` (a plug-in's driver) checks nothing."""
 
@@ -138,14 +138,14 @@ class Driver:
     ) -> None:
         self.config: PoolConfig = family_config(self.family, config)
         """The pool's configuration, typed (a subclass narrows it to its family's class); a mapping given here
-        is checked and built once (:meth:`~harness.judge.kit.Family.configured`)."""
+        is checked and built once (:meth:`~poolfuzz.harness.judge.kit.Family.configured`)."""
         self.check_misuse = check_misuse
         self.audit_period = max(1, audit_period)
         self.steps = 0
         self.trace = Trace(family=self.family, implementation=implementation, config=self.config.to_json(), audit_period=self.audit_period)
         self.factory = factory
         self.contract = None if check_misuse else contract_of(factory)
-        """The calls the target's own callers make (:mod:`harness.judge.contract`): with valid calls only, the
+        """The calls the target's own callers make (:mod:`poolfuzz.harness.judge.contract`): with valid calls only, the
         only ones issued."""
         self.refused_by_contract = 0
         self.off_path: list[tuple[int, str, str]] = []
@@ -227,7 +227,7 @@ class Driver:
         """The violation a copy's drain found, found again by a fresh driver replaying its steps.
 
         A copy that shares state with its original (a NumPy view of the original's
-        tensor, :mod:`pools.host_views`) would report a bug of the copy, not of the
+        tensor, :mod:`poolfuzz.pools.host_views`) would report a bug of the copy, not of the
         pool; a finding must reproduce, so only a replayed one is raised.
         """
         try:
@@ -238,7 +238,7 @@ class Driver:
         raise DrainCopyDiverged(
             f"a drain audit on a copy of the {self.family} driver found [{violation.invariant_id}], which a fresh "
             f"driver replaying the same {len(steps)} steps does not: the copy shares state with the original "
-            f"(a harness bug; give the pool's views to pools.host_views)"
+            f"(a harness bug; give the pool's views to poolfuzz.pools.host_views)"
         ) from violation
 
     def _replayed(self, steps: list[dict[str, Any]]) -> Driver:

@@ -19,10 +19,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.judge.kit import Family
-from harness.judge.limits import register_limits
-from harness.judge.moved import current_module
-from harness.judge.plugins import plugin_families
+from poolfuzz.harness.judge.kit import Family
+from poolfuzz.harness.judge.limits import register_limits
+from poolfuzz.harness.judge.moved import current_module, legacy_module
+from poolfuzz.harness.judge.plugins import plugin_families
 
 
 class UnknownTargetError(LookupError):
@@ -30,17 +30,17 @@ class UnknownTargetError(LookupError):
 
 
 KITS = (
-    "harness.kits.rows",
-    "harness.kits.mamba",
-    "harness.kits.kv",
-    "harness.kits.scheduler",
-    "harness.kits.engine",
-    "harness.kits.prefix_cache",
-    "harness.kits.block_pool",
-    "harness.kits.swa",
-    "harness.kits.vllm_engine",
+    "poolfuzz.harness.kits.rows",
+    "poolfuzz.harness.kits.mamba",
+    "poolfuzz.harness.kits.kv",
+    "poolfuzz.harness.kits.scheduler",
+    "poolfuzz.harness.kits.engine",
+    "poolfuzz.harness.kits.prefix_cache",
+    "poolfuzz.harness.kits.block_pool",
+    "poolfuzz.harness.kits.swa",
+    "poolfuzz.harness.kits.vllm_engine",
 )
-"""Our family kits, one line each: a kit is a package whose ``__init__`` declares ``FAMILIES`` (:mod:`harness.kits`)."""
+"""Our family kits, one line each: a kit is a package whose ``__init__`` declares ``FAMILIES`` (:mod:`poolfuzz.harness.kits`)."""
 
 
 def _declared(module_name: str) -> tuple[Family, ...]:
@@ -64,14 +64,20 @@ ENV_VAR = "POOLFUZZ_TARGETS"
 
 def resolve(spec: str) -> Any:
     """Import ``module:attr`` (``attr`` may be dotted); a module that has moved is read at its new name
-    (:mod:`harness.judge.moved`), so a trace saved before the move still resolves."""
+    (:mod:`poolfuzz.harness.judge.moved`), so a trace saved before the move still resolves."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UnknownTargetError(f"target {spec!r} is not of the form module:attr")
     try:
         obj: Any = _import_target_module(current_module(module_name))
     except ImportError as exc:
-        raise UnknownTargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from exc
+        renamed = legacy_module(module_name)
+        try:
+            obj = importlib.import_module(renamed) if renamed else None
+        except ImportError:
+            obj = None
+        if obj is None:
+            raise UnknownTargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -83,7 +89,7 @@ def resolve(spec: str) -> Any:
 def _import_target_module(name: str) -> Any:
     """Import a target's module; one not found is looked for in the current directory too.
 
-    ``python -m harness`` and ``python -m pytest`` put the current directory on ``sys.path``; the
+    ``poolfuzz`` and ``python -m pytest`` put the current directory on ``sys.path``; the
     ``poolfuzz`` console script and plain ``pytest`` do not, so ``--target req_to_token=mypool:MyPool``
     run from the project that holds ``mypool.py`` would not import there.  When the module's top-level
     package is not importable and the current directory holds it (``NAME.py`` or ``NAME/``), the
@@ -186,7 +192,7 @@ def check_target(name: str, spec: str) -> Callable[..., Any]:
 
     A substitute takes the family's configuration (its constructor binds the family's
     ``bench_config``, ``device`` optional) and, when it is a class, has every method of the
-    family's protocol.  Without this check ``--target paged_kv=pools:ReqToTokenPool`` builds
+    family's protocol.  Without this check ``--target paged_kv=poolfuzz.pools:ReqToTokenPool`` builds
     nothing, raises ``TypeError`` inside the first example and is reported as a *finding*.
     """
     fam = family(name)

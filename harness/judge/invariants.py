@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.judge.trace import Trace
+    from poolfuzz.harness.judge.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 A kit is one folder (``harness/kits/<kit>/`` here, any package outside) whose ``__init__``
 declares ``FAMILIES`` (or ``FAMILY``): each :class:`Family` names its parts as
 ``module:attr`` strings, resolved only when used, so declaring a kit imports nothing of
-it.  :mod:`harness.judge.families` lists our kits; the ``poolfuzz.families`` entry point
-group adds others (:mod:`harness.judge.plugins`).  The helpers below are the pieces
+it.  :mod:`poolfuzz.harness.judge.families` lists our kits; the ``poolfuzz.families`` entry point
+group adds others (:mod:`poolfuzz.harness.judge.plugins`).  The helpers below are the pieces
 several of our kits' declarations share.
 """
 
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.judge.ops import Operations
+from poolfuzz.harness.judge.ops import Operations
 
 if TYPE_CHECKING:
-    from harness.judge.config import PoolConfig
-    from harness.judge.limits import FamilyLimits
+    from poolfuzz.harness.judge.config import PoolConfig
+    from poolfuzz.harness.judge.limits import FamilyLimits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,9 +28,9 @@ class Family:
     Every reference is a ``module:attr`` (or module) string, resolved only when used,
     so the registry imports nothing above the judge and a family whose optional
     dependency is missing still lists.  Adding a family is one kit folder declaring it plus
-    one line in :data:`harness.judge.families.KITS` (``docs/adding-a-family.md``); a package
+    one line in :data:`poolfuzz.harness.judge.families.KITS` (``docs/adding-a-family.md``); a package
     outside this repository adds one through the ``poolfuzz.families`` entry point
-    (:mod:`harness.judge.plugins`).
+    (:mod:`poolfuzz.harness.judge.plugins`).
     """
 
     name: str
@@ -38,9 +38,9 @@ class Family:
     default: str
     """The pool factory fuzzed when no ``--target`` substitutes another."""
     driver: str
-    """The :class:`~harness.judge.driver.Driver` subclass that judges each step."""
+    """The :class:`~poolfuzz.harness.judge.driver.Driver` subclass that judges each step."""
     moves: str
-    """The family's :class:`~strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
+    """The family's :class:`~poolfuzz.strategies.table.MoveTable` (or a function returning it): its hypothesis machine,
     walk and bench workload are generated from it, so each input is declared once."""
     bench_config: PoolConfig | tuple[tuple[str, Any], ...] = ()
     """The pool configuration the bench workload runs on (and a substitute target must take): the family's typed
@@ -48,17 +48,17 @@ class Family:
     canaries: tuple[str, ...] = ()
     """Modules whose ``CANARIES`` dicts plant this family's historical bugs (a module may serve several)."""
     upstream: tuple[str, ...] = ()
-    """Target specs of upstream implementations of this family (``harness.upstream``)."""
+    """Target specs of upstream implementations of this family (``poolfuzz.harness.upstream``)."""
     invariants: tuple[str, ...] = ()
     """The invariant ids this family's driver checks (``harness list`` shows them)."""
     protocol: str = ""
-    """The ``typing.Protocol`` (``pools.protocols``) a pool class of this family satisfies: a
+    """The ``typing.Protocol`` (``poolfuzz.pools.protocols``) a pool class of this family satisfies: a
     substitute class lacking one of its methods is refused before anything is built."""
     device_path: bool = False
     """Whether the machine tests also run this family with the pools' device-path checks forced on the CPU."""
     optional_imports: tuple[str, ...] = ()
     """Optional dependencies of the family's pools (``triton``): the machine tests and ``harness mutate`` also
-    run the family with each blocked from import (:mod:`harness.machines.without`), as a host without it would."""
+    run the family with each blocked from import (:mod:`poolfuzz.harness.machines.without`), as a host without it would."""
     variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     """Pinned variants of the family's machine that its machine tests run on the CPU, as ``(label, pins)``, each pin
     a keyword of the ``moves`` function; ``harness mutate`` runs these (as ``name[label]``) in place of the machine."""
@@ -71,26 +71,26 @@ class Family:
     """Steps between drain audits (the move table's ``drain`` plan run on a copy of the pool; also at teardown);
     0: at teardown only.  Chosen from their measured cost (``docs/benchmarks.md``, "Drain audits")."""
     limits: FamilyLimits
-    """The family's size limits (:mod:`harness.judge.limits`): every config key it takes and every step argument that
+    """The family's size limits (:mod:`poolfuzz.harness.judge.limits`): every config key it takes and every step argument that
     sizes an allocation, with its bound.  Required, so no family's traces reach a constructor unchecked."""
     realistic: tuple[tuple[str, int | Callable[[Mapping[str, Any]], int]], ...] = ()
     """The least value a server builds or sends, per config key or step argument (``op.arg``, ``op.arg[*][1]``;
     a list's floor is its length), as an int or a function of the config: the floors of the realistic shrink
-    (:mod:`harness.traces.realistic`), so an upstream finding also reads as something a user could hit."""
+    (:mod:`poolfuzz.harness.traces.realistic`), so an upstream finding also reads as something a user could hit."""
     known_findings: str = ""
-    """The :class:`~harness.judge.contract.KnownFindingFilter` (``module:attr``) of the calls that reach this
-    family's known upstream findings, which :func:`harness.upstream.findings.machine_avoiding_known_findings`
+    """The :class:`~poolfuzz.harness.judge.contract.KnownFindingFilter` (``module:attr``) of the calls that reach this
+    family's known upstream findings, which :func:`poolfuzz.harness.upstream.findings.machine_avoiding_known_findings`
     withholds; empty: the family has none."""
     classifier: str = ""
     """How a violation by one of its upstream targets is classified (``module:attr`` of a function of the trace's
-    config and operations, returning a :class:`~harness.upstream.classify.Classification`): the engine's steps are
-    upstream's own scheduler iterations.  Empty: one class driven alone, ``latent`` (:mod:`harness.upstream.classify`)."""
+    config and operations, returning a :class:`~poolfuzz.harness.upstream.classify.Classification`): the engine's steps are
+    upstream's own scheduler iterations.  Empty: one class driven alone, ``latent`` (:mod:`poolfuzz.harness.upstream.classify`)."""
     not_covered: tuple[str, ...] = ()
     """What the family's configurations do not reach, one line each with the reason (``harness list`` prints
     them): a user reads there which of their deployment's paths the fuzzer leaves alone."""
     ops: type[Operations] | None = None
     """The family driver's declared operations and their arguments (the kit's ``ops`` module,
-    :mod:`harness.judge.ops`): every operation and argument the ``limits`` and ``realistic`` floors name must be
+    :mod:`poolfuzz.harness.judge.ops`): every operation and argument the ``limits`` and ``realistic`` floors name must be
     declared there, or the kit is refused as it is declared; the driver's ``ops`` must be the same class.  ``None``
     (a plug-in's kit) checks nothing."""
 
@@ -107,8 +107,8 @@ class Family:
     @property
     def config_class(self) -> type[PoolConfig]:
         """The family's typed configuration: its kit's class (``limits=SomeConfig.with_args(...)``), or one
-        generated from a bare limits row (:func:`harness.judge.config.untyped_config`)."""
-        from harness.judge.config import config_class
+        generated from a bare limits row (:func:`poolfuzz.harness.judge.config.untyped_config`)."""
+        from poolfuzz.harness.judge.config import config_class
 
         return config_class(self.name, self.limits)
 

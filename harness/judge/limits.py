@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from harness.judge.ops import Operations
+from poolfuzz.harness.judge.ops import Operations
 
 TOKENS = 1 << 20
 ROWS = 1 << 16
@@ -120,14 +120,14 @@ class FamilyLimits:
     args: Mapping[str, int] = field(default_factory=dict)
     """Step arguments that size a call, as ``op.arg`` or ``op.arg[*][1]`` (items of a list), and their bound."""
     typed: type | None = None
-    """The kit's config class (a :class:`~harness.judge.config.PoolConfig`, which imports this module), when the
+    """The kit's config class (a :class:`~poolfuzz.harness.judge.config.PoolConfig`, which imports this module), when the
     row was built from one
-    (:meth:`~harness.judge.config.PoolConfig.limits`); else the registry generates one from ``config``."""
+    (:meth:`~poolfuzz.harness.judge.config.PoolConfig.limits`); else the registry generates one from ``config``."""
 
 
 # ------------------------------------------------------------------ checks
 LIMITS: dict[str, FamilyLimits] = {}
-"""Every registered family's limits by name: :mod:`harness.judge.families` fills it from the kits' ``Family.limits``
+"""Every registered family's limits by name: :mod:`poolfuzz.harness.judge.families` fills it from the kits' ``Family.limits``
 as it builds the registry (this module stays below the registry, so it does not import it)."""
 
 

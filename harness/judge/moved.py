@@ -3,67 +3,83 @@
 A trace names its implementation as ``module:attr`` (``implementation`` in the file), and a
 corpus outlives a release: when the family kits moved into ``harness/kits/`` (December 2026)
 every canary and the two harness-built defaults (``block_pool``, ``scheduler``) changed module.
-:func:`harness.judge.families.resolve` reads an old name through this table, so a saved
+:func:`poolfuzz.harness.judge.families.resolve` reads an old name through this table, so a saved
 counterexample still replays; anything new is written under the new names.
 """
 
 from __future__ import annotations
 
 MOVED: dict[str, str] = {
-    "harness.judge.drivers.rows": "harness.kits.rows.driver",
-    "harness.canaries.rows": "harness.kits.rows.canaries",
-    "harness.judge.drivers.mamba": "harness.kits.mamba.driver",
-    "harness.judge.drivers.mamba_state": "harness.kits.mamba.state",
-    "harness.judge.drivers.hybrid": "harness.kits.mamba.hybrid",
-    "harness.canaries.mamba": "harness.kits.mamba.canaries",
-    "harness.judge.drivers.kv": "harness.kits.kv.driver",
-    "harness.judge.drivers.kv_misuse": "harness.kits.kv.misuse",
-    "harness.judge.drivers.kv_batches": "harness.kits.kv.batches",
-    "harness.judge.drivers.page_kernel": "harness.kits.kv.page_kernel",
-    "harness.judge.drivers.paged_kv": "harness.kits.kv.paged",
-    "harness.canaries.kv": "harness.kits.kv.canaries",
-    "harness.judge.drivers.swa": "harness.kits.swa.driver",
-    "harness.judge.drivers.swa_batches": "harness.kits.swa.batches",
-    "harness.judge.drivers.swa_checks": "harness.kits.swa.checks",
-    "harness.judge.drivers.swa_contract": "harness.kits.swa.contract",
-    "harness.judge.drivers.swa_misuse": "harness.kits.swa.misuse",
-    "harness.judge.drivers.pure_swa": "harness.kits.swa.pure",
-    "harness.canaries.swa": "harness.kits.swa.canaries",
-    "harness.judge.drivers.scheduler": "harness.kits.scheduler.driver",
-    "harness.judge.drivers.scheduler_base": "harness.kits.scheduler.base",
-    "harness.judge.drivers.scheduler_cache": "harness.kits.scheduler.cache",
-    "harness.judge.drivers.scheduler_kv": "harness.kits.scheduler.kv",
-    "harness.judge.drivers.scheduler_swa": "harness.kits.scheduler.swa",
-    "harness.canaries.scheduler": "harness.kits.scheduler.canaries",
-    "harness.judge.drivers.prefix_cache": "harness.kits.prefix_cache.driver",
-    "harness.judge.drivers.prefix_cache_calls": "harness.kits.prefix_cache.calls",
-    "harness.judge.drivers.prefix_cache_misuse": "harness.kits.prefix_cache.misuse",
-    "harness.canaries.prefix_cache": "harness.kits.prefix_cache.canaries",
-    "harness.judge.drivers.block_pool": "harness.kits.block_pool.driver",
-    "harness.judge.drivers.block_pool_misuse": "harness.kits.block_pool.misuse",
-    "harness.canaries.block_pool": "harness.kits.block_pool.canaries",
-    "harness.judge.drivers.engine": "harness.kits.engine.driver",
-    "harness.canaries.engine": "harness.kits.engine.canaries",
+    "poolfuzz.harness.judge.drivers.rows": "poolfuzz.harness.kits.rows.driver",
+    "poolfuzz.harness.canaries.rows": "poolfuzz.harness.kits.rows.canaries",
+    "poolfuzz.harness.judge.drivers.mamba": "poolfuzz.harness.kits.mamba.driver",
+    "poolfuzz.harness.judge.drivers.mamba_state": "poolfuzz.harness.kits.mamba.state",
+    "poolfuzz.harness.judge.drivers.hybrid": "poolfuzz.harness.kits.mamba.hybrid",
+    "poolfuzz.harness.canaries.mamba": "poolfuzz.harness.kits.mamba.canaries",
+    "poolfuzz.harness.judge.drivers.kv": "poolfuzz.harness.kits.kv.driver",
+    "poolfuzz.harness.judge.drivers.kv_misuse": "poolfuzz.harness.kits.kv.misuse",
+    "poolfuzz.harness.judge.drivers.kv_batches": "poolfuzz.harness.kits.kv.batches",
+    "poolfuzz.harness.judge.drivers.page_kernel": "poolfuzz.harness.kits.kv.page_kernel",
+    "poolfuzz.harness.judge.drivers.paged_kv": "poolfuzz.harness.kits.kv.paged",
+    "poolfuzz.harness.canaries.kv": "poolfuzz.harness.kits.kv.canaries",
+    "poolfuzz.harness.judge.drivers.swa": "poolfuzz.harness.kits.swa.driver",
+    "poolfuzz.harness.judge.drivers.swa_batches": "poolfuzz.harness.kits.swa.batches",
+    "poolfuzz.harness.judge.drivers.swa_checks": "poolfuzz.harness.kits.swa.checks",
+    "poolfuzz.harness.judge.drivers.swa_contract": "poolfuzz.harness.kits.swa.contract",
+    "poolfuzz.harness.judge.drivers.swa_misuse": "poolfuzz.harness.kits.swa.misuse",
+    "poolfuzz.harness.judge.drivers.pure_swa": "poolfuzz.harness.kits.swa.pure",
+    "poolfuzz.harness.canaries.swa": "poolfuzz.harness.kits.swa.canaries",
+    "poolfuzz.harness.judge.drivers.scheduler": "poolfuzz.harness.kits.scheduler.driver",
+    "poolfuzz.harness.judge.drivers.scheduler_base": "poolfuzz.harness.kits.scheduler.base",
+    "poolfuzz.harness.judge.drivers.scheduler_cache": "poolfuzz.harness.kits.scheduler.cache",
+    "poolfuzz.harness.judge.drivers.scheduler_kv": "poolfuzz.harness.kits.scheduler.kv",
+    "poolfuzz.harness.judge.drivers.scheduler_swa": "poolfuzz.harness.kits.scheduler.swa",
+    "poolfuzz.harness.canaries.scheduler": "poolfuzz.harness.kits.scheduler.canaries",
+    "poolfuzz.harness.judge.drivers.prefix_cache": "poolfuzz.harness.kits.prefix_cache.driver",
+    "poolfuzz.harness.judge.drivers.prefix_cache_calls": "poolfuzz.harness.kits.prefix_cache.calls",
+    "poolfuzz.harness.judge.drivers.prefix_cache_misuse": "poolfuzz.harness.kits.prefix_cache.misuse",
+    "poolfuzz.harness.canaries.prefix_cache": "poolfuzz.harness.kits.prefix_cache.canaries",
+    "poolfuzz.harness.judge.drivers.block_pool": "poolfuzz.harness.kits.block_pool.driver",
+    "poolfuzz.harness.judge.drivers.block_pool_misuse": "poolfuzz.harness.kits.block_pool.misuse",
+    "poolfuzz.harness.canaries.block_pool": "poolfuzz.harness.kits.block_pool.canaries",
+    "poolfuzz.harness.judge.drivers.engine": "poolfuzz.harness.kits.engine.driver",
+    "poolfuzz.harness.canaries.engine": "poolfuzz.harness.kits.engine.canaries",
     # The upstream wrappers and their caller contracts joined their kits (December 2026); traces name the
-    # wrappers as ``harness.upstream:NAME``, which did not move.
-    "harness.upstream.adapters": "harness.kits.kv.upstream",
-    "harness.upstream.swa_adapters": "harness.kits.swa.upstream",
-    "harness.upstream.vllm_adapters": "harness.kits.block_pool.upstream",
-    "harness.upstream.radix_adapters": "harness.kits.prefix_cache.upstream",
-    "harness.upstream.rust_core_adapter": "harness.kits.prefix_cache.upstream_rust",
-    "harness.upstream.contracts.token_kv": "harness.kits.kv.contracts.token_kv",
-    "harness.upstream.contracts.paged_kv": "harness.kits.kv.contracts.paged_kv",
-    "harness.upstream.contracts.mamba_slots": "harness.kits.mamba.contracts.mamba_slots",
-    "harness.upstream.contracts.swa_kv": "harness.kits.swa.contracts.swa_kv",
-    "harness.upstream.contracts.pure_swa_kv": "harness.kits.swa.contracts.pure_swa_kv",
-    "harness.upstream.contracts.radix_cache": "harness.kits.prefix_cache.contracts.radix_cache",
-    "harness.upstream.contracts.rust_tree_core": "harness.kits.prefix_cache.contracts.rust_tree_core",
-    "harness.upstream.contracts.block_pool": "harness.kits.block_pool.contracts.block_pool",
-    "harness.upstream.contracts.engine": "harness.kits.engine.contracts.engine",
+    # wrappers as ``poolfuzz.harness.upstream:NAME``, which did not move.
+    "poolfuzz.harness.upstream.adapters": "poolfuzz.harness.kits.kv.upstream",
+    "poolfuzz.harness.upstream.swa_adapters": "poolfuzz.harness.kits.swa.upstream",
+    "poolfuzz.harness.upstream.vllm_adapters": "poolfuzz.harness.kits.block_pool.upstream",
+    "poolfuzz.harness.upstream.radix_adapters": "poolfuzz.harness.kits.prefix_cache.upstream",
+    "poolfuzz.harness.upstream.rust_core_adapter": "poolfuzz.harness.kits.prefix_cache.upstream_rust",
+    "poolfuzz.harness.upstream.contracts.token_kv": "poolfuzz.harness.kits.kv.contracts.token_kv",
+    "poolfuzz.harness.upstream.contracts.paged_kv": "poolfuzz.harness.kits.kv.contracts.paged_kv",
+    "poolfuzz.harness.upstream.contracts.mamba_slots": "poolfuzz.harness.kits.mamba.contracts.mamba_slots",
+    "poolfuzz.harness.upstream.contracts.swa_kv": "poolfuzz.harness.kits.swa.contracts.swa_kv",
+    "poolfuzz.harness.upstream.contracts.pure_swa_kv": "poolfuzz.harness.kits.swa.contracts.pure_swa_kv",
+    "poolfuzz.harness.upstream.contracts.radix_cache": "poolfuzz.harness.kits.prefix_cache.contracts.radix_cache",
+    "poolfuzz.harness.upstream.contracts.rust_tree_core": "poolfuzz.harness.kits.prefix_cache.contracts.rust_tree_core",
+    "poolfuzz.harness.upstream.contracts.block_pool": "poolfuzz.harness.kits.block_pool.contracts.block_pool",
+    "poolfuzz.harness.upstream.contracts.engine": "poolfuzz.harness.kits.engine.contracts.engine",
 }
 """Old module name to new, for every module a trace's ``implementation`` could name."""
+
+
+LEGACY_PACKAGES = ("harness", "pools", "strategies")
+"""The top-level names poolfuzz installed before it owned one, ``poolfuzz`` (December 2026)."""
 
 
 def current_module(name: str) -> str:
     """``name``, or where it lives now if it moved."""
     return MOVED.get(name, name)
+
+
+def legacy_module(name: str) -> str | None:
+    """Where ``name`` lives now if a trace wrote it before the package became ``poolfuzz.*``, else ``None``.
+
+    Traces saved before December 2026 name our modules ``pools:ReqToTokenPool`` or
+    ``harness.upstream:SglangTokenAllocator``.  :func:`poolfuzz.harness.judge.families.resolve` tries a
+    name as written first (a user's own ``pools.py`` keeps its name) and falls back to this one.
+    """
+    if name.partition(".")[0] not in LEGACY_PACKAGES:
+        return None
+    return current_module("poolfuzz." + name)

@@ -38,7 +38,7 @@ class OpsError(ValueError):
 
 
 Step = tuple[OpName, dict[str, Any]]
-"""One step as a move draws it: a declared operation and its arguments (a ``strategies.table.Step``)."""
+"""One step as a move draws it: a declared operation and its arguments (a ``poolfuzz.strategies.table.Step``)."""
 
 A = TypeVar("A", bound=Mapping[str, object])
 

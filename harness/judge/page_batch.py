@@ -5,7 +5,7 @@ request's prefix holds its own pages, ``last_loc`` is the true slot of token
 ``prefix - 1`` (``-1`` for an empty prefix) and the free list is made of pages
 nobody owns.  It holds ints only; :meth:`PageBatch.tensors` builds the tensors a
 kernel or ``alloc_extend`` receives.  It lives in the judge, which never imports
-hypothesis; :mod:`harness.kits.kv.page_moves` builds and draws it.
+hypothesis; :mod:`poolfuzz.harness.kits.kv.page_moves` builds and draws it.
 """
 
 from __future__ import annotations

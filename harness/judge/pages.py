@@ -1,6 +1,6 @@
 """Page arithmetic the KV models share: the contract's counts, written once and independently of the pools.
 
-The models must not borrow :mod:`pools.page_alloc.counting`: a bug there would
+The models must not borrow :mod:`poolfuzz.pools.page_alloc.counting`: a bug there would
 then agree with itself.
 """
 

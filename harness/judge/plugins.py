@@ -5,7 +5,7 @@ An engine's own test suite (or any package) declares, in its ``pyproject.toml``:
     [project.entry-points."poolfuzz.families"]
     my_pool = "my_package.poolfuzz_kit:FAMILY"
 
-where the object named is a :class:`~harness.judge.kit.Family` or an iterable of
+where the object named is a :class:`~poolfuzz.harness.judge.kit.Family` or an iterable of
 them.  Once the package is installed, ``poolfuzz list``, ``fuzz``, ``replay``,
 ``selfcheck`` (its canaries) and the pytest plugin treat the family as one of ours.
 A kit names its parts as ``module:attr`` strings like ours do: a pool factory, a

@@ -5,7 +5,7 @@ keyed by source digests and drops entries when a machine changes, while a trace
 names operations and concrete arguments only (docs/corpus.md has the format,
 harness/traces/trace.schema.json its JSON Schema).  Every driver records into one; the
 file side (validation, the corpus store, replay, shrinking) lives in
-:mod:`harness.traces`, above the judge.
+:mod:`poolfuzz.harness.traces`, above the judge.
 """
 
 from __future__ import annotations

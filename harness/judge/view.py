@@ -1,8 +1,8 @@
 """Views: the typed, read-only face a driver shows to the code that steers it.
 
 Two kinds of code decide what the next step may be without being the driver: a family's
-moves (:mod:`strategies.table`, each draw reads the table's view) and an upstream target's
-caller contract (:mod:`harness.judge.contract`, each predicate reads the contract's view).
+moves (:mod:`poolfuzz.strategies.table`, each draw reads the table's view) and an upstream target's
+caller contract (:mod:`poolfuzz.harness.judge.contract`, each predicate reads the contract's view).
 Both read the driver only through a :class:`DriverView` subclass that names, with types,
 what they may see, so a driver's internals can change without its moves or contracts
 following them, and mypy checks each read against the view class.

@@ -12,7 +12,7 @@ in a 30-step example only by luck; the catalogue issues every kind on purpose,
 at a deliberate rate: at most once per :data:`CATALOGUE_SPACING` driver steps per
 catalogue entry, so in long runs it is about a third of the steps (misuse steps
 are cheap: validation, then nothing changes).  Its arguments are drawn through a
-:class:`~strategies.choosers.DataChooser`, so hypothesis shrinks them too.
+:class:`~poolfuzz.strategies.choosers.DataChooser`, so hypothesis shrinks them too.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from harness.judge.config import PoolConfig
-from harness.judge.driver import Driver
-from harness.judge.families import family, resolve
-from strategies.choosers import Chooser, DataChooser
-from strategies.table import Move, MoveTable, corner_steps
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.driver import Driver
+from poolfuzz.harness.judge.families import family, resolve
+from poolfuzz.strategies.choosers import Chooser, DataChooser
+from poolfuzz.strategies.table import Move, MoveTable, corner_steps
 
 CATALOGUE_SPACING = 2
 """Driver steps between two catalogue runs, per catalogue entry."""

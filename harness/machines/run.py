@@ -4,7 +4,7 @@
 ``selfcheck`` all use.  When hypothesis reports a failure, the exception it
 re-raises comes from the final replay of the *shrunk* example, so the trace the
 driver attached to it is the minimal one: that trace is shrunk further by replay
-(:func:`~harness.traces.shrink.shrink_trace`), printed as readable steps and,
+(:func:`~poolfuzz.harness.traces.shrink.shrink_trace`), printed as readable steps and,
 given a corpus directory, saved there.
 
 Hypothesis's own shrinking gets :data:`HYPOTHESIS_SHRINK_SECONDS` of wall time after
@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.judge.invariants import InvariantViolation
-from harness.judge.trace import Trace, fill_provenance
-from harness.machines.base import PoolMachine
-from harness.traces.keep import keep_trace
-from harness.traces.replay import replay_trace
-from harness.traces.shrink import shrink_trace
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.trace import Trace, fill_provenance
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.harness.traces.keep import keep_trace
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.shrink import shrink_trace
 
 _Found = TypeVar("_Found")
 
@@ -138,7 +138,7 @@ def run_machine(
 
     Hypothesis shrinks for ``shrink_seconds`` after the first failing step, the replay
     shrinker goes on from the shortest failing trace seen by then.  The trace is kept even
-    when ``corpus`` cannot be written (:func:`~harness.traces.keep.keep_trace` falls back
+    when ``corpus`` cannot be written (:func:`~poolfuzz.harness.traces.keep.keep_trace` falls back
     to a temporary folder and the message says where).
     """
     shortest = ShortestFailure()

@@ -133,7 +133,7 @@ def pinned_settings(**overrides: Any) -> settings:
     return build_settings("ci", **overrides)
 
 
-PACKAGES = ("pools", "strategies", "harness")
+PACKAGES = ("poolfuzz.pools", "poolfuzz.strategies", "poolfuzz.harness")
 """The packages whose modules Hypothesis mines for constants (its "local" code)."""
 _imported = False
 
@@ -146,7 +146,7 @@ def import_every_module() -> None:
     draws from them now and then, derandomised or not; the pool grows as modules
     are imported.  A pinned canary check under ``pytest -n auto`` found its bug or
     not depending on whether an earlier test in the same worker had imported
-    ``harness.bench.run``.  With every module loaded up front the pool is the
+    ``poolfuzz.harness.bench.run``.  With every module loaded up front the pool is the
     same in every process.  Optional extras that cannot be imported here (Triton,
     Redis) are skipped, as they are skipped everywhere else in such a process.
     """

@@ -3,8 +3,8 @@
 Two rules: ``init_pool`` draws the configuration with the table's ``configs``, and
 ``take_move`` makes a weighted pick among the table's moves and issues it (its setup
 steps first, when the state lacks what the move needs), every value drawn through a
-:class:`~strategies.choosers.DataChooser`.  The inherited ``run_catalogue`` rule issues
-the catalogue.  Nothing is written twice: the walk (:mod:`harness.fuzz.walk`) and the
+:class:`~poolfuzz.strategies.choosers.DataChooser`.  The inherited ``run_catalogue`` rule issues
+the catalogue.  Nothing is written twice: the walk (:mod:`poolfuzz.harness.fuzz.walk`) and the
 bench workload draw from the same moves with a plain ``random.Random``.
 """
 
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from hypothesis.strategies import SearchStrategy
 
-from harness.judge.config import PoolConfig
-from harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
-from harness.machines.base import PoolMachine
-from strategies.choosers import DataChooser
-from strategies.table import corner_steps, load_table
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.families import UnknownTargetError, family, implementation_for, load_factory, resolve, validates_input
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.strategies.choosers import DataChooser
+from poolfuzz.strategies.table import corner_steps, load_table
 
 PICK_TRIES = 4
 """Picks a ``take_move`` step makes before it gives up on a state that offers none of them (a no-op step)."""

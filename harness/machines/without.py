@@ -3,7 +3,7 @@
 A family whose pools have an optional fast path (the paged allocator's ``triton``
 kernel) must also behave where that dependency is missing: ``triton_available()``
 says no, the strategies stop drawing the kernel, and asking for it anyway is a
-typed :class:`~pools.errors.KernelUnavailableError`.  Every machine here runs
+typed :class:`~poolfuzz.pools.errors.KernelUnavailableError`.  Every machine here runs
 with triton installed, so without this block that branch is never taken and a
 wrong availability answer (claiming triton where it does not load, or denying it
 where it does) goes unseen; the kit's ``optional_imports`` names what to block.
@@ -25,7 +25,7 @@ from types import ModuleType
 
 __all__ = ["without_modules"]
 
-_FIRST_PARTY = ("pools", "strategies", "harness")
+_FIRST_PARTY = ("poolfuzz.pools", "poolfuzz.strategies", "poolfuzz.harness")
 
 
 def _blocked(name: str, names: Sequence[str]) -> bool:
@@ -33,10 +33,10 @@ def _blocked(name: str, names: Sequence[str]) -> bool:
 
 
 def _first_party(name: str) -> bool:
-    """Ours (``pools``, ``strategies``, ``harness``): the modules whose fallback is under test.  A third-party
+    """Ours (``poolfuzz.pools``, ``poolfuzz.strategies``, ``poolfuzz.harness``): the modules whose fallback is under test.  A third-party
     module that imported the blocked one keeps it: taking ``torch._dynamo.utils`` out of ``sys.modules`` would
     make torch execute it a second time on its next import, which torch does not survive."""
-    return name.split(".", 1)[0] in _FIRST_PARTY
+    return _blocked(name, _FIRST_PARTY)
 
 
 def _holds(module: ModuleType, held: set[int]) -> bool:
@@ -48,7 +48,7 @@ def _clear_probes() -> None:
     (``triton_available``): one cached inside the block would outlive it, and one cached before would leak in.
     Nothing above :mod:`pools` may cache such an answer (it would not be cleared)."""
     for name, module in list(sys.modules.items()):
-        if module is None or not (name == "pools" or name.startswith("pools.")):
+        if module is None or not _blocked(name, ("poolfuzz.pools",)):
             continue
         for value in list(vars(module).values()):
             clear = getattr(value, "cache_clear", None)

@@ -1,4 +1,4 @@
-"""``python -m harness mutate``: plant mutants in ``pools/`` and report which ones the machines kill.
+"""``poolfuzz mutate``: plant mutants in ``pools/`` and report which ones the machines kill.
 
 Order of a run: generate the mutants (parent, AST only); start the workers;
 trace every target once, unmutated (abort if any fails); run every reached
@@ -21,14 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import harness
-from harness.helptext import prog
-from harness.mutate.mutants import ModuleSource, Mutant, generate
-from harness.mutate.plan import Baseline, BaselineFailed
-from harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, write_json, wrong_equivalents_text
-from harness.mutate.runner import Job, WorkerFailed, WorkerPool
-from harness.mutate.targets import target_names
-from harness.mutate.worker import Outcome, WorkerSetup
+from poolfuzz import harness
+from poolfuzz.harness.helptext import prog
+from poolfuzz.harness.mutate.mutants import ModuleSource, Mutant, generate
+from poolfuzz.harness.mutate.plan import Baseline, BaselineFailed
+from poolfuzz.harness.mutate.report import KILLS, not_run_text, survivors_text, table_text, to_json, write_json, wrong_equivalents_text
+from poolfuzz.harness.mutate.runner import Job, WorkerFailed, WorkerPool
+from poolfuzz.harness.mutate.targets import target_names
+from poolfuzz.harness.mutate.worker import Outcome, WorkerSetup
 
 ROOT = Path(harness.__file__).resolve().parent.parent
 EXCLUDED = ("pools/page_alloc/triton.py",)
@@ -39,8 +39,8 @@ EXIT_BASELINE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.arguments import positive
-    from harness.cli import usable_cores
+    from poolfuzz.harness.arguments import positive
+    from poolfuzz.harness.cli import usable_cores
 
     parser = argparse.ArgumentParser(
         prog=prog("mutate"),

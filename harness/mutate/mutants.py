@@ -31,9 +31,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.mutate.classify import message_nodes
-from harness.mutate.equivalents import SELF_CHECKS, equivalence
-from harness.mutate.operators import Transform, edits
+from poolfuzz.harness.mutate.classify import message_nodes
+from poolfuzz.harness.mutate.equivalents import SELF_CHECKS, equivalence
+from poolfuzz.harness.mutate.operators import Transform, edits
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 _SKIPPED_FIELDS = frozenset({"decorator_list", "returns", "annotation", "type_comment", "type_params", "format_spec"})
@@ -67,9 +67,13 @@ class Place:
     function: str
 
 
+INSTALLED_AS = {"pools": "poolfuzz", "harness": "poolfuzz", "strategies": "poolfuzz"}
+"""Our folders import as ``poolfuzz.<folder>``: a module's dotted name gains the package its folder installs under."""
+
+
 @dataclass(frozen=True)
 class ModuleSource:
-    """One parsed module file: ``name`` is dotted (``pools.req_to_token``), ``path`` relative to ``root``."""
+    """One parsed module file: ``name`` is dotted (``poolfuzz.pools.req_to_token``), ``path`` relative to ``root``."""
 
     name: str
     path: str
@@ -87,6 +91,8 @@ class ModuleSource:
         parts = list(relative.with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
+        if parts[0] in INSTALLED_AS:
+            parts.insert(0, INSTALLED_AS[parts[0]])
         return cls.parse(resolved.read_text(), name=".".join(parts), path=relative.as_posix(), file=str(resolved),
                          root=str(root.resolve()))
 
@@ -104,7 +110,10 @@ class ModuleSource:
         """The parsed tree of module ``name`` under the same root, if it is a file there."""
         if not self.root:
             return None
-        base = Path(self.root, *name.split("."))
+        parts = name.split(".")
+        if len(parts) > 1 and INSTALLED_AS.get(parts[1]) == parts[0]:
+            parts.pop(0)
+        base = Path(self.root, *parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 return _parse_file(str(candidate))
@@ -145,7 +154,7 @@ class Mutant:
     index: int
     transform: Transform = field(compare=False, repr=False)
     equivalent: str = field(default="", compare=False)
-    """Why the mutant is equivalent (:mod:`harness.mutate.equivalents`), ``""`` when it is not judged so."""
+    """Why the mutant is equivalent (:mod:`poolfuzz.harness.mutate.equivalents`), ``""`` when it is not judged so."""
     self_check: bool = field(default=False, compare=False)
     """The mutant edits a self-check (``SELF_CHECKS``): scored apart, as an assertion would be."""
 

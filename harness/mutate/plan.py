@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.mutate.mutants import Mutant
-from harness.mutate.targets import LineHits
+from poolfuzz.harness.mutate.mutants import Mutant
+from poolfuzz.harness.mutate.targets import LineHits
 
 AUTO_FLOOR = 10.0
 AUTO_FACTOR = 3.0

@@ -1,6 +1,6 @@
 """What a mutation run found: tables per module and kind, the survivors, and the JSON record.
 
-Statuses (see :class:`~harness.mutate.worker.Outcome`): *killed* counts mutants a
+Statuses (see :class:`~poolfuzz.harness.mutate.worker.Outcome`): *killed* counts mutants a
 machine failed on, *timeout* those the watchdog stopped (also kills: the mutant
 made a machine hang), *crashed* those whose worker died (kills as well), *survived*
 those every reaching machine ran clean on, *not reached* those no machine
@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness.mutate.mutants import Mutant
-from harness.mutate.worker import Outcome
+from poolfuzz.harness.mutate.mutants import Mutant
+from poolfuzz.harness.mutate.worker import Outcome
 
 STATUSES = ("killed", "timeout", "crashed", "survived", "not-reached", "not-run")
 KILLS = frozenset({"killed", "timeout", "crashed"})

@@ -1,6 +1,6 @@
 """The parent side: a pool of worker processes, fed one job at a time, under a watchdog.
 
-Each worker (:func:`harness.mutate.worker.serve`, started with ``spawn`` so it
+Each worker (:func:`poolfuzz.harness.mutate.worker.serve`, started with ``spawn`` so it
 imports the pools fresh) takes one job, replies, and takes the next.  The
 parent watches the clock: a worker still busy past its job's limit is killed
 (the job's reply is ``("timeout", limit)``) and a fresh worker takes its place
@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from harness.mutate.worker import WorkerSetup, serve
+from poolfuzz.harness.mutate.worker import WorkerSetup, serve
 
 STARTUP_LIMIT = 300.0
 """Seconds a worker may take to import and index the pools before the run is abandoned."""

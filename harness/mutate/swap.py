@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType, FunctionType, ModuleType
 
-from harness.mutate.mutants import ModuleSource, Mutant, walk_unit
+from poolfuzz.harness.mutate.mutants import ModuleSource, Mutant, walk_unit
 
 
 class NotSwappable(Exception):

@@ -6,12 +6,12 @@ a run without each of its kit's ``optional_imports`` (``paged_kv[no-triton]``: t
 without triton takes), and for a family with pinned ``variants`` in its kit (the scheduler) one per variant,
 as ``tests/test_scheduler_machine.py`` runs them on CPU: each CPU kernel, page size 1,
 hybrid rows, the prefix cache and the sliding window (interpreted Triton is left out:
-it is the slow CPU stand-in for a GPU kernel, and :mod:`pools.page_alloc.triton` is
+it is the slow CPU stand-in for a GPU kernel, and :mod:`poolfuzz.pools.page_alloc.triton` is
 not mutated by default).  Both lists are read from the registry (``variants``,
 ``device_path``), so a family declares them in its kit and nothing here names it.
 The misuse-off runs of the machine tests are left out: they issue a subset of
 the same calls.  Each family also has a *walk* target (``prefix_cache[walk]``):
-:data:`WALK_STEPS` steps of the nightly runner's other engine (:mod:`harness.fuzz.walk`)
+:data:`WALK_STEPS` steps of the nightly runner's other engine (:mod:`poolfuzz.harness.fuzz.walk`)
 from seed 0, with its drain audits, since ``fuzz`` kills a bug with either engine.
 
 Every run uses the machine tests' pinned settings (the derandomised ``ci``
@@ -32,13 +32,13 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from harness.judge.families import FAMILIES, resolve
-from strategies.table import load_table
+from poolfuzz.harness.judge.families import FAMILIES, resolve
+from poolfuzz.strategies.table import load_table
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
-    from harness.machines.base import PoolMachine
+    from poolfuzz.harness.machines.base import PoolMachine
 
 WALK = "[walk]"
 WALK_STEPS = 10_000
@@ -46,7 +46,7 @@ WALK_STEPS = 10_000
 DEVICE_PATH = "[device-path]"
 DEVICE_PATH_FAMILIES = tuple(f.name for f in FAMILIES.values() if f.device_path)
 """Families (their registry entries' ``device_path``) ``tests/test_machines.py`` also runs with the device path of the pools' checks forced on the CPU
-(:data:`pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
+(:data:`poolfuzz.pools.page_states.DEVICE_PATH_ON_CPU`): the torch-op checks a CUDA pool runs instead of the NumPy ones."""
 _DEVICE_PATH_ENV = "POOLFUZZ_DEVICE_PATH_ON_CPU"
 WITHOUT = "[no-{}]"
 """The suffix of a family's run with one of its kit's ``optional_imports`` blocked: ``paged_kv[no-triton]``."""
@@ -69,7 +69,7 @@ def blocked_import(target: str) -> str | None:
 def environment(target: str) -> Iterator[None]:
     """The process environment ``target`` runs in: the device-path variants set the variable, others clear it;
     a ``[no-...]`` run has that import blocked."""
-    from harness.machines.without import without_modules
+    from poolfuzz.harness.machines.without import without_modules
 
     previous = os.environ.pop(_DEVICE_PATH_ENV, None)
     if target.endswith(DEVICE_PATH):
@@ -121,7 +121,7 @@ def variant_pins(target: str) -> dict[str, Any] | None:
 
 def build_machine(target: str) -> type[PoolMachine]:
     """The machine class ``target`` runs: the family's, or its machine over the table its variant's pins make."""
-    from harness.machines import make_machine
+    from poolfuzz.harness.machines import make_machine
 
     family = family_of(target)
     base = make_machine(family)
@@ -137,7 +137,7 @@ def mutation_settings(examples: int | None = None) -> Settings:
     """The machine tests' pinned ``ci`` settings without shrinking; ``examples`` raises the example budget."""
     from hypothesis import Phase
 
-    from harness.machines.settings import pinned_settings
+    from poolfuzz.harness.machines.settings import pinned_settings
 
     overrides: dict[str, Any] = {"database": None, "phases": [Phase.explicit, Phase.generate, Phase.target]}
     if examples is not None:
@@ -150,7 +150,7 @@ def run_target(target: str, machine: type[PoolMachine], settings: Settings) -> N
     of the family's walk from seed 0 (drain audits on, as ``fuzz`` walks); raises whatever the run finds."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from harness.fuzz.walk import WalkRun
+    from poolfuzz.harness.fuzz.walk import WalkRun
 
     with environment(target):
         if target.endswith(WALK):

@@ -3,7 +3,7 @@
 :class:`MutantLab` is the in-process part (also used directly by the tests):
 it holds the parsed modules, their mutants by id, the live functions to swap
 and one machine class per target.  :func:`serve` wraps it in a loop over a
-pipe for :mod:`harness.mutate.runner`; the parent's watchdog, not the worker,
+pipe for :mod:`poolfuzz.harness.mutate.runner`; the parent's watchdog, not the worker,
 enforces the time limit.
 
 Messages in: ``("trace", target)``, ``("mutant", id, [targets])``, ``None`` (stop).
@@ -24,12 +24,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.mutate.mutants import ModuleSource, Mutant, generate
-from harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
-from harness.mutate.targets import LineHits, build_machine, mutation_settings, run_target, trace_target
+from poolfuzz.harness.mutate.mutants import ModuleSource, Mutant, generate
+from poolfuzz.harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
+from poolfuzz.harness.mutate.targets import LineHits, build_machine, mutation_settings, run_target, trace_target
 
 if TYPE_CHECKING:
-    from harness.machines.base import PoolMachine
+    from poolfuzz.harness.machines.base import PoolMachine
 
 MEMORY_LIMIT = 4 << 30
 """Address-space limit of a worker: a mutant that sizes a tensor wildly fails to allocate instead of swapping."""
@@ -66,7 +66,7 @@ class Outcome:
 
 def describe_failure(exc: BaseException) -> str:
     """``invariant <id>`` for a violation, else ``<Type>: <first line>``, cut to one short line."""
-    from harness.machines.run import violation_of
+    from poolfuzz.harness.machines.run import violation_of
 
     violation = violation_of(exc)
     if violation is not None:

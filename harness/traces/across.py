@@ -1,6 +1,6 @@
 """``replay --across``: replay upstream traces against several releases, to say when a bug came and if it went.
 
-``python -m harness replay corpus/upstream/ --across sglang==0.5.19..0.5.23`` (or a list,
+``poolfuzz replay corpus/upstream/ --across sglang==0.5.19..0.5.23`` (or a list,
 ``sglang==0.5.20,0.5.23``; ``vllm==...`` likewise) fetches each release's wheel once with
 ``pip download --no-deps`` into a cache folder (``--across-cache``, default
 ``~/.cache/poolfuzz/releases``), unzips it there, and replays every trace against it in a
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.traces.replay import expected_outcome, replay_trace, trace_files
-from harness.traces.schema import TraceError, load_trace
+from poolfuzz.harness.traces.replay import expected_outcome, replay_trace, trace_files
+from poolfuzz.harness.traces.schema import TraceError, load_trace
 
 PACKAGES = {"sglang": "POOLFUZZ_SGLANG_SRC", "vllm": "POOLFUZZ_VLLM_SRC"}
 """The packages a release can be replayed across, and the variable that points their loaders at a folder."""
@@ -196,7 +196,7 @@ def judge_here(paths: Sequence[Path]) -> list[dict[str, str]]:
 def _run_release(across: Across, folder: Path, paths: Sequence[Path]) -> list[dict[str, str]]:
     env = {**os.environ, across.variable: str(folder)}
     done = subprocess.run(
-        [sys.executable, "-m", "harness.traces.across", *map(str, paths)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "poolfuzz.harness.traces.across", *map(str, paths)], env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness.judge.trace import Trace
+from poolfuzz.harness.judge.trace import Trace
 
 DEFAULT_CORPUS = Path("corpus")
 """The corpus of the project being fuzzed: ``corpus/`` under the working directory (``--corpus`` overrides)."""

@@ -5,11 +5,11 @@ package), in the order a maintainer reads one:
 
 * a title in the engine's words (the known finding's, from ``corpus/known.toml``, else the upstream class and
   what went wrong);
-* the classification and reachability (:mod:`harness.upstream.classify`, the steps off the callers' path);
+* the classification and reachability (:mod:`poolfuzz.harness.upstream.classify`, the steps off the callers' path);
 * the server arguments (the trace's config) and the request pattern (its operations);
 * the versions affected: the reviewed range of ``known.toml``, and ``replay --across`` when asked for
   (``--across sglang==A..B``: it fetches wheels, so never by default);
-* the shortest trace and a realistic one (within the kit's floors, :mod:`harness.traces.realistic`), each step
+* the shortest trace and a realistic one (within the kit's floors, :mod:`poolfuzz.harness.traces.realistic`), each step
   with the upstream calls its caller contract says it makes (``harness/kits/*/contracts/``);
 * both judges' accounts: poolfuzz's invariant with its numbers, and upstream's own checks where the target has
   them (the engine's), else what upstream's class said (it accepted every call);
@@ -33,15 +33,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.judge.contract import contract_of
-from harness.judge.families import UnknownTargetError, family, load_factory
-from harness.judge.trace import Trace
-from harness.traces.known_replay import committed_finding
-from harness.traces.realistic import unrealistic
-from harness.traces.replay import ReplayResult, plural, replay_trace
-from harness.traces.schema import TraceError, load_trace
-from harness.upstream.classify import classify
-from harness.upstream.known import KNOWN_FILE, REPOSITORY, KnownFinding, known_finding_of, load_known, upstream_code, upstream_label
+from poolfuzz.harness.judge.contract import contract_of
+from poolfuzz.harness.judge.families import UnknownTargetError, family, load_factory
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.known_replay import committed_finding
+from poolfuzz.harness.traces.realistic import unrealistic
+from poolfuzz.harness.traces.replay import ReplayResult, plural, replay_trace
+from poolfuzz.harness.traces.schema import TraceError, load_trace
+from poolfuzz.harness.upstream.classify import classify
+from poolfuzz.harness.upstream.known import (
+    KNOWN_FILE,
+    REPOSITORY,
+    KnownFinding,
+    known_finding_of,
+    load_known,
+    upstream_code,
+    upstream_label,
+)
 
 REPROS = REPOSITORY / "corpus" / "upstream"
 """Where the committed standalone reproductions live (``repro_*.py``, each naming its finding's number)."""
@@ -269,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _across(path: Path, spec: str | None) -> list[str]:
     if spec is None:
         return []
-    from harness.traces.across import AcrossError, parse_across, replay_across, report
+    from poolfuzz.harness.traces.across import AcrossError, parse_across, replay_across, report
 
     try:
         across = parse_across(spec)

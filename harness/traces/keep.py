@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.judge.trace import Trace
-from harness.traces.corpus import save_trace, trace_path
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.corpus import save_trace, trace_path
 
 FALLBACK_FOLDER = "poolfuzz-found"
 """Under :func:`tempfile.gettempdir`: where a trace goes when the corpus cannot be written."""

@@ -2,7 +2,7 @@
 
 Two things, both on the line of one replayed trace:
 
-* a violation whose fingerprint (:mod:`harness.upstream.known`) is a known finding is labelled with its number
+* a violation whose fingerprint (:mod:`poolfuzz.harness.upstream.known`) is a known finding is labelled with its number
   and key.  Where the trace did not expect it (a trace of ``corpus/found`` replayed on an upstream target, say),
   it is ``KNOWN``: recorded, and the trace counts as matched (exit 0), unless ``--strict``, where it fails as a
   new violation does;
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.judge.trace import Trace
-from harness.traces.replay import ReplayResult, expected_outcome, same_implementation
-from harness.upstream.known import KNOWN_FILE, KnownFinding, known_finding_of, load_known, upstream_code, upstream_label
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.replay import ReplayResult, expected_outcome, same_implementation
+from poolfuzz.harness.upstream.known import KNOWN_FILE, KnownFinding, known_finding_of, load_known, upstream_code, upstream_label
 
 __all__ = ["committed_finding", "known_of", "label", "possibly_fixed_line", "violation_known"]
 

@@ -1,17 +1,17 @@
 """Realistic shrinking: the smallest failing trace a server could produce, beside the smallest one.
 
-The replay shrinker (:mod:`harness.traces.shrink`) drives sizes toward 0, so an upstream
+The replay shrinker (:mod:`poolfuzz.harness.traces.shrink`) drives sizes toward 0, so an upstream
 finding reads "a 0-slot SWA pool, a request of 0 tokens": true, and minimal, and no
 scheduler builds it; a maintainer then has to work out whether the bug needs it.  A
 family's kit names the least value a server builds or sends for each config key or step
-argument (:attr:`~harness.judge.kit.Family.realistic`: a pool of a few pages, a
+argument (:attr:`~poolfuzz.harness.judge.kit.Family.realistic`: a pool of a few pages, a
 request of at least one token), and :func:`shrink_realistic` shrinks within those floors:
 
 1. lift the trace as found (unshrunk: it has the room to absorb the change) to the floors;
 2. if it still fails, shrink it with every candidate below a floor refused, keeping the invariant
    it now violates (often the one found; in a pool with room, sometimes the next symptom).
 
-Floors are keyed like the size limits (:mod:`harness.judge.limits`): a config key, or
+Floors are keyed like the size limits (:mod:`poolfuzz.harness.judge.limits`): a config key, or
 ``op.arg`` / ``op.arg[*][1]`` for step arguments; a floor on a list is on its length (a
 prompt of at least one token).  A floor is an int or a function of the config (``4 *
 page_size`` tokens).
@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from harness.judge.families import family
-from harness.judge.limits import parse_arg_path, select_values
-from harness.judge.trace import Trace
-from harness.traces.replay import replay_trace
-from harness.traces.shrink import Steps, shrink_trace
+from poolfuzz.harness.judge.families import family
+from poolfuzz.harness.judge.limits import parse_arg_path, select_values
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.replay import replay_trace
+from poolfuzz.harness.traces.shrink import Steps, shrink_trace
 
 Floor = int | Callable[[Mapping[str, Any]], int]
 """The least realistic value: an int, or one computed from the trace's config."""
@@ -132,7 +132,7 @@ def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool
     It fails as ``invariant_id`` if the lifted trace still does, else as whatever the lifted trace violates: a
     bug often shows one way in a pool of no pages (``empty-pool-guard``) and another in a real one (the slot
     handed out is live: ``no-double-allocation``).  The returned trace expects the invariant it shows.
-    ``replay`` takes :func:`~harness.traces.shrink.shrink_trace`'s keywords (target, factory, budgets).  Pass
+    ``replay`` takes :func:`~poolfuzz.harness.traces.shrink.shrink_trace`'s keywords (target, factory, budgets).  Pass
     the trace as found, not the minimal one: lifting a minimal trace often removes what made it fail.
     """
     name = trace.family
@@ -148,7 +148,7 @@ def shrink_realistic(trace: Trace, *, invariant_id: str, stop: Callable[[], bool
 
 
 def within_floors(trace: Trace, *, invariant_id: str, stop: Callable[[], bool] | None = None, **replay: Any) -> Trace | None:
-    """:func:`~harness.traces.shrink.shrink_trace` of a realistic ``trace`` that refuses every candidate below a
+    """:func:`~poolfuzz.harness.traces.shrink.shrink_trace` of a realistic ``trace`` that refuses every candidate below a
     floor (and, once ``stop()``, every candidate: the trace so far is returned); the result expects
     ``invariant_id``.  ``None`` if ``trace`` itself is not realistic."""
     name = trace.family

@@ -18,14 +18,14 @@ Which implementation a replay judges, and what it expects of it:
   every implementation but ``OLD``, the broken one it was found on, which must
   still fail with ``ID`` (unless ``OLD`` is the trace's own implementation: then
   it was fixed in place and the violation is history).  The command line
-  (:mod:`harness.traces.replay_cli`) checks both sides.
+  (:mod:`poolfuzz.harness.traces.replay_cli`) checks both sides.
 
 A trace recorded on CUDA replays on CPU and vice versa: ``device=`` overrides
 the recorded device, and a CUDA trace on a machine without CUDA falls back to CPU.
 Before anything is built, the config and the step arguments are held to the
-size limits of :mod:`harness.judge.limits` (outcome ``invalid`` otherwise).
+size limits of :mod:`poolfuzz.harness.judge.limits` (outcome ``invalid`` otherwise).
 
-``python -m harness.traces.replay`` is the command line; :func:`main` hands it on.
+``python -m poolfuzz.harness.traces.replay`` is the command line; :func:`main` hands it on.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.judge.families import UnknownTargetError, family, load_factory, resolve, validates_input
-from harness.judge.invariants import InvariantViolation
-from harness.judge.limits import LimitError, check_steps
-from harness.judge.trace import Trace
+from poolfuzz.harness.judge.families import UnknownTargetError, family, load_factory, resolve, validates_input
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.judge.limits import LimitError, check_steps
+from poolfuzz.harness.judge.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ReplayResult:
     ``"error"`` (anything else raised: a trace that does not fit the driver, a
     pool that cannot be built), ``"unavailable"`` (the implementation cannot
     be imported here, e.g. upstream SGLang is not installed: nothing was run) or
-    ``"invalid"`` (a size beyond :mod:`harness.judge.limits`: nothing was built).
+    ``"invalid"`` (a size beyond :mod:`poolfuzz.harness.judge.limits`: nothing was built).
     ``step`` is the 1-based number of the trace step where it happened, counted
     in the trace as replayed (every step of the file, those the driver skipped
     included); ``None`` means at teardown for a violation, and before the first
@@ -69,7 +69,7 @@ class ReplayResult:
     """The steps the driver ran, without those it skipped as not applicable (the shrinker keeps these)."""
     off_path: tuple[tuple[int, str, str], ...] = field(default=(), repr=False, compare=False)
     """``(step, op, what the callers do instead)`` for each step the target accepts but its callers do not send
-    today (:attr:`~harness.judge.driver.Driver.off_path`, from the target's caller contract)."""
+    today (:attr:`~poolfuzz.harness.judge.driver.Driver.off_path`, from the target's caller contract)."""
     total: int | None = None
 
     @property

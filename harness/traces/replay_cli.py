@@ -1,18 +1,18 @@
-"""``poolfuzz replay`` (``python -m harness replay``): replay trace files and check each against its expectation.
+"""``poolfuzz replay`` (``poolfuzz replay``): replay trace files and check each against its expectation.
 
 One line per trace (docs/corpus.md has them all): ``PASS``, ``OK`` (the expected
 violation fired), ``FIXED`` / ``NOT FIXED`` (``--expect fixed``), ``MARKED``
 (``--mark-regression``), ``KNOWN`` (an unexpected violation that is a known upstream
 finding of ``corpus/known.toml``: recorded, not failed unless ``--strict``), ``POSSIBLY
 FIXED`` (a known finding's trace that no longer reproduces on its upstream target,
-:mod:`harness.traces.known_replay`), ``FAIL``, ``SKIP``, ``MISS`` (the implementation cannot
+:mod:`poolfuzz.harness.traces.known_replay`), ``FAIL``, ``SKIP``, ``MISS`` (the implementation cannot
 be imported here) and ``BAD`` (an invalid file, or sizes beyond the limits of
-:mod:`harness.judge.limits`); then one summary line of counts.
+:mod:`poolfuzz.harness.judge.limits`); then one summary line of counts.
 
 Exit status: 0 every trace matched (or was skipped), 1 some did not, 2 a usage
 error, an invalid trace or a missing implementation (``--skip-missing`` turns
 those into skips), 130 on SIGINT and 143 on SIGTERM, within a second, after the
-counts of what was replayed so far (:mod:`harness.traces.interrupt`).
+counts of what was replayed so far (:mod:`poolfuzz.harness.traces.interrupt`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.judge.families import UnknownTargetError, check_target, family, load_factory, parse_overrides
-from harness.judge.trace import Trace
-from harness.traces.across import main_across
-from harness.traces.corpus import DEFAULT_CORPUS, rewrite_trace
-from harness.traces.interrupt import Interrupted, SignalGuard
-from harness.traces.known_replay import committed_finding, known_of, label, possibly_fixed_line, violation_known
-from harness.traces.replay import (
+from poolfuzz.harness.judge.families import UnknownTargetError, check_target, family, load_factory, parse_overrides
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.across import main_across
+from poolfuzz.harness.traces.corpus import DEFAULT_CORPUS, rewrite_trace
+from poolfuzz.harness.traces.interrupt import Interrupted, SignalGuard
+from poolfuzz.harness.traces.known_replay import committed_finding, known_of, label, possibly_fixed_line, violation_known
+from poolfuzz.harness.traces.replay import (
     ReplayResult,
     expected_outcome,
     old_implementation,
@@ -39,8 +39,8 @@ from harness.traces.replay import (
     same_implementation,
     trace_files,
 )
-from harness.traces.schema import TraceError, load_trace
-from harness.upstream.known import KnownFinding, KnownFindingsError
+from poolfuzz.harness.traces.schema import TraceError, load_trace
+from poolfuzz.harness.upstream.known import KnownFinding, KnownFindingsError
 
 STATUSES = ("matched", "failed", "skipped", "missing", "invalid")
 Verdict = tuple[str, list[str]]

@@ -12,7 +12,7 @@ the committed JSON Schema (:func:`trace_schema`) and its first error told in
 this module's words; then what a schema cannot know: the family is registered,
 config keys and types fit the pool constructor, each step's op and arguments
 fit the signature of the family driver's operation, invariant ids are in the
-catalogue, and every size is within the limits of :mod:`harness.judge.limits`.
+catalogue, and every size is within the limits of :mod:`poolfuzz.harness.judge.limits`.
 Every problem is a :class:`TraceError` naming the file and the field, so a
 corrupt, truncated, hand-edited or oversized file is reported as such, never
 as a traceback from deep inside a replay or a pool that exhausts the machine.
@@ -32,7 +32,7 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from harness.json_schema import (
+from poolfuzz.harness.json_schema import (
     PY_TO_JSON,
     first_schema_error,
     is_json_int,
@@ -42,14 +42,14 @@ from harness.json_schema import (
     schema_error_words,
     strict_validator,
 )
-from harness.judge.limits import MAX_TRACE_BYTES, LimitError, check_config, check_steps
-from harness.judge.trace import DEFAULT_AUDIT_PERIOD, SCHEMA_VERSION, Trace
+from poolfuzz.harness.judge.limits import MAX_TRACE_BYTES, LimitError, check_config, check_steps
+from poolfuzz.harness.judge.trace import DEFAULT_AUDIT_PERIOD, SCHEMA_VERSION, Trace
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
     from jsonschema.protocols import Validator
 
-SCHEMA_RESOURCE = ("harness.traces", "trace.schema.json")
+SCHEMA_RESOURCE = ("poolfuzz.harness.traces", "trace.schema.json")
 """Package and file name of the trace's JSON Schema (package data, see pyproject.toml)."""
 
 
@@ -68,7 +68,7 @@ class TraceError(ValueError):
 
     @classmethod
     def from_limit(cls, source: str, error: LimitError) -> TraceError:
-        """A size limit broken (:mod:`harness.judge.limits`), as an invalid trace naming the field."""
+        """A size limit broken (:mod:`poolfuzz.harness.judge.limits`), as an invalid trace naming the field."""
         return cls(source, error.field, error.problem, text=str(error))
 
 
@@ -145,7 +145,7 @@ def parse_trace(data: Any, source: str = "<memory>") -> Trace:
 
 
 def _driver_for(source: str, family_name: str) -> type:
-    from harness.judge.families import UnknownTargetError, family, resolve
+    from poolfuzz.harness.judge.families import UnknownTargetError, family, resolve
 
     try:
         fam = family(family_name)
@@ -160,7 +160,7 @@ def _driver_for(source: str, family_name: str) -> type:
 
 def _check_config(source: str, family_name: str, config: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments: checked against the family's default pool signature."""
-    from harness.judge.families import family, resolve
+    from poolfuzz.harness.judge.families import family, resolve
 
     spec = family(family_name).default
     try:
@@ -219,7 +219,7 @@ def _check_call(
 
 def _check_invariant(source: str, where: str, invariant: str | None) -> None:
     """An invariant id the expectation names (``None``: it names none there) must be in the catalogue."""
-    from harness.judge.invariants import INVARIANTS
+    from poolfuzz.harness.judge.invariants import INVARIANTS
 
     if invariant is not None and invariant not in INVARIANTS:
         raise TraceError(source, where, f"{invariant!r} is not an invariant id; known: {', '.join(INVARIANTS)}")

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from harness.judge.trace import Trace
-from harness.traces.replay import replay_trace
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces.replay import replay_trace
 
 Steps = list[dict[str, Any]]
 
@@ -47,7 +47,7 @@ def shrink_trace(
     If ``trace`` itself does not reproduce ``invariant_id`` on replay it is
     returned unchanged (copied): shrinking must never turn a real finding into a
     different one.  ``admissible`` (config, steps) refuses candidates before they
-    are replayed: the realistic mode's floors (:mod:`harness.traces.realistic`).
+    are replayed: the realistic mode's floors (:mod:`poolfuzz.harness.traces.realistic`).
     """
     shrinker = _Shrinker(
         trace,

@@ -1,8 +1,8 @@
 """Three prefix caches, one operation sequence: upstream's Python ``RadixCache``, the Rust
-TreeCore in the 0.5.23 wheel, and :class:`pools.radix_cache.RadixCache` must answer alike.
+TreeCore in the 0.5.23 wheel, and :class:`poolfuzz.pools.radix_cache.RadixCache` must answer alike.
 
-All three are driven through one API (ours; :mod:`harness.kits.prefix_cache.upstream` and
-:mod:`harness.kits.prefix_cache.upstream_rust` translate it into upstream's calls), each over
+All three are driven through one API (ours; :mod:`poolfuzz.harness.kits.prefix_cache.upstream` and
+:mod:`poolfuzz.harness.kits.prefix_cache.upstream_rust` translate it into upstream's calls), each over
 its own :class:`RecordingAllocator`.  The contract they share (SGLang 0.5.23): keys are
 page-aligned; ``insert`` returns the length already cached and leaves those duplicates to
 the caller; ``match`` splits where it ends and returns the cached path; a lock moves the
@@ -10,7 +10,7 @@ path from evictable to protected; ``evict`` frees unlocked leaves in policy orde
 request ``checkpoint`` inserts its row, frees its duplicates, repoints the row at the
 tree's indices and moves its lock; ``release`` also frees the uncached tail.
 
-With upstream's ``radix_cache`` reading :class:`~harness.upstream.sglang_fakes.LogicalClock`
+With upstream's ``radix_cache`` reading :class:`~poolfuzz.harness.upstream.sglang_fakes.LogicalClock`
 and the Rust core's logical access counter, eviction order is a pure function of the
 sequence, so everything is compared exactly after every step: return values, match
 indices, every ``free`` the caches issued (in order), the rewritten request rows, and the
@@ -21,7 +21,7 @@ One :class:`Caller` issues the operations and keeps the contract (fresh pages fo
 a lock taken right after its match and released once, no reset while a request holds a
 lock), so a disagreement is a behaviour difference, not misuse.  Plain Python, no
 hypothesis: :func:`run_sequence` is the check, :func:`random_ops` a seeded generator, and
-``python -m harness.upstream.cache_differential --seconds N`` runs it for a time budget.
+``python -m poolfuzz.harness.upstream.cache_differential --seconds N`` runs it for a time budget.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from harness.kits.prefix_cache.upstream import RadixCacheOver
-from harness.kits.prefix_cache.upstream_rust import TreeCoreOver
-from pools.radix_cache import RadixCache
+from poolfuzz.harness.kits.prefix_cache.upstream import RadixCacheOver
+from poolfuzz.harness.kits.prefix_cache.upstream_rust import TreeCoreOver
+from poolfuzz.pools.radix_cache import RadixCache
 
 POLICIES = ("lru", "mru", "fifo", "filo")
 """The eviction policies all three implement (upstream's two caches have more)."""
@@ -333,7 +333,7 @@ def run_for(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.upstream.cache_differential", description="Python RadixCache vs Rust TreeCore vs pools.RadixCache"
+        prog="python -m poolfuzz.harness.upstream.cache_differential", description="Python RadixCache vs Rust TreeCore vs pools.RadixCache"
     )
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)

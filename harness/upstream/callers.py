@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
-from harness.judge.contract import CallRule, Cite, NotCalled
-from harness.judge.trace import Args
-from harness.kits.kv.ops import FreeGroupOps, TokenKVOps
-from harness.kits.prefix_cache.ops import PrefixCacheOps
+from poolfuzz.harness.judge.contract import CallRule, Cite, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.kits.kv.ops import FreeGroupOps, TokenKVOps
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps
 
 ADMISSION_MATCH = Cite('srt/managers/schedule_batch.py', 1734,
                        'match_result = match_kv_cache(',

@@ -47,7 +47,7 @@ Classifier = Callable[[Mapping[str, Any], Sequence[str]], Classification]
 
 
 def _upstream_specs(family: str) -> tuple[str, ...]:
-    from harness.judge.families import FAMILIES
+    from poolfuzz.harness.judge.families import FAMILIES
 
     fam = FAMILIES.get(family)
     return fam.upstream if fam is not None else ()
@@ -55,7 +55,7 @@ def _upstream_specs(family: str) -> tuple[str, ...]:
 
 def _classifier(family: str) -> Classifier | None:
     """The family's kit's ``classifier``, resolved (``None``: one class driven alone, the default below)."""
-    from harness.judge.families import FAMILIES, resolve
+    from poolfuzz.harness.judge.families import FAMILIES, resolve
 
     fam = FAMILIES.get(family)
     return resolve(fam.classifier) if fam is not None and fam.classifier else None  # type: ignore[no-any-return]
@@ -104,7 +104,7 @@ def classify(family: str, implementation: str, invariant: str | None, trace: str
 
 def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
     """The steps of the trace at ``trace`` that the target accepts but its callers do not send today, each with
-    what they do instead (:attr:`harness.judge.driver.Driver.off_path`), up to the failing step."""
+    what they do instead (:attr:`poolfuzz.harness.judge.driver.Driver.off_path`), up to the failing step."""
     path = Path(trace)
     try:
         return _off_path_steps(str(path.resolve()), path.stat().st_mtime_ns)
@@ -114,8 +114,8 @@ def off_path_steps(trace: str) -> tuple[tuple[int, str, str], ...]:
 
 @lru_cache(maxsize=64)
 def _off_path_steps(trace: str, _mtime: int) -> tuple[tuple[int, str, str], ...]:
-    from harness.traces.replay import replay_trace
-    from harness.traces.schema import TraceError, load_trace
+    from poolfuzz.harness.traces.replay import replay_trace
+    from poolfuzz.harness.traces.schema import TraceError, load_trace
 
     try:
         loaded = load_trace(Path(trace))

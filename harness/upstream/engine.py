@@ -37,14 +37,14 @@ from array import array
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from harness.kits.engine.config import POOLS, EngineTargetConfig
-from harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
-from harness.upstream.engine_config import EOS
-from harness.upstream.sglang_modules import EngineModules, engine_call, load_engine
+from poolfuzz.harness.kits.engine.config import POOLS, EngineTargetConfig
+from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn, NoSpeculation, build_pools, tree_cache
+from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.sglang_modules import EngineModules, engine_call, load_engine
 
 
 class StepFacts(NamedTuple):
-    """What one iteration left (:class:`harness.engines.interface.Progress`): who waits, who runs or is chunked,
+    """What one iteration left (:class:`poolfuzz.harness.engines.interface.Progress`): who waits, who runs or is chunked,
     and whether it advanced (formed a batch, or the waiting timeout aborted the queue head)."""
 
     waiting: tuple[str, ...]

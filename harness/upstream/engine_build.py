@@ -1,6 +1,6 @@
 """What SGLang 0.5.23's scheduler builds before its loop runs: the pools, the tree cache, the model stand-ins.
 
-:class:`~harness.upstream.engine.EngineLoop` builds them once, as ``Scheduler.__init__`` does
+:class:`~poolfuzz.harness.upstream.engine.EngineLoop` builds them once, as ``Scheduler.__init__`` does
 through ``kv_cache_configurator`` and ``create_tree_cache``: the row pool (hybrid rows with Mamba
 slots for a hybrid SSM model), the KV allocator (token, paged or SWA; or ours, for a side-by-side
 run) and a ``RadixCache`` or ``UnifiedRadixCache`` over them.  Everything is upstream's own
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from harness.kits.engine.config import EngineTargetConfig
-from harness.upstream.sglang_modules import EngineModules
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+from poolfuzz.harness.upstream.sglang_modules import EngineModules
 
 __all__ = ["ModelConfigStandIn", "NoSpeculation", "build_pools", "tree_cache"]
 
@@ -50,17 +50,17 @@ def build_pools(m: EngineModules, config: EngineTargetConfig) -> tuple[Any, Any]
     """The row pool and KV allocator ``kv_cache_configurator.py:2850-2890`` builds for this shape."""
     upstream_allocator = m.token.TokenToKVPoolAllocator if config.page_size == 1 else m.paged.PagedTokenToKVPoolAllocator
     if config.pools == "poolfuzz":
-        from harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
+        from poolfuzz.harness.upstream.engine_ours import OurReqToTokenPool, our_allocator
 
         return OurReqToTokenPool(config.rows, config.context, "cpu"), our_allocator(upstream_allocator, config.tokens, config.page_size)
     if config.hybrid_ssm:
-        from harness.upstream.engine_mamba import hybrid_req_to_token_pool
+        from poolfuzz.harness.upstream.engine_mamba import hybrid_req_to_token_pool
 
         rows = hybrid_req_to_token_pool(m, rows=config.rows, context=config.context, mamba_slots=config.mamba_slots)
     else:
         rows = m.memory_pool.ReqToTokenPool(size=config.rows, max_context_len=config.context, device="cpu", enable_memory_saver=False)
     if config.hybrid_swa:
-        from harness.upstream.engine_swa import swa_kv_layout
+        from poolfuzz.harness.upstream.engine_swa import swa_kv_layout
 
         swa = m.modules["swa_allocator"]
         allocator = swa.SWATokenToKVPoolAllocator(

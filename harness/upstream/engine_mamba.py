@@ -17,7 +17,7 @@ What 0.5.23 does not run here, and why:
   requires page size 1 (components/mamba.py:74-79), so every Mamba shape is page 1;
 * the **legacy** ``RadixCache`` has no Mamba component: a hybrid-SSM server always gets
   ``UnifiedRadixCache`` with FULL and MAMBA (registry.py:146, :165-169);
-* **poolfuzz's pools**: :mod:`harness.upstream.engine_ours` has no adapter putting ``pools.mamba`` behind the
+* **poolfuzz's pools**: :mod:`poolfuzz.harness.upstream.engine_ours` has no adapter putting ``poolfuzz.pools.mamba`` behind the
   0.5.23 interface (slots in ``req.kv`` records).
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from harness.kits.engine.config import MAMBA_REQUESTS_RATIO
-from harness.upstream.sglang_modules import EngineModules
+from poolfuzz.harness.kits.engine.config import MAMBA_REQUESTS_RATIO
+from poolfuzz.harness.upstream.sglang_modules import EngineModules
 
 MAMBA_LAYER_IDS = (0,)
 """One Mamba layer (``_get_mamba_layer_ids_for_req_pool``, kv_cache_configurator.py:1603-1610, on one rank)."""
@@ -43,7 +43,7 @@ def mamba_cache_params(modules: EngineModules) -> Any:
     Mamba layer ids.  The dtype is float32 for both states (what ``SGLANG_MAMBA_CONV_DTYPE=float32`` and
     the default SSM dtype give, mamba_utils.py:47-107).
     """
-    from harness.upstream.sglang_modules import active
+    from poolfuzz.harness.upstream.sglang_modules import active
 
     with active(modules):
         mu = importlib.import_module("sglang.srt.configs.mamba_utils")

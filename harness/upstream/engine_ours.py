@@ -1,19 +1,19 @@
 """poolfuzz's own pools behind the interfaces SGLang 0.5.23's scheduler glue calls.
 
-The engine loop (:mod:`harness.upstream.engine`) runs the same scheduler iterations over either
-upstream's pools or ours (``pools=`` in :class:`~harness.kits.engine.config.EngineTargetConfig`), so one
+The engine loop (:mod:`poolfuzz.harness.upstream.engine`) runs the same scheduler iterations over either
+upstream's pools or ours (``pools=`` in :class:`~poolfuzz.harness.kits.engine.config.EngineTargetConfig`), so one
 operation sequence reaches both and the judges see any difference.  What is ours here:
 
-* the KV allocator (``pools.kv_allocator``: ``TokenToKVPoolAllocator`` at page 1,
+* the KV allocator (``poolfuzz.pools.kv_allocator``: ``TokenToKVPoolAllocator`` at page 1,
   ``PagedTokenToKVPoolAllocator`` above), behind a subclass of upstream's allocator class that
   hands every call touching the free list to our pool.  The scheduler-facing helpers upstream
   defines on its base class (``create_prefill_budget``, ``check_decode_capacity``,
   ``evict_to_free_tokens``, ``free_segments``) stay upstream's, and call ours underneath;
-* the request-row pool (``pools.req_to_token.ReqToTokenPool``).  0.5.23 moved the row index
+* the request-row pool (``poolfuzz.pools.req_to_token.ReqToTokenPool``).  0.5.23 moved the row index
   into the request's KV record (``req.kv.req_pool_idx``, ``schedule_batch.py:955``); our pool
   reads ``req.req_pool_idx``, so each call passes a record view of the request (:class:`_RowRecord`).
 
-The prefix cache stays upstream's: ``pools.radix_cache`` keeps the pre-0.5.22 interface
+The prefix cache stays upstream's: ``poolfuzz.pools.radix_cache`` keeps the pre-0.5.22 interface
 (``match_prefix(key)``), not the ``MatchPrefixParams`` / ``TreeLock`` / ``checkpoint(req)`` one the
 0.5.23 glue calls, so no adapter could put it on this path without re-implementing the cache.
 """
@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from pools.kv_allocator import PagedTokenToKVPoolAllocator as OurPagedAllocator
-from pools.kv_allocator import TokenToKVPoolAllocator as OurTokenAllocator
-from pools.req_to_token import ReqToTokenPool as OurRowPool
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator as OurPagedAllocator
+from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator as OurTokenAllocator
+from poolfuzz.pools.req_to_token import ReqToTokenPool as OurRowPool
 
 
 class _RowRecord:
@@ -56,7 +56,7 @@ class _RowRecord:
 
 
 class OurReqToTokenPool(OurRowPool):
-    """``pools.req_to_token.ReqToTokenPool`` taking 0.5.23 requests (``memory_pool.py:376`` interface)."""
+    """``poolfuzz.pools.req_to_token.ReqToTokenPool`` taking 0.5.23 requests (``memory_pool.py:376`` interface)."""
 
     def alloc(self, reqs: Sequence[Any]) -> list[int] | None:  # type: ignore[override]
         records: list[Any] = [_RowRecord(r) for r in reqs]  # our pool reads rid / req_pool_idx / kv_allocated_len

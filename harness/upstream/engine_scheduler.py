@@ -1,8 +1,8 @@
 """SGLang 0.5.23's scheduler loops run from upstream's ``Scheduler`` methods: ``event_loop_normal`` and ``event_loop_overlap``.
 
-:class:`SchedulerLoop` keeps what :class:`~harness.upstream.engine.EngineLoop` builds (the pools, the tree cache, the
+:class:`SchedulerLoop` keeps what :class:`~poolfuzz.harness.upstream.engine.EngineLoop` builds (the pools, the tree cache, the
 server shape, arrivals as ``handle_generate_request`` refuses and clips them) and hands every iteration to a real
-``Scheduler`` (:func:`~harness.upstream.sglang_scheduler.build_scheduler`).  Both loops are ``while True`` bodies
+``Scheduler`` (:func:`~poolfuzz.harness.upstream.sglang_scheduler.build_scheduler`).  Both loops are ``while True`` bodies
 (scheduler.py:2026-2058, :2061-2134) that :meth:`SchedulerLoop._iterate` runs one iteration at a time, statement by
 statement, each statement a call of upstream's method but these, re-enacted with the reason:
 
@@ -12,7 +12,7 @@ statement, each statement a call of upstream's method but these, re-enacted with
 * ``launch_batch_sample_if_needed`` (:2128): returns at once without a delayed sampler (:5049), which the fake never sets;
 * ``self_check_during_busy`` (:2057, :2133): off by default (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY``); it runs
   here after every iteration, as that knob runs it, and its verdict is kept (:attr:`SchedulerLoop.busy_check`) for the
-  judges instead of its ``assert`` stopping the loop (:mod:`harness.kits.engine.observe`).
+  judges instead of its ``assert`` stopping the loop (:mod:`poolfuzz.harness.kits.engine.observe`).
 
 Under overlap the result of batch *k* is queued (``result_queue``, with ``batch.copy()``) and processed in the next
 iteration, after batch *k+1* was scheduled and allocated.  The token a request samples is chosen when its result
@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from harness.kits.engine.config import EngineTargetConfig
-from harness.upstream.engine import EngineLoop, StepFacts
-from harness.upstream.sglang_modules import EngineModules, engine_call
-from harness.upstream.sglang_runtime import RUNTIME
-from harness.upstream.sglang_scheduler import build_scheduler, load_scheduler
-from harness.upstream.sglang_scheduler_stand_ins import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+from poolfuzz.harness.upstream.engine import EngineLoop, StepFacts
+from poolfuzz.harness.upstream.sglang_modules import EngineModules, engine_call
+from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
+from poolfuzz.harness.upstream.sglang_scheduler import build_scheduler, load_scheduler
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
 
 DEFAULT_TOKEN = 7
 """What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
@@ -42,7 +42,7 @@ class _OnScheduler:
     """An :class:`EngineLoop` attribute that lives on the scheduler (``waiting_queue``, ``running_batch``, ...).
 
     ``EngineLoop.__init__`` assigns each before the scheduler exists; those values are dropped, the scheduler
-    starting with its own (:func:`~harness.upstream.sglang_scheduler.attributes_for`)."""
+    starting with its own (:func:`~poolfuzz.harness.upstream.sglang_scheduler.attributes_for`)."""
 
     def __init__(self, upstream_name: str | None = None) -> None:
         self.upstream_name = upstream_name

@@ -2,7 +2,7 @@
 
 The allocator type-checks its ``kvcache`` as a ``BaseSWAKVPool`` and uses it for exactly two things
 on the memory path: ``register_mapping`` (``allocator/swa.py:153``) and the full -> SWA translation
-of ``last_loc`` (``:264-265``).  :func:`~harness.upstream.sglang_fakes.swa_kv_pool_class` does both,
+of ``last_loc`` (``:264-265``).  :func:`~poolfuzz.harness.upstream.sglang_fakes.swa_kv_pool_class` does both,
 as a subclass of the loaded ``BaseSWAKVPool`` (an abstract ``KVCache``) whose buffer accessors refuse:
 the engine target moves no KV data, so no code path may read it.  The ``swa_kv`` target's allocators
 get the same class.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.upstream.sglang_fakes import swa_kv_pool_class
-from harness.upstream.sglang_modules import EngineModules
+from poolfuzz.harness.upstream.sglang_fakes import swa_kv_pool_class
+from poolfuzz.harness.upstream.sglang_modules import EngineModules
 
 
 def swa_kv_layout(modules: EngineModules) -> Any:

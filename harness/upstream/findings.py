@@ -1,6 +1,6 @@
 """What fuzzing upstream SGLang 0.5.23 found, and machines that steer around it.
 
-The findings themselves are data: ``corpus/known.toml``, read by :mod:`harness.upstream.known`
+The findings themselves are data: ``corpus/known.toml``, read by :mod:`poolfuzz.harness.upstream.known`
 (which also tells a new failure from a known one); :data:`KNOWN_FINDINGS` is its view of the
 findings of one class driven alone.
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.judge.contract import KnownFindingFilter
-from harness.judge.families import family, resolve
-from harness.judge.trace import Trace
-from harness.machines.base import PoolMachine
-from harness.machines.table import make_machine
-from harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
-from harness.upstream.known import KnownFinding, load_known
+from poolfuzz.harness.judge.contract import KnownFindingFilter
+from poolfuzz.harness.judge.families import family, resolve
+from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.harness.machines.table import make_machine
+from poolfuzz.harness.traces.corpus import DEFAULT_CORPUS, trace_key, write_trace
+from poolfuzz.harness.upstream.known import KnownFinding, load_known
 
 UPSTREAM_FOLDER = "upstream"
 """Upstream findings live flat in ``<corpus>/upstream/``, one folder for every upstream family."""
@@ -36,13 +36,13 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = tuple(
     finding for finding in load_known() if finding.traces and all(t.startswith(f"{UPSTREAM_FOLDER}/") for t in finding.traces)
 )
 """The findings of one upstream class driven alone, whose traces under ``corpus/upstream/`` name them in
-``provenance.finding``: a view of ``corpus/known.toml`` (:mod:`harness.upstream.known`), which also lists the
+``provenance.finding``: a view of ``corpus/known.toml`` (:mod:`poolfuzz.harness.upstream.known`), which also lists the
 engine's finding 5."""
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
 
 def known_finding_filter(family_name: str) -> KnownFindingFilter[Any] | None:
-    """The family's :class:`~harness.judge.contract.KnownFindingFilter` (its kit's ``known_findings``), if it has one."""
+    """The family's :class:`~poolfuzz.harness.judge.contract.KnownFindingFilter` (its kit's ``known_findings``), if it has one."""
     spec = family(family_name).known_findings
     if not spec:
         return None

@@ -10,9 +10,9 @@ and the document that explains it.  :func:`load_known` reads and checks it; a ma
 A failure is matched by its :class:`Fingerprint`, made to survive reshrinking: two shrinks of one bug differ
 in sizes, arguments and step counts, rarely in these:
 
-* the target: family and implementation (``harness.upstream:Engine``);
+* the target: family and implementation (``poolfuzz.harness.upstream:Engine``);
 * the invariant broken (a finding lists every one it shows: which check fires first depends on the state);
-* the classification (:mod:`harness.upstream.classify`: ``reachable``, ``latent`` or ``divergence``);
+* the classification (:mod:`poolfuzz.harness.upstream.classify`: ``reachable``, ``latent`` or ``divergence``);
 * the shape of the shortest trace: the *set* of operation names it needs, not their counts or arguments
   (finding 5 shrinks to one ``arrive`` or to one ``crowd``; finding 1 to ``extend``, ``decode`` or to
   ``extend``, ``alloc``, ``decode``), so a finding lists each shape its shrinks took.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from harness.upstream.distributions import DISTRIBUTIONS
-from harness.upstream.sources import distribution_version
+from poolfuzz.harness.upstream.distributions import DISTRIBUTIONS
+from poolfuzz.harness.upstream.sources import distribution_version
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 KNOWN_FILE = REPOSITORY / "corpus" / "known.toml"
@@ -253,14 +253,14 @@ def _strings(value: list[Any], fail: Any) -> tuple[str, ...]:
 
 def _check_names(entry: Mapping[str, Any], fail: Any) -> None:
     """Family, invariants, classification and distribution must name what exists."""
-    from harness.judge.families import FAMILIES
-    from harness.judge.invariants import INVARIANTS
+    from poolfuzz.harness.judge.families import FAMILIES
+    from poolfuzz.harness.judge.invariants import INVARIANTS
 
     if entry["family"] not in FAMILIES:
         raise fail("family", f"no family {entry['family']!r} (families: {', '.join(FAMILIES)})")
     for invariant in entry["invariants"]:
         if invariant not in INVARIANTS:
-            raise fail("invariants", f"no invariant {invariant!r} (python -m harness list)")
+            raise fail("invariants", f"no invariant {invariant!r} (poolfuzz list)")
     if entry["classification"] not in CLASSIFICATIONS:
         raise fail("classification", f"expected one of {', '.join(CLASSIFICATIONS)}, got {entry['classification']!r}")
     if entry["distribution"] not in DISTRIBUTIONS:
@@ -270,7 +270,7 @@ def _check_names(entry: Mapping[str, Any], fail: Any) -> None:
 # ------------------------------------------------------------------ matching
 def fingerprint(family: str, implementation: str, invariant: str, trace: str | Path | None) -> Fingerprint:
     """The fingerprint of a violation of ``invariant`` by ``implementation`` whose (shrunk) trace is at ``trace``."""
-    from harness.upstream.classify import classify
+    from poolfuzz.harness.upstream.classify import classify
 
     classification = classify(family, implementation, invariant, str(trace) if trace else None)
     return Fingerprint(family, implementation, invariant, classification.kind if classification else None, _operations(trace))
@@ -310,14 +310,14 @@ def known_for(family: str, implementation: str, known: Iterable[KnownFinding] | 
 # -------------------------------------------------------------------- labels
 def upstream_code(family_name: str, implementation: str) -> dict[str, str] | None:
     """``{"distribution", "title", "version", "origin"}`` when ``implementation`` runs upstream's own code (an
-    ``harness.upstream:NAME`` target, or a builder of a family whose default is one, as the engine's are), else
+    ``poolfuzz.harness.upstream:NAME`` target, or a builder of a family whose default is one, as the engine's are), else
     ``None``.  The version is the copy's that the targets load (``--sglang-src``'s, else the installed one)."""
-    from harness.judge.families import FAMILIES
-    from harness.upstream import distribution_of
+    from poolfuzz.harness.judge.families import FAMILIES
+    from poolfuzz.harness.upstream import distribution_of
 
     fam = FAMILIES.get(family_name)
     module, _, name = implementation.partition(":")
-    if module != "harness.upstream":
+    if module != "poolfuzz.harness.upstream":
         if fam is None or fam.default not in fam.upstream or not module.startswith("harness."):
             return None
         name = fam.default.partition(":")[2]

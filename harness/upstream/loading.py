@@ -3,7 +3,7 @@
 SGLang's and vLLM's packages import hundreds of modules at their top and declare CUDA-only
 dependencies, so ``import sglang`` does not work on a CPU box with a ``--no-deps`` install.  A
 :class:`Distribution` declares, once, how poolfuzz loads one of them (SGLang and vLLM in
-:mod:`harness.upstream.sglang_files` and :mod:`harness.upstream.vllm_files`; a plug-in may
+:mod:`poolfuzz.harness.upstream.sglang_files` and :mod:`poolfuzz.harness.upstream.vllm_files`; a plug-in may
 declare its own engine's):
 
 * **real files** for every module under its :attr:`~Distribution.real` prefixes, executed from the
@@ -11,9 +11,9 @@ declare its own engine's):
 * **explicit stand-ins** (:attr:`~Distribution.stand_ins`) for the few other modules that run-time
   code calls into, each written from upstream's documented behaviour and citing the line that
   needs it;
-* **placeholders** (:mod:`harness.upstream.placeholders`) for everything else under the
+* **placeholders** (:mod:`poolfuzz.harness.upstream.placeholders`) for everything else under the
   distribution's name: a file may *import* them, and *using* one raises
-  :class:`~harness.upstream.placeholders.StandInReached`, naming it, so a path poolfuzz does not
+  :class:`~poolfuzz.harness.upstream.placeholders.StandInReached`, naming it, so a path poolfuzz does not
   cover fails loudly instead of running on a dummy.
 
 One :class:`LoadedCopy` per distribution and copy holds every module it executed, so each upstream
@@ -29,7 +29,7 @@ process.  A window costs two list operations when upstream imports nothing insid
 
 **Per target.**  A target names the modules it drives (:meth:`LoadedCopy.load`); a module that fails
 to execute on the copy at hand (another release) refuses only the targets that need it, with a
-one-line reason naming the upstream file and line (:func:`harness.upstream.sources.failing_upstream_file`).
+one-line reason naming the upstream file and line (:func:`poolfuzz.harness.upstream.sources.failing_upstream_file`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
 
-from harness.upstream.placeholders import StandInModule, loading
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, failing_upstream_file, locate_copy
+from poolfuzz.harness.upstream.placeholders import StandInModule, loading
+from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, failing_upstream_file, locate_copy
 
 __all__ = [
     "Distribution",

@@ -1,4 +1,4 @@
-"""Placeholders for the upstream modules poolfuzz does not load (see :mod:`harness.upstream.loading`).
+"""Placeholders for the upstream modules poolfuzz does not load (see :mod:`poolfuzz.harness.upstream.loading`).
 
 A placeholder lets an upstream file *import* (base classes, decorators, annotations, constants)
 and refuses to be *used* once loading is over, naming itself, so no run ever proceeds on a dummy.
@@ -17,7 +17,7 @@ class StandInReached(RuntimeError):
     """Upstream code used a placeholder for a module poolfuzz does not load.
 
     Raised the first time a run reaches a module its distribution neither executes from its files
-    nor stands in for explicitly (:class:`harness.upstream.loading.Distribution`); the message names
+    nor stands in for explicitly (:class:`poolfuzz.harness.upstream.loading.Distribution`); the message names
     the placeholder, so the gap is one stand-in entry, never a silent dummy.
     """
 

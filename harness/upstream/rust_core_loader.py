@@ -21,14 +21,14 @@ from typing import Any
 
 import torch
 
-from harness.upstream.sglang_files import SOURCE_ENV, locate_sglang
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, refusal
+from poolfuzz.harness.upstream.sglang_files import SOURCE_ENV, locate_sglang
+from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, refusal
 
 _lock = threading.Lock()
 
 _RUST_FOLDER = "rust_tree_core"
 _RUST_LEAF = "mem_cache"  # the extension's PyInit_ symbol fixes the last name component
-_RUST_MODULE = f"harness.upstream._sglang_rust_tree_core.{_RUST_LEAF}"
+_RUST_MODULE = f"poolfuzz.harness.upstream._sglang_rust_tree_core.{_RUST_LEAF}"
 _RUST_SURFACE: dict[str, tuple[str, ...]] = {
     "TreeCoreInitParamsBinding": ("eviction_policy", "page_size", "device"),
     "RustUnifiedTreeCoreBinding": (
@@ -107,7 +107,7 @@ _rust_key: str | None = None
 
 
 def locate_rust_tree_core() -> Path:
-    """The extension file of :func:`~harness.upstream.sglang_files.locate_sglang`'s copy, or :class:`UpstreamUnavailableError`."""
+    """The extension file of :func:`~poolfuzz.harness.upstream.sglang_files.locate_sglang`'s copy, or :class:`UpstreamUnavailableError`."""
     source = locate_sglang()
     folder = source.package / "srt/mem_cache" / _RUST_FOLDER
     candidates = [folder / f"{_RUST_LEAF}{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]

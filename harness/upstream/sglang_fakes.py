@@ -10,7 +10,7 @@
   function of the operation sequence (a differential against the Rust core's logical counter
   needs that; the real clock is strictly increasing between calls too, so the order is the same).
 
-The last two are installed by :data:`harness.upstream.sglang_files.SGLANG`'s ``after_exec`` hooks
+The last two are installed by :data:`poolfuzz.harness.upstream.sglang_files.SGLANG`'s ``after_exec`` hooks
 the moment their upstream module executes, so every file that imports ``expect`` binds the
 recording one and every SGLang target of the process sees the same clock.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.placeholders import StandInReached
+from poolfuzz.harness.upstream.placeholders import StandInReached
 
 __all__ = ["InvariantHit", "InvariantSignals", "LogicalClock", "SIGNALS", "CLOCK", "SWAKVPoolFake", "swa_kv_pool_class"]
 

@@ -1,6 +1,6 @@
 """SGLang as poolfuzz loads it: which modules run from its files, and what each SGLang target drives.
 
-One :class:`~harness.upstream.loading.Distribution` (:data:`SGLANG`) serves every SGLang target:
+One :class:`~poolfuzz.harness.upstream.loading.Distribution` (:data:`SGLANG`) serves every SGLang target:
 the allocators (``TokenKV``, ``PagedKV``, ``MambaSlots``), the caches and SWA allocators
 (``RadixCache``, ``RustTreeCore``, ``SWAKV``, ``PureSWAKV``) and the scheduler's memory path
 (``Engine``).  So the ``TokenToKVPoolAllocator`` the ``token_kv`` target fuzzes is the very class
@@ -9,8 +9,8 @@ the SWA allocator composes and the engine schedules over: one identity per proce
 ``import sglang`` does not work on a CPU box with a ``--no-deps`` install (``sglang/__init__.py``
 pulls orjson, the model configs, torchvision, the MoE layer stack; engine-path.md section 0), so
 the loader executes the real files under :data:`REAL_PREFIXES` and answers the rest with the
-explicit stand-ins of :mod:`harness.upstream.sglang_stand_ins` or with placeholders that refuse
-use.  Two modules are instrumented as they execute (:mod:`harness.upstream.sglang_fakes`):
+explicit stand-ins of :mod:`poolfuzz.harness.upstream.sglang_stand_ins` or with placeholders that refuse
+use.  Two modules are instrumented as they execute (:mod:`poolfuzz.harness.upstream.sglang_fakes`):
 ``utils/invariants.expect`` also records failing checks, and ``radix_cache`` reads a logical clock.
 
 **Where the files come from**: the folder ``POOLFUZZ_SGLANG_SRC`` names (``poolfuzz --sglang-src
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from harness.upstream import sglang_fakes, sglang_stand_ins
-from harness.upstream.loading import Distribution, LoadedCopy, copy_of
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version
+from poolfuzz.harness.upstream import sglang_fakes, sglang_stand_ins
+from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of
+from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version
 
 SUPPORTED_VERSION = "0.5.23"
 """The version the stand-ins were written for and every finding was made on; others are tried, not promised."""
@@ -56,13 +56,13 @@ REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.rust_extensions",  # the Rust tree core's loader and its torch-version gate
     "sglang.srt.layers.attention.dsv4.unified_kv_gate",  # swa_reprefill_tail_tokens asks it (HIP only)
     # MambaPool's cache_params (memory_pool.py:58): the real BaseLinearStateParams / Mamba2CacheParams
-    # (a hybrid-SSM shape builds them, harness.upstream.engine_mamba); it imports only environ and
+    # (a hybrid-SSM shape builds them, poolfuzz.harness.upstream.engine_mamba); it imports only environ and
     # distributed.utils at module level.
     "sglang.srt.configs.mamba_utils",
     # Mamba2StateShape.create's divide (mamba_utils.py:23); at module level it imports only torch.distributed's
     # collectives and runtime_context.get_resources (a placeholder, called only by the TCPStore helpers).
     "sglang.srt.distributed.utils",
-    # The scheduler itself (harness.upstream.sglang_scheduler): its loops' bodies, batch formation, abort and idle
+    # The scheduler itself (poolfuzz.harness.upstream.sglang_scheduler): its loops' bodies, batch formation, abort and idle
     # checks run from the file, on an object built without __init__ (scheduler.py:465 starts the whole server).
     "sglang.srt.managers.scheduler",
     # process_batch_result_prefill / _decode (batch_result_processor.py:258, :952): finishes, checkpoints, releases.
@@ -123,7 +123,7 @@ SCHEDULER_MODULES: dict[str, str] = {
     "batch_result_processor": "sglang.srt.managers.scheduler_components.batch_result_processor",
     "manager_utils": "sglang.srt.managers.utils",
 }
-"""What the scheduler-backed engine loops load besides :data:`MODULES` (:mod:`harness.upstream.sglang_scheduler`)."""
+"""What the scheduler-backed engine loops load besides :data:`MODULES` (:mod:`poolfuzz.harness.upstream.sglang_scheduler`)."""
 """The SGLang modules poolfuzz drives, by short name (what targets and their tests call them)."""
 
 
@@ -189,7 +189,7 @@ def locate_sglang() -> SourceFolder:
 
 
 def sglang_copy() -> LoadedCopy:
-    """The loaded SGLang copy in use (:func:`~harness.upstream.loading.copy_of`)."""
+    """The loaded SGLang copy in use (:func:`~poolfuzz.harness.upstream.loading.copy_of`)."""
     return copy_of(SGLANG)
 
 

@@ -1,6 +1,6 @@
 """SGLang's loaded modules as each kind of target reads them, with the constructors their callers would make.
 
-All three views read one loaded copy (:func:`harness.upstream.sglang_files.sglang_copy`):
+All three views read one loaded copy (:func:`poolfuzz.harness.upstream.sglang_files.sglang_copy`):
 
 * :class:`UpstreamModules` (:func:`load_upstream`): the allocator files ``base``, ``token``,
   ``paged``, ``mamba``; a file that did not load is recorded, and reading it raises its reason;
@@ -9,7 +9,7 @@ All three views read one loaded copy (:func:`harness.upstream.sglang_files.sglan
 * :class:`EngineModules` (:func:`load_engine`): the scheduler's memory path, all or nothing.
 
 Reading any of them loads what it names, once a process; :func:`active` and :func:`engine_call`
-open the copy's window (:meth:`~harness.upstream.loading.LoadedCopy.active`) for code that runs upstream.
+open the copy's window (:meth:`~poolfuzz.harness.upstream.loading.LoadedCopy.active`) for code that runs upstream.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
-from harness.upstream import sglang_fakes
-from harness.upstream.loading import LoadedCopy
-from harness.upstream.sglang_files import (
+from poolfuzz.harness.upstream import sglang_fakes
+from poolfuzz.harness.upstream.loading import LoadedCopy
+from poolfuzz.harness.upstream.sglang_files import (
     INSTALL_HINT,
     MODULES,
     SUPPORTED_VERSION,
@@ -34,7 +34,7 @@ from harness.upstream.sglang_files import (
     sglang_copy,
     target_problem,
 )
-from harness.upstream.sources import FileModule, LoadedFiles, SourceFolder, UpstreamUnavailableError
+from poolfuzz.harness.upstream.sources import FileModule, LoadedFiles, SourceFolder, UpstreamUnavailableError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,7 +69,7 @@ class UpstreamModules(LoadedFiles):
     mamba = FileModule("mamba")
 
     target_problem = staticmethod(target_problem)
-    """Why an SGLang target (``"TokenKV"``...) cannot run on this copy, or ``None`` (:func:`~harness.upstream.sglang_files.target_problem`)."""
+    """Why an SGLang target (``"TokenKV"``...) cannot run on this copy, or ``None`` (:func:`~poolfuzz.harness.upstream.sglang_files.target_problem`)."""
     require = staticmethod(require)
     paged_cpu_problem = staticmethod(paged_cpu_problem)
 
@@ -113,7 +113,7 @@ class SglangCacheModules(LoadedFiles):
 
     @property
     def swa_kv_pool_class(self) -> type:
-        """The SWA ``kvcache`` fake (:func:`~harness.upstream.sglang_fakes.swa_kv_pool_class`) over upstream's base."""
+        """The SWA ``kvcache`` fake (:func:`~poolfuzz.harness.upstream.sglang_fakes.swa_kv_pool_class`) over upstream's base."""
         base = self.module("base_swa_memory_pool").BaseSWAKVPool
         return sglang_fakes.swa_kv_pool_class(base)
 
@@ -201,7 +201,7 @@ class EngineModules:
 
 
 def load_engine() -> EngineModules:
-    """The scheduler-path modules (all of :data:`~harness.upstream.sglang_files.MODULES`), or one refusal.
+    """The scheduler-path modules (all of :data:`~poolfuzz.harness.upstream.sglang_files.MODULES`), or one refusal.
 
     Raises :class:`UpstreamUnavailableError` with a one-line reason when ``sglang`` is missing,
     a file fails to execute, or a real ``sglang`` is already imported.

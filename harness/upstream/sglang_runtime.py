@@ -3,7 +3,7 @@
 Upstream reads its server arguments through ``sglang.srt.runtime_context`` (``get_spec()``,
 ``get_serving()``, ...).  Each namespace here is a :class:`ConfigBag` holding exactly the leaves the
 memory path reads, each with the upstream line that reads it; reading any other leaf raises
-:class:`~harness.upstream.placeholders.StandInReached`.
+:class:`~poolfuzz.harness.upstream.placeholders.StandInReached`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from harness.upstream.placeholders import StandInReached
+from poolfuzz.harness.upstream.placeholders import StandInReached
 
 
 class ConfigBag:
@@ -27,7 +27,7 @@ class ConfigBag:
             raise AttributeError(name)
         raise StandInReached(
             f"upstream read runtime_context.get_{self._namespace}().{name}, which the engine target does not publish "
-            "(add it to harness.upstream.sglang_runtime.RuntimeConfig)"
+            "(add it to poolfuzz.harness.upstream.sglang_runtime.RuntimeConfig)"
         )
 
 
@@ -48,11 +48,11 @@ class RuntimeConfig:
       state cap (``mamba_max_states_per_path=-1``, ``components/mamba.py:86``; ``rust_tree_core/adapter.py:465``)
       and the default decode track interval 256 (``arg_groups/fields/exec_.py:497``, ``:530``, ``:534``).
 
-    Read by the scheduler itself (:mod:`harness.upstream.sglang_scheduler`): ``serving.weight_version`` (the default,
+    Read by the scheduler itself (:mod:`poolfuzz.harness.upstream.sglang_scheduler`): ``serving.weight_version`` (the default,
     ``_make_abort_req``, scheduler.py:6405); ``memory.enable_flexkv`` off
     (scheduler.py:3884), ``exec.features.return_hidden_states_mode`` / ``enable_return_hidden_states`` off
     (forward_batch_info.py:325-329, from batch_result_processor.py:708); ``parallel.pp_max_micro_batch_size`` (:4034; ``None`` until a scheduler's init overrides it with
-    ``max_running_requests``, :1237-1243, which :class:`~harness.upstream.engine_scheduler.SchedulerLoop` does per iteration).
+    ``max_running_requests``, :1237-1243, which :class:`~poolfuzz.harness.upstream.engine_scheduler.SchedulerLoop` does per iteration).
 
     Each value is the server default (``arg_groups/fields/*.py``) for a one-rank full-attention server.
     """

@@ -26,10 +26,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
-from harness.upstream.sglang_modules import EngineModules
-from harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, third_party_absent_ok
-from harness.upstream.sources import UpstreamUnavailableError
+from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
+from poolfuzz.harness.upstream.sglang_modules import EngineModules
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, third_party_absent_ok
+from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 
 @dataclass(frozen=True)

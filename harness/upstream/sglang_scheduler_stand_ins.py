@@ -1,7 +1,7 @@
 """Stand-ins for what SGLang 0.5.23's own ``Scheduler`` (``managers/scheduler.py``) and its result processor
 (``managers/scheduler_components/batch_result_processor.py``) reach outside the memory path.
 
-:mod:`harness.upstream.sglang_files` executes ``scheduler.py``, ``batch_result_processor.py`` and
+:mod:`poolfuzz.harness.upstream.sglang_files` executes ``scheduler.py``, ``batch_result_processor.py`` and
 ``managers/utils.py`` (the result types) from their files; the names below answer the modules they import
 from whose real files drag in the server (ZMQ, metrics, the model runner, PD disaggregation).  Each entry
 cites the line that needs it.  Everything else those modules export stays a placeholder that refuses use.
@@ -124,7 +124,7 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.scheduler_components.metrics_reporter": {"PrefillStats": PrefillStats},
     "sglang.srt.speculative.base_spec_worker": {"BaseSpecWorker": BaseSpecWorker},
 }
-"""Module -> the names it answers with (merged into :func:`harness.upstream.sglang_stand_ins.stand_in_modules`)."""
+"""Module -> the names it answers with (merged into :func:`poolfuzz.harness.upstream.sglang_stand_ins.stand_in_modules`)."""
 
 THIRD_PARTY = ("psutil", "setproctitle")
 """Imported at scheduler.py:55-56 (process title, CPU affinity and memory at startup, in ``__init__`` only); not

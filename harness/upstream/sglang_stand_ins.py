@@ -1,13 +1,13 @@
 """Explicit stand-ins for the SGLang modules that SGLang's targets reach at run time.
 
-The loader (:mod:`harness.upstream.loading`, declared by :mod:`harness.upstream.sglang_files`)
+The loader (:mod:`poolfuzz.harness.upstream.loading`, declared by :mod:`poolfuzz.harness.upstream.sglang_files`)
 executes the real files of ``mem_cache/``, ``schedule_batch.py`` and the invariant checker; the
 modules here are the ones those files *call into* while a request runs, whose real files drag in
 most of SGLang.  Each stand-in is written from upstream's documented behaviour for the
 configuration poolfuzz runs (one CPU rank, no speculative decoding unless asked, no
 disaggregation, metrics off), and every other attribute of these modules stays a placeholder that
 refuses to be used, so an unplanned path fails with the name it needed.  Nothing here is copied
-from SGLang.  The runtime configuration (``runtime_context``) is :mod:`harness.upstream.sglang_runtime`.
+from SGLang.  The runtime configuration (``runtime_context``) is :mod:`poolfuzz.harness.upstream.sglang_runtime`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from harness.upstream.placeholders import StandInModule, StandInReached
-from harness.upstream.sglang_runtime import runtime_context_attributes
-from harness.upstream.sglang_scheduler_stand_ins import SCHEDULER_STAND_INS, TIMING
+from poolfuzz.harness.upstream.placeholders import StandInModule, StandInReached
+from poolfuzz.harness.upstream.sglang_runtime import runtime_context_attributes
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import SCHEDULER_STAND_INS, TIMING
 
 logger = logging.getLogger("poolfuzz.engine")
 
 
 def _module(name: str, **attrs: Any) -> ModuleType:
-    module = StandInModule(name, "poolfuzz stand-in (harness.upstream.sglang_stand_ins)")
+    module = StandInModule(name, "poolfuzz stand-in (poolfuzz.harness.upstream.sglang_stand_ins)")
     module.__dict__.update(attrs)
     return module
 
@@ -248,7 +248,7 @@ class SamplingBatchInfo:
 
 
 def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
-    """Module name -> factory: :data:`harness.upstream.sglang_files.SGLANG`'s stand-ins."""
+    """Module name -> factory: :data:`poolfuzz.harness.upstream.sglang_files.SGLANG`'s stand-ins."""
     table: dict[str, dict[str, Any]] = {
         "sglang.srt.utils": _UTILS,
         "sglang.srt.utils.common": _UTILS,

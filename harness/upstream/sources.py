@@ -1,6 +1,6 @@
 """Where an upstream distribution's files are, which version they are, and what a target needs of them.
 
-The loader (:mod:`harness.upstream.loading`) executes a copy's files; this module finds the copy
+The loader (:mod:`poolfuzz.harness.upstream.loading`) executes a copy's files; this module finds the copy
 without executing anything: a :class:`SourceFolder` (which copy, which version, chosen how:
 :func:`locate_copy`), reading a folder's version from its files, naming the upstream file and line
 where loading failed, checking that the classes a target drives are there (:func:`check_classes`),
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar, overload
 
-from harness.judge.families import UnknownTargetError
+from poolfuzz.harness.judge.families import UnknownTargetError
 
 __all__ = [
     "FileModule",
@@ -42,7 +42,7 @@ __all__ = [
 class UpstreamUnavailableError(UnknownTargetError):
     """Upstream SGLang cannot be loaded: not installed, or the surface a target needs is missing or moved.
 
-    A subclass of :class:`~harness.judge.families.UnknownTargetError`, so the CLI reports it as an
+    A subclass of :class:`~poolfuzz.harness.judge.families.UnknownTargetError`, so the CLI reports it as an
     unresolvable target (one line, no traceback).
     """
 

@@ -2,8 +2,8 @@
 
 ``vllm/v1/core/kv_cache_utils.py`` (``KVCacheBlock``, ``FreeKVCacheBlockQueue``, block-hash
 helpers) and ``vllm/v1/core/block_pool.py`` (``BlockPool``, ``BlockHashToBlockMap``) run from the
-copy in use through the one loader (:mod:`harness.upstream.loading`), with the explicit stand-ins of
-:mod:`harness.upstream.vllm_stand_ins`; neither file needs torch.  The files come from
+copy in use through the one loader (:mod:`poolfuzz.harness.upstream.loading`), with the explicit stand-ins of
+:mod:`poolfuzz.harness.upstream.vllm_stand_ins`; neither file needs torch.  The files come from
 ``POOLFUZZ_VLLM_SRC`` (``poolfuzz --vllm-src PATH``: a folder holding ``vllm/v1/``) when set, else
 the installed distribution.  The stand-ins were written for :data:`SUPPORTED_VERSION`; another
 version is tried, and refused with a one-line reason naming the file, import or class that moved
@@ -17,9 +17,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.upstream import vllm_stand_ins
-from harness.upstream.loading import Distribution, LoadedCopy, copy_of
-from harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version, refusal
+from poolfuzz.harness.upstream import vllm_stand_ins
+from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of
+from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version, refusal
 
 SUPPORTED_VERSION = "0.33.0"
 DISTRIBUTION = "vllm"

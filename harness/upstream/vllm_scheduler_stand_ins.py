@@ -1,6 +1,6 @@
 """Explicit stand-ins for the modules vLLM 0.33.0's v1 scheduler path calls into at run time.
 
-:data:`harness.upstream.vllm_files.VLLM` executes the scheduler (``v1/core/sched/``), the KV cache manager,
+:data:`poolfuzz.harness.upstream.vllm_files.VLLM` executes the scheduler (``v1/core/sched/``), the KV cache manager,
 its coordinator and single-type managers, the block pool, ``v1/request.py``, ``v1/kv_cache_interface.py``,
 ``v1/outputs.py`` and ``v1/engine/__init__.py`` from the copy in use.  What those files call into and whose
 real module drags in pydantic, transformers, zmq, cbor2 or uvloop is answered here, written from upstream's
@@ -8,7 +8,7 @@ documented behaviour for a one-rank CPU server with no KV connector, no grammars
 stats off (never copied).  Each entry names the upstream line (vllm 0.33.0) that needs it.
 
 The configuration is a :class:`Fields` object: it holds exactly the fields the path reads, each with the
-line reading it, and refuses any other (:class:`~harness.upstream.placeholders.StandInReached`), so a path
+line reading it, and refuses any other (:class:`~poolfuzz.harness.upstream.placeholders.StandInReached`), so a path
 reading a field poolfuzz did not decide fails naming it, never on a silent default.
 """
 
@@ -20,7 +20,7 @@ import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from harness.upstream.placeholders import StandInReached
+from poolfuzz.harness.upstream.placeholders import StandInReached
 
 
 class Fields:

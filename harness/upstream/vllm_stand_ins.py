@@ -3,10 +3,10 @@
 Both files are pure Python over lists and dicts; what they import is either used only in
 annotations, only by code paths we do not drive (request hashing, multimodal extra keys,
 KV-cache sizing), or is a handful of small helpers.  The real modules behind them need msgspec,
-zmq, the config system and torch, so :data:`harness.upstream.vllm_files.VLLM` executes the two
+zmq, the config system and torch, so :data:`poolfuzz.harness.upstream.vllm_files.VLLM` executes the two
 files from the copy and answers these modules with stand-ins written from their documented
 behaviour (prefix-cache-and-peers.md section 2), not copied; every other ``vllm`` module is a
-placeholder that refuses use (:mod:`harness.upstream.placeholders`).
+placeholder that refuses use (:mod:`poolfuzz.harness.upstream.placeholders`).
 
 Names only reached outside the block-pool bookkeeping raise :class:`StandInReached` when called,
 so a path we do not reproduce cannot run silently on a stand-in.
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from harness.upstream import vllm_scheduler_stand_ins as scheduler_stand_ins
-from harness.upstream.placeholders import StandInModule
+from poolfuzz.harness.upstream import vllm_scheduler_stand_ins as scheduler_stand_ins
+from poolfuzz.harness.upstream.placeholders import StandInModule
 
 
 def _module(name: str, **attrs: Any) -> ModuleType:
-    module = StandInModule(name, "poolfuzz stand-in (harness.upstream.vllm_stand_ins)")
+    module = StandInModule(name, "poolfuzz stand-in (poolfuzz.harness.upstream.vllm_stand_ins)")
     module.__dict__.update(attrs)
     return module
 
@@ -113,7 +113,7 @@ def _stand_in_table() -> dict[str, ModuleType]:
 
 
 def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
-    """Module name -> factory: :data:`harness.upstream.vllm_files.VLLM`'s stand-ins."""
+    """Module name -> factory: :data:`poolfuzz.harness.upstream.vllm_files.VLLM`'s stand-ins."""
     table = _stand_in_table()
     return {name: functools.partial(_copy_of, module) for name, module in table.items()}
 

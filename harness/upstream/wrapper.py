@@ -1,7 +1,7 @@
 """What every upstream wrapper shares: the misuse switch, the wrapped object, its provenance.
 
 A wrapper (one per upstream target, in its family's kit: ``harness/kits/<kit>/upstream.py``) builds the
-real upstream object and forwards the family protocol (:mod:`pools.protocols`) to it, translating only
+real upstream object and forwards the family protocol (:mod:`poolfuzz.pools.protocols`) to it, translating only
 signatures.  No call is validated or repaired there, so the harness judges upstream's behaviour, not ours:
 upstream does not validate its input, so every wrapper sets ``poolfuzz_check_misuse = False``, and machines
 issue valid calls only.  The calls several families forward unchanged (free groups and ``clear``; the
@@ -18,9 +18,9 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from harness.upstream.loading import Distribution, copy_of
-from harness.upstream.sglang_files import SUPPORTED_VERSION
-from pools.protocols import PagedKVAllocator
+from poolfuzz.harness.upstream.loading import Distribution, copy_of
+from poolfuzz.harness.upstream.sglang_files import SUPPORTED_VERSION
+from poolfuzz.pools.protocols import PagedKVAllocator
 
 R = TypeVar("R")
 T = TypeVar("T", bound=type)

@@ -41,7 +41,7 @@ Contract (shared by all three)
   power of two.  Empty batches and batches with no extend tokens are no-ops.
 
 Only ``loop`` validates the full contract (it raises
-:class:`~pools.errors.BadBatchError`); the fast paths check shapes only, since
+:class:`~poolfuzz.pools.errors.BadBatchError`); the fast paths check shapes only, since
 anything more would sync with the device.
 """
 
@@ -51,10 +51,10 @@ import importlib
 from dataclasses import dataclass
 from functools import cache
 
-from pools.errors import KernelUnavailableError, UnknownKernelError
-from pools.page_alloc.counting import DecodeFn, ExtendFn, get_num_new_pages, num_new_pages_per_request
-from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
-from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
+from poolfuzz.pools.errors import KernelUnavailableError, UnknownKernelError
+from poolfuzz.pools.page_alloc.counting import DecodeFn, ExtendFn, get_num_new_pages, num_new_pages_per_request
+from poolfuzz.pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
+from poolfuzz.pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized
 
 __all__ = [
     "KERNEL_NAMES",
@@ -83,13 +83,13 @@ class PageKernel:
 def triton_available() -> bool:
     """Whether the ``triton`` kernel can be loaded here.
 
-    True when ``pools.page_alloc.triton`` imports, i.e. triton is installed and
+    True when ``poolfuzz.pools.page_alloc.triton`` imports, i.e. triton is installed and
     its interpreter (which needs numpy) is importable.  Calling this imports
     triton; merely importing :mod:`pools` does not.  A CUDA device is not
     required: CPU tensors run through the interpreter.
     """
     try:
-        importlib.import_module("pools.page_alloc.triton")
+        importlib.import_module("poolfuzz.pools.page_alloc.triton")
     except ImportError:
         return False
     return True
@@ -98,10 +98,10 @@ def triton_available() -> bool:
 def get_kernel(name: str) -> PageKernel:
     """Return the implementation called ``name`` (one of :data:`KERNEL_NAMES`).
 
-    Raises :class:`~pools.errors.UnknownKernelError` for any other name.  The
+    Raises :class:`~poolfuzz.pools.errors.UnknownKernelError` for any other name.  The
     triton module is imported only here, on first request; where it cannot load
     (triton not installed, or its interpreter's numpy missing) this raises
-    :class:`~pools.errors.KernelUnavailableError`, an ``ImportError`` too
+    :class:`~poolfuzz.pools.errors.KernelUnavailableError`, an ``ImportError`` too
     (check :func:`triton_available` first).
     """
     if name == "loop":
@@ -110,7 +110,7 @@ def get_kernel(name: str) -> PageKernel:
         return PageKernel(name, alloc_extend_vectorized, alloc_decode_vectorized)
     if name == "triton":
         try:
-            from pools.page_alloc import triton as triton_kernels
+            from poolfuzz.pools.page_alloc import triton as triton_kernels
         except ImportError as exc:
             raise KernelUnavailableError(name, "triton (and numpy for its CPU interpreter)", str(exc)) from exc
         return PageKernel(name, triton_kernels.alloc_extend_triton, triton_kernels.alloc_decode_triton)

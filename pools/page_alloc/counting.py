@@ -28,7 +28,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from pools.errors import BadBatchError, BadSizeError
+from poolfuzz.pools.errors import BadBatchError, BadSizeError
 
 __all__ = [
     "DecodeFn",
@@ -42,7 +42,7 @@ __all__ = [
 class ExtendFn(Protocol):
     """Fill ``out_indices`` with the KV slots of every request's extend tokens.
 
-    See the package docstring of :mod:`pools.page_alloc` for the contract.
+    See the package docstring of :mod:`poolfuzz.pools.page_alloc` for the contract.
     """
 
     def __call__(
@@ -59,7 +59,7 @@ class ExtendFn(Protocol):
 class DecodeFn(Protocol):
     """Fill ``out_indices`` (one slot per request) for one decode step.
 
-    See the package docstring of :mod:`pools.page_alloc` for the contract.
+    See the package docstring of :mod:`poolfuzz.pools.page_alloc` for the contract.
     """
 
     def __call__(

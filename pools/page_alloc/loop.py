@@ -15,7 +15,7 @@ the page index from the position, it cannot truncate a long extend (upstream
 #9271, where a ``constexpr`` bound silently dropped the tail of phase 2).
 
 Unlike the fast paths, the oracle also checks the whole contract and raises
-:class:`~pools.errors.BadBatchError` for a malformed batch -- in particular a
+:class:`~poolfuzz.pools.errors.BadBatchError` for a malformed batch -- in particular a
 ``free_pages`` that is not exactly as long as the batch needs, so it never
 reads past the end of the free list (upstream #34399) and never leaves a
 consumed page unused.
@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pools.errors import BadBatchError
-from pools.page_alloc.counting import check_page_size
+from poolfuzz.pools.errors import BadBatchError
+from poolfuzz.pools.page_alloc.counting import check_page_size
 
 __all__ = ["alloc_decode_loop", "alloc_extend_loop"]
 

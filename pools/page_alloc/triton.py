@@ -1,7 +1,7 @@
 """Triton kernels: compiled on CUDA tensors, interpreted on CPU tensors.
 
 Importing this module imports ``triton`` (and, for the interpreter, numpy);
-:mod:`pools.page_alloc` imports it lazily so that ``import pools`` never does.
+:mod:`poolfuzz.pools.page_alloc` imports it lazily so that ``import pools`` never does.
 
 **How the interpreter is chosen.**  Each kernel body is a plain Python function
 wrapped twice: by ``triton.jit`` (a ``JITFunction``, compiled for the GPU on
@@ -48,8 +48,8 @@ import triton.language as tl
 from torch import Tensor
 from triton.runtime.interpreter import InterpretedFunction
 
-from pools.errors import BadBatchError, BadSizeError
-from pools.page_alloc.counting import check_page_size, triton_page_size
+from poolfuzz.pools.errors import BadBatchError, BadSizeError
+from poolfuzz.pools.page_alloc.counting import check_page_size, triton_page_size
 
 __all__ = ["PHASE2_BLOCK", "alloc_decode_triton", "alloc_extend_triton"]
 
@@ -219,7 +219,7 @@ def alloc_extend_triton(
 ) -> None:
     """Write every request's extend slots into ``out_indices`` (in place).
 
-    Same contract as :func:`pools.page_alloc.loop.alloc_extend_loop`, with
+    Same contract as :func:`poolfuzz.pools.page_alloc.loop.alloc_extend_loop`, with
     ``page_size`` a power of two (else :class:`BadSizeError`).  Only shapes,
     dtypes and devices are validated (no host sync).
     """

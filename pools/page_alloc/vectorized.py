@@ -3,7 +3,7 @@
 Every output slot ``j`` finds its request with ``torch.searchsorted`` over the
 inclusive prefix sum of extend lengths (the "owner"), turns into a token
 position ``p``, and then takes one of two values (same layout as the oracle in
-:mod:`pools.page_alloc.loop`):
+:mod:`poolfuzz.pools.page_alloc.loop`):
 
 * inside the prefix's partial page: ``last_loc + 1 + (p - pre)``;
 * otherwise: ``free_pages[P_owner + p // ps - ceil(pre/ps)] * ps + p % ps``.
@@ -26,7 +26,7 @@ that dead branch in bounds (the design of seed 002 / the 0.5.23 vectorised
 
 The clamp means a ``free_pages`` that is too *short* yields duplicate page ids
 instead of an out-of-bounds read (upstream #34399); the allocator must count
-pages first (:func:`pools.page_alloc.counting.get_num_new_pages`).  The page
+pages first (:func:`poolfuzz.pools.page_alloc.counting.get_num_new_pages`).  The page
 index comes from the position, so long extends cannot be truncated (#9271).
 """
 
@@ -35,8 +35,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pools.errors import BadBatchError
-from pools.page_alloc.counting import check_page_size
+from poolfuzz.pools.errors import BadBatchError
+from poolfuzz.pools.page_alloc.counting import check_page_size
 
 __all__ = ["alloc_decode_vectorized", "alloc_extend_vectorized", "token_positions"]
 
@@ -80,7 +80,7 @@ def alloc_extend_vectorized(
 ) -> None:
     """Write every request's extend slots into ``out_indices`` (in place).
 
-    Same contract as :func:`pools.page_alloc.loop.alloc_extend_loop`, but only
+    Same contract as :func:`poolfuzz.pools.page_alloc.loop.alloc_extend_loop`, but only
     shapes are validated: ``free_pages`` must hold exactly the needed pages
     (shorter: clamped duplicates; an empty one that is needed trips an assert).
     """

@@ -2,29 +2,29 @@
 
 ``moves`` (the table), ``catalogue`` (misuse and corners), ``views``, ``model`` (ref counts, the
 free queue's order, the cache map), ``driver`` and ``misuse``, ``canaries``.  The pool is
-:mod:`pools.block_pool`; vLLM's ``BlockPool`` is its upstream target.
+:mod:`poolfuzz.pools.block_pool`; vLLM's ``BlockPool`` is its upstream target.
 """
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, Family
-from harness.judge.limits import REQUEST
-from harness.kits.block_pool.config import BlockPoolConfig
-from harness.kits.block_pool.ops import BlockPoolOps as Ops
+from poolfuzz.harness.judge.kit import ALLOCATOR_INVARIANTS, Family
+from poolfuzz.harness.judge.limits import REQUEST
+from poolfuzz.harness.kits.block_pool.config import BlockPoolConfig
+from poolfuzz.harness.kits.block_pool.ops import BlockPoolOps as Ops
 
 FAMILIES = (
     Family(
         name="block_pool",
         summary="vLLM-v1-style ref-counted blocks: prefix hits, LRU free queue, eviction",
-        default="harness.kits.block_pool.driver:build_block_pool",
-        driver="harness.kits.block_pool.driver:BlockPoolDriver",
-        moves="harness.kits.block_pool.moves:block_pool_table",
+        default="poolfuzz.harness.kits.block_pool.driver:build_block_pool",
+        driver="poolfuzz.harness.kits.block_pool.driver:BlockPoolDriver",
+        moves="poolfuzz.harness.kits.block_pool.moves:block_pool_table",
         bench_config=BlockPoolConfig(num_gpu_blocks=33, enable_caching=True, device="cpu"),
-        canaries=("harness.kits.block_pool.canaries",),
-        upstream=("harness.upstream:VllmBlockPool",),
+        canaries=("poolfuzz.harness.kits.block_pool.canaries",),
+        upstream=("poolfuzz.harness.upstream:VllmBlockPool",),
         invariants=(*ALLOCATOR_INVARIANTS, "ref-count", "free-queue-order", "cache-map"),
         realistic=(("num_gpu_blocks", 4), (Ops.at(Ops.allocate, "num_blocks"), 1), (Ops.at(Ops.admit, "tokens"), 1)),
-        protocol="pools.protocols:BlockPoolLike",
+        protocol="poolfuzz.pools.protocols:BlockPoolLike",
         limits=BlockPoolConfig.with_args(
             {Ops.at(Ops.allocate, "num_blocks"): REQUEST, Ops.at(Ops.cache, "num_full"): REQUEST, Ops.at(Ops.slide, "num_skipped"): REQUEST}
         ),

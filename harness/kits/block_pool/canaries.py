@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.canaries.catalogue import Canary
-from pools.block_pool import BlockPool, KVCacheBlock
-from pools.errors import BlockStateError
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.block_pool import BlockPool, KVCacheBlock
+from poolfuzz.pools.errors import BlockStateError
 
 
 class DuplicateFreeQueuedTwice(BlockPool):
@@ -108,7 +108,7 @@ class ReusedBlockKeepsHash(BlockPool):
         return blocks
 
 
-_SPEC = "harness.kits.block_pool.canaries"
+_SPEC = "poolfuzz.harness.kits.block_pool.canaries"
 
 CANARIES: dict[str, Canary] = {
     "duplicate-free-queued-twice": Canary(

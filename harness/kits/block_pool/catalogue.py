@@ -1,25 +1,25 @@
 """The ``block_pool`` family's catalogue: one move per kind of misuse ``BlockPool`` must reject beyond double
-frees, and its corners (see :mod:`harness.kits.kv.catalogue`).
+frees, and its corners (see :mod:`poolfuzz.harness.kits.kv.catalogue`).
 
 Each corner has a setup that builds the state it needs (a request holding an uncached
 block and a cached one, a window slid past a request's first block, one hash cached under
 two blocks, a pool whose every block is free and cached).  The moves read
-:class:`~harness.kits.block_pool.views.BlockPoolView`, never the driver.
+:class:`~poolfuzz.harness.kits.block_pool.views.BlockPoolView`, never the driver.
 """
 
 from __future__ import annotations
 
-from harness.kits.block_pool.misuse import CACHE_MISUSE, FOREIGN_BLOCKS
-from harness.kits.block_pool.model import chain_hashes as model_hashes
-from harness.kits.block_pool.ops import BlockPoolOps
-from harness.kits.block_pool.views import BlockPoolView
-from strategies.choosers import Chooser
-from strategies.table import Draw, Move, Overrides, Step, fixed
+from poolfuzz.harness.kits.block_pool.misuse import CACHE_MISUSE, FOREIGN_BLOCKS
+from poolfuzz.harness.kits.block_pool.model import chain_hashes as model_hashes
+from poolfuzz.harness.kits.block_pool.ops import BlockPoolOps
+from poolfuzz.harness.kits.block_pool.views import BlockPoolView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Draw, Move, Overrides, Step, fixed
 
 BlockDraw = Draw[BlockPoolView]
 
 UNSHARED = 7
-"""A token outside :data:`harness.kits.block_pool.moves.ALPHABET`: a prompt of it never hits the prefix cache."""
+"""A token outside :data:`poolfuzz.harness.kits.block_pool.moves.ALPHABET`: a prompt of it never hits the prefix cache."""
 
 
 def _build_held_blocks(view: BlockPoolView, choose: Chooser) -> Step | None:

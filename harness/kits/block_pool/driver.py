@@ -24,14 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, operation
-from harness.judge.invariants import check, check_unique
-from harness.kits.block_pool.config import BlockPoolConfig
-from harness.kits.block_pool.misuse import BlockPoolMisuse
-from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
-from harness.kits.block_pool.ops import BlockPoolOps
-from pools.block_pool import BlockPool
-from pools.errors import (
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, operation
+from poolfuzz.harness.judge.invariants import check, check_unique
+from poolfuzz.harness.kits.block_pool.config import BlockPoolConfig
+from poolfuzz.harness.kits.block_pool.misuse import BlockPoolMisuse
+from poolfuzz.harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel, Request, chain_hashes
+from poolfuzz.harness.kits.block_pool.ops import BlockPoolOps
+from poolfuzz.pools.block_pool import BlockPool
+from poolfuzz.pools.errors import (
     BadBatchError,
     BadSizeError,
     BlockStateError,

@@ -1,6 +1,6 @@
 """Misuse of a block pool beyond double frees: malformed ``cache_full_blocks`` calls and arguments that are not blocks.
 
-vLLM's ``BlockPool`` asserts (or corrupts) on these; ``pools.block_pool`` raises a
+vLLM's ``BlockPool`` asserts (or corrupts) on these; ``poolfuzz.pools.block_pool`` raises a
 typed error before changing anything.  Each kind is built from the model's state
 (a held uncached block, a held cached one, a free one) and names the one error
 the contract demands; a kind the state cannot offer is skipped.  The mixin needs
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, operation
-from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
-from pools.block_pool import BlockPool
-from pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, PoolError
+from poolfuzz.harness.judge.driver import SKIPPED, operation
+from poolfuzz.harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
+from poolfuzz.pools.block_pool import BlockPool
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, BlockStateError, DoubleFreeError, ForeignIndexError, PoolError
 
 CACHE_MISUSE: dict[str, type[PoolError]] = {
     "num_cached_blocks past the table": BadSizeError,
@@ -37,7 +37,7 @@ FOREIGN_BLOCKS: dict[str, type[PoolError]] = {
 
 
 class BlockPoolMisuse:
-    """``cache_misuse``, ``foreign_block``, ``unpin_misuse`` and ``evict_non_int`` for :class:`~harness.kits.block_pool.driver.BlockPoolDriver`."""
+    """``cache_misuse``, ``foreign_block``, ``unpin_misuse`` and ``evict_non_int`` for :class:`~poolfuzz.harness.kits.block_pool.driver.BlockPoolDriver`."""
 
     pool: Any
     model: BlockPoolModel

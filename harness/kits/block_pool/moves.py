@@ -1,9 +1,9 @@
 """The ``block_pool`` family's move table: requests come and go the way vLLM's KV-cache manager moves them.
 
 One table serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`); the moves read the pool only through
-:class:`~harness.kits.block_pool.views.BlockPoolView`; the catalogue is
-:mod:`harness.kits.block_pool.catalogue`.
+(:mod:`poolfuzz.strategies.table`); the moves read the pool only through
+:class:`~poolfuzz.harness.kits.block_pool.views.BlockPoolView`; the catalogue is
+:mod:`poolfuzz.harness.kits.block_pool.catalogue`.
 
 Pools are tiny (a null block plus 0..9 usable blocks): full pools and reused
 blocks are where the ordering and ref-count bugs live.  Prompts are a few
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from harness.kits.block_pool.catalogue import block_pool_catalogue
-from harness.kits.block_pool.config import BlockPoolConfig
-from harness.kits.block_pool.ops import BlockPoolOps
-from harness.kits.block_pool.views import BlockPoolView
-from strategies.choosers import Chooser
-from strategies.table import Draw, Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
+from poolfuzz.harness.kits.block_pool.catalogue import block_pool_catalogue
+from poolfuzz.harness.kits.block_pool.config import BlockPoolConfig
+from poolfuzz.harness.kits.block_pool.ops import BlockPoolOps
+from poolfuzz.harness.kits.block_pool.views import BlockPoolView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Draw, Move, MoveTable, Step, fixed, one_of, viewed_table, with_repeat
 
 ALPHABET = 3
 """Distinct block contents: small, so prompts collide on their prefixes."""

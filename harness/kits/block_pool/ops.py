@@ -1,12 +1,12 @@
-"""The block-pool driver's operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The block-pool driver's operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.block_pool.driver.BlockPoolDriver` implements exactly these; its moves, its contract,
+:class:`~poolfuzz.harness.kits.block_pool.driver.BlockPoolDriver` implements exactly these; its moves, its contract,
 limits and realistic floors name them through :class:`BlockPoolOps`.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class BlockPoolOps(Operations):

@@ -1,13 +1,13 @@
 """vLLM 0.33.0's v1 ``BlockPool`` behind our ``BlockPool``'s constructor and public API.
 
 ``VllmBlockPool(num_gpu_blocks, enable_caching)`` builds upstream's pool through
-:mod:`harness.upstream.vllm_loader` (the installed wheel, run under stand-ins; no
+:mod:`poolfuzz.harness.upstream.vllm_loader` (the installed wheel, run under stand-ins; no
 vLLM code is copied) and forwards the ``block_pool`` family protocol
-(:class:`pools.protocols.BlockPoolLike`) to it, translating only shapes:
+(:class:`poolfuzz.pools.protocols.BlockPoolLike`) to it, translating only shapes:
 
 * block hashes: the harness names them by small ints; upstream keys its map by
   ``bytes`` with a 4-byte group id appended.  Ints go in as 8-byte big-endian
-  hashes (:func:`~harness.upstream.vllm_stand_ins.block_hashes`) under KV-cache group 0,
+  hashes (:func:`~poolfuzz.harness.upstream.vllm_stand_ins.block_hashes`) under KV-cache group 0,
   and come back out of ``block_hash`` and ``cached_block_ids()`` as the same ints;
 * blocks: upstream's ``KVCacheBlock`` objects are wrapped once per block in a
   :class:`VllmBlock` view (``block_id``, ``ref_cnt``, ``block_hash``, ``is_null``),
@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
-from harness.upstream.vllm_files import SUPPORTED_VERSION, VLLM, load_vllm
-from harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
-from harness.upstream.wrapper import runs_upstream
+from poolfuzz.harness.upstream.vllm_files import SUPPORTED_VERSION, VLLM, load_vllm
+from poolfuzz.harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
+from poolfuzz.harness.upstream.wrapper import runs_upstream
 
 HASH_BLOCK_SIZE = 16
 """Tokens per block hash; the adapter caches at ``block_size == HASH_BLOCK_SIZE`` (one hash per block)."""
@@ -78,7 +78,7 @@ class VllmBlockPool:
     """``block_pool``: upstream ``BlockPool(num_gpu_blocks, enable_caching, hash_block_size)``, events and metrics off."""
 
     poolfuzz_check_misuse: ClassVar[bool] = False
-    poolfuzz_contract: ClassVar[str] = "harness.kits.block_pool.contracts.block_pool:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "poolfuzz.harness.kits.block_pool.contracts.block_pool:CONTRACT"
     upstream_class: ClassVar[str] = "BlockPool"
     upstream_version: ClassVar[str] = SUPPORTED_VERSION
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.table import DriverView
+from poolfuzz.strategies.table import DriverView
 
 
 class BlockPoolView(DriverView):

@@ -1,6 +1,6 @@
 """Engine canaries: SGLang's scheduler loop with one real bug shape planted in the glue it runs.
 
-Each canary is an :class:`~harness.upstream.engine.EngineLoop` subclass that changes exactly one
+Each canary is an :class:`~poolfuzz.harness.upstream.engine.EngineLoop` subclass that changes exactly one
 glue call of one loop (the module-level upstream functions stay untouched, so a process running
 other targets is not affected).  The shapes are the ones users hit in the scheduler's memory path:
 a release that frees the tree's protected prefix, a retraction that keeps its row, over-allocated
@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from harness.canaries.catalogue import Canary
-from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
-from harness.kits.engine.overlap_canaries import CANARIES as OVERLAP_CANARIES
-from harness.upstream.engine import EngineLoop
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
+from poolfuzz.harness.kits.engine.overlap_canaries import CANARIES as OVERLAP_CANARIES
+from poolfuzz.harness.upstream.engine import EngineLoop
 
 
 class ReleaseFreesProtectedPrefix(EngineLoop):
@@ -179,7 +179,7 @@ build_evictable_size_drifts = _factory(EvictableSizeDrifts)
 build_admits_nothing_when_idle = _factory(AdmitsNothingWhenIdle)
 build_mirror_pops_tail = _factory(MirrorPopsTail, mirror=True)
 
-_HERE = "harness.kits.engine.canaries"
+_HERE = "poolfuzz.harness.kits.engine.canaries"
 
 CANARIES: dict[str, Canary] = {
     "engine-release-frees-protected-prefix": Canary(

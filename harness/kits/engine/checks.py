@@ -8,8 +8,8 @@ Two independent judges look at the loop after every iteration:
   tokens (``self_check_during_busy``, :313-345), the KV page owner check (:350-426), and at idle the
   request-pool check (:428-450); on hybrid Mamba its ``_check_mamba_pool`` (:196-241), which runs only
   at idle (:477), never while busy;
-* **ours**: the engine judges of :mod:`harness.engines.judges`, written once for every engine, over the
-  loop's raw state as :mod:`harness.kits.engine.observe` reads it (pages, rows and Mamba slots with their
+* **ours**: the engine judges of :mod:`poolfuzz.harness.engines.judges`, written once for every engine, over the
+  loop's raw state as :mod:`poolfuzz.harness.kits.engine.observe` reads it (pages, rows and Mamba slots with their
   holders, the tree's locks, the last iteration's progress, upstream's verdicts as the accounts).
 
 What stays here is what only SGLang has: building upstream's checker (:class:`UpstreamChecker`), and the
@@ -22,17 +22,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from harness.engines import judges
-from harness.engines.interface import Observation
-from harness.judge.invariants import check
-from harness.kits.engine.observe import live_requests, observe
+from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.interface import Observation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.engine.observe import live_requests, observe
 
 
 class UpstreamChecker:
     """Upstream's ``SchedulerInvariantChecker`` over the loop's pools, built as scheduler.py:2523 builds it."""
 
     def __init__(self, loop: Any) -> None:
-        from harness.upstream.sglang_modules import active
+        from poolfuzz.harness.upstream.sglang_modules import active
 
         with active(loop.m):
             self._build(loop)
@@ -100,7 +100,7 @@ class UpstreamChecker:
 
 def judge(loop: Any, upstream: UpstreamChecker, *, with_surface: bool = True) -> Observation:
     """Both judges over the loop's state (see the module docstring); the observation they judged."""
-    from harness.upstream.sglang_modules import active
+    from poolfuzz.harness.upstream.sglang_modules import active
 
     with active(loop.m):
         observation = observe(loop, upstream, with_surface=with_surface)

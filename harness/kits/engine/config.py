@@ -5,7 +5,7 @@ written from it, byte for byte); the move table draws it; the limits are its fie
 0.5.23 builds are its own check (:meth:`EngineTargetConfig.__post_init__`, an :class:`EngineShapeError`
 when it is built, so replay refuses an unbuildable trace as bad input); and every target's keywords are its
 fields (:func:`takes_the_shape` gives ``build_engine`` and its peers their signature), so the loop
-(:class:`harness.upstream.engine.EngineLoop`) and its builders read this object and nothing else.
+(:class:`poolfuzz.harness.upstream.engine.EngineLoop`) and its builders read this object and nothing else.
 
 Nothing here loads upstream: the registry imports it with the kit's declaration.
 """
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.judge.config import PoolConfig, bounded, setting
-from harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint, LimitError
+from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
+from poolfuzz.harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint, LimitError
 
 CACHES = ("radix", "unified-rust", "unified-python")
 """``radix``: the legacy Python ``RadixCache``; ``unified-*``: ``UnifiedRadixCache`` over a tree core."""
@@ -31,8 +31,8 @@ TARGET_POOLS = (*POOLS, "both")
 
 LOOPS = ("overlap", "normal", "reenacted")
 """Which scheduler loop runs: upstream's ``Scheduler`` methods as ``event_loop_overlap`` (every server's default,
-scheduler.py:500-502) or ``event_loop_normal`` runs them (:mod:`harness.upstream.engine_scheduler`), or the
-hand-written re-enactment of the normal loop (:mod:`harness.upstream.engine`), kept while tests compare the two."""
+scheduler.py:500-502) or ``event_loop_normal`` runs them (:mod:`poolfuzz.harness.upstream.engine_scheduler`), or the
+hand-written re-enactment of the normal loop (:mod:`poolfuzz.harness.upstream.engine`), kept while tests compare the two."""
 
 MAMBA_REQUESTS_RATIO = 3
 """``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
@@ -43,7 +43,7 @@ is 3 (:3062-3086) and ``max_running_requests`` is capped at ``max_mamba_cache_si
 class EngineShapeError(LimitError):
     """A server shape 0.5.23 does not build (a combination, or a pool its startup checks refuse).
 
-    A :class:`~harness.judge.limits.LimitError`, so a trace naming one is refused as bad input
+    A :class:`~poolfuzz.harness.judge.limits.LimitError`, so a trace naming one is refused as bad input
     (replay: ``BAD``, exit 2) before any step runs, like a size past the family's limits.
     """
 
@@ -84,14 +84,14 @@ class EngineTargetConfig(PoolConfig):
     With slots the loop builds what ``kv_cache_configurator.py`` builds for a hybrid-SSM model:
     ``HybridReqToTokenPool`` (a ``MambaPool`` of one float32 layer and its ``mamba_allocator``,
     :1700-1753) over ``TokenToKVPoolAllocator`` (:2914-2922), under ``UnifiedRadixCache`` with the FULL
-    and MAMBA components (``registry.py:165-169``); see :mod:`harness.upstream.engine_mamba`.  It needs
+    and MAMBA components (``registry.py:165-169``); see :mod:`poolfuzz.harness.upstream.engine_mamba`.  It needs
     ``rows <= mamba_slots // 3`` (``max_running_requests`` is capped so, kv_cache_configurator.py:3134-3150).
 
     Not built here, with the reason: page size > 1 (``MambaComponent`` asserts page 1 without the extra
     buffer, components/mamba.py:74-79); the extra buffer (``track_mask_cpu.pin_memory()`` at
     schedule_batch.py:3830 raises on a CPU torch); the legacy ``RadixCache`` (no Mamba component; a
     hybrid-SSM server gets UnifiedRadixCache, registry.py:146); poolfuzz's pools (``engine_ours`` has
-    no adapter putting ``pools.mamba`` behind the 0.5.23 ``req.kv`` interface).  With ``sliding_window`` too
+    no adapter putting ``poolfuzz.pools.mamba`` behind the 0.5.23 ``req.kv`` interface).  With ``sliding_window`` too
     it is the model that is both (an Inkling-class hybrid): ``HybridReqToTokenPool`` (:1593-1597) under
     ``SWATokenToKVPoolAllocator`` (:2874-2884) and a FULL + SWA + MAMBA tree, as 0.5.23's default
     (non-unified) memory path builds it; it loads and runs on CPU."""

@@ -1,12 +1,12 @@
 """The ``engine`` family's driver: scheduler iterations of SGLang's memory path, judged after each one.
 
-The pool under test is an :class:`harness.upstream.engine.EngineLoop`: upstream's ``ReqToTokenPool``,
+The pool under test is an :class:`poolfuzz.harness.upstream.engine.EngineLoop`: upstream's ``ReqToTokenPool``,
 KV allocator and prefix cache driven by upstream's own scheduler calls.  The fuzzer chooses only
 what a user and a model choose: which requests arrive (prompts that share prefixes on purpose,
 output budgets), which running requests sample EOS at a result, which get aborted, and when the
 scheduler iterates.  What the scheduler then does with memory (admission, chunking, eviction,
 retraction, checkpoints, releases) is upstream's decision, so every call order reached is one the
-0.5.23 scheduler produces.  After every step both judges of :mod:`harness.kits.engine.checks` run.
+0.5.23 scheduler produces.  After every step both judges of :mod:`poolfuzz.harness.kits.engine.checks` run.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import contextlib
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from harness.engines import judges
-from harness.engines.interface import Submission
-from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
-from harness.judge.invariants import InvariantViolation
-from harness.kits.engine.checks import judge
-from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
-from harness.kits.engine.observe import surface
-from harness.kits.engine.ops import EngineOps
-from harness.kits.engine.target import SGLangEngine
-from harness.upstream.sglang_modules import active
+from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.interface import Submission
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.engine.checks import judge
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
+from poolfuzz.harness.kits.engine.observe import surface
+from poolfuzz.harness.kits.engine.ops import EngineOps
+from poolfuzz.harness.kits.engine.target import SGLangEngine
+from poolfuzz.harness.upstream.sglang_modules import active
 
 STEMS: tuple[tuple[int, ...], ...] = (
     (11, 12, 13, 14, 15, 16, 17, 18),
@@ -35,10 +35,10 @@ STEMS: tuple[tuple[int, ...], ...] = (
 
 
 class EngineDriver(Driver):
-    """Arrivals, iterations and aborts on one :class:`~harness.upstream.engine.EngineLoop`, or two in step.
+    """Arrivals, iterations and aborts on one :class:`~poolfuzz.harness.upstream.engine.EngineLoop`, or two in step.
 
     With ``pools="both"`` every step runs on a loop over upstream's pools and on a mirror over
-    poolfuzz's (:mod:`harness.upstream.engine_ours`); after each step both are judged and their
+    poolfuzz's (:mod:`poolfuzz.harness.upstream.engine_ours`); after each step both are judged and their
     observable states compared (``implementations-agree``).
     """
 
@@ -90,7 +90,7 @@ class EngineDriver(Driver):
     @operation
     def iterate(self, eos: list[int]) -> str:
         """One scheduler iteration; the live requests at positions ``eos`` sample EOS at its result."""
-        from harness.upstream.engine import EOS
+        from poolfuzz.harness.upstream.engine import EOS
 
         kinds = []
         for target in self.targets:
@@ -141,7 +141,7 @@ class EngineDriver(Driver):
         return fingerprint(self.loop)
 
     def audit(self) -> None:
-        """The engine judges over each loop (:func:`~harness.kits.engine.checks.judge`), then upstream's pools and
+        """The engine judges over each loop (:func:`~poolfuzz.harness.kits.engine.checks.judge`), then upstream's pools and
         poolfuzz's compared (``implementations-agree``)."""
         compared = len(self.targets) == 2
         observations = [judge(target.loop, target.checker, with_surface=compared) for target in self.targets]
@@ -162,7 +162,7 @@ class EngineDriver(Driver):
         return 4 * loop.config.rows + 8 + sum(2 + -(-(len(r.origin_input_ids) + len(r.output_ids)) // chunk) for r in reqs)
 
     def _drain(self) -> None:
-        from harness.upstream.engine import EOS
+        from poolfuzz.harness.upstream.engine import EOS
 
         for _ in range(self._drain_bound()):
             # Drained once an iteration formed no batch with nothing live (``fully_idle``) and nothing arrived
@@ -203,17 +203,17 @@ def upstream_raises(loop: Any) -> Iterator[None]:
 
 
 def fingerprint(loop: Any) -> tuple[Any, ...]:
-    """What a user of the loop can observe (:func:`harness.kits.engine.observe.surface`), as one value."""
+    """What a user of the loop can observe (:func:`poolfuzz.harness.kits.engine.observe.surface`), as one value."""
     return tuple(value for _, value in surface(loop))
 
 
 @takes_the_shape
 def build_engine(**shape: Any) -> Any:
-    """The loop for one server shape (:class:`~harness.kits.engine.config.EngineTargetConfig`, its keywords the
+    """The loop for one server shape (:class:`~poolfuzz.harness.kits.engine.config.EngineTargetConfig`, its keywords the
     config's fields); ``pools="both"`` builds the upstream-pools loop, and the driver adds the poolfuzz mirror.
     CPU only: ``device`` is recorded, as every family's is, and must be ``"cpu"``."""
-    from harness.upstream.engine import EngineLoop
-    from harness.upstream.engine_scheduler import SchedulerLoop
+    from poolfuzz.harness.upstream.engine import EngineLoop
+    from poolfuzz.harness.upstream.engine_scheduler import SchedulerLoop
 
     config = EngineTargetConfig(**shape)
     if config.device != "cpu":
@@ -224,7 +224,7 @@ def build_engine(**shape: Any) -> Any:
     return SchedulerLoop(one, overlap=config.loop == "overlap" and not config.hybrid_ssm)
 
 
-build_engine.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_engine.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
 @takes_the_shape
@@ -236,7 +236,7 @@ def build_engine_with_waiting_timeout(**shape: Any) -> Any:
     return build_engine(**{**shape, "waiting_timeout": True})
 
 
-build_engine_with_waiting_timeout.poolfuzz_contract = "harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_engine_with_waiting_timeout.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
 @takes_the_shape
@@ -245,7 +245,7 @@ def build_poolfuzz_engine(**shape: Any) -> Any:
 
     Every drawn shape runs over ``pools/``; a hybrid-SWA or hybrid-Mamba shape runs as full attention, since
     ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
-    (``pools.swa`` predates it; ``pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
-    and :mod:`harness.upstream.engine_ours` has no adapter for it yet)."""
+    (``poolfuzz.pools.swa`` predates it; ``poolfuzz.pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
+    and :mod:`poolfuzz.harness.upstream.engine_ours` has no adapter for it yet)."""
     config = EngineTargetConfig(**shape).replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0)
     return build_engine(**config.kwargs())

@@ -7,11 +7,11 @@ statement, its header alone: an ``if``'s test, a ``for``'s target and iterable, 
 (``token_to_kv_pool_allocator``, ``req_to_token_pool``, ``alloc*``/``free*`` calls), and anything named for
 retraction, abort or chunked prefill (``*retract*``, ``*abort*``, ``*chunk*``).
 
-:func:`measure` walks the engine family (its move table, :class:`~harness.fuzz.walk.WalkRun`, a fixed seed) with
+:func:`measure` walks the engine family (its move table, :class:`~poolfuzz.harness.fuzz.walk.WalkRun`, a fixed seed) with
 the waiting timeout on (finding 5's hang would end every hybrid-SWA episode) under ``coverage`` restricted to the two
 installed files, and reports the executed share of each file's memory statements::
 
-    python -m harness.kits.engine.memory_coverage --steps 3000 --seed 0
+    python -m poolfuzz.harness.kits.engine.memory_coverage --steps 3000 --seed 0
 
 A walk violation does not stop the measurement: it is counted and the walk goes on with the next episode.
 """
@@ -36,7 +36,7 @@ MEMORY_NAMES = re.compile(
 FILES = ("srt/managers/scheduler.py", "srt/managers/scheduler_components/batch_result_processor.py")
 """The files measured, relative to the ``sglang`` package."""
 
-SPEC = "harness.kits.engine.driver:build_engine_with_waiting_timeout"
+SPEC = "poolfuzz.harness.kits.engine.driver:build_engine_with_waiting_timeout"
 
 
 def _own_span(node: ast.stmt) -> tuple[int, int] | None:
@@ -78,7 +78,7 @@ def memory_statements(source: str) -> dict[int, str]:
 
 def startup_statements(source: str) -> set[int]:
     """The lines of statements that run once at server start (module level, ``__init__``, ``init_*``, ``run_*``): what
-    :func:`~harness.upstream.sglang_scheduler.build_scheduler` replaces, so no walk reaches them."""
+    :func:`~poolfuzz.harness.upstream.sglang_scheduler.build_scheduler` replaces, so no walk reaches them."""
     tree = ast.parse(source)
     inside: set[int] = set()
     for node in ast.walk(tree):
@@ -121,7 +121,7 @@ def measure(steps: int, seed: int, seeds: int = 1) -> tuple[list[FileCoverage], 
     """Walk ``seeds`` walks of ``steps`` steps each from ``seed`` under coverage; each file's reach and the violations seen."""
     import coverage
 
-    from harness.fuzz.walk import WalkRun
+    from poolfuzz.harness.fuzz.walk import WalkRun
 
     paths = [installed(f) for f in FILES]
     cov = coverage.Coverage(include=[str(p) for p in paths], data_file=None)

@@ -1,7 +1,7 @@
 """The ``engine`` family's move table: server shapes, arrivals, EOS at results, aborts, iterations.
 
 The fuzzer chooses what users and the model choose, never a memory call: the scheduler
-(upstream's, in :class:`harness.upstream.engine.EngineLoop`) decides what memory does with it.
+(upstream's, in :class:`poolfuzz.harness.upstream.engine.EngineLoop`) decides what memory does with it.
 Server shapes are small on purpose (a few rows, a few dozen KV slots), so admission refusals,
 chunked prefill, eviction and decode retraction happen within a handful of iterations; prompts
 come from stems that share prefixes so the tree splits and hits.
@@ -9,12 +9,12 @@ come from stems that share prefixes so the tree splits and hits.
 
 from __future__ import annotations
 
-from harness.kits.engine.config import EngineTargetConfig
-from harness.kits.engine.ops import EngineOps as Ops
-from harness.upstream.engine_config import CACHES
-from harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
-from strategies.choosers import Chooser
-from strategies.table import DriverView, Move, MoveTable, Step, viewed_table
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
+from poolfuzz.harness.upstream.engine_config import CACHES
+from poolfuzz.harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import DriverView, Move, MoveTable, Step, viewed_table
 
 POOL_CHOICES = ("upstream", "both")
 """Upstream's pools alone, or in step with poolfuzz's (``implementations-agree``)."""
@@ -56,7 +56,7 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     frees happen within a request (the default 128 would never fire at these lengths).
 
     A quarter are a hybrid Mamba model (``HybridReqToTokenPool`` under ``UnifiedRadixCache`` with FULL
-    and MAMBA, page size 1; :mod:`harness.upstream.engine_mamba`): the fewest state slots the
+    and MAMBA, page size 1; :mod:`poolfuzz.harness.upstream.engine_mamba`): the fewest state slots the
     configurator allows for the rows (three per row, kv_cache_configurator.py:3134-3150) or a few more,
     so cached states are evicted to make room (``ensure_mamba_capacity``, allocation.py:298-324).  A
     third of those also have a sliding window: the model that is both, which 0.5.23's default memory

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's engine loop seen as the engine judges see every engine: an :class:`~harness.engines.interface.Observation`.
+"""SGLang 0.5.23's engine loop seen as the engine judges see every engine: an :class:`~poolfuzz.harness.engines.interface.Observation`.
 
 Everything is read from raw state, never from upstream's size methods (those feed the surface a user
 sees and upstream's own checker only):
@@ -13,7 +13,7 @@ sees and upstream's own checker only):
   live request's ``mamba_pool_idx`` and non-empty ping-pong entries (``kv_mamba_slots``, pool_stats_observer.py:45-49).
 
 The tree's ``protected_size`` (and ``mamba_protected_size``) are its lock counts; upstream's
-``SchedulerInvariantChecker`` (:class:`~harness.kits.engine.checks.UpstreamChecker`) gives the accounts'
+``SchedulerInvariantChecker`` (:class:`~poolfuzz.harness.kits.engine.checks.UpstreamChecker`) gives the accounts'
 verdicts.  The normal loop (``event_loop_normal``) lands every result in the iteration that scheduled it, so
 nothing is in flight there; under ``event_loop_overlap`` the batch whose result is queued (``result_queue``) is
 in flight (:func:`in_flight`).
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from harness.engines.interface import (
+from poolfuzz.harness.engines.interface import (
     Account,
     FreePlace,
     Holder,
@@ -41,7 +41,7 @@ from harness.engines.interface import (
 
 
 class Verdicts(Protocol):
-    """Upstream's checker as the accounts read it (:class:`harness.kits.engine.checks.UpstreamChecker`)."""
+    """Upstream's checker as the accounts read it (:class:`poolfuzz.harness.kits.engine.checks.UpstreamChecker`)."""
 
     def verdict(self) -> tuple[bool, str] | None: ...
 
@@ -192,7 +192,7 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
 
     At page size 1 a row is compared slot by slot.  Above it, only each row's length: 0.5.23's
     ``free_segment`` (allocator/paged.py:340) returns a row's pages in row order, while
-    ``pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
+    ``poolfuzz.pools.kv_allocator`` (which predates segments) frees every batch in ascending page order,
     so the two free lists hold the same pages in another order and later rows name other pages.
     """
     rows = loop.req_to_token_pool.req_to_token
@@ -241,7 +241,7 @@ def in_flight(loop: Any) -> tuple[InFlight, ...]:
 
 
 def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Observation:
-    """The loop's whole memory state (upstream's modules must be active: :func:`harness.upstream.sglang_modules.active`);
+    """The loop's whole memory state (upstream's modules must be active: :func:`poolfuzz.harness.upstream.sglang_modules.active`);
     ``with_surface=False`` leaves the surface out where no second implementation is compared (it costs size calls)."""
     config = loop.config
     pools = [row_pool(loop), kv_pool(loop)]

@@ -1,8 +1,8 @@
-"""The ``engine`` driver's operations and their arguments, declared once (:mod:`harness.judge.ops`)."""
+"""The ``engine`` driver's operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`)."""
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class EngineOps(Operations):

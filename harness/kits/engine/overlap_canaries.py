@@ -1,6 +1,6 @@
 """Overlap canaries: SGLang 0.5.23's own ``Scheduler`` under ``event_loop_overlap`` with one real bug shape planted.
 
-Each canary is a :class:`~harness.upstream.engine_scheduler.SchedulerLoop` whose scheduler (the real ``Scheduler``
+Each canary is a :class:`~poolfuzz.harness.upstream.engine_scheduler.SchedulerLoop` whose scheduler (the real ``Scheduler``
 built without ``__init__``), result processor or allocator gets one method replaced on the *instance*, wrapping
 upstream's own method: the loaded classes and installed files are untouched, so another target in the same
 process runs upstream unchanged.  The shapes are the overlap path's (docs/engine.md, issue 42; the reference's
@@ -20,9 +20,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from harness.canaries.catalogue import Canary
-from harness.kits.engine.config import EngineTargetConfig, takes_the_shape
-from harness.upstream.engine_scheduler import SchedulerLoop
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
+from poolfuzz.harness.upstream.engine_scheduler import SchedulerLoop
 
 
 class _Planted(SchedulerLoop):
@@ -178,7 +178,7 @@ build_aborted_result_not_skipped = _factory(AbortedResultNotSkipped)
 build_filter_keeps_finished = _factory(FilterKeepsFinished)
 build_free_group_never_ended = _factory(FreeGroupNeverEnded)
 
-_HERE = "harness.kits.engine.overlap_canaries"
+_HERE = "poolfuzz.harness.kits.engine.overlap_canaries"
 
 CANARIES: dict[str, Canary] = {
     "engine-overlap-chunk-moves-row-while-queued": Canary(

@@ -1,7 +1,7 @@
-"""SGLang 0.5.23's engine loop as an engine target (:class:`harness.engines.interface.EngineTarget`).
+"""SGLang 0.5.23's engine loop as an engine target (:class:`poolfuzz.harness.engines.interface.EngineTarget`).
 
-The loop (:class:`harness.upstream.engine.EngineLoop`) runs ``event_loop_normal``: an iteration lands the
-results of the batch it scheduled, so a :class:`~harness.engines.interface.StepReport`'s scheduled and
+The loop (:class:`poolfuzz.harness.upstream.engine.EngineLoop`) runs ``event_loop_normal``: an iteration lands the
+results of the batch it scheduled, so a :class:`~poolfuzz.harness.engines.interface.StepReport`'s scheduled and
 landed requests are the same, and nothing is in flight between steps.  An overlap loop would report the
 batch it launched as in flight, with the pages it still reads, and be judged by the same code.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.engines.interface import Observation, StepReport, Submission
-from harness.kits.engine.checks import UpstreamChecker
-from harness.kits.engine.observe import observe
-from harness.upstream.sglang_modules import active
+from poolfuzz.harness.engines.interface import Observation, StepReport, Submission
+from poolfuzz.harness.kits.engine.checks import UpstreamChecker
+from poolfuzz.harness.kits.engine.observe import observe
+from poolfuzz.harness.upstream.sglang_modules import active
 
 
 class SGLangEngine:

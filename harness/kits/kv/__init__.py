@@ -4,15 +4,15 @@
 SWA kit shares), ``catalogue`` (misuse and corners), ``model``, ``driver`` (the token allocator),
 ``paged`` (its paged subclass), ``misuse`` and ``batches`` (malformed calls and their expected
 errors), ``page_kernel`` (the extend/decode kernels against the loop reference), ``canaries``.
-The pools are :mod:`pools.kv_allocator` and :mod:`pools.page_alloc`.
+The pools are :mod:`poolfuzz.pools.kv_allocator` and :mod:`poolfuzz.pools.page_alloc`.
 """
 
 from __future__ import annotations
 
-from harness.judge.kit import ALLOCATOR_INVARIANTS, Family, pages
-from harness.judge.limits import REQUEST
-from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
-from harness.kits.kv.ops import ONE_TOKEN, PagedKVOps, TokenKVOps
+from poolfuzz.harness.judge.kit import ALLOCATOR_INVARIANTS, Family, pages
+from poolfuzz.harness.judge.limits import REQUEST
+from poolfuzz.harness.kits.kv.config import PagedKVConfig, TokenKVConfig
+from poolfuzz.harness.kits.kv.ops import ONE_TOKEN, PagedKVOps, TokenKVOps
 
 KV_ARGS = {
     TokenKVOps.at(TokenKVOps.alloc, "need_size"): REQUEST,
@@ -26,15 +26,15 @@ FAMILIES = (
     Family(
         name="token_kv",
         summary="KV token slots, page size 1",
-        default="pools:TokenToKVPoolAllocator",
-        driver="harness.kits.kv.driver:TokenKVDriver",
-        moves="harness.kits.kv.moves:token_kv_table",
+        default="poolfuzz.pools:TokenToKVPoolAllocator",
+        driver="poolfuzz.harness.kits.kv.driver:TokenKVDriver",
+        moves="poolfuzz.harness.kits.kv.moves:token_kv_table",
         bench_config=TokenKVConfig(size=64, device="cpu"),
-        canaries=("harness.kits.kv.canaries",),
-        upstream=("harness.upstream:TokenKV",),
+        canaries=("poolfuzz.harness.kits.kv.canaries",),
+        upstream=("poolfuzz.harness.upstream:TokenKV",),
         invariants=KV_INVARIANTS,
         realistic=(("size", 16), (TokenKVOps.at(TokenKVOps.alloc, "need_size"), 1)),
-        protocol="pools.protocols:TokenKVAllocator",
+        protocol="poolfuzz.pools.protocols:TokenKVAllocator",
         device_path=True,
         limits=TokenKVConfig.with_args(KV_ARGS),
         ops=TokenKVOps,
@@ -42,16 +42,16 @@ FAMILIES = (
     Family(
         name="paged_kv",
         summary="paged KV allocator: alloc, free groups, extend, decode",
-        default="pools:PagedTokenToKVPoolAllocator",
-        driver="harness.kits.kv.paged:PagedKVDriver",
-        moves="harness.kits.kv.moves:paged_kv_table",
+        default="poolfuzz.pools:PagedTokenToKVPoolAllocator",
+        driver="poolfuzz.harness.kits.kv.paged:PagedKVDriver",
+        moves="poolfuzz.harness.kits.kv.moves:paged_kv_table",
         bench_config=PagedKVConfig(size=256, page_size=4, device="cpu"),
-        canaries=("harness.kits.kv.canaries",),
-        upstream=("harness.upstream:PagedKV",),
-        known_findings="harness.kits.kv.contracts.paged_kv:KNOWN_FINDINGS",
+        canaries=("poolfuzz.harness.kits.kv.canaries",),
+        upstream=("poolfuzz.harness.upstream:PagedKV",),
+        known_findings="poolfuzz.harness.kits.kv.contracts.paged_kv:KNOWN_FINDINGS",
         invariants=KV_INVARIANTS,
         realistic=(("size", pages(4)), *ONE_TOKEN),
-        protocol="pools.protocols:PagedKVAllocator",
+        protocol="poolfuzz.pools.protocols:PagedKVAllocator",
         device_path=True,
         optional_imports=("triton",),
         rate_target=4_000,

@@ -1,7 +1,7 @@
 """Malformed ``alloc_extend`` / ``alloc_decode`` batches, one defect at a time.
 
 A paged KV allocator must reject a batch that breaks the contract of its batch
-calls with :class:`~pools.errors.BadBatchError`, before it takes a page: the
+calls with :class:`~poolfuzz.pools.errors.BadBatchError`, before it takes a page: the
 lengths are 1-D integer tensors of one length, the CPU copies too, ``last_loc``
 is an integer tensor of that length, ``0 <= prefix_len <= seq_len``,
 ``extend_num_tokens`` is the sum of the extends, a decode's post-step length is
@@ -11,7 +11,7 @@ the prefix's last token (``-1`` for none) on a page the pool handed out.
 Each defect is a function of a well-formed batch (:class:`BatchArgs`, built
 from the model's requests) that breaks exactly one of those rules for one
 request and says whether it applied.  The drivers
-(:mod:`harness.kits.kv.paged`, :mod:`harness.kits.swa.driver`) pick
+(:mod:`poolfuzz.harness.kits.kv.paged`, :mod:`poolfuzz.harness.kits.swa.driver`) pick
 the defect by name from a trace, so a replay sends the same malformed call.
 The defect names are public: traces and event labels carry them.
 """

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.canaries.catalogue import Canary
-from pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from pools.page_alloc import PageKernel
-from pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized, token_positions
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.kv_allocator import _PENDING, PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import PageKernel
+from poolfuzz.pools.page_alloc.vectorized import alloc_decode_vectorized, alloc_extend_vectorized, token_positions
 
 PHASE2_BOUND = 8
 """The compile-time phase-2 bound of :func:`extend_truncated_phase2`, in tokens (upstream: ``chunked_prefill_size``)."""
@@ -25,7 +25,7 @@ def extend_without_empty_guard(
 ) -> None:
     """The vectorised extend of seed 002 before its empty-pool guard.
 
-    :func:`~pools.page_alloc.vectorized.alloc_extend_vectorized` with the
+    :func:`~poolfuzz.pools.page_alloc.vectorized.alloc_extend_vectorized` with the
     ``free_pages.numel() == 0`` branch taken out, and nothing else changed.
 
     ``torch.where`` evaluates the new-page branch for every slot, so the gather
@@ -235,32 +235,32 @@ class PageSize1DecodeConsumesNothing(PagedTokenToKVPoolAllocator):
 
 CANARIES: dict[str, Canary] = {
     "silent-double-free-tokens": Canary(
-        "token_kv", "harness.kits.kv.canaries:SilentDoubleFreeTokens",
+        "token_kv", "poolfuzz.harness.kits.kv.canaries:SilentDoubleFreeTokens",
         "TokenToKVPoolAllocator.free appends without validation: a double free is accepted",
         "sglang-pools.md section 8, hazard 6", "misuse-rejected",
     ),
     "free-group-aliasing": Canary(
-        "paged_kv", "harness.kits.kv.canaries:FreeGroupAliasing",
+        "paged_kv", "poolfuzz.harness.kits.kv.canaries:FreeGroupAliasing",
         "deferred frees keep the caller's tensor instead of a clone",
         "SGLang #34067", "group-window",
     ),
     "extend-without-empty-guard": Canary(
-        "paged_kv", "harness.kits.kv.canaries:ExtendWithoutEmptyGuard",
+        "paged_kv", "poolfuzz.harness.kits.kv.canaries:ExtendWithoutEmptyGuard",
         "vectorised extend gathers from an empty free_pages (no empty-pool guard)",
         "seed 002", "empty-pool-guard",
     ),
     "truncated-phase2": Canary(
-        "paged_kv", "harness.kits.kv.canaries:TruncatedPhase2",
+        "paged_kv", "poolfuzz.harness.kits.kv.canaries:TruncatedPhase2",
         f"extend kernel writes only the first {PHASE2_BOUND} phase-2 tokens of a request",
         "SGLang #9271", "reserved-never-handed-out",
     ),
     "capacity-checked-after-kernel": Canary(
-        "paged_kv", "harness.kits.kv.canaries:CapacityCheckedAfterKernel",
+        "paged_kv", "poolfuzz.harness.kits.kv.canaries:CapacityCheckedAfterKernel",
         "alloc_extend/alloc_decode launch the kernel before checking capacity",
         "SGLang #34399", "empty-pool-guard",
     ),
     "page-size-1-decode-consumes-nothing": Canary(
-        "paged_kv", "harness.kits.kv.canaries:PageSize1DecodeConsumesNothing",
+        "paged_kv", "poolfuzz.harness.kits.kv.canaries:PageSize1DecodeConsumesNothing",
         "decode counts new pages with seq % ps == 1: zero at page size 1",
         "sglang-pools.md sections 3.5 and 8, hazard 1", "page-layout",
     ),

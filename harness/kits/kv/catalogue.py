@@ -1,17 +1,17 @@
 """The KV allocators' catalogues: one move per misuse kind and per corner the families must serve.
 
-A catalogue move draws one step through a :class:`~strategies.choosers.Chooser` from
-the family's view of the pool (:class:`harness.kits.kv.views.KVView`, :class:`harness.kits.kv.views.PagedKVView`):
+A catalogue move draws one step through a :class:`~poolfuzz.strategies.choosers.Chooser` from
+the family's view of the pool (:class:`poolfuzz.harness.kits.kv.views.KVView`, :class:`poolfuzz.harness.kits.kv.views.PagedKVView`):
 the walk engine takes them at a small weight each, and a machine's ``run_catalogue``
-rule (:class:`harness.machines.base.PoolMachine`) runs every one of them in turn,
+rule (:class:`poolfuzz.harness.machines.base.PoolMachine`) runs every one of them in turn,
 so each kind is issued on purpose in every run, whatever the search favours.
 Which defects and kernel cases exist, and which error each must raise, is the
-judge's (:mod:`harness.kits.kv.batches`, :mod:`harness.kits.kv.page_kernel`);
+judge's (:mod:`poolfuzz.harness.kits.kv.batches`, :mod:`poolfuzz.harness.kits.kv.page_kernel`);
 the moves only shape the steps.  Every step is labelled by the driver with an
 event naming its kind (``misuse: ...`` or ``corner: ...``).
 
 :func:`non_integer_alloc` and :data:`NON_INTEGER_SIZES` serve the pure SWA catalogue too
-(:func:`harness.kits.swa.pure_moves.pure_swa_catalogue`).
+(:func:`poolfuzz.harness.kits.swa.pure_moves.pure_swa_catalogue`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
-from harness.kits.kv.misuse import MALFORMED_FREES
-from harness.kits.kv.ops import PagedKVOps, TokenKVOps
-from harness.kits.kv.page_kernel import CASES
-from harness.kits.kv.views import KVView, PagedKVView
-from strategies.choosers import Chooser
-from strategies.table import Move, Overrides, Step, fixed, move_kinds, some_of
+from poolfuzz.harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
+from poolfuzz.harness.kits.kv.misuse import MALFORMED_FREES
+from poolfuzz.harness.kits.kv.ops import PagedKVOps, TokenKVOps
+from poolfuzz.harness.kits.kv.page_kernel import CASES
+from poolfuzz.harness.kits.kv.views import KVView, PagedKVView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Move, Overrides, Step, fixed, move_kinds, some_of
 
 TOKEN_KV_MALFORMED: tuple[Overrides, ...] = ({"size": -1}, {"size": 2.5})
 """Constructor overrides ``TokenToKVPoolAllocator`` must refuse (``BadSizeError``)."""
@@ -78,7 +78,7 @@ def admit_mid_page(view: KVView, choose: Chooser) -> Step | None:
 
 
 _step = fixed
-"""A move drawing nothing: always the same step (:func:`strategies.table.fixed`)."""
+"""A move drawing nothing: always the same step (:func:`poolfuzz.strategies.table.fixed`)."""
 
 
 def non_integer_alloc(size: Any) -> Draw:

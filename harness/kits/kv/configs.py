@@ -9,10 +9,10 @@ imports.
 
 from __future__ import annotations
 
-from harness.kits.kv.config import PagedKVConfig, TokenKVConfig
-from pools.page_alloc import triton_available
-from pools.page_alloc.counting import triton_page_size
-from strategies.choosers import Chooser
+from poolfuzz.harness.kits.kv.config import PagedKVConfig, TokenKVConfig
+from poolfuzz.pools.page_alloc import triton_available
+from poolfuzz.pools.page_alloc.counting import triton_page_size
+from poolfuzz.strategies.choosers import Chooser
 
 PAGE_SIZES = (2, 4, 3, 8, 16, 64, 5, 7)
 """Shrinks toward the small powers of two; 3, 5 and 7 exercise the non-power-of-two arithmetic."""

@@ -1,7 +1,7 @@
 """What the KV allocators' caller contracts read of the driver (``token_kv``, ``paged_kv``, ``pure_swa_kv``, and the
 SWA kit's ``swa_kv``).
 
-Judge layer: the contracts' predicates (:mod:`harness.kits.kv.contracts`) read the driver only through a
+Judge layer: the contracts' predicates (:mod:`poolfuzz.harness.kits.kv.contracts`) read the driver only through a
 :class:`PagedContractView`, typed, so a driver's internals can change without the tables following them.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from harness.judge.view import DriverView
-from harness.kits.kv.model import KVModel
+from poolfuzz.harness.judge.view import DriverView
+from poolfuzz.harness.kits.kv.model import KVModel
 
 M = TypeVar("M")
 """The driver's model class."""
@@ -33,11 +33,11 @@ class PagedContractView(DriverView, Generic[M]):
 
     @property
     def group_open(self) -> bool:
-        """Whether a free group is open (:func:`harness.upstream.callers.outside_a_group`)."""
+        """Whether a free group is open (:func:`poolfuzz.harness.upstream.callers.outside_a_group`)."""
         return bool(self._driver.model.group_open)
 
 
 class KVContractView(PagedContractView[KVModel]):
-    """A token or paged KV driver (:class:`~harness.kits.kv.model.KVModel`), as its contract sees it."""
+    """A token or paged KV driver (:class:`~poolfuzz.harness.kits.kv.model.KVModel`), as its contract sees it."""
 
     __slots__ = ()

@@ -1,4 +1,4 @@
-"""The driver of the ``token_kv`` family, and the base of ``paged_kv`` (:mod:`harness.kits.kv.paged`).
+"""The driver of the ``token_kv`` family, and the base of ``paged_kv`` (:mod:`poolfuzz.harness.kits.kv.paged`).
 
 Allocations are named by integer handles the model hands out in order: one per
 successful ``alloc`` and one per new request of an ``extend`` batch, so a
@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, operation
-from harness.judge.invariants import InvariantViolation, check, check_unique
-from harness.kits.kv.config import TokenKVConfig
-from harness.kits.kv.misuse import KVMisuseDriver, is_int
-from harness.kits.kv.model import KVModel
-from harness.kits.kv.ops import TokenKVOps
-from pools.errors import BadSizeError, GroupStateError
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.kits.kv.config import TokenKVConfig
+from poolfuzz.harness.kits.kv.misuse import KVMisuseDriver, is_int
+from poolfuzz.harness.kits.kv.model import KVModel
+from poolfuzz.harness.kits.kv.ops import TokenKVOps
+from poolfuzz.pools.errors import BadSizeError, GroupStateError
 
 
 def ints(tensor: torch.Tensor) -> list[int]:

@@ -1,11 +1,11 @@
 """The misuse half of the KV drivers: every call the contract forbids, and what the pool must answer.
 
-:class:`KVMisuseDriver` is the base of :class:`~harness.kits.kv.driver.TokenKVDriver` (and so of the
+:class:`KVMisuseDriver` is the base of :class:`~poolfuzz.harness.kits.kv.driver.TokenKVDriver` (and so of the
 paged, SWA and pure-SWA drivers).  Each operation here builds a call a caller must not make (a second
 free, raw foreign or reserved indices, a malformed tensor, a broken row segment, a malformed
-constructor) from the model's state, and requires the typed :class:`~pools.errors.PoolError` with the
-pool unchanged (:meth:`~harness.judge.driver.Driver.expect_rejected`); with misuse off, each is
-skipped.  The valid calls and the audits stay in :mod:`harness.kits.kv.driver`.
+constructor) from the model's state, and requires the typed :class:`~poolfuzz.pools.errors.PoolError` with the
+pool unchanged (:meth:`~poolfuzz.harness.judge.driver.Driver.expect_rejected`); with misuse off, each is
+skipped.  The valid calls and the audits stay in :mod:`poolfuzz.harness.kits.kv.driver`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConstructorKwargs, Driver, operation
-from harness.judge.invariants import check
-from harness.kits.kv.model import KVModel
-from pools.errors import (
+from poolfuzz.harness.judge.driver import SKIPPED, ConstructorKwargs, Driver, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.kv.model import KVModel
+from poolfuzz.pools.errors import (
     BadBatchError,
     BadSizeError,
     DoubleFreeError,
@@ -27,9 +27,9 @@ from pools.errors import (
     ReservedIndexError,
     UnknownKernelError,
 )
-from pools.kv_allocator import PagedTokenToKVPoolAllocator
-from pools.page_alloc import KERNEL_NAMES, triton_available
-from pools.page_alloc.counting import triton_page_size
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+from poolfuzz.pools.page_alloc import KERNEL_NAMES, triton_available
+from poolfuzz.pools.page_alloc.counting import triton_page_size
 
 __all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
 

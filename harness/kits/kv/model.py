@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.judge.pages import decode_pages_needed, extend_pages_needed
+from poolfuzz.harness.judge.pages import decode_pages_needed, extend_pages_needed
 
 Order = tuple[tuple[int, ...], tuple[int, ...]]
 """``(free list, staging area)``: one arrangement of the free pages the pool may be in."""

@@ -1,9 +1,9 @@
 """The KV allocators' move tables (``token_kv``, ``paged_kv``): random moves and tables.
 
 One table per family serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`).  The configurations are drawn by :mod:`harness.kits.kv.configs`;
-the moves read the pool's state only through the family's view (:class:`~harness.kits.kv.views.KVView`,
-:class:`~harness.kits.kv.views.PagedKVView`); the catalogues (:mod:`harness.kits.kv.catalogue`)
+(:mod:`poolfuzz.strategies.table`).  The configurations are drawn by :mod:`poolfuzz.harness.kits.kv.configs`;
+the moves read the pool's state only through the family's view (:class:`~poolfuzz.harness.kits.kv.views.KVView`,
+:class:`~poolfuzz.harness.kits.kv.views.PagedKVView`); the catalogues (:mod:`poolfuzz.harness.kits.kv.catalogue`)
 issue every kind of misuse and corner the allocators must serve.
 
 Extends end one token before, on, or one after a page edge.  Driver events name the
@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from harness.kits.kv.catalogue import admit_mid_page, paged_catalogue, token_catalogue
-from harness.kits.kv.configs import paged_kv_config, token_kv_config
-from harness.kits.kv.misuse import SEGMENT_MISUSE
-from harness.kits.kv.ops import PagedKVOps, TokenKVOps
-from harness.kits.kv.page_moves import edge_extend_lengths
-from harness.kits.kv.views import KVView, PagedKVView
-from strategies.choosers import Chooser
-from strategies.table import (
+from poolfuzz.harness.kits.kv.catalogue import admit_mid_page, paged_catalogue, token_catalogue
+from poolfuzz.harness.kits.kv.configs import paged_kv_config, token_kv_config
+from poolfuzz.harness.kits.kv.misuse import SEGMENT_MISUSE
+from poolfuzz.harness.kits.kv.ops import PagedKVOps, TokenKVOps
+from poolfuzz.harness.kits.kv.page_moves import edge_extend_lengths
+from poolfuzz.harness.kits.kv.views import KVView, PagedKVView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import (
     CORNER_EXACT,
     CORNER_MIXED,
     CORNER_REPEAT,
@@ -64,7 +64,7 @@ _free = one_of(TokenKVOps.free, KVView.live)
 
 def free_part(holders: Callable[[Any], Sequence[int]]) -> Callable[[Any, Chooser], Step | None]:
     """``free_part`` of the first 1..3 pages of one of ``holders(view)``, ``sparse`` or not (one token a page):
-    the token allocator's, and the pure SWA pool's (:mod:`harness.kits.swa.pure_moves`, its pages one slot)."""
+    the token allocator's, and the pure SWA pool's (:mod:`poolfuzz.harness.kits.swa.pure_moves`, its pages one slot)."""
 
     def draw(view: Any, choose: Chooser) -> Step | None:
         among = holders(view)
@@ -206,7 +206,7 @@ def _extend_length(view: PagedKVView, choose: Chooser, prefix: int) -> int:
     """Tokens to add to a request of ``prefix`` tokens.
 
     Mostly lengths that end on, next to or pages past a page edge
-    (:func:`~harness.kits.kv.page_moves.edge_extend_lengths`); else a few tokens, one or
+    (:func:`~poolfuzz.harness.kits.kv.page_moves.edge_extend_lengths`); else a few tokens, one or
     two pages give or take a token, or a long prefill of three to eight pages: what
     a real prefill chunk is.  SGLang #9271's kernel wrote only a compile-time number
     of whole-page tokens, and extends of a page or two never reach past such a bound.

@@ -1,18 +1,18 @@
-"""The KV drivers' operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The KV drivers' operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.kv.driver.TokenKVDriver` implements :class:`TokenKVOps`,
-:class:`~harness.kits.kv.paged.PagedKVDriver` :class:`PagedKVOps`; the SWA kit's pure variant extends
+:class:`~poolfuzz.harness.kits.kv.driver.TokenKVDriver` implements :class:`TokenKVOps`,
+:class:`~poolfuzz.harness.kits.kv.paged.PagedKVDriver` :class:`PagedKVOps`; the SWA kit's pure variant extends
 :class:`TokenKVOps` too.  Moves, contracts, limits, realistic floors and the known-finding filter name them here.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class FreeGroupOps(Operations):
     """What every KV allocator's driver (the token, paged and SWA ones) has: a free group opened and closed, and
-    ``clear`` (the contracts' shared rules, :func:`harness.upstream.callers.free_group_rules`, name them here)."""
+    ``clear`` (the contracts' shared rules, :func:`poolfuzz.harness.upstream.callers.free_group_rules`, name them here)."""
 
     clear = op()
     group_begin = op()

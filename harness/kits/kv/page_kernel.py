@@ -1,9 +1,9 @@
 """The paged allocator's page kernel, called directly: malformed batches it must reject, corners it must serve.
 
-A :class:`~pools.kv_allocator.PagedTokenToKVPoolAllocator` hands its page
+A :class:`~poolfuzz.pools.kv_allocator.PagedTokenToKVPoolAllocator` hands its page
 kernel (``pool.kernel``: ``loop``, ``vectorized`` or ``triton``) only batches it
 has validated, so the kernels' own checks never fire through the allocator.
-They are a public contract all the same (:mod:`pools.page_alloc`): every kernel
+They are a public contract all the same (:mod:`poolfuzz.pools.page_alloc`): every kernel
 rejects a ``page_size`` below 1 and tensors of different lengths; ``vectorized``
 and ``triton`` check shapes only (no device sync), ``triton`` also dtypes and a
 power-of-two page size; the ``loop`` oracle checks the whole contract
@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from harness.judge.pages import decode_pages_needed, extend_pages_needed
-from pools.errors import BadBatchError, BadSizeError, PoolError
-from pools.page_alloc import get_num_new_pages
-from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
+from poolfuzz.harness.judge.pages import decode_pages_needed, extend_pages_needed
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, PoolError
+from poolfuzz.pools.page_alloc import get_num_new_pages
+from poolfuzz.pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 
 ALL = ("loop", "vectorized", "triton")
 
@@ -170,7 +170,7 @@ def _count_case(case: str, ps: int) -> Callable[[], None]:
 
 
 def kernel_case(kernel: Any, ps: int, case: str, device: str) -> KernelCase | None:
-    """``case`` on ``kernel`` (a :class:`pools.page_alloc.PageKernel`) at page size ``ps``; ``None`` if its contract is silent."""
+    """``case`` on ``kernel`` (a :class:`poolfuzz.pools.page_alloc.PageKernel`) at page size ``ps``; ``None`` if its contract is silent."""
     kernels, error = CASES[case]
     if kernel.name not in kernels:
         return None

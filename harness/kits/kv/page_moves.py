@@ -7,7 +7,7 @@ slot of token ``prefix - 1`` (so ``(last_loc + 1) % ps == prefix % ps``, and
 Drawing the lengths and a layout seed -- never tensors, never torch's RNG --
 keeps every example reproducible and shrinkable; :meth:`PageBatch.tensors`
 builds the tensors deterministically from those ints.  :class:`PageBatch` itself is
-plain data the judge reads, so it lives in :mod:`harness.judge.page_batch`.
+plain data the judge reads, so it lives in :mod:`poolfuzz.harness.judge.page_batch`.
 
 The edges that bit SGLang are drawn on purpose: empty ``free_pages`` (seed
 002), page-aligned prefixes (no phase 1), zero-length extends, page size 1
@@ -25,7 +25,7 @@ from typing import Literal
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from harness.judge.page_batch import FreeKind, PageBatch, PageTensors
+from poolfuzz.harness.judge.page_batch import FreeKind, PageBatch, PageTensors
 
 __all__ = [
     "HUGE_EXTEND",

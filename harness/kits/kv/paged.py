@@ -1,14 +1,14 @@
 """The driver of the ``paged_kv`` family: the token driver plus ``alloc_extend`` and ``alloc_decode``.
 
 Each extend or decode call is judged against the model's free list and the loop
-oracle (:mod:`pools.page_alloc.loop`): the short-pool guard, the slot layout of
+oracle (:mod:`poolfuzz.pools.page_alloc.loop`): the short-pool guard, the slot layout of
 every request (page 0 never, continuation of ``last_loc``, one page per page
 index), fresh pages taken from the head of the free list, and the page count.
 
 Misuse (with ``check_misuse``): ``extend_malformed`` / ``decode_malformed`` send a
-batch of live requests with one defect of :mod:`harness.kits.kv.batches`
+batch of live requests with one defect of :mod:`poolfuzz.harness.kits.kv.batches`
 (``BadBatchError``, nothing taken); ``kernel_call`` calls the pool's page kernel
-directly with a case of :mod:`harness.kits.kv.page_kernel` (a malformed
+directly with a case of :mod:`poolfuzz.harness.kits.kv.page_kernel` (a malformed
 batch its contract rejects, or a corner it must serve as the loop oracle does).
 """
 
@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, operation
-from harness.judge.invariants import check, check_slot_layout
-from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
-from harness.kits.kv.config import PagedKVConfig
-from harness.kits.kv.driver import TokenKVDriver, ints
-from harness.kits.kv.ops import PagedKVOps
-from harness.kits.kv.page_kernel import CASES, kernel_case
-from pools.errors import BadBatchError
-from pools.page_alloc import PageKernel
-from pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
+from poolfuzz.harness.judge.invariants import check, check_slot_layout
+from poolfuzz.harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
+from poolfuzz.harness.kits.kv.config import PagedKVConfig
+from poolfuzz.harness.kits.kv.driver import TokenKVDriver, ints
+from poolfuzz.harness.kits.kv.ops import PagedKVOps
+from poolfuzz.harness.kits.kv.page_kernel import CASES, kernel_case
+from poolfuzz.pools.errors import BadBatchError
+from poolfuzz.pools.page_alloc import PageKernel
+from poolfuzz.pools.page_alloc.loop import alloc_decode_loop, alloc_extend_loop
 
 Lengths = tuple[list[int], list[int], list[int]]
 """``(prefix_lens, seq_lens, last_loc)`` of one batch, as plain lists."""
@@ -154,7 +154,7 @@ class PagedKVDriver(TokenKVDriver):
 
     @operation
     def kernel_call(self, case: str) -> None:
-        """The pool's page kernel called directly with a :data:`~harness.kits.kv.page_kernel.CASES` case."""
+        """The pool's page kernel called directly with a :data:`~poolfuzz.harness.kits.kv.page_kernel.CASES` case."""
         kernel = getattr(self.pool, "kernel", None)  # pools' own allocators only: a target may name its kernel otherwise
         if not isinstance(kernel, PageKernel) or case not in CASES:
             return SKIPPED  # type: ignore[return-value]

@@ -1,15 +1,15 @@
 """Upstream SGLang 0.5.23's token and paged KV allocators behind the KV families' constructor signatures.
 
-The wrappers build the real upstream objects (loaded by :mod:`harness.upstream.loader`) and forward the
-family protocol to them (:class:`~harness.upstream.wrapper.UpstreamWrapper`), translating only signatures:
+The wrappers build the real upstream objects (loaded by :mod:`poolfuzz.harness.upstream.loader`) and forward the
+family protocol to them (:class:`~poolfuzz.harness.upstream.wrapper.UpstreamWrapper`), translating only signatures:
 upstream constructors also take ``dtype`` and ``kvcache`` (unused by the allocator bookkeeping;
 ``kvcache=None`` as in upstream's own CPU tests).
 
 =================  ====================================  =============================================
 family             target spec                           upstream class
 =================  ====================================  =============================================
-``token_kv``       ``harness.upstream:TokenKV``          ``TokenToKVPoolAllocator``
-``paged_kv``       ``harness.upstream:PagedKV``          ``PagedTokenToKVPoolAllocator`` (torch naive path)
+``token_kv``       ``poolfuzz.harness.upstream:TokenKV``          ``TokenToKVPoolAllocator``
+``paged_kv``       ``poolfuzz.harness.upstream:PagedKV``          ``PagedTokenToKVPoolAllocator`` (torch naive path)
 =================  ====================================  =============================================
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.upstream.sglang_files import SGLANG
-from harness.upstream.sglang_modules import load_upstream
-from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices, runs_upstream
+from poolfuzz.harness.upstream.sglang_files import SGLANG
+from poolfuzz.harness.upstream.sglang_modules import load_upstream
+from poolfuzz.harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, empty_indices, runs_upstream
 
 
 class UpstreamKV(UpstreamWrapper, FreeGroupForwarding):
@@ -61,7 +61,7 @@ class TokenKV(UpstreamKV):
     """``token_kv``: upstream ``TokenToKVPoolAllocator(size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "TokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.kits.kv.contracts.token_kv:CONTRACT"
+    poolfuzz_contract = "poolfuzz.harness.kits.kv.contracts.token_kv:CONTRACT"
 
     def __init__(self, size: int, device: str | torch.device = "cpu", need_sort: bool = False, dtype: torch.dtype = torch.float16) -> None:
         upstream = load_upstream().token
@@ -77,7 +77,7 @@ class TokenKV(UpstreamKV):
 class PagedKV(UpstreamKV, ExtendDecodeForwarding):
     """``paged_kv``: upstream ``PagedTokenToKVPoolAllocator(size, page_size, dtype, device, kvcache, need_sort)``.
 
-    ``alloc_extend`` / ``alloc_decode`` are forwarded unchanged (:class:`~harness.upstream.wrapper.ExtendDecodeForwarding`).
+    ``alloc_extend`` / ``alloc_decode`` are forwarded unchanged (:class:`~poolfuzz.harness.upstream.wrapper.ExtendDecodeForwarding`).
 
     ``kernel="triton"`` on a CUDA device launches upstream's own Triton kernels; anything
     else (our ``loop``/``vectorized``, or ``triton`` on CPU, where upstream's kernels
@@ -90,7 +90,7 @@ class PagedKV(UpstreamKV, ExtendDecodeForwarding):
     """
 
     upstream_class = "PagedTokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.kits.kv.contracts.paged_kv:CONTRACT"
+    poolfuzz_contract = "poolfuzz.harness.kits.kv.contracts.paged_kv:CONTRACT"
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 :class:`KVView` reads the token allocator's page geometry, free pages, live and released
 handles, their slots, the free group and the staging area; :class:`PagedKVView` adds the
 paged allocator's requests.  Both read the driver's model only, so neither the random moves
-(:mod:`harness.kits.kv.moves`) nor the catalogues (:mod:`harness.kits.kv.catalogue`) follow a driver's
+(:mod:`poolfuzz.harness.kits.kv.moves`) nor the catalogues (:mod:`poolfuzz.harness.kits.kv.catalogue`) follow a driver's
 internals.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.kits.kv.contract_view import PagedContractView
-from harness.kits.kv.model import KVModel
+from poolfuzz.harness.kits.kv.contract_view import PagedContractView
+from poolfuzz.harness.kits.kv.model import KVModel
 
 
 class KVView(PagedContractView[KVModel]):
@@ -20,7 +20,7 @@ class KVView(PagedContractView[KVModel]):
     their slots, the free group and the staging area (through the driver's model).
 
     The paged driver is a token driver too, and :class:`PagedKVView` extends this view.  The page size and
-    the free group are read as the KV contracts read them (:class:`~harness.kits.kv.contract_view.PagedContractView`).
+    the free group are read as the KV contracts read them (:class:`~poolfuzz.harness.kits.kv.contract_view.PagedContractView`).
     """
 
     __slots__ = ()

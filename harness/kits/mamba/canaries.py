@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.canaries.catalogue import Canary
-from pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
-from pools.mamba_slots import _FREE
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaSlotAllocator
+from poolfuzz.pools.mamba_slots import _FREE
 
 
 class GroupEndLeak(MambaSlotAllocator):
@@ -91,35 +91,35 @@ class MappingSizedByMambaSize(HybridReqToTokenPool):
 CANARIES: dict[str, Canary] = {
     "group-end-leak": Canary(
         "mamba_slots",
-        "harness.kits.mamba.canaries:GroupEndLeak",
+        "poolfuzz.harness.kits.mamba.canaries:GroupEndLeak",
         "alloc_group_end closes the window without returning unconsumed reserved slots",
         "seed 001",
         "group-window",
     ),
     "clear-leaves-group-open": Canary(
         "mamba_slots",
-        "harness.kits.mamba.canaries:ClearLeavesGroupOpen",
+        "poolfuzz.harness.kits.mamba.canaries:ClearLeavesGroupOpen",
         "clear() keeps the open group window: stale reserved slots are issued twice",
         "sglang-pools.md section 8, hazard 3; SGLang #4698 (same bug in the KV free group)",
         "clear-restores",
     ),
     "nested-group-drops-reservation": Canary(
         "mamba_slots",
-        "harness.kits.mamba.canaries:NestedGroupDropsReservation",
+        "poolfuzz.harness.kits.mamba.canaries:NestedGroupDropsReservation",
         "a second alloc_group_begin silently replaces the first window's reservation",
         "sglang-pools.md section 8, hazard 3",
         "misuse-rejected",
     ),
     "silent-double-free-mamba": Canary(
         "mamba_slots",
-        "harness.kits.mamba.canaries:SilentDoubleFreeSlots",
+        "poolfuzz.harness.kits.mamba.canaries:SilentDoubleFreeSlots",
         "MambaSlotAllocator.free appends without validation",
         "sglang-pools.md section 8, hazard 6",
         "misuse-rejected",
     ),
     "mamba-mapping-sized-by-mamba-size": Canary(
         "hybrid_req_to_token",
-        "harness.kits.mamba.canaries:MappingSizedByMambaSize",
+        "poolfuzz.harness.kits.mamba.canaries:MappingSizedByMambaSize",
         "req_index_to_mamba_index_mapping sized by mamba_size but indexed by row",
         "SGLang #24244",
         "in-bounds",

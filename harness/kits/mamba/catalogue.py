@@ -1,30 +1,30 @@
-"""The Mamba families' catalogues: one move per kind of misuse and per corner (see :mod:`harness.kits.kv.catalogue`).
+"""The Mamba families' catalogues: one move per kind of misuse and per corner (see :mod:`poolfuzz.harness.kits.kv.catalogue`).
 
 Both families: the group window's corners, a window closed with its reservation
 unconsumed and a ``clear`` while a reservation is open (sglang-pools.md section 8,
 hazard 3; seed 001).  ``mamba_slots``: sizes that are not ints, frees of a list or a
 float tensor, an empty free, more than 64 slots freed at once, a multi-slot ``alloc``
 inside an open reservation, malformed constructors.  ``hybrid_req_to_token``: the
-request-row catalogue (:func:`harness.kits.rows.moves.row_catalogue`, over the view's rows),
+request-row catalogue (:func:`poolfuzz.harness.kits.rows.moves.row_catalogue`, over the view's rows),
 a request holding its row but not its slot in one batch with new ones, a batch the
 shorter side cannot serve, forged requests claiming Mamba slots, beam rows taken and
 given back, and the Mamba state calls (``clear_slots``, ``copy_from``) valid and malformed.
 
-The moves read the families' views (:class:`~harness.kits.mamba.views.MambaSlotView`,
-:class:`~harness.kits.mamba.views.HybridView`), never the driver.
+The moves read the families' views (:class:`~poolfuzz.harness.kits.mamba.views.MambaSlotView`,
+:class:`~poolfuzz.harness.kits.mamba.views.HybridView`), never the driver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.kits.mamba.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
-from harness.kits.mamba.ops import ALLOC, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
-from harness.kits.mamba.state import STATE_MISUSE
-from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
-from harness.kits.rows.moves import RowView, row_catalogue
-from strategies.choosers import Chooser
-from strategies.table import CORNER_MIXED, Draw, Move, Overrides, Step, fixed, one_of, through
+from poolfuzz.harness.kits.mamba.hybrid import FORGED_SLOT_FORMS, SLOT_CLAIMS
+from poolfuzz.harness.kits.mamba.ops import ALLOC, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
+from poolfuzz.harness.kits.mamba.state import STATE_MISUSE
+from poolfuzz.harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
+from poolfuzz.harness.kits.rows.moves import RowView, row_catalogue
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import CORNER_MIXED, Draw, Move, Overrides, Step, fixed, one_of, through
 
 COUNTING_PATH = 64
 """A ``free`` of more than this many slots takes the allocator's counting path."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.judge.config import PoolConfig, bounded
-from harness.judge.limits import CELLS, LAYERS, ROWS, STATE_DIM, Footprint
-from harness.kits.rows.config import RowConfig
+from poolfuzz.harness.judge.config import PoolConfig, bounded
+from poolfuzz.harness.judge.limits import CELLS, LAYERS, ROWS, STATE_DIM, Footprint
+from poolfuzz.harness.kits.rows.config import RowConfig
 
 
 def _mamba_state(n: Callable[[str, int], int]) -> int:

@@ -18,12 +18,20 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
-from harness.judge.invariants import check, check_unique
-from harness.kits.mamba.config import MambaSlotConfig
-from harness.kits.mamba.model import SlotModel
-from harness.kits.mamba.ops import SlotOps
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, GroupStateError, PoolError, ReservedIndexError
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
+from poolfuzz.harness.judge.invariants import check, check_unique
+from poolfuzz.harness.kits.mamba.config import MambaSlotConfig
+from poolfuzz.harness.kits.mamba.model import SlotModel
+from poolfuzz.harness.kits.mamba.ops import SlotOps
+from poolfuzz.pools.errors import (
+    BadBatchError,
+    BadSizeError,
+    DoubleFreeError,
+    ForeignIndexError,
+    GroupStateError,
+    PoolError,
+    ReservedIndexError,
+)
 
 
 def as_int(value: Any) -> int | None:

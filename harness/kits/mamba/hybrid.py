@@ -1,7 +1,7 @@
 """Driver for the ``hybrid_req_to_token`` family: request rows plus one Mamba slot per request.
 
-Rows are checked as :class:`~harness.kits.rows.driver.RowPoolDriver` checks them and
-slots as :class:`~harness.kits.mamba.driver.SlotWindowDriver` does; this module adds
+Rows are checked as :class:`~poolfuzz.harness.kits.rows.driver.RowPoolDriver` checks them and
+slots as :class:`~poolfuzz.harness.kits.mamba.driver.SlotWindowDriver` does; this module adds
 the all-or-nothing admission, ``free_mamba_cache`` and the row-to-slot mapping.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
-from harness.judge.invariants import check
-from harness.kits.mamba.config import HybridRowConfig
-from harness.kits.mamba.driver import SlotWindowDriver, as_int, bad_count
-from harness.kits.mamba.model import Claim, HybridModel, SlotModel
-from harness.kits.mamba.ops import HybridOps
-from harness.kits.mamba.state import MambaStateOps
-from harness.kits.rows.driver import RowPoolDriver
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, PoolError
-from pools.req_to_token import Req
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.mamba.config import HybridRowConfig
+from poolfuzz.harness.kits.mamba.driver import SlotWindowDriver, as_int, bad_count
+from poolfuzz.harness.kits.mamba.model import Claim, HybridModel, SlotModel
+from poolfuzz.harness.kits.mamba.ops import HybridOps
+from poolfuzz.harness.kits.mamba.state import MambaStateOps
+from poolfuzz.harness.kits.rows.driver import RowPoolDriver
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, DoubleFreeError, PoolError
+from poolfuzz.pools.req_to_token import Req
 
 SLOT_CLAIMS = ("a live slot twice", "a slot not handed out", "a non-integer slot", "slot 0", "a slot past the pool")
 """What a forged request's ``mamba_pool_idx`` claims in ``alloc_claiming`` (beside the row claims)."""
@@ -30,7 +30,7 @@ FORGED_SLOT_FORMS = ("a float slot", "a bool slot")
 
 class HybridDriver(RowPoolDriver, SlotWindowDriver, MambaStateOps):
     """Rows (checked as :class:`RowPoolDriver` does) plus one Mamba slot per request, all-or-nothing;
-    the Mamba state calls are :class:`~harness.kits.mamba.state.MambaStateOps`."""
+    the Mamba state calls are :class:`~poolfuzz.harness.kits.mamba.state.MambaStateOps`."""
 
     family = "hybrid_req_to_token"
     ops = HybridOps

@@ -2,7 +2,7 @@
 
 Slots ``1..size`` are in exactly one of three places: free, live (owned by a
 handle), or reserved by the open group window and not yet consumed.  The
-hybrid model is a :class:`~harness.kits.rows.model.RowModel` for the rows plus a
+hybrid model is a :class:`~poolfuzz.harness.kits.rows.model.RowModel` for the rows plus a
 :class:`SlotModel` for the slots, and remembers per request handle which row
 and slot the request's fields should name (stale after ``clear``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.kits.rows.model import RowModel
+from poolfuzz.harness.kits.rows.model import RowModel
 
 
 @dataclass

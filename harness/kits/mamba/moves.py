@@ -1,12 +1,12 @@
 """The Mamba families' move tables (``mamba_slots``, ``hybrid_req_to_token``).
 
 One table per family serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`).  The moves read the pool's state only through the
-family's view (:mod:`harness.kits.mamba.views`): :class:`~harness.kits.mamba.views.MambaSlotView`
+(:mod:`poolfuzz.strategies.table`).  The moves read the pool's state only through the
+family's view (:mod:`poolfuzz.harness.kits.mamba.views`): :class:`~poolfuzz.harness.kits.mamba.views.MambaSlotView`
 (slot handles, the free list's size, the open window and its reservation) and
-:class:`~harness.kits.mamba.views.HybridView` (the same slot window, plus which requests hold a
-row, a slot or both, and a :class:`~harness.kits.rows.moves.RowView` of the rows for the
-request-row catalogue).  The catalogues are in :mod:`harness.kits.mamba.catalogue`.
+:class:`~poolfuzz.harness.kits.mamba.views.HybridView` (the same slot window, plus which requests hold a
+row, a slot or both, and a :class:`~poolfuzz.harness.kits.rows.moves.RowView` of the rows for the
+request-row catalogue).  The catalogues are in :mod:`poolfuzz.harness.kits.mamba.catalogue`.
 
 Pools are tiny (0, 1 and 2 slots are where boundary bugs live).  For the hybrid
 pool ``mamba_size`` is drawn around ``size``: smaller, equal and larger, because a
@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 
-from harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
-from harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
-from harness.kits.mamba.ops import ALLOC, CLEAR, FREE, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
-from harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
-from strategies.choosers import Chooser
-from strategies.table import (
+from poolfuzz.harness.kits.mamba.catalogue import donate_a_slot, hybrid_catalogue, mamba_slot_catalogue, readmit_beside_new
+from poolfuzz.harness.kits.mamba.config import HybridRowConfig, MambaSlotConfig
+from poolfuzz.harness.kits.mamba.ops import ALLOC, CLEAR, FREE, FREE_SLOTS, GROUP_BEGIN, GROUP_END, HybridOps, SlotOps, WindowOps
+from poolfuzz.harness.kits.mamba.views import HybridView, MambaSlotView, SlotView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import (
     CORNER_MIXED,
     CORNER_REPEAT,
     Move,

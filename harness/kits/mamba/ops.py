@@ -1,7 +1,7 @@
-"""The Mamba drivers' operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The Mamba drivers' operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.mamba.driver.MambaSlotDriver` implements :class:`SlotOps`,
-:class:`~harness.kits.mamba.hybrid.HybridDriver` :class:`HybridOps` (the row operations, the slot window and
+:class:`~poolfuzz.harness.kits.mamba.driver.MambaSlotDriver` implements :class:`SlotOps`,
+:class:`~poolfuzz.harness.kits.mamba.hybrid.HybridDriver` :class:`HybridOps` (the row operations, the slot window and
 the state tensors); moves, contracts, limits, realistic floors and the known-finding filter name them here.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from harness.judge.ops import Operations, TypedOp, op
-from harness.kits.rows.ops import RowOps
+from poolfuzz.harness.judge.ops import Operations, TypedOp, op
+from poolfuzz.harness.kits.rows.ops import RowOps
 
 
 # ---------------------------------------------------------------- typed arguments (the model for other kits)

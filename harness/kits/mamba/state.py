@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from harness.judge.config import PoolConfig
-from harness.judge.driver import SKIPPED, operation
-from harness.judge.invariants import check
-from pools.errors import BadBatchError, ForeignIndexError, PoolError, ReservedIndexError
+from poolfuzz.harness.judge.config import PoolConfig
+from poolfuzz.harness.judge.driver import SKIPPED, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.pools.errors import BadBatchError, ForeignIndexError, PoolError, ReservedIndexError
 
 STATE_MISUSE: dict[str, type[PoolError]] = {
     "clear of padding slot 0": ReservedIndexError,

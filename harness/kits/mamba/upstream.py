@@ -1,7 +1,7 @@
 """Upstream SGLang 0.5.23's ``MambaSlotAllocator`` behind the ``mamba_slots`` family's constructor signature.
 
-Target ``mamba_slots=harness.upstream:MambaSlots``; the wrapper forwards the family protocol
-(:class:`~harness.upstream.wrapper.UpstreamWrapper`) and derives what upstream does not keep.
+Target ``mamba_slots=poolfuzz.harness.upstream:MambaSlots``; the wrapper forwards the family protocol
+(:class:`~poolfuzz.harness.upstream.wrapper.UpstreamWrapper`) and derives what upstream does not keep.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import operator
 
 import torch
 
-from harness.upstream.sglang_files import SGLANG
-from harness.upstream.sglang_modules import load_upstream
-from harness.upstream.wrapper import UpstreamWrapper, runs_upstream
+from poolfuzz.harness.upstream.sglang_files import SGLANG
+from poolfuzz.harness.upstream.sglang_modules import load_upstream
+from poolfuzz.harness.upstream.wrapper import UpstreamWrapper, runs_upstream
 
 
 @runs_upstream(SGLANG)
@@ -33,7 +33,7 @@ class MambaSlots(UpstreamWrapper):
     """
 
     upstream_class = "MambaSlotAllocator"
-    poolfuzz_contract = "harness.kits.mamba.contracts.mamba_slots:CONTRACT"
+    poolfuzz_contract = "poolfuzz.harness.kits.mamba.contracts.mamba_slots:CONTRACT"
 
     def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
         upstream = load_upstream().mamba

@@ -3,15 +3,15 @@
 :class:`SlotView` is the slot window both families have (the free list's size, the open
 window and its reservation); :class:`MambaSlotView` adds the slot handles, and
 :class:`HybridView` which requests hold a row, a slot or both, and a
-:class:`~harness.kits.rows.moves.RowView` of the rows for the request-row catalogue.
+:class:`~poolfuzz.harness.kits.rows.moves.RowView` of the rows for the request-row catalogue.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.kits.mamba.model import HybridModel, SlotModel
-from harness.kits.rows.moves import RowView
+from poolfuzz.harness.kits.mamba.model import HybridModel, SlotModel
+from poolfuzz.harness.kits.rows.moves import RowView
 
 
 class SlotView:

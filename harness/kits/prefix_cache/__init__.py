@@ -2,28 +2,28 @@
 
 ``moves`` (the table), ``model`` (the tree as prefixes, locks and ages), ``driver`` over ``calls``
 (one operation per cache call) and ``misuse``, ``bench`` (the eviction-heavy bench workload),
-``canaries``.  The cache is :mod:`pools.prefix_cache`; upstream's ``RadixCache`` and Rust tree
+``canaries``.  The cache is :mod:`poolfuzz.pools.prefix_cache`; upstream's ``RadixCache`` and Rust tree
 core are its upstream targets.
 """
 
 from __future__ import annotations
 
-from harness.judge.kit import Family, pages
-from harness.judge.limits import PAGE, REQUEST
-from harness.kits.prefix_cache.config import PrefixCacheConfig
-from harness.kits.prefix_cache.ops import PrefixCacheOps as Ops
+from poolfuzz.harness.judge.kit import Family, pages
+from poolfuzz.harness.judge.limits import PAGE, REQUEST
+from poolfuzz.harness.kits.prefix_cache.config import PrefixCacheConfig
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps as Ops
 
 FAMILIES = (
     Family(
         name="prefix_cache",
         summary="radix prefix cache over its KV allocator: match, insert, lock, evict, release",
-        default="pools.prefix_cache:build_prefix_cache",
-        driver="harness.kits.prefix_cache.driver:PrefixCacheDriver",
-        moves="harness.kits.prefix_cache.moves:prefix_cache_table",
+        default="poolfuzz.pools.prefix_cache:build_prefix_cache",
+        driver="poolfuzz.harness.kits.prefix_cache.driver:PrefixCacheDriver",
+        moves="poolfuzz.harness.kits.prefix_cache.moves:prefix_cache_table",
         audit_period=4,
         bench_config=PrefixCacheConfig(size=64, page_size=4, eviction_policy="lru", device="cpu"),
-        canaries=("harness.kits.prefix_cache.canaries",),
-        upstream=("harness.upstream:RadixCache", "harness.upstream:RustTreeCore"),
+        canaries=("poolfuzz.harness.kits.prefix_cache.canaries",),
+        upstream=("poolfuzz.harness.upstream:RadixCache", "poolfuzz.harness.upstream:RustTreeCore"),
         invariants=(
             "valid-call-accepted",
             "misuse-rejected",
@@ -39,7 +39,7 @@ FAMILIES = (
             "kv-accounting",
         ),
         realistic=(("size", pages(4)), *((Ops.at(op, "prompt"), 1) for op in (Ops.request, Ops.insert, Ops.match, Ops.lock))),
-        protocol="pools.protocols:PrefixCache",
+        protocol="poolfuzz.pools.protocols:PrefixCache",
         device_path=True,
         limits=PrefixCacheConfig.with_args(
             {

@@ -23,10 +23,10 @@ from time import perf_counter
 
 import torch
 
-from harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
-from harness.bench.workloads import checked_and_bare, workload_for
-from pools.kv_allocator import TokenToKVPoolAllocator
-from pools.radix_cache import RadixCache
+from poolfuzz.harness.bench.timing import Budget, Section, compare, fmt_ratio, fmt_us, verdict
+from poolfuzz.harness.bench.workloads import checked_and_bare, workload_for
+from poolfuzz.pools.kv_allocator import TokenToKVPoolAllocator
+from poolfuzz.pools.radix_cache import RadixCache
 
 SYSTEM_PROMPTS, SYSTEM_LEN, TAIL_LEN, VOCAB = 16, 200, 300, 32_000
 NEW_BLOCK = 8

@@ -2,13 +2,13 @@
 
 :class:`PrefixCacheCalls` owns the target (a cache whose ``allocator`` is its KV
 allocator) and the model, and wraps every call of the documented surface
-(:class:`pools.protocols.PrefixCache`) with its checks: a match against the
+(:class:`poolfuzz.pools.protocols.PrefixCache`) with its checks: a match against the
 prefixes inserted, a lock against the counts per path, an allocation against
 the model's free pages (evicting first when short, as SGLang's
 ``evict_from_tree_cache`` does), an eviction against the policy's unlocked
 leaves.  :meth:`PrefixCacheCalls._settle` is the per-step accounting and
 :meth:`PrefixCacheCalls.audit` the full one.  The operations are in
-:mod:`harness.kits.prefix_cache.driver`.
+:mod:`poolfuzz.harness.kits.prefix_cache.driver`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import ConfigLike, Driver
-from harness.judge.invariants import InvariantViolation, check, check_unique
-from harness.kits.prefix_cache.config import PrefixCacheConfig
-from harness.kits.prefix_cache.model import Key, Match, PrefixCacheModel
-from pools.errors import PoolError
+from poolfuzz.harness.judge.driver import ConfigLike, Driver
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.kits.prefix_cache.config import PrefixCacheConfig
+from poolfuzz.harness.kits.prefix_cache.model import Key, Match, PrefixCacheModel
+from poolfuzz.pools.errors import PoolError
 
 
 def _ints(tensor: torch.Tensor) -> list[int]:
@@ -50,7 +50,7 @@ class Holder:
 
 
 class PrefixCacheCalls(Driver):
-    """Base of :class:`~harness.kits.prefix_cache.driver.PrefixCacheDriver`: the checked pool calls."""
+    """Base of :class:`~poolfuzz.harness.kits.prefix_cache.driver.PrefixCacheDriver`: the checked pool calls."""
 
     config: PrefixCacheConfig
 

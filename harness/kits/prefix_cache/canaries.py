@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import torch
 
-from harness.canaries.catalogue import Canary
-from harness.kits.prefix_cache.driver import Holder, PrefixCacheDriver
-from pools.prefix_cache import build_prefix_cache, kv_allocator_for
-from pools.radix_cache import MatchResult, RadixCache, TokenIds, TreeNode
-from pools.radix_tree import common_prefix_len
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.prefix_cache.driver import Holder, PrefixCacheDriver
+from poolfuzz.pools.prefix_cache import build_prefix_cache, kv_allocator_for
+from poolfuzz.pools.radix_cache import MatchResult, RadixCache, TokenIds, TreeNode
+from poolfuzz.pools.radix_tree import common_prefix_len
 
 
 class KeyLengthSizes(RadixCache):
@@ -170,7 +170,7 @@ build_partial_page_match = _factory(PartialPageMatch)
 production_prefix_cache = build_prefix_cache
 """The production cache, named here for the driver-variant canary (its bug is in the driver)."""
 
-_HERE = "harness.kits.prefix_cache.canaries"
+_HERE = "poolfuzz.harness.kits.prefix_cache.canaries"
 
 CANARIES: dict[str, Canary] = {
     "evictable-counts-key-length": Canary(

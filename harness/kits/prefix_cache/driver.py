@@ -1,8 +1,8 @@
 """Driver for the ``prefix_cache`` family: a radix prefix cache and its KV allocator, driven as a scheduler does.
 
-The target is built from one config (``pools.prefix_cache.build_prefix_cache``:
+The target is built from one config (``poolfuzz.pools.prefix_cache.build_prefix_cache``:
 ``size``, ``page_size``, ``eviction_policy``) and only its documented surface
-(:class:`pools.protocols.PrefixCache`) is called, so an upstream cache behind an
+(:class:`poolfuzz.pools.protocols.PrefixCache`) is called, so an upstream cache behind an
 adapter with the same API is judged the same way.  The operations replay what
 SGLang 0.5.23's scheduler does with ``RadixCache``:
 
@@ -30,13 +30,20 @@ negative lock, ``cache-accounting`` for a page counted twice).
 
 from __future__ import annotations
 
-from harness.judge.driver import SKIPPED, ConstructorKwargs, operation
-from harness.judge.invariants import InvariantViolation, check
-from harness.kits.prefix_cache.calls import Holder, PrefixCacheCalls
-from harness.kits.prefix_cache.misuse import PrefixCacheMisuse
-from harness.kits.prefix_cache.ops import PrefixCacheOps
-from pools.errors import AlreadyCachedError, BadSizeError, KeyValueMismatchError, LockStateError, PoolError, UnknownEvictionPolicyError
-from pools.radix_tree import EVICTION_POLICIES
+from poolfuzz.harness.judge.driver import SKIPPED, ConstructorKwargs, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation, check
+from poolfuzz.harness.kits.prefix_cache.calls import Holder, PrefixCacheCalls
+from poolfuzz.harness.kits.prefix_cache.misuse import PrefixCacheMisuse
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps
+from poolfuzz.pools.errors import (
+    AlreadyCachedError,
+    BadSizeError,
+    KeyValueMismatchError,
+    LockStateError,
+    PoolError,
+    UnknownEvictionPolicyError,
+)
+from poolfuzz.pools.radix_tree import EVICTION_POLICIES
 
 __all__ = ["Holder", "PrefixCacheDriver"]
 

@@ -12,7 +12,7 @@
 * ``rematch``: one cached prefix matched many times in a row, so the eviction
   heap's stale entries pile up and it compacts.
 
-Calls beyond :class:`pools.protocols.PrefixCache` (``release_request``, ``node``,
+Calls beyond :class:`poolfuzz.pools.protocols.PrefixCache` (``release_request``, ``node``,
 ``evictable_leaves``) are made only where the target has them.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, operation
-from harness.judge.invariants import check
-from pools.errors import (
+from poolfuzz.harness.judge.driver import SKIPPED, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.pools.errors import (
     AlreadyCachedError,
     BadBatchError,
     BadSizeError,
@@ -58,7 +58,7 @@ UNSHARED = 9
 
 
 class PrefixCacheMisuse:
-    """Operations for :class:`~harness.kits.prefix_cache.driver.PrefixCacheDriver` (``pool``, ``kv``, ``model``,
+    """Operations for :class:`~poolfuzz.harness.kits.prefix_cache.driver.PrefixCacheDriver` (``pool``, ``kv``, ``model``,
     ``holders``, ``ps``, ``size``)."""
 
     pool: Any

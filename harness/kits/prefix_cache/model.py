@@ -1,6 +1,6 @@
 """Shadow model of a radix prefix cache over a paged KV allocator (the ``prefix_cache`` family).
 
-Written from the contract, not from :mod:`pools.radix_cache`: plain dicts keyed by
+Written from the contract, not from :mod:`poolfuzz.pools.radix_cache`: plain dicts keyed by
 token prefixes, no tree objects and no torch.
 
 * ``pages`` maps every cached page-aligned prefix to the KV indices inserted for
@@ -32,7 +32,7 @@ place SGLang 0.5.23's two trees differ:
   does (``mem_cache/radix_cache.py:677-700``: ``TreeNode()`` stamps
   ``creation_time = time.monotonic()`` at ``:260`` and the split never copies the
   child's).  A target declares it with ``poolfuzz_split_ages = "fresh"``
-  (``harness.upstream:RadixCache``).
+  (``poolfuzz.harness.upstream:RadixCache``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from harness.judge.pages import ceil_div
+from poolfuzz.harness.judge.pages import ceil_div
 
 Key = tuple[int, ...]
 

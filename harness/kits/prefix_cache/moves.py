@@ -1,7 +1,7 @@
 """The ``prefix_cache`` family's move table: cache configurations and prompts that share prefixes on purpose.
 
 One table serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`); the moves read the cache only through
+(:mod:`poolfuzz.strategies.table`); the moves read the cache only through
 :class:`PrefixCacheView`.
 
 Prompts are cut from a few fixed stems over a three-token alphabet and given a
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from harness.kits.prefix_cache.config import PrefixCacheConfig
-from harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
-from harness.kits.prefix_cache.ops import PrefixCacheOps
-from strategies.choosers import Chooser
-from strategies.table import Draw, DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
+from poolfuzz.harness.kits.prefix_cache.config import PrefixCacheConfig
+from poolfuzz.harness.kits.prefix_cache.misuse import INSERT_MISUSE, RELEASE_MISUSE
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Draw, DriverView, Move, MoveTable, Overrides, Step, fixed, one_of
 
 ALPHABET = (0, 1, 2)
 MAX_PROMPT = 12
@@ -100,7 +100,7 @@ class PrefixCacheView(DriverView):
 
 
 def prefix_cache_config(choose: Chooser, *, page_size: int | None = None, policies: Sequence[str] = POLICIES) -> PrefixCacheConfig:
-    """Configs for ``pools.prefix_cache.build_prefix_cache``; the engine adds ``device``.
+    """Configs for ``poolfuzz.pools.prefix_cache.build_prefix_cache``; the engine adds ``device``.
 
     ``size`` is 8 to 48 tokens rounded up to whole pages: a few prompts fill
     it, so eviction and refusals come early while prompts still share what they

@@ -1,12 +1,12 @@
-"""The prefix-cache driver's operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The prefix-cache driver's operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.prefix_cache.driver.PrefixCacheDriver` implements exactly these; its moves, contracts,
+:class:`~poolfuzz.harness.kits.prefix_cache.driver.PrefixCacheDriver` implements exactly these; its moves, contracts,
 limits and realistic floors name them through :class:`PrefixCacheOps`.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class PrefixCacheOps(Operations):

@@ -1,7 +1,7 @@
-"""Upstream SGLang 0.5.23's Python ``RadixCache`` behind :class:`pools.radix_cache.RadixCache`'s API.
+"""Upstream SGLang 0.5.23's Python ``RadixCache`` behind :class:`poolfuzz.pools.radix_cache.RadixCache`'s API.
 
 The wrapper builds upstream's own ``RadixCache`` (loaded by
-:func:`harness.upstream.sglang_modules.load_sglang_cache`, the logical clock in place of
+:func:`poolfuzz.harness.upstream.sglang_modules.load_sglang_cache`, the logical clock in place of
 ``time.monotonic()``) and translates only the call shapes: our token sequences and
 tensors become upstream's parameter objects (``RadixKey`` over ``array('q')``,
 ``MatchPrefixParams``, ``InsertParams``, ``EvictParams``) and its results
@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
-from harness.upstream.sglang_files import SGLANG, SUPPORTED_VERSION
-from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
-from harness.upstream.wrapper import runs_upstream
-from pools.errors import TreeInvariantError, TreeNodeError
+from poolfuzz.harness.kits.kv.upstream import PagedKV, TokenKV, UpstreamKV
+from poolfuzz.harness.upstream.sglang_files import SGLANG, SUPPORTED_VERSION
+from poolfuzz.harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
+from poolfuzz.harness.upstream.wrapper import runs_upstream
+from poolfuzz.pools.errors import TreeInvariantError, TreeNodeError
 
 TokenIds = Sequence[int] | torch.Tensor
 
@@ -47,7 +47,7 @@ def token_list(key: TokenIds) -> list[int]:
 
 @dataclass(frozen=True)
 class UpstreamMatch:
-    """:class:`pools.radix_cache.MatchResult`'s shape: the path's ``indices``, its ``last_node``, ``prefix_len``."""
+    """:class:`poolfuzz.pools.radix_cache.MatchResult`'s shape: the path's ``indices``, its ``last_node``, ``prefix_len``."""
 
     indices: torch.Tensor
     last_node: Any
@@ -56,7 +56,7 @@ class UpstreamMatch:
 
 @dataclass(frozen=True)
 class UpstreamRequestResult:
-    """:class:`pools.radix_cache.RequestCacheResult`'s shape, read off upstream's request after the call."""
+    """:class:`poolfuzz.pools.radix_cache.RequestCacheResult`'s shape, read off upstream's request after the call."""
 
     last_node: Any
     cache_protected_len: int
@@ -70,8 +70,8 @@ class FreeSegmentShim:
     """What upstream's caches need of an allocator (``device``, ``page_size``, ``free_segment``)
     over any allocator with ``free``, counting what each ``free_segment`` released.
 
-    An upstream allocator wrapper (:class:`harness.kits.kv.upstream.TokenKV` /
-    :class:`~harness.kits.kv.upstream.PagedKV`) gets upstream's own ``free_segment``.
+    An upstream allocator wrapper (:class:`poolfuzz.harness.kits.kv.upstream.TokenKV` /
+    :class:`~poolfuzz.harness.kits.kv.upstream.PagedKV`) gets upstream's own ``free_segment``.
     """
 
     allocator: Any
@@ -180,7 +180,7 @@ class RadixCacheOver(UpstreamCacheOver):
     poolfuzz_split_ages: ClassVar[str] = "fresh"
     """The legacy tree stamps a split's upper half as created at the split (``radix_cache.py:677-700``, ``TreeNode()``
     at ``:260``); the default ``UnifiedTreeCore`` keeps the child's (``unified_tree_core.py:1476``).  The model
-    (:data:`harness.kits.prefix_cache.model.SPLIT_AGES`) follows whichever rule the target declares."""
+    (:data:`poolfuzz.harness.kits.prefix_cache.model.SPLIT_AGES`) follows whichever rule the target declares."""
 
     def _attach(self) -> None:
         self.mods: SglangCacheModules = load_sglang_cache()
@@ -324,9 +324,9 @@ def upstream_kv_allocator(size: int, page_size: int, device: str | torch.device 
 @runs_upstream(SGLANG)
 class RadixCache(RadixCacheOver):
     """``prefix_cache``: upstream ``RadixCache`` over upstream's KV allocator, built as
-    ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
+    ``poolfuzz.pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
 
-    poolfuzz_contract: ClassVar[str] = "harness.kits.prefix_cache.contracts.radix_cache:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "poolfuzz.harness.kits.prefix_cache.contracts.radix_cache:CONTRACT"
 
     def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
         super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

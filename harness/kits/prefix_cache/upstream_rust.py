@@ -1,4 +1,4 @@
-"""The Rust TreeCore shipped in SGLang 0.5.23's wheel behind :class:`pools.radix_cache.RadixCache`'s API.
+"""The Rust TreeCore shipped in SGLang 0.5.23's wheel behind :class:`poolfuzz.pools.radix_cache.RadixCache`'s API.
 
 ``RustUnifiedTreeCoreBinding`` (``mem_cache/rust_tree_core/mem_cache*.so``) is the core
 of 0.5.23's default ``UnifiedRadixCache``; it is driven here for its full-attention
@@ -6,7 +6,7 @@ component alone, on CPU, at any page size, through the calls ``UnifiedRadixCache
 makes: ``insert`` (with ``prev_prefix_len``; the duplicates to free come back as
 ``free_device_kv`` cache actions), ``match_prefix`` plus ``collect_full_device_indices``,
 ``inc_lock_ref`` / ``dec_lock_ref`` with the lock receipt, and the step-wise device
-eviction (:func:`harness.upstream.rust_core_loader.rust_evict_full`), whose freed values go
+eviction (:func:`poolfuzz.harness.upstream.rust_core_loader.rust_evict_full`), whose freed values go
 to the allocator one ``free_segment(value, start_pos=0)`` each, as upstream does.
 
 Node handles are :class:`RustNode` (the core's integer node id).  The core keeps lock
@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.kits.prefix_cache.upstream import (
+from poolfuzz.harness.kits.prefix_cache.upstream import (
     TokenIds,
     UpstreamCacheOver,
     UpstreamMatch,
@@ -38,8 +38,8 @@ from harness.kits.prefix_cache.upstream import (
     token_list,
     upstream_kv_allocator,
 )
-from harness.upstream.rust_core_loader import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
-from pools.errors import TreeInvariantError, TreeNodeError
+from poolfuzz.harness.upstream.rust_core_loader import RustTreeCoreBindings, freed_by_actions, load_rust_tree_core, rust_evict_full
+from poolfuzz.pools.errors import TreeInvariantError, TreeNodeError
 
 
 @dataclass(frozen=True)
@@ -191,9 +191,9 @@ class TreeCoreOver(UpstreamCacheOver):
 
 class RustTreeCore(TreeCoreOver):
     """``prefix_cache``: the Rust TreeCore over upstream's KV allocator, built as
-    ``pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
+    ``poolfuzz.pools.prefix_cache.build_prefix_cache(size, page_size, eviction_policy, device)`` builds ours."""
 
-    poolfuzz_contract: ClassVar[str] = "harness.kits.prefix_cache.contracts.rust_tree_core:CONTRACT"
+    poolfuzz_contract: ClassVar[str] = "poolfuzz.harness.kits.prefix_cache.contracts.rust_tree_core:CONTRACT"
 
     def __init__(self, size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> None:
         super().__init__(upstream_kv_allocator(size, page_size, device), eviction_policy=eviction_policy)

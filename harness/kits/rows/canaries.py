@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from harness.canaries.catalogue import Canary
-from pools.req_to_token import DecodeReqToTokenPool, ReqToTokenPool
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.req_to_token import DecodeReqToTokenPool, ReqToTokenPool
 
 #: What uninitialised ``torch.empty`` memory is pinned to, so the canary is deterministic.
 GARBAGE = 0x7EEE
@@ -132,49 +132,49 @@ class DecodeClearForgetsPreAlloc(DecodeReqToTokenPool):
 CANARIES: dict[str, Canary] = {
     "negative-zero-slice": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:NegativeZeroSlice",
+        "poolfuzz.harness.kits.rows.canaries:NegativeZeroSlice",
         "tail pop without the need-0 guard: free_slots[-0:] takes every free row",
         "seed 000, SGLang #32208",
         "empty-pool-guard",
     ),
     "row-zero-handed-out": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:RowZeroHandedOut",
+        "poolfuzz.harness.kits.rows.canaries:RowZeroHandedOut",
         "no padding row: free rows start at 0",
         "SGLang #24243",
         "reserved-never-handed-out",
     ),
     "alloc-size-mismatch": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:AllocSizeMismatch",
+        "poolfuzz.harness.kits.rows.canaries:AllocSizeMismatch",
         "row 0 reserved but req_to_token sized by size, not _alloc_size",
         "seed 003, SGLang #24439",
         "in-bounds",
     ),
     "generation-zeroed-on-clear": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:GenerationZeroedOnClear",
+        "poolfuzz.harness.kits.rows.canaries:GenerationZeroedOnClear",
         "clear() zeroes req_generation",
         "SGLang 0.5.23 (post-snapshot fix)",
         "generation-monotonic",
     ),
     "uninitialised-req-to-token": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:UninitialisedTable",
+        "poolfuzz.harness.kits.rows.canaries:UninitialisedTable",
         "req_to_token from torch.empty (garbage pinned to a sentinel)",
         "SGLang #1782",
         "reserved-never-handed-out",
     ),
     "silent-double-free-rows": Canary(
         "req_to_token",
-        "harness.kits.rows.canaries:SilentDoubleFreeRows",
+        "poolfuzz.harness.kits.rows.canaries:SilentDoubleFreeRows",
         "free_rows appends without validation: a double free is accepted",
         "sglang-pools.md section 8, hazard 6",
         "misuse-rejected",
     ),
     "decode-clear-forgets-prealloc": Canary(
         "decode_req_to_token",
-        "harness.kits.rows.canaries:DecodeClearForgetsPreAlloc",
+        "poolfuzz.harness.kits.rows.canaries:DecodeClearForgetsPreAlloc",
         "clear() rebuilds the free list from size, dropping the pre-allocation rows",
         "seed 003 (DecodeReqToTokenPool.clear)",
         "clear-restores",

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from harness.judge.config import PoolConfig, bounded
-from harness.judge.limits import CELLS, CONTEXT, ROWS, Footprint
+from poolfuzz.harness.judge.config import PoolConfig, bounded
+from poolfuzz.harness.judge.limits import CELLS, CONTEXT, ROWS, Footprint
 
 
 def _rows_cells(n: Callable[[str, int], int]) -> int:

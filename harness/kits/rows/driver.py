@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
-from harness.judge.invariants import InvariantViolation, check, check_unique
-from harness.kits.rows.config import RowConfig
-from harness.kits.rows.model import RowModel
-from harness.kits.rows.ops import RowOps
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
-from pools.req_to_token import Req
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.kits.rows.config import RowConfig
+from poolfuzz.harness.kits.rows.model import RowModel
+from poolfuzz.harness.kits.rows.ops import RowOps
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
+from poolfuzz.pools.req_to_token import Req
 
 CLAIMS = ("a live row twice", "a non-integer row", "row 0", "a row past the pool")
 """What a forged request in an ``alloc`` batch claims (``alloc_claiming``)."""

@@ -1,7 +1,7 @@
 """The request-row families' move table (``req_to_token``, ``decode_req_to_token``).
 
 One table serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`).  The moves read the pool's state only through
+(:mod:`poolfuzz.strategies.table`).  The moves read the pool's state only through
 :class:`RowView`; the catalogue issues every kind of misuse a row pool must reject
 (a float size, row 0 in a tensor write, a forged request claiming a row it does not
 hold, a malformed constructor) and its corners (every free row at once, more than 16
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from harness.kits.rows.config import DecodeRowConfig, RowConfig
-from harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
-from harness.kits.rows.ops import RowOps
-from strategies.choosers import Chooser
-from strategies.table import (
+from poolfuzz.harness.kits.rows.config import DecodeRowConfig, RowConfig
+from poolfuzz.harness.kits.rows.driver import CLAIMS, WRITE_SELECTORS
+from poolfuzz.harness.kits.rows.ops import RowOps
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import (
     CORNER_MIXED,
     CORNER_REPEAT,
     Draw,

@@ -1,12 +1,12 @@
-"""The row drivers' operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The row drivers' operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.rows.driver.RowPoolDriver` and its head-pop subclass implement exactly these; the row
+:class:`~poolfuzz.harness.kits.rows.driver.RowPoolDriver` and its head-pop subclass implement exactly these; the row
 moves, the limits and the hybrid kit's operations (which extend them) name them through :class:`RowOps`.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class RowOps(Operations):

@@ -1,10 +1,10 @@
 """What the ``scheduler`` family's step parts share: the driver's pools, its model and the helpers over them.
 
 :class:`SchedulerDriverBase` is the part of
-:class:`~harness.kits.scheduler.driver.SchedulerDriver` that the KV step
-(:mod:`~harness.kits.scheduler.kv`), the cache book
-(:mod:`~harness.kits.scheduler.cache`) and the window book
-(:mod:`~harness.kits.scheduler.swa`) read: they take it, never the full
+:class:`~poolfuzz.harness.kits.scheduler.driver.SchedulerDriver` that the KV step
+(:mod:`~poolfuzz.harness.kits.scheduler.kv`), the cache book
+(:mod:`~poolfuzz.harness.kits.scheduler.cache`) and the window book
+(:mod:`~poolfuzz.harness.kits.scheduler.swa`) read: they take it, never the full
 driver, so imports point one way (the driver imports the parts, the parts import
 this module) and no part reaches for the driver's operations.
 """
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import ConfigLike, Driver
-from harness.judge.invariants import check, check_unique
-from harness.kits.scheduler.cache_model import PrefixCacheModel
-from harness.kits.scheduler.config import SchedulerConfig
-from harness.kits.scheduler.model import SchedulerModel
-from pools.req_to_token import Req
+from poolfuzz.harness.judge.driver import ConfigLike, Driver
+from poolfuzz.harness.judge.invariants import check, check_unique
+from poolfuzz.harness.kits.scheduler.cache_model import PrefixCacheModel
+from poolfuzz.harness.kits.scheduler.config import SchedulerConfig
+from poolfuzz.harness.kits.scheduler.model import SchedulerModel
+from poolfuzz.pools.req_to_token import Req
 
 
 class SchedulerDriverBase(Driver):

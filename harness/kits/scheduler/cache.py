@@ -37,11 +37,11 @@ from typing import Any
 
 import torch
 
-from harness.judge.invariants import check
-from harness.kits.scheduler.base import SchedulerDriverBase
-from harness.kits.scheduler.cache_model import PrefixCacheModel
-from harness.kits.scheduler.model import ReqState, Settlement
-from pools.radix_tree import TreeNode
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.scheduler.base import SchedulerDriverBase
+from poolfuzz.harness.kits.scheduler.cache_model import PrefixCacheModel
+from poolfuzz.harness.kits.scheduler.model import ReqState, Settlement
+from poolfuzz.pools.radix_tree import TreeNode
 
 
 class CacheBook:

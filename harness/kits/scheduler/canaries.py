@@ -2,10 +2,10 @@
 
 The ``scheduler`` family's pools are the production ones; ``retract-frees-from-ceil``
 changes how the scheduler (the driver) calls them, so it is a driver variant, bound
-with :attr:`harness.machines.base.PoolMachine.driver_class`.  The others
+with :attr:`poolfuzz.harness.machines.base.PoolMachine.driver_class`.  The others
 are target factories (``--target scheduler=module:attr``) that build the scheduler's
 pools with one component swapped for a broken subclass, so
-``python -m harness.canaries.seeding`` can seed their traces into the corpus.  Each
+``python -m poolfuzz.harness.canaries.seeding`` can seed their traces into the corpus.  Each
 lives on the path the scheduler uses it by: the prefix cache's release path, the
 release without insertion that retract and abort take, and the SWA allocator's
 out-of-window release.
@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from harness.canaries.catalogue import Canary
-from harness.kits.scheduler.driver import SchedulerDriver, SchedulerPools, build_scheduler_pools
-from pools.radix_cache import RadixCache, RequestCacheResult, TokenIds
-from pools.radix_tree import TreeNode
-from pools.swa import SWATokenToKVPoolAllocator
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.scheduler.driver import SchedulerDriver, SchedulerPools, build_scheduler_pools
+from poolfuzz.pools.radix_cache import RadixCache, RequestCacheResult, TokenIds
+from poolfuzz.pools.radix_tree import TreeNode
+from poolfuzz.pools.swa import SWATokenToKVPoolAllocator
 
 
 class CeilRetractScheduler(SchedulerDriver):
@@ -113,11 +113,11 @@ def window_keeping_pools(**config: Any) -> SchedulerPools:
     return build_scheduler_pools(**config, swa_type=WindowKeepingSWA)
 
 
-_HERE = "harness.kits.scheduler.canaries"
+_HERE = "poolfuzz.harness.kits.scheduler.canaries"
 CANARIES: dict[str, Canary] = {
     "retract-frees-from-ceil": Canary(
         "scheduler",
-        "harness.kits.scheduler.driver:build_scheduler_pools",
+        "poolfuzz.harness.kits.scheduler.driver:build_scheduler_pools",
         "retract frees KV from ceil(keep/ps)*ps instead of the floor, leaking the partial page",
         "SGLang #4977",
         "scheduler-conservation",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.judge.config import PoolConfig, bounded, setting
-from harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint
+from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
+from poolfuzz.harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint
 
 
 @dataclass(frozen=True, kw_only=True)

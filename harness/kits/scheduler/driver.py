@@ -16,17 +16,17 @@ scheduler does with them:
 * ``retract``: free from the page boundary at or below ``keep`` (#4977).
 * ``abort``: mid-flight, no free group, row first.  ``clear``: reset everything.
 
-Two options, drawn by the config (``harness.kits.scheduler.moves``), change the KV side;
+Two options, drawn by the config (``poolfuzz.harness.kits.scheduler.moves``), change the KV side;
 they are exclusive, as in SGLang 0.5.23, where a hybrid-SWA model with prefix
 sharing uses an SWA-aware cache rather than ``RadixCache``:
 
 * ``prefix_cache``: a ``RadixCache`` over the allocator.  Admission matches and
   locks a cached prefix and extends only the rest, a short pool evicts before it
   refuses, chunks are checkpointed, and finish/retract/abort go through
-  ``release_request`` (:mod:`harness.kits.scheduler.cache`).
+  ``release_request`` (:mod:`poolfuzz.harness.kits.scheduler.cache`).
 * ``sliding_window``: an ``SWATokenToKVPoolAllocator``; tokens that left the window
   give their SWA slots back (``free_swa``) before each step
-  (:mod:`harness.kits.scheduler.swa`).
+  (:mod:`poolfuzz.harness.kits.scheduler.swa`).
 
 Every extend/decode result is compared with the loop oracle run on the same
 pages and ``last_loc`` (``kernel-agreement``; on the SWA side ``swa-mapping``).
@@ -36,8 +36,8 @@ the cache) is O(pool + live tokens), so it runs with the audit: every
 equations are O(live requests) and run after every step.
 
 The pools, the model and the queries the step parts share live in
-:class:`~harness.kits.scheduler.base.SchedulerDriverBase`; the KV step
-(:mod:`harness.kits.scheduler.kv`) and the two books take that base, so
+:class:`~poolfuzz.harness.kits.scheduler.base.SchedulerDriverBase`; the KV step
+(:mod:`poolfuzz.harness.kits.scheduler.kv`) and the two books take that base, so
 this module imports them and none of them imports it.
 """
 
@@ -47,22 +47,22 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
-from harness.judge.invariants import InvariantViolation, check, check_unique
-from harness.kits.scheduler.base import SchedulerDriverBase
-from harness.kits.scheduler.cache import CacheBook
-from harness.kits.scheduler.kv import KVStep, first_difference
-from harness.kits.scheduler.model import ReqState
-from harness.kits.scheduler.ops import SchedulerOps
-from harness.kits.scheduler.swa import WindowBook
-from pools.errors import BadSizeError, PoolError, UnknownEvictionPolicyError, UnknownKernelError
-from pools.kv_allocator import PagedTokenToKVPoolAllocator
-from pools.mamba import HybridReqToTokenPool
-from pools.page_alloc import KERNEL_NAMES
-from pools.radix_cache import RadixCache
-from pools.radix_tree import EVICTION_POLICIES
-from pools.req_to_token import Req, ReqToTokenPool
-from pools.swa import SWATokenToKVPoolAllocator
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.kits.scheduler.base import SchedulerDriverBase
+from poolfuzz.harness.kits.scheduler.cache import CacheBook
+from poolfuzz.harness.kits.scheduler.kv import KVStep, first_difference
+from poolfuzz.harness.kits.scheduler.model import ReqState
+from poolfuzz.harness.kits.scheduler.ops import SchedulerOps
+from poolfuzz.harness.kits.scheduler.swa import WindowBook
+from poolfuzz.pools.errors import BadSizeError, PoolError, UnknownEvictionPolicyError, UnknownKernelError
+from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
+from poolfuzz.pools.mamba import HybridReqToTokenPool
+from poolfuzz.pools.page_alloc import KERNEL_NAMES
+from poolfuzz.pools.radix_cache import RadixCache
+from poolfuzz.pools.radix_tree import EVICTION_POLICIES
+from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
+from poolfuzz.pools.swa import SWATokenToKVPoolAllocator
 
 
 @dataclass

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout
-from harness.kits.scheduler.base import SchedulerDriverBase
-from harness.kits.scheduler.cache import CacheBook
-from harness.kits.scheduler.model import ReqState
-from harness.kits.scheduler.swa import WindowBook
-from pools.page_alloc import get_kernel
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_slot_layout
+from poolfuzz.harness.kits.scheduler.base import SchedulerDriverBase
+from poolfuzz.harness.kits.scheduler.cache import CacheBook
+from poolfuzz.harness.kits.scheduler.model import ReqState
+from poolfuzz.harness.kits.scheduler.swa import WindowBook
+from poolfuzz.pools.page_alloc import get_kernel
 
 
 def first_difference(expected: list[int], actual: list[int]) -> int:

@@ -1,24 +1,24 @@
 """The scheduler machine's pinned variants: admit, prefill, decode, finish, retract, abort and clear over shared pools.
 
-The family's machine is generated from its move table (:mod:`harness.kits.scheduler.moves`,
-:func:`harness.machines.table.table_machine`).  :func:`scheduler_machine` builds the
+The family's machine is generated from its move table (:mod:`poolfuzz.harness.kits.scheduler.moves`,
+:func:`poolfuzz.harness.machines.table.table_machine`).  :func:`scheduler_machine` builds the
 same machine pinned to one kernel (and to hybrid or plain rows, a page size, or one
 KV mode: plain, ``prefix_cache`` or ``sliding_window``), optionally over another
-target or a driver variant: its table is :func:`~harness.kits.scheduler.moves.scheduler_table`
+target or a driver variant: its table is :func:`~poolfuzz.harness.kits.scheduler.moves.scheduler_table`
 with those pins, so the pinned keys are fixed and every other key is drawn as the
 family's machine draws it.  The machine tests (``tests/test_scheduler_machine.py``)
-and the mutation targets (the scheduler kit's ``variants``, :mod:`harness.mutate.targets`) run these.
+and the mutation targets (the scheduler kit's ``variants``, :mod:`poolfuzz.harness.mutate.targets`) run these.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.kits.scheduler.driver import SchedulerDriver
-from harness.kits.scheduler.moves import KERNELS, scheduler_table
-from harness.machines.base import PoolMachine
-from harness.machines.table import make_machine
-from pools.page_alloc import triton_available
+from poolfuzz.harness.kits.scheduler.driver import SchedulerDriver
+from poolfuzz.harness.kits.scheduler.moves import KERNELS, scheduler_table
+from poolfuzz.harness.machines.base import PoolMachine
+from poolfuzz.harness.machines.table import make_machine
+from poolfuzz.pools.page_alloc import triton_available
 
 
 def scheduler_kernels(kernel: str | None, device: str) -> tuple[str, ...]:

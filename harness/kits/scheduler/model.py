@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.judge.pages import ceil_div, decode_pages_needed, extend_pages_needed
-from harness.kits.scheduler.cache_model import PrefixCacheModel, greedy_next
+from poolfuzz.harness.judge.pages import ceil_div, decode_pages_needed, extend_pages_needed
+from poolfuzz.harness.kits.scheduler.cache_model import PrefixCacheModel, greedy_next
 
 
 @dataclass

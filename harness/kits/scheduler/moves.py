@@ -1,7 +1,7 @@
 """The scheduler family's move table: pool configurations and every scheduler step, drawn through a chooser.
 
 One table serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`).  The moves read the scheduler's state only through
+(:mod:`poolfuzz.strategies.table`).  The moves read the scheduler's state only through
 :class:`SchedulerView` (live, prefilling and running requests, whether a prefix cache
 is on, whether a reset is due); the catalogue issues the malformed configurations one
 of the scheduler's pools must refuse to be built from.
@@ -17,7 +17,7 @@ through the view), so every step is valid and the trace stores concrete handles.
 The kernel the allocator uses is part of the config: :func:`scheduler_table` pins
 it (and hybrid or plain rows, a page size, or one KV mode: plain, ``prefix_cache``
 or ``sliding_window``), which is how
-:func:`harness.kits.scheduler.machine.scheduler_machine` builds its variants.  With the
+:func:`poolfuzz.harness.kits.scheduler.machine.scheduler_machine` builds its variants.  With the
 prefix cache on, admissions carry token ids drawn from shared stems, so later
 requests hit what earlier ones cached.
 """
@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from harness.kits.scheduler.config import SchedulerConfig
-from harness.kits.scheduler.ops import SchedulerOps
-from strategies.choosers import Chooser
-from strategies.table import DriverView, Move, MoveTable, Overrides, Step, one_of, pool_corners, viewed_table
+from poolfuzz.harness.kits.scheduler.config import SchedulerConfig
+from poolfuzz.harness.kits.scheduler.ops import SchedulerOps
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import DriverView, Move, MoveTable, Overrides, Step, one_of, pool_corners, viewed_table
 
 MAX_CONTEXT_LENS = (16, 24, 48)
 MODES = ("plain", "prefix_cache", "sliding_window")
@@ -38,7 +38,7 @@ MODES = ("plain", "prefix_cache", "sliding_window")
 EVICTION_POLICIES = ("lru", "fifo", "mru", "filo")
 KERNELS = ("loop", "vectorized")
 """The kernels an unpinned table draws (interpreted Triton only when pinned, it is slow; compiled Triton is
-added by :func:`harness.kits.scheduler.machine.scheduler_kernels` on a device)."""
+added by :func:`poolfuzz.harness.kits.scheduler.machine.scheduler_kernels` on a device)."""
 PAGE_SIZES = (4, 1, 3, 2, 8, 5)
 """Page sizes 1..8 (1 is where upstream's decode page count was wrong), shrinking toward 4."""
 TRITON_PAGE_SIZES = (4, 1, 2, 8)
@@ -130,7 +130,7 @@ def scheduler_config(
     page_size: int | None = None,
     mode: str | None = None,
 ) -> SchedulerConfig:
-    """A config for :func:`harness.kits.scheduler.driver.build_scheduler_pools`; the engine sets ``device``.
+    """A config for :func:`poolfuzz.harness.kits.scheduler.driver.build_scheduler_pools`; the engine sets ``device``.
 
     ``hybrid``, ``page_size`` and ``mode`` (one of :data:`MODES`) pin those keys (``None``
     draws them).  The options are exclusive and leave Mamba rows out: SGLang 0.5.23 pairs

@@ -1,12 +1,12 @@
-"""The scheduler driver's operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The scheduler driver's operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.scheduler.driver.SchedulerDriver` implements exactly these; its moves, the combination
+:class:`~poolfuzz.harness.kits.scheduler.driver.SchedulerDriver` implements exactly these; its moves, the combination
 canaries and the limits name them through :class:`SchedulerOps`.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import Operations, op
+from poolfuzz.harness.judge.ops import Operations, op
 
 
 class SchedulerOps(Operations):

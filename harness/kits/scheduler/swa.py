@@ -21,9 +21,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from harness.judge.invariants import check
-from harness.kits.scheduler.base import SchedulerDriverBase
-from harness.kits.scheduler.model import ReqState
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.scheduler.base import SchedulerDriverBase
+from poolfuzz.harness.kits.scheduler.model import ReqState
 
 
 class WindowBook:

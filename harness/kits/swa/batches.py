@@ -1,7 +1,7 @@
 """Malformed batches, sizes and constructors for the ``swa_kv`` driver (a mixin of :class:`SWAKVDriver`).
 
-The defects are the paged allocator's (:mod:`harness.kits.kv.batches`).  The
-SWA allocator checks in a documented order (``pools.swa``): the CPU arguments (length
+The defects are the paged allocator's (:mod:`poolfuzz.harness.kits.kv.batches`).  The
+SWA allocator checks in a documented order (``poolfuzz.pools.swa``): the CPU arguments (length
 tensors, ``extend_num_tokens``, a decode's lengths) raise first; then a shortfall on
 either side refuses with ``None``; then ``last_loc`` (its shape, its SWA peer, its layout
 in the full side) raises.  So a ``last_loc`` defect on a pool the batch does not fit
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import SKIPPED, ConstructorKwargs, operation
-from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
-from harness.kits.swa.config import SWAKVConfig
-from harness.kits.swa.model import SWAModel
-from pools.errors import BadBatchError, BadSizeError, PoolError, UnknownKernelError
-from pools.page_alloc import KERNEL_NAMES
+from poolfuzz.harness.judge.driver import SKIPPED, ConstructorKwargs, operation
+from poolfuzz.harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
+from poolfuzz.harness.kits.swa.config import SWAKVConfig
+from poolfuzz.harness.kits.swa.model import SWAModel
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, PoolError, UnknownKernelError
+from poolfuzz.pools.page_alloc import KERNEL_NAMES
 
 CPU_CHECKED = frozenset({"seq_lens longer than the batch", "prefix_lens_cpu longer than the batch", "float prefix_lens",
                          "2-D seq_lens", "negative prefix", "seq_len below prefix_len", "extend_num_tokens off by one",

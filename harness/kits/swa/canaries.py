@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.canaries.catalogue import Canary
-from pools.swa import SWATokenToKVPoolAllocator
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.pools.swa import SWATokenToKVPoolAllocator
 
 
 class TailHeadKeepsOldEntries(SWATokenToKVPoolAllocator):
@@ -136,28 +136,28 @@ class NonAtomicDecode(SWATokenToKVPoolAllocator):
 CANARIES: dict[str, Canary] = {
     "swa-tail-head-keeps-old-entries": Canary(
         "swa_kv",
-        "harness.kits.swa.canaries:TailHeadKeepsOldEntries",
+        "poolfuzz.harness.kits.swa.canaries:TailHeadKeepsOldEntries",
         "alloc_extend_swa_tail leaves the non-tail full slots mapped to their previous owner's SWA slots",
         "SGLang #25805",
         "swa-mapping",
     ),
     "swa-free-unmaps-only-named-tokens": Canary(
         "swa_kv",
-        "harness.kits.swa.canaries:UnmapsOnlyNamedTokens",
+        "poolfuzz.harness.kits.swa.canaries:UnmapsOnlyNamedTokens",
         "a paged free/free_swa unmaps the named tokens only, not their whole pages",
         "SGLang #27779",
         "swa-mapping",
     ),
     "swa-tombstone-keeps-its-entry": Canary(
         "swa_kv",
-        "harness.kits.swa.canaries:TombstoneKeepsItsEntry",
+        "poolfuzz.harness.kits.swa.canaries:TombstoneKeepsItsEntry",
         "free_swa releases the SWA peers but leaves the tombstones' mapping entries",
         "SGLang PR #27586",
         "swa-mapping",
     ),
     "swa-non-atomic-decode": Canary(
         "swa_kv",
-        "harness.kits.swa.canaries:NonAtomicDecode",
+        "poolfuzz.harness.kits.swa.canaries:NonAtomicDecode",
         "alloc_decode leaves one side's pages consumed when the other side is short",
         "SGLang 0.5.23 swa.py alloc_decode; sglang-pools.md section 8, hazard 2",
         "empty-pool-guard",

@@ -1,21 +1,21 @@
 """The ``swa_kv`` family's catalogue: one move per kind of misuse ``SWATokenToKVPoolAllocator`` must reject,
-and its empty-call corners (see :mod:`harness.kits.kv.catalogue`).
+and its empty-call corners (see :mod:`poolfuzz.harness.kits.kv.catalogue`).
 
-The moves read :class:`~harness.kits.swa.views.SWAView`; two reuse random moves of
-:mod:`harness.kits.swa.random_moves` (the window sliding, as a setup; a ``free_swa`` out of the
+The moves read :class:`~poolfuzz.harness.kits.swa.views.SWAView`; two reuse random moves of
+:mod:`poolfuzz.harness.kits.swa.random_moves` (the window sliding, as a setup; a ``free_swa`` out of the
 window and a call of the other page regime, as misuse).  The ``pure_swa_kv`` catalogue
-shares the token allocator's helpers and is :func:`harness.kits.swa.pure_moves.pure_swa_catalogue`.
+shares the token allocator's helpers and is :func:`poolfuzz.harness.kits.swa.pure_moves.pure_swa_catalogue`.
 """
 
 from __future__ import annotations
 
-from harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
-from harness.kits.swa.misuse import FREE_CALLS
-from harness.kits.swa.ops import SWAKVOps
-from harness.kits.swa.random_moves import free_swa_gone, slide, wrong_regime
-from harness.kits.swa.views import SWAView
-from strategies.choosers import Chooser
-from strategies.table import Draw, Move, Overrides, Step, fixed
+from poolfuzz.harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS
+from poolfuzz.harness.kits.swa.misuse import FREE_CALLS
+from poolfuzz.harness.kits.swa.ops import SWAKVOps
+from poolfuzz.harness.kits.swa.random_moves import free_swa_gone, slide, wrong_regime
+from poolfuzz.harness.kits.swa.views import SWAView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Draw, Move, Overrides, Step, fixed
 
 SWADraw = Draw[SWAView]
 

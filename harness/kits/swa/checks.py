@@ -2,7 +2,7 @@
 
 Pure checks over what the driver read from the pool (returned full slots, their
 ``full_to_swa_index_mapping`` entries, each side's free pages and available size)
-and the model (:class:`~harness.kits.swa.model.SWAModel`); none calls the pool.
+and the model (:class:`~poolfuzz.harness.kits.swa.model.SWAModel`); none calls the pool.
 
 * :func:`check_handed_out` and :func:`judge_grant`: every slot of an allocation is
   off page 0, in bounds and unique; each request's full slots and SWA peers continue
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
-from harness.kits.swa.model import Side, SWAModel
+from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_slot_layout, check_unique
+from poolfuzz.harness.kits.swa.model import Side, SWAModel
 
 SideState = tuple[tuple[int, ...], int, tuple[int, ...], int]
 """``(full free pages, full_available_size(), SWA free pages, swa_available_size())``."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.judge.config import PoolConfig, bounded, setting
-from harness.judge.limits import PAGE, TOKENS
-from harness.kits.kv.config import PagedKVConfig
+from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
+from poolfuzz.harness.judge.limits import PAGE, TOKENS
+from poolfuzz.harness.kits.kv.config import PagedKVConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.kits.kv.contract_view import PagedContractView
-from harness.kits.swa.model import SWAModel
+from poolfuzz.harness.kits.kv.contract_view import PagedContractView
+from poolfuzz.harness.kits.swa.model import SWAModel
 
 Needs = Literal["peers mapped", "peers released", "live pages"]
 
 
 class SWAContractView(PagedContractView[SWAModel]):
-    """The ``swa_kv`` driver (:class:`~harness.kits.swa.model.SWAModel`) as its caller contract's predicates
-    (:mod:`harness.kits.swa.contracts.swa_kv`) see it."""
+    """The ``swa_kv`` driver (:class:`~poolfuzz.harness.kits.swa.model.SWAModel`) as its caller contract's predicates
+    (:mod:`poolfuzz.harness.kits.swa.contracts.swa_kv`) see it."""
 
     __slots__ = ()
 

@@ -1,23 +1,23 @@
 """Driver for the ``swa_kv`` family: ``SWATokenToKVPoolAllocator`` on both page regimes.
 
 Handles name requests (one per new request of an ``extend`` or ``tail``, one per page-size-1
-``alloc``), issued in order as in :mod:`harness.kits.kv.driver`.  At page size 1 the
+``alloc``), issued in order as in :mod:`poolfuzz.harness.kits.kv.driver`.  At page size 1 the
 scheduler grows requests with ``alloc`` (``alloc_token_slots``), so ``extend`` and
 ``decode`` call ``alloc(n)`` there and share every check with the paged calls; the paged
 calls at page size 1 and ``alloc`` above it are wrong-regime misuse.
 
-What the driver reads, and nothing else (``pools.protocols.SWAKVAllocator``): the returned
+What the driver reads, and nothing else (``poolfuzz.pools.protocols.SWAKVAllocator``): the returned
 full slots, ``full_to_swa_index_mapping`` (the new tokens' SWA slots, the freed pages'
 entries, the whole table in the audit), and each side's ``get_all_free_pages()`` and
 available sizes.  Each call is judged on both sides: the fresh full pages and fresh SWA
 pages must have been free on their side, pair page for page at the same offsets, and be
 exactly what left each side's free pages (``conservation``, per side).  Those checks, and the
-audit of the mapping table, are the pure functions of :mod:`harness.kits.swa.checks`.
+audit of the mapping table, are the pure functions of :mod:`poolfuzz.harness.kits.swa.checks`.
 
 Valid-only calls with misuse off (upstream SGLang does not validate): a request whose last
 token left the window is continued only by an SWA tail; ``free_swa`` names pages that still
 have peers and ``free_full`` pages that have none; every free meets the rule of
-:data:`harness.kits.swa.contract.CONTRACT`, so at page size 1 a request partly out of
+:data:`poolfuzz.harness.kits.swa.contract.CONTRACT`, so at page size 1 a request partly out of
 the window is freed as upstream's ``free_kv_row_segments`` frees it (``free_full`` of the part
 without peers, then ``free``), where our pool gets one ``free``.  The misuse probes (double, foreign and
 padding frees on all three free calls, out-of-window continuations, impossible tails, wrong
@@ -31,17 +31,17 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import ConfigLike, Driver, operation
-from harness.judge.invariants import check
-from harness.kits.kv.driver import ints
-from harness.kits.swa.batches import SWABatchMisuse
-from harness.kits.swa.checks import Grant, SideState, audit_mapping, audit_sides, check_handed_out, check_side_change, judge_grant
-from harness.kits.swa.config import SWAKVConfig
-from harness.kits.swa.contract import allows
-from harness.kits.swa.misuse import FREE_CALLS, free_errors, reject_misuse, skipped
-from harness.kits.swa.model import SWAModel
-from harness.kits.swa.ops import SWAKVOps
-from pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError, PoolError
+from poolfuzz.harness.judge.driver import ConfigLike, Driver, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.kv.driver import ints
+from poolfuzz.harness.kits.swa.batches import SWABatchMisuse
+from poolfuzz.harness.kits.swa.checks import Grant, SideState, audit_mapping, audit_sides, check_handed_out, check_side_change, judge_grant
+from poolfuzz.harness.kits.swa.config import SWAKVConfig
+from poolfuzz.harness.kits.swa.contract import allows
+from poolfuzz.harness.kits.swa.misuse import FREE_CALLS, free_errors, reject_misuse, skipped
+from poolfuzz.harness.kits.swa.model import SWAModel
+from poolfuzz.harness.kits.swa.ops import SWAKVOps
+from poolfuzz.pools.errors import BadBatchError, BadSizeError, DoubleFreeError, GroupStateError, PoolError
 
 
 class SWAKVDriver(Driver, SWABatchMisuse):
@@ -236,7 +236,7 @@ class SWAKVDriver(Driver, SWABatchMisuse):
         model moves); ``apply`` updates the model and returns the (full, SWA) pages released.
 
         A target that does not validate is sent only what upstream's callers send
-        (:mod:`harness.kits.swa.contract`): anything else here is a driver bug.
+        (:mod:`poolfuzz.harness.kits.swa.contract`): anything else here is a driver bug.
         The caller's tensor is zeroed afterwards, as a caller reusing its buffer would
         (SGLang #34067): the pool must have taken the values, and the SWA peers, at the call.
         """

@@ -3,7 +3,7 @@
 Upstream SGLang validates none of these calls, so a misuse probe runs only while the
 driver checks misuse (:func:`reject_misuse`); otherwise the operation is skipped and
 leaves no step in the trace.  :func:`free_errors` reads the model to name every
-:class:`~pools.errors.PoolError` a raw free may raise: a pool is right to raise any
+:class:`~poolfuzz.pools.errors.PoolError` a raw free may raise: a pool is right to raise any
 one of them, since which check fires first is its own business.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.judge.driver import SKIPPED, Driver
-from harness.kits.swa.model import SWAModel
-from pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
+from poolfuzz.harness.judge.driver import SKIPPED, Driver
+from poolfuzz.harness.kits.swa.model import SWAModel
+from poolfuzz.pools.errors import BadBatchError, DoubleFreeError, ForeignIndexError, PoolError, ReservedIndexError
 
 FREE_CALLS = ("free", "free_swa", "free_full")
 

@@ -18,7 +18,7 @@ sub-allocators' contract, fuzzed by ``token_kv`` and ``paged_kv``.  The driver c
 that the pages a call took were free on their side and records them with :meth:`take`.
 
 A handle is one request (or one page-size-1 ``alloc``): ``slots[h]`` is its token layout,
-the slot of position ``p`` at index ``p``, as in :mod:`harness.kits.kv.model`.
+the slot of position ``p`` at index ``p``, as in :mod:`poolfuzz.harness.kits.kv.model`.
 ``released[h]`` remembers every slot it gave back, so a double free can be issued on purpose.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.judge.pages import ceil_div, decode_pages_needed, extend_pages_needed
+from poolfuzz.harness.judge.pages import ceil_div, decode_pages_needed, extend_pages_needed
 
 
 @dataclass

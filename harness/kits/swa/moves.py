@@ -1,35 +1,35 @@
 """The SWA families' move tables: ``swa_kv`` (``SWATokenToKVPoolAllocator``) and ``pure_swa_kv``.
 
 One table per family serves the hypothesis machine, the walk and the bench workload
-(:mod:`strategies.table`).  Here: each family's configurations, the corners they start in,
+(:mod:`poolfuzz.strategies.table`).  Here: each family's configurations, the corners they start in,
 and the tables; the moves read the pool's state only through the views of
-:mod:`harness.kits.swa.views`.
+:mod:`poolfuzz.harness.kits.swa.views`.
 
 ``swa_kv``: both sides are drawn in pages, independently: the SWA side is usually the
 smaller one in a real deployment, but the all-or-nothing checks only show on the side that
 runs short first, so either may be.  Page size 1 (``alloc`` only) has a region of its own,
-as in :mod:`harness.kits.kv.configs`.  Its random moves are :mod:`harness.kits.swa.random_moves`, its
-catalogue :mod:`harness.kits.swa.catalogue`.
+as in :mod:`poolfuzz.harness.kits.kv.configs`.  Its random moves are :mod:`poolfuzz.harness.kits.swa.random_moves`, its
+catalogue :mod:`poolfuzz.harness.kits.swa.catalogue`.
 
 ``pure_swa_kv``: the token allocator's moves on the pure variant's one page-size-1 pool,
-plus its SWA calls (:mod:`harness.kits.swa.pure_moves`); its catalogue is
-:func:`harness.kits.swa.pure_moves.pure_swa_catalogue`.
+plus its SWA calls (:mod:`poolfuzz.harness.kits.swa.pure_moves`); its catalogue is
+:func:`poolfuzz.harness.kits.swa.pure_moves.pure_swa_catalogue`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from harness.kits.kv.configs import draw_page_count, draw_page_size
-from harness.kits.swa.catalogue import swa_catalogue
-from harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
-from harness.kits.swa.misuse import FREE_CALLS
-from harness.kits.swa.ops import SWAKVOps
-from harness.kits.swa.pure_moves import pure_swa_catalogue, pure_swa_moves
-from harness.kits.swa.random_moves import swa_moves
-from harness.kits.swa.views import PureSWAView, SWAView
-from strategies.choosers import Chooser
-from strategies.table import MoveTable, Step, config_corners, pool_corners, viewed_table
+from poolfuzz.harness.kits.kv.configs import draw_page_count, draw_page_size
+from poolfuzz.harness.kits.swa.catalogue import swa_catalogue
+from poolfuzz.harness.kits.swa.config import PureSWAKVConfig, SWAKVConfig
+from poolfuzz.harness.kits.swa.misuse import FREE_CALLS
+from poolfuzz.harness.kits.swa.ops import SWAKVOps
+from poolfuzz.harness.kits.swa.pure_moves import pure_swa_catalogue, pure_swa_moves
+from poolfuzz.harness.kits.swa.random_moves import swa_moves
+from poolfuzz.harness.kits.swa.views import PureSWAView, SWAView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import MoveTable, Step, config_corners, pool_corners, viewed_table
 
 # ---------------------------------------------------------------- swa_kv configurations
 CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tight SWA side", "roomy", "any")
@@ -37,8 +37,8 @@ CONFIG_REGIONS = ("small pages", "page size 1", "odd pages", "large pages", "tig
 configurations).  Small pages come first: the simplest example is paged, where every SWA call applies."""
 REGION_PAGE_SIZES: dict[str, tuple[int, ...]] = {"page size 1": (1,), "small pages": (2, 4), "odd pages": (3, 5, 7),
                                                  "large pages": (16, 64)}
-"""Page sizes a region draws from; the other regions draw :func:`~harness.kits.kv.configs.draw_page_size`
-(the KV allocators' :data:`~harness.kits.kv.configs.PAGE_SIZES`, 1, or any size up to 64)."""
+"""Page sizes a region draws from; the other regions draw :func:`~poolfuzz.harness.kits.kv.configs.draw_page_size`
+(the KV allocators' :data:`~poolfuzz.harness.kits.kv.configs.PAGE_SIZES`, 1, or any size up to 64)."""
 
 
 def swa_kv_config(choose: Chooser, *, max_pages: int = 8) -> SWAKVConfig:

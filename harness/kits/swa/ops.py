@@ -1,14 +1,14 @@
-"""The SWA drivers' operations and their arguments, declared once (:mod:`harness.judge.ops`).
+"""The SWA drivers' operations and their arguments, declared once (:mod:`poolfuzz.harness.judge.ops`).
 
-:class:`~harness.kits.swa.driver.SWAKVDriver` implements :class:`SWAKVOps`;
-:class:`~harness.kits.swa.pure.PureSWAKVDriver`, over the KV kit's token driver, :class:`PureSWAKVOps`.  Moves,
+:class:`~poolfuzz.harness.kits.swa.driver.SWAKVDriver` implements :class:`SWAKVOps`;
+:class:`~poolfuzz.harness.kits.swa.pure.PureSWAKVDriver`, over the KV kit's token driver, :class:`PureSWAKVOps`.  Moves,
 contracts, limits, realistic floors and the known-finding filter name them here.
 """
 
 from __future__ import annotations
 
-from harness.judge.ops import op
-from harness.kits.kv.ops import FreeGroupOps, TokenKVOps
+from poolfuzz.harness.judge.ops import op
+from poolfuzz.harness.kits.kv.ops import FreeGroupOps, TokenKVOps
 
 
 class SWAKVOps(FreeGroupOps):

@@ -1,7 +1,7 @@
 """Driver for the ``pure_swa_kv`` family: ``PureSWATokenToKVPoolAllocator``.
 
 Every layer is sliding-window: one page-size-1 pool plays both sides, so the family is the
-``token_kv`` driver (:class:`~harness.kits.kv.driver.TokenKVDriver`) on that pool plus the
+``token_kv`` driver (:class:`~poolfuzz.harness.kits.kv.driver.TokenKVDriver`) on that pool plus the
 SWA surface it adds.  A family of its own rather than a ``swa_kv`` option: its constructor
 (``size_swa`` only) and its contract (identity mapping, padding dropped, ``free_full`` a
 no-op, no paged calls) differ, and so does every upstream target that implements it.
@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
-from harness.judge.driver import ConfigLike, ConstructorKwargs, Driver, operation
-from harness.judge.invariants import check
-from harness.kits.kv.driver import TokenKVDriver, ints
-from harness.kits.kv.model import KVModel
-from harness.kits.swa.config import PureSWAKVConfig
-from harness.kits.swa.driver import reject_misuse, skipped
-from harness.kits.swa.ops import PureSWAKVOps
-from pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, PoolError
+from poolfuzz.harness.judge.driver import ConfigLike, ConstructorKwargs, Driver, operation
+from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.kv.driver import TokenKVDriver, ints
+from poolfuzz.harness.kits.kv.model import KVModel
+from poolfuzz.harness.kits.swa.config import PureSWAKVConfig
+from poolfuzz.harness.kits.swa.driver import reject_misuse, skipped
+from poolfuzz.harness.kits.swa.ops import PureSWAKVOps
+from poolfuzz.pools.errors import BadSizeError, DoubleFreeError, ForeignIndexError, PoolError
 
 PAGED_CALLS = ("alloc_extend", "alloc_extend_swa_tail", "alloc_decode")
 """The SWA allocator's paged calls: a pure pool has page size 1 and refuses them."""

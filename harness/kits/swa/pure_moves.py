@@ -1,21 +1,21 @@
 """The ``pure_swa_kv`` family's random moves (``PureSWATokenToKVPoolAllocator``), read through
-:class:`~harness.kits.swa.views.PureSWAView`.
+:class:`~poolfuzz.harness.kits.swa.views.PureSWAView`.
 
 The token allocator's moves on the pure variant's one page-size-1 pool, plus its SWA
 calls (``free_swa``, a free padded with 0 and -1, the no-op ``free_full``).  The table is
-:func:`harness.kits.swa.moves.pure_swa_kv_table`.
+:func:`poolfuzz.harness.kits.swa.moves.pure_swa_kv_table`.
 """
 
 from __future__ import annotations
 
-from harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
-from harness.kits.kv.misuse import MALFORMED_FREES
-from harness.kits.kv.moves import free_part
-from harness.kits.swa.ops import PureSWAKVOps
-from harness.kits.swa.pure import PAGED_CALLS
-from harness.kits.swa.views import PureSWAView
-from strategies.choosers import Chooser
-from strategies.table import CORNER_EXACT, CORNER_REPEAT, Draw, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
+from poolfuzz.harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
+from poolfuzz.harness.kits.kv.misuse import MALFORMED_FREES
+from poolfuzz.harness.kits.kv.moves import free_part
+from poolfuzz.harness.kits.swa.ops import PureSWAKVOps
+from poolfuzz.harness.kits.swa.pure import PAGED_CALLS
+from poolfuzz.harness.kits.swa.views import PureSWAView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import CORNER_EXACT, CORNER_REPEAT, Draw, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
 
 PureDraw = Draw[PureSWAView]
 

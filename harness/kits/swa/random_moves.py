@@ -1,5 +1,5 @@
 """The ``swa_kv`` family's random moves (``SWATokenToKVPoolAllocator``), read through
-:class:`~harness.kits.swa.views.SWAView`.
+:class:`~poolfuzz.harness.kits.swa.views.SWAView`.
 
 A request's life has more states than consumed or not: tokens leave the window page by
 page, a request wholly out of the window is freed with ``free_full``.  The moves: extends
@@ -8,20 +8,20 @@ as misuse), decodes (to a page edge, where the next token opens a page), the win
 a request's oldest pages out, frees on either side (in a free group or not), two corners
 few random interleavings line up (a decode only the SWA side is too short for, an SWA tail
 over recycled full pages), and the misuse probes.  Whether a call is valid is the driver's
-decision.  The table is :func:`harness.kits.swa.moves.swa_kv_table`; the catalogue,
-:mod:`harness.kits.swa.catalogue`.
+decision.  The table is :func:`poolfuzz.harness.kits.swa.moves.swa_kv_table`; the catalogue,
+:mod:`poolfuzz.harness.kits.swa.catalogue`.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from harness.kits.kv.page_moves import edge_extend_lengths
-from harness.kits.swa.misuse import FREE_CALLS
-from harness.kits.swa.ops import SWAKVOps
-from harness.kits.swa.views import SWAView
-from strategies.choosers import Chooser
-from strategies.table import Draw, Move, Step, one_of, picking, some_of
+from poolfuzz.harness.kits.kv.page_moves import edge_extend_lengths
+from poolfuzz.harness.kits.swa.misuse import FREE_CALLS
+from poolfuzz.harness.kits.swa.ops import SWAKVOps
+from poolfuzz.harness.kits.swa.views import SWAView
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import Draw, Move, Step, one_of, picking, some_of
 
 
 def _new_length(view: SWAView, choose: Chooser) -> int:

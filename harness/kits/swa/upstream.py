@@ -1,11 +1,11 @@
-"""Upstream SGLang 0.5.23's SWA allocators behind :mod:`pools.swa`'s constructors and API.
+"""Upstream SGLang 0.5.23's SWA allocators behind :mod:`poolfuzz.pools.swa`'s constructors and API.
 
 ``SWATokenToKVPoolAllocator`` and ``PureSWATokenToKVPoolAllocator`` (``mem_cache/allocator/swa.py``,
-loaded by :func:`harness.upstream.sglang_modules.load_sglang_cache`) compose the same
+loaded by :func:`poolfuzz.harness.upstream.sglang_modules.load_sglang_cache`) compose the same
 ``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` classes the ``token_kv`` and
 ``paged_kv`` upstream targets fuzz.  The wrappers translate constructor signatures only
 (upstream also takes ``dtype`` and a ``kvcache``, here the buffer-less
-:class:`~harness.upstream.sglang_fakes.SWAKVPoolFake` that holds the mapping) and
+:class:`~poolfuzz.harness.upstream.sglang_fakes.SWAKVPoolFake` that holds the mapping) and
 forward every call unchanged, so the ``swa_kv`` family judges upstream's behaviour.
 ``poolfuzz_check_misuse = False``: upstream does not validate, so the harness issues valid
 calls only.  The driver reads each side through upstream's sub-allocators themselves
@@ -24,16 +24,16 @@ from typing import Any
 
 import torch
 
-from harness.upstream.sglang_files import SGLANG
-from harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
-from harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded, runs_upstream
-from pools.protocols import SWAKVAllocator
+from poolfuzz.harness.upstream.sglang_files import SGLANG
+from poolfuzz.harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
+from poolfuzz.harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded, runs_upstream
+from poolfuzz.pools.protocols import SWAKVAllocator
 
 
 class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding):
-    """The surface both SWA wrappers forward to ``inner`` (``pools.protocols.SWAKVAllocator``).
+    """The surface both SWA wrappers forward to ``inner`` (``poolfuzz.pools.protocols.SWAKVAllocator``).
 
-    ``available_size`` and ``alloc`` are :class:`~harness.upstream.wrapper.UpstreamWrapper`'s; free groups,
+    ``available_size`` and ``alloc`` are :class:`~poolfuzz.harness.upstream.wrapper.UpstreamWrapper`'s; free groups,
     ``clear``, ``alloc_extend`` and ``alloc_decode`` are forwarded by its mix-ins, as for the paged KV wrapper.
     """
 
@@ -106,7 +106,7 @@ class SWAKV(_UpstreamSWA):
     """``swa_kv``: upstream ``SWATokenToKVPoolAllocator(size, size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "SWATokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.kits.swa.contracts.swa_kv:CONTRACT"
+    poolfuzz_contract = "poolfuzz.harness.kits.swa.contracts.swa_kv:CONTRACT"
 
     def __init__(
         self,
@@ -134,7 +134,7 @@ class PureSWAKV(_UpstreamSWA):
     """``swa_kv`` (pure): upstream ``PureSWATokenToKVPoolAllocator(size_swa, page_size, dtype, device, kvcache, need_sort)``."""
 
     upstream_class = "PureSWATokenToKVPoolAllocator"
-    poolfuzz_contract = "harness.kits.swa.contracts.pure_swa_kv:CONTRACT"
+    poolfuzz_contract = "poolfuzz.harness.kits.swa.contracts.pure_swa_kv:CONTRACT"
 
     def __init__(self, size_swa: int, page_size: int = 1, device: str | torch.device = "cpu", need_sort: bool = False) -> None:
         self.mods = load_sglang_cache()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from strategies.table import DriverView
+from poolfuzz.strategies.table import DriverView
 
 if TYPE_CHECKING:
-    from harness.kits.swa.driver import SWAKVDriver
-    from harness.kits.swa.pure import PureSWAKVDriver
+    from poolfuzz.harness.kits.swa.driver import SWAKVDriver
+    from poolfuzz.harness.kits.swa.pure import PureSWAKVDriver
 
 
 class SWAView(DriverView):

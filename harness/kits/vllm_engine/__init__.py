@@ -3,15 +3,15 @@
 ``config`` (the server shape, declared once), ``ops`` and ``moves`` (arrivals, tokens at results, aborts,
 cache resets), ``target`` (the engine protocol over the real scheduler, with the fake model), ``observe``
 (the raw state as an engine-neutral observation, and vLLM's own structures checked), ``driver``,
-``canaries``.  Everything the scheduler decides runs from vLLM's files (:data:`harness.upstream.vllm_files.VLLM`).
+``canaries``.  Everything the scheduler decides runs from vLLM's files (:data:`poolfuzz.harness.upstream.vllm_files.VLLM`).
 """
 
 from __future__ import annotations
 
-from harness.judge.kit import Family
-from harness.judge.limits import REQUEST
-from harness.kits.vllm_engine.config import VllmEngineConfig
-from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+from poolfuzz.harness.judge.kit import Family
+from poolfuzz.harness.judge.limits import REQUEST
+from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps as Ops
 
 FAMILIES = (
     Family(
@@ -19,10 +19,10 @@ FAMILIES = (
         summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
         "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts; n-gram or EAGLE "
         "drafts, accepted and rejected); "
-        "pools.block_pool in its BlockPool's place beside it (pools='both')",
-        default="harness.upstream:VllmEngine",
-        driver="harness.kits.vllm_engine.driver:VllmEngineDriver",
-        moves="harness.kits.vllm_engine.moves:vllm_engine_table",
+        "poolfuzz.pools.block_pool in its BlockPool's place beside it (pools='both')",
+        default="poolfuzz.harness.upstream:VllmEngine",
+        driver="poolfuzz.harness.kits.vllm_engine.driver:VllmEngineDriver",
+        moves="poolfuzz.harness.kits.vllm_engine.moves:vllm_engine_table",
         audit_period=1,
         drain_period=0,
         bench_config=VllmEngineConfig(
@@ -38,9 +38,9 @@ FAMILIES = (
             sliding_window=None,
             device="cpu",
         ),
-        canaries=("harness.kits.vllm_engine.canaries", "harness.kits.vllm_engine.spec_canaries"),
-        classifier="harness.kits.vllm_engine.contracts.engine:classify_failure",
-        upstream=("harness.upstream:VllmEngine",),
+        canaries=("poolfuzz.harness.kits.vllm_engine.canaries", "poolfuzz.harness.kits.vllm_engine.spec_canaries"),
+        classifier="poolfuzz.harness.kits.vllm_engine.contracts.engine:classify_failure",
+        upstream=("poolfuzz.harness.upstream:VllmEngine",),
         not_covered=(
             "vLLM's KV cache config builder (kv_cache_planning.get_kv_cache_configs): it sizes blocks from GPU memory "
             "and imports vllm.config's SpeculativeConfig (pydantic, transformers); the KVCacheConfig is built from "

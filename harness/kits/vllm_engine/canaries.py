@@ -1,6 +1,6 @@
 """``vllm_engine`` canaries: vLLM's scheduler with one real bug shape planted in one engine's objects.
 
-Each canary builds a :class:`~harness.kits.vllm_engine.target.VllmEngine` and replaces one method on *that*
+Each canary builds a :class:`~poolfuzz.harness.kits.vllm_engine.target.VllmEngine` and replaces one method on *that*
 engine's scheduler or block pool (an instance attribute), so vLLM's loaded classes stay untouched and a
 process running other targets is not affected.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.canaries.catalogue import Canary
-from harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
-from pools.block_pool import BlockPool
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
+from poolfuzz.pools.block_pool import BlockPool
 
 Builder = Callable[..., VllmEngine]
 
@@ -192,56 +192,56 @@ def build_reset_leaves_block_hashes(pool: Any) -> None:
 CANARIES = {
     "vllm-engine-duplicate-in-free-blocks": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_duplicate_in_free_blocks",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_duplicate_in_free_blocks",
         bug="free_blocks gets one block twice in a call: its ref_cnt drops one too low",
         upstream="vLLM #42571 (SWA + CPU offload double free; fix PR #42615)",
         invariant="ref-count",
     ),
     "vllm-engine-preemption-keeps-blocks": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_preemption_keeps_blocks",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_preemption_keeps_blocks",
         bug="a preempted request is re-queued still holding its KV blocks",
         upstream="vLLM async + preemption fixes (#38624, #46066, #47900)",
         invariant="scheduler-conservation",
     ),
     "vllm-engine-placeholders-survive-preemption": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_placeholders_survive_preemption",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_placeholders_survive_preemption",
         bug="async scheduling: a preempted request keeps its num_output_placeholders",
         upstream="vLLM async + preemption placeholder fixes (#46066, #47900, #38624)",
         invariant="async-placeholders",
     ),
     "vllm-engine-evicted-hash-left-in-map": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_evicted_hash_left_in_map",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_evicted_hash_left_in_map",
         bug="a cached block reused by get_new_blocks loses its hash, but the hash map still points at it",
         upstream="vLLM #4761 (a reused block left in the map), #44237 (stale hashes after reuse)",
         invariant="cache-map",
     ),
     "vllm-engine-free-order-reversed": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_free_blocks_in_call_order_reversed",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_free_blocks_in_call_order_reversed",
         bug="free_blocks queues one call's blocks in reverse: a shared prefix is evicted before its tail",
         upstream="vLLM v1 free order (the managers free a request's blocks tail first, single_type_kv_cache_manager.py:599)",
         invariant="free-queue-order",
     ),
     "vllm-engine-null-block-left-queued": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_null_block_left_queued",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_null_block_left_queued",
         bug="the null block stays on the free queue, so get_new_blocks can hand the placeholder to a request",
         upstream="vLLM v1 null block (block_pool.py:190-192: taken off the queue, never pooled again)",
         invariant="reserved-never-handed-out",
     ),
     "vllm-engine-table-entry-left-after-free": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_table_entry_left_after_free",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_table_entry_left_after_free",
         bug="a finished request's block table entry survives the free of its blocks",
         upstream="vLLM req_to_blocks leaks (assert_scheduler_empty in tests/v1/core/test_scheduler.py)",
         invariant="scheduler-conservation",
     ),
     "vllm-engine-reset-leaves-block-hashes": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.canaries:build_reset_leaves_block_hashes",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_reset_leaves_block_hashes",
         bug="reset_prefix_cache empties the hash map but leaves each block's hash",
         upstream="vLLM reset_prefix_cache (block_pool.py:871-910; RLHF weight updates)",
         invariant="cache-map",

@@ -1,7 +1,7 @@
 """The ``vllm_engine`` family's server shape, declared once: what vLLM 0.33.0's v1 engine core would build.
 
 :class:`VllmEngineConfig` is the only declaration: a trace's ``config`` is read into it, the move table draws
-it, the limits are its fields' bounds, and :mod:`harness.kits.vllm_engine.target` builds the scheduler's
+it, the limits are its fields' bounds, and :mod:`poolfuzz.harness.kits.vllm_engine.target` builds the scheduler's
 configuration stand-in and its ``KVCacheConfig`` from it and nothing else.  A shape vLLM refuses at startup
 is refused when the config is built (:class:`VllmShapeError`), so replay refuses such a trace as bad input.
 
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.judge.config import PoolConfig, bounded, setting
-from harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
+from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
+from poolfuzz.harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
 
 DRAFTS = 1 << 8
 """The most draft tokens a step's config may name: far past any server's K (the moves draw 1-4), so only an absurd trace is refused."""
 
 POOLS = ("upstream", "poolfuzz", "both")
-"""Whose block pool vLLM's scheduler runs over: vLLM's ``BlockPool``, ours (``pools.block_pool`` behind its
-interface, :mod:`harness.kits.vllm_engine.ours`), or ``both`` (the driver runs the two side by side and compares
+"""Whose block pool vLLM's scheduler runs over: vLLM's ``BlockPool``, ours (``poolfuzz.pools.block_pool`` behind its
+interface, :mod:`poolfuzz.harness.kits.vllm_engine.ours`), or ``both`` (the driver runs the two side by side and compares
 what a user sees, ``implementations-agree``)."""
 
 
@@ -66,7 +66,7 @@ class VllmEngineConfig(PoolConfig):
     """``None``: full attention (one ``FullAttentionSpec`` group).  A window: a hybrid model, one full-attention
     group and one ``SlidingWindowSpec`` group over the same block pool (``HybridKVCacheCoordinator``)."""
     pools: str = setting("upstream")
-    """:data:`POOLS`: ``poolfuzz`` puts ``pools.block_pool`` in the place of vLLM's ``BlockPool``."""
+    """:data:`POOLS`: ``poolfuzz`` puts ``poolfuzz.pools.block_pool`` in the place of vLLM's ``BlockPool``."""
     speculative_method: str | None = setting(None)
     """:data:`SPECULATIVE_METHODS`: speculative decoding off, n-gram or EAGLE drafts (the fake model proposes them and
     chooses how many are accepted)."""
@@ -102,5 +102,5 @@ def _shape_problems(config: VllmEngineConfig) -> list[str]:
         problems.append("num_speculative_tokens is 0 exactly when there is no speculative_method (SpeculativeConfig)")
     if config.speculative_method == "eagle" and config.enable_prefix_caching and config.pools != "upstream":
         # Not vLLM's refusal: EAGLE's lookahead block hashes (vllm/config/vllm.py:678-692) are not bridged to ours.
-        problems.append("EAGLE with prefix caching hashes a lookahead token per block; pools.block_pool has none (ours.py)")
+        problems.append("EAGLE with prefix caching hashes a lookahead token per block; poolfuzz.pools.block_pool has none (ours.py)")
     return problems

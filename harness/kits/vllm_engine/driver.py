@@ -1,11 +1,11 @@
 """The ``vllm_engine`` family's driver: vLLM's v1 scheduler steps, judged after every one.
 
-The pool under test is a :class:`~harness.kits.vllm_engine.target.VllmEngine`: vLLM's own ``Scheduler`` (or
+The pool under test is a :class:`~poolfuzz.harness.kits.vllm_engine.target.VllmEngine`: vLLM's own ``Scheduler`` (or
 ``AsyncScheduler``) over its ``KVCacheManager`` and ``BlockPool``.  The fuzzer chooses arrivals (prompts from
 stems sharing prefixes, output budgets), which live requests sample EOS or a stop token when a result lands,
 aborts, runs of steps and prefix-cache resets; the scheduler decides everything memory does.  After every step
-the engine judges of :mod:`harness.engines.judges` run over the observation, with vLLM's own structures checked
-right after the partition (:func:`~harness.kits.vllm_engine.observe.check_structures`).  vLLM's own asserts
+the engine judges of :mod:`poolfuzz.harness.engines.judges` run over the observation, with vLLM's own structures checked
+right after the partition (:func:`~poolfuzz.harness.kits.vllm_engine.observe.check_structures`).  vLLM's own asserts
 raising inside a step are findings (``valid-call-accepted``).
 """
 
@@ -15,14 +15,14 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from harness.engines import judges
-from harness.engines.interface import Submission
-from harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
-from harness.judge.invariants import InvariantViolation
-from harness.kits.vllm_engine.config import VllmEngineConfig
-from harness.kits.vllm_engine.observe import check_structures, same_free_queue
-from harness.kits.vllm_engine.ops import VllmEngineOps
-from harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
+from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.interface import Submission
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from poolfuzz.harness.judge.invariants import InvariantViolation
+from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.observe import check_structures, same_free_queue
+from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps
+from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
 
 STEMS: tuple[tuple[int, ...], ...] = (
     (11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22),
@@ -45,7 +45,7 @@ class VllmEngineDriver(Driver):
         self.engine: VllmEngine = self.pool
         self.engines = [self.engine]
         if self.config.pools == "both":
-            # The same steps over pools.block_pool in vLLM's BlockPool's place (harness.kits.vllm_engine.ours).
+            # The same steps over poolfuzz.pools.block_pool in vLLM's BlockPool's place (poolfuzz.harness.kits.vllm_engine.ours).
             self.engines.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
 
     # ------------------------------------------------------------------ operations

@@ -8,10 +8,10 @@ from stems that share prefixes, so blocks are cached and hit.
 
 from __future__ import annotations
 
-from harness.kits.vllm_engine.config import VllmEngineConfig
-from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
-from strategies.choosers import Chooser
-from strategies.table import DriverView, Move, MoveTable, Step, viewed_table
+from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+from poolfuzz.strategies.choosers import Chooser
+from poolfuzz.strategies.table import DriverView, Move, MoveTable, Step, viewed_table
 
 
 class VllmEngineView(DriverView):

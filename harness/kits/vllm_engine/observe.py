@@ -1,4 +1,4 @@
-"""vLLM's v1 scheduler state as an engine-neutral :class:`~harness.engines.interface.Observation`, and the checks
+"""vLLM's v1 scheduler state as an engine-neutral :class:`~poolfuzz.harness.engines.interface.Observation`, and the checks
 only vLLM's structures need.
 
 Read from raw state, never from a size method: the blocks (``BlockPool.blocks``) and their ``ref_cnt``; the free
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from harness.engines.interface import FreePlace, Holder, HolderKind, Holding, InFlight, Observation, PoolState, Progress, Read
-from harness.judge.invariants import check
+from poolfuzz.harness.engines.interface import FreePlace, Holder, HolderKind, Holding, InFlight, Observation, PoolState, Progress, Read
+from poolfuzz.harness.judge.invariants import check
 
 POOL = "block"
 
@@ -32,7 +32,7 @@ class FlightLike(Protocol):
 
 
 class VllmEngine(Protocol):
-    """What the observation reads of :class:`harness.kits.vllm_engine.target.VllmEngine` (no import: no circle)."""
+    """What the observation reads of :class:`poolfuzz.harness.kits.vllm_engine.target.VllmEngine` (no import: no circle)."""
 
     scheduler: Any
     status: Any
@@ -240,7 +240,7 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
 
 def same_free_queue(first: VllmEngine, second: VllmEngine) -> None:
     """``free-queue-order`` across a ``pools="both"`` run: the same steps leave vLLM's free queue and ours in the same
-    order, block id by block id.  ``pools.block_pool`` states vLLM 0.33.0's order (get_new_blocks pops the front;
+    order, block id by block id.  ``poolfuzz.pools.block_pool`` states vLLM 0.33.0's order (get_new_blocks pops the front;
     free_blocks prepends unhashed blocks and appends hashed ones, each in call order; touch unlinks), so it is the
     model the upstream pool's order is held to, with vLLM's own managers deciding every call."""
     queues = [free_queue(engine.scheduler.kv_cache_manager.block_pool)[0] for engine in (first, second)]

@@ -1,4 +1,4 @@
-"""poolfuzz's own block pool (``pools.block_pool.BlockPool``) behind the interface vLLM 0.33.0's KV cache
+"""poolfuzz's own block pool (``poolfuzz.pools.block_pool.BlockPool``) behind the interface vLLM 0.33.0's KV cache
 coordinator and single-type managers call, so vLLM's real scheduler runs over it (``pools="poolfuzz"``/``"both"``).
 
 Only signatures are bridged; every decision (which block, which order, what is cached) is our pool's:
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pools.block_pool import BlockPool
-from pools.block_queue import FreeKVCacheBlockQueue, KVCacheBlock
+from poolfuzz.pools.block_pool import BlockPool
+from poolfuzz.pools.block_queue import FreeKVCacheBlockQueue, KVCacheBlock
 
 MEDIUM_GPU = "GPU"
 
@@ -50,7 +50,7 @@ def our_block_pool(make_key: Callable[[bytes, int], bytes]) -> Any:
     ``make_block_hash_with_group_id`` (the key its hash map uses)."""
 
     class VllmFacingBlockPool(BlockPool):
-        """``pools.block_pool.BlockPool`` as vLLM's coordinator constructs and calls it (see the module docstring)."""
+        """``poolfuzz.pools.block_pool.BlockPool`` as vLLM's coordinator constructs and calls it (see the module docstring)."""
 
         def __init__(
             self,
@@ -63,7 +63,7 @@ def our_block_pool(make_key: Callable[[bytes, int], bytes]) -> Any:
             medium: str = MEDIUM_GPU,
         ) -> None:
             if enable_kv_cache_events or metrics_collector is not None or num_hash_lookahead_tokens:
-                raise NotImplementedError("KV cache events, block metrics and hash lookahead are not bridged to pools.block_pool")
+                raise NotImplementedError("KV cache events, block metrics and hash lookahead are not bridged to poolfuzz.pools.block_pool")
             super().__init__(num_gpu_blocks, enable_caching)
             # The same blocks and queue as BlockPool.__init__ builds, of the block class that answers vLLM's reads.
             self.blocks = [VllmFacingBlock(block_id) for block_id in range(num_gpu_blocks)]

@@ -1,6 +1,6 @@
 """``vllm_engine`` canaries for speculative decoding: one bug shape planted in one engine's objects.
 
-As in :mod:`harness.kits.vllm_engine.canaries`, the method is replaced on *that* engine's scheduler (an instance
+As in :mod:`poolfuzz.harness.kits.vllm_engine.canaries`, the method is replaced on *that* engine's scheduler (an instance
 attribute), so vLLM's loaded classes stay untouched.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.canaries.catalogue import Canary
-from harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
+from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
 
 
 def build_lookahead_blocks_kept_after_preemption(**shape: Any) -> VllmEngine:
@@ -50,7 +50,7 @@ def build_lookahead_blocks_kept_after_preemption(**shape: Any) -> VllmEngine:
 CANARIES = {
     "vllm-engine-lookahead-blocks-kept-after-preemption": Canary(
         family="vllm_engine",
-        spec="harness.kits.vllm_engine.spec_canaries:build_lookahead_blocks_kept_after_preemption",
+        spec="poolfuzz.harness.kits.vllm_engine.spec_canaries:build_lookahead_blocks_kept_after_preemption",
         bug="speculative decoding: a preempted request keeps the blocks of its draft and lookahead slots",
         upstream="vLLM async + speculative preemption fixes (#41190, #38624)",
         invariant="scheduler-conservation",

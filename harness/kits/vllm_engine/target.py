@@ -1,9 +1,9 @@
-"""vLLM 0.33.0's v1 ``Scheduler`` / ``AsyncScheduler`` as an engine target (:class:`harness.engines.interface.EngineTarget`).
+"""vLLM 0.33.0's v1 ``Scheduler`` / ``AsyncScheduler`` as an engine target (:class:`poolfuzz.harness.engines.interface.EngineTarget`).
 
 Everything the scheduler decides (admission, chunking, prefix hits, preemption, frees) runs from vLLM's
 files: ``v1/core/sched/scheduler.py`` and ``async_scheduler.py``, ``KVCacheManager``, the coordinator,
 the single-type managers, ``BlockPool`` and ``v1/request.py``, loaded by the one loader
-(:data:`harness.upstream.vllm_files.VLLM`).  The model is the only fake (:meth:`VllmEngine._model_output`):
+(:data:`poolfuzz.harness.upstream.vllm_files.VLLM`).  The model is the only fake (:meth:`VllmEngine._model_output`):
 a ``ModelRunnerOutput`` whose sampled token per request the fuzzer chooses (a plain token, EOS or a stop
 token), empty for a non-final prefill chunk as the model runner discards those.
 
@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines.interface import Observation, StepReport, Submission
-from harness.kits.vllm_engine.config import VllmEngineConfig
-from harness.kits.vllm_engine.observe import observe
-from harness.kits.vllm_engine.ours import put_our_pool
-from harness.upstream.loading import copy_of
-from harness.upstream.vllm_files import VLLM, load_vllm_scheduler
-from harness.upstream.vllm_scheduler_stand_ins import Fields, SamplingParams, StructuredOutputManager, sha256
+from poolfuzz.harness.engines.interface import Observation, StepReport, Submission
+from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.observe import observe
+from poolfuzz.harness.kits.vllm_engine.ours import put_our_pool
+from poolfuzz.harness.upstream.loading import copy_of
+from poolfuzz.harness.upstream.vllm_files import VLLM, load_vllm_scheduler
+from poolfuzz.harness.upstream.vllm_scheduler_stand_ins import Fields, SamplingParams, StructuredOutputManager, sha256
 
 EOS = 2
 """Every request's EOS token (``sampling_params.eos_token_id``)."""
@@ -39,7 +39,7 @@ PLAIN = 100
 def vllm_config(config: VllmEngineConfig) -> Fields:
     """The ``VllmConfig`` the scheduler reads, holding exactly the fields its path reads (the line reading each).
 
-    Every other field raises :class:`~harness.upstream.placeholders.StandInReached` when read.
+    Every other field raises :class:`~poolfuzz.harness.upstream.placeholders.StandInReached` when read.
     """
     eagle = config.speculative_method == "eagle"
     return Fields(
@@ -328,7 +328,7 @@ def build_vllm_engine(
     num_speculative_tokens: int = 0,
     device: str = "cpu",
 ) -> VllmEngine:
-    """The target for one server shape (``harness.upstream:VllmEngine``): its keywords are the config's fields.
+    """The target for one server shape (``poolfuzz.harness.upstream:VllmEngine``): its keywords are the config's fields.
     ``pools="both"`` builds the engine over vLLM's ``BlockPool``; the driver adds the mirror over ours."""
     config = VllmEngineConfig(
         block_size=block_size,
@@ -348,4 +348,4 @@ def build_vllm_engine(
     return VllmEngine(config.replaced(pools="upstream") if pools == "both" else config)
 
 
-build_vllm_engine.poolfuzz_contract = "harness.kits.vllm_engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_vllm_engine.poolfuzz_contract = "poolfuzz.harness.kits.vllm_engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]

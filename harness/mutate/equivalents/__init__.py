@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from harness.mutate.equivalents.entry import Equivalent, load_equivalents
-from harness.mutate.equivalents.reasons import SELF_CHECK
+from poolfuzz.harness.mutate.equivalents.entry import Equivalent, load_equivalents
+from poolfuzz.harness.mutate.equivalents.reasons import SELF_CHECK
 
 __all__ = ["EQUIVALENTS", "SELF_CHECKS", "TABLES", "Equivalent", "equivalence"]
 
@@ -36,8 +36,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = tuple(entry for table in TABLES for entry 
 _BY_KEY = {entry.key: entry for entry in EQUIVALENTS}
 
 SELF_CHECKS: dict[tuple[str, str], str] = {
-    ("pools.radix_cache_base", "RadixCacheBase.sanity_check"): SELF_CHECK,
-    ("pools.radix_cache_base", "RadixCacheBase._invariant_failed"): SELF_CHECK,
+    ("poolfuzz.pools.radix_cache_base", "RadixCacheBase.sanity_check"): SELF_CHECK,
+    ("poolfuzz.pools.radix_cache_base", "RadixCacheBase._invariant_failed"): SELF_CHECK,
 }
 """Functions whose job is to raise on a corrupt pool (``module``, ``function``) -> why their mutants are scored
 apart, as ``self-check``: one that weakens the check can never be seen on a correct pool, and one that makes it

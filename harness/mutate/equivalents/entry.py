@@ -9,7 +9,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from harness.mutate.equivalents import reasons
+from poolfuzz.harness.mutate.equivalents import reasons
 
 
 @dataclass(frozen=True)

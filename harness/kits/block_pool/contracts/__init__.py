@@ -1,2 +1,2 @@
-"""The caller contract of the block-pool kit's upstream target (:mod:`harness.judge.contract`): vLLM 0.33.0's
+"""The caller contract of the block-pool kit's upstream target (:mod:`poolfuzz.harness.judge.contract`): vLLM 0.33.0's
 ``BlockPool``."""

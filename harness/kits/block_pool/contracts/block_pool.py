@@ -1,4 +1,4 @@
-"""The calls vLLM 0.33.0's ``BlockPool``'s callers make (target ``harness.upstream:VllmBlockPool``).
+"""The calls vLLM 0.33.0's ``BlockPool``'s callers make (target ``poolfuzz.harness.upstream:VllmBlockPool``).
 
 Each KV-cache group's ``SingleTypeKVCacheManager`` drives the pool for its requests: a new
 request's prefix is looked up with ``get_cached_block`` (``find_longest_cache_hit``) and the hits
@@ -20,11 +20,11 @@ call-site path is relative to the ``vllm`` package folder.
 
 from __future__ import annotations
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.judge.trace import Args
-from harness.judge.view import DriverView
-from harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
-from harness.kits.block_pool.ops import BlockPoolOps
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.judge.view import DriverView
+from poolfuzz.harness.kits.block_pool.model import NULL_BLOCK, BlockPoolModel
+from poolfuzz.harness.kits.block_pool.ops import BlockPoolOps
 
 CORE = "v1/core/single_type_kv_cache_manager.py"
 HISPARSE = "v1/hisparse/coordinator.py"
@@ -164,7 +164,7 @@ def blocks_running_requests_hold(view: BlockPoolContractView, args: Args) -> boo
 CONTRACT = Contract(
     ops=BlockPoolOps,
     view=BlockPoolContractView,
-    target="harness.upstream:VllmBlockPool",
+    target="poolfuzz.harness.upstream:VllmBlockPool",
     release="vllm==0.33.0",
     rules=(
         CallRule(

@@ -1,2 +1,2 @@
-"""The caller contract of the engine kit's target (:mod:`harness.judge.contract`): SGLang 0.5.23's scheduler
+"""The caller contract of the engine kit's target (:mod:`poolfuzz.harness.judge.contract`): SGLang 0.5.23's scheduler
 memory path."""

@@ -1,9 +1,9 @@
 """The calls SGLang 0.5.23's scheduler makes on its memory path, as the engine loop makes them (target
-``harness.upstream:Engine``, the factory :func:`harness.kits.engine.driver.build_engine`).
+``poolfuzz.harness.upstream:Engine``, the factory :func:`poolfuzz.harness.kits.engine.driver.build_engine`).
 
 The fuzzer does not call a pool here: it chooses what users and the model choose (arrivals,
 which requests sample EOS, aborts, when the scheduler iterates), and
-:class:`harness.upstream.engine.EngineLoop` makes upstream's own scheduler calls in their order.
+:class:`poolfuzz.harness.upstream.engine.EngineLoop` makes upstream's own scheduler calls in their order.
 ``handle_generate_request`` clips a new request's ``max_new_tokens`` with the allocator's
 ``max_new_tokens_for_memory`` and queues it.  Each ``event_loop_normal`` iteration runs
 ``get_next_batch_to_run``: the chunked request is stashed (``checkpoint_kv_cache``), the last
@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.kits.engine.ops import EngineOps as Ops
-from harness.upstream import callers
-from harness.upstream.classify import Classification
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
+from poolfuzz.harness.upstream import callers
+from poolfuzz.harness.upstream.classify import Classification
 
 SCHEDULER = "srt/managers/scheduler.py"
 RESULTS = "srt/managers/scheduler_components/batch_result_processor.py"
@@ -166,7 +166,7 @@ ITERATION_CITES = (
 )
 
 CONTRACT: Contract[object] = Contract(
-    target="harness.upstream:Engine",
+    target="poolfuzz.harness.upstream:Engine",
     release="sglang==0.5.23",
     rules=(
         CallRule(

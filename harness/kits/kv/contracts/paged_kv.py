@@ -1,4 +1,4 @@
-"""The calls ``PagedTokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:PagedKV``).
+"""The calls ``PagedTokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:PagedKV``).
 
 Callers allocate a batch through ``alloc_paged_token_slots_extend`` / ``..._decode``
 (``mem_cache/allocation.py``), but only when the allocation page size is above 1: at page
@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
-from harness.judge.trace import Args
-from harness.kits.kv.contract_view import KVContractView
-from harness.kits.kv.ops import PagedKVOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.kits.kv.contract_view import KVContractView
+from poolfuzz.harness.kits.kv.ops import PagedKVOps
+from poolfuzz.harness.upstream import callers
 
 # ------------------------------------------------------------------ alloc
 ALLOC_PS1 = replace(callers.ALLOC, note="alloc_token_slots: the page-size-1 path of extend and decode")
@@ -193,7 +193,7 @@ def decode_as_callers_send(view: KVContractView, args: Args) -> bool:
 CONTRACT = Contract(
     ops=PagedKVOps,
     view=KVContractView,
-    target="harness.upstream:PagedKV",
+    target="poolfuzz.harness.upstream:PagedKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
@@ -287,7 +287,7 @@ CONTRACT = Contract(
 
 
 def decode_above_page_size_1(view: KVContractView, args: Args) -> bool:
-    """Known finding ``paged-decode-page-size-1`` (:mod:`harness.upstream.findings`): at page size 1
+    """Known finding ``paged-decode-page-size-1`` (:mod:`poolfuzz.harness.upstream.findings`): at page size 1
     ``alloc_decode`` counts no new page, so a decode is withheld there."""
     return view.page_size > 1
 

@@ -1,4 +1,4 @@
-"""The calls ``TokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:TokenKV``).
+"""The calls ``TokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:TokenKV``).
 
 Callers allocate through ``alloc_token_slots`` and free a request's row through
 ``free_kv_row`` -> ``free_kv_row_segments`` -> ``free_segments`` -> ``free_segment``, which at
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.kits.kv.contract_view import KVContractView
-from harness.kits.kv.ops import TokenKVOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from poolfuzz.harness.kits.kv.contract_view import KVContractView
+from poolfuzz.harness.kits.kv.ops import TokenKVOps
+from poolfuzz.harness.upstream import callers
 
 FREE_SEGMENT = replace(callers.SEGMENT_IS_FREE, note="free_segment at page size 1, reached from free_kv_row_segments (common.py:190)")
 
@@ -23,7 +23,7 @@ FREE_SEGMENT = replace(callers.SEGMENT_IS_FREE, note="free_segment at page size 
 CONTRACT = Contract(
     ops=TokenKVOps,
     view=KVContractView,
-    target="harness.upstream:TokenKV",
+    target="poolfuzz.harness.upstream:TokenKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(

@@ -1,1 +1,1 @@
-"""The caller contract of the Mamba kit's upstream target (:mod:`harness.judge.contract`): ``mamba_slots``."""
+"""The caller contract of the Mamba kit's upstream target (:mod:`poolfuzz.harness.judge.contract`): ``mamba_slots``."""

@@ -1,4 +1,4 @@
-"""The calls ``MambaSlotAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:MambaSlots``).
+"""The calls ``MambaSlotAllocator``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:MambaSlots``).
 
 ``HybridReqToTokenPool`` owns the allocator (``memory_pool.py:1459``).  It takes one slot per
 admitted request (``alloc(1)``, ``memory_pool.py:1597``) and, with the extra buffer on, the
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
-from harness.judge.trace import Args
-from harness.judge.view import DriverView
-from harness.kits.mamba.model import SlotModel
-from harness.kits.mamba.ops import SlotOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, KnownFindingFilter, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.judge.view import DriverView
+from poolfuzz.harness.kits.mamba.model import SlotModel
+from poolfuzz.harness.kits.mamba.ops import SlotOps
+from poolfuzz.harness.upstream import callers
 
 ALLOC_ONE = Cite("srt/mem_cache/memory_pool.py", 1597, "mid = self.mamba_allocator.alloc(1)",
                  note="HybridReqToTokenPool.alloc, one slot per request without one")
@@ -91,7 +91,7 @@ def window_open(view: SlotContractView, args: Args) -> bool:
 CONTRACT = Contract(
     ops=SlotOps,
     view=SlotContractView,
-    target="harness.upstream:MambaSlots",
+    target="poolfuzz.harness.upstream:MambaSlots",
     release="sglang==0.5.23",
     rules=(
         CallRule(SlotOps.alloc, ("alloc",), "alloc(n), n >= 1 (1 per request, 1 or 2 tracking slots), in or out of a window",
@@ -122,7 +122,7 @@ CONTRACT = Contract(
 
 
 def clear_outside_a_window(view: SlotContractView, args: Args) -> bool:
-    """Known finding ``mamba-clear-keeps-reservation`` (:mod:`harness.upstream.findings`): ``clear`` inside an
+    """Known finding ``mamba-clear-keeps-reservation`` (:mod:`poolfuzz.harness.upstream.findings`): ``clear`` inside an
     alloc window keeps the reservation, so it is withheld there."""
     return not view.group_open
 

@@ -1,4 +1,4 @@
-"""The calls the legacy ``RadixCache``'s callers make in SGLang 0.5.23 (target ``harness.upstream:RadixCache``).
+"""The calls the legacy ``RadixCache``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:RadixCache``).
 
 0.5.23 builds the legacy tree as ``PureSWARadixCache`` and ``FlexKVRadixCache``
 (``mem_cache/registry.py:98``, ``:130``) and as the scheduler's simulated waiting-queue tree
@@ -23,14 +23,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.judge.trace import Args
-from harness.judge.view import DriverView
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.judge.view import DriverView
 
 if TYPE_CHECKING:
-    from harness.kits.prefix_cache.calls import Holder
-from harness.kits.prefix_cache.ops import PrefixCacheOps
-from harness.upstream import callers
+    from poolfuzz.harness.kits.prefix_cache.calls import Holder
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps
+from poolfuzz.harness.upstream import callers
 
 # ------------------------------------------------------------------ match and lock
 MATCH_CALL = Cite("srt/mem_cache/common.py", 233, "match_result = tree_cache.match_prefix(", note="match_kv_cache")
@@ -101,7 +101,7 @@ def nothing_held(view: TreeContractView, args: Args) -> bool:
 CONTRACT = Contract(
     ops=PrefixCacheOps,
     view=TreeContractView,
-    target="harness.upstream:RadixCache",
+    target="poolfuzz.harness.upstream:RadixCache",
     release="sglang==0.5.23",
     rules=(
         CallRule(

@@ -1,4 +1,4 @@
-"""The calls the Rust TreeCore's callers make in SGLang 0.5.23 (target ``harness.upstream:RustTreeCore``).
+"""The calls the Rust TreeCore's callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:RustTreeCore``).
 
 ``RustUnifiedTreeCoreBinding`` is the core of 0.5.23's default cache, ``UnifiedRadixCache``
 (``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="rust"``), reached only through upstream's
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract
-from harness.kits.prefix_cache.ops import PrefixCacheOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract
+from poolfuzz.harness.kits.prefix_cache.ops import PrefixCacheOps
+from poolfuzz.harness.upstream import callers
 
 URC = "srt/mem_cache/unified_radix_cache.py"
 ADAPTER = "srt/mem_cache/rust_tree_core/adapter.py"
@@ -83,7 +83,7 @@ INSERT_CITES = (BEGIN_INSERT, RESUME_INSERT, END_INSERT)
 
 CONTRACT = Contract(
     ops=PrefixCacheOps,
-    target="harness.upstream:RustTreeCore",
+    target="poolfuzz.harness.upstream:RustTreeCore",
     release="sglang==0.5.23",
     upstream_attr="core",
     rules=(

@@ -1,2 +1,2 @@
-"""The caller contracts of the SWA kit's upstream targets (:mod:`harness.judge.contract`): ``swa_kv`` and
-``pure_swa_kv``.  (:mod:`harness.kits.swa.contract` is the driver's own table of SWA frees.)"""
+"""The caller contracts of the SWA kit's upstream targets (:mod:`poolfuzz.harness.judge.contract`): ``swa_kv`` and
+``pure_swa_kv``.  (:mod:`poolfuzz.harness.kits.swa.contract` is the driver's own table of SWA frees.)"""

@@ -1,4 +1,4 @@
-"""The calls ``PureSWATokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:PureSWAKV``).
+"""The calls ``PureSWATokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:PureSWAKV``).
 
 The pure variant is built for a model whose every layer is sliding-window attention
 (``kv_cache_configurator.py:2865-2866``: hybrid SWA with no full-attention tokens), at page
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, NotCalled
-from harness.judge.trace import Args
-from harness.kits.kv.contract_view import KVContractView
-from harness.kits.swa.ops import PureSWAKVOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.kits.kv.contract_view import KVContractView
+from poolfuzz.harness.kits.swa.ops import PureSWAKVOps
+from poolfuzz.harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
 
@@ -53,7 +53,7 @@ def never(view: object, args: Args) -> bool:
 CONTRACT = Contract(
     ops=PureSWAKVOps,
     view=KVContractView,
-    target="harness.upstream:PureSWAKV",
+    target="poolfuzz.harness.upstream:PureSWAKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(

@@ -1,4 +1,4 @@
-"""The calls ``SWATokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``harness.upstream:SWAKV``).
+"""The calls ``SWATokenToKVPoolAllocator``'s callers make in SGLang 0.5.23 (target ``poolfuzz.harness.upstream:SWAKV``).
 
 The hybrid-SWA allocator is built by ``kv_cache_configurator.py:2875`` for a model with both
 full-attention and sliding-window layers.  Callers allocate as for any token allocator:
@@ -14,7 +14,7 @@ to ``free_segments``, whose per-segment calls at page size 1 are ``free_swa`` + 
 the full side, as ``free`` is (``allocator/swa.py:474-475``, ``:625-631``); an allocation
 that fails after the fact is given back with ``free`` (``allocation.py:471``).  The driver
 reaches the same code through ``free`` / ``free_swa`` / ``free_full``; which of the three a
-set of pages may be sent is :data:`harness.kits.swa.contract.CONTRACT` (the class's
+set of pages may be sent is :data:`poolfuzz.harness.kits.swa.contract.CONTRACT` (the class's
 own ``expect``s), consulted here so there is one table.  Batches bracket their releases in
 ``free_group_begin`` / ``free_group_end`` and ``clear`` runs only from ``flush_cache``.
 
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.judge.contract import CallRule, Cite, Contract, ContractError, KnownFindingFilter, NotCalled
-from harness.judge.trace import Args
-from harness.kits.swa.contract import CONTRACT as FREE_RULES
-from harness.kits.swa.contract import SWAContractView
-from harness.kits.swa.contract import allows as free_allows
-from harness.kits.swa.ops import SWAKVOps
-from harness.upstream import callers
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract, ContractError, KnownFindingFilter, NotCalled
+from poolfuzz.harness.judge.trace import Args
+from poolfuzz.harness.kits.swa.contract import CONTRACT as FREE_RULES
+from poolfuzz.harness.kits.swa.contract import SWAContractView
+from poolfuzz.harness.kits.swa.contract import allows as free_allows
+from poolfuzz.harness.kits.swa.ops import SWAKVOps
+from poolfuzz.harness.upstream import callers
 
 SWA = "srt/mem_cache/allocator/swa.py"
 COMMON = "srt/mem_cache/common.py"
@@ -126,7 +126,7 @@ FREE_RULE_CITES: dict[tuple[str, str], tuple[Cite, ...]] = {
         ),
     ),
 }
-"""The upstream lines of each :class:`~harness.kits.swa.contract.FreeRule`'s evidence, by (call, page sizes)."""
+"""The upstream lines of each :class:`~poolfuzz.harness.kits.swa.contract.FreeRule`'s evidence, by (call, page sizes)."""
 
 _uncited = {(rule.call, rule.page_sizes) for rule in FREE_RULES} ^ set(FREE_RULE_CITES)
 if _uncited:
@@ -226,7 +226,7 @@ def nothing_to_free(view: object, args: Args) -> bool:
 CONTRACT = Contract(
     ops=SWAKVOps,
     view=SWAContractView,
-    target="harness.upstream:SWAKV",
+    target="poolfuzz.harness.upstream:SWAKV",
     release="sglang==0.5.23",
     rules=(
         CallRule(
@@ -327,7 +327,7 @@ CONTRACT = Contract(
 
 
 def not_one_side_short(view: SWAContractView, args: Args) -> bool:
-    """Known finding ``swa-decode-keeps-one-side`` (:mod:`harness.upstream.findings`): a paged decode of ``handles``
+    """Known finding ``swa-decode-keeps-one-side`` (:mod:`poolfuzz.harness.upstream.findings`): a paged decode of ``handles``
     that finds exactly one side short keeps the other side's page, so it is withheld."""
     model, handles = view.model, args["handles"]
     if view.page_size == 1 or not all(model.is_live(h) for h in handles):

@@ -1,5 +1,5 @@
-"""The calls vLLM 0.33.0's engine core makes on its v1 scheduler, as :class:`harness.kits.vllm_engine.target.VllmEngine`
-makes them (target ``harness.upstream:VllmEngine``).
+"""The calls vLLM 0.33.0's engine core makes on its v1 scheduler, as :class:`poolfuzz.harness.kits.vllm_engine.target.VllmEngine`
+makes them (target ``poolfuzz.harness.upstream:VllmEngine``).
 
 The fuzzer does not call a pool: it chooses arrivals, the tokens results carry, aborts and cache resets, and the
 target makes the engine core's own scheduler calls in their order (``EngineCore.step``, or
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.judge.contract import CallRule, Cite, Contract
-from harness.kits.vllm_engine.ops import VllmEngineOps as Ops
-from harness.upstream.classify import Classification
+from poolfuzz.harness.judge.contract import CallRule, Cite, Contract
+from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps as Ops
+from poolfuzz.harness.upstream.classify import Classification
 
 CORE = "v1/engine/core.py"
 
@@ -37,7 +37,7 @@ RESET = _at(886, "return self.scheduler.reset_prefix_cache(")
 STEP_CITES = (SCHEDULE, UPDATE, SCHEDULE_ASYNC, UPDATE_ASYNC)
 
 CONTRACT: Contract[object] = Contract(
-    target="harness.upstream:VllmEngine",
+    target="poolfuzz.harness.upstream:VllmEngine",
     release="vllm==0.33.0",
     rules=(
         CallRule(Ops.arrive, ("add_request",), "one tokenized request, refused at max_model_len tokens or more", (LENGTH, ADD)),
