@@ -46,8 +46,12 @@ def test_no_module_imports_our_folders_by_their_repository_names() -> None:
     for folder in (*FOLDERS, "tests"):
         for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names = [node.module]
+                else:
+                    continue
                 wrong += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in names if name.split(".")[0] in FOLDERS]
     assert wrong == []

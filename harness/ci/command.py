@@ -43,6 +43,7 @@ def _budgets() -> str:
     """The slow targets' step budgets for ``--help``, by target name: ``PagedKV 10,000, ...``."""
     return ", ".join(f"{spec.rpartition(':')[2]} {steps:,}" for spec, steps in STEPS.items())
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"{PROG} ci",
