@@ -15,19 +15,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolfuzz.pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from poolfuzz.pools import errors
 from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from poolfuzz.pools.page_alloc import PageKernel, get_kernel, triton_available
 from poolfuzz.pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
+from tests.indices import idx, ints
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (with numpy for its interpreter) is not installed")
 KERNELS = ["loop", "vectorized", pytest.param("triton", marks=needs_triton)]
@@ -42,16 +35,6 @@ def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
         monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
         return "cpu"
     return str(request.param)
-
-
-def ints(tensor: torch.Tensor | None) -> list[int]:
-    assert tensor is not None, "the allocator refused"
-    assert tensor.dtype == torch.int64
-    return [int(v) for v in tensor.tolist()]
-
-
-def idx(values: list[int], device: str) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
 
 
 def paged(num_pages: int, device: str, ps: int = 4, **kwargs: Any) -> PagedTokenToKVPoolAllocator:
@@ -181,7 +164,7 @@ def test_nested_free_group_begin_raises_and_keeps_the_open_group(device: str) ->
     alloc.free_group_begin()
     alloc.free(idx(slots, device))
     before = snapshot(alloc)
-    with pytest.raises(GroupStateError):
+    with pytest.raises(errors.GroupStateError):
         alloc.free_group_begin()
     assert snapshot(alloc) == before
     alloc.free_group_end()
@@ -190,7 +173,7 @@ def test_nested_free_group_begin_raises_and_keeps_the_open_group(device: str) ->
 
 def test_free_group_end_without_begin_raises(device: str) -> None:
     alloc = TokenToKVPoolAllocator(2, device)
-    with pytest.raises(GroupStateError):
+    with pytest.raises(errors.GroupStateError):
         alloc.free_group_end()
 
 
@@ -296,40 +279,40 @@ def _misuse_cases() -> list[Any]:
         return alloc
 
     cases = [
-        ("token double free of a free slot", token, lambda a, d: a.free(idx([3], d)), DoubleFreeError),
-        ("token slot twice in one call", token, lambda a, d: a.free(idx([1, 1], d)), DoubleFreeError),
-        ("token slot past the end", token, lambda a, d: a.free(idx([5], d)), ForeignIndexError),
-        ("token negative slot", token, lambda a, d: a.free(idx([-1], d)), ForeignIndexError),
-        ("token slot 0", token, lambda a, d: a.free(idx([0, 1], d)), ReservedIndexError),
-        ("token negative alloc", token, lambda a, d: a.alloc(-1), BadSizeError),
-        ("token bool alloc", token, lambda a, d: a.alloc(True), BadSizeError),
-        ("token float indices", token, lambda a, d: a.free(torch.tensor([1.0], device=d)), BadBatchError),
-        ("token 2-D indices", token, lambda a, d: a.free(idx([1], d)[None]), BadBatchError),
-        ("paged double free of a free page", paged2, lambda a, d: a.free(idx([6], d)), DoubleFreeError),
-        ("paged token of page 0", paged2, lambda a, d: a.free(idx([1], d)), ReservedIndexError),
-        ("paged token past the end", paged2, lambda a, d: a.free(idx([10], d)), ForeignIndexError),
-        ("paged unaligned alloc", paged2, lambda a, d: a.alloc(3), BadSizeError),
-        ("paged negative alloc", paged2, lambda a, d: a.alloc(-2), BadSizeError),
-        ("paged free of a pending page", grouped, lambda a, d: a.free(idx([3], d)), DoubleFreeError),
-        ("paged extend seq < prefix", paged2, lambda a, d: extend(a, [3], [2], [4]), BadBatchError),
-        ("paged extend misaligned last_loc", paged2, lambda a, d: extend(a, [3], [4], [5]), BadBatchError),
-        ("paged extend continuing a free page", paged2, lambda a, d: extend(a, [1], [2], [6]), BadBatchError),
+        ("token double free of a free slot", token, lambda a, d: a.free(idx([3], d)), errors.DoubleFreeError),
+        ("token slot twice in one call", token, lambda a, d: a.free(idx([1, 1], d)), errors.DoubleFreeError),
+        ("token slot past the end", token, lambda a, d: a.free(idx([5], d)), errors.ForeignIndexError),
+        ("token negative slot", token, lambda a, d: a.free(idx([-1], d)), errors.ForeignIndexError),
+        ("token slot 0", token, lambda a, d: a.free(idx([0, 1], d)), errors.ReservedIndexError),
+        ("token negative alloc", token, lambda a, d: a.alloc(-1), errors.BadSizeError),
+        ("token bool alloc", token, lambda a, d: a.alloc(True), errors.BadSizeError),
+        ("token float indices", token, lambda a, d: a.free(torch.tensor([1.0], device=d)), errors.BadBatchError),
+        ("token 2-D indices", token, lambda a, d: a.free(idx([1], d)[None]), errors.BadBatchError),
+        ("paged double free of a free page", paged2, lambda a, d: a.free(idx([6], d)), errors.DoubleFreeError),
+        ("paged token of page 0", paged2, lambda a, d: a.free(idx([1], d)), errors.ReservedIndexError),
+        ("paged token past the end", paged2, lambda a, d: a.free(idx([10], d)), errors.ForeignIndexError),
+        ("paged unaligned alloc", paged2, lambda a, d: a.alloc(3), errors.BadSizeError),
+        ("paged negative alloc", paged2, lambda a, d: a.alloc(-2), errors.BadSizeError),
+        ("paged free of a pending page", grouped, lambda a, d: a.free(idx([3], d)), errors.DoubleFreeError),
+        ("paged extend seq < prefix", paged2, lambda a, d: extend(a, [3], [2], [4]), errors.BadBatchError),
+        ("paged extend misaligned last_loc", paged2, lambda a, d: extend(a, [3], [4], [5]), errors.BadBatchError),
+        ("paged extend continuing a free page", paged2, lambda a, d: extend(a, [1], [2], [6]), errors.BadBatchError),
         ("paged extend a page-aligned prefix with last_loc -1", paged2,
-         lambda a, d: extend(a, [2], [3], [-1]), BadBatchError),
-        ("paged extend an empty prefix with a last_loc", paged2, lambda a, d: extend(a, [0], [1], [4]), BadBatchError),
+         lambda a, d: extend(a, [2], [3], [-1]), errors.BadBatchError),
+        ("paged extend an empty prefix with a last_loc", paged2, lambda a, d: extend(a, [0], [1], [4]), errors.BadBatchError),
         ("paged extend wrong token count", paged2,
          lambda a, d: a.alloc_extend(idx([0], d), torch.tensor([0]), idx([2], d), torch.tensor([2]), idx([-1], d), 3),
-         BadBatchError),
-        ("paged decode seq 0", paged2, lambda a, d: decode(a, [0], [-1]), BadBatchError),
-        ("paged decode misaligned last_loc", paged2, lambda a, d: decode(a, [4], [3]), BadBatchError),
-        ("paged nested group", grouped, lambda a, d: a.free_group_begin(), GroupStateError),
+         errors.BadBatchError),
+        ("paged decode seq 0", paged2, lambda a, d: decode(a, [0], [-1]), errors.BadBatchError),
+        ("paged decode misaligned last_loc", paged2, lambda a, d: decode(a, [4], [3]), errors.BadBatchError),
+        ("paged nested group", grouped, lambda a, d: a.free_group_begin(), errors.GroupStateError),
     ]
     return [pytest.param(make, call, error, id=name) for name, make, call, error in cases]
 
 
 @pytest.mark.parametrize(("make", "call", "error"), _misuse_cases())
 def test_misuse_raises_its_typed_error_and_leaves_the_allocator_unchanged(
-    make: Callable[[str], Allocator], call: Callable[[Any, str], Any], error: type[PoolError], device: str
+    make: Callable[[str], Allocator], call: Callable[[Any, str], Any], error: type[errors.PoolError], device: str
 ) -> None:
     alloc = make(device)
     before = snapshot(alloc)
@@ -346,13 +329,13 @@ def test_misuse_raises_its_typed_error_and_leaves_the_allocator_unchanged(
     ids=["unaligned", "page-size-0", "negative", "float-size", "float-page-size", "bool-size"],
 )
 def test_constructors_reject_impossible_sizes_with_bad_size(build: Callable[[], Any]) -> None:
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         build()
 
 
 @needs_triton
 def test_the_triton_kernel_refuses_a_page_size_that_is_not_a_power_of_two() -> None:
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         PagedTokenToKVPoolAllocator(6, 3, kernel="triton")
 
 
@@ -383,12 +366,12 @@ def test_free_segment_inside_a_group_waits_apart_and_is_released_after_frees_pag
 
 
 @pytest.mark.parametrize(("segment", "start_pos", "error"), [
-    (slice(4, 8), 2, BadSizeError),          # a start off the page grid
-    (slice(4, 8), -4, BadSizeError),
-    (None, 0, BadBatchError),                # page 2's tokens in two runs
+    (slice(4, 8), 2, errors.BadSizeError),  # a start off the page grid
+    (slice(4, 8), -4, errors.BadSizeError),
+    (None, 0, errors.BadBatchError),        # page 2's tokens in two runs
 ], ids=["start off the page grid", "negative start", "a page in two runs"])
 def test_a_malformed_free_segment_is_refused_and_changes_nothing(segment: slice | None, start_pos: int,
-                                                                 error: type[PoolError]) -> None:
+                                                                 error: type[errors.PoolError]) -> None:
     pool = PagedTokenToKVPoolAllocator(32, 4)
     row = pool.alloc(12)
     assert row is not None
@@ -399,18 +382,18 @@ def test_a_malformed_free_segment_is_refused_and_changes_nothing(segment: slice 
     assert _state(pool) == before
 
 
-def _segment_oracle(live: set[int], indices: list[int], ps: int, last: int) -> list[int] | type[PoolError]:
+def _segment_oracle(live: set[int], indices: list[int], ps: int, last: int) -> list[int] | type[errors.PoolError]:
     """What ``free_segment`` must do with ``indices``, from the contract alone: the error, in the order
     ``free`` reports them, or the pages it releases (the heads of the runs of equal page ids)."""
     if any(i < 0 or i > last for i in indices):
-        return ForeignIndexError
+        return errors.ForeignIndexError
     if min(indices) < ps:
-        return ReservedIndexError
+        return errors.ReservedIndexError
     pages = [i // ps for i in indices]
     if any(p not in live for p in pages):
-        return DoubleFreeError
+        return errors.DoubleFreeError
     runs = [p for k, p in enumerate(pages) if k == 0 or pages[k - 1] != p]
-    return BadBatchError if len(set(runs)) < len(runs) else runs
+    return errors.BadBatchError if len(set(runs)) < len(runs) else runs
 
 
 @pytest.mark.parametrize("device_path", [False, True], ids=["host checks", "the device code path"])
@@ -442,7 +425,7 @@ def test_a_free_segment_of_pages_already_freed_is_a_double_free() -> None:
     assert row is not None
     pool.free_segment(row[4:8], start_pos=4)
     before = _state(pool)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         pool.free_segment(row[4:8], start_pos=4)
     assert _state(pool) == before
 
@@ -453,5 +436,5 @@ def test_the_token_allocators_free_segment_is_its_free_after_the_start_check() -
     assert slots is not None
     pool.free_segment(slots[1:], start_pos=1)
     assert pool.free_pages.tolist()[-2:] == slots[1:].tolist()
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         pool.free_segment(slots[:1], start_pos=True)  # type: ignore[arg-type]

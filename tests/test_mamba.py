@@ -10,37 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolfuzz.pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from poolfuzz.pools import errors
 from poolfuzz.pools.mamba import HybridReqToTokenPool, MambaPool, MambaSlotAllocator
 from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
-
-CUDA = pytest.param(
-    "cuda",
-    marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")],
-)
+from tests.conftest import DEVICES
+from tests.indices import idx, ints
 
 
-@pytest.fixture(params=["cpu", CUDA])
+@pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def ints(tensor: torch.Tensor | None) -> list[int]:
-    assert tensor is not None
-    assert tensor.dtype == torch.int64
-    return [int(v) for v in tensor.tolist()]
-
-
-def idx(values: list[Any], device: str) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
 
 
 # ------------------------------------------------------------------ allocator
@@ -176,21 +155,21 @@ def test_short_pool_opens_the_group_with_no_reservation(allocator: Any) -> None:
 @pytest.mark.parametrize(
     ("group", "misuse", "error"),
     [
-        (False, lambda a, live, res, dev: a.alloc(-1), BadSizeError),
-        (False, lambda a, live, res, dev: a.alloc(1.0), BadSizeError),
-        (False, lambda a, live, res, dev: a.free(idx([live[0], 0], dev)), ReservedIndexError),
-        (False, lambda a, live, res, dev: a.free(idx([live[0], 9], dev)), ForeignIndexError),
-        (False, lambda a, live, res, dev: a.free(idx([-1], dev)), ForeignIndexError),
-        (False, lambda a, live, res, dev: a.free(idx([live[0], 2], dev)), DoubleFreeError),
-        (False, lambda a, live, res, dev: a.free(idx([live[0], live[0]], dev)), DoubleFreeError),
-        (False, lambda a, live, res, dev: a.free(torch.tensor([1.0], device=dev)), BadBatchError),
-        (False, lambda a, live, res, dev: a.free(idx(live[:2], dev).reshape(1, -1)), BadBatchError),
-        (False, lambda a, live, res, dev: a.free(idx(live[:1], dev).reshape(())), BadBatchError),
-        (False, lambda a, live, res, dev: a.alloc_group_end(), GroupStateError),
-        (False, lambda a, live, res, dev: a.alloc_group_begin(-1), BadSizeError),
-        (True, lambda a, live, res, dev: a.free(idx([live[1], res[0]], dev)), DoubleFreeError),
-        (True, lambda a, live, res, dev: a.alloc_group_begin(1), GroupStateError),
-        (True, lambda a, live, res, dev: a.alloc(-2), BadSizeError),
+        (False, lambda a, live, res, dev: a.alloc(-1), errors.BadSizeError),
+        (False, lambda a, live, res, dev: a.alloc(1.0), errors.BadSizeError),
+        (False, lambda a, live, res, dev: a.free(idx([live[0], 0], dev)), errors.ReservedIndexError),
+        (False, lambda a, live, res, dev: a.free(idx([live[0], 9], dev)), errors.ForeignIndexError),
+        (False, lambda a, live, res, dev: a.free(idx([-1], dev)), errors.ForeignIndexError),
+        (False, lambda a, live, res, dev: a.free(idx([live[0], 2], dev)), errors.DoubleFreeError),
+        (False, lambda a, live, res, dev: a.free(idx([live[0], live[0]], dev)), errors.DoubleFreeError),
+        (False, lambda a, live, res, dev: a.free(torch.tensor([1.0], device=dev)), errors.BadBatchError),
+        (False, lambda a, live, res, dev: a.free(idx(live[:2], dev).reshape(1, -1)), errors.BadBatchError),
+        (False, lambda a, live, res, dev: a.free(idx(live[:1], dev).reshape(())), errors.BadBatchError),
+        (False, lambda a, live, res, dev: a.alloc_group_end(), errors.GroupStateError),
+        (False, lambda a, live, res, dev: a.alloc_group_begin(-1), errors.BadSizeError),
+        (True, lambda a, live, res, dev: a.free(idx([live[1], res[0]], dev)), errors.DoubleFreeError),
+        (True, lambda a, live, res, dev: a.alloc_group_begin(1), errors.GroupStateError),
+        (True, lambda a, live, res, dev: a.alloc(-2), errors.BadSizeError),
     ],
     ids=[
         "negative-alloc",
@@ -211,7 +190,7 @@ def test_short_pool_opens_the_group_with_no_reservation(allocator: Any) -> None:
     ],
 )
 def test_allocator_misuse_raises_its_typed_error_and_leaves_the_allocator_unchanged(
-    allocator: Any, device: str, group: bool, misuse: Callable[..., Any], error: type[PoolError]
+    allocator: Any, device: str, group: bool, misuse: Callable[..., Any], error: type[errors.PoolError]
 ) -> None:
     alloc = allocator(8)
     live, reserved = busy(alloc, group)
@@ -225,7 +204,7 @@ def test_allocator_misuse_raises_its_typed_error_and_leaves_the_allocator_unchan
 def test_nested_group_begin_keeps_the_first_reservation(allocator: Any) -> None:
     alloc = allocator(6)
     alloc.alloc_group_begin(2)
-    with pytest.raises(GroupStateError):
+    with pytest.raises(errors.GroupStateError):
         alloc.alloc_group_begin(3)
     alloc.alloc_group_end()
     assert sorted(ints(alloc.free_slots)) == [1, 2, 3, 4, 5, 6]
@@ -252,7 +231,7 @@ def test_free_list_reservation_and_live_slots_always_partition_the_pool(ops: lis
             elif op == "c":
                 alloc.clear()
                 live.clear()
-        except GroupStateError:
+        except errors.GroupStateError:
             pass
         assert_partition(alloc)
         assert sorted(live) == [slot for slot in range(7) if alloc.is_live(slot)]
@@ -297,18 +276,18 @@ def test_copy_from_copies_conv_and_temporal_state(state_pool: MambaPool, device:
 @pytest.mark.parametrize(
     ("call", "error"),
     [
-        (lambda p, dev: p.clear_slots(idx([1, 0], dev)), ReservedIndexError),
-        (lambda p, dev: p.clear_slots(idx([1, 5], dev)), ForeignIndexError),
-        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([3], dev)), BadBatchError),
-        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([2, 3], dev)), BadBatchError),
-        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([3, 3], dev)), BadBatchError),
-        (lambda p, dev: p.copy_from(idx([0], dev), idx([3], dev)), ReservedIndexError),
-        (lambda p, dev: p.copy_from(idx([1], dev), idx([7], dev)), ForeignIndexError),
+        (lambda p, dev: p.clear_slots(idx([1, 0], dev)), errors.ReservedIndexError),
+        (lambda p, dev: p.clear_slots(idx([1, 5], dev)), errors.ForeignIndexError),
+        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([3], dev)), errors.BadBatchError),
+        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([2, 3], dev)), errors.BadBatchError),
+        (lambda p, dev: p.copy_from(idx([1, 2], dev), idx([3, 3], dev)), errors.BadBatchError),
+        (lambda p, dev: p.copy_from(idx([0], dev), idx([3], dev)), errors.ReservedIndexError),
+        (lambda p, dev: p.copy_from(idx([1], dev), idx([7], dev)), errors.ForeignIndexError),
     ],
     ids=["clear-slot-zero", "clear-foreign", "length-mismatch", "overlap", "dst-duplicate", "src-zero", "dst-foreign"],
 )
 def test_state_pool_misuse_raises_and_leaves_the_state_unchanged(
-    state_pool: MambaPool, device: str, call: Callable[..., Any], error: type[PoolError]
+    state_pool: MambaPool, device: str, call: Callable[..., Any], error: type[errors.PoolError]
 ) -> None:
     before = states(state_pool)
     with pytest.raises(error):
@@ -395,17 +374,17 @@ def test_free_mamba_cache_twice_raises_double_free(hybrid: Any) -> None:
     assert (batch[0].mamba_pool_idx, batch[0].mamba_needs_clear) == (None, False)
     assert_mapping_matches(pool, batch)
     before = hybrid_snapshot(pool, batch)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         pool.free_mamba_cache(batch[0])
     assert hybrid_snapshot(pool, batch) == before
 
 
 @pytest.mark.parametrize(
     ("handle", "error"),
-    [(4, BadBatchError), (0, ReservedIndexError), (9, ForeignIndexError), ("1", BadBatchError)],
+    [(4, errors.BadBatchError), (0, errors.ReservedIndexError), (9, errors.ForeignIndexError), ("1", errors.BadBatchError)],
     ids=["stale-slot", "slot-zero", "foreign-slot", "not-an-int"],
 )
-def test_bad_mamba_handle_is_rejected_without_consuming_anything(hybrid: Any, handle: Any, error: type[PoolError]) -> None:
+def test_bad_mamba_handle_is_rejected_without_consuming_anything(hybrid: Any, handle: Any, error: type[errors.PoolError]) -> None:
     pool, batch = hybrid(), reqs(3)
     pool.alloc(batch[:1])
     batch[2].mamba_pool_idx = handle
@@ -419,7 +398,7 @@ def test_two_requests_claiming_one_slot_are_rejected(hybrid: Any) -> None:
     pool, batch = hybrid(), reqs(2)
     pool.alloc(batch[:1])
     batch[1].mamba_pool_idx = batch[0].mamba_pool_idx
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         pool.alloc(batch)
 
 
@@ -438,7 +417,7 @@ def test_clear_resets_rows_slots_group_and_mapping(hybrid: Any) -> None:
     assert pool.available_size() == 4 and pool.mamba_available_size() == 4
     assert not pool.mamba_allocator.group_open
     assert not pool.req_index_to_mamba_index_mapping.any()
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         pool.alloc([Req(rid="stale", mamba_pool_idx=batch[0].mamba_pool_idx)])
 
 

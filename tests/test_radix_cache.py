@@ -13,18 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from poolfuzz.pools.errors import (
-    AlreadyCachedError,
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    KeyValueMismatchError,
-    LockStateError,
-    ReservedIndexError,
-    TreeInvariantError,
-    TreeNodeError,
-    UnknownEvictionPolicyError,
-)
+from poolfuzz.pools import errors
 from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from poolfuzz.pools.radix_cache import RadixCache, TreeNode
 from tests.conftest import DEVICES
@@ -142,7 +131,7 @@ def test_a_value_whose_length_differs_from_its_key_is_rejected_and_changes_nothi
     alloc, cache = pool
     cache_new(alloc, cache, seq(ps, 1))
     before = state(cache)
-    with pytest.raises(KeyValueMismatchError) as err:
+    with pytest.raises(errors.KeyValueMismatchError) as err:
         cache.insert(seq(ps, 2, first=500), take(alloc, ps))
     assert (err.value.key_len, err.value.value_len) == (2 * ps, ps)
     assert state(cache) == before
@@ -155,7 +144,7 @@ def test_new_indices_that_cannot_be_owned_are_rejected_and_change_nothing(pool: 
     fresh = take(alloc, ps)
     value = {"held elsewhere": held, "page twice": torch.cat([fresh, fresh]), "page 0": torch.arange(ps, device=fresh.device)}[bad]
     before = state(cache)
-    with pytest.raises((AlreadyCachedError, ReservedIndexError)):
+    with pytest.raises((errors.AlreadyCachedError, errors.ReservedIndexError)):
         cache.insert(seq(ps, len(value) // ps, first=900), value)
     assert state(cache) == before
 
@@ -163,7 +152,7 @@ def test_new_indices_that_cannot_be_owned_are_rejected_and_change_nothing(pool: 
 def test_indices_that_are_not_whole_pages_are_rejected(device: str) -> None:
     alloc, cache = make(device, 4)
     value = take(alloc, 8)
-    with pytest.raises(KeyValueMismatchError):
+    with pytest.raises(errors.KeyValueMismatchError):
         cache.insert(seq(4, 1), value[2:6])
     assert cache.total_size() == 0
 
@@ -190,7 +179,7 @@ def test_double_unlock_is_rejected_and_changes_nothing(pool: tuple[Allocator, Ra
     cache.inc_lock_ref(leaf)
     cache.dec_lock_ref(leaf)
     before = state(cache)
-    with pytest.raises(LockStateError) as err:
+    with pytest.raises(errors.LockStateError) as err:
         cache.dec_lock_ref(leaf)
     assert (err.value.node_id, err.value.lock_ref) == (leaf.id, 0)
     assert state(cache) == before
@@ -216,7 +205,7 @@ def test_a_node_that_left_the_tree_cannot_be_locked_or_unlocked(pool: tuple[Allo
         cache.reset()
     before = state(cache)
     for call in (cache.inc_lock_ref, cache.dec_lock_ref):
-        with pytest.raises(LockStateError):
+        with pytest.raises(errors.LockStateError):
             call(node)
     assert state(cache) == before
 
@@ -227,7 +216,7 @@ def test_node_ids_resolve_while_the_node_lives(pool: tuple[Allocator, RadixCache
     (node,) = cache.nodes()
     assert cache.node(node.id) is node and cache.node(cache.root.id) is cache.root
     cache.evict(ps)
-    with pytest.raises(TreeNodeError):
+    with pytest.raises(errors.TreeNodeError):
         cache.node(node.id)
 
 
@@ -259,7 +248,7 @@ def test_evict_of_zero_frees_nothing_and_a_negative_count_is_rejected(pool: tupl
     alloc, cache = pool
     cache_new(alloc, cache, seq(ps, 1))
     assert cache.evict(0) == 0
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         cache.evict(-1)
     assert cache.total_size() == ps
 
@@ -279,7 +268,7 @@ def test_each_policy_evicts_leaves_in_its_order(device: str, ps: int, policy: st
 
 
 def test_an_unknown_eviction_policy_is_rejected(device: str) -> None:
-    with pytest.raises(UnknownEvictionPolicyError):
+    with pytest.raises(errors.UnknownEvictionPolicyError):
         RadixCache(TokenToKVPoolAllocator(4, device), eviction_policy="random")
 
 
@@ -287,7 +276,7 @@ def test_an_allocator_refusal_during_evict_keeps_the_leaf_cached_and_queued(pool
     alloc, cache = pool
     value = cache_new(alloc, cache, seq(ps, 1))
     alloc.free(value)  # a caller bug: the tree's KV freed behind its back
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         cache.evict(1)
     assert [n.key for n in cache.evictable_leaves()] == [tuple(seq(ps, 1))]
     cache.sanity_check()
@@ -302,7 +291,7 @@ def test_reset_forgets_every_node_and_old_ids_never_resolve(pool: tuple[Allocato
     assert (cache.evictable_size(), cache.protected_size(), cache.total_size()) == (0, 0, 0)
     assert list(cache.nodes()) == [] and cache.root.lock_ref == 1 and cache.root.id not in old_ids
     for node_id in old_ids:
-        with pytest.raises(TreeNodeError):
+        with pytest.raises(errors.TreeNodeError):
             cache.node(node_id)
     cache.sanity_check()
 
@@ -321,7 +310,7 @@ def test_sanity_check_catches_a_corrupted_tree(pool: tuple[Allocator, RadixCache
     cache_new(alloc, cache, seq(ps, 2))
     cache.sanity_check()
     CORRUPTIONS[corruption](cache)
-    with pytest.raises(TreeInvariantError):
+    with pytest.raises(errors.TreeInvariantError):
         cache.sanity_check()
 
 
@@ -403,9 +392,9 @@ def test_a_row_that_contradicts_the_locked_path_is_rejected_and_changes_nothing(
     req = admit(alloc, cache, seq(ps, 2), 2 * ps)
     wrong_row = torch.cat([take(alloc, ps), req.row[ps:]])
     before, free_before = state(cache), alloc.available_size()
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         cache.release_request(req.tokens, wrong_row, req.lock, req.protected)
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         cache.release_request(req.tokens, req.row, req.lock, req.protected + 2 * ps)
     assert state(cache) == before and alloc.available_size() == free_before
 

@@ -13,17 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from poolfuzz.pools.errors import (
-    BadBatchError,
-    BadSizeError,
-    DoubleFreeError,
-    ForeignIndexError,
-    GroupStateError,
-    PoolError,
-    ReservedIndexError,
-)
+from poolfuzz.pools import errors
 from poolfuzz.pools.swa import PureSWATokenToKVPoolAllocator, SWATokenToKVPoolAllocator
 from tests.conftest import DEVICES
+from tests.indices import idx, ints
 
 PS = 4
 
@@ -35,16 +28,6 @@ def device(request: pytest.FixtureRequest) -> str:
 
 def make(device: str, full_pages: int = 6, swa_pages: int = 4, ps: int = PS, **kwargs: Any) -> SWATokenToKVPoolAllocator:
     return SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, device, **kwargs)
-
-
-def ints(tensor: torch.Tensor | None) -> list[int]:
-    assert tensor is not None, "the allocator refused"
-    assert tensor.dtype == torch.int64
-    return [int(v) for v in tensor.tolist()]
-
-
-def idx(values: list[int], device: str | torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
 
 
 def mapping(alloc: SWATokenToKVPoolAllocator, slots: list[int]) -> list[int]:
@@ -118,9 +101,9 @@ def test_sizes_are_reported_per_side_and_the_smaller_one_bounds_the_pool(device:
 def test_each_page_regime_rejects_the_other_regimes_calls(device: str) -> None:
     flat, paged = make(device, ps=1), make(device)
     for call in (lambda: extend(flat, [0], [1], [-1]), lambda: decode(flat, [1], [-1]), lambda: tail(flat, 0, 1, -1, 1)):
-        with pytest.raises(BadSizeError):
+        with pytest.raises(errors.BadSizeError):
             call()
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         paged.alloc(PS)
     assert alloc_is_pristine(flat) and alloc_is_pristine(paged)
 
@@ -145,7 +128,7 @@ def test_alloc_refuses_when_either_side_is_short_and_takes_nothing(full_slots: i
     alloc = SWATokenToKVPoolAllocator(full_slots, swa_slots, 1, device)
     before = snapshot(alloc)
     assert alloc.alloc(4) is None and snapshot(alloc) == before
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         alloc.alloc(-1)
     assert snapshot(alloc) == before
 
@@ -184,9 +167,9 @@ def assert_continuing_is_rejected_unchanged(alloc: SWATokenToKVPoolAllocator, pr
     """A decode (to ``pre + 1`` tokens) and an extend (to ``pre + 2``) of a ``pre``-token prefix whose last
     slot is given as ``last``: each a ``BadBatchError`` that leaves the allocator as it was."""
     before = snapshot(alloc)
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         decode(alloc, [pre + 1], [last])
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         extend(alloc, [pre], [pre + 2], [last])
     assert snapshot(alloc) == before
 
@@ -219,7 +202,7 @@ def test_a_malformed_extend_raises_before_either_side_changes(
     alloc = make(device)
     pre, seq = idx(pres, "cpu"), idx(seqs, "cpu")
     before = snapshot(alloc)
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         alloc.alloc_extend(pre.to(device), pre, seq.to(device), seq, idx(lasts, device), count)
     assert snapshot(alloc) == before
 
@@ -260,7 +243,7 @@ def test_an_empty_swa_tail_allocates_the_full_side_only(device: str) -> None:
 def test_an_impossible_swa_tail_is_rejected_unchanged(seq: int, swa_tail_len: int, device: str) -> None:
     alloc = make(device)
     before = snapshot(alloc)
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         tail(alloc, 0, seq, -1, swa_tail_len)
     assert snapshot(alloc) == before
 
@@ -268,7 +251,7 @@ def test_an_impossible_swa_tail_is_rejected_unchanged(seq: int, swa_tail_len: in
 def test_the_swa_tail_takes_one_request_and_refuses_when_the_swa_side_is_short(device: str) -> None:
     alloc = make(device, full_pages=6, swa_pages=1)
     dev, two = alloc.device, idx([0, 0], "cpu")
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         alloc.alloc_extend_swa_tail(two.to(dev), two, idx([1, 1], dev), idx([1, 1], "cpu"), idx([-1, -1], dev), 2, 1)
     before = snapshot(alloc)
     assert tail(alloc, 0, 8, -1, swa_tail_len=8) is None and snapshot(alloc) == before
@@ -303,7 +286,7 @@ def test_free_swa_of_a_slot_that_already_left_the_window_raises_unchanged(ps: in
     slots = ints(alloc.alloc(3) if ps == 1 else extend(alloc, [0], [6], [-1]))
     alloc.free_swa(idx(slots[:1], device))
     before = snapshot(alloc)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         alloc.free_swa(idx(slots[:2], device))
     assert snapshot(alloc) == before
 
@@ -317,15 +300,15 @@ def test_double_foreign_and_padding_frees_raise_typed_errors_unchanged(op: str, 
     release = getattr(alloc, op)
     before = snapshot(alloc)
     for bad, error in (
-        ([slots[0]], DoubleFreeError),
-        ([alloc.size_full + ps], ForeignIndexError),
-        ([-1], ForeignIndexError),
-        ([0], ReservedIndexError),
+        ([slots[0]], errors.DoubleFreeError),
+        ([alloc.size_full + ps], errors.ForeignIndexError),
+        ([-1], errors.ForeignIndexError),
+        ([0], errors.ReservedIndexError),
     ):
         with pytest.raises(error):
             release(idx(bad, device))
         assert snapshot(alloc) == before
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         release([slots[-1]])
     assert snapshot(alloc) == before
 
@@ -334,7 +317,7 @@ def test_a_slot_named_twice_in_one_free_raises_at_page_size_one(device: str) -> 
     alloc = make(device, ps=1)
     slots = ints(alloc.alloc(2))
     before = snapshot(alloc)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         alloc.free(idx([slots[0], slots[0]], device))
     assert snapshot(alloc) == before
 
@@ -344,7 +327,7 @@ def test_free_full_is_refused_while_the_swa_peer_lives_and_accepted_after_free_s
     alloc = make(device, ps=ps)
     slots = ints(alloc.alloc(2) if ps == 1 else extend(alloc, [0], [2], [-1]))
     before = snapshot(alloc)
-    with pytest.raises(BadBatchError):
+    with pytest.raises(errors.BadBatchError):
         alloc.free_full(idx(slots, device))
     assert snapshot(alloc) == before
     alloc.free_swa(idx(slots, device))
@@ -379,9 +362,9 @@ def test_a_free_group_resolves_swa_peers_when_the_free_is_enqueued(ps: int, devi
     row[:half] = row[half:]  # the caller reuses its row: the queued view would now name live slots
     assert ints(alloc.swa_attn_allocator.pending_free_pages()) == sorted({p // ps for p in peers})
     assert alloc.swa_available_size() == alloc.size_swa - len(slots)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         alloc.free(idx(slots[:1], device))
-    with pytest.raises(GroupStateError):
+    with pytest.raises(errors.GroupStateError):
         alloc.free_group_begin()
     alloc.free_group_end()
     assert alloc.swa_available_size() == alloc.size_swa - half and alloc.full_available_size() == alloc.size_full - half
@@ -390,7 +373,7 @@ def test_a_free_group_resolves_swa_peers_when_the_free_is_enqueued(ps: int, devi
 
 
 def test_free_group_end_without_begin_raises(device: str) -> None:
-    with pytest.raises(GroupStateError):
+    with pytest.raises(errors.GroupStateError):
         make(device).free_group_end()
 
 
@@ -463,9 +446,9 @@ def test_pure_swa_free_drops_padding_rejects_double_frees_and_ignores_free_full(
     alloc.free(idx([0, -1, slots[0]], device))
     alloc.free_swa(idx([slots[1]], device))
     before = snapshot(alloc)
-    with pytest.raises(DoubleFreeError):
+    with pytest.raises(errors.DoubleFreeError):
         alloc.free(idx([slots[0]], device))
-    with pytest.raises(ForeignIndexError):
+    with pytest.raises(errors.ForeignIndexError):
         alloc.free(idx([5], device))
     assert snapshot(alloc) == before and alloc.available_size() == 3
 
@@ -486,11 +469,11 @@ def test_pure_swa_defers_frees_in_a_group_and_clears(device: str) -> None:
 
 
 def test_pure_swa_rejects_paged_regimes_and_calls(device: str) -> None:
-    with pytest.raises(BadSizeError):
+    with pytest.raises(errors.BadSizeError):
         PureSWATokenToKVPoolAllocator(8, 2, device)
     alloc = PureSWATokenToKVPoolAllocator(8, device=device)
     for call in (alloc.alloc_extend, alloc.alloc_decode, alloc.alloc_extend_swa_tail):
-        with pytest.raises(BadSizeError):
+        with pytest.raises(errors.BadSizeError):
             call()
-    with pytest.raises(PoolError):
+    with pytest.raises(errors.PoolError):
         alloc.alloc(-1)
