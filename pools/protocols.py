@@ -76,9 +76,10 @@ class TokenKVAllocator(Protocol):
     def clear(self) -> None: ...
 
 
-@runtime_checkable
-class PagedKVAllocator(TokenKVAllocator, Protocol):
-    """``PagedTokenToKVPoolAllocator``: adds the scheduler's extend and decode calls."""
+class ExtendDecodeCalls(Protocol):
+    """The scheduler's paged calls, ``alloc_extend`` and ``alloc_decode``: one declaration for the two families
+    that take them with the same signature (the paged KV allocator and the SWA allocator), so the wrappers that
+    forward them (:class:`poolfuzz.harness.upstream.wrapper.ExtendDecodeForwarding`) show one signature."""
 
     def alloc_extend(
         self,
@@ -93,6 +94,11 @@ class PagedKVAllocator(TokenKVAllocator, Protocol):
     def alloc_decode(
         self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
     ) -> torch.Tensor | None: ...
+
+
+@runtime_checkable
+class PagedKVAllocator(ExtendDecodeCalls, TokenKVAllocator, Protocol):
+    """``PagedTokenToKVPoolAllocator``: adds the scheduler's extend and decode calls (:class:`ExtendDecodeCalls`)."""
 
 
 @runtime_checkable
@@ -132,13 +138,14 @@ class KVSideView(Protocol):
 
 
 @runtime_checkable
-class SWAKVAllocator(Protocol):
+class SWAKVAllocator(ExtendDecodeCalls, Protocol):
     """``SWATokenToKVPoolAllocator`` (and ``PureSWATokenToKVPoolAllocator``): full and SWA KV in step.
 
     Every index passed or returned is a *full* index; ``full_to_swa_index_mapping[f]`` is the
     SWA slot of full slot ``f`` (0 without a peer, ``-1`` in the trailing entry).  The sides are
     read only through :class:`KVSideView`.  Constructor: ``(size, size_swa, page_size, device,
     need_sort, kernel, check_layout)`` (the pure variant: ``(size_swa, page_size, device, need_sort)``).
+    ``alloc_extend`` and ``alloc_decode`` take the paged allocator's arguments (:class:`ExtendDecodeCalls`).
     """
 
     page_size: int
@@ -154,16 +161,6 @@ class SWAKVAllocator(Protocol):
     def swa_available_size(self) -> int: ...
     def alloc(self, need_size: int) -> torch.Tensor | None: ...
 
-    def alloc_extend(
-        self,
-        prefix_lens: torch.Tensor,
-        prefix_lens_cpu: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: torch.Tensor,
-        last_loc: torch.Tensor,
-        extend_num_tokens: int,
-    ) -> torch.Tensor | None: ...
-
     def alloc_extend_swa_tail(
         self,
         prefix_lens: torch.Tensor,
@@ -173,10 +170,6 @@ class SWAKVAllocator(Protocol):
         last_loc: torch.Tensor,
         extend_num_tokens: int,
         swa_tail_len: int,
-    ) -> torch.Tensor | None: ...
-
-    def alloc_decode(
-        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
     ) -> torch.Tensor | None: ...
 
     def free(self, free_index: torch.Tensor) -> None: ...

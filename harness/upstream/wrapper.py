@@ -20,7 +20,7 @@ import torch
 
 from poolfuzz.harness.upstream.loading import Distribution, copy_of
 from poolfuzz.harness.upstream.sglang_files import SUPPORTED_VERSION
-from poolfuzz.pools.protocols import PagedKVAllocator
+from poolfuzz.pools.protocols import ExtendDecodeCalls
 
 R = TypeVar("R")
 T = TypeVar("T", bound=type)
@@ -88,8 +88,8 @@ class ExtendDecodeForwarding:
 
     inner: Any
 
-    alloc_extend = forwarded(PagedKVAllocator, "alloc_extend")
-    alloc_decode = forwarded(PagedKVAllocator, "alloc_decode")
+    alloc_extend = forwarded(ExtendDecodeCalls, "alloc_extend")
+    alloc_decode = forwarded(ExtendDecodeCalls, "alloc_decode")
 
 
 def runs_upstream(distribution: Distribution) -> Callable[[T], T]:
