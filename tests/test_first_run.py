@@ -220,32 +220,24 @@ def test_replay_across_prints_a_line_for_each_release_before_it_downloads_or_rep
 # ------------------------------------------------------------ an engine finding: its realistic trace and its line
 def test_an_engine_finding_records_its_shrunk_trace_as_its_realistic_one(tmp_path: Path) -> None:
     """The engine family declares no floors (its configs are server shapes): ``"realistic": null`` was the report's field."""
+    from poolfuzz.harness.fuzz.protocol import RealisticTrace
     from poolfuzz.harness.fuzz.realistic import realistic_note
     from poolfuzz.harness.judge.trace import Trace
 
     shrunk = Trace(family="engine", implementation="poolfuzz.harness.upstream:Engine", config={}, steps=[{"op": "idle", "args": {}}] * 3)
     saved = tmp_path / "engine-1.json"
-    note, realistic = realistic_note(
-        "engine",
-        "poolfuzz.harness.upstream:Engine",
-        invariant_id="scheduler-progress",
-        trace=shrunk,
-        seed=0,
-        corpus=tmp_path,
-        shrunk=(saved, shrunk),
-    )
+
+    def note_for(implementation: str, invariant: str) -> tuple[str, RealisticTrace | None]:
+        """The note of the same shrunk engine trace, found against ``implementation``."""
+        return realistic_note(
+            "engine", implementation, invariant_id=invariant, trace=shrunk, seed=0, corpus=tmp_path, shrunk=(saved, shrunk)
+        )
+
+    note, realistic = note_for("poolfuzz.harness.upstream:Engine", "scheduler-progress")
     assert realistic is not None and (realistic.trace, realistic.steps, realistic.invariant) == (str(saved), 3, "scheduler-progress")
     assert note == "\n  realistic trace: the shrunk one (engine declares no floors: every shape and step is a server's)"
     # our own pools are judged on their minimal traces: nothing to record
-    assert realistic_note(
-        "engine",
-        "poolfuzz.pools:ReqToTokenPool",
-        invariant_id="conservation",
-        trace=shrunk,
-        seed=0,
-        corpus=tmp_path,
-        shrunk=(saved, shrunk),
-    ) == ("", None)
+    assert note_for("poolfuzz.pools:ReqToTokenPool", "conservation") == ("", None)
 
 
 def test_a_finding_reported_without_a_sighting_first_is_announced_with_the_failure_found_line() -> None:
