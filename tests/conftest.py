@@ -13,6 +13,8 @@ from poolfuzz.harness.machines.settings import load_default_profile
 
 load_default_profile()
 
+pytest_plugins = ["tests.machine_coverage"]
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.cuda])]
 

@@ -1,20 +1,22 @@
-"""The machine tests alone reach at least 97% of the CPU-reachable branches of ``pools/`` (``poolfuzz coverage``).
-
-The measurement runs ``tests/test_machines.py`` and ``tests/test_scheduler_machine.py``
-under ``coverage`` in a subprocess with ``CI=true``, one file after the other (about 80 s);
-the table it fails with names every file's missed lines and arcs.
+"""The pieces of the machine-coverage measurement (``poolfuzz coverage``; the suite's own check is
+``tests/machine_coverage.py``, which measures the machine tests as the suite runs them and fails the
+run below 97% of the CPU-reachable branches of ``pools/``).
 """
 
 from __future__ import annotations
 
-from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, measure
+from pathlib import Path
+
+from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, combined, record_imports
 
 
-def test_the_machine_tests_alone_reach_the_required_branch_coverage_of_pools() -> None:
-    # One file at a time: under ``pytest -n auto`` the other workers already use the other cores.
-    result = measure(jobs=1)
+def test_importing_pools_alone_is_far_from_the_requirement_so_the_suites_check_has_teeth(tmp_path: Path) -> None:
+    """The import pass (module-level lines only) is what the machine tests' data is combined with: alone it
+    must not reach the requirement, or the session check could pass with no machine test measured."""
+    record_imports(tmp_path)
+    result = combined(tmp_path, 0.0)
     assert {f.path for f in result.files} >= {"pools/kv_allocator.py", "pools/radix_cache.py", "pools/swa.py"}
-    assert result.total >= REQUIRED, f"{result.total:.2f}% < {REQUIRED}%\n{result.table(missing=True)}"
+    assert 20.0 < result.total < REQUIRED - 30, result.table()
 
 
 def test_the_total_weighs_statements_and_branches_as_coverage_does() -> None:
