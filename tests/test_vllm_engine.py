@@ -267,11 +267,15 @@ def test_a_vllm_engine_finding_is_classified_reachable_not_latent(tmp_path: Any)
     assert agreed is not None and agreed.kind == "divergence"
 
 
-@pytest.mark.parametrize("method", ["ngram", "eagle"])
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    ("async_scheduling", "method"),
+    [(False, "ngram"), (True, "ngram_gpu"), (False, "eagle"), (True, "eagle")],
+    ids=["sync-ngram", "async-ngram_gpu", "sync-eagle", "async-eagle"],
+)
 def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(async_scheduling: bool, method: str) -> None:
     """300 driver steps with K=3 drafts, the fuzzer choosing drafts and acceptance, on a pool tight enough to preempt
-    (both pools for n-gram): judged after every step, drafts scheduled, and the drain ends at rest."""
+    (both pools for n-gram; the CPU drafter sync, ``ngram_gpu`` async, as vLLM runs them): judged after every step,
+    drafts scheduled, and the drain ends at rest."""
     import poolfuzz.harness.upstream
     from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
     from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
@@ -279,7 +283,7 @@ def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(a
     config = VllmEngineConfig(
         block_size=4, num_blocks=12, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=32,
         async_scheduling=async_scheduling, speculative_method=method, num_speculative_tokens=3,
-        pools="both" if method == "ngram" else "upstream",
+        pools="both" if method.startswith("ngram") else "upstream",
     )  # fmt: skip
     driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, config)
     scheduler = driver.engine.scheduler

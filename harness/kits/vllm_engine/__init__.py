@@ -17,8 +17,8 @@ FAMILIES = (
     Family(
         name="vllm_engine",
         summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
-        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts; n-gram or EAGLE "
-        "drafts, accepted and rejected); "
+        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts; n-gram (ngram "
+        "sync, ngram_gpu async) or EAGLE drafts, accepted and rejected); "
         "poolfuzz.pools.block_pool in its BlockPool's place beside it (pools='both')",
         default="poolfuzz.harness.upstream:VllmEngine",
         driver="poolfuzz.harness.kits.vllm_engine.driver:VllmEngineDriver",
@@ -49,6 +49,8 @@ FAMILIES = (
             "MTP and draft models, Mamba and chunked-local groups, KV connectors "
             "(P/D, offload, defer_block_free), KV events, multimodal inputs, structured output, pipeline parallel: "
             "not driven yet",
+            "a long-prefill cap of at most K under speculation: the move table steers around vLLM finding 2 "
+            "(docs/upstream-findings-vllm.md), which such a cap hits",
         ),
         invariants=(
             "valid-call-accepted",

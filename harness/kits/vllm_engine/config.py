@@ -10,7 +10,9 @@ Nothing here loads upstream: the registry imports it with the kit's declaration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
 from poolfuzz.harness.judge.limits import BLOCKS, CONTEXT, PAGE, ROWS, TOKENS, LimitError
@@ -24,11 +26,24 @@ interface, :mod:`poolfuzz.harness.kits.vllm_engine.ours`), or ``both`` (the driv
 what a user sees, ``implementations-agree``)."""
 
 
-SPECULATIVE_METHODS = (None, "ngram", "eagle")
-"""``speculative_config.method`` as the scheduler sees it (vllm/config/speculative.py, vllm/config/vllm.py:611-692):
-``None`` drafts nothing; ``ngram`` drafts with no forward pass of its own (no lookahead slots, up to K drafts a step);
-``eagle`` drafts from the target's hidden states (K lookahead slots, a prefill lookahead of 1, the trailing-block
-drop, and with prefix caching one lookahead token in each block hash)."""
+SPECULATIVE_METHODS = (None, "ngram", "ngram_gpu", "eagle")
+"""``speculative_config.method`` (vllm/config/speculative.py, vllm/config/vllm.py:611-692): ``None`` drafts nothing;
+``ngram`` (the CPU drafter) and ``ngram_gpu`` draft with no forward pass of their own (no lookahead slots, up to K
+drafts a step); ``eagle`` drafts from the target's hidden states (K lookahead slots, a prefill lookahead of 1, the
+trailing-block drop, and with prefix caching one lookahead token in each block hash).
+
+The two n-gram drafters are one shape to the scheduler: nothing on its path reads the method.  ``Scheduler`` reads
+of ``speculative_config`` only ``num_speculative_tokens_per_batch_size``, ``use_eagle()``, ``use_eagle_block_drop()``,
+``needs_eagle_block_drop()``, ``disable_eagle_block_drop`` (v1/core/sched/scheduler.py:324-334) and
+``max_num_new_slots_for_drafting`` (:720-721), and of ``VllmConfig`` the lookahead counts (:297-315, :342), whose
+properties test ``use_eagle``/``use_dflash``/``use_dspark``/``uses_draft_model`` only (config/vllm.py:626-692): false,
+0 and 0 for both drafters (speculative.py:2058-2186).  ``async_scheduler.py`` does not read it either.  The config
+stand-in holds no ``method`` field, so a read would raise (``target.py::speculative_config``).  What differs is
+which runs *with async scheduling*: :func:`_shape_problems`."""
+
+ASYNC_NGRAM = "ngram_gpu"
+"""The n-gram drafter vLLM 0.33.0 runs under async scheduling with the V1 model runner (config/vllm.py:1652-1666:
+``NgramGPUTypes`` is among the methods that keep it)."""
 
 
 class VllmShapeError(LimitError):
@@ -36,6 +51,9 @@ class VllmShapeError(LimitError):
 
     def __init__(self, problem: str) -> None:
         super().__init__("vllm_engine", "config", None, None, f"is not a shape vLLM 0.33.0 starts: {problem}")
+
+
+V = TypeVar("V", bound="VllmEngineConfig")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +86,8 @@ class VllmEngineConfig(PoolConfig):
     pools: str = setting("upstream")
     """:data:`POOLS`: ``poolfuzz`` puts ``poolfuzz.pools.block_pool`` in the place of vLLM's ``BlockPool``."""
     speculative_method: str | None = setting(None)
-    """:data:`SPECULATIVE_METHODS`: speculative decoding off, n-gram or EAGLE drafts (the fake model proposes them and
-    chooses how many are accepted)."""
+    """:data:`SPECULATIVE_METHODS`: speculative decoding off, n-gram (CPU ``ngram``, sync only; ``ngram_gpu``) or EAGLE
+    drafts (the fake model proposes them and chooses how many are accepted)."""
     num_speculative_tokens: int = bounded(0, DRAFTS, default=0)
     """``speculative_config.num_speculative_tokens`` (K): 0 exactly when ``speculative_method`` is ``None``."""
 
@@ -77,6 +95,15 @@ class VllmEngineConfig(PoolConfig):
         super().__post_init__()
         for problem in _shape_problems(self):
             raise VllmShapeError(problem)
+
+    @classmethod
+    def from_mapping(cls: type[V], config: Mapping[str, object]) -> V:
+        """A trace's config; one written before the n-gram drafters were told apart (async with ``ngram``, a shape
+        vLLM refuses) is read as ``ngram_gpu``, the drafter vLLM runs there: the scheduler reads the same fields for
+        both (:data:`SPECULATIVE_METHODS`), so the trace replays the run it recorded."""
+        if config.get("async_scheduling") is True and config.get("speculative_method") == "ngram":
+            config = {**config, "speculative_method": ASYNC_NGRAM}
+        return super().from_mapping(config)
 
 
 def _shape_problems(config: VllmEngineConfig) -> list[str]:
@@ -98,6 +125,11 @@ def _shape_problems(config: VllmEngineConfig) -> list[str]:
         problems.append("max_num_batched_tokens must be at least max_num_seqs (SchedulerConfig's validation)")
     if config.speculative_method not in SPECULATIVE_METHODS:
         problems.append(f"speculative_method must be one of {SPECULATIVE_METHODS}, not {config.speculative_method!r}")
+    if config.async_scheduling and config.speculative_method == "ngram":
+        # config/vllm.py:1652-1666: with the V1 model runner a method outside the EAGLE family, ngram_gpu, draft_model,
+        # dspark and dflash is incompatible with async scheduling; --async-scheduling then raises ValueError
+        # (:1676-1679) and the default turns async off (:1711-1717).  The V2 runner (use_v2_model_runner) is not driven.
+        problems.append(f"async scheduling with the CPU 'ngram' drafter is refused by the V1 model runner; use {ASYNC_NGRAM!r}")
     if (config.speculative_method is None) != (config.num_speculative_tokens == 0):
         problems.append("num_speculative_tokens is 0 exactly when there is no speculative_method (SpeculativeConfig)")
     if config.speculative_method == "eagle" and config.enable_prefix_caching and config.pools != "upstream":

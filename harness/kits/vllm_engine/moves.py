@@ -8,7 +8,7 @@ from stems that share prefixes, so blocks are cached and hit.
 
 from __future__ import annotations
 
-from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.config import ASYNC_NGRAM, VllmEngineConfig
 from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps as Ops
 from poolfuzz.strategies.choosers import Chooser
 from poolfuzz.strategies.table import DriverView, Move, MoveTable, Step, viewed_table
@@ -38,7 +38,8 @@ class VllmEngineView(DriverView):
 
 def vllm_config(choose: Chooser) -> VllmEngineConfig:
     """A server shape vLLM starts: block size, blocks, sequences, token budget, chunking, caching, sync or async,
-    full attention or full + sliding window, n-gram or EAGLE drafts in half the shapes; vLLM's block pool alone, or in step with ours (``pools="both"``)."""
+    full attention or full + sliding window, n-gram or EAGLE drafts in half the shapes (the n-gram drafter ``ngram`` sync,
+    ``ngram_gpu`` async, as vLLM allows); vLLM's block pool alone, or in step with ours (``pools="both"``)."""
     block_size = choose.choice((2, 4, 4, 8))
     window = choose.choice((None, None, 4, 8))
     groups = 1 if window is None else 2
@@ -52,20 +53,30 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
     method = choose.choice((None, None, "ngram", "eagle"))
     if method == "eagle" and caching and pools != "upstream":
         method = "ngram"  # EAGLE's lookahead block hashes are not bridged to our pool (config.py)
+    threshold = choose.choice((0, 0, 4, 8)) if chunked else 0
+    async_scheduling = choose.randrange(0, 2) == 0
+    if method == "ngram" and async_scheduling:
+        method = ASYNC_NGRAM  # vLLM refuses async with the CPU drafter (config.py::_shape_problems)
+    k = 0 if method is None else choose.randint(1, 4)
+    if 0 < threshold <= k:
+        # vLLM finding 2 (docs/upstream-findings-vllm.md, corpus/upstream/repro_vllm_padded_decode_past_prefill_cap.py):
+        # a cap of at most K clips a padded 1 + K decode and fails scheduler.py:1579 as soon as a one-token request
+        # waits beside a decode, ending the run.  The cap is drawn at 1 + K instead, the edge where the padding fits.
+        threshold = k + 1
     return VllmEngineConfig(
         block_size=block_size,
         num_blocks=blocks,
         max_num_seqs=seqs,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
-        long_prefill_token_threshold=choose.choice((0, 0, 4, 8)) if chunked else 0,
+        long_prefill_token_threshold=threshold,
         enable_chunked_prefill=chunked,
         enable_prefix_caching=caching,
-        async_scheduling=choose.randrange(0, 2) == 0,
+        async_scheduling=async_scheduling,
         sliding_window=window,
         pools=pools,
         speculative_method=method,
-        num_speculative_tokens=0 if method is None else choose.randint(1, 4),
+        num_speculative_tokens=k,
     )
 
 

@@ -116,14 +116,15 @@ def speculative_config(config: VllmEngineConfig) -> Fields | None:
 
     Each answer is what vllm/config/speculative.py computes for the method: ``use_eagle`` (:2116),
     ``needs_eagle_block_drop`` / ``use_eagle_block_drop`` (:2122, :2147), ``max_num_new_slots_for_drafting`` (:2058:
-    0 for n-gram and sequential EAGLE), no dynamic K (``num_speculative_tokens_per_batch_size``).
+    0 for n-gram and sequential EAGLE), no dynamic K (``num_speculative_tokens_per_batch_size``).  It holds no
+    ``method``: the scheduler's path never reads it, so ``ngram`` and ``ngram_gpu`` are one stand-in
+    (config.py::SPECULATIVE_METHODS), and a read of it would raise rather than answer.
     """
     if config.speculative_method is None:
         return None
     eagle = config.speculative_method == "eagle"
     return Fields(
         "SpeculativeConfig",
-        method=config.speculative_method,
         num_speculative_tokens=config.num_speculative_tokens,
         num_speculative_tokens_per_batch_size=None,  # scheduler.py:324
         use_eagle=lambda: eagle,  # :330
