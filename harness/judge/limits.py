@@ -165,7 +165,7 @@ def check_config(family: str, config: Mapping[str, object], row: FamilyLimits | 
             continue
         if limit.dims:
             _check_shape(family, where, value, limit)
-        elif not _is_int(value):
+        elif not is_int(value):
             raise LimitError(family, where, value, None, f"= {_shown(value)} must be an integer")
         else:
             _check_range(family, where, value, limit.low, limit.high)
@@ -220,12 +220,14 @@ def _known(family: str, row: FamilyLimits, key: str, where: str) -> Limit:
     return limit
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
+    """A plain ``int``: ``bool`` subclasses it but is never a size, a count or a limit.  The one statement of the
+    rule, for the limits here and for every driver that tells a valid size from a misuse one."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _shown(value: object) -> str:
-    text = str(value) if _is_int(value) else repr(value)
+    text = str(value) if is_int(value) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -242,7 +244,7 @@ def _check_magnitude(family: str, where: str, value: float, high: int) -> None:
 
 
 def _check_shape(family: str, where: str, value: object, limit: Limit) -> None:
-    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+    if not isinstance(value, list) or not all(is_int(v) for v in value):
         raise LimitError(family, where, value, None, f"= {_shown(value)} must be an array of integers")
     if len(value) > limit.dims:
         raise LimitError(

@@ -24,8 +24,9 @@ import torch
 
 from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.judge.limits import is_int
 from poolfuzz.harness.kits.kv.config import TokenKVConfig
-from poolfuzz.harness.kits.kv.misuse import KVMisuseDriver, is_int
+from poolfuzz.harness.kits.kv.misuse import KVMisuseDriver
 from poolfuzz.harness.kits.kv.model import KVModel
 from poolfuzz.harness.kits.kv.ops import TokenKVOps
 from poolfuzz.pools.errors import BadSizeError, GroupStateError

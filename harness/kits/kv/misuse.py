@@ -16,6 +16,7 @@ import torch
 
 from poolfuzz.harness.judge.driver import SKIPPED, ConstructorKwargs, Driver, operation
 from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.judge.limits import is_int
 from poolfuzz.harness.kits.kv.model import KVModel
 from poolfuzz.pools.errors import (
     BadBatchError,
@@ -31,7 +32,7 @@ from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
 from poolfuzz.pools.page_alloc import KERNEL_NAMES, triton_available
 from poolfuzz.pools.page_alloc.counting import triton_page_size
 
-__all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver", "is_int"]
+__all__ = ["MALFORMED_FREES", "SEGMENT_MISUSE", "KVMisuseDriver"]
 
 SEGMENT_MISUSE = (
     "start off the page grid",
@@ -49,11 +50,6 @@ _AFTER_THE_ROW: dict[str, type[PoolError]] = {
     "a token past the pool": ForeignIndexError,
 }
 """The error of each kind that appends one page's first token to the row."""
-
-
-def is_int(value: Any) -> bool:
-    """A plain ``int`` (``bool`` is not a size)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 MALFORMED_FREES = ("list", "float tensor", "2-D tensor")

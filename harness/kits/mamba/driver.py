@@ -20,6 +20,7 @@ import torch
 
 from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
 from poolfuzz.harness.judge.invariants import check, check_unique
+from poolfuzz.harness.judge.limits import is_int
 from poolfuzz.harness.kits.mamba.config import MambaSlotConfig
 from poolfuzz.harness.kits.mamba.model import SlotModel
 from poolfuzz.harness.kits.mamba.ops import SlotOps
@@ -37,10 +38,6 @@ from poolfuzz.pools.errors import (
 def as_int(value: Any) -> int | None:
     """A request field as a plain int (upstream stores 0-d tensors), or ``None``."""
     return None if value is None else int(value)
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def bad_count(value: Any) -> bool:

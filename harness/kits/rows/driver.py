@@ -18,6 +18,7 @@ import torch
 
 from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, ConstructorKwargs, Driver, offends_free, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation, check, check_unique
+from poolfuzz.harness.judge.limits import is_int
 from poolfuzz.harness.kits.rows.config import RowConfig
 from poolfuzz.harness.kits.rows.model import RowModel
 from poolfuzz.harness.kits.rows.ops import RowOps
@@ -55,10 +56,6 @@ WRITE_SELECTORS: dict[str, tuple[Callable[[int, int], Any], tuple[type[PoolError
 """How ``write_selecting`` names rows of ``req_to_token`` (from a live ``row``, in a pool of ``rows``), and
 the errors each must raise: none for a selector of real rows, a typed error for one reaching row 0, a row
 past the table, or what is not a row selector."""
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class RowPoolDriver(Driver):

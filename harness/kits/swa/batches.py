@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from poolfuzz.harness.judge.driver import SKIPPED, ConstructorKwargs, operation
+from poolfuzz.harness.judge.limits import is_int
 from poolfuzz.harness.kits.kv.batches import DECODE_DEFECTS, EXTEND_DEFECTS, BatchArgs, apply_defect, decode_call_args, extend_call_args
 from poolfuzz.harness.kits.swa.config import SWAKVConfig
 from poolfuzz.harness.kits.swa.model import SWAModel
@@ -26,10 +27,6 @@ CPU_CHECKED = frozenset({"seq_lens longer than the batch", "prefix_lens_cpu long
                          "2-D seq_lens", "negative prefix", "seq_len below prefix_len", "extend_num_tokens off by one",
                          "float seq_lens_cpu", "post-step length 0"})
 """Defects the SWA allocator rejects before it looks at capacity; the rest (``last_loc``) after."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class SWABatchMisuse:
@@ -113,7 +110,7 @@ class SWABatchMisuse:
     @operation
     def alloc_non_int(self, need_size: float | bool) -> Any:
         """``alloc`` of a size that is not an int: ``BadSizeError`` (at any page size)."""
-        if _is_int(need_size) or not self.check_misuse:
+        if is_int(need_size) or not self.check_misuse:
             return SKIPPED
         self.expect_rejected(lambda: self.pool.alloc(need_size), BadSizeError, f"alloc({need_size!r})")
         self.event("misuse: alloc of a size that is not an int")
