@@ -136,7 +136,9 @@ def test_a_hybrid_mamba_shape_runs_clean_under_both_judges(cache: str) -> None:
 def test_a_mamba_and_sliding_window_model_runs_clean_under_both_judges() -> None:
     from poolfuzz.harness.upstream.sglang_modules import active
 
-    driver = _run({**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1}, seed=5)
+    # The waiting timeout on: a sliding window can reach finding 5's admission hang (docs/engine.md), which this test is not about.
+    shape = {**MAMBA, "cache": "unified-python", "sliding_window": 4, "swa_tokens": 24, "swa_eviction_interval": 1, "waiting_timeout": True}
+    driver = _run(shape, seed=5)
     loop = driver.loop  # type: ignore[attr-defined]
     with active(loop.m):
         assert type(loop.allocator).__name__ == "SWATokenToKVPoolAllocator"

@@ -22,6 +22,8 @@ is processed, from the samples of the step that processes it.
 from __future__ import annotations
 
 import contextlib
+import os
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,8 +33,17 @@ from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.upstream.engine import EngineLoop, StepFacts
 from poolfuzz.harness.upstream.sglang_modules import EngineModules, engine_call
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
-from poolfuzz.harness.upstream.sglang_scheduler import build_scheduler, load_scheduler
-from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
+from poolfuzz.harness.upstream.sglang_scheduler import ServerModelConfig, build_scheduler, load_scheduler
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
+    AbortReq,
+    ContinueGenerationReqInput,
+    PauseGenerationReqInput,
+    TokenizedGenerateReqInput,
+)
+from poolfuzz.harness.upstream.sglang_stand_ins import EXPIRED
+
+WAITING_TIMEOUT = "SGLANG_REQ_WAITING_TIMEOUT"
+"""environ.py:685 (seconds, default -1: off)."""
 
 DEFAULT_TOKEN = 7
 """What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
@@ -74,6 +85,7 @@ class SchedulerLoop(EngineLoop):
     def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None, *, overlap: bool = True) -> None:
         super().__init__(config, modules)
         self.overlap = overlap
+        self.model_config = ServerModelConfig()
         self.scheduler_modules = load_scheduler()
         self.s = build_scheduler(self, self.scheduler_modules, overlap=overlap)
         self.landed: tuple[str, ...] = ()
@@ -90,8 +102,22 @@ class SchedulerLoop(EngineLoop):
         self.s.pool_stats_observer = checker.observer
 
     # ------------------------------------------------------------------ requests
-    def _enqueue(self, req: Any) -> None:
-        self.s._add_request_to_queue(req)  # scheduler.py:3480
+    @engine_call
+    def arrive(self, prompt: list[int], max_new_tokens: int, priority: int | None = None) -> Any:
+        """A tokenized request reaches upstream's ``handle_generate_request`` (scheduler.py:2943), as ``process_input_requests``
+        dispatches it (:2224-2260): the request the scheduler built, or ``None`` where it never entered the waiting queue
+        (refused at the door: the queue limit, a priority the server refuses).
+
+        Upstream decides the rest: ``init_req_max_new_tokens`` clips the budget (:2693-2740), a prompt too long
+        (``validate_input_length``, :3224-3234) or past the KV budget (:2730) is queued *finished with an abort*, one token
+        long, and leaves at its one-token prefill; ``_add_request_to_queue`` (:3480) applies the priority and queue checks."""
+        sb = self.m.schedule_batch
+        params = sb.SamplingParams(max_new_tokens=max_new_tokens)
+        params.normalize(None)  # as the tokenizer manager does before the request reaches the scheduler
+        rid = self.rid_format.format(next(self.rids))
+        tokenized = TokenizedGenerateReqInput(rid=rid, input_ids=array("q", prompt), sampling_params=params, priority=priority)
+        self.s.handle_generate_request(tokenized)
+        return next((r for r in self.s.waiting_queue if r.rid == rid), None)
 
     @engine_call
     def abort(self, rid: str) -> str:
@@ -119,22 +145,76 @@ class SchedulerLoop(EngineLoop):
         self.busy_check = None
         return flushed
 
+    @engine_call
+    def abort_all(self) -> int:
+        """``AbortReq(abort_all=True)`` (scheduler.py:5675-5812: the tokenizer sends it when the server is asked to abort
+        every request, or a client disconnects with ``abort_all``): queued requests leave at once, the chunked one at the
+        next iteration's top, running ones at their next result.  How many requests it named."""
+        s = self.s
+        live = len(s.waiting_queue) + len(s.running_batch.reqs) + (s.chunked_req is not None)
+        s.abort_request(AbortReq(abort_all=True))
+        self.busy_check = None
+        return live
+
+    @engine_call
+    def expire(self, pick: int) -> str | None:
+        """Time passes for one waiting request: with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``EngineTargetConfig.waiting_timeout``)
+        it has now waited past the timeout, and the next ``ingest_requests`` aborts it (``_poll_timeout_aborts``,
+        scheduler.py:3598-3620).  The request's id, or ``None`` without the knob or a waiting request."""
+        waiting = self.s.waiting_queue
+        if not (self.config.waiting_timeout and waiting):
+            return None
+        req = waiting[pick % len(waiting)]
+        req.time_stats.wait_queue_entry_time = EXPIRED
+        return str(req.rid)
+
     # ------------------------------------------------------------------ iterations
     @contextlib.contextmanager
     def _server_environment(self) -> Iterator[None]:
-        """The knobs of :meth:`EngineLoop._server_environment`, and ``pp_max_micro_batch_size`` as the scheduler's init
-        overrides it (``max_running_requests // pp_size``, scheduler.py:1237-1243) in the process-wide runtime context."""
+        """The knobs of :meth:`EngineLoop._server_environment`, ``SGLANG_REQ_WAITING_TIMEOUT`` when the shape has it (one
+        second: a stamp of :data:`EXPIRED` is past it, an unstamped request never is), and ``pp_max_micro_batch_size`` as
+        the scheduler's init overrides it (``max_running_requests // pp_size``, scheduler.py:1237-1243) in the process-wide
+        runtime context."""
         parallel = RUNTIME.bags["parallel"]
         saved = parallel.__dict__.get("pp_max_micro_batch_size")
         parallel.__dict__["pp_max_micro_batch_size"] = self.config.rows
+        timeout = os.environ.get(WAITING_TIMEOUT)
+        if self.config.waiting_timeout:
+            os.environ[WAITING_TIMEOUT] = "1"
         try:
             with super()._server_environment():
                 yield
         finally:
             parallel.__dict__["pp_max_micro_batch_size"] = saved
+            if self.config.waiting_timeout:
+                if timeout is None:
+                    os.environ.pop(WAITING_TIMEOUT, None)
+                else:
+                    os.environ[WAITING_TIMEOUT] = timeout
+
+    def _ingest(self) -> None:
+        """``ingest_requests`` (scheduler.py:2033, :2075): the timeout aborts ``_poll_timeout_aborts`` emits, dispatched by
+        ``process_input_requests`` to ``abort_request``.  Run only with the waiting timeout on: without it the poll emits
+        nothing and no request arrives through the receiver (arrivals come through :meth:`arrive`), so the call would move
+        no memory and only cost the common step."""
+        if self.config.waiting_timeout:
+            self.s.ingest_requests()
+
+    def _waiting_timeout(self) -> bool:
+        """A stalled server with the waiting timeout on: its queue head has waited past any timeout.  It is stamped so, and
+        the ingest the next iteration begins with runs now (nothing the scheduler does comes between): upstream's poll
+        aborts it (:meth:`_ingest`), a step that advanced."""
+        if not (self.stalled and self.config.waiting_timeout):
+            return False
+        self.expire(0)
+        self._ingest()
+        self.timed_out += 1
+        self._record(advanced=True)
+        return True
 
     def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
+        self._ingest()
         self.tokens = next_tokens
         self.landed = ()
         self.scheduled = ()

@@ -67,12 +67,14 @@ class RuntimeConfig:
         bag = ConfigBag
         self.bags = {
             "spec": bag("spec", speculative_algorithm=None),
-            "serving": bag("serving", strip_thinking_cache=False, weight_version="default"),
+            "serving": bag("serving", strip_thinking_cache=False, weight_version="default", allow_auto_truncate=False),
             "disagg": bag(
                 "disagg",
                 disaggregation_mode="null",
                 disaggregation_decode_retraction_backup=None,
                 disaggregation_decode_enable_offload_kvcache=False,
+                disaggregation_bootstrap_port=None,
+                enable_pd_role_switch=False,
             ),
             "schedule": bag(
                 "schedule",
@@ -89,13 +91,16 @@ class RuntimeConfig:
                 attn_dcp_rank=0,
                 attn_cp_size=1,
                 attn_cp_rank=0,
+                attn_tp_rank=0,
                 tp_rank=0,
                 tp_size=1,
                 pp_size=1,
+                pp_rank=0,
                 pp_max_micro_batch_size=None,
             ),
             "exec": bag(
                 "exec",
+                moe=bag("exec.moe", elastic_ep_backend=None),
                 features=bag(
                     "exec.features",
                     enable_encoder_swa_bounded_replay=False,
@@ -113,6 +118,8 @@ class RuntimeConfig:
                 ),
             ),
             "model": bag("model", context_length=context_length),
+            "device": bag("device", mlx_enable_sampling=False),
+            "mm": bag("mm", mm_feature_transport="cpu"),
             "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru", enable_flexkv=False),
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
         }

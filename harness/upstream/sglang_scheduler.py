@@ -22,10 +22,13 @@ Collaborators that never touch memory (metrics, load publishing, streaming outpu
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn
+from poolfuzz.harness.upstream.engine_config import EOS
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
 from poolfuzz.harness.upstream.sglang_modules import EngineModules
 from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, third_party_absent_ok
@@ -53,8 +56,23 @@ def load_scheduler() -> SchedulerModules:
     if problems:
         raise UpstreamUnavailableError(next(iter(problems.values())))
     modules = SchedulerModules(**{short: loaded[dotted] for short, dotted in SCHEDULER_MODULES.items()})
+    logging.getLogger("sglang.srt.managers.schedule_batch").addFilter(_quiet_refusals)
     _LOADED.append(modules)
     return modules
+
+
+def _quiet_refusals(record: logging.LogRecord) -> bool:
+    """``Req.set_finish_with_abort`` logs every refused request at error level (schedule_batch.py:2227-2228): a prompt too
+    long, a budget past memory.  The fuzzer sends those on purpose and the driver records each as an event, so the log
+    line is dropped; every other record of the module passes."""
+    return record.funcName != "set_finish_with_abort"
+
+
+class ServerModelConfig(ModelConfigStandIn):
+    """The model config as the scheduler's own arrival path reads it too: the EOS set every request gets
+    (``eos_token_ids=self.model_config.hf_eos_token_id``, scheduler.py:3009), the engine target's one EOS token."""
+
+    hf_eos_token_id = frozenset({EOS})
 
 
 class Sink:
@@ -115,6 +133,11 @@ class NoGrammars:
     def has_waiting_grammars(self) -> bool:
         return False
 
+    def process_req_with_grammar(self, req: Any) -> bool:
+        """``_handle_generate_request`` (scheduler.py:3327): a request without a grammar is not queued for one, so the
+        scheduler adds it to the waiting queue itself."""
+        return False
+
     def abort_requests(self, recv_req: Any) -> None:
         return None
 
@@ -130,6 +153,53 @@ class NoBeams:
 
     def commit_decode(self, batch: Any) -> set[int]:
         return set()
+
+
+class LocalRequests:
+    """``request_receiver`` (init_request_receiver, scheduler.py:2471) with no tokenizer socket: ``ingest_requests`` (:2184)
+    hands it the scheduler's own timeout aborts (``local_reqs``, :2202-2206) and gets them back.  Arrivals reach the
+    scheduler directly (:meth:`~poolfuzz.harness.upstream.engine_scheduler.SchedulerLoop.arrive`), as this receiver would
+    deliver them to the same ``handle_generate_request``."""
+
+    def recv_requests(self, local_reqs: list[Any]) -> list[Any]:
+        return list(local_reqs)
+
+
+class RequestDispatcher:
+    """``_request_dispatcher`` (init_request_dispatcher, scheduler.py:1827-1935) for the two kinds the engine target sends
+    through ``process_input_requests`` (:2260): a tokenized generate request and an ``AbortReq``.  The real table names
+    ~40 io_struct types whose module does not load here (zmq, pydantic); any other kind refuses."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def __call__(self, recv_req: Any) -> Any:
+        from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import AbortReq, TokenizedGenerateReqInput
+
+        if isinstance(recv_req, TokenizedGenerateReqInput):
+            return self.scheduler.handle_generate_request(recv_req)
+        if isinstance(recv_req, AbortReq):
+            return self.scheduler.abort_request(recv_req)
+        raise TypeError(f"the engine target dispatches generate requests and aborts only, not {type(recv_req).__name__}")
+
+
+class NoSessions:
+    """``session_controller`` (init_running_status, scheduler.py:1346) with no session open: ``process_input_requests``
+    reaps none (:2226), and a request naming a session finds none (:3095-3101)."""
+
+    def maybe_reap(self, now: float) -> None:
+        return None
+
+    def __contains__(self, session_id: object) -> bool:
+        return False
+
+
+class NoPendingFlush:
+    """``flush_wrapper`` (init_running_status, scheduler.py:1340): ``check_pending`` (:2262) runs a flush deferred until
+    idle; the engine target flushes only through ``flush_cache`` in the weight-update pause, never deferred."""
+
+    def check_pending(self) -> None:
+        return None
 
 
 class NoDllm:
@@ -149,8 +219,10 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
     tracker_cls = modules.scheduler.NewTokenRatioTracker
     attributes = attributes_for(loop, overlap=overlap)
     scheduler.__dict__.update(attributes)
-    scheduler.policy = policy_cls("fcfs", loop.tree_cache, False, False, False)  # init_schedule_policy (:1347)
+    # init_schedule_policy (:1436-1445): the policy sorts by priority when priority scheduling is on
+    scheduler.policy = policy_cls("fcfs", loop.tree_cache, False, config.priority_scheduling, False)
     scheduler.new_token_ratio_tracker = new_token_ratio_tracker(tracker_cls, config.new_token_ratio)
+    scheduler._request_dispatcher = RequestDispatcher(scheduler)  # init_request_dispatcher (:1827)
     scheduler.result_queue = deque()  # event_loop_overlap (:2064); is_fully_idle reads it under overlap (:5349)
     scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
     scheduler.batch_result_processor = modules.batch_result_processor.SchedulerBatchResultProcessor(
@@ -228,12 +300,22 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "enable_lmcache": False,  # :3865
         "enable_unified_memory": False,  # event_loop_overlap :2100, on_idle :5273
         "enable_lora": False,  # :4186
-        "enable_priority_preemption": False,  # :4089, :4121
-        "enable_priority_scheduling": False,  # _set_or_validate_priority :3521
-        "abort_on_priority_when_disabled": False,  # :3528
-        "schedule_low_priority_values_first": False,
-        "priority_scheduling_preemption_threshold": 0,  # PrefillAdder :4166
-        "max_queued_requests": None,  # _abort_on_queued_limit :3555
+        # priority scheduling and the queue limit (__init__ :486-496, init_schedule_policy :1469-1472): the shape's choice
+        "enable_priority_preemption": config.priority_scheduling,  # :4090, :4123 (on with priority scheduling by default)
+        "enable_priority_scheduling": config.priority_scheduling,  # _set_or_validate_priority :3521, _abort_on_queued_limit :3566
+        "abort_on_priority_when_disabled": config.abort_on_priority_when_disabled,  # :3528
+        "schedule_low_priority_values_first": False,  # :3522, :3567 (larger values first, the default)
+        "priority_scheduling_preemption_threshold": 10,  # PrefillAdder :4166 (schedule.py:122 default)
+        "max_queued_requests": config.max_queued_requests,  # _abort_on_queued_limit :3555
+        # arrivals (handle_generate_request, :2943-3329; init_req_max_new_tokens :2693-2740); the limits as tp_worker.py:568-572
+        # derives them and Scheduler.__init__ copies them
+        "max_req_len": min(config.context - 1, config.tokens - 1),  # :2713
+        "max_req_input_len": min(config.context - 1, config.tokens - 1) - 5,  # validate_input_length :3224
+        "max_new_tokens_limit": None,  # SGLANG_MAX_NEW_TOKENS_LIMIT unset (:2700)
+        "kv_shard_widening": 1,  # page_interleave_shard_size without KV sharding (:611, read at :2719)
+        "sliding_window_size": config.sliding_window,  # :2726
+        "enable_session_radix_cache": False,  # :2973 (no radix-native sessions)
+        "tokenizer": None,  # :3033 (skip_tokenizer_init: the scheduler detokenizes nothing)
         "is_mixed_chunk": False,  # :4165, :4376
         "truncation_align_size": None,  # add_one_req :4272
         "require_mlp_sync": False,  # :3983, is_disable_overlap_for_batch :2143
@@ -278,8 +360,14 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "draft_worker": None,  # flush_cache :5530 (no speculative decoding)
         "load_publisher": Sink("load_publisher"),  # process_batch_result :5084
         "load_inquirer": Sink("load_inquirer"),  # :4368
-        "kv_events_publisher": Sink("kv_events_publisher"),  # on_idle :5312
+        "kv_events_publisher": Sink("kv_events_publisher", enable_kv_cache_events=False),  # on_idle :5312, :2892
         "output_streamer": Sink("output_streamer"),  # batch_result_processor.py:510, :1093
         "ipc_channels": Sink("ipc_channels", send_to_tokenizer=Sink("send_to_tokenizer")),  # send_abort_output :2278
         "pool_stats_observer": loop.checker.observer if hasattr(loop, "checker") else None,  # on_idle :5285
+        # ingest_requests (:2184-2222) and process_input_requests (:2224-2270), which the waiting timeout runs
+        "_deferred_input_requests": [],  # :2199, :2205
+        "request_receiver": LocalRequests(),  # :2205
+        "session_controller": NoSessions(),  # :2226, :3095
+        "flush_wrapper": NoPendingFlush(),  # :2262
+        "external_corpus_manager": None,  # :2263
     }

@@ -79,6 +79,63 @@ class AbortReq:
     weight_versions: Any = None
 
 
+@dataclass(kw_only=True)
+class TokenizedGenerateReqInput:
+    """``io_struct.TokenizedGenerateReqInput`` (io_struct.py:1065): what the tokenizer manager sends the scheduler for one
+    generate request, with the fields ``handle_generate_request`` and ``_handle_generate_request`` read
+    (scheduler.py:2943-3329), each at the tokenizer's default for a plain text request.  The real module imports zmq and
+    pydantic (io_struct.py:49-51), which a ``--no-deps`` install lacks.  The fuzzer chooses ``input_ids``,
+    ``sampling_params.max_new_tokens`` and ``priority``."""
+
+    rid: str
+    input_ids: Any
+    sampling_params: Any
+    input_text: str = ""
+    priority: int | None = None  # :3018 -> Req.priority; _set_or_validate_priority :3520
+    input_embeds: Any = None  # :2979
+    mm_inputs: Any = None  # handle_generate_request :2950, :3186
+    token_type_ids: Any = None
+    return_logprob: bool = False  # :3241
+    logprob_start_len: int = -1  # :3241-3258
+    top_logprobs_num: int = 0
+    token_ids_logprob: Any = None
+    stream: bool = False
+    return_sampling_mask: bool = False  # :3159
+    sampling_logprobs_mode: str = "selected"
+    return_flat_raw_top_logprobs: bool = False
+    return_hidden_states: bool = False
+    return_routed_experts: bool = False  # :3282
+    routed_experts_start_len: int = 0
+    return_indexer_topk: bool = False
+    session_id: str | None = None  # :2973
+    session_params: Any = None  # :2966
+    lora_id: str | None = None
+    lora_name: str | None = None  # _record_kv_event_lora_name :3119
+    custom_logit_processor: str | None = None
+    positional_embed_overrides: Any = None  # process_input_requests :2231
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = None  # :2969
+    bootstrap_room: int | None = None
+    routed_dp_rank: int | None = None
+    disagg_prefill_dp_rank: int | None = None
+    kv_hints: Any = None
+    routing_key: str | None = None
+    require_reasoning: bool = False
+    extra_key: str | None = None
+    cache_salt: str | None = None
+    http_worker_ipc: str | None = None
+    time_stats: Any = None  # Req(time_stats=None): fresh request stats (schedule_batch.py:1387-1390)
+    multi_item_delimiter_indices: Any = None
+    token_indices_to_pool: Any = None
+    pp_prefetch_ticketed: bool | None = None  # :3116
+
+
+def _never_sent(name: str, line: str) -> type:
+    """An io_struct request kind the engine target never sends: a distinct class, because ``_tokenized_requests`` asks
+    ``isinstance`` of every input against it (scheduler.py:2292-2302); nothing builds one."""
+    return type(name, (), {"__module__": "poolfuzz stand-in", "__doc__": f"io_struct.{name} (scheduler.py:{line}); never sent"})
+
+
 @dataclass
 class PauseGenerationReqInput:
     """``io_struct.PauseGenerationReqInput`` as ``pause_generation`` reads it (scheduler.py:5817-5818): ``mode`` is
@@ -93,6 +150,22 @@ class ContinueGenerationReqInput:
     cache to empty on a CPU."""
 
     torch_empty_cache: bool = False
+
+
+class BeamCoordinator:
+    """``beam_search.coordinator.BeamCoordinator`` as ``_handle_generate_request`` asks it before a request exists
+    (scheduler.py:2984, a static method): the fuzzer sends no beam search, so every request is one sequence.  The real
+    file imports the DP-attention layer and the overlap future map; the live coordinator is
+    :class:`~poolfuzz.harness.upstream.sglang_scheduler.NoBeams`."""
+
+    @staticmethod
+    def request_beam_width(recv_req: Any) -> int:
+        width = getattr(recv_req.sampling_params, "beam_width", None)
+        if width not in (None, 0, 1):
+            from poolfuzz.harness.upstream.placeholders import StandInReached
+
+            raise StandInReached(f"a beam-search request (beam_width={width}): the engine target drives no beams")
+        return 1
 
 
 def _no_weight_version_spans(*args: Any, **kwargs: Any) -> None:
@@ -110,6 +183,10 @@ def _no_capturer() -> None:
 SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.io_struct": {
         "AbortReq": AbortReq,
+        "TokenizedGenerateReqInput": TokenizedGenerateReqInput,
+        "TokenizedEmbeddingReqInput": _never_sent("TokenizedEmbeddingReqInput", "2294"),
+        "BatchTokenizedGenerateReqInput": _never_sent("BatchTokenizedGenerateReqInput", "2299"),
+        "BatchTokenizedEmbeddingReqInput": _never_sent("BatchTokenizedEmbeddingReqInput", "2299"),
         "PauseGenerationReqInput": PauseGenerationReqInput,
         "ContinueGenerationReqInput": ContinueGenerationReqInput,
     },
@@ -123,6 +200,7 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.scheduler_pp_mixin": {"SchedulerPPMixin": _mixin("SchedulerPPMixin")},
     "sglang.srt.managers.scheduler_components.metrics_reporter": {"PrefillStats": PrefillStats},
     "sglang.srt.speculative.base_spec_worker": {"BaseSpecWorker": BaseSpecWorker},
+    "sglang.srt.beam_search.coordinator": {"BeamCoordinator": BeamCoordinator},
 }
 """Module -> the names it answers with (merged into :func:`poolfuzz.harness.upstream.sglang_stand_ins.stand_in_modules`)."""
 

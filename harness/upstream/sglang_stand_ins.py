@@ -217,6 +217,29 @@ def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+class RequestTimeStats(MetricsSink):
+    """``SchedulerReqTimeStats`` (``Req.__init__``, schedule_batch.py:1387-1392): a sink, but for the two stamps the
+    scheduler compares rather than reports.
+
+    ``wait_queue_entry_time`` and ``forward_entry_time`` are read by the timeouts (``_poll_timeout_aborts``,
+    scheduler.py:3606-3608 and :3636: ``0 < entry < now - timeout``), by priority preemption's and the queue limit's
+    tie-breaks (schedule_policy.py:1730, scheduler.py:3568).  The engine target has no clock: a stamp stays ``0.0``
+    (upstream's "never stamped", which no timeout fires on) until the loop decides the request has waited or run past
+    its timeout and sets :data:`EXPIRED` (:meth:`poolfuzz.harness.upstream.engine_scheduler.SchedulerLoop.expire`)."""
+
+    wait_queue_entry_time = 0.0
+    forward_entry_time = 0.0
+
+    @classmethod
+    def new_from_obj(cls, other: Any, *args: Any, **kwargs: Any) -> RequestTimeStats:
+        """schedule_batch.py:1388: a request that arrived with time stats; none does here, but it would start unstamped."""
+        return cls()
+
+
+EXPIRED = 1e-9
+"""A stamp before any deadline ``perf_counter() - timeout`` once the process has run a second: a request past its timeout."""
+
+
 class _NoPenalizers:
     """``penalizer_orchestrator`` with no penalty configured (schedule_batch.py:3732, :3769)."""
 
@@ -257,7 +280,7 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
         "sglang.srt.runtime_context": runtime_context_attributes(),
         "sglang.srt.sampling.sampling_batch_info": {"SamplingBatchInfo": SamplingBatchInfo},
         "sglang.srt.observability.req_time_stats": {
-            "SchedulerReqTimeStats": MetricsSink,
+            "SchedulerReqTimeStats": RequestTimeStats,
             "APIServerReqTimeStats": MetricsSink,
             "DPControllerReqTimeStats": MetricsSink,
             **TIMING,

@@ -104,6 +104,20 @@ class EngineTargetConfig(PoolConfig):
     on a server where nothing runs waits past any timeout, so with the knob on such an iteration aborts the
     queue head as the timeout would, and the server goes on (the way past finding 5's hang)."""
 
+    priority_scheduling: bool = setting(False)
+    """``--enable-priority-scheduling`` (arg_groups/fields/schedule.py:103): requests carry a priority, the policy sorts the
+    queue by it (schedule_policy.py), and a request more than ``priority_scheduling_preemption_threshold`` (10, the default)
+    above a running one preempts it (``PrefillAdder.preempt_to_schedule``, schedule_policy.py:1707-1778: the running request
+    is released with ``release_req`` and re-queued, scheduler.py:4310-4325); preemption is on with it by default
+    (``enable_priority_preemption``, scheduler.py:1469-1472)."""
+    max_queued_requests: int | None = bounded(1, ROWS, nullable=True, default=None)
+    """``--max-queued-requests`` (schedule.py:35, default ``None``): an arrival that finds the queue full is refused, or,
+    under priority scheduling, evicts a queued request of lower priority (``_abort_on_queued_limit``, scheduler.py:3552-3596).
+    Retracted and preempted requests re-enter the queue through the same check (``_add_request_to_queue``, :3480-3492)."""
+    abort_on_priority_when_disabled: bool = setting(False)
+    """``--abort-on-priority-when-disabled`` (schedule.py:114): without priority scheduling, a request that names a priority
+    is refused at the queue's door (``_set_or_validate_priority``, scheduler.py:3520-3543)."""
+
     @property
     def hybrid_swa(self) -> bool:
         return self.sliding_window is not None

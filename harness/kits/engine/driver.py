@@ -69,13 +69,33 @@ class EngineDriver(Driver):
     @operation
     def arrive(self, stem: int, length: int, tail: int, max_new: int) -> None:
         """A request arrives: ``length`` tokens of stem ``stem`` plus ``tail`` distinct tokens."""
+        self._arrive(stem, length, tail, max_new, None)
+        return None
+
+    @operation
+    def prioritized(self, stem: int, length: int, tail: int, max_new: int, priority: int) -> Any:
+        """A request with a priority arrives (a server with priority scheduling, or one that refuses priorities); on the
+        re-enacted loop, which has no priorities, the step is skipped."""
+        if not hasattr(self.loop, "abort_all"):
+            return SKIPPED
+        self._arrive(stem, length, tail, max_new, priority)
+        return None
+
+    def _arrive(self, stem: int, length: int, tail: int, max_new: int, priority: int | None) -> None:
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
         request = Submission(tuple(prompt), max(1, max_new))
-        admitted = [target.submit(request) is not None for target in self.targets]
-        if not admitted[0]:
-            self.event("a request refused at admission (too long for the server)")
-        return None
+        admitted = [self._submit(target, request, priority) for target in self.targets]
+        if admitted[0] is None:
+            self.event("a request refused at the queue's door (queue limit, priority, or too long)")
+        elif getattr(admitted[0], "to_finish", None) is not None:
+            self.event("a request queued finished with an abort (too long, or past the KV budget)")
+
+    @staticmethod
+    def _submit(target: SGLangEngine, request: Submission, priority: int | None) -> Any:
+        if priority is None:
+            return target.loop.arrive(list(request.prompt), request.max_new_tokens)
+        return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority)
 
     @operation
     def crowd(self, count: int, max_new: int) -> None:
@@ -121,6 +141,28 @@ class EngineDriver(Driver):
         rid = live[pick % len(live)]
         wheres = [target.abort(rid) for target in self.targets]
         self.event(f"abort of a {wheres[0]} request")
+        return None
+
+    @operation
+    def abort_all(self) -> Any:
+        """``AbortReq(abort_all=True)`` on upstream's scheduler loops (every queued, chunked and running request); the
+        re-enacted loop has no such path (skipped)."""
+        if not hasattr(self.loop, "abort_all"):
+            return SKIPPED
+        named = [target.loop.abort_all() for target in self.targets]
+        self.event(f"abort of all requests ({min(named[0], 4)}{'+' if named[0] > 4 else ''} live)")
+        return None
+
+    @operation
+    def expire(self, pick: int) -> Any:
+        """A waiting request waits past ``SGLANG_REQ_WAITING_TIMEOUT`` (servers with the knob on); the next iteration's
+        ``ingest_requests`` aborts it.  Skipped without the knob or a waiting request."""
+        if not hasattr(self.loop, "expire"):
+            return SKIPPED
+        expired = [target.loop.expire(pick) for target in self.targets]
+        if expired[0] is None:
+            return SKIPPED
+        self.event("a waiting request timed out")
         return None
 
     @operation

@@ -38,6 +38,11 @@ class EngineView(DriverView):
         return int(self._driver.loop.config.rows)
 
     @property
+    def config(self) -> EngineTargetConfig:
+        config: EngineTargetConfig = self._driver.loop.config
+        return config
+
+    @property
     def chunked(self) -> str | None:
         chunked = self._driver.loop.chunked_req
         return None if chunked is None else str(chunked.rid)
@@ -101,7 +106,19 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     if mamba:
         config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     # Every server runs the overlap loop (scheduler.py:500-502); the normal loop is the variant.
-    return config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
+    config = config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
+    return config.replaced(**admission_arguments(choose, rows))
+
+
+def admission_arguments(choose: Chooser, rows: int) -> dict[str, object]:
+    """The server arguments that change who enters the waiting queue and in what order: a quarter of the servers schedule
+    by priority (with preemption, its default), a quarter cap the queue (``--max-queued-requests``, at the rows or half),
+    and one in eight of the others refuses requests that name a priority (``--abort-on-priority-when-disabled``).
+    Drawn after the rest of the shape, so a seed's earlier draws stay what they were."""
+    priority = choose.randrange(0, 4) == 0
+    queued = choose.choice((None, None, None, rows, max(1, rows // 2)))
+    refuse = not priority and choose.randrange(0, 8) == 0
+    return {"priority_scheduling": priority, "max_queued_requests": queued, "abort_on_priority_when_disabled": refuse}
 
 
 def engine_corners(config: EngineTargetConfig) -> list[str]:
@@ -154,6 +171,32 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.abort, {"pick": choose.randrange(0, 8)}
 
 
+def _prioritized(view: EngineView, choose: Chooser) -> Step | None:
+    """An arrival with a priority, where the server reads one (priority scheduling) or refuses one; the spread (0-49)
+    crosses the preemption threshold (10) both ways."""
+    config = view.config
+    if view.waiting >= 2 * view.rows or not (config.priority_scheduling or config.abort_on_priority_when_disabled):
+        return None
+    step = _arrive(view, choose)
+    if step is None:
+        return None
+    return Ops.prioritized, {**step[1], "priority": choose.randrange(0, 50)}
+
+
+def _abort_all(view: EngineView, choose: Chooser) -> Step | None:
+    """Abort every request (``AbortReq(abort_all=True)``); rare, since it empties the server."""
+    if view.running + view.waiting == 0 or choose.randrange(0, 4):
+        return None
+    return Ops.abort_all, {}
+
+
+def _expire(view: EngineView, choose: Chooser) -> Step | None:
+    """Time passes for a waiting request on a server with the waiting timeout on."""
+    if not (view.waiting and view.config.waiting_timeout):
+        return None
+    return Ops.expire, {"pick": choose.randrange(0, 8)}
+
+
 def _abort_chunked(view: EngineView, choose: Chooser) -> Step | None:
     """Abort the request whose prefill is being chunked (``abort_request`` defers it to
     ``process_pending_chunked_abort``, scheduler.py:3776-3826): the driver's last live request is the chunked one."""
@@ -182,6 +225,9 @@ def engine_table() -> MoveTable[EngineView]:
             Move(Ops.abort, 1, _abort),  # rare: a request aborted is a request that never reaches decode
             Move("abort_chunked", 1, _abort_chunked, corner="abort of a chunked request"),
             Move(Ops.pause, 1, _pause, corner="weight-update pause"),
+            Move(Ops.prioritized, 3, _prioritized, corner="arrival with a priority"),
+            Move(Ops.abort_all, 1, _abort_all, corner="abort of all requests"),
+            Move(Ops.expire, 1, _expire, corner="waiting timeout"),
         ),
         corners=engine_corners,
     )

@@ -6,12 +6,16 @@ from poolfuzz.harness.judge.ops import Operations, op
 
 
 class EngineOps(Operations):
-    """``engine``: what users and the model choose: arrivals (one or a crowd), which live requests sample EOS at a
-    result, runs of iterations, aborts and the weight-update pause; the scheduler decides every memory call."""
+    """``engine``: what users and the model choose: arrivals (one or a crowd, with a priority or without), which live
+    requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, and time passing
+    for a waiting request (the waiting timeout); the scheduler decides every memory call."""
 
     arrive = op("stem", "length", "tail", "max_new")
+    prioritized = op("stem", "length", "tail", "max_new", "priority")
     crowd = op("count", "max_new")
     iterate = op("eos")
     run = op("iterations")
     abort = op("pick")
+    abort_all = op()
+    expire = op("pick")
     pause = op("flush")

@@ -108,6 +108,20 @@ WAITING_TIMEOUT = _at(
     note="_poll_timeout_aborts: an AbortReq for a queued request waiting too long",
 )
 
+GENERATE = _at(2955, "self._handle_generate_request(", note="handle_generate_request, as process_input_requests dispatches it")
+PRIORITY = _at(3522, "if self.enable_priority_scheduling and req.priority is None:", note="_set_or_validate_priority")
+QUEUE_LIMIT = _at(3555, "self.max_queued_requests is None", note="_abort_on_queued_limit: refuse the arrival or evict a lower priority")
+EVICT_QUEUED = _at(3578, "self._release_aborted_request(candidate_req)", note="a queued request evicted by a higher-priority arrival")
+PREEMPT = Cite(
+    "srt/managers/schedule_policy.py",
+    1771,
+    "self.running_batch.release_req(",
+    note="PrefillAdder.preempt_to_schedule: a running request released for a higher-priority one, re-queued at :4321",
+)
+ABORT_ALL = _at(5677, "if recv_req.abort_all or chunked_req.rid.startswith(recv_req.rid):", note="abort_request(abort_all=True)")
+POLL = _at(2202, "local_reqs = self._poll_timeout_aborts()", note="ingest_requests, the top of every iteration")
+EXPIRED = _at(3608, "entry_time = req.time_stats.wait_queue_entry_time", note="a queued request past SGLANG_REQ_WAITING_TIMEOUT")
+
 PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
 RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
@@ -191,6 +205,14 @@ CONTRACT: Contract[object] = Contract(
             "no memory call (with the waiting timeout, a hung queue head is aborted as queued)",
             ITERATION_CITES + (WAITING_TIMEOUT,),
         ),
+        CallRule(
+            Ops.prioritized,
+            ARRIVAL_CALLS,
+            "arrive, with a priority: refused where the server refuses priorities, queued by it under priority scheduling "
+            "(where the queue limit may evict a lower one, and admission may preempt a running request more than the "
+            "threshold below it: release_req, then re-queued)",
+            (GENERATE, PRIORITY, QUEUE_LIMIT, EVICT_QUEUED, PREEMPT),
+        ),
         CallRule(Ops.run, ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
         CallRule(
             Ops.abort,
@@ -198,6 +220,20 @@ CONTRACT: Contract[object] = Contract(
             "abort_request(rid) of a queued or running request: a queued one is dropped (its Mamba slot "
             "released with checkpoint=False), a running one marked to_finish and released by its next result",
             (QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT),
+        ),
+        CallRule(
+            Ops.abort_all,
+            ("release_kv_cache",),
+            "abort_request(abort_all=True): every queued request dropped, the chunked one released at the next "
+            "iteration's top, every running one marked to_finish",
+            (ABORT_ALL, QUEUED_ABORT, QUEUED_MAMBA, RUNNING_ABORT),
+        ),
+        CallRule(
+            Ops.expire,
+            (),
+            "a waiting request passes SGLANG_REQ_WAITING_TIMEOUT: no call now; the next iteration's ingest_requests polls "
+            "it out (_poll_timeout_aborts) and abort_request drops it",
+            (POLL, EXPIRED, WAITING_TIMEOUT),
         ),
         CallRule(
             Ops.pause,
