@@ -1,6 +1,7 @@
 """``poolfuzz report TRACE`` (issue 44): each committed upstream finding's report is written and its standalone
-reproduction, run with nothing of poolfuzz on the path, exits 1 on the installed SGLang 0.5.23; bad input is one
-line and exit status 2."""
+reproduction (generated from the trace for an allocator target, the committed hand-written one for the engine's),
+run with nothing of poolfuzz imported, exits 1 on the installed SGLang 0.5.23; bad input is one line and exit
+status 2.  ``tests/test_repro_script.py`` runs the script generated from every committed upstream trace."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def test_each_committed_findings_report_carries_a_reproduction_that_fails_on_0_5
         assert section in text
     assert "-> upstream `" in text, "each step names the upstream call it makes"
     script = write_repro(report, tmp_path / "repro" / "repro.py")
+    if finding.family != "engine":  # an allocator: the script generated from the trace, in the issue and in the file
+        assert report.script is not None and f"```python\n{report.script.rstrip()}\n```" in text, report.not_generated
+        assert script.read_text() == report.script and not (script.parent / "_wheel_allocators.py").exists()
+        return  # tests/test_repro_script.py runs the script generated from each committed trace, this one included
+    assert report.script is None and "No reproduction is generated for this trace" in text
+    assert (script.parent / "_wheel_allocators.py").is_file(), "the committed reproduction with its loader beside it"
     imports = [line for line in script.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
     assert not [line for line in imports if "poolfuzz" in line or "harness" in line], imports
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POOLFUZZ_SGLANG_SRC")}
@@ -59,7 +66,8 @@ def test_the_report_command_writes_the_issue_and_the_reproduction(tmp_path: Path
     trace = FINDINGS["mamba-clear-keeps-reservation"]
     assert run_command(["report", str(trace), "--out", str(out), "--repro", str(repro)]) == 0
     assert out.read_text().startswith("# MambaSlotAllocator.clear() keeps an open group's reservation")
-    assert repro.is_file() and (tmp_path / "_wheel_allocators.py").is_file()
+    assert repro.read_text().startswith("#!/usr/bin/env python3\n") and "def reproduce()" in repro.read_text()
+    assert not (tmp_path / "_wheel_allocators.py").exists(), "the generated script carries its loader"
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,12 @@ package), in the order a maintainer reads one:
   with the upstream calls its caller contract says it makes (``harness/kits/*/contracts/``);
 * both judges' accounts: poolfuzz's invariant with its numbers, and upstream's own checks where the target has
   them (the engine's), else what upstream's class said (it accepted every call);
-* a standalone reproduction that imports nothing from poolfuzz: the committed ``corpus/upstream/repro_*.py`` of
-  the finding (``--repro FILE`` writes it, with its sibling loader ``_wheel_allocators.py``), or, for a new
-  finding, what one needs.
+* a standalone reproduction that imports nothing from poolfuzz: generated from the trace for an upstream allocator
+  target (:mod:`poolfuzz.harness.traces.repro_script`: one file, the wheel's loader and the checks written out in
+  it, each step the upstream call the driver makes; exit 1 and ``REPRODUCED`` when the bug shows, 0 when not), with
+  the finding's committed hand-written ``corpus/upstream/repro_*.py`` named beside it; where no script is
+  generated (the engines, the caches, vLLM's block pool) the committed one in full, else what one needs.
+  ``--repro FILE`` writes the generated script (else the committed one, with its sibling loader).
 
 Exit status: 0 the report was written, 1 the trace does not reproduce here (nothing to report), 2 bad input (no
 such file, not a trace, a trace of our own pool with no upstream target), one line on stderr.
@@ -39,6 +42,7 @@ from poolfuzz.harness.judge.trace import Trace
 from poolfuzz.harness.traces.known_replay import committed_finding
 from poolfuzz.harness.traces.realistic import unrealistic
 from poolfuzz.harness.traces.replay import ReplayResult, plural, replay_trace
+from poolfuzz.harness.traces.repro_script import NotGeneratable, generate
 from poolfuzz.harness.traces.schema import TraceError, load_trace
 from poolfuzz.harness.upstream.classify import classify
 from poolfuzz.harness.upstream.known import (
@@ -76,6 +80,10 @@ class Report:
     realistic: tuple[Path, Trace] | None
     repro: Path | None
     across: list[str]
+    script: str | None = None
+    """The reproduction generated from the trace (:func:`~poolfuzz.harness.traces.repro_script.generate`), or ``None``."""
+    not_generated: str = ""
+    """Why no script was generated (the target or an operation has no translation), when ``script`` is ``None``."""
 
 
 def committed_repro(finding: KnownFinding | None) -> Path | None:
@@ -90,9 +98,14 @@ def committed_repro(finding: KnownFinding | None) -> Path | None:
 
 
 def write_repro(report: Report, destination: Path) -> Path:
-    """Write the reproduction to ``destination`` with its sibling loader beside it; ``ReportError`` without one."""
+    """Write the reproduction to ``destination``: the generated script (one file), else the committed one with its
+    sibling loader beside it; ``ReportError`` without either."""
+    if report.script is not None:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_text(report.script)
+        return destination
     if report.repro is None:
-        raise ReportError(f"{report.path}: no committed standalone reproduction for this finding (see the report)")
+        raise ReportError(f"{report.path}: no standalone reproduction for this trace ({report.not_generated})")
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report.repro, destination)
     shutil.copyfile(REPROS / SIBLING, destination.parent / SIBLING)
@@ -124,6 +137,10 @@ def build_report(path: Path, *, across: list[str] | None = None) -> Report:
         finding = known_finding_of(trace.family, result.implementation, result.invariant, path, known=known)
     finding = finding or committed_finding(path, trace, known, KNOWN_FILE)
     classified = classify(trace.family, result.implementation, result.invariant, str(path))
+    try:
+        script, not_generated = generate(trace, result, source=f"`{_shown(path)}`", version=code["version"]), ""
+    except NotGeneratable as exc:
+        script, not_generated = None, str(exc)
     return Report(
         path=path,
         trace=trace,
@@ -134,6 +151,8 @@ def build_report(path: Path, *, across: list[str] | None = None) -> Report:
         realistic=_realistic(path, trace, finding),
         repro=committed_repro(finding),
         across=across or [],
+        script=script,
+        not_generated=not_generated,
     )
 
 
@@ -237,25 +256,46 @@ def render(report: Report) -> str:
         lines.append("The shortest trace is already within the realistic floors a server builds.")
     else:
         lines += [f"`{_shown(report.realistic[0])}`:", "", *upstream_steps(report.realistic[1], result.implementation)]
-    lines += ["", "## Both judges' accounts", "", *_judges(result), "", "## Standalone reproduction", ""]
-    if report.repro is not None:
-        rel = report.repro.relative_to(REPOSITORY)
-        lines += [
-            f"`{rel}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 when it reproduces). "
-            f"Run: `pip install --no-deps {report.code['distribution']}=={report.code['version']} && python {rel}`",
+    lines += ["", "## Both judges' accounts", "", *_judges(result), "", "## Standalone reproduction", "", *_reproduction(report)]
+    return "\n".join(lines) + "\n"
+
+
+def _reproduction(report: Report) -> list[str]:
+    """The generated script (folded), the committed hand-written one named beside it; else that one, else what one needs."""
+    pin = f"pip install --no-deps {report.code['distribution']}=={report.code['version']}"
+    committed = report.repro.relative_to(REPOSITORY) if report.repro is not None else None
+    if report.script is not None:
+        lines = [
+            "Generated from the shortest trace: one file that imports nothing from poolfuzz (torch and the wheel only), "
+            "makes the trace's upstream calls in order and checks each as poolfuzz's driver does; it exits 1 and prints "
+            f"`REPRODUCED` with the numbers when the bug shows, 0 when every check holds. Run: `{pin} && python repro.py`",
+            "",
+            f"<details><summary>repro.py ({len(report.script.splitlines())} lines)</summary>",
             "",
             "```python",
-            report.repro.read_text().rstrip(),
+            report.script.rstrip(),
+            "```",
+            "",
+            "</details>",
+        ]
+        if committed is not None:
+            lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with `{SIBLING}` beside it)."]
+        return lines
+    reason = f"No reproduction is generated for this trace: {report.not_generated}."
+    if committed is not None:
+        return [
+            f"{reason} The committed one, `{committed}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 "
+            f"when it reproduces). Run: `{pin} && python {committed}`",
+            "",
+            "```python",
+            report.repro.read_text().rstrip() if report.repro is not None else "",
             "```",
         ]
-    else:
-        lines.append(
-            "No committed reproduction for this trace. One needs: the installed wheel's files for the class "
-            f"(`{SIBLING}` loads the allocators without importing sglang), the target's constructor with the server "
-            "arguments above, and the upstream calls of the shortest trace in order, then a check of the invariant "
-            "poolfuzz reports (exit 1 when it holds no longer)."
-        )
-    return "\n".join(lines) + "\n"
+    return [
+        f"{reason} One needs: the installed wheel's files for the class (`{SIBLING}` loads the allocators without "
+        "importing sglang), the target's constructor with the server arguments above, and the upstream calls of the "
+        "shortest trace in order, then a check of the invariant poolfuzz reports (exit 1 when it holds no longer)."
+    ]
 
 
 # ----------------------------------------------------------------------- CLI
@@ -267,7 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("trace", type=Path, metavar="TRACE", help="a trace file of an upstream target")
     parser.add_argument("--out", type=Path, metavar="FILE.md", help="write the issue here (default: standard output)")
-    parser.add_argument("--repro", type=Path, metavar="FILE.py", help="write the standalone reproduction here (its loader beside it)")
+    parser.add_argument(
+        "--repro",
+        type=Path,
+        metavar="FILE.py",
+        help="write the standalone reproduction here (generated: one file; else the committed one, its loader beside it)",
+    )
     parser.add_argument(
         "--across", metavar="PACKAGE==LOW..HIGH", help="replay the trace across these releases for the versions (fetches wheels)"
     )
