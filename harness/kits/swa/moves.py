@@ -106,12 +106,12 @@ def swa_kv_drain(view: SWAView) -> Iterator[Step]:
 def pure_swa_kv_drain(view: PureSWAView) -> Iterator[Step]:
     """The token allocator's drain on the pure pool: free every holder, take every free slot in one ``alloc``
     (the free list's order), free it, then ``clear``."""
-    if view.group_open():
+    if view.group_open:
         yield SWAKVOps.group_end, {}
     for handle in view.live():
         yield SWAKVOps.free, {"handle": handle}
-    if view.available():
-        yield SWAKVOps.alloc, {"need_size": view.available()}
+    if view.free_pages():
+        yield SWAKVOps.alloc, {"need_size": view.free_pages()}
         for handle in view.live():
             yield SWAKVOps.free, {"handle": handle}
     yield SWAKVOps.clear, {}

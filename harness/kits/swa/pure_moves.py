@@ -27,7 +27,7 @@ def _pure_alloc(view: PureSWAView, choose: Chooser) -> Step:
 
 def _pure_fill(view: PureSWAView, choose: Chooser) -> Step:
     """An allocation of exactly the free slots, or one more (refused) or one fewer."""
-    return PureSWAKVOps.alloc, {"need_size": max(0, view.available() + choose.choice((0, 0, 1, -1)))}
+    return PureSWAKVOps.alloc, {"need_size": max(0, view.free_pages() + choose.choice((0, 0, 1, -1)))}
 
 
 _pure_free = one_of(PureSWAKVOps.free, PureSWAView.live)
@@ -35,11 +35,11 @@ _pure_free = one_of(PureSWAKVOps.free, PureSWAView.live)
 
 def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
     """Free inside an open free group (the scheduler's batch release)."""
-    return _pure_free(view, choose) if view.group_open() else None
+    return _pure_free(view, choose) if view.group_open else None
 
 
 def _pure_open_group(view: PureSWAView, choose: Chooser) -> Step | None:
-    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() and not view.group_open() else None
+    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() and not view.group_open else None
 
 
 _pure_free_part = free_part(PureSWAView.live)
@@ -54,7 +54,7 @@ def _pure_free_through(op: str) -> PureDraw:
 
 def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while slots are live."""
-    if view.group_open():
+    if view.group_open:
         return PureSWAKVOps.group_end, {}
     return (PureSWAKVOps.group_begin, {}) if view.holds_pages() else None
 
@@ -62,7 +62,7 @@ def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
 _pure_free_again = one_of(PureSWAKVOps.free_again, PureSWAView.released)
 
 
-_pure_free_repeating = repeated_within(PureSWAKVOps.free_indices, "indices", PureSWAView.live, PureSWAView.slots)
+_pure_free_repeating = repeated_within(PureSWAKVOps.free_indices, "indices", PureSWAView.live, PureSWAView.slots_of)
 """Live slots of one allocation freed with one of them named twice."""
 
 
@@ -75,7 +75,7 @@ def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:
 
 def _pure_group_misuse(view: PureSWAView, choose: Chooser) -> Step:
     """Begin inside an open free group (nesting), or end with none open."""
-    return (PureSWAKVOps.group_begin, {}) if view.group_open() else (PureSWAKVOps.group_end, {})
+    return (PureSWAKVOps.group_begin, {}) if view.group_open else (PureSWAKVOps.group_end, {})
 
 
 def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:

@@ -2,14 +2,15 @@
 
 :class:`SWAView` reads an ``SWATokenToKVPoolAllocator`` driver's model (the page size, each
 side's free pages, the live requests with their lengths and windows, what freed requests
-released); :class:`PureSWAView` reads a ``PureSWATokenToKVPoolAllocator`` driver's (its one
-page-size-1 pool's slots, live allocations, the free group).
+released); :class:`PureSWAView` reads a ``PureSWATokenToKVPoolAllocator`` driver's as the token view
+does (its one page-size-1 pool's slots, live allocations, the free group).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from poolfuzz.harness.kits.kv.views import KVView
 from poolfuzz.strategies.table import DriverView
 
 if TYPE_CHECKING:
@@ -99,45 +100,17 @@ class SWAView(DriverView):
         return max(shares, default=0.0)
 
 
-class PureSWAView(DriverView):
-    """What the ``pure_swa_kv`` moves may read: the pool's slots, the live allocations and their slots,
-    what freed allocations released, the free group (through the driver's model)."""
+class PureSWAView(KVView):
+    """What the ``pure_swa_kv`` moves may read: the token allocator's view, since the pure pool is a token
+    allocator at page size 1 (its driver is a ``TokenKVDriver`` over a ``KVModel``), so a page is one slot.
+
+    Only ``released`` differs: the pure moves draw a double free from the released allocations in handle
+    order (the token view keeps release order), and a draw must pick as it always did.
+    """
 
     __slots__ = ()
     _driver: PureSWAKVDriver
 
-    @property
-    def page_size(self) -> int:
-        """Always 1 (the catalogue's ``alloc`` of a float of one page reads it)."""
-        return self._driver.page_size
-
-    @property
-    def num_pages(self) -> int:
-        """Slots of the pool (page size 1), slot 0 not counted."""
-        return self._driver.model.num_pages
-
-    def available(self) -> int:
-        return self._driver.model.available_pages()
-
-    def group_open(self) -> bool:
-        return self._driver.model.group_open
-
-    def holds_pages(self) -> bool:
-        return bool(self._driver.model.owner)
-
-    def live(self) -> list[int]:
-        """Allocations holding slots, in order."""
-        slots = self._driver.model.slots
-        return sorted(h for h in slots if slots[h])
-
-    def slots(self, handle: int) -> list[int]:
-        return list(self._driver.model.slots[handle])
-
     def released(self) -> list[int]:
-        """Allocations that gave slots back (freed, partly freed or cleared), in order."""
-        return sorted(h for h, slots in self._driver.model.released.items() if slots)
-
-    def occupancy(self) -> float:
-        """Share of slots live or pending; an empty (size 0) pool counts as 0, not as full."""
-        pages = self.num_pages
-        return 1.0 - self.available() / pages if pages else 0.0
+        """Allocations that gave slots back (freed, partly freed or cleared), in handle order."""
+        return sorted(super().released())
