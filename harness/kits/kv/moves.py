@@ -43,6 +43,9 @@ from poolfuzz.strategies.table import (
 
 
 # ---------------------------------------------------------------- token moves
+# The public draws (free_live, free_part, free_group, free_deferred, open_group, free_repeat, group_misuse) serve
+# the pure SWA pool too (:mod:`poolfuzz.harness.kits.swa.pure_moves`): it is a token allocator at page size 1,
+# read through a KVView.
 def _alloc(view: KVView, choose: Chooser) -> Step:
     """Whole pages: 1..3 of them (or 0), or exactly what is free, one page more or one fewer."""
     if choose.random() < 0.7:
@@ -58,7 +61,7 @@ def _alloc_misaligned(view: KVView, choose: Chooser) -> Step:
     return TokenKVOps.alloc, {"need_size": choose.choice((-ps, -1, ps + 1, ps - 1) if ps > 1 else (-1,))}
 
 
-_free = one_of(TokenKVOps.free, KVView.live)
+free_live = one_of(TokenKVOps.free, KVView.live)
 """Free everything a live handle holds (a plain allocation or a request)."""
 
 
@@ -97,20 +100,21 @@ def _free_segment_malformed(view: KVView, choose: Chooser) -> Step | None:
     return TokenKVOps.free_segment_malformed, {"handle": choose.choice(live), "kind": choose.choice(SEGMENT_MISUSE)}
 
 
-def _free_group(view: KVView, choose: Chooser) -> Step | None:
+def free_group(view: KVView, choose: Chooser) -> Step | None:
     """Close the open free group, or open one while pages are live."""
     if view.group_open:
         return TokenKVOps.group_end, {}
     return (TokenKVOps.group_begin, {}) if view.holds_pages() else None
 
 
-def _free_deferred(view: KVView, choose: Chooser) -> Step | None:
+def free_deferred(view: KVView, choose: Chooser) -> Step | None:
     """A free inside an open free group (the scheduler's batch release): the pages wait for its end."""
     live = view.live()
     return (TokenKVOps.free, {"handle": choose.choice(live)}) if view.group_open and live else None
 
 
-def _open_group(view: KVView, choose: Chooser) -> Step | None:
+def open_group(view: KVView, choose: Chooser) -> Step | None:
+    """Open a free group while pages are live (the setup of :func:`free_deferred`)."""
     return (TokenKVOps.group_begin, {}) if not view.group_open and view.holds_pages() else None
 
 
@@ -130,7 +134,7 @@ def _take_two_pages(view: KVView, choose: Chooser) -> Step:
     return TokenKVOps.alloc, {"need_size": 2 * view.page_size}
 
 
-_free_repeat = repeated_within(TokenKVOps.free_indices, "indices", KVView.live, KVView.slots_of)
+free_repeat = repeated_within(TokenKVOps.free_indices, "indices", KVView.live, KVView.slots_of)
 """A live slot named twice in one ``free`` (misuse for the token allocator; the paged one dedups pages)."""
 
 
@@ -144,7 +148,7 @@ def _free_raw(view: KVView, choose: Chooser) -> Step | None:
     }
 
 
-def _group_misuse(view: KVView, choose: Chooser) -> Step:
+def group_misuse(view: KVView, choose: Chooser) -> Step:
     """Begin inside an open group (nesting), or end with none open (misuse)."""
     return (TokenKVOps.group_begin, {}) if view.group_open else (TokenKVOps.group_end, {})
 
@@ -154,19 +158,19 @@ def token_moves() -> tuple[Move[KVView], ...]:
     the misuse ones last."""
     return (
         Move("alloc", 4, _alloc),
-        Move("free", 3, _free),
+        Move("free", 3, free_live),
         Move("free part", 1, _free_part),
         Move("free a row segment", 1, _free_segment),
-        Move("free group", 1.5, _free_group),
-        Move("free inside a group", 1, _free_deferred, setup=_open_group),
+        Move("free group", 1.5, free_group),
+        Move("free inside a group", 1, free_deferred, setup=open_group),
         Move("merge", 0.5, _merge),
         Move("clear", 0.3, _clear),
         Move("alloc misaligned", 0.6, _alloc_misaligned, misuse=True),
         Move("free again", 0.5, _free_again, misuse=True),
-        Move("free repeating", 1, _free_repeat, CORNER_REPEAT, misuse=True, setup=_take_two_pages),
+        Move("free repeating", 1, free_repeat, CORNER_REPEAT, misuse=True, setup=_take_two_pages),
         Move("free raw indices", 0.5, _free_raw, misuse=True),
         Move("free a malformed row segment", 1, _free_segment_malformed, misuse=True),
-        Move("group misuse", 0.2, _group_misuse, misuse=True),
+        Move("group misuse", 0.2, group_misuse, misuse=True),
     )
 
 

@@ -1,8 +1,9 @@
 """The ``pure_swa_kv`` family's random moves (``PureSWATokenToKVPoolAllocator``), read through
 :class:`~poolfuzz.harness.kits.swa.views.PureSWAView`.
 
-The token allocator's moves on the pure variant's one page-size-1 pool, plus its SWA
-calls (``free_swa``, a free padded with 0 and -1, the no-op ``free_full``).  The table is
+The token allocator's moves on the pure variant's one page-size-1 pool (the token draws themselves,
+from :mod:`poolfuzz.harness.kits.kv.moves`, where they are the same), plus its SWA calls (``free_swa``, a
+free padded with 0 and -1, the no-op ``free_full``).  The table is
 :func:`poolfuzz.harness.kits.swa.moves.pure_swa_kv_table`.
 """
 
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 from poolfuzz.harness.kits.kv.catalogue import NON_INTEGER_SIZES, non_integer_alloc
 from poolfuzz.harness.kits.kv.misuse import MALFORMED_FREES
-from poolfuzz.harness.kits.kv.moves import free_part
+from poolfuzz.harness.kits.kv.moves import free_deferred, free_group, free_live, free_part, free_repeat, group_misuse, open_group
 from poolfuzz.harness.kits.swa.ops import PureSWAKVOps
 from poolfuzz.harness.kits.swa.pure import PAGED_CALLS
 from poolfuzz.harness.kits.swa.views import PureSWAView
 from poolfuzz.strategies.choosers import Chooser
-from poolfuzz.strategies.table import CORNER_EXACT, CORNER_REPEAT, Draw, Move, Overrides, Step, fixed, move_kinds, one_of, repeated_within
+from poolfuzz.strategies.table import CORNER_EXACT, CORNER_REPEAT, Draw, Move, Overrides, Step, fixed, move_kinds, one_of
 
 PureDraw = Draw[PureSWAView]
 
@@ -30,18 +31,6 @@ def _pure_fill(view: PureSWAView, choose: Chooser) -> Step:
     return PureSWAKVOps.alloc, {"need_size": max(0, view.free_pages() + choose.choice((0, 0, 1, -1)))}
 
 
-_pure_free = one_of(PureSWAKVOps.free, PureSWAView.live)
-
-
-def _pure_free_in_group(view: PureSWAView, choose: Chooser) -> Step | None:
-    """Free inside an open free group (the scheduler's batch release)."""
-    return _pure_free(view, choose) if view.group_open else None
-
-
-def _pure_open_group(view: PureSWAView, choose: Chooser) -> Step | None:
-    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() and not view.group_open else None
-
-
 _pure_free_part = free_part(PureSWAView.live)
 """The first 1-3 slots of an allocation (``sparse``: the same here, a page is one slot)."""
 
@@ -52,18 +41,7 @@ def _pure_free_through(op: str) -> PureDraw:
     return one_of(op, PureSWAView.live)
 
 
-def _pure_group(view: PureSWAView, choose: Chooser) -> Step | None:
-    """Close the open free group, or open one while slots are live."""
-    if view.group_open:
-        return PureSWAKVOps.group_end, {}
-    return (PureSWAKVOps.group_begin, {}) if view.holds_pages() else None
-
-
 _pure_free_again = one_of(PureSWAKVOps.free_again, PureSWAView.released)
-
-
-_pure_free_repeating = repeated_within(PureSWAKVOps.free_indices, "indices", PureSWAView.live, PureSWAView.slots_of)
-"""Live slots of one allocation freed with one of them named twice."""
 
 
 def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:
@@ -73,11 +51,6 @@ def _pure_free_raw(view: PureSWAView, choose: Chooser) -> Step | None:
     return PureSWAKVOps.free_indices, {"indices": [choose.randint(-1, view.num_pages + 2) for _ in range(choose.randint(1, 3))]}
 
 
-def _pure_group_misuse(view: PureSWAView, choose: Chooser) -> Step:
-    """Begin inside an open free group (nesting), or end with none open."""
-    return (PureSWAKVOps.group_begin, {}) if view.group_open else (PureSWAKVOps.group_end, {})
-
-
 def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
     """The random moves of a pure SWA pool, commonest first (hypothesis shrinks toward the first).
 
@@ -85,10 +58,10 @@ def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
     """
     return (
         Move("alloc", 4, _pure_alloc),
-        Move("free", 3, _pure_free),
+        Move("free", 3, free_live),
         Move("clear", 0.3, fixed(PureSWAKVOps.clear)),
-        Move("free group", 1.5, _pure_group),
-        Move("free in a free group", 1, _pure_free_in_group, setup=_pure_open_group),
+        Move("free group", 1.5, free_group),
+        Move("free in a free group", 1, free_deferred, setup=open_group),
         Move("free part", 1, _pure_free_part),
         Move("free_swa", 1, _pure_free_through(PureSWAKVOps.free_swa)),
         Move("free padded", 1, _pure_free_through(PureSWAKVOps.free_padded)),
@@ -96,9 +69,9 @@ def pure_swa_moves() -> tuple[Move[PureSWAView], ...]:
         Move("alloc what is free", 0.5, _pure_fill, CORNER_EXACT),
         Move("alloc negative", 0.2, fixed(PureSWAKVOps.alloc, need_size=-1), misuse=True),
         Move("free again", 0.5, _pure_free_again, misuse=True),
-        Move("free repeating", 1, _pure_free_repeating, CORNER_REPEAT, misuse=True, setup=fixed(PureSWAKVOps.alloc, need_size=2)),
+        Move("free repeating", 1, free_repeat, CORNER_REPEAT, misuse=True, setup=fixed(PureSWAKVOps.alloc, need_size=2)),
         Move("free raw indices", 0.5, _pure_free_raw, misuse=True),
-        Move("group misuse", 0.2, _pure_group_misuse, misuse=True),
+        Move("group misuse", 0.2, group_misuse, misuse=True),
     )
 
 
