@@ -11,6 +11,17 @@ def ceil_div(x: int, d: int) -> int:
     return -(-x // d)
 
 
+def distinct_pages(slots: list[int], page_size: int) -> list[int]:
+    """The distinct pages of ``slots`` (token slots, or a prefix cache's indices), in order of first appearance."""
+    return list(dict.fromkeys(s // page_size for s in slots))
+
+
+def slots_end(num_pages: int, page_size: int) -> int:
+    """One past the highest token slot of pages ``1..num_pages``: ``(num_pages + 1) * page_size``, the padding
+    page 0 included (the length of a pool's slot range, and of its SWA mapping less its trailing entry)."""
+    return (num_pages + 1) * page_size
+
+
 def extend_pages_needed(prefix: int, seq: int, page_size: int) -> int:
     """``ceil(seq/ps) - ceil(prefix/ps)``: the prefix's partial page is finished first, for free."""
     return ceil_div(seq, page_size) - ceil_div(prefix, page_size)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from poolfuzz.harness.judge.pages import decode_pages_needed, extend_pages_needed
+from poolfuzz.harness.judge.pages import decode_pages_needed, distinct_pages, extend_pages_needed, slots_end
 
 Order = tuple[tuple[int, ...], tuple[int, ...]]
 """``(free list, staging area)``: one arrangement of the free pages the pool may be in."""
@@ -62,8 +62,8 @@ class KVModel:
     # ------------------------------------------------------------- queries
     @property
     def capacity_slots(self) -> int:
-        """One past the highest token slot: ``(num_pages + 1) * page_size`` (page 0 included)."""
-        return (self.num_pages + 1) * self.page_size
+        """One past the highest token slot (page 0 included)."""
+        return slots_end(self.num_pages, self.page_size)
 
     @property
     def group_open(self) -> bool:
@@ -90,7 +90,7 @@ class KVModel:
 
     def pages_of(self, slots: list[int]) -> list[int]:
         """The distinct pages of ``slots``, in order of first appearance."""
-        return list(dict.fromkeys(s // self.page_size for s in slots))
+        return distinct_pages(slots, self.page_size)
 
     def page_state(self, page: int) -> str:
         """``reserved``, ``foreign``, ``free`` (incl. staged), ``pending`` or ``live``."""

@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from poolfuzz.harness.judge.pages import ceil_div
+from poolfuzz.harness.judge.pages import ceil_div, distinct_pages
 
 Key = tuple[int, ...]
 
@@ -123,7 +123,7 @@ class PrefixCacheModel:
 
     def pages_of(self, indices: list[int]) -> list[int]:
         """The distinct pages of ``indices``, in order."""
-        return list(dict.fromkeys(i // self.page_size for i in indices))
+        return distinct_pages(indices, self.page_size)
 
     @property
     def total(self) -> int:

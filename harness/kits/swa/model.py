@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from poolfuzz.harness.judge.pages import ceil_div, decode_pages_needed, extend_pages_needed
+from poolfuzz.harness.judge.pages import ceil_div, decode_pages_needed, distinct_pages, extend_pages_needed, slots_end
 
 
 @dataclass
@@ -94,12 +94,12 @@ class SWAModel:
     # ------------------------------------------------------------- queries
     @property
     def full_slots_end(self) -> int:
-        """One past the highest full slot: ``(full_pages + 1) * page_size``, page 0 included."""
-        return (self.full_pages + 1) * self.page_size
+        """One past the highest full slot, page 0 included."""
+        return slots_end(self.full_pages, self.page_size)
 
     @property
     def swa_slots_end(self) -> int:
-        return (self.swa_pages + 1) * self.page_size
+        return slots_end(self.swa_pages, self.page_size)
 
     def is_live(self, handle: int) -> bool:
         return handle in self.slots
@@ -120,7 +120,7 @@ class SWAModel:
 
     def pages_of(self, slots: list[int]) -> list[int]:
         """The distinct pages of ``slots``, in order of first appearance."""
-        return list(dict.fromkeys(s // self.page_size for s in slots))
+        return distinct_pages(slots, self.page_size)
 
     def windowed_pages(self, handle: int) -> list[int]:
         """The handle's full pages that still have an SWA peer, oldest first."""
