@@ -116,6 +116,21 @@ PASSING = {
             ("alloc", {"need_size": 100}),
         ],
     ),
+    "swa_kv sliding its window": _trace(
+        "swa_kv",
+        "SWAKV",
+        {"page_size": 2, "size": 16, "size_swa": 16},
+        [
+            ("tail", {"handle": None, "extend_len": 8, "swa_tail_len": 4}),
+            ("decode", {"handles": [0]}),
+            ("free", {"handle": 0, "sparse": True}),
+            ("extend", {"batch": [[None, 4]]}),
+            ("free_swa", {"handle": 1, "pages": 1}),
+            ("group_begin", {}),
+            ("free", {"handle": 1}),
+            ("group_end", {}),
+        ],
+    ),
     "mamba_slots closing its window before clear": _trace(
         "mamba_slots",
         "MambaSlots",
@@ -123,8 +138,9 @@ PASSING = {
         [("group_begin", {"num_reqs": 2}), ("alloc", {"need_size": 1}), ("group_end", {}), ("free", {"handles": [0]}), ("clear", {})],
     ),
 }
-"""Traces upstream passes (the page-size-2 calls finding 1 breaks at page size 1; finding 2's window closed before
-``clear``): their scripts must exit 0, so the committed findings' exit 1 is the checks' verdict, not a given."""
+"""Traces upstream passes (the page-size-2 calls finding 1 breaks at page size 1; an SWA request's window sliding, its
+row then freed as upstream's callers free it; finding 2's window closed before ``clear``): their scripts must exit
+0, so the committed findings' exit 1 is the checks' verdict, not a given."""
 
 
 @pytest.fixture(scope="module")

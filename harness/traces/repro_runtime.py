@@ -1,29 +1,31 @@
 """The checks a generated standalone reproduction carries (:mod:`poolfuzz.harness.traces.repro_script` writes this
-file's source into every script it generates, so it imports only torch and the standard library, never poolfuzz).
+file's source into every script it generates, so it imports only torch and the standard library, never poolfuzz;
+the Mamba slot checks are :mod:`~poolfuzz.harness.traces.repro_slots`, written after it into Mamba scripts).
 
-It keeps, in plain Python, the bookkeeping poolfuzz's drivers keep (``harness/kits/{kv,swa,mamba}/driver.py``): which
-allocation (a handle, numbered in the order the trace makes them) holds which slots, which pages a free group
-deferred, which Mamba slots a group window reserved.  Around every upstream call it checks what the driver checks
+It keeps, in plain Python, the bookkeeping poolfuzz's KV and SWA drivers keep (``harness/kits/{kv,swa}/driver.py``):
+which allocation (a handle, numbered in the order the trace makes them) holds which slots, which of its pages still
+have an SWA peer, which pages a free group deferred.  Around every upstream call it checks what the driver checks
 of that call, under the same invariant names, and stops at the first one broken (:class:`Reproduced`):
 
 * ``empty-pool-guard``: a call is refused (``None``) exactly when a side has fewer free pages than it needs, and a
   refused call leaves every side's free size as it was;
-* ``reserved-never-handed-out``: no slot on padding page 0 (Mamba: slot 0); ``in-bounds``: no slot past the pool;
-* ``no-double-allocation``: no slot twice in one answer, no fresh page (Mamba: slot) another allocation holds;
-* ``page-layout``: as many slots as tokens, a continuation on the request's own last page, and a side's free size
-  fallen by exactly the pages taken; ``conservation``: a free (outside a group) gives back exactly its pages;
+* ``reserved-never-handed-out``: no slot on padding page 0; ``in-bounds``: no slot past the pool;
+* ``no-double-allocation``: no slot twice in one answer, no fresh page another allocation holds;
+* ``page-layout``: as many slots as tokens, a continuation on the request's own last page, and each side's free
+  size fallen by exactly the pages taken there; ``conservation``: a free (outside a group) gives back exactly its
+  pages on each side (on the SWA side, those that still had a peer);
 * ``group-window``: a free inside a free group releases nothing until ``free_group_end``, which releases exactly
-  those pages; a Mamba window reserves its requests' slots and ``alloc(1)`` hands them out in order;
-* ``clear-restores``: after ``clear`` every side is wholly free and no Mamba reservation is left.
+  those pages;
+* ``clear-restores``: after ``clear`` every side is wholly free.
 
-Checks the drivers make that need the oracle's exact slots (the head of the free list, the loop oracle) are left out:
-a script shows a bug by what the allocator's callers can observe.  A call that raises is ``valid-call-accepted``.
+Checks the drivers make that need the oracle's exact slots (the head of the free list, the loop oracle, the SWA
+mapping table) are left out: a script shows a bug by what the allocator's callers can observe.  A call that raises
+is ``valid-call-accepted``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -85,17 +87,42 @@ def one_per_page(slots: list[int], page_size: int) -> list[int]:
     return [s for i, s in enumerate(slots) if i == 0 or s // page_size != slots[i - 1] // page_size]
 
 
+def free_row(pool: Any, dead: list[int], alive: list[int]) -> None:
+    """A request's row freed as upstream's callers free it (``free_kv_row_segments``, ``mem_cache/common.py``): the
+    slots whose page lost its SWA peer with ``free_full``, the rest with ``free``."""
+    if dead:
+        pool.free_full(t(dead))
+    if alive:
+        pool.free(t(alive))
+
+
 class KVRun:
     """A token, paged or SWA KV allocator under the trace's calls: ``held`` maps each live allocation to its slots
-    (a request's in token order), ``sides`` reads each side's free size in tokens (``full``, and ``SWA`` for an
-    SWA pool: both sides take the same pages), ``num_pages`` is the full side's page count."""
+    (a request's in token order), ``sides`` reads each side's free size in tokens (``full``, and ``SWA`` for a
+    hybrid SWA pool), ``num_pages`` is the full side's page count.  With both sides, ``windowed`` keeps each
+    allocation's full pages that still have an SWA peer (oldest first): the SWA side gives back only those."""
 
     def __init__(self, page_size: int, num_pages: int, sides: dict[str, Callable[[], int]]) -> None:
         self.page_size, self.num_pages, self.sides = page_size, num_pages, sides
+        self.two_sided = set(sides) == {"full", "SWA"}
         self.held: dict[int, list[int]] = {}
+        self.windowed: dict[int, list[int]] = {}
         self.handles = 0
         self.group_open = False
-        self.pending: set[int] = set()  # pages freed inside the open free group
+        self.pending: dict[str, set[int]] = {side: set() for side in sides}  # pages freed inside the open free group
+
+    def out_of_window(self, handle: int, slots: list[int]) -> tuple[list[int], list[int]]:
+        """``slots`` of ``handle`` split into those whose page lost its SWA peer and the rest."""
+        window = set(self.windowed.get(handle, ()))
+        return [s for s in slots if s // self.page_size not in window], [s for s in slots if s // self.page_size in window]
+
+    def window_slots(self, handle: int, pages: int) -> list[int]:
+        """The slots of ``handle``'s oldest ``pages`` (at least 1) pages that still have an SWA peer: the window slides."""
+        chosen = set(self.windowed[handle][: max(1, pages)])
+        return [s for s in self.held[handle] if s // self.page_size in chosen]
+
+    def tail_pages(self, swa_tail_len: int) -> int:
+        return -(-swa_tail_len // self.page_size)
 
     def first_pages(self, handle: int, count: int) -> list[int]:
         """The slots of the first ``count`` pages (clipped to 1..held) of allocation ``handle``."""
@@ -119,10 +146,24 @@ class KVRun:
     def decode_pages(self, seqs: list[int]) -> int:
         return sum((s - 1) % self.page_size == 0 for s in seqs)
 
-    def allocate(self, what: str, call: Call, *, owners: list[int | None], pres: list[int], seqs: list[int], need: int) -> None:
-        """An allocating call for ``owners`` (``None``: a new allocation) growing from ``pres`` to ``seqs`` tokens."""
+    def allocate(
+        self,
+        what: str,
+        call: Call,
+        *,
+        owners: list[int | None],
+        pres: list[int],
+        seqs: list[int],
+        need: int,
+        need_swa: int | None = None,
+        window_from: list[int] | None = None,
+    ) -> None:
+        """An allocating call for ``owners`` (``None``: a new allocation) growing from ``pres`` to ``seqs`` tokens,
+        taking ``need`` fresh pages on each side (``need_swa`` on the SWA side of an SWA tail, whose tokens from
+        ``window_from`` on get SWA peers)."""
         ps, before = self.page_size, self.free_sizes()
-        short = [side for side, free in before.items() if need * ps > free]
+        needs = {side: need_swa if side == "SWA" and need_swa is not None else need for side in before}
+        short = [side for side, free in before.items() if needs[side] * ps > free]
         result = accepted(what, call)
         if short:
             check(
@@ -150,8 +191,8 @@ class KVRun:
             check(slot < (self.num_pages + 1) * ps, "in-bounds", f"{what} handed out slot {slot} past the pool", slots=slots)
         check(len(set(slots)) == len(slots), "no-double-allocation", f"{what} handed out a slot twice", slots=slots)
         holder = {s // ps: h for h, row in self.held.items() for s in row}
-        start, fresh = 0, set()
-        for owner, pre, seq in zip(owners, pres, seqs):
+        start, fresh, peered = 0, set(), []
+        for owner, pre, seq, since in zip(owners, pres, seqs, window_from or pres):
             mine = slots[start : start + seq - pre]
             first_new = -(-pre // ps) * ps
             for position, slot in enumerate(mine, pre):
@@ -172,13 +213,17 @@ class KVRun:
                     held={h: row for h, row in self.held.items() if row},
                 )
                 fresh.add(page)
+                if self.two_sided and position >= since and page not in peered:
+                    peered.append(page)
             if owner is None:
                 owner, self.handles = self.handles, self.handles + 1
                 self.held[owner] = []
             self.held[owner] += mine
+            self.windowed[owner] = self.windowed.get(owner, []) + [p for p in peered if p in {s // ps for s in mine}]
             start += seq - pre
         after = self.free_sizes()
-        expected = {side: free - len(fresh) * ps for side, free in before.items()}
+        taken = {side: len(peered) if self.two_sided and side == "SWA" else len(fresh) for side in before}
+        expected = {side: free - taken[side] * ps for side, free in before.items()}
         check(
             after == expected,
             "page-layout",
@@ -188,17 +233,21 @@ class KVRun:
             expected=expected,
         )
 
-    def release(self, what: str, call: Call, handle: int, slots: list[int]) -> None:
-        """A free of ``slots`` (whole pages) of allocation ``handle``: released now, or at ``free_group_end``."""
+    def release(self, what: str, call: Call, handle: int, slots: list[int], *, full: bool = True) -> None:
+        """A free of ``slots`` (whole pages) of allocation ``handle``, released now or at ``free_group_end``: on the
+        full side unless ``full`` is false (``free_swa``), on the SWA side the pages among them that had a peer."""
         ps, before = self.page_size, self.free_sizes()
         accepted(what, call)
         pages = {s // ps for s in slots}
-        self.held[handle] = [s for s in self.held[handle] if s // ps not in pages]
-        if not self.held[handle]:
-            del self.held[handle]
+        peers = pages & set(self.windowed.get(handle, ()))
+        released = {side: peers if self.two_sided and side == "SWA" else pages if full else set() for side in before}
+        self.windowed[handle] = [p for p in self.windowed.get(handle, ()) if p not in peers]
+        if full:
+            self.held[handle] = [s for s in self.held[handle] if s // ps not in pages]
         after = self.free_sizes()
         if self.group_open:
-            self.pending |= pages
+            for side, gone in released.items():
+                self.pending[side] |= gone
             check(
                 after == before,
                 "group-window",
@@ -207,7 +256,7 @@ class KVRun:
                 free_tokens_after=after,
             )
             return
-        expected = {side: free + len(pages) * ps for side, free in before.items()}
+        expected = {side: free + len(released[side]) * ps for side, free in before.items()}
         check(
             after == expected,
             "conservation",
@@ -224,17 +273,17 @@ class KVRun:
     def group_end(self, call: Call) -> None:
         before = self.free_sizes()
         accepted("free_group_end()", call)
-        expected = {side: free + len(self.pending) * self.page_size for side, free in before.items()}
+        expected = {side: free + len(self.pending[side]) * self.page_size for side, free in before.items()}
         after = self.free_sizes()
         check(
             after == expected,
             "group-window",
-            f"free_group_end() released other than the {len(self.pending)} pages enqueued",
+            "free_group_end() released other pages than the group enqueued",
             free_tokens_before=before,
             free_tokens_after=after,
             expected=expected,
         )
-        self.group_open, self.pending = False, set()
+        self.group_open, self.pending = False, {side: set() for side in self.sides}
 
     def unchanged(self, what: str, call: Call) -> None:
         """A call that moves no page (``merge_and_sort_free``)."""
@@ -247,123 +296,5 @@ class KVRun:
         accepted("clear()", call)
         after = self.free_sizes()
         check(after == sizes, "clear-restores", "clear() did not free every page", free_tokens=after, expected=sizes)
-        self.held, self.group_open, self.pending = {}, False, set()
-
-
-class SlotRun:
-    """A Mamba slot allocator under the trace's calls: slots 1..``size`` free, live (by handle) or reserved by the
-    open window (upstream keeps the reservation as the iterator ``_alloc_iter``; its length is what is left)."""
-
-    def __init__(self, pool: Any, size: int) -> None:
-        self.pool, self.size = pool, size
-        self.free: set[int] = set(range(1, size + 1))
-        self.live: dict[int, int] = {}  # slot -> the handle holding it
-        self.reserved: list[int] = []  # the open window's unconsumed reservation, in hand-out order
-        self.handles: dict[int, int] = {}  # handle -> its slot
-
-    def reserved_size(self) -> int:
-        iterator = self.pool._alloc_iter  # upstream's reservation: the slots alloc(1) hands out next
-        return 0 if iterator is None else operator.length_hint(iterator)
-
-    def counts(self, what: str) -> None:
-        available, reserved = int(self.pool.available_size()), self.reserved_size()
-        check(available == len(self.free), "conservation", f"after {what}, available_size() is {available}", expected=len(self.free))
-        check(
-            reserved == len(self.reserved),
-            "conservation",
-            f"after {what}, the reservation holds {reserved} slots",
-            expected=len(self.reserved),
-        )
-
-    def group_begin(self, num_reqs: int) -> None:
-        what = f"alloc_group_begin({num_reqs})"
-        before = ints(self.pool.free_slots)
-        accepted(what, lambda: self.pool.alloc_group_begin(num_reqs))
-        after = set(ints(self.pool.free_slots))
-        taken = [s for s in dict.fromkeys(before) if s not in after]
-        expected = num_reqs if num_reqs <= len(self.free) else 0
-        check(
-            len(taken) == expected == self.reserved_size(),
-            "group-window",
-            f"{what} with {len(self.free)} free must reserve {expected}",
-            reserved=taken,
-            reserved_size=self.reserved_size(),
-        )
-        check(0 not in taken, "reserved-never-handed-out", f"{what} reserved padding slot 0")
-        check(set(taken) <= self.free, "no-double-allocation", f"{what} reserved slots that were not free", slots=taken)
-        self.free -= set(taken)
-        self.reserved = taken
-
-    def group_end(self) -> None:
-        available = int(self.pool.available_size())
-        accepted("alloc_group_end()", self.pool.alloc_group_end)
-        returned = int(self.pool.available_size()) - available
-        check(
-            returned == len(self.reserved),
-            "group-window",
-            "alloc_group_end() must return exactly the unconsumed reservation",
-            returned=returned,
-            unconsumed=self.reserved,
-        )
-        self.free |= set(self.reserved)
-        self.reserved = []
-
-    def alloc(self, need_size: int) -> None:
-        what = f"alloc({need_size})"
-        reserved = self.reserved[:1] if need_size == 1 else []
-        result = accepted(what, lambda: self.pool.alloc(need_size))
-        if not reserved and need_size > len(self.free):
-            check(
-                result is None,
-                "empty-pool-guard",
-                f"{what} with {len(self.free)} free handed out slots",
-                slots=None if result is None else ints(result),
-            )
-            return
-        check(result is not None, "empty-pool-guard", f"{what} refused with {len(self.free)} free", reserved=self.reserved)
-        slots = ints(result)
-        check(len(slots) == need_size, "empty-pool-guard", f"{what} returned {len(slots)} slots", slots=slots)
-        check(len(set(slots)) == len(slots), "no-double-allocation", f"{what} returned a slot twice", slots=slots)
-        for position, slot in enumerate(slots):
-            check(slot != 0, "reserved-never-handed-out", f"{what} handed out padding slot 0")
-            check(1 <= slot <= self.size, "in-bounds", f"{what} returned slot {slot}", size=self.size)
-            check(
-                slot not in self.live, "no-double-allocation", f"{what} returned slot {slot}, which allocation {self.live.get(slot)} holds"
-            )
-            if position < len(reserved):
-                check(
-                    slot == reserved[position],
-                    "group-window",
-                    f"{what} must hand out the reservation in order",
-                    expected=reserved[position],
-                    actual=slot,
-                )
-                self.reserved.pop(0)
-            else:
-                check(
-                    slot in self.free, "group-window", f"{what} handed out reserved slot {slot} outside alloc(1)", reservation=self.reserved
-                )
-                self.free.discard(slot)
-            handle = len(self.handles)
-            self.handles[handle], self.live[slot] = slot, handle
-        self.counts(what)
-
-    def release(self, slots: list[int], what: str, dtype: torch.dtype = torch.int64) -> None:
-        accepted(what, lambda: self.pool.free(t(slots).to(dtype)))
-        for slot in slots:
-            self.live.pop(slot, None)
-            self.free.add(slot)
-        self.counts(what)
-
-    def clear(self) -> None:
-        accepted("clear()", self.pool.clear)
-        check(
-            self.reserved_size() == 0,
-            "clear-restores",
-            "clear() kept the open window's unconsumed reservation: alloc(1) hands those slots out again, and they are on the free list too",
-            reserved_size=self.reserved_size(),
-            free_slots=ints(self.pool.free_slots),
-        )
-        available = int(self.pool.available_size())
-        check(available == self.size, "clear-restores", "clear() left Mamba slots allocated", available=available, size=self.size)
-        self.free, self.live, self.reserved = set(range(1, self.size + 1)), {}, []
+        self.held, self.windowed, self.group_open = {}, {}, False
+        self.pending = {side: set() for side in self.sides}

@@ -7,7 +7,8 @@ with torch and the installed SGLang wheel only:
 * the loader of the wheel's allocator files, ``corpus/upstream/_wheel_allocators.py`` (the committed hand-written
   reproductions use it too), written out into the script: it runs ``mem_cache/allocator/*.py`` on a CPU without
   importing ``sglang``;
-* the checks, :mod:`poolfuzz.harness.traces.repro_runtime` (plain Python, the invariants the driver checks per call);
+* the checks, :mod:`poolfuzz.harness.traces.repro_runtime` (and :mod:`~poolfuzz.harness.traces.repro_slots` for
+  Mamba): plain Python, the invariants the driver checks per call;
 * the constructor call the target's wrapper makes (``harness/kits/*/upstream.py``) with the trace's config, then
   each step the driver ran, as the upstream call the driver makes for it (handles resolved at run time from what
   upstream returned, as the driver resolves them), up to the step where the replay broke.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from poolfuzz.harness.judge.trace import Trace
-from poolfuzz.harness.traces import repro_runtime
+from poolfuzz.harness.traces import repro_runtime, repro_slots
 from poolfuzz.harness.traces.replay import ReplayResult
 from poolfuzz.harness.upstream.known import REPOSITORY
 
@@ -41,8 +42,8 @@ TARGETS = {"TokenKV": "token_kv", "PagedKV": "paged_kv", "SWAKV": "swa_kv", "Pur
 wrappers translate signatures only (``harness/kits/{kv,swa,mamba}/upstream.py``)."""
 
 LEFT_OUT = {
-    True: (frozenset({"build", "module", "upstream_functions"}), frozenset({"KVRun", "one_per_page"})),
-    False: (frozenset({"mamba_module"}), frozenset({"SlotRun"})),
+    True: (frozenset({"build", "module", "upstream_functions"}), frozenset({"KVRun", "one_per_page", "free_row"})),
+    False: (frozenset({"mamba_module"}), frozenset()),
 }
 """What a Mamba script (``True``) and a KV one (``False``) leave out of the loader and of the checks: what it never calls."""
 
@@ -119,7 +120,34 @@ def _kv_step(op: str, args: dict[str, Any], *, ps: int, family: str) -> Lines:
     if op == "free":
         h = int(args["handle"])
         sent = f"one_per_page(slots, {ps})" if args.get("sparse") else "slots"
-        return [f"slots = list(run.held[{h}])", f'run.release("free(handle {h})", lambda: pool.free(t({sent})), {h}, slots)']
+        if not swa:
+            return [f"slots = list(run.held[{h}])", f'run.release("free(handle {h})", lambda: pool.free(t({sent})), {h}, slots)']
+        return [  # a row partly out of the window is freed as upstream's callers free it (the SWA driver does too)
+            f"slots = list(run.held[{h}])",
+            f"dead, alive = run.out_of_window({h}, {sent})",
+            f'run.release(f"free(handle {h}): free_full({{dead}}), free({{alive}})", lambda: free_row(pool, dead, alive), {h}, slots)',
+        ]
+    if op == "free_swa" and swa:
+        h, pages = int(args["handle"]), int(args.get("pages", 1))
+        sent = f"one_per_page(slots, {ps})" if args.get("sparse") else "slots"
+        return [
+            f"slots = run.window_slots({h}, {pages})",
+            f'run.release(f"free_swa(handle {h}, slots {{slots}})", lambda: pool.free_swa(t({sent})), {h}, slots, full=False)',
+        ]
+    if op == "free_full" and swa:
+        h = int(args["handle"])
+        return [f"slots = list(run.held[{h}])", f'run.release("free_full(handle {h})", lambda: pool.free_full(t(slots)), {h}, slots)']
+    if op == "tail" and swa:
+        owner = None if args.get("handle") is None else int(args["handle"])
+        extend, tail = int(args["extend_len"]), int(args["swa_tail_len"])
+        return [
+            f"pres, lasts = run.tails([{owner}])",
+            f"seqs = [pres[0] + {extend}]",
+            f'what = f"alloc_extend_swa_tail(prefix={{pres}}, seq={{seqs}}, last_loc={{lasts}}, swa_tail_len={tail})"',
+            f"call = lambda: pool.alloc_extend_swa_tail(t(pres), t(pres), t(seqs), t(seqs), t(lasts), {extend}, {tail})",
+            f"run.allocate(what, call, owners=[{owner}], pres=pres, seqs=seqs, need=run.extend_pages(pres, seqs), "
+            f"need_swa=run.tail_pages({tail}), window_from=[seqs[0] - {tail}])",
+        ]
     if op == "free_swa" and family == "pure_swa_kv":
         h = int(args["handle"])
         return [f"slots = list(run.held[{h}])", f'run.release("free_swa(handle {h})", lambda: pool.free_swa(t(slots)), {h}, slots)']
@@ -199,13 +227,16 @@ def _construct(family: str, config: dict[str, Any]) -> tuple[Lines, Callable[[st
 # ------------------------------------------------------------------ the script
 def _source_body(source: str, leave_out: frozenset[str] = frozenset()) -> str:
     """A module's source without its docstring, its ``from __future__`` line (the script has its own) and the
-    top-level definitions named in ``leave_out`` (what the family's script does not call)."""
+    top-level definitions named in ``leave_out`` (what the family's script does not call); a runtime module's import
+    of another is left out too (the script holds both)."""
     tree = ast.parse(source)
     lines = source.splitlines()
     dropped = {number for node in tree.body if getattr(node, "name", None) in leave_out for number in _span(node)}
     if tree.body and isinstance(tree.body[0], ast.Expr):
         dropped |= set(_span(tree.body[0]))
-    kept = [line for number, line in enumerate(lines, 1) if number not in dropped and not line.startswith("from __future__")]
+    kept = [
+        line for number, line in enumerate(lines, 1) if number not in dropped and not line.startswith(("from __future__", "from poolfuzz"))
+    ]
     return "\n".join(kept).strip("\n")
 
 
@@ -271,8 +302,9 @@ def generate(trace: Trace, result: ReplayResult, *, source: str = "the trace", v
         _source_body(LOADER.read_text(), LEFT_OUT[mamba][0]),
         "",
         "",
-        "# " + "-" * 30 + " the checks (poolfuzz/harness/traces/repro_runtime.py)",
+        "# " + "-" * 30 + " the checks (poolfuzz/harness/traces/repro_runtime.py" + (", repro_slots.py)" if mamba else ")"),
         _source_body(inspect.getsource(repro_runtime), LEFT_OUT[mamba][1]),
+        *(["", "", _source_body(inspect.getsource(repro_slots))] if mamba else []),
         "",
         "",
         "# " + "-" * 30 + " the trace",
