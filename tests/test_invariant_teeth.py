@@ -1,7 +1,8 @@
 """Every invariant id has teeth: a deliberately broken pool trips exactly that id.
 
 Most ids are proven by a canary (``harness/canaries``, run by ``tests/test_canaries.py``);
-the broken pools here cover the rest.  Broken pools live in tests, never in ``pools/``.
+the broken pools of :data:`TEETH` cover the rest: here, or beside the tests that plant the same bug.
+Broken pools live in tests, never in ``pools/``.
 """
 
 from __future__ import annotations
@@ -12,19 +13,10 @@ from hypothesis import Phase
 from poolfuzz.harness.canaries import CANARIES
 from poolfuzz.harness.judge.invariants import INVARIANTS
 from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine, violation_of
-from poolfuzz.pools import BadSizeError, Req, ReqToTokenPool
+from poolfuzz.pools import BadSizeError, ReqToTokenPool
 from poolfuzz.pools.prefix_cache import build_prefix_cache
 from poolfuzz.pools.radix_cache import RadixCache
 from poolfuzz.pools.radix_tree import EVICTION_POLICIES
-
-
-class LeakyFree(ReqToTokenPool):
-    """``free(req)`` forgets to put the row back on the free list: a leak."""
-
-    def free(self, req: Req) -> None:
-        row = req.req_pool_idx
-        super().free(req)
-        self.free_slots.remove(row)  # type: ignore[arg-type]
 
 
 class RefusesBatchesOfThree(ReqToTokenPool):
@@ -49,7 +41,7 @@ def build_evicts_in_the_opposite_order(size: int, page_size: int, eviction_polic
 
 
 TEETH: dict[str, tuple[str, str]] = {
-    "conservation": ("req_to_token", f"{__name__}:LeakyFree"),
+    "conservation": ("req_to_token", "tests.fuzz_planted:ForgetfulFree"),  # the fuzz runner's leak, the same bug
     "no-double-allocation": ("paged_kv", "tests.test_kv_machines:FreeWithoutDedup"),
     "valid-call-accepted": ("req_to_token", f"{__name__}:RefusesBatchesOfThree"),
     "kernel-agreement": ("paged_kv", "tests.test_kv_machines:KernelReversesPages"),
