@@ -242,7 +242,7 @@ def test_skipped_steps_are_comments_and_the_steps_after_the_violation_are_left_o
     ("trace", "says"),
     [
         (_trace("engine", "Engine", {}, []), "not an upstream allocator target"),
-        (_trace("paged_kv", "PagedKV", {"page_size": 2, "size": 8}, [("free_segment", {"handle": 0, "start_page": 0})]), "'free_segment'"),
+        (_trace("paged_kv", "PagedKV", {"page_size": 2, "size": 8}, [("kernel_call", {"case": "empty batch"})]), "'kernel_call'"),
     ],
     ids=["an engine target", "an operation without a translation"],
 )

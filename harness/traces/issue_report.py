@@ -262,13 +262,15 @@ def render(report: Report) -> str:
 
 def _reproduction(report: Report) -> list[str]:
     """The generated script (folded), the committed hand-written one named beside it; else that one, else what one needs."""
-    pin = f"pip install --no-deps {report.code['distribution']}=={report.code['version']}"
+    pin, where = f"pip install --no-deps {report.code['distribution']}=={report.code['version']} && python", ""
+    if report.code.get("origin", "installed") != "installed":  # --sglang-src: the copy replayed here is a folder
+        pin, where = "PYTHONPATH=FOLDER python", f" (FOLDER: the folder holding `sglang/` of `{report.code['origin']}`)"
     committed = report.repro.relative_to(REPOSITORY) if report.repro is not None else None
     if report.script is not None:
         lines = [
             "Generated from the shortest trace: one file that imports nothing from poolfuzz (torch and the wheel only), "
             "makes the trace's upstream calls in order and checks each as poolfuzz's driver does; it exits 1 and prints "
-            f"`REPRODUCED` with the numbers when the bug shows, 0 when every check holds. Run: `{pin} && python repro.py`",
+            f"`REPRODUCED` with the numbers when the bug shows, 0 when every check holds. Run: `{pin} repro.py`{where}",
             "",
             f"<details><summary>repro.py ({len(report.script.splitlines())} lines)</summary>",
             "",
@@ -285,7 +287,7 @@ def _reproduction(report: Report) -> list[str]:
     if committed is not None:
         return [
             f"{reason} The committed one, `{committed}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 "
-            f"when it reproduces). Run: `{pin} && python {committed}`",
+            f"when it reproduces). Run: `{pin} {committed}`{where}",
             "",
             "```python",
             report.repro.read_text().rstrip() if report.repro is not None else "",

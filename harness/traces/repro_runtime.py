@@ -106,6 +106,7 @@ class KVRun:
         self.page_size, self.num_pages, self.sides = page_size, num_pages, sides
         self.two_sided = set(sides) == {"full", "SWA"}
         self.held: dict[int, list[int]] = {}
+        self.requests: set[int] = set()  # the allocations an extend made (a request's row), not a plain alloc
         self.windowed: dict[int, list[int]] = {}
         self.handles = 0
         self.group_open = False
@@ -120,6 +121,16 @@ class KVRun:
         """The slots of ``handle``'s oldest ``pages`` (at least 1) pages that still have an SWA peer: the window slides."""
         chosen = set(self.windowed[handle][: max(1, pages)])
         return [s for s in self.held[handle] if s // self.page_size in chosen]
+
+    def segment(self, handle: int, start_page: int, trim: int) -> tuple[list[int], list[int], int]:
+        """``free_segment`` as ``free_kv_row_segments`` and radix eviction free a row: of a request its whole row, of a
+        plain allocation the pages from ``start_page`` (clipped) on, the last one's last ``trim`` tokens left out (a row
+        ending inside a page).  Returns the slots released (whole pages), the slots sent, and ``start_pos``."""
+        ps, row = self.page_size, self.held[handle]
+        request = handle in self.requests
+        first = 0 if request else min(max(start_page, 0), len(row) // ps - 1) * ps
+        end = len(row) if request else len(row) - min(max(trim, 0), ps - 1)
+        return row[first:], row[first:end], first
 
     def tail_pages(self, swa_tail_len: int) -> int:
         return -(-swa_tail_len // self.page_size)
@@ -157,10 +168,11 @@ class KVRun:
         need: int,
         need_swa: int | None = None,
         window_from: list[int] | None = None,
+        request: bool = False,
     ) -> None:
         """An allocating call for ``owners`` (``None``: a new allocation) growing from ``pres`` to ``seqs`` tokens,
         taking ``need`` fresh pages on each side (``need_swa`` on the SWA side of an SWA tail, whose tokens from
-        ``window_from`` on get SWA peers)."""
+        ``window_from`` on get SWA peers); ``request``: the new allocations are requests (an extend's)."""
         ps, before = self.page_size, self.free_sizes()
         needs = {side: need_swa if side == "SWA" and need_swa is not None else need for side in before}
         short = [side for side, free in before.items() if needs[side] * ps > free]
@@ -218,6 +230,8 @@ class KVRun:
             if owner is None:
                 owner, self.handles = self.handles, self.handles + 1
                 self.held[owner] = []
+                if request:
+                    self.requests.add(owner)
             self.held[owner] += mine
             self.windowed[owner] = self.windowed.get(owner, []) + [p for p in peered if p in {s // ps for s in mine}]
             start += seq - pre
@@ -244,6 +258,8 @@ class KVRun:
         self.windowed[handle] = [p for p in self.windowed.get(handle, ()) if p not in peers]
         if full:
             self.held[handle] = [s for s in self.held[handle] if s // ps not in pages]
+            if handle in self.requests and not self.held[handle]:
+                self.requests.discard(handle)
         after = self.free_sizes()
         if self.group_open:
             for side, gone in released.items():
@@ -296,5 +312,5 @@ class KVRun:
         accepted("clear()", call)
         after = self.free_sizes()
         check(after == sizes, "clear-restores", "clear() did not free every page", free_tokens=after, expected=sizes)
-        self.held, self.windowed, self.group_open = {}, {}, False
+        self.held, self.requests, self.windowed, self.group_open = {}, set(), {}, False
         self.pending = {side: set() for side in self.sides}

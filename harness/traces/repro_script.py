@@ -102,7 +102,7 @@ def _kv_step(op: str, args: dict[str, Any], *, ps: int, family: str) -> Lines:
         return [
             f"pres, lasts = run.tails({_literal(owners)})",
             f"seqs = [p + e for p, e in zip(pres, {_literal(extends)})]",
-            f"run.allocate({what}, lambda: {call}, owners={_literal(owners)}, pres=pres, seqs=seqs, need={need})",
+            f"run.allocate({what}, lambda: {call}, owners={_literal(owners)}, pres=pres, seqs=seqs, need={need}, request=True)",
         ]
     if op == "decode":
         handles = [int(h) for h in args["handles"]]
@@ -157,6 +157,12 @@ def _kv_step(op: str, args: dict[str, Any], *, ps: int, family: str) -> Lines:
         return [
             f"slots = run.first_pages({h}, {count})",
             f'run.release("free(part of handle {h})", lambda: pool.free(t({sent})), {h}, slots)',
+        ]
+    if op == "free_segment" and not swa:
+        h, start, trim = int(args["handle"]), int(args.get("start_page", 0)), int(args.get("trim", 0))
+        return [
+            f"slots, sent, first = run.segment({h}, {start}, {trim})",
+            f'run.release(f"free_segment(handle {h}, start_pos={{first}})", lambda: pool.free_segment(t(sent), start_pos=first), {h}, slots)',
         ]
     if op == "group_begin":
         return ["run.group_begin(pool.free_group_begin)"]
@@ -314,7 +320,11 @@ def generate(trace: Trace, result: ReplayResult, *, source: str = "the trace", v
         "",
         "",
         "def main() -> int:",
-        "    print(f\"sglang {metadata.version('sglang')} from {SRT.parent}\")",
+        "    try:",
+        '        installed = metadata.version("sglang")',
+        "    except metadata.PackageNotFoundError:  # a checkout's python/ folder on PYTHONPATH",
+        '        installed = "(a source folder)"',
+        '    print(f"sglang {installed} from {SRT.parent}")',
         "    try:",
         "        reproduce()",
         "    except Reproduced as found:",
