@@ -149,3 +149,86 @@ def test_upstreams_busy_check_runs_after_every_iteration_with_a_batch_in_flight_
     assert loop.busy_check is not None and loop.busy_check[0], loop.busy_check
     with pytest.raises(InvariantViolation, match="checker-agreement"):
         judges.judge(engine.observe())
+
+
+def _judged(engine: Any, steps: int, samples: dict[str, int] | None = None) -> None:
+    from poolfuzz.harness.kits.engine.checks import judge
+
+    for _ in range(steps):
+        engine.step(samples or {})
+        judge(engine.loop, engine.checker)
+
+
+def test_an_arrival_runs_upstreams_handle_generate_request_and_a_too_long_prompt_leaves_at_a_one_token_prefill() -> None:
+    """``_handle_generate_request`` (scheduler.py:3222-3234): a prompt of ``max_req_input_len`` tokens or more is queued
+    finished with an abort, cut to one token (``set_finish_with_abort``, schedule_batch.py:2233), and its one-token prefill
+    releases what it took; the pools balance after."""
+    engine = _engine("overlap", tokens=32, rows=2)
+    loop = engine.loop
+    with _calls({"_handle_generate_request"}) as seen:
+        long = loop.arrive(list(range(100, 130)), 8)
+        short = loop.arrive([11, 12, 13], 4)
+    assert [f.rsplit("/", 1)[-1] for f, _, _ in seen] == ["scheduler.py", "scheduler.py"]
+    assert long is not None and long.to_finish is not None and list(long.origin_input_ids) == [0]
+    assert short is not None and short.to_finish is None
+    _judged(engine, 8)
+    assert long.finished() and short.finished()
+    assert engine.observe().at_rest
+
+
+def test_priority_preemption_under_overlap_releases_a_running_request_whose_batch_is_queued_and_requeues_it() -> None:
+    """``--enable-priority-scheduling``: a request 40 above the running ones (threshold 10) preempts one
+    (``preempt_to_schedule``, schedule_policy.py:1760-1778, ``release_req``) while that request's decode batch is still
+    queued; the processor skips its queued result (batch_result_processor.py:1022), the request waits again, retracted,
+    and every step is judged clean."""
+    engine = _engine("overlap", rows=2, tokens=48, priority_scheduling=True)
+    loop = engine.loop
+    for tail in (50, 51):
+        loop.arrive([11, 12, 13, 14, tail], 20, priority=0)
+    _judged(engine, 3)
+    assert loop.in_flight() and len(loop.running_batch.reqs) == 2
+    loop.arrive([31, 32, 33], 5, priority=40)
+    _judged(engine, 1)
+    assert [(r.rid, r.is_retracted) for r in loop.waiting_queue] == [("r0-", True)]
+    _judged(engine, 40)
+    assert engine.observe().at_rest
+
+
+def test_the_queue_limit_refuses_an_arrival_or_evicts_a_lower_priority_one_and_a_refused_priority_never_queues() -> None:
+    """``_abort_on_queued_limit`` (scheduler.py:3552-3596) with ``--max-queued-requests 1``: under priority scheduling an
+    arrival below the queued request is refused, one above evicts it; ``--abort-on-priority-when-disabled`` refuses any
+    request naming a priority (``_set_or_validate_priority``, :3520-3543)."""
+    engine = _engine("overlap", rows=2, tokens=48, priority_scheduling=True, max_queued_requests=1)
+    loop = engine.loop
+    assert loop.arrive([11, 12], 5, priority=5) is not None
+    assert loop.arrive([11, 13], 5, priority=1) is None
+    assert loop.arrive([11, 14], 5, priority=30) is not None
+    assert [r.rid for r in loop.waiting_queue] == ["r2-"]
+    _judged(engine, 6)
+    refusing = _engine("normal", rows=2, tokens=48, abort_on_priority_when_disabled=True).loop
+    assert refusing.arrive([1, 2, 3], 4, priority=3) is None and refusing.arrive([1, 2, 3], 4) is not None
+
+
+@pytest.mark.parametrize("loop_kind", ["overlap", "normal"])
+def test_the_timeouts_and_abort_all_go_through_upstreams_ingest_and_abort_request_and_the_pools_balance(loop_kind: str) -> None:
+    """A running request past ``SGLANG_REQ_RUNNING_TIMEOUT`` and a waiting one past ``SGLANG_REQ_WAITING_TIMEOUT`` are polled
+    out by ``ingest_requests`` (scheduler.py:2202, :3598-3651) and aborted by ``abort_request``; then ``abort_all`` ends the
+    rest.  Nothing is held afterwards."""
+    engine = _engine(loop_kind, rows=2, tokens=48, waiting_timeout=True, running_timeout=True)
+    loop = engine.loop
+    for tail in (50, 51, 52):
+        loop.arrive([11, 12, 13, 14, tail], 20)
+    _judged(engine, 3)
+    assert [r.rid for r in loop.waiting_queue] == ["r2-"]
+    running = loop.running_batch.reqs[0]
+    assert loop.expire(1) == running.rid  # the waiting request first, then the running ones
+    assert loop.expire(0) == "r2-"
+    with _calls({"_poll_timeout_aborts", "abort_request"}) as seen:
+        _judged(engine, 2)
+    assert {name for _, name, _ in seen} == {"_poll_timeout_aborts", "abort_request"}
+    assert running.finished() and "timeout" in running.finished_reason.message and not loop.waiting_queue
+    loop.arrive([31, 32, 33], 30)
+    _judged(engine, 2)
+    assert loop.abort_all() >= 1
+    _judged(engine, 4)
+    assert engine.observe().at_rest

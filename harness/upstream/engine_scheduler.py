@@ -44,6 +44,8 @@ from poolfuzz.harness.upstream.sglang_stand_ins import EXPIRED
 
 WAITING_TIMEOUT = "SGLANG_REQ_WAITING_TIMEOUT"
 """environ.py:685 (seconds, default -1: off)."""
+RUNNING_TIMEOUT = "SGLANG_REQ_RUNNING_TIMEOUT"
+"""environ.py:686 (seconds, default -1: off)."""
 
 DEFAULT_TOKEN = 7
 """What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
@@ -96,10 +98,17 @@ class SchedulerLoop(EngineLoop):
         """Upstream's ``self_check_during_busy`` at the end of the last iteration (scheduler.py:2057, :2133): (leak, its
         words), or ``None`` where it did not check (no last batch) or memory changed since (an abort, a pause)."""
 
+    @engine_call
     def attach_checker(self, checker: Any) -> None:
-        """Upstream's checker and pool observer, for ``on_idle``'s leak check (scheduler.py:5284-5309)."""
-        self.s.invariant_checker = checker.checker
-        self.s.pool_stats_observer = checker.observer
+        """Upstream's checker and pool observer, for ``on_idle``'s leak check (scheduler.py:5284-5309), built by the
+        scheduler's own ``init_pool_stats_observer`` and ``init_invariant_checker`` (:2507-2540, as ``__init__`` calls them)
+        from the attributes :func:`~poolfuzz.harness.upstream.sglang_scheduler.attributes_for` set; the judges' checker
+        then reads the same two objects the scheduler's ``on_idle`` and busy check use."""
+        s = self.s
+        s.init_pool_stats_observer()
+        s.init_invariant_checker()
+        checker.observer = s.pool_stats_observer
+        checker.checker = s.invariant_checker
 
     # ------------------------------------------------------------------ requests
     @engine_call
@@ -158,46 +167,58 @@ class SchedulerLoop(EngineLoop):
 
     @engine_call
     def expire(self, pick: int) -> str | None:
-        """Time passes for one waiting request: with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``EngineTargetConfig.waiting_timeout``)
-        it has now waited past the timeout, and the next ``ingest_requests`` aborts it (``_poll_timeout_aborts``,
-        scheduler.py:3598-3620).  The request's id, or ``None`` without the knob or a waiting request."""
-        waiting = self.s.waiting_queue
-        if not (self.config.waiting_timeout and waiting):
+        """Time passes for one request: a waiting one has waited past ``SGLANG_REQ_WAITING_TIMEOUT``
+        (``EngineTargetConfig.waiting_timeout``), or a running one (of the running or the last batch, as
+        ``_collect_inflight_batches`` lists them, scheduler.py:5665-5673) has run past ``SGLANG_REQ_RUNNING_TIMEOUT``
+        (``running_timeout``).  The next ``ingest_requests`` polls it out (``_poll_timeout_aborts``, :3598-3651).  The
+        request's id, or ``None`` where neither knob names a request."""
+        s = self.s
+        waiting = list(s.waiting_queue) if self.config.waiting_timeout else []
+        running: list[Any] = []
+        if self.config.running_timeout:
+            for batch in (s.running_batch, s.last_batch):
+                running += [r for r in (batch.reqs if batch is not None else ()) if not r.finished() and r not in running]
+        if not waiting + running:
             return None
-        req = waiting[pick % len(waiting)]
-        req.time_stats.wait_queue_entry_time = EXPIRED
+        req = (waiting + running)[pick % len(waiting + running)]
+        if req in waiting:
+            req.time_stats.wait_queue_entry_time = EXPIRED
+        else:
+            req.time_stats.forward_entry_time = EXPIRED
         return str(req.rid)
 
     # ------------------------------------------------------------------ iterations
     @contextlib.contextmanager
     def _server_environment(self) -> Iterator[None]:
-        """The knobs of :meth:`EngineLoop._server_environment`, ``SGLANG_REQ_WAITING_TIMEOUT`` when the shape has it (one
-        second: a stamp of :data:`EXPIRED` is past it, an unstamped request never is), and ``pp_max_micro_batch_size`` as
+        """The knobs of :meth:`EngineLoop._server_environment`, the waiting and running timeouts where the shape has them
+        (one second: a stamp of :data:`EXPIRED` is past it, an unstamped request never is), and ``pp_max_micro_batch_size`` as
         the scheduler's init overrides it (``max_running_requests // pp_size``, scheduler.py:1237-1243) in the process-wide
         runtime context."""
         parallel = RUNTIME.bags["parallel"]
         saved = parallel.__dict__.get("pp_max_micro_batch_size")
         parallel.__dict__["pp_max_micro_batch_size"] = self.config.rows
-        timeout = os.environ.get(WAITING_TIMEOUT)
-        if self.config.waiting_timeout:
-            os.environ[WAITING_TIMEOUT] = "1"
+        knobs = {
+            name: "1" for name, on in ((WAITING_TIMEOUT, self.config.waiting_timeout), (RUNNING_TIMEOUT, self.config.running_timeout)) if on
+        }
+        saved_knobs = {name: os.environ.get(name) for name in knobs}
+        os.environ.update(knobs)
         try:
             with super()._server_environment():
                 yield
         finally:
             parallel.__dict__["pp_max_micro_batch_size"] = saved
-            if self.config.waiting_timeout:
-                if timeout is None:
-                    os.environ.pop(WAITING_TIMEOUT, None)
+            for name, value in saved_knobs.items():
+                if value is None:
+                    os.environ.pop(name, None)
                 else:
-                    os.environ[WAITING_TIMEOUT] = timeout
+                    os.environ[name] = value
 
     def _ingest(self) -> None:
         """``ingest_requests`` (scheduler.py:2033, :2075): the timeout aborts ``_poll_timeout_aborts`` emits, dispatched by
-        ``process_input_requests`` to ``abort_request``.  Run only with the waiting timeout on: without it the poll emits
+        ``process_input_requests`` to ``abort_request``.  Run only with a timeout on: without one the poll emits
         nothing and no request arrives through the receiver (arrivals come through :meth:`arrive`), so the call would move
         no memory and only cost the common step."""
-        if self.config.waiting_timeout:
+        if self.config.waiting_timeout or self.config.running_timeout:
             self.s.ingest_requests()
 
     def _waiting_timeout(self) -> bool:

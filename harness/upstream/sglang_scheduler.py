@@ -185,7 +185,10 @@ class RequestDispatcher:
 
 class NoSessions:
     """``session_controller`` (init_running_status, scheduler.py:1346) with no session open: ``process_input_requests``
-    reaps none (:2226), and a request naming a session finds none (:3095-3101)."""
+    reaps none (:2226), a request naming a session finds none (:3095-3101), and the pool observer counts no streaming
+    session (pool_stats_observer.py:186-191)."""
+
+    sessions: dict[str, Any] = {}
 
     def maybe_reap(self, now: float) -> None:
         return None
@@ -272,7 +275,11 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "max_prefill_bs": 0,  # :4167 (no prefill batch-size cap)
         "model_config": loop.model_config,  # ScheduleBatch.init_new :4339
         "spec_algorithm": loop.spec_algorithm,  # init_new :4341, get_next_batch_to_run :3988
-        "is_hybrid_swa": config.hybrid_swa,  # :4091
+        "is_hybrid_swa": config.hybrid_swa,  # :4091, init_pool_stats_observer :2514
+        "is_hybrid_ssm": config.hybrid_ssm,  # init_pool_stats_observer :2515, init_invariant_checker :2526
+        # init_memory_pool_and_cache (:607-608): the full and SWA pools' sizes on hybrid SWA, None otherwise
+        "full_tokens_per_layer": config.tokens if config.hybrid_swa else None,  # :2517, :2529
+        "swa_tokens_per_layer": config.swa_tokens if config.hybrid_swa else None,  # :2518, :2530
         "device": "cpu",
         # queues and loop state
         "waiting_queue": [],  # :4100, :4213

@@ -104,6 +104,10 @@ class EngineTargetConfig(PoolConfig):
     on a server where nothing runs waits past any timeout, so with the knob on such an iteration aborts the
     queue head as the timeout would, and the server goes on (the way past finding 5's hang)."""
 
+    running_timeout: bool = setting(False)
+    """``SGLANG_REQ_RUNNING_TIMEOUT > 0`` (environ.py:686, default -1, off): a request that has run past the timeout is
+    aborted with a message (``_poll_timeout_aborts``, scheduler.py:3622-3650, then ``abort_request``'s ``to_finish`` with
+    503, :5805-5810); the fuzzer decides when a running request has run too long (the ``expire`` move)."""
     priority_scheduling: bool = setting(False)
     """``--enable-priority-scheduling`` (arg_groups/fields/schedule.py:103): requests carry a priority, the policy sorts the
     queue by it (schedule_policy.py), and a request more than ``priority_scheduling_preemption_threshold`` (10, the default)

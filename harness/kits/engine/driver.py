@@ -155,14 +155,15 @@ class EngineDriver(Driver):
 
     @operation
     def expire(self, pick: int) -> Any:
-        """A waiting request waits past ``SGLANG_REQ_WAITING_TIMEOUT`` (servers with the knob on); the next iteration's
-        ``ingest_requests`` aborts it.  Skipped without the knob or a waiting request."""
+        """A waiting request waits past ``SGLANG_REQ_WAITING_TIMEOUT``, or a running one runs past
+        ``SGLANG_REQ_RUNNING_TIMEOUT`` (servers with the knob on); the next iteration's ``ingest_requests`` aborts it.
+        Skipped where no knob names a request."""
         if not hasattr(self.loop, "expire"):
             return SKIPPED
         expired = [target.loop.expire(pick) for target in self.targets]
         if expired[0] is None:
             return SKIPPED
-        self.event("a waiting request timed out")
+        self.event("a request timed out")
         return None
 
     @operation

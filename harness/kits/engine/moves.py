@@ -107,18 +107,25 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
         config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     # Every server runs the overlap loop (scheduler.py:500-502); the normal loop is the variant.
     config = config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
-    return config.replaced(**admission_arguments(choose, rows))
+    return config.replaced(**scheduling_arguments(choose, rows))
 
 
-def admission_arguments(choose: Chooser, rows: int) -> dict[str, object]:
-    """The server arguments that change who enters the waiting queue and in what order: a quarter of the servers schedule
-    by priority (with preemption, its default), a quarter cap the queue (``--max-queued-requests``, at the rows or half),
-    and one in eight of the others refuses requests that name a priority (``--abort-on-priority-when-disabled``).
+def scheduling_arguments(choose: Chooser, rows: int) -> dict[str, object]:
+    """The server arguments that change who enters the waiting queue, in what order, and who leaves it: a third schedule
+    by priority (with preemption, its default), two in five cap the queue (``--max-queued-requests``, at the rows or half),
+    a quarter of the others refuse requests that name a priority (``--abort-on-priority-when-disabled``), and one in
+    five has the running timeout on (``SGLANG_REQ_RUNNING_TIMEOUT``; the ``expire`` move says when a request ran too long).
     Drawn after the rest of the shape, so a seed's earlier draws stay what they were."""
-    priority = choose.randrange(0, 4) == 0
+    priority = choose.randrange(0, 3) == 0
     queued = choose.choice((None, None, None, rows, max(1, rows // 2)))
-    refuse = not priority and choose.randrange(0, 8) == 0
-    return {"priority_scheduling": priority, "max_queued_requests": queued, "abort_on_priority_when_disabled": refuse}
+    refuse = not priority and choose.randrange(0, 4) == 0
+    running_timeout = choose.randrange(0, 5) == 0
+    return {
+        "priority_scheduling": priority,
+        "max_queued_requests": queued,
+        "abort_on_priority_when_disabled": refuse,
+        "running_timeout": running_timeout,
+    }
 
 
 def engine_corners(config: EngineTargetConfig) -> list[str]:
@@ -191,8 +198,9 @@ def _abort_all(view: EngineView, choose: Chooser) -> Step | None:
 
 
 def _expire(view: EngineView, choose: Chooser) -> Step | None:
-    """Time passes for a waiting request on a server with the waiting timeout on."""
-    if not (view.waiting and view.config.waiting_timeout):
+    """Time passes for a waiting request (the waiting timeout on) or a running one (the running timeout on)."""
+    config = view.config
+    if not ((view.waiting and config.waiting_timeout) or (view.running and config.running_timeout)):
         return None
     return Ops.expire, {"pick": choose.randrange(0, 8)}
 
@@ -227,7 +235,7 @@ def engine_table() -> MoveTable[EngineView]:
             Move(Ops.pause, 1, _pause, corner="weight-update pause"),
             Move(Ops.prioritized, 3, _prioritized, corner="arrival with a priority"),
             Move(Ops.abort_all, 1, _abort_all, corner="abort of all requests"),
-            Move(Ops.expire, 1, _expire, corner="waiting timeout"),
+            Move(Ops.expire, 2, _expire, corner="a timeout"),
         ),
         corners=engine_corners,
     )

@@ -121,6 +121,8 @@ PREEMPT = Cite(
 ABORT_ALL = _at(5677, "if recv_req.abort_all or chunked_req.rid.startswith(recv_req.rid):", note="abort_request(abort_all=True)")
 POLL = _at(2202, "local_reqs = self._poll_timeout_aborts()", note="ingest_requests, the top of every iteration")
 EXPIRED = _at(3608, "entry_time = req.time_stats.wait_queue_entry_time", note="a queued request past SGLANG_REQ_WAITING_TIMEOUT")
+RAN_TOO_LONG = _at(3638, "if 0 < req.time_stats.forward_entry_time < deadline:", note="a running request past SGLANG_REQ_RUNNING_TIMEOUT")
+TIMED_OUT_RUNNING = _at(5808, "req.to_finish = FINISH_ABORT(", note="abort_request with the timeout's abort_message (503)")
 
 PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
@@ -231,9 +233,10 @@ CONTRACT: Contract[object] = Contract(
         CallRule(
             Ops.expire,
             (),
-            "a waiting request passes SGLANG_REQ_WAITING_TIMEOUT: no call now; the next iteration's ingest_requests polls "
-            "it out (_poll_timeout_aborts) and abort_request drops it",
-            (POLL, EXPIRED, WAITING_TIMEOUT),
+            "a waiting request passes SGLANG_REQ_WAITING_TIMEOUT, or a running one SGLANG_REQ_RUNNING_TIMEOUT: no call now; "
+            "the next iteration's ingest_requests polls it out (_poll_timeout_aborts) and abort_request drops the waiting "
+            "one, or marks the running one to_finish with the timeout's message",
+            (POLL, EXPIRED, WAITING_TIMEOUT, RAN_TOO_LONG, TIMED_OUT_RUNNING),
         ),
         CallRule(
             Ops.pause,
