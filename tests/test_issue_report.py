@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def _installed_version() -> str | None:
 @pytest.mark.skipif(_installed_version() != "0.5.23", reason="the reproductions are written for sglang 0.5.23")
 @pytest.mark.parametrize("key", sorted(FINDINGS))
 def test_each_committed_findings_report_carries_a_reproduction_that_fails_on_0_5_23(key: str, tmp_path: Path) -> None:
-    report = build_report(FINDINGS[key])
+    report = build_report(FINDINGS[key], check_script=False)  # the command's own run of it: the CLI test below
     text = render(report)
     finding = report.finding
     assert finding is not None and finding.key == key
@@ -65,9 +66,20 @@ def test_the_report_command_writes_the_issue_and_the_reproduction(tmp_path: Path
     out, repro = tmp_path / "issue.md", tmp_path / "repro.py"
     trace = FINDINGS["mamba-clear-keeps-reservation"]
     assert run_command(["report", str(trace), "--out", str(out), "--repro", str(repro)]) == 0
-    assert out.read_text().startswith("# MambaSlotAllocator.clear() keeps an open group's reservation")
+    issue = out.read_text()
+    assert issue.startswith("# MambaSlotAllocator.clear() keeps an open group's reservation")
+    assert "Checked here, on upstream SGLang 0.5.23: it exits 1: `REPRODUCED: [clear-restores] at step 2: clear()" in issue
     assert repro.read_text().startswith("#!/usr/bin/env python3\n") and "def reproduce()" in repro.read_text()
     assert not (tmp_path / "_wheel_allocators.py").exists(), "the generated script carries its loader"
+
+
+@needs_sglang
+def test_a_generated_script_that_does_not_show_the_violation_gives_way_to_the_committed_one() -> None:
+    report = build_report(FINDINGS["paged-decode-page-size-1"], check_script=False)
+    assert report.repro is not None
+    text = render(replace(report, checked=(0, "not reproduced: every check held")))
+    assert "it exits 0: `not reproduced: every check held`" in text and "do not show what poolfuzz's driver saw" in text
+    assert f"```python\n{report.repro.read_text().rstrip()}\n```" in text, "the hand-written reproduction, in full"
 
 
 @pytest.mark.parametrize(

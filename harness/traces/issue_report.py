@@ -42,8 +42,9 @@ from poolfuzz.harness.judge.trace import Trace
 from poolfuzz.harness.traces.known_replay import committed_finding
 from poolfuzz.harness.traces.realistic import unrealistic
 from poolfuzz.harness.traces.replay import ReplayResult, plural, replay_trace
-from poolfuzz.harness.traces.repro_script import NotGeneratable, generate
+from poolfuzz.harness.traces.repro_script import NotGeneratable, generate, run_script
 from poolfuzz.harness.traces.schema import TraceError, load_trace
+from poolfuzz.harness.upstream import distribution_of
 from poolfuzz.harness.upstream.classify import classify
 from poolfuzz.harness.upstream.known import (
     KNOWN_FILE,
@@ -84,6 +85,9 @@ class Report:
     """The reproduction generated from the trace (:func:`~poolfuzz.harness.traces.repro_script.generate`), or ``None``."""
     not_generated: str = ""
     """Why no script was generated (the target or an operation has no translation), when ``script`` is ``None``."""
+    checked: tuple[int | None, str] | None = None
+    """The generated script run here (:func:`~poolfuzz.harness.traces.repro_script.run_script`): its exit status and
+    ``REPRODUCED`` (or last) line; ``None`` when not run."""
 
 
 def committed_repro(finding: KnownFinding | None) -> Path | None:
@@ -112,8 +116,10 @@ def write_repro(report: Report, destination: Path) -> Path:
     return destination
 
 
-def build_report(path: Path, *, across: list[str] | None = None) -> Report:
-    """Load, check and replay ``path``; :class:`ReportError` for input that has nothing to report upstream."""
+def build_report(path: Path, *, across: list[str] | None = None, check_script: bool = True) -> Report:
+    """Load, check and replay ``path``; :class:`ReportError` for input that has nothing to report upstream.
+
+    ``check_script``: run the generated reproduction here, on the copy the replay used, so the issue says what it did."""
     if not path.is_file():
         raise ReportError(f"{path}: no such file")
     try:
@@ -141,6 +147,7 @@ def build_report(path: Path, *, across: list[str] | None = None) -> Report:
         script, not_generated = generate(trace, result, source=f"`{_shown(path)}`", version=code["version"]), ""
     except NotGeneratable as exc:
         script, not_generated = None, str(exc)
+    checked = run_script(script, site=_site(code, result.implementation)) if script is not None and check_script else None
     return Report(
         path=path,
         trace=trace,
@@ -153,7 +160,16 @@ def build_report(path: Path, *, across: list[str] | None = None) -> Report:
         across=across or [],
         script=script,
         not_generated=not_generated,
+        checked=checked,
     )
+
+
+def _site(code: dict[str, str], implementation: str) -> Path | None:
+    """The folder holding the package of ``--sglang-src`` (``None``: the installed copy), for the script's run here."""
+    if code.get("origin", "installed") == "installed":
+        return None
+    declared = distribution_of(implementation.partition(":")[2])
+    return None if declared is None else declared.locate().site
 
 
 def _realistic(path: Path, trace: Trace, finding: KnownFinding | None) -> tuple[Path, Trace] | None:
@@ -261,13 +277,16 @@ def render(report: Report) -> str:
 
 
 def _reproduction(report: Report) -> list[str]:
-    """The generated script (folded), the committed hand-written one named beside it; else that one, else what one needs."""
+    """The generated script (folded) and what it did here, the committed hand-written one named beside it; else (none
+    generated, or its checks do not show the violation) the committed one in full, else what one needs."""
     pin, where = f"pip install --no-deps {report.code['distribution']}=={report.code['version']} && python", ""
     if report.code.get("origin", "installed") != "installed":  # --sglang-src: the copy replayed here is a folder
         pin, where = "PYTHONPATH=FOLDER python", f" (FOLDER: the folder holding `sglang/` of `{report.code['origin']}`)"
     committed = report.repro.relative_to(REPOSITORY) if report.repro is not None else None
+    lines: list[str] = []
+    reason = f"No reproduction is generated for this trace: {report.not_generated}."
     if report.script is not None:
-        lines = [
+        lines += [
             "Generated from the shortest trace: one file that imports nothing from poolfuzz (torch and the wheel only), "
             "makes the trace's upstream calls in order and checks each as poolfuzz's driver does; it exits 1 and prints "
             f"`REPRODUCED` with the numbers when the bug shows, 0 when every check holds. Run: `{pin} repro.py`{where}",
@@ -280,12 +299,21 @@ def _reproduction(report: Report) -> list[str]:
             "",
             "</details>",
         ]
-        if committed is not None:
-            lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with `{SIBLING}` beside it)."]
-        return lines
-    reason = f"No reproduction is generated for this trace: {report.not_generated}."
+        code, said = report.checked or (None, "")
+        if report.checked is not None:
+            lines += ["", f"Checked here, on {upstream_label(report.code)}: it exits {code}: `{said}`"]
+        if report.checked is None or code == 1 or report.result.outcome != "violation":
+            if committed is not None:
+                lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with `{SIBLING}` beside it)."]
+            return lines
+        lines.append("")
+        reason = (
+            "The generated script's checks (each call's answer and the free sizes, what the allocator's callers observe) "
+            "do not show what poolfuzz's driver saw."
+        )
     if committed is not None:
         return [
+            *lines,
             f"{reason} The committed one, `{committed}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 "
             f"when it reproduces). Run: `{pin} {committed}`{where}",
             "",
@@ -294,9 +322,10 @@ def _reproduction(report: Report) -> list[str]:
             "```",
         ]
     return [
+        *lines,
         f"{reason} One needs: the installed wheel's files for the class (`{SIBLING}` loads the allocators without "
         "importing sglang), the target's constructor with the server arguments above, and the upstream calls of the "
-        "shortest trace in order, then a check of the invariant poolfuzz reports (exit 1 when it holds no longer)."
+        "shortest trace in order, then a check of the invariant poolfuzz reports (exit 1 when it holds no longer).",
     ]
 
 

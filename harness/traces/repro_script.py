@@ -25,6 +25,9 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,7 @@ LEFT_OUT = {
 }
 """What a Mamba script (``True``) and a KV one (``False``) leave out of the loader and of the checks: what it never calls."""
 
-__all__ = ["LOADER", "NotGeneratable", "TARGETS", "generate", "ran_steps"]
+__all__ = ["LOADER", "NotGeneratable", "TARGETS", "generate", "ran_steps", "run_script"]
 
 
 class NotGeneratable(ValueError):
@@ -340,8 +343,21 @@ def generate(trace: Trace, result: ReplayResult, *, source: str = "the trace", v
     return "\n".join(header) + "\n"
 
 
-def write_script(text: str, destination: Path) -> Path:
-    """Write a generated script (one file: it needs nothing beside it)."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(text)
-    return destination
+def run_script(text: str, *, site: Path | None = None, timeout: float = 120) -> tuple[int | None, str]:
+    """Run a generated script as its reader would, in a fresh isolated interpreter (``-I``: no PYTHONPATH, no user
+    site, not the repository's folder); ``site`` (the folder holding ``sglang/`` of ``--sglang-src``) goes first on
+    its path.  Returns the exit status (``None`` past ``timeout``) and its ``REPRODUCED`` line, else its last line."""
+    with tempfile.TemporaryDirectory(prefix="poolfuzz-repro-") as folder:
+        script = Path(folder) / "repro.py"
+        script.write_text(text)
+        head = f"import sys; sys.path.insert(0, {str(site)!r}); " if site is not None else ""
+        boot = f"{head}import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", boot], cwd=folder, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"no answer in {timeout:.0f} s"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    said = next((line for line in lines if line.startswith("REPRODUCED")), lines[-1] if lines else "")
+    return done.returncode, said
