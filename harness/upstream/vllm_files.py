@@ -38,6 +38,9 @@ REAL_PREFIXES = (
     "vllm.v1.hisparse.block_pool",  # a base the single-type managers import (single_type_kv_cache_manager.py:21)
     "vllm.v1.metrics.stats",  # PrefixCacheStats, SchedulerStats (stats off: built, never published)
     "vllm.utils.math_utils",  # cdiv, round_up, round_down
+    # gc_untrack, untracked_list, untrack_long_lists: 0.34.0's block_pool.py:16, request.py:18, sched/output.py:10
+    # and single_type_kv_cache_manager.py:10 import them (0.33.0 has the file and no caller on this path)
+    "vllm.utils.gc_utils",
 )
 """The modules run from vLLM's files: the v1 scheduler's whole memory path (docs/engine-vllm.md)."""
 

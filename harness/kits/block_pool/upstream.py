@@ -115,8 +115,13 @@ class VllmBlockPool:
     def cached_block_ids(self) -> dict[int, list[int]]:
         """Hash -> ids of the blocks cached under it, lookup answer first (read from upstream's map)."""
         by_hash: dict[int, list[int]] = {}
-        for key, blocks in self.inner.cached_block_hash_to_block._cache.items():
-            ids = [blocks.block_id] if hasattr(blocks, "block_id") else list(blocks)
+        cached = self.inner.cached_block_hash_to_block
+        duplicates = getattr(cached, "_dup_ids", {})
+        for key, blocks in cached._cache.items():
+            if isinstance(blocks, int):  # 0.34.0: the answer's id, every id of a shared key in _dup_ids (block_pool.py:61-64)
+                ids = [blocks, *(i for i in duplicates.get(key, ()) if i != blocks)]
+            else:  # 0.31.0-0.33.0: the block, or a dict of id -> block for a shared key
+                ids = [blocks.block_id] if hasattr(blocks, "block_id") else list(blocks)
             by_hash.setdefault(_hash_value(key), []).extend(ids)
         return by_hash
 

@@ -15,6 +15,7 @@ and :meth:`observe` reports what it still reads.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ def vllm_config(config: VllmEngineConfig) -> Fields:
             enable_chunked_prefill=config.enable_chunked_prefill,  # :1338
             async_scheduling=config.async_scheduling,  # :1945
             disable_chunked_mm_input=False,  # :2099
+            # Read by 0.34.0 only, at their defaults (config/scheduler.py:78, :223, :237): arrival-order
+            # admission (scheduler.py:436-437) and no async KV-load limit (read only with a connector, :513)
+            cache_aware_admission_window=0,
+            cache_aware_admission_threshold=0.5,
+            max_num_inflight_kv_loads=None,
         ),
         cache_config=Fields(
             "CacheConfig",
@@ -147,6 +153,18 @@ def hash_lookahead_tokens(config: VllmEngineConfig) -> int:
     return 1 if config.speculative_method == "eagle" and config.enable_prefix_caching else 0
 
 
+def request_block_hasher(utils: Any, config: VllmEngineConfig) -> Any:
+    """``get_request_block_hasher`` called as the loaded release's engine core calls it.
+
+    0.33.0 passes ``num_hash_lookahead_tokens`` (kv_cache_utils.py:953-957); 0.31.0 and 0.32.0 take only the block
+    size and hash function (their :941-944), so their EAGLE-with-prefix-caching servers hash without the lookahead.
+    """
+    parameters = inspect.signature(utils.get_request_block_hasher).parameters
+    if "num_hash_lookahead_tokens" in parameters:
+        return utils.get_request_block_hasher(config.block_size, sha256, hash_lookahead_tokens(config))
+    return utils.get_request_block_hasher(config.block_size, sha256)
+
+
 def kv_cache_config(config: VllmEngineConfig, interface: Any) -> Any:
     """``KVCacheConfig``: one full-attention group, or full + sliding window over one block pool.
 
@@ -186,7 +204,7 @@ class VllmEngine:
         with self.copy.active():
             utils = m["vllm.v1.core.kv_cache_utils"]
             utils.init_none_hash(sha256)
-            self.block_hasher = utils.get_request_block_hasher(config.block_size, sha256, hash_lookahead_tokens(config))
+            self.block_hasher = request_block_hasher(utils, config)
             kind = (
                 m["vllm.v1.core.sched.async_scheduler"].AsyncScheduler
                 if config.async_scheduling
@@ -204,6 +222,7 @@ class VllmEngine:
         self.request_class = m["vllm.v1.request"].Request
         self.status = m["vllm.v1.request"].RequestStatus
         self.output_class = m["vllm.v1.outputs"].ModelRunnerOutput
+        self._indexed_output = "req_id_to_index" in inspect.signature(self.output_class).parameters
         self.drafts_class = m["vllm.v1.outputs"].DraftTokenIds
         self.flights: deque[Flight] = deque()
         self.next_rid = 0
@@ -257,15 +276,16 @@ class VllmEngine:
                 flight = self.flights.popleft()
                 landed = tuple(flight.output.num_scheduled_tokens)
                 self.scheduler.update_from_output(flight.output, self._model_output(flight, samples))
-                if k and not self.config.async_scheduling and not flight.output.skip_drafts:
+                if k and not self.config.async_scheduling and not getattr(flight.output, "skip_drafts", False):
                     # EngineCore.post_step (v1/engine/core.py:699-706): the drafter's proposals after the model ran.
                     # Async scheduling drafts in the worker: the scheduler holds -1 placeholders (async_scheduler.py:41-50).
+                    # 0.31.0 and 0.32.0 have no skip_drafts (sched/output.py): their post_step always drafts.
                     ids = list(flight.output.num_scheduled_tokens)
                     self.scheduler.update_draft_token_ids(self.drafts_class(ids, [[PLAIN] * drafts for _ in ids]))
             elif not scheduled:
                 # Nothing scheduled and nothing in flight: the engine core still calls update_from_output with an
                 # empty output (EngineCore.step), which finishes what was aborted meanwhile.
-                self.scheduler.update_from_output(output, self.output_class(req_ids=[], req_id_to_index={}))
+                self.scheduler.update_from_output(output, self._runner_output([], []))
         self.steps += 1
         self.last_advanced = bool(scheduled or landed)
         return StepReport("schedule" if scheduled else "idle", scheduled, landed)
@@ -299,7 +319,15 @@ class VllmEngine:
             [] if rid in flight.chunks else [PLAIN] * min(self.accepted, len(spec.get(rid, ()))) + [int(samples.get(rid, PLAIN))]
             for rid in req_ids
         ]
-        return self.output_class(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)}, sampled_token_ids=sampled)
+        return self._runner_output(req_ids, sampled)
+
+    def _runner_output(self, req_ids: list[str], sampled: list[list[int]]) -> Any:
+        """``ModelRunnerOutput`` as the loaded release's model runner builds it: 0.31.0-0.33.0 index the requests by
+        ``req_id_to_index``, 0.34.0 by their order in ``req_ids`` alone (outputs.py:267-275, scheduler.py:1006)."""
+        if self._indexed_output:
+            index = {rid: i for i, rid in enumerate(req_ids)}
+            return self.output_class(req_ids=req_ids, req_id_to_index=index, sampled_token_ids=sampled)
+        return self.output_class(req_ids=req_ids, sampled_token_ids=sampled)
 
     # ------------------------------------------------------------------ reads for moves and drivers
     def live(self) -> list[str]:
