@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from poolfuzz.harness.judge.trace import Trace
+from poolfuzz.harness.traces import repro_script
 from poolfuzz.harness.traces.replay import ReplayResult, replay_trace
 from poolfuzz.harness.traces.repro_runtime import KVRun, Reproduced, at
 from poolfuzz.harness.traces.repro_script import NotGeneratable, generate, ran_steps
@@ -250,3 +251,10 @@ def test_a_trace_without_a_translation_is_not_generated_and_says_why(trace: Trac
     result = ReplayResult("pass", trace.implementation, "cpu", len(trace.steps), recorded=tuple(trace.steps), total=len(trace.steps))
     with pytest.raises(NotGeneratable, match=says):
         generate(trace, result)
+
+
+def test_an_install_without_the_corpus_says_the_loader_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(repro_script, "LOADER", tmp_path / "_wheel_allocators.py")
+    trace = _trace("mamba_slots", "MambaSlots", {"size": 1}, [])
+    with pytest.raises(NotGeneratable, match="_wheel_allocators.py is not here"):
+        generate(trace, ReplayResult("pass", trace.implementation, "cpu", 0, total=0))

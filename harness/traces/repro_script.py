@@ -272,6 +272,8 @@ def generate(trace: Trace, result: ReplayResult, *, source: str = "the trace", v
         )
     if result.outcome not in ("violation", "pass"):
         raise NotGeneratable(f"the replay here is {result.outcome}, not a violation or a pass: {result.describe()}")
+    if not LOADER.is_file():  # a non-editable install ships no corpus: a checkout has it
+        raise NotGeneratable(f"the wheel loader {LOADER.name} is not here (it is corpus/upstream/ of a poolfuzz checkout)")
     construct, translate = _construct(trace.family, trace.config)
     body: Lines = []
     for number, step, ran in ran_steps(trace, result):
