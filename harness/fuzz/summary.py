@@ -13,8 +13,6 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from poolfuzz.harness.upstream.known import upstream_label
-
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -47,9 +45,14 @@ def is_failing(failure: dict[str, Any], run: dict[str, Any]) -> bool:
 
 
 def upstream_text(target: Mapping[str, Any]) -> str:
-    """``upstream SGLang 0.5.23`` for a target that runs upstream's code (its ``upstream`` record), else ``""``:
-    the label the known findings and issue reports print (:func:`poolfuzz.harness.upstream.known.upstream_label`)."""
-    return upstream_label(target.get("upstream"))
+    """``upstream SGLang 0.5.23`` for a target that runs upstream's code (its ``upstream`` record), else ``""``."""
+    code: dict[str, Any] = target.get("upstream") or {}
+    if not code:
+        return ""
+    origin = code.get("origin") or "installed"
+    return f"upstream {code.get('title') or code.get('distribution')} {code.get('version')}" + (
+        "" if origin == "installed" else f" ({origin})"
+    )
 
 
 def summary_text(report: dict[str, Any]) -> str:
