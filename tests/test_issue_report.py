@@ -5,6 +5,7 @@ status 2.  ``tests/test_repro_script.py`` runs the script generated from every c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from poolfuzz.harness.cli import run_command
-from poolfuzz.harness.traces.issue_report import build_report, render, write_repro
+from poolfuzz.harness.traces.issue_report import ReportError, build_report, render, write_repro
 from poolfuzz.harness.upstream.known import KNOWN_FILE, load_known
 from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
+from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 SGLANG_MISSING = unavailable_reason()
+VLLM_MISSING = vllm_unavailable_reason()
 needs_sglang = pytest.mark.skipif(SGLANG_MISSING is not None, reason=f"SGLang unavailable: {SGLANG_MISSING}")
 FINDINGS = {finding.key: KNOWN_FILE.parent / finding.traces[0] for finding in load_known() if finding.traces}
 
@@ -80,6 +83,20 @@ def test_a_generated_script_that_does_not_show_the_violation_gives_way_to_the_co
     text = render(replace(report, checked=(0, "not reproduced: every check held")))
     assert "it exits 0: `not reproduced: every check held`" in text and "do not show what poolfuzz's driver saw" in text
     assert f"```python\n{report.repro.read_text().rstrip()}\n```" in text, "the hand-written reproduction, in full"
+
+
+@pytest.mark.skipif(VLLM_MISSING is not None, reason=f"upstream vLLM unavailable: {VLLM_MISSING}")
+def test_a_target_no_script_is_generated_for_says_why_and_what_one_needs(tmp_path: Path) -> None:
+    trace = json.loads((REPO / "corpus" / "block_pool" / "block_pool-3aebae9964e102ae.json").read_text())
+    trace |= {"implementation": "poolfuzz.harness.upstream:VllmBlockPool", "expect": {"outcome": "pass"}}
+    path = tmp_path / "block_pool.json"
+    path.write_text(json.dumps(trace))
+    report = build_report(path)
+    text = render(report).split("## Standalone reproduction")[1]
+    assert report.script is None and report.checked is None and "VllmBlockPool is not an upstream allocator target" in text
+    assert "One needs:" in text and "harness/upstream/vllm_files.py" in text
+    with pytest.raises(ReportError, match="no standalone reproduction for this trace"):
+        write_repro(report, tmp_path / "repro.py")
 
 
 @pytest.mark.parametrize(

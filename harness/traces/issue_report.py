@@ -323,9 +323,11 @@ def _reproduction(report: Report) -> list[str]:
         ]
     return [
         *lines,
-        f"{reason} One needs: the installed wheel's files for the class (`{SIBLING}` loads the allocators without "
-        "importing sglang), the target's constructor with the server arguments above, and the upstream calls of the "
-        "shortest trace in order, then a check of the invariant poolfuzz reports (exit 1 when it holds no longer).",
+        f"{reason} One needs: the installed wheel's own files for the class, run without the package's heavy imports "
+        f"(`corpus/upstream/{SIBLING}` does it for SGLang's allocators; `harness/upstream/"
+        f"{report.code['distribution']}_files.py` names the files this target loads and the stand-ins they need), the "
+        "target's constructor with the server arguments above, and the upstream calls of the shortest trace in order, "
+        "then a check of the invariant poolfuzz reports (exit 1 when it holds no longer).",
     ]
 
 
