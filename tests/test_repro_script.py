@@ -258,3 +258,14 @@ def test_an_install_without_the_corpus_says_the_loader_is_missing(monkeypatch: p
     trace = _trace("mamba_slots", "MambaSlots", {"size": 1}, [])
     with pytest.raises(NotGeneratable, match="_wheel_allocators.py is not here"):
         generate(trace, ReplayResult("pass", trace.implementation, "cpu", 0, total=0))
+
+
+def test_quotes_and_backslashes_in_the_finding_keep_the_script_valid_python() -> None:
+    trace = _trace("mamba_slots", "MambaSlots", {"size": 1}, [])
+    said = 'clear() said """ and \\x00'
+    result = ReplayResult("violation", trace.implementation, "cpu", 0, invariant="clear-restores", message=said, total=0)
+    script = generate(trace, result, source="C:\\traces\\found.json")
+    namespace: dict[str, object] = {}
+    exec(compile(script.split("\nfrom __future__")[0], "repro.py", "exec"), namespace)  # the docstring alone
+    doc = " ".join(str(namespace["__doc__"]).split())
+    assert "clear() said ''' and \\x00" in doc and "from C:\\traces\\found.json" in doc, doc
