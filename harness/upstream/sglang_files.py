@@ -72,6 +72,9 @@ REAL_PREFIXES: tuple[str, ...] = (
     # HEALTH_CHECK_RID_PREFIX (constants.py:12), which _record_step_counters compares each rid with
     # (scheduler.py:5127 -> utils.py:429); a leaf module of constants.
     "sglang.srt.constants",
+    # RecentPrefillBatchSizeTracker, which init_schedule_policy builds (scheduler.py:1446); at module level it imports only
+    # environ, distributed.utils and runtime_context.
+    "sglang.srt.managers.prefill_delayer",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 

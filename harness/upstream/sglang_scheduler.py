@@ -23,15 +23,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn
 from poolfuzz.harness.upstream.engine_config import EOS
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
-from poolfuzz.harness.upstream.sglang_modules import EngineModules
-from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, third_party_absent_ok
+from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
+    DisaggregationMode,
+    LocalRequests,
+    NoPendingFlush,
+    NoSessions,
+    RequestDispatcher,
+    third_party_absent_ok,
+)
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 
@@ -155,56 +164,6 @@ class NoBeams:
         return set()
 
 
-class LocalRequests:
-    """``request_receiver`` (init_request_receiver, scheduler.py:2471) with no tokenizer socket: ``ingest_requests`` (:2184)
-    hands it the scheduler's own timeout aborts (``local_reqs``, :2202-2206) and gets them back.  Arrivals reach the
-    scheduler directly (:meth:`~poolfuzz.harness.upstream.engine_scheduler.SchedulerLoop.arrive`), as this receiver would
-    deliver them to the same ``handle_generate_request``."""
-
-    def recv_requests(self, local_reqs: list[Any]) -> list[Any]:
-        return list(local_reqs)
-
-
-class RequestDispatcher:
-    """``_request_dispatcher`` (init_request_dispatcher, scheduler.py:1827-1935) for the two kinds the engine target sends
-    through ``process_input_requests`` (:2260): a tokenized generate request and an ``AbortReq``.  The real table names
-    ~40 io_struct types whose module does not load here (zmq, pydantic); any other kind refuses."""
-
-    def __init__(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-
-    def __call__(self, recv_req: Any) -> Any:
-        from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import AbortReq, TokenizedGenerateReqInput
-
-        if isinstance(recv_req, TokenizedGenerateReqInput):
-            return self.scheduler.handle_generate_request(recv_req)
-        if isinstance(recv_req, AbortReq):
-            return self.scheduler.abort_request(recv_req)
-        raise TypeError(f"the engine target dispatches generate requests and aborts only, not {type(recv_req).__name__}")
-
-
-class NoSessions:
-    """``session_controller`` (init_running_status, scheduler.py:1346) with no session open: ``process_input_requests``
-    reaps none (:2226), a request naming a session finds none (:3095-3101), and the pool observer counts no streaming
-    session (pool_stats_observer.py:186-191)."""
-
-    sessions: dict[str, Any] = {}
-
-    def maybe_reap(self, now: float) -> None:
-        return None
-
-    def __contains__(self, session_id: object) -> bool:
-        return False
-
-
-class NoPendingFlush:
-    """``flush_wrapper`` (init_running_status, scheduler.py:1340): ``check_pending`` (:2262) runs a flush deferred until
-    idle; the engine target flushes only through ``flush_cache`` in the weight-update pause, never deferred."""
-
-    def check_pending(self) -> None:
-        return None
-
-
 class NoDllm:
     """``dllm_manager`` without diffusion LMs (``is_fully_idle``, scheduler.py:5348)."""
 
@@ -214,17 +173,17 @@ class NoDllm:
 
 def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> Any:
     """The real ``Scheduler`` over ``loop``'s pools and tree cache (see :data:`ATTRIBUTES`), ``enable_overlap`` as given."""
-    m: EngineModules = loop.m
     cls = modules.scheduler.Scheduler
     scheduler = object.__new__(cls)
-    config = loop.config
-    policy_cls = m.schedule_policy.SchedulePolicy
-    tracker_cls = modules.scheduler.NewTokenRatioTracker
     attributes = attributes_for(loop, overlap=overlap)
     scheduler.__dict__.update(attributes)
-    # init_schedule_policy (:1436-1445): the policy sorts by priority when priority scheduling is on
-    scheduler.policy = policy_cls("fcfs", loop.tree_cache, False, config.priority_scheduling, False)
-    scheduler.new_token_ratio_tracker = new_token_ratio_tracker(tracker_cls, config.new_token_ratio)
+    with schedule_arguments(loop.config):
+        # As Scheduler.__init__ calls them (:656-657, :1436 via init_schedule_policy's caller, :701): chunked prefill, the
+        # dynamic chunk sizer (off without PP), the policy, the priority preemption flag and the new-token ratio tracker.
+        scheduler.init_chunked_prefill()
+        scheduler.maybe_init_dynamic_chunk_sizer()
+        scheduler.init_schedule_policy()
+        scheduler.check_truncation_align_fits_chunk()
     scheduler._request_dispatcher = RequestDispatcher(scheduler)  # init_request_dispatcher (:1827)
     scheduler.result_queue = deque()  # event_loop_overlap (:2064); is_fully_idle reads it under overlap (:5349)
     scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
@@ -251,11 +210,47 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
     return scheduler
 
 
-def new_token_ratio_tracker(tracker_cls: Any, init: float) -> Any:
-    """``NewTokenRatioTracker`` as ``from_config`` builds it (new_token_ratio_tracker.py:20-32) from the shape's ratio:
-    decaying to ``init * 0.14`` over 600 steps (``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``_DECAY_STEPS`` defaults)."""
-    floor = init * 0.14
-    return tracker_cls(init=init, min=floor, decay=(init - floor) / 600, current=init)
+INIT_NEW_TOKEN_RATIO = "SGLANG_INIT_NEW_TOKEN_RATIO"
+"""environ.py:646 (default 0.7): with ``--schedule-conservativeness`` 1.0 (the default), the tracker's starting ratio."""
+
+
+@contextlib.contextmanager
+def schedule_arguments(config: Any) -> Iterator[None]:
+    """The server arguments the scheduler's own init methods read, published for the length of the calls: the shape's
+    ``chunked_prefill_size`` and, through ``SGLANG_INIT_NEW_TOKEN_RATIO``, its new-token ratio
+    (``NewTokenRatioTracker.from_config``, new_token_ratio_tracker.py:20-32: ``init * conservativeness``, floor
+    ``init * 0.14``, 600 decay steps); the rest at their defaults (arg_groups/fields/schedule.py): no decode interval,
+    mixed chunks, dynamic chunking or prefill delayer, preemption on with priority scheduling."""
+    schedule = RUNTIME.bags["schedule"]
+    leaves = {
+        "chunked_prefill_size": config.chunk,  # init_chunked_prefill :1352
+        "prefill_decode_interval": None,  # :1353
+        "prefill_decode_interval_min_bs": 0,  # :1355-1357
+        "enable_mixed_chunk": False,  # :1377
+        "enable_dynamic_chunking": False,  # maybe_init_dynamic_chunk_sizer :1383
+        "enable_prefill_delayer": False,  # init_schedule_policy :1451
+        "disable_priority_preemption": False,  # :1471
+        "schedule_conservativeness": 1.0,  # NewTokenRatioTracker.from_config
+    }
+    saved = {name: schedule.__dict__.get(name, _ABSENT) for name in leaves}
+    ratio = os.environ.get(INIT_NEW_TOKEN_RATIO)
+    schedule.__dict__.update(leaves)
+    os.environ[INIT_NEW_TOKEN_RATIO] = repr(float(config.new_token_ratio))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is _ABSENT:
+                schedule.__dict__.pop(name, None)
+            else:
+                schedule.__dict__[name] = value
+        if ratio is None:
+            os.environ.pop(INIT_NEW_TOKEN_RATIO, None)
+        else:
+            os.environ[INIT_NEW_TOKEN_RATIO] = ratio
+
+
+_ABSENT = object()
 
 
 def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
@@ -270,9 +265,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "page_size": config.page_size,  # PrefillAdder :4158
         "max_total_num_tokens": config.tokens,  # max_prefill_tokens default
         "max_prefill_tokens": config.tokens,  # PrefillAdder :4163
-        "chunked_prefill_size": config.chunk,  # :4142
         "max_running_requests": config.rows,  # PrefillAdder :4168
-        "max_prefill_bs": 0,  # :4167 (no prefill batch-size cap)
         "model_config": loop.model_config,  # ScheduleBatch.init_new :4339
         "spec_algorithm": loop.spec_algorithm,  # init_new :4341, get_next_batch_to_run :3988
         "is_hybrid_swa": config.hybrid_swa,  # :4091, init_pool_stats_observer :2514
@@ -285,9 +278,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "waiting_queue": [],  # :4100, :4213
         "running_batch": loop.m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False),  # event loops :2040
         "last_batch": None,  # :2041, :2118
-        "chunked_req": None,  # :3908
         "cur_batch_for_debug": None,  # :2044
-        "_pending_chunked_abort_req": None,  # process_pending_chunked_abort :3791
         "_sched_idled": False,  # :2053, run_batch :4626
         "forward_ct": 0,  # run_batch :4621, update_running_batch :4478
         "processed_tokens_counter": 0,  # calc_priority :4131, _add_request_to_queue :3494
@@ -308,9 +299,9 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "enable_unified_memory": False,  # event_loop_overlap :2100, on_idle :5273
         "enable_lora": False,  # :4186
         # priority scheduling and the queue limit (__init__ :486-496, init_schedule_policy :1469-1472): the shape's choice
-        "enable_priority_preemption": config.priority_scheduling,  # :4090, :4123 (on with priority scheduling by default)
         "enable_priority_scheduling": config.priority_scheduling,  # _set_or_validate_priority :3521, _abort_on_queued_limit :3566
         "abort_on_priority_when_disabled": config.abort_on_priority_when_disabled,  # :3528
+        "schedule_policy": "fcfs",  # init_schedule_policy :1439 (the default policy)
         "schedule_low_priority_values_first": False,  # :3522, :3567 (larger values first, the default)
         "priority_scheduling_preemption_threshold": 10,  # PrefillAdder :4166 (schedule.py:122 default)
         "max_queued_requests": config.max_queued_requests,  # _abort_on_queued_limit :3555
@@ -323,16 +314,11 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "sliding_window_size": config.sliding_window,  # :2726
         "enable_session_radix_cache": False,  # :2973 (no radix-native sessions)
         "tokenizer": None,  # :3033 (skip_tokenizer_init: the scheduler detokenizes nothing)
-        "is_mixed_chunk": False,  # :4165, :4376
         "truncation_align_size": None,  # add_one_req :4272
         "require_mlp_sync": False,  # :3983, is_disable_overlap_for_batch :2143
-        "prefill_delayer": None,  # get_new_batch_prefill :4054
         "min_free_slots_delayer": None,  # :4106
-        "dynamic_chunk_sizer": None,  # :4143
         "decode_offload_manager": None,  # update_running_batch :4481
         "mm_receiver": None,  # abort_request :5683
-        "prefill_decode_interval": 0,  # _arm_prefill_decode_interval :1414
-        "_prefill_decode_interval_remaining": 0,  # _should_defer_prefill :1401
         "rust_server": None,  # send_abort_output :2275
         "enable_fpm": False,  # process_batch_result :5102
         "_engine_paused": False,  # event loops :2035

@@ -5,6 +5,8 @@
 ``managers/utils.py`` (the result types) from their files; the names below answer the modules they import
 from whose real files drag in the server (ZMQ, metrics, the model runner, PD disaggregation).  Each entry
 cites the line that needs it.  Everything else those modules export stays a placeholder that refuses use.
+The input-side collaborators ``build_scheduler`` puts on the scheduler (the request receiver, the dispatcher, no
+sessions, no deferred flush) live here too, since they answer with these request types.
 """
 
 from __future__ import annotations
@@ -51,6 +53,23 @@ class DisaggregationMode(enum.Enum):
     NULL = "null"
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+class ModelImpl(enum.StrEnum):
+    """``configs.model_config.ModelImpl`` (model_config.py:167-171): ``init_chunked_prefill`` compares the resolved one with
+    ``TRANSFORMERS`` (scheduler.py:1358-1360); the real file imports the model registry and transformers."""
+
+    AUTO = "auto"
+    SGLANG = "sglang"
+    TRANSFORMERS = "transformers"
+    MINDSPORE = "mindspore"
+
+
+def get_resolved_model_impl(model_config: Any) -> ModelImpl:
+    """``model_loader.utils.get_resolved_model_impl`` (utils.py:247): the engine target's model is a decoder-only text model
+    SGLang implements itself, so chunked prefill stays on (scheduler.py:1361-1371 turns it off only for a multimodal
+    model on the Transformers backend)."""
+    return ModelImpl.SGLANG
 
 
 def prepare_abort(req: Any, error_message: str, status_code: Any = None) -> None:
@@ -180,6 +199,54 @@ def _no_capturer() -> None:
     return None
 
 
+class LocalRequests:
+    """``request_receiver`` (init_request_receiver, scheduler.py:2471) with no tokenizer socket: ``ingest_requests`` (:2184)
+    hands it the scheduler's own timeout aborts (``local_reqs``, :2202-2206) and gets them back.  Arrivals reach the
+    scheduler directly (``SchedulerLoop.arrive``), as this receiver would
+    deliver them to the same ``handle_generate_request``."""
+
+    def recv_requests(self, local_reqs: list[Any]) -> list[Any]:
+        return list(local_reqs)
+
+
+class RequestDispatcher:
+    """``_request_dispatcher`` (init_request_dispatcher, scheduler.py:1827-1935) for the two kinds the engine target sends
+    through ``process_input_requests`` (:2260): a tokenized generate request and an ``AbortReq``.  The real table names
+    ~40 io_struct types whose module does not load here (zmq, pydantic); any other kind refuses."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def __call__(self, recv_req: Any) -> Any:
+        if isinstance(recv_req, TokenizedGenerateReqInput):
+            return self.scheduler.handle_generate_request(recv_req)
+        if isinstance(recv_req, AbortReq):
+            return self.scheduler.abort_request(recv_req)
+        raise TypeError(f"the engine target dispatches generate requests and aborts only, not {type(recv_req).__name__}")
+
+
+class NoSessions:
+    """``session_controller`` (init_running_status, scheduler.py:1346) with no session open: ``process_input_requests``
+    reaps none (:2226), a request naming a session finds none (:3095-3101), and the pool observer counts no streaming
+    session (pool_stats_observer.py:186-191)."""
+
+    sessions: dict[str, Any] = {}
+
+    def maybe_reap(self, now: float) -> None:
+        return None
+
+    def __contains__(self, session_id: object) -> bool:
+        return False
+
+
+class NoPendingFlush:
+    """``flush_wrapper`` (init_running_status, scheduler.py:1340): ``check_pending`` (:2262) runs a flush deferred until
+    idle; the engine target flushes only through ``flush_cache`` in the weight-update pause, never deferred."""
+
+    def check_pending(self) -> None:
+        return None
+
+
 SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.io_struct": {
         "AbortReq": AbortReq,
@@ -201,6 +268,8 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.scheduler_components.metrics_reporter": {"PrefillStats": PrefillStats},
     "sglang.srt.speculative.base_spec_worker": {"BaseSpecWorker": BaseSpecWorker},
     "sglang.srt.beam_search.coordinator": {"BeamCoordinator": BeamCoordinator},
+    "sglang.srt.configs.model_config": {"ModelImpl": ModelImpl},
+    "sglang.srt.model_loader.utils": {"get_resolved_model_impl": get_resolved_model_impl},
 }
 """Module -> the names it answers with (merged into :func:`poolfuzz.harness.upstream.sglang_stand_ins.stand_in_modules`)."""
 
