@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +35,7 @@ import pytest
 from poolfuzz.harness.fuzz.rounds import FIRST_ROUND_EXAMPLES
 from poolfuzz.harness.traces.schema import load_trace
 from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
+from tests.redis_server import throwaway_redis
 
 REPO = Path(__file__).resolve().parent.parent
 PLANTED = "req_to_token=tests.test_fleet:LeakyAllocUnderLoad"
@@ -68,12 +66,6 @@ class LeakyAllocUnderLoad(ReqToTokenPool):
 
 
 # ----------------------------------------------------------------- the fleet
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Run:
     """One ``fuzz`` process as a machine of the fleet ran it: its working directory, report and output."""
@@ -146,37 +138,12 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """A throwaway ``redis-server`` on loopback, and machine A's run on it that found the planted leak."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary on PATH (apt-get install redis-server)")
-    redis = pytest.importorskip("redis", reason="the redis package is missing (pip install 'poolfuzz[redis]')")
     root = tmp_path_factory.mktemp("fleet")
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"redis://127.0.0.1:{port}/0"
+    with throwaway_redis(root) as url:
+        import redis  # throwaway_redis skipped the test without it
+
         client = redis.Redis.from_url(url, socket_connect_timeout=1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail(f"redis-server on port {port} did not come up within 10 s")
-                time.sleep(0.05)
         yield Fleet(url, client, machine_a_finds_the_leak(root, url, client))
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def machine_a_finds_the_leak(root: Path, url: str, client: Any) -> Run:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +35,7 @@ from poolfuzz.harness.fuzz.session import FuzzRun
 from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError
 from poolfuzz.harness.judge.kit import Family
 from poolfuzz.harness.traces.schema import load_trace
+from tests.redis_server import free_port, throwaway_redis
 
 REPO = Path(__file__).resolve().parent.parent
 LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
@@ -337,35 +336,11 @@ def test_ctrl_c_stops_the_run_with_a_partial_report(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- redis
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """A throwaway ``redis-server`` on loopback, started by the test run itself."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary on PATH (apt-get install redis-server)")
-    redis = pytest.importorskip("redis", reason="the redis package is missing (pip install 'poolfuzz[redis]')")
-    port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        client = redis.Redis.from_url(url)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
+    with throwaway_redis(tmp_path) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_a_redis_database_receives_what_the_workers_found(
