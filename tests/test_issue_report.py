@@ -77,12 +77,14 @@ def test_the_report_command_writes_the_issue_and_the_reproduction(tmp_path: Path
 
 
 @needs_sglang
-def test_a_generated_script_that_does_not_show_the_violation_gives_way_to_the_committed_one() -> None:
+def test_a_generated_script_that_does_not_show_the_violation_gives_way_to_the_committed_one(tmp_path: Path) -> None:
     report = build_report(FINDINGS["paged-decode-page-size-1"], check_script=False)
     assert report.repro is not None
-    text = render(replace(report, checked=(0, "not reproduced: every check held")))
+    missed = replace(report, checked=(0, "not reproduced: every check held"))
+    text = render(missed)
     assert "it exits 0: `not reproduced: every check held`" in text and "do not show what poolfuzz's driver saw" in text
     assert f"```python\n{report.repro.read_text().rstrip()}\n```" in text, "the hand-written reproduction, in full"
+    assert write_repro(missed, tmp_path / "repro.py").read_text() == report.repro.read_text()
 
 
 @pytest.mark.skipif(VLLM_MISSING is not None, reason=f"upstream vLLM unavailable: {VLLM_MISSING}")

@@ -89,6 +89,12 @@ class Report:
     """The generated script run here (:func:`~poolfuzz.harness.traces.repro_script.run_script`): its exit status and
     ``REPRODUCED`` (or last) line; ``None`` when not run."""
 
+    @property
+    def script_shows(self) -> bool:
+        """A generated script that is the reproduction: not run here, or run and exits 1, or the trace passes here."""
+        checked = self.checked is None or self.checked[0] == 1 or self.result.outcome != "violation"
+        return self.script is not None and checked
+
 
 def committed_repro(finding: KnownFinding | None) -> Path | None:
     """The committed ``repro_*.py`` whose first line names ``finding``'s number, or ``None``."""
@@ -102,9 +108,10 @@ def committed_repro(finding: KnownFinding | None) -> Path | None:
 
 
 def write_repro(report: Report, destination: Path) -> Path:
-    """Write the reproduction to ``destination``: the generated script (one file), else the committed one with its
-    sibling loader beside it; ``ReportError`` without either."""
-    if report.script is not None:
+    """Write the reproduction to ``destination``: the generated script (one file) unless it ran here without showing
+    the violation and a committed one exists, else that one with its sibling loader beside it; ``ReportError``
+    without either."""
+    if report.script is not None and (report.script_shows or report.repro is None):
         destination.parent.mkdir(parents=True, exist_ok=True)
         destination.write_text(report.script)
         return destination
@@ -302,7 +309,7 @@ def _reproduction(report: Report) -> list[str]:
         code, said = report.checked or (None, "")
         if report.checked is not None:
             lines += ["", f"Checked here, on {upstream_label(report.code)}: it exits {code}: `{said}`"]
-        if report.checked is None or code == 1 or report.result.outcome != "violation":
+        if report.script_shows:
             if committed is not None:
                 lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with `{SIBLING}` beside it)."]
             return lines
