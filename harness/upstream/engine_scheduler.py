@@ -126,7 +126,8 @@ class SchedulerLoop(EngineLoop):
         rid = self.rid_format.format(next(self.rids))
         tokenized = TokenizedGenerateReqInput(rid=rid, input_ids=array("q", prompt), sampling_params=params, priority=priority)
         self.s.handle_generate_request(tokenized)
-        return next((r for r in self.s.waiting_queue if r.rid == rid), None)
+        queue = self.s.waiting_queue  # a queued arrival is appended (:3493), whatever the queue limit evicted
+        return queue[-1] if queue and queue[-1].rid == rid else None
 
     @engine_call
     def abort(self, rid: str) -> str:

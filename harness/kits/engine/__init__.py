@@ -48,7 +48,7 @@ FAMILIES = (
             "Mamba above page size 1 (MambaComponent asserts page 1, components/mamba.py:74-79) and the Mamba extra "
             "buffer (track_mask_cpu.pin_memory(), schedule_batch.py:3830, raises on a CPU torch)",
             "SWA or Mamba over pools/: poolfuzz.pools.swa and poolfuzz.pools.mamba predate the 0.5.23 interfaces",
-            "overlap scheduling, mixed chunks, HiCache, streaming sessions, PD disaggregation, LoRA, grammar: "
+            "mixed chunks, HiCache, streaming sessions, PD disaggregation, LoRA, grammar, embedding models: "
             "0.5.23 paths this loop does not drive",
         ),
         invariants=(
