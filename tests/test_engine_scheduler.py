@@ -232,3 +232,18 @@ def test_the_timeouts_and_abort_all_go_through_upstreams_ingest_and_abort_reques
     assert loop.abort_all() >= 1
     _judged(engine, 4)
     assert engine.observe().at_rest
+
+
+@pytest.mark.parametrize("loop_kind", ["overlap", "normal"])
+def test_an_embedding_server_caches_each_prompt_at_its_prefill_and_holds_nothing_after(loop_kind: str) -> None:
+    """An embedding model (``is_generation`` False): requests arrive through ``handle_embedding_request`` asking for no
+    tokens, chunked prompts included, and leave at their prefill's result (batch_result_processor.py:453-500), which
+    caches the prompt (``release_kv_cache(checkpoint=True)``); nothing decodes, and the tree holds what they left."""
+    engine = _engine(loop_kind, rows=2, tokens=48, embedding=True, chunk=8)
+    loop = engine.loop
+    with _calls({"_handle_embedding_request"}) as seen:
+        reqs = [loop.arrive([11, 12, 13, 14, 50 + t] * 3, 5) for t in range(3)]
+    assert len(seen) == 3 and all(r is not None and r.sampling_params.max_new_tokens == 0 for r in reqs)
+    _judged(engine, 10)
+    assert all(r.finished() and len(r.output_ids) == 1 for r in reqs)
+    assert engine.observe().at_rest and int(loop.tree_cache.evictable_size()) > 0

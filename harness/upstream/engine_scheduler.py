@@ -38,6 +38,7 @@ from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
     AbortReq,
     ContinueGenerationReqInput,
     PauseGenerationReqInput,
+    TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
 from poolfuzz.harness.upstream.sglang_stand_ins import EXPIRED
@@ -121,11 +122,15 @@ class SchedulerLoop(EngineLoop):
         (``validate_input_length``, :3224-3234) or past the KV budget (:2730) is queued *finished with an abort*, one token
         long, and leaves at its one-token prefill; ``_add_request_to_queue`` (:3480) applies the priority and queue checks."""
         sb = self.m.schedule_batch
-        params = sb.SamplingParams(max_new_tokens=max_new_tokens)
+        embedding = self.config.embedding
+        params = sb.SamplingParams(max_new_tokens=0 if embedding else max_new_tokens)  # io_struct.py:1366 for an embedding
         params.normalize(None)  # as the tokenizer manager does before the request reaches the scheduler
         rid = self.rid_format.format(next(self.rids))
-        tokenized = TokenizedGenerateReqInput(rid=rid, input_ids=array("q", prompt), sampling_params=params, priority=priority)
-        self.s.handle_generate_request(tokenized)
+        ids = array("q", prompt)
+        if embedding:
+            self.s.handle_embedding_request(TokenizedEmbeddingReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority))
+        else:
+            self.s.handle_generate_request(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority))
         queue = self.s.waiting_queue  # a queued arrival is appended (:3493), whatever the queue limit evicted
         return queue[-1] if queue and queue[-1].rid == rid else None
 
@@ -310,7 +315,8 @@ class SchedulerLoop(EngineLoop):
         self._process(batch, result)
 
     def _process(self, batch: Any, result: Any) -> None:
-        result.next_token_ids = torch.tensor([self.tokens.get(r.rid, DEFAULT_TOKEN) for r in batch.reqs], dtype=torch.int64)
+        if not self.config.embedding:
+            result.next_token_ids = torch.tensor([self.tokens.get(r.rid, DEFAULT_TOKEN) for r in batch.reqs], dtype=torch.int64)
         self.s.process_batch_result(batch, result)
         self.landed += tuple(str(r.rid) for r in batch.reqs)
 
@@ -324,7 +330,10 @@ class SchedulerLoop(EngineLoop):
         batch.after_idle_gap = s._sched_idled  # :4626
         s._sched_idled = False
         self.scheduled = tuple(str(r.rid) for r in batch.reqs)
-        result = self.scheduler_modules.manager_utils.GenerationBatchResult()
+        utils = self.scheduler_modules.manager_utils
+        if self.config.embedding:  # an embedding model's forward pools one vector per request (managers/utils.py:385)
+            return utils.EmbeddingBatchResult(embeddings=torch.zeros(len(batch.reqs), 1))
+        result = utils.GenerationBatchResult()
         result.next_token_ids = torch.zeros(len(batch.reqs), dtype=torch.int64)
         return result
 

@@ -188,7 +188,7 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
     scheduler.result_queue = deque()  # event_loop_overlap (:2064); is_fully_idle reads it under overlap (:5349)
     scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
     scheduler.batch_result_processor = modules.batch_result_processor.SchedulerBatchResultProcessor(
-        is_generation=True,
+        is_generation=scheduler.is_generation,
         disaggregation_mode=scheduler.disaggregation_mode,
         enable_overlap=overlap,
         enable_overlap_mlx=False,
@@ -286,7 +286,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "enable_overlap_mlx": False,
         "enable_continuous_input_polling": False,  # the dispatch resets it (:6220); _collect_inflight_batches :5670
         "enable_skip_finishing_decode": overlap,  # event_loop_overlap sets it (:2063); _reqs_finishing_inflight :4446
-        "is_generation": True,  # event_loop_overlap :2127
+        "is_generation": not config.embedding,  # init_tokenizer :893; event_loop_overlap :2127
         # configurations a one-rank CPU server without PD/PP/LoRA/HiCache runs
         "disaggregation_mode": disagg_null,  # :3772, :3488, :5258
         "dllm_config": None,  # :3901, :3980

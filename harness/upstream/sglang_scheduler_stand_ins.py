@@ -149,6 +149,33 @@ class TokenizedGenerateReqInput:
     pp_prefetch_ticketed: bool | None = None  # :3116
 
 
+@dataclass(kw_only=True)
+class TokenizedEmbeddingReqInput:
+    """``io_struct.TokenizedEmbeddingReqInput``: what the tokenizer manager sends for one embedding request
+    (tokenizer_manager.py:1640), with the fields ``handle_embedding_request`` and ``_handle_embedding_request`` read
+    (scheduler.py:3653-3757), at the defaults of a plain text request.  Its sampling parameters ask for no tokens
+    (io_struct.py:1366)."""
+
+    rid: str
+    input_ids: Any
+    sampling_params: Any
+    input_text: str = ""
+    priority: int | None = None  # :3684
+    mm_inputs: Any = None  # :3661, :3706
+    positional_embed_overrides: Any = None  # :3681; process_input_requests :2231
+    token_type_ids: Any = None
+    routed_dp_rank: int | None = None
+    dimensions: int | None = None
+    lora_id: str | None = None
+    lora_name: str | None = None  # _record_kv_event_lora_name :3696
+    http_worker_ipc: str | None = None
+    time_stats: Any = None
+    return_pooled_hidden_states: bool = False  # :3689; batch_result_processor.py:482
+    multi_item_delimiter_indices: Any = None
+    token_indices_to_pool: Any = None
+    decision_layout: Any = None
+
+
 def _never_sent(name: str, line: str) -> type:
     """An io_struct request kind the engine target never sends: a distinct class, because ``_tokenized_requests`` asks
     ``isinstance`` of every input against it (scheduler.py:2292-2302); nothing builds one."""
@@ -220,6 +247,8 @@ class RequestDispatcher:
     def __call__(self, recv_req: Any) -> Any:
         if isinstance(recv_req, TokenizedGenerateReqInput):
             return self.scheduler.handle_generate_request(recv_req)
+        if isinstance(recv_req, TokenizedEmbeddingReqInput):
+            return self.scheduler.handle_embedding_request(recv_req)
         if isinstance(recv_req, AbortReq):
             return self.scheduler.abort_request(recv_req)
         raise TypeError(f"the engine target dispatches generate requests and aborts only, not {type(recv_req).__name__}")
@@ -251,7 +280,7 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.io_struct": {
         "AbortReq": AbortReq,
         "TokenizedGenerateReqInput": TokenizedGenerateReqInput,
-        "TokenizedEmbeddingReqInput": _never_sent("TokenizedEmbeddingReqInput", "2294"),
+        "TokenizedEmbeddingReqInput": TokenizedEmbeddingReqInput,
         "BatchTokenizedGenerateReqInput": _never_sent("BatchTokenizedGenerateReqInput", "2299"),
         "BatchTokenizedEmbeddingReqInput": _never_sent("BatchTokenizedEmbeddingReqInput", "2299"),
         "PauseGenerationReqInput": PauseGenerationReqInput,

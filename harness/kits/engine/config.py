@@ -108,6 +108,11 @@ class EngineTargetConfig(PoolConfig):
     """``SGLANG_REQ_RUNNING_TIMEOUT > 0`` (environ.py:686, default -1, off): a request that has run past the timeout is
     aborted with a message (``_poll_timeout_aborts``, scheduler.py:3622-3650, then ``abort_request``'s ``to_finish`` with
     503, :5805-5810); the fuzzer decides when a running request has run too long (the ``expire`` move)."""
+    embedding: bool = setting(False)
+    """An embedding model (``is_generation`` False, scheduler.py:893): every request asks for no tokens
+    (``EmbeddingReqInput`` sets ``max_new_tokens`` 0, io_struct.py:1366), arrives through ``handle_embedding_request``
+    (:3653) and leaves at its prefill's result, its prompt cached (the embedding half of ``process_batch_result_prefill``,
+    batch_result_processor.py:453-500).  Full attention over upstream's loops only."""
     priority_scheduling: bool = setting(False)
     """``--enable-priority-scheduling`` (arg_groups/fields/schedule.py:103): requests carry a priority, the policy sorts the
     queue by it (schedule_policy.py), and a request more than ``priority_scheduling_preemption_threshold`` (10, the default)
@@ -166,6 +171,8 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
                 f"SWA pool ({config.swa_tokens} tokens) cannot hold even one request: sliding_window "
                 f"({config.sliding_window}) + page_size ({config.page_size}) must stay below it"
             )
+    if config.embedding and (config.hybrid_swa or config.hybrid_ssm or config.loop == "reenacted"):
+        problems.append("an embedding model runs here with full attention on upstream's loops (the re-enacted loop has no embedding path)")
     if config.hybrid_ssm:
         if config.cache == "radix" or config.pools != "upstream" or config.page_size != 1:
             problems.append(

@@ -107,7 +107,9 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
         config = config.replaced(mamba_slots=MAMBA_REQUESTS_RATIO * rows + choose.choice((0, 0, 1, 4)))
     # Every server runs the overlap loop (scheduler.py:500-502); the normal loop is the variant.
     config = config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
-    return config.replaced(**scheduling_arguments(choose, rows))
+    config = config.replaced(**scheduling_arguments(choose, rows))
+    # One full-attention server in four serves an embedding model: every request leaves at its prefill, its prompt cached.
+    return config.replaced(embedding=not (swa or mamba) and choose.randrange(0, 4) == 0)
 
 
 def scheduling_arguments(choose: Chooser, rows: int) -> dict[str, object]:
@@ -131,6 +133,7 @@ def scheduling_arguments(choose: Chooser, rows: int) -> dict[str, object]:
 def engine_corners(config: EngineTargetConfig) -> list[str]:
     """The shape's labels: its cache, page size, chunking, model kind and whose pools."""
     model = "hybrid SWA" if config.sliding_window else "hybrid Mamba" if config.mamba_slots else "full attention"
+    model = "embedding model" if config.embedding else model
     return [
         f"cache {config.cache}",
         f"page_size {config.page_size}",
