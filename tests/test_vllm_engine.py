@@ -92,6 +92,7 @@ VLLM_ENGINE_CANARIES = [
     "vllm-engine-null-block-left-queued",
     "vllm-engine-table-entry-left-after-free",
     "vllm-engine-reset-leaves-block-hashes",
+    "vllm-engine-hit-on-stale-hash",
 ]
 
 

@@ -70,6 +70,36 @@ class AllBlocksCleared(KVCacheEvent):
     """The prefix cache was reset."""
 
 
+class OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """``vllm.logger``'s logger: the standard one plus ``info_once``/``warning_once``/``debug_once`` (vllm/logger.py),
+    which kv_cache_utils.py:865-866 calls for a model of several KV cache groups (``resolve_kv_cache_block_sizes``).
+    Each message is logged once per logger, as vLLM's ``lru_cache``-backed helpers do."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._seen: set[tuple[int, str, tuple[object, ...]]] = set()
+
+    def _once(self, level: int, msg: str, *args: object) -> None:
+        key = (level, msg, tuple(map(str, args)))
+        if key not in self._seen:
+            self._seen.add(key)
+            self.log(level, msg, *args)
+
+    def info_once(self, msg: str, *args: object, **_: object) -> None:
+        self._once(logging.INFO, msg, *args)
+
+    def warning_once(self, msg: str, *args: object, **_: object) -> None:
+        self._once(logging.WARNING, msg, *args)
+
+    def debug_once(self, msg: str, *args: object, **_: object) -> None:
+        self._once(logging.DEBUG, msg, *args)
+
+
+def init_logger(name: str) -> OnceLogger:
+    """``vllm.logger.init_logger``: a named logger with vLLM's ``*_once`` methods."""
+    return OnceLogger(logging.getLogger(name))
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division."""
     return -(a // -b)
@@ -82,7 +112,7 @@ def _stand_in_table() -> dict[str, ModuleType]:
     s = scheduler_stand_ins
     # Read when KV events are on, by the async scheduler on XPU only, and by stats (all off): vllm/envs.py's defaults.
     modules["vllm.envs"] = _module("vllm.envs", **s.ENVS)
-    modules["vllm.logger"] = _module("vllm.logger", init_logger=logging.getLogger)
+    modules["vllm.logger"] = _module("vllm.logger", init_logger=init_logger)
     modules["vllm.distributed.kv_events"] = _module(
         "vllm.distributed.kv_events",
         MEDIUM_GPU="GPU",

@@ -17,7 +17,8 @@ FAMILIES = (
     Family(
         name="vllm_engine",
         summary="vLLM 0.33.0's v1 Scheduler and AsyncScheduler over its KVCacheManager and BlockPool, a fake model "
-        "(full attention or full + sliding window; prefix caching, chunked prefill, preemption, aborts; n-gram (ngram "
+        "(full attention, full + sliding window, chunked local, full + chunked local, Mamba, full + Mamba, "
+        "full + SWA + Mamba, Mamba in its none and align cache modes; prefix caching, chunked prefill, preemption, aborts; n-gram (ngram "
         "sync, ngram_gpu async) or EAGLE drafts, accepted and rejected); "
         "poolfuzz.pools.block_pool in its BlockPool's place beside it (pools='both')",
         default="poolfuzz.harness.upstream:VllmEngine",
@@ -46,9 +47,16 @@ FAMILIES = (
             "and imports vllm.config's SpeculativeConfig (pydantic, transformers); the KVCacheConfig is built from "
             "vLLM's own classes by hand",
             "EAGLE with prefix caching over our pool (lookahead block hashes are not bridged), dynamic K, parallel drafting, "
-            "MTP and draft models, Mamba and chunked-local groups, KV connectors "
+            "MTP and draft models, KV connectors "
             "(P/D, offload, defer_block_free), KV events, multimodal inputs, structured output, pipeline parallel: "
             "not driven yet",
+            "Mamba align mode (prefix caching) over our pool: it calls BlockPool.cache_partial_block/move_block_hashes, "
+            "which ours.py does not bridge; the config refuses it",
+            "enable_mamba_shared_prefix_checkpoint: held off; it takes effect only with an EAGLE draft group "
+            "(KVCacheGroupSpec.is_eagle_group) and a prefix_match_unit below the Mamba block (kv_cache_manager.py:188-193), "
+            "neither of which this hand-built KVCacheConfig has, so turning it on would change nothing",
+            "prefix_match_unit (hash blocks finer than a group's block: Mamba partial hits) and groups of different "
+            "attention block sizes: every attention group and an align-mode Mamba group share block_size",
             "a long-prefill cap of at most K under speculation: the move table steers around vLLM finding 2 "
             "(docs/upstream-findings-vllm.md), which such a cap hits",
         ),
@@ -64,6 +72,7 @@ FAMILIES = (
             "scheduler-progress",
             "implementations-agree",
             "async-placeholders",
+            "match-returns-inserted",
         ),
         limits=VllmEngineConfig.with_args(
             {

@@ -28,6 +28,31 @@ def _scheduler(engine: VllmEngine) -> Any:
     return engine.scheduler
 
 
+def with_overrides(shape: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``shape`` with a canary's ``overrides``, kept a shape vLLM starts: prefix caching forced onto a drawn Mamba shape
+    puts Mamba in align mode, which needs chunked prefill (model_executor/models/config.py:772) and runs over vLLM's
+    pool only (config.py::group_problems), so chunked prefill is turned on and, over our pool (``poolfuzz``/``both``:
+    the driver builds the mirror with the same overrides), the Mamba group is left out (a pure Mamba model becomes a
+    full-attention one); EAGLE drafts over our pool with caching forced on become n-gram drafts, as the moves draw."""
+    built = {**shape, **overrides}
+    ours = built.get("pools", "upstream") != "upstream"
+    if ours and built.get("enable_prefix_caching", True) and built.get("speculative_method") == "eagle":
+        # As the move table draws it (moves.py): EAGLE's lookahead block hashes are not bridged to our pool.
+        built["speculative_method"] = "ngram_gpu" if built.get("async_scheduling") else "ngram"
+    if built.get("async_scheduling") and built.get("speculative_method") == "ngram":
+        built["speculative_method"] = "ngram_gpu"  # async forced on: vLLM's async n-gram drafter (config.py::ASYNC_NGRAM)
+    if built.get("mamba") and built.get("enable_prefix_caching", True):
+        built["enable_chunked_prefill"] = True
+        if ours:
+            built["mamba"] = False
+            if not built.get("full_attention", True) and built.get("attention_chunk_size") is None:
+                # A pure Mamba model becomes a full-attention one, with the blocks one max_model_len request needs.
+                built["full_attention"] = True
+                need = -(-int(built.get("max_model_len", 64)) // int(built.get("block_size", 16))) + 1
+                built["num_blocks"] = max(int(built.get("num_blocks", 64)), need)
+    return built
+
+
 def _planted(where: Callable[[VllmEngine], Any], **overrides: Any) -> Callable[[Callable[[Any], None]], Builder]:
     """A canary's builder from ``plant(obj)``: the engine built from the shape with ``overrides``, then the bug planted
     in ``where(engine)`` (nothing planted where that is ``None``).  The builder takes ``plant``'s name and docstring,
@@ -35,7 +60,7 @@ def _planted(where: Callable[[VllmEngine], Any], **overrides: Any) -> Callable[[
 
     def decorate(plant: Callable[[Any], None]) -> Builder:
         def build(**shape: Any) -> VllmEngine:
-            engine = build_vllm_engine(**{**shape, **overrides})
+            engine = build_vllm_engine(**with_overrides(shape, overrides))
             planted_in = where(engine)
             if planted_in is not None:
                 plant(planted_in)
@@ -189,6 +214,31 @@ def build_reset_leaves_block_hashes(pool: Any) -> None:
     pool.reset_prefix_cache = reset_prefix_cache
 
 
+@_planted(_vllms_pool, enable_prefix_caching=True)
+def build_hit_on_stale_hash(pool: Any) -> None:
+    """A prefix lookup answers from a memo of earlier lookups that eviction never invalidates: a hit on a stale hash.
+
+    ``get_cached_block`` must answer from ``cached_block_hash_to_block`` alone (block_pool.py:202-228), whose entry
+    ``_maybe_evict_cached_block`` pops when the block is reused (:769-790).  Here every block a lookup returned is
+    remembered under its key and returned again for that key, even after the block was evicted and refilled for other
+    tokens: the map and the blocks stay consistent (``cache-map`` holds), but a later request with that prefix is
+    handed a block whose content is not its tokens (the shape of vLLM #4761 and #44237 from the lookup side).
+    """
+    lookup = pool.get_cached_block
+    memo: dict[tuple[Any, int], Any] = {}
+
+    def get_cached_block(block_hash: Any, kv_cache_group_ids: list[int]) -> list[Any] | None:
+        found = lookup(block_hash, kv_cache_group_ids)
+        remembered = [memo.get((block_hash, group)) for group in kv_cache_group_ids]
+        if found is None and all(block is not None and not block.is_null for block in remembered):
+            return remembered
+        for group, block in zip(kv_cache_group_ids, found or (), strict=False):
+            memo[(block_hash, group)] = block
+        return found
+
+    pool.get_cached_block = get_cached_block
+
+
 CANARIES = {
     "vllm-engine-duplicate-in-free-blocks": Canary(
         family="vllm_engine",
@@ -245,5 +295,12 @@ CANARIES = {
         bug="reset_prefix_cache empties the hash map but leaves each block's hash",
         upstream="vLLM reset_prefix_cache (block_pool.py:871-910; RLHF weight updates)",
         invariant="cache-map",
+    ),
+    "vllm-engine-hit-on-stale-hash": Canary(
+        family="vllm_engine",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_hit_on_stale_hash",
+        bug="a prefix lookup answers from a memo that eviction does not invalidate: a hit reuses a block refilled for other tokens",
+        upstream="vLLM #4761 (a reused block still found by its old hash), #44237 (stale hashes after reuse)",
+        invariant="match-returns-inserted",
     ),
 }

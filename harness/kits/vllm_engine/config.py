@@ -81,8 +81,16 @@ class VllmEngineConfig(PoolConfig):
     """The engine core runs ``AsyncScheduler`` with two batches in flight: step N's results land after step N+1 is
     scheduled (``update_from_output(N)`` after ``schedule(N+1)``)."""
     sliding_window: int | None = bounded(1, CONTEXT, nullable=True, default=None)
-    """``None``: full attention (one ``FullAttentionSpec`` group).  A window: a hybrid model, one full-attention
-    group and one ``SlidingWindowSpec`` group over the same block pool (``HybridKVCacheCoordinator``)."""
+    """``None``: no sliding-window layers.  A window: a ``SlidingWindowSpec`` group beside the others over the same
+    block pool (full + sliding window: ``HybridKVCacheCoordinator``)."""
+    attention_chunk_size: int | None = bounded(1, CONTEXT, nullable=True, default=None)
+    """``None``: no chunked local attention.  A chunk: a ``ChunkedLocalAttentionSpec`` group (Llama 4's local layers,
+    ``ChunkedLocalAttentionManager``: blocks left of the current chunk become the null block)."""
+    mamba: bool = setting(False)
+    """A ``MambaSpec`` group (``MambaManager``): per-request state blocks in the same pool.  Its cache mode follows
+    prefix caching as vLLM derives it (:attr:`mamba_cache_mode`)."""
+    full_attention: bool = setting(True)
+    """A ``FullAttentionSpec`` group.  Off only for a model of one other kind (pure Mamba, pure chunked local)."""
     pools: str = setting("upstream")
     """:data:`POOLS`: ``poolfuzz`` puts ``poolfuzz.pools.block_pool`` in the place of vLLM's ``BlockPool``."""
     speculative_method: str | None = setting(None)
@@ -90,6 +98,49 @@ class VllmEngineConfig(PoolConfig):
     drafts (the fake model proposes them and chooses how many are accepted)."""
     num_speculative_tokens: int = bounded(0, DRAFTS, default=0)
     """``speculative_config.num_speculative_tokens`` (K): 0 exactly when ``speculative_method`` is ``None``."""
+
+    @property
+    def mamba_cache_mode(self) -> str:
+        """``cache_config.mamba_cache_mode`` as ``MambaModelConfig.verify_and_update_config`` derives it
+        (model_executor/models/config.py:763-784): ``align`` with prefix caching, ``none`` without (an explicit mode is
+        overwritten either way, so the shape has no field of its own)."""
+        return "align" if self.mamba and self.enable_prefix_caching else "none"
+
+    @property
+    def mamba_block_size(self) -> int:
+        """``cache_config.mamba_block_size`` as the same hook sets it: the block size with prefix caching (the
+        granularity of its checkpoints), else ``max_model_len`` (one state block holds a whole request)."""
+        return self.block_size if self.enable_prefix_caching else self.max_model_len
+
+    def group_kinds(self) -> tuple[str, ...]:
+        """The KV cache groups in the order ``kv_cache_config`` builds them: ``full``, ``swa``, ``local``, ``mamba``."""
+        kinds = (
+            ("full", self.full_attention),
+            ("swa", self.sliding_window is not None),
+            ("local", self.attention_chunk_size is not None),
+            ("mamba", self.mamba),
+        )
+        return tuple(kind for kind, present in kinds if present)
+
+    @property
+    def cache_block_size(self) -> int:
+        """``cache_config.block_size`` once the engine core has read the groups (v1/engine/core.py:337-350): the
+        smallest group block size, so a pure ``none``-mode Mamba model's is ``max_model_len``."""
+        return min((self.mamba_block_size if kind == "mamba" else self.block_size) for kind in self.group_kinds())
+
+    def blocks_per_request(self) -> int:
+        """Blocks one ``max_model_len`` request may need at once over every group (the startup check's bound): an
+        attention group its whole length (a window or chunk bounds it lower; counted whole, so the check is
+        conservative), a Mamba group its resident states (``MambaSpec.max_memory_usage_bytes``,
+        kv_cache_interface.py:1131-1137: 2 + K in align mode, 1 + K otherwise)."""
+        attention = -(-self.max_model_len // self.block_size)
+        total = 0
+        for kind in self.group_kinds():
+            if kind == "mamba":
+                total += (2 if self.mamba_cache_mode == "align" else 1) + self.num_speculative_tokens
+            else:
+                total += attention
+        return total
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -110,13 +161,13 @@ def _shape_problems(config: VllmEngineConfig) -> list[str]:
     problems = []
     if config.pools not in POOLS:
         problems.append(f"pools must be one of {POOLS}, not {config.pools!r}")
-    groups = 1 if config.sliding_window is None else 2
-    if (config.num_blocks - 1) // groups * config.block_size < config.max_model_len:
+    problems.extend(group_problems(config))
+    if config.group_kinds() and config.blocks_per_request() > config.num_blocks - 1:
         # vLLM refuses to start when one request of max_model_len does not fit (kv_cache_utils'
         # check_enough_kv_cache_memory: "max_model_len ... is larger than the maximum number of tokens").
         problems.append(
-            f"{config.num_blocks - 1} usable blocks of {config.block_size} over {groups} group(s) hold fewer than "
-            f"max_model_len ({config.max_model_len}) tokens"
+            f"{config.num_blocks - 1} usable blocks of {config.block_size} over the groups {config.group_kinds()} hold "
+            f"fewer than one max_model_len ({config.max_model_len}) request ({config.blocks_per_request()} blocks)"
         )
     if not config.enable_chunked_prefill and config.max_num_batched_tokens < config.max_model_len:
         # SchedulerConfig's validation: without chunked prefill one step must hold a whole prompt.
@@ -135,4 +186,19 @@ def _shape_problems(config: VllmEngineConfig) -> list[str]:
     if config.speculative_method == "eagle" and config.enable_prefix_caching and config.pools != "upstream":
         # Not vLLM's refusal: EAGLE's lookahead block hashes (vllm/config/vllm.py:678-692) are not bridged to ours.
         problems.append("EAGLE with prefix caching hashes a lookahead token per block; poolfuzz.pools.block_pool has none (ours.py)")
+    return problems
+
+
+def group_problems(config: VllmEngineConfig) -> list[str]:
+    """Group layouts vLLM 0.33.0 refuses, or that this target refuses rather than fake (each with its line)."""
+    problems = []
+    if not config.group_kinds():
+        problems.append("a model needs at least one KV cache group (full attention, a window, a chunk or Mamba)")
+    if config.mamba and config.enable_prefix_caching and not config.enable_chunked_prefill:
+        # model_executor/models/config.py:772-774: "Chunked prefill is required for Mamba prefix caching."
+        problems.append("Mamba with prefix caching (mamba_cache_mode 'align') needs chunked prefill")
+    if config.mamba and config.enable_prefix_caching and config.pools != "upstream":
+        # Not vLLM's refusal: align mode calls BlockPool.cache_partial_block / move_block_hashes
+        # (single_type_kv_cache_manager.py:2028-2136), which poolfuzz.pools.block_pool has no bridge for (ours.py).
+        problems.append("Mamba align mode caches partial blocks; poolfuzz.pools.block_pool has no cache_partial_block (ours.py)")
     return problems

@@ -20,6 +20,7 @@ from poolfuzz.harness.engines.interface import Submission
 from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.hits import check_hits
 from poolfuzz.harness.kits.vllm_engine.observe import check_structures, same_free_queue
 from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps
 from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
@@ -123,9 +124,12 @@ class VllmEngineDriver(Driver):
         return tables, scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def audit(self) -> None:
-        """The engine judges over each engine; with ``pools="both"`` the two then agree on what a user sees."""
+        """The prefix hits admitted since the last audit (``match-returns-inserted``), then the engine judges over each
+        engine; with ``pools="both"`` the two then agree on what a user sees."""
         observations = []
         for engine in self.engines:
+            hits, engine.hits = engine.hits, []
+            check_hits(hits)  # judged as of the step that admitted them, before what later steps made of the state
             observation = engine.observe()
             judges.judge(observation, engine_checks=partial(check_structures, engine, observation))
             observations.append(observation)

@@ -36,20 +36,42 @@ class VllmEngineView(DriverView):
         return 1.0 - pool.get_num_free_blocks() / max(1, len(pool.blocks) - 1)
 
 
+LAYOUTS: tuple[tuple[str, ...], ...] = (
+    ("full",),
+    ("full",),
+    ("full", "swa"),
+    ("full", "swa"),
+    ("local",),
+    ("full", "local"),
+    ("mamba",),
+    ("full", "mamba"),
+    ("full", "swa", "mamba"),
+)
+"""The KV cache group layouts drawn: full attention, and each hybrid vLLM builds (full + sliding window as Gemma,
+full + chunked local as Llama 4, full + Mamba as Jamba/Bamba/Nemotron-H, full + SWA + Mamba); chunked local alone and
+Mamba alone (Mamba2) as single groups.  Full and full + SWA weigh double, as before the others were added."""
+
+
 def vllm_config(choose: Chooser) -> VllmEngineConfig:
     """A server shape vLLM starts: block size, blocks, sequences, token budget, chunking, caching, sync or async,
-    full attention or full + sliding window, n-gram or EAGLE drafts in half the shapes (the n-gram drafter ``ngram`` sync,
-    ``ngram_gpu`` async, as vLLM allows); vLLM's block pool alone, or in step with ours (``pools="both"``)."""
+    a group layout (:data:`LAYOUTS`), n-gram or EAGLE drafts in half the shapes (the n-gram drafter ``ngram`` sync,
+    ``ngram_gpu`` async, as vLLM allows); vLLM's block pool alone, or in step with ours (``pools="both"``).  The
+    blocks are one ``max_model_len`` request over every group plus 0-16 spare."""
     block_size = choose.choice((2, 4, 4, 8))
-    window = choose.choice((None, None, 4, 8))
-    groups = 1 if window is None else 2
+    layout = choose.choice(LAYOUTS)
+    window = choose.choice((4, 8)) if "swa" in layout else None
+    chunk = block_size * choose.choice((1, 2, 4)) if "local" in layout else None
     max_model_len = choose.choice((16, 32, 32, 48))
-    blocks = groups * (-(-max_model_len // block_size)) + 1 + choose.randint(0, 16)
+    spare = choose.randint(0, 16)
     chunked = choose.randrange(0, 4) != 0
     budget = choose.choice((8, 16, 32)) if chunked else max_model_len
     seqs = choose.randint(1, min(6, budget))
     caching = choose.randrange(0, 4) != 0
+    if "mamba" in layout and not chunked:
+        caching = False  # Mamba prefix caching needs chunked prefill (model_executor/models/config.py:772-774)
     pools = choose.choice(("upstream", "upstream", "both"))
+    if "mamba" in layout and caching:
+        pools = "upstream"  # align mode's partial-block caching is not bridged to our pool (config.py::group_problems)
     method = choose.choice((None, None, "ngram", "eagle"))
     if method == "eagle" and caching and pools != "upstream":
         method = "ngram"  # EAGLE's lookahead block hashes are not bridged to our pool (config.py)
@@ -63,9 +85,10 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
         # a cap of at most K clips a padded 1 + K decode and fails scheduler.py:1579 as soon as a one-token request
         # waits beside a decode, ending the run.  The cap is drawn at 1 + K instead, the edge where the padding fits.
         threshold = k + 1
+    need = blocks_per_request(layout, block_size, max_model_len, "mamba" in layout and caching, k)
     return VllmEngineConfig(
         block_size=block_size,
-        num_blocks=blocks,
+        num_blocks=need + 1 + spare,
         max_num_seqs=seqs,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
@@ -74,16 +97,29 @@ def vllm_config(choose: Chooser) -> VllmEngineConfig:
         enable_prefix_caching=caching,
         async_scheduling=async_scheduling,
         sliding_window=window,
+        attention_chunk_size=chunk,
+        mamba="mamba" in layout,
+        full_attention="full" in layout,
         pools=pools,
         speculative_method=method,
         num_speculative_tokens=k,
     )
 
 
+def blocks_per_request(layout: tuple[str, ...], block_size: int, max_model_len: int, align: bool, k: int) -> int:
+    """:meth:`VllmEngineConfig.blocks_per_request` before the config exists (the same count, from the drawn parts)."""
+    attention = -(-max_model_len // block_size)
+    return sum(((2 if align else 1) + k) if kind == "mamba" else attention for kind in layout)
+
+
+GROUP_WORDS = {"full": "full attention", "swa": "sliding window", "local": "chunked local", "mamba": "mamba"}
+
+
 def corners(config: VllmEngineConfig) -> list[str]:
     return [
         "async" if config.async_scheduling else "sync",
-        "full attention" if config.sliding_window is None else "full + sliding window",
+        " + ".join(GROUP_WORDS[kind] for kind in config.group_kinds()),
+        f"mamba_cache_mode {config.mamba_cache_mode}" if config.mamba else "no mamba",
         "prefix caching" if config.enable_prefix_caching else "no prefix caching",
         "chunked prefill" if config.enable_chunked_prefill else "no chunking",
         f"block_size {config.block_size}",

@@ -23,6 +23,8 @@ from typing import Any
 
 from poolfuzz.harness.engines.interface import Observation, StepReport, Submission
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.groups import kv_cache_config, resolve_block_sizes, skipped_tokens
+from poolfuzz.harness.kits.vllm_engine.hits import Hit, admitted
 from poolfuzz.harness.kits.vllm_engine.observe import observe
 from poolfuzz.harness.kits.vllm_engine.ours import put_our_pool
 from poolfuzz.harness.upstream.loading import copy_of
@@ -70,9 +72,10 @@ def vllm_config(config: VllmEngineConfig) -> Fields:
             "CacheConfig",
             num_gpu_blocks=config.num_blocks,  # scheduler.py:215
             enable_prefix_caching=config.enable_prefix_caching,  # :355
-            enable_mamba_shared_prefix_checkpoint=False,  # :368
-            mamba_cache_mode="none",  # :433
-            block_size=config.block_size,  # :572
+            enable_mamba_shared_prefix_checkpoint=False,  # :368 (groups.py: no EAGLE draft group, no partial hash hits)
+            mamba_cache_mode=config.mamba_cache_mode,  # :433
+            block_size=config.cache_block_size,  # :572 (core.py:347 sets it from the groups)
+            prefix_match_unit=None,  # kv_cache_utils.py:846, :890 (resolve_kv_cache_block_sizes: the GCD of the groups)
         ),
         lora_config=None,  # scheduler.py:101
         model_config=Fields(
@@ -153,7 +156,7 @@ def hash_lookahead_tokens(config: VllmEngineConfig) -> int:
     return 1 if config.speculative_method == "eagle" and config.enable_prefix_caching else 0
 
 
-def request_block_hasher(utils: Any, config: VllmEngineConfig) -> Any:
+def request_block_hasher(utils: Any, config: VllmEngineConfig, hash_block_size: int) -> Any:
     """``get_request_block_hasher`` called as the loaded release's engine core calls it.
 
     0.33.0 passes ``num_hash_lookahead_tokens`` (kv_cache_utils.py:953-957); 0.31.0 and 0.32.0 take only the block
@@ -161,24 +164,8 @@ def request_block_hasher(utils: Any, config: VllmEngineConfig) -> Any:
     """
     parameters = inspect.signature(utils.get_request_block_hasher).parameters
     if "num_hash_lookahead_tokens" in parameters:
-        return utils.get_request_block_hasher(config.block_size, sha256, hash_lookahead_tokens(config))
-    return utils.get_request_block_hasher(config.block_size, sha256)
-
-
-def kv_cache_config(config: VllmEngineConfig, interface: Any) -> Any:
-    """``KVCacheConfig``: one full-attention group, or full + sliding window over one block pool.
-
-    Built by hand from vLLM's own classes: vLLM's builder (``kv_cache_planning.get_kv_cache_configs``) sizes
-    ``num_blocks`` from GPU memory and imports ``vllm.config.SpeculativeConfig`` and the memory utilities,
-    neither of which loads here (docs/engine-vllm.md).
-    """
-    import torch
-
-    shape = {"block_size": config.block_size, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float16}
-    groups = [interface.KVCacheGroupSpec(["full.0"], interface.FullAttentionSpec(**shape))]
-    if config.sliding_window is not None:
-        groups.append(interface.KVCacheGroupSpec(["swa.0"], interface.SlidingWindowSpec(**shape, sliding_window=config.sliding_window)))
-    return interface.KVCacheConfig(num_blocks=config.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+        return utils.get_request_block_hasher(hash_block_size, sha256, hash_lookahead_tokens(config))
+    return utils.get_request_block_hasher(hash_block_size, sha256)
 
 
 @dataclass
@@ -204,21 +191,28 @@ class VllmEngine:
         with self.copy.active():
             utils = m["vllm.v1.core.kv_cache_utils"]
             utils.init_none_hash(sha256)
-            self.block_hasher = request_block_hasher(utils, config)
+            stand_in = vllm_config(config)
+            kv_config = kv_cache_config(config, m["vllm.v1.kv_cache_interface"])
+            self.block_sizes = resolve_block_sizes(utils, kv_config, stand_in)
+            self.block_hasher = request_block_hasher(utils, config, self.block_sizes.hash)
             kind = (
                 m["vllm.v1.core.sched.async_scheduler"].AsyncScheduler
                 if config.async_scheduling
                 else m["vllm.v1.core.sched.scheduler"].Scheduler
             )
-            self.scheduler = kind(
-                vllm_config(config),
-                kv_cache_config(config, m["vllm.v1.kv_cache_interface"]),
+            self.scheduler = kind(  # EngineCore.__init__ (v1/engine/core.py:180-188)
+                stand_in,
+                kv_config,
                 StructuredOutputManager(),
-                block_size=config.block_size,
+                block_size=self.block_sizes.scheduler,
+                hash_block_size=self.block_sizes.hash,
                 log_stats=False,
             )
             if config.pools == "poolfuzz":
                 put_our_pool(self.scheduler, utils.make_block_hash_with_group_id)
+        self.hash_key = m["vllm.v1.core.kv_cache_utils"].make_block_hash_with_group_id
+        self.hits: list[Hit] = []
+        """Prefix hits admitted since the driver last judged them (:mod:`poolfuzz.harness.kits.vllm_engine.hits`)."""
         self.request_class = m["vllm.v1.request"].Request
         self.status = m["vllm.v1.request"].RequestStatus
         self.output_class = m["vllm.v1.outputs"].ModelRunnerOutput
@@ -267,6 +261,9 @@ class VllmEngine:
         self.accepted = self.steps % (k + 1) if accepted is None else max(0, accepted)
         with self.copy.active():
             output = self.scheduler.schedule()
+            self.hits += admitted(
+                self.scheduler, output, self.steps, self.config.enable_prefix_caching, self.block_sizes.hash, self.hash_key
+            )
             scheduled = tuple(output.num_scheduled_tokens)
             if scheduled:
                 self.flights.append(self._flight(output))
@@ -303,8 +300,7 @@ class VllmEngine:
             start = request.num_computed_tokens - count  # _update_after_schedule advanced it by the scheduled tokens
             ids: list[int] = []
             for manager in managers:
-                window = getattr(manager.kv_cache_spec, "sliding_window", None)
-                first = 0 if window is None else max(0, start - window + 1) // self.config.block_size
+                first = skipped_tokens(manager.kv_cache_spec, start) // manager.block_size
                 ids += [b.block_id for b in manager.req_to_blocks.get(rid, ())[first:] if not b.is_null]
             reads[rid] = (int(request.status), int(request.num_preemptions), tuple(ids))
         chunks = frozenset(rid for rid in output.num_scheduled_tokens if requests[rid].is_prefill_chunk)
@@ -352,6 +348,9 @@ def build_vllm_engine(
     enable_prefix_caching: bool = True,
     async_scheduling: bool = False,
     sliding_window: int | None = None,
+    attention_chunk_size: int | None = None,
+    mamba: bool = False,
+    full_attention: bool = True,
     pools: str = "upstream",
     speculative_method: str | None = None,
     num_speculative_tokens: int = 0,
@@ -370,6 +369,9 @@ def build_vllm_engine(
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
         sliding_window=sliding_window,
+        attention_chunk_size=attention_chunk_size,
+        mamba=mamba,
+        full_attention=full_attention,
         pools=pools,
         speculative_method=speculative_method,
         num_speculative_tokens=num_speculative_tokens,

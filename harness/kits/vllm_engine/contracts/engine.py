@@ -57,6 +57,18 @@ CONTRACT: Contract[object] = Contract(
 )
 
 
+def _groups(config: Mapping[str, Any]) -> list[str]:
+    """The trace's KV cache groups, in words (a trace written before the chunked-local and Mamba fields has neither)."""
+    mamba = f"mamba ({'align' if config.get('enable_prefix_caching', True) else 'none'} mode)"
+    kinds = (
+        ("full attention", config.get("full_attention", True)),
+        ("sliding window", config.get("sliding_window")),
+        ("chunked local", config.get("attention_chunk_size")),
+        (mamba, config.get("mamba")),
+    )
+    return [words for words, present in kinds if present]
+
+
 def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classification:
     """The class of a violation by the vLLM engine target (the kit's ``classifier``): ``reachable`` by construction.
 
@@ -69,7 +81,7 @@ def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classific
         part
         for part in (
             "async" if config.get("async_scheduling") else "sync",
-            "full + sliding window" if config.get("sliding_window") else "full attention",
+            " + ".join(_groups(config)),
             f"pools {config.get('pools', 'upstream')}",
             f"{config.get('speculative_method')} drafts" if config.get("speculative_method") else "",
         )
