@@ -12,13 +12,17 @@ The block sizes are vLLM's: ``resolve_kv_cache_block_sizes`` (kv_cache_utils.py:
 ``EngineCore._initialize_kv_caches`` (v1/engine/core.py:356-369) and ``EngineCore.__init__`` (:176-188) call it:
 the scheduler's block size is the LCM of the groups' (a ``none``-mode Mamba group's block is ``max_model_len``),
 and the hash block size is what ``Request.block_hashes`` is computed at.
+
+:func:`check_groups` judges the groups' tables over the one pool, after every step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from poolfuzz.harness.judge.invariants import check
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 
 HEAD = {"num_kv_heads": 1, "head_size": 8}
@@ -83,6 +87,16 @@ def resolve_block_sizes(utils: Any, kv_config: Any, vllm_config: Any) -> BlockSi
     return BlockSizes(int(scheduler_block_size), int(hash_block_size))
 
 
+def spec_kind(spec: Any) -> str:
+    """``full``, ``swa``, ``local`` or ``mamba`` for one group's spec (``FullAttentionSpec`` has the window and chunk
+    fields too, ``None``: kv_cache_interface.py:628-632)."""
+    if getattr(spec, "sliding_window", None) is not None:
+        return "swa"
+    if getattr(spec, "attention_chunk_size", None) is not None:
+        return "local"
+    return "mamba" if hasattr(spec, "mamba_cache_mode") else "full"
+
+
 def skipped_tokens(spec: Any, computed: int) -> int:
     """Tokens left of what a step starting at ``computed`` still reads in a group, from each layer kind's documented
     semantics (not its manager's code): full attention reads all; a window of ``w`` reads the last ``w - 1`` before
@@ -97,3 +111,58 @@ def skipped_tokens(spec: Any, computed: int) -> int:
     if hasattr(spec, "mamba_cache_mode"):
         return max(0, computed - 1) // spec.block_size * spec.block_size
     return 0
+
+
+def check_groups(managers: Sequence[Any]) -> None:
+    """Every group's tables over the one shared pool (run after the partition, which sees them concatenated).
+
+    - A block is in one group's tables at a time (``no-double-allocation``): the groups' ``KVCacheTensor``s overlay
+      the same bytes, which is sound only "because a block ID is owned by one group at a time"
+      (kv_cache_interface.py:1475-1487); and no table names one block twice.
+    - A full-attention table never names the null block (``reserved-never-handed-out``): full attention reads every
+      earlier token, so no position of it is skipped; only a window, a local chunk or a Mamba state before the last
+      is the null block (``get_num_skipped_tokens``, single_type_kv_cache_manager.py:722-733).
+    - A ``none``-mode Mamba group holds at most ``1 + num_speculative_blocks`` state blocks per request
+      (``scheduler-conservation``): the bound vLLM sizes the pool with (``MambaSpec.max_memory_usage_bytes``,
+      kv_cache_interface.py:1131-1137).  Align mode is not bounded here (docs/engine-vllm.md: it holds one more than
+      its ``2 + K`` between steps, not yet triaged).
+    """
+    group_of: dict[int, int] = {}
+    for group, manager in enumerate(managers):
+        spec = manager.kv_cache_spec
+        full = spec_kind(spec) == "full"
+        bound = 1 + spec.num_speculative_blocks if getattr(spec, "mamba_cache_mode", None) == "none" else None
+        for rid, blocks in manager.req_to_blocks.items():
+            ids = [block.block_id for block in blocks if not block.is_null]
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            check(
+                not twice, "no-double-allocation", "a request's table in one group names a block twice", request=rid, group=group, ids=twice
+            )
+            if full:
+                check(
+                    len(ids) == len(blocks),
+                    "reserved-never-handed-out",
+                    "a full-attention table names the null block (no position of full attention is skipped)",
+                    request=rid,
+                    group=group,
+                )
+            if bound is not None:
+                check(
+                    len(ids) <= bound,
+                    "scheduler-conservation",
+                    "a none-mode Mamba group holds more state blocks for a request than MambaSpec sizes the pool for",
+                    request=rid,
+                    group=group,
+                    held=len(ids),
+                    bound=bound,
+                )
+            for i in ids:
+                other = group_of.setdefault(i, group)
+                check(
+                    other == group,
+                    "no-double-allocation",
+                    "a block is in the tables of two KV cache groups at once (their layers overlay one block)",
+                    block=i,
+                    groups=(other, group),
+                    request=rid,
+                )

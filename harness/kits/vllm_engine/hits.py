@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.vllm_engine.groups import spec_kind
 
 HIT = "match-returns-inserted"
 """The invariant a prefix hit is judged under."""
@@ -79,17 +80,9 @@ def admitted(scheduler: Any, output: Any, step: int, caching: bool, hash_block_s
                 )
                 for i in range(min(len(table), tokens // hash_block_size))
             )
-            groups.append(GroupHit(group, _kind(manager.kv_cache_spec), blocks))
+            groups.append(GroupHit(group, spec_kind(manager.kv_cache_spec), blocks))
         hits.append(Hit(rid, step, tokens, int(request.num_tokens), caching, hash_block_size, tuple(groups)))
     return hits
-
-
-def _kind(spec: Any) -> str:
-    if getattr(spec, "sliding_window", None) is not None:
-        return "swa"
-    if getattr(spec, "attention_chunk_size", None) is not None:
-        return "local"
-    return "mamba" if hasattr(spec, "mamba_cache_mode") else "full"
 
 
 def check_hits(hits: Iterable[Hit]) -> None:

@@ -8,7 +8,9 @@ pool; the null block reserved.  A cached block with ``ref_cnt == 0`` is free (it
 holder).  vLLM keeps no leak checker of its own, so the observation has no accounts: a block neither free nor
 referenced is a breach at once.
 
-:func:`check_structures` adds what the engine-neutral judges cannot see: the free queue's own count and links
+:func:`check_structures` adds what the engine-neutral judges cannot see: each KV cache group's tables over the one
+pool (:func:`poolfuzz.harness.kits.vllm_engine.groups.check_groups`: a block in one group at a time, the null block
+never in a full-attention table, a ``none``-mode Mamba request's state blocks within what vLLM sized), the free queue's own count and links
 (``free-queue-order``), every hash map entry pointing at a block that carries that hash, and every hashed block
 reachable from the map (``cache-map``); and at idle the conditions of vLLM's test helper
 ``assert_scheduler_empty`` (tests/v1/core/test_scheduler.py): no request, no block table, no cached-block
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 from poolfuzz.harness.engines.interface import FreePlace, Holder, HolderKind, Holding, InFlight, Observation, PoolState, Progress, Read
 from poolfuzz.harness.judge.invariants import check
+from poolfuzz.harness.kits.vllm_engine.groups import check_groups
 
 POOL = "block"
 
@@ -180,6 +183,7 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
         queued=null.block_id in queue,
         ref_cnt=null.ref_cnt,
     )
+    check_groups(scheduler.kv_cache_manager.coordinator.single_type_managers)
     hashed = {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
     seen: set[int] = set()
     index = pool.cached_block_hash_to_block  # vLLM's BlockHashToBlockMap, or ours: a dict of dicts
