@@ -24,7 +24,7 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "full+mamba": {"mamba": True},
     "full+swa+mamba": {"mamba": True, "sliding_window": 4},
 }
-SHAPE = {"block_size": 4, "num_blocks": 30, "max_num_seqs": 3, "max_num_batched_tokens": 12, "max_model_len": 32}
+SHAPE: dict[str, Any] = {"block_size": 4, "num_blocks": 30, "max_num_seqs": 3, "max_num_batched_tokens": 12, "max_model_len": 32}
 
 
 def _judged_walk(engine: Any, seed: int, steps: int = 200) -> list[Any]:
