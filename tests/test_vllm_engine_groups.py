@@ -210,3 +210,35 @@ def test_a_finding_names_its_groups_in_the_classification() -> None:
 
     note = classify_failure({"mamba": True, "sliding_window": 4, "enable_prefix_caching": False}, ["iterate"]).note
     assert "full attention + sliding window + mamba (none mode)" in note
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"attention_chunk_size": 8},
+        {"mamba": True, "enable_prefix_caching": False},
+        {"mamba": True, "sliding_window": 4, "enable_prefix_caching": False},
+    ],
+    ids=["full+local", "full+mamba-none", "full+swa+mamba-none"],
+)
+def test_our_block_pool_runs_the_new_groups_in_step_with_vllms_own(fields: dict[str, Any]) -> None:
+    """pools="both" over chunked local and none-mode Mamba groups: the driver's mirror over poolfuzz.pools.block_pool is
+    judged after every step and agrees with vLLM's pool on what a user sees and on the free queue's order."""
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, VllmEngineConfig(**SHAPE, **fields, pools="both"))
+    rng = random.Random(5)
+    for _ in range(150):
+        roll = rng.random()
+        if roll < 0.3:
+            driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 16))
+        elif roll < 0.33:
+            driver.abort(rng.randrange(8))
+        elif roll < 0.4:
+            driver.run(rng.randint(4, 10))
+        else:
+            driver.iterate([rng.randrange(4)] if rng.random() < 0.2 else [], [])
+        driver.audit_now()
+    driver.teardown()
