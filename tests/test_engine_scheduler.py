@@ -247,3 +247,18 @@ def test_an_embedding_server_caches_each_prompt_at_its_prefill_and_holds_nothing
     _judged(engine, 10)
     assert all(r.finished() and len(r.output_ids) == 1 for r in reqs)
     assert engine.observe().at_rest and int(loop.tree_cache.evictable_size()) > 0
+
+
+def test_each_refused_request_option_queues_a_one_token_request_that_leaves_at_its_prefill() -> None:
+    """A logprob or routed-experts start past the prompt and a session never opened: ``_handle_generate_request`` sets
+    each finished with an abort, one token long (scheduler.py:3111, :3278, :3317), and it still takes and gives back a
+    row and a slot."""
+    from poolfuzz.harness.upstream.engine_scheduler import REFUSED_OPTIONS
+
+    engine = _engine("overlap", rows=2, tokens=48)
+    loop = engine.loop
+    reqs = [loop.arrive([11, 12, 13], 5, option=option) for option in sorted(REFUSED_OPTIONS)]
+    assert all(r is not None and r.to_finish is not None and list(r.origin_input_ids) == [0] for r in reqs)
+    _judged(engine, 6)
+    assert all(r.finished() and not r.kv.holds_kv for r in reqs)
+    assert engine.observe().at_rest

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -38,6 +38,7 @@ from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
     AbortReq,
     ContinueGenerationReqInput,
     PauseGenerationReqInput,
+    SessionParams,
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
@@ -47,6 +48,17 @@ WAITING_TIMEOUT = "SGLANG_REQ_WAITING_TIMEOUT"
 """environ.py:685 (seconds, default -1: off)."""
 RUNNING_TIMEOUT = "SGLANG_REQ_RUNNING_TIMEOUT"
 """environ.py:686 (seconds, default -1: off)."""
+
+REFUSED_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
+    # return_logprob with logprob_start_len past the prompt (scheduler.py:3275-3280)
+    "logprob past the prompt": lambda n: {"return_logprob": True, "logprob_start_len": n + 1},
+    # return_routed_experts with routed_experts_start_len past the prompt (:3300-3319)
+    "routed experts past the prompt": lambda n: {"return_routed_experts": True, "routed_experts_start_len": n + 1},
+    # a session the server never opened (:3093-3114)
+    "unknown session": lambda n: {"session_params": SessionParams(id="never-opened")},
+}
+"""Request options ``_handle_generate_request`` refuses by queueing the request finished with an abort (one token long):
+the option's fields for a prompt of ``n`` tokens, as the tokenizer manager would pass them on."""
 
 DEFAULT_TOKEN = 7
 """What a request samples when the fuzzer names no token for it: a plain token, never EOS."""
@@ -113,14 +125,15 @@ class SchedulerLoop(EngineLoop):
 
     # ------------------------------------------------------------------ requests
     @engine_call
-    def arrive(self, prompt: list[int], max_new_tokens: int, priority: int | None = None) -> Any:
+    def arrive(self, prompt: list[int], max_new_tokens: int, priority: int | None = None, option: str | None = None) -> Any:
         """A tokenized request reaches upstream's ``handle_generate_request`` (scheduler.py:2943), as ``process_input_requests``
         dispatches it (:2224-2260): the request the scheduler built, or ``None`` where it never entered the waiting queue
         (refused at the door: the queue limit, a priority the server refuses).
 
         Upstream decides the rest: ``init_req_max_new_tokens`` clips the budget (:2693-2740), a prompt too long
         (``validate_input_length``, :3224-3234) or past the KV budget (:2730) is queued *finished with an abort*, one token
-        long, and leaves at its one-token prefill; ``_add_request_to_queue`` (:3480) applies the priority and queue checks."""
+        long, and leaves at its one-token prefill; ``_add_request_to_queue`` (:3480) applies the priority and queue checks.
+        ``option`` names one of :data:`REFUSED_OPTIONS`, a request option the scheduler refuses the same way."""
         sb = self.m.schedule_batch
         embedding = self.config.embedding
         params = sb.SamplingParams(max_new_tokens=0 if embedding else max_new_tokens)  # io_struct.py:1366 for an embedding
@@ -130,7 +143,10 @@ class SchedulerLoop(EngineLoop):
         if embedding:
             self.s.handle_embedding_request(TokenizedEmbeddingReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority))
         else:
-            self.s.handle_generate_request(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority))
+            extra = REFUSED_OPTIONS[option](len(prompt)) if option is not None else {}
+            self.s.handle_generate_request(
+                TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority, **extra)
+            )
         queue = self.s.waiting_queue  # a queued arrival is appended (:3493), whatever the queue limit evicted
         return queue[-1] if queue and queue[-1].rid == rid else None
 

@@ -149,6 +149,14 @@ class TokenizedGenerateReqInput:
     pp_prefetch_ticketed: bool | None = None  # :3116
 
 
+@dataclass
+class SessionParams:
+    """``io_struct.SessionParams`` as ``_handle_generate_request`` reads it: the session a request continues (``id``,
+    scheduler.py:2966-2967); the engine target opens no session, so a request naming one is refused (:3093-3112)."""
+
+    id: str
+
+
 @dataclass(kw_only=True)
 class TokenizedEmbeddingReqInput:
     """``io_struct.TokenizedEmbeddingReqInput``: what the tokenizer manager sends for one embedding request

@@ -81,21 +81,34 @@ class EngineDriver(Driver):
         self._arrive(stem, length, tail, max_new, priority)
         return None
 
-    def _arrive(self, stem: int, length: int, tail: int, max_new: int, priority: int | None) -> None:
+    @operation
+    def refused(self, stem: int, length: int, tail: int, max_new: int, option: int) -> Any:
+        """A request with an option upstream's ``_handle_generate_request`` refuses (``REFUSED_OPTIONS``, picked by
+        ``option``): queued finished with an abort, it leaves at a one-token prefill.  Skipped on the re-enacted loop and
+        on an embedding server (these are generate-request options)."""
+        from poolfuzz.harness.upstream.engine_scheduler import REFUSED_OPTIONS
+
+        if not hasattr(self.loop, "abort_all") or self.loop.config.embedding:
+            return SKIPPED
+        names = sorted(REFUSED_OPTIONS)
+        self._arrive(stem, length, tail, max_new, None, names[option % len(names)])
+        return None
+
+    def _arrive(self, stem: int, length: int, tail: int, max_new: int, priority: int | None, option: str | None = None) -> None:
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
         request = Submission(tuple(prompt), max(1, max_new))
-        admitted = [self._submit(target, request, priority) for target in self.targets]
+        admitted = [self._submit(target, request, priority, option) for target in self.targets]
         if admitted[0] is None:
             self.event("a request refused at the queue's door (queue limit, priority, or too long)")
         elif getattr(admitted[0], "to_finish", None) is not None:
-            self.event("a request queued finished with an abort (too long, or past the KV budget)")
+            self.event("a request queued finished with an abort (too long, past the KV budget, or a refused option)")
 
     @staticmethod
-    def _submit(target: SGLangEngine, request: Submission, priority: int | None) -> Any:
-        if priority is None:
+    def _submit(target: SGLangEngine, request: Submission, priority: int | None, option: str | None) -> Any:
+        if priority is None and option is None:
             return target.loop.arrive(list(request.prompt), request.max_new_tokens)
-        return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority)
+        return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority, option=option)
 
     @operation
     def crowd(self, count: int, max_new: int) -> None:

@@ -193,6 +193,17 @@ def _prioritized(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.prioritized, {**step[1], "priority": choose.randrange(0, 50)}
 
 
+def _refused(view: EngineView, choose: Chooser) -> Step | None:
+    """An arrival with a request option the scheduler refuses (a logprob or routed-experts start past the prompt, a
+    session never opened): it still takes a row and a slot for its one-token prefill."""
+    if view.config.embedding:
+        return None
+    step = _arrive(view, choose)
+    if step is None:
+        return None
+    return Ops.refused, {**step[1], "option": choose.randrange(0, 3)}
+
+
 def _abort_all(view: EngineView, choose: Chooser) -> Step | None:
     """Abort every request (``AbortReq(abort_all=True)``); rare, since it empties the server."""
     if view.running + view.waiting == 0 or choose.randrange(0, 4):
@@ -238,6 +249,7 @@ def engine_table() -> MoveTable[EngineView]:
             Move(Ops.pause, 1, _pause, corner="weight-update pause"),
             Move(Ops.prioritized, 3, _prioritized, corner="arrival with a priority"),
             Move(Ops.abort_all, 1, _abort_all, corner="abort of all requests"),
+            Move(Ops.refused, 1, _refused, corner="a request option refused"),
             Move(Ops.expire, 2, _expire, corner="a timeout"),
         ),
         corners=engine_corners,

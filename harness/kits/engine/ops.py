@@ -6,12 +6,14 @@ from poolfuzz.harness.judge.ops import Operations, op
 
 
 class EngineOps(Operations):
-    """``engine``: what users and the model choose: arrivals (one or a crowd, with a priority or without), which live
+    """``engine``: what users and the model choose: arrivals (one or a crowd, with a priority or without, or with an
+    option the scheduler refuses), which live
     requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, and time passing
     for a waiting request (the waiting timeout); the scheduler decides every memory call."""
 
     arrive = op("stem", "length", "tail", "max_new")
     prioritized = op("stem", "length", "tail", "max_new", "priority")
+    refused = op("stem", "length", "tail", "max_new", "option")
     crowd = op("count", "max_new")
     iterate = op("eos")
     run = op("iterations")

@@ -118,6 +118,9 @@ PREEMPT = Cite(
     "self.running_batch.release_req(",
     note="PrefillAdder.preempt_to_schedule: a running request released for a higher-priority one, re-queued at :4321",
 )
+REFUSED_OPTION = _at(
+    3278, "req.set_finish_with_abort(error_msg)", note="a logprob start past the prompt; likewise routed experts (:3317), a session (:3111)"
+)
 ABORT_ALL = _at(5677, "if recv_req.abort_all or chunked_req.rid.startswith(recv_req.rid):", note="abort_request(abort_all=True)")
 POLL = _at(2202, "local_reqs = self._poll_timeout_aborts()", note="ingest_requests, the top of every iteration")
 EXPIRED = _at(3608, "entry_time = req.time_stats.wait_queue_entry_time", note="a queued request past SGLANG_REQ_WAITING_TIMEOUT")
@@ -214,6 +217,13 @@ CONTRACT: Contract[object] = Contract(
             "(where the queue limit may evict a lower one, and admission may preempt a running request more than the "
             "threshold below it: release_req, then re-queued)",
             (GENERATE, PRIORITY, QUEUE_LIMIT, EVICT_QUEUED, PREEMPT),
+        ),
+        CallRule(
+            Ops.refused,
+            ARRIVAL_CALLS,
+            "arrive, with a request option _handle_generate_request refuses: queued finished with an abort, one token "
+            "long (set_finish_with_abort), to leave at a one-token prefill",
+            (GENERATE, REFUSED_OPTION, QUEUE),
         ),
         CallRule(Ops.run, ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
         CallRule(
