@@ -242,3 +242,27 @@ def test_our_block_pool_runs_the_new_groups_in_step_with_vllms_own(fields: dict[
             driver.iterate([rng.randrange(4)] if rng.random() < 0.2 else [], [])
         driver.audit_now()
     driver.teardown()
+
+
+def test_a_lone_mamba_align_request_that_preempts_itself_at_the_startup_minimum_is_not_a_hang() -> None:
+    """The fuzzer's shrunk trace (seed 1, docs/engine-vllm.md): a pure Mamba model in align mode with K=4 n-gram drafts
+    over 1 + (2 + K) blocks, the minimum vLLM's startup check accepts.  The lone request needs one block more than
+    MambaSpec sizes for, preempts itself, and the step that preempted admits nothing by design (scheduler.py:1050);
+    the next step resumes it on its own prefix hit.  That step advanced: the progress judge must not call it a hang."""
+    import poolfuzz.harness.upstream
+    from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+    from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
+
+    config = VllmEngineConfig(
+        block_size=4, num_blocks=7, max_num_seqs=1, max_num_batched_tokens=5, max_model_len=10,
+        full_attention=False, mamba=True, speculative_method="ngram", num_speculative_tokens=4,
+    )  # fmt: skip
+    driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, config)
+    driver.run(1)
+    driver.arrive(0, 0, 0, 5)
+    driver.run(2)
+    scheduler = driver.engine.scheduler
+    [request] = scheduler.requests.values()
+    driver.iterate([0], [])  # EOS: the step whose allocation fails and preempts the request
+    assert request.num_preemptions == 1 and not scheduler.running and driver.engine.last_advanced
+    driver.teardown()

@@ -284,7 +284,9 @@ class VllmEngine:
                 # empty output (EngineCore.step), which finishes what was aborted meanwhile.
                 self.scheduler.update_from_output(output, self._runner_output([], []))
         self.steps += 1
-        self.last_advanced = bool(scheduled or landed)
+        # A step that preempted advanced too: it freed the preempted request's blocks, and by design it admits no waiting
+        # request in that same step (scheduler.py:1050, "if not preempted_reqs"); the next step does.
+        self.last_advanced = bool(scheduled or landed or output.preempted_req_ids)
         return StepReport("schedule" if scheduled else "idle", scheduled, landed)
 
     def observe(self) -> Observation:
