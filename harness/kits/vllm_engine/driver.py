@@ -130,6 +130,8 @@ class VllmEngineDriver(Driver):
         for engine in self.engines:
             hits, engine.hits = engine.hits, []
             check_hits(hits)  # judged as of the step that admitted them, before what later steps made of the state
+            if hits and engine is self.engine:
+                self.event("a prefix hit judged (match-returns-inserted)")
             observation = engine.observe()
             judges.judge(observation, engine_checks=partial(check_structures, engine, observation))
             observations.append(observation)
