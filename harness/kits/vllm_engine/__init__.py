@@ -55,6 +55,8 @@ FAMILIES = (
             "enable_mamba_shared_prefix_checkpoint: held off; it takes effect only with an EAGLE draft group "
             "(KVCacheGroupSpec.is_eagle_group) and a prefix_match_unit below the Mamba block (kv_cache_manager.py:188-193), "
             "neither of which this hand-built KVCacheConfig has, so turning it on would change nothing",
+            "Mamba align mode's state blocks per request are not bounded by a judge: a request holds 3 + K between steps, "
+            "one more than MambaSpec.max_memory_usage_bytes sizes (docs/engine-vllm.md, not triaged); none mode's 1 + K is",
             "prefix_match_unit (hash blocks finer than a group's block: Mamba partial hits) and groups of different "
             "attention block sizes: every attention group and an align-mode Mamba group share block_size",
             "a long-prefill cap of at most K under speculation: the move table steers around vLLM finding 2 "
