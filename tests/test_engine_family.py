@@ -162,11 +162,16 @@ def test_the_server_shape_is_declared_once_and_every_engine_target_takes_exactly
     from poolfuzz.harness.canaries import collected
     from poolfuzz.harness.judge.families import resolve
     from poolfuzz.harness.kits.engine.config import EngineTargetConfig
-    from poolfuzz.harness.kits.engine.driver import build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine
+    from poolfuzz.harness.kits.engine.driver import (
+        build_embedding_engine,
+        build_engine,
+        build_engine_with_waiting_timeout,
+        build_poolfuzz_engine,
+    )
 
     fields = {f.name: f.default for f in dataclasses.fields(EngineTargetConfig) if not f.name.startswith("_")}
     canaries = [resolve(c.spec) for c in collected().values() if c.family == "engine"]
-    for target in [build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine, *canaries]:
+    for target in [build_engine, build_engine_with_waiting_timeout, build_poolfuzz_engine, build_embedding_engine, *canaries]:
         parameters = inspect.signature(target).parameters
         assert {name: p.default for name, p in parameters.items()} == fields, target
         assert all(p.kind is p.KEYWORD_ONLY for p in parameters.values()), target

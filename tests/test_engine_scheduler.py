@@ -262,3 +262,36 @@ def test_each_refused_request_option_queues_a_one_token_request_that_leaves_at_i
     _judged(engine, 6)
     assert all(r.finished() and not r.kv.holds_kv for r in reqs)
     assert engine.observe().at_rest
+
+
+def test_the_embedding_target_runs_drawn_shapes_as_embedding_servers_and_a_short_walk_is_judged_clean() -> None:
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_embedding_engine
+    from tests.engine_walk import walk
+
+    shape = {"cache": "unified-rust", "rows": 2, "tokens": 48, "context": 64, "chunk": 8, "sliding_window": 4, "swa_tokens": 24}
+    driver = EngineDriver(build_embedding_engine, shape)
+    assert driver.loop.config.embedding and not driver.loop.config.hybrid_swa
+    walk(driver, 1, 60)
+    driver.teardown()
+    assert "iteration: prefill" in " ".join(driver.events) and "iteration: decode" not in " ".join(driver.events)
+
+
+def test_an_embedding_prompt_past_max_req_input_len_is_queued_unaborted_and_blocks_the_queue_unlike_a_generate_one() -> None:
+    """The untriaged finding of docs/engine.md: ``_handle_embedding_request`` queues a request ``validate_input_length``
+    refuses without aborting it (scheduler.py:3751-3753; the generate path aborts it, :3251-3254).  A prompt the pool can
+    never admit then holds the FCFS queue head for ever and the request behind it starves (``scheduler-progress``)."""
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_embedding_engine, build_engine
+
+    shape = {"cache": "unified-rust", "rows": 2, "tokens": 22, "context": 64}
+    steps = [("arrive", {"stem": 2, "length": 22, "tail": 0, "max_new": 1}), ("arrive", {"stem": 0, "length": 4, "tail": 1, "max_new": 1})]
+    generate = EngineDriver(build_engine, shape)
+    for op, args in steps:
+        generate.step(op, **args)
+    generate.teardown()  # the generate server aborts the long prompt at a one-token prefill and serves the other
+    embedding = EngineDriver(build_embedding_engine, shape)
+    for op, args in steps:
+        embedding.step(op, **args)
+    head = embedding.loop.waiting_queue[0]
+    assert head.to_finish is None and len(head.origin_input_ids) == 22 >= embedding.loop.s.max_req_input_len
+    with pytest.raises(InvariantViolation, match="scheduler-progress"):
+        embedding.teardown()

@@ -151,6 +151,9 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         problems.append(f"pools must be one of {TARGET_POOLS}, not {config.pools!r}")
     if config.loop not in LOOPS:
         problems.append(f"loop must be one of {LOOPS}, not {config.loop!r}")
+    if min(config.context, config.tokens) - 1 <= 0:
+        # The server's startup check (tp_worker.py:420-425: max_req_len = min(context_len - 1, max_total_num_tokens - 1) > 0).
+        problems.append(f"the pool ({config.tokens} tokens) is too small for any request: max_req_len must be positive")
     if config.tokens % config.page_size:
         problems.append(f"tokens ({config.tokens}) must be a positive multiple of page_size ({config.page_size})")
     if config.sliding_window is not None:

@@ -296,6 +296,21 @@ build_engine_with_waiting_timeout.poolfuzz_contract = "poolfuzz.harness.kits.eng
 
 
 @takes_the_shape
+def build_embedding_engine(**shape: Any) -> Any:
+    """Upstream's loop serving an embedding model (``--target engine=...:build_embedding_engine``): every drawn shape runs
+    as full attention with ``embedding`` on (requests through ``handle_embedding_request``, each leaving at its prefill
+    with its prompt cached; ``EngineTargetConfig.embedding``).  The re-enacted loop has no embedding path: it runs the
+    overlap loop instead."""
+    config = EngineTargetConfig(**shape)
+    loop = "overlap" if config.loop == "reenacted" else config.loop
+    config = config.replaced(sliding_window=None, swa_tokens=0, mamba_slots=0, loop=loop, embedding=True)
+    return build_engine(**config.kwargs())
+
+
+build_embedding_engine.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+
+
+@takes_the_shape
 def build_poolfuzz_engine(**shape: Any) -> Any:
     """The same loop over poolfuzz's row pool and KV allocator alone (``--target engine=...:build_poolfuzz_engine``).
 

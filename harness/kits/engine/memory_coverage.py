@@ -117,8 +117,9 @@ def installed(relative: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / relative
 
 
-def measure(steps: int, seed: int, seeds: int = 1) -> tuple[list[FileCoverage], list[str]]:
-    """Walk ``seeds`` walks of ``steps`` steps each from ``seed`` under coverage; each file's reach and the violations seen."""
+def measure(steps: int, seed: int, seeds: int = 1, spec: str = SPEC) -> tuple[list[FileCoverage], list[str]]:
+    """Walk ``seeds`` walks of ``steps`` steps each from ``seed`` of target ``spec`` under coverage; each file's reach and
+    the violations seen."""
     import coverage
 
     from poolfuzz.harness.fuzz.walk import WalkRun
@@ -129,7 +130,7 @@ def measure(steps: int, seed: int, seeds: int = 1) -> tuple[list[FileCoverage], 
     cov.start()
     try:
         for offset in range(seeds):
-            walk = WalkRun("engine", seed + offset, spec=SPEC, shrink=False)
+            walk = WalkRun("engine", seed + offset, spec=spec, shrink=False)
             while walk.steps < steps:
                 if (found := walk.run(max_steps=steps - walk.steps)) is not None:
                     ops = [str(step.get("op")) for step in found.trace.steps]
@@ -152,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=1, help="walks, seeds seed..seed+N-1")
     parser.add_argument("--missed", action="store_true", help="list the memory statements not reached")
+    parser.add_argument("--spec", default=SPEC, help=f"the engine target walked (default {SPEC})")
     args = parser.parse_args(argv)
-    results, violations = measure(args.steps, args.seed, args.seeds)
+    results, violations = measure(args.steps, args.seed, args.seeds, args.spec)
     for r in results:
         runtime = len(r.memory) - len(r.startup)
         print(
