@@ -105,8 +105,9 @@ def test_a_none_mode_mamba_state_block_spans_max_model_len_and_sets_the_schedule
         ({"mamba": True, "pools": "both"}, "cache_partial_block"),
         ({"full_attention": False}, "at least one KV cache group"),
         ({"mamba": True, "num_blocks": 9}, "max_model_len"),
+        ({"attention_chunk_size": 8, "speculative_method": "eagle", "num_speculative_tokens": 2}, "EAGLE with chunked local"),
     ],
-    ids=["mamba-caching-unchunked", "mamba-align-over-ours", "no-group", "too-few-blocks"],
+    ids=["mamba-caching-unchunked", "mamba-align-over-ours", "no-group", "too-few-blocks", "eagle-chunked-local-caching"],
 )
 def test_a_group_layout_that_cannot_run_is_refused_with_its_reason(fields: dict[str, Any], reason: str) -> None:
     from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig, VllmShapeError

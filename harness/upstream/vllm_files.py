@@ -41,6 +41,10 @@ REAL_PREFIXES = (
     # gc_untrack, untracked_list, untrack_long_lists: 0.34.0's block_pool.py:16, request.py:18, sched/output.py:10
     # and single_type_kv_cache_manager.py:10 import them (0.33.0 has the file and no caller on this path)
     "vllm.utils.gc_utils",
+    # TokenBuffer: 0.34.0's request.py builds its token lists with it (v1/token_buffer.py, which imports as_list from
+    # utils/collection_utils.py); 0.33.0 has no token_buffer.py and no caller of collection_utils on this path
+    "vllm.v1.token_buffer",
+    "vllm.utils.collection_utils",
 )
 """The modules run from vLLM's files: the v1 scheduler's whole memory path (docs/engine-vllm.md)."""
 

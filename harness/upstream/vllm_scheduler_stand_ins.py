@@ -71,6 +71,7 @@ class SamplingParams(Fields):
             thinking_token_budget=None,
             routed_experts_prompt_start=0,
             trace_decode_token_ids=None,
+            prompt_logprob_token_ids=None,  # 0.34.0 v1/request.py:374 (no prompt logprobs)
         )
 
 
@@ -154,6 +155,11 @@ class StructuredOutputManager:
 
     def grammar_bitmask(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+    def trim_spec_tokens(self, request: Any, spec_tokens: list[int]) -> list[int]:
+        """0.34.0's ``update_draft_token_ids`` (scheduler.py:3012): a request without structured output keeps its
+        drafts as proposed (v1/structured_output/__init__.py:360-363)."""
+        return spec_tokens
 
 
 class NullPublisher:

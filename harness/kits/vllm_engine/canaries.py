@@ -36,7 +36,8 @@ def with_overrides(shape: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     full-attention one); EAGLE drafts over our pool with caching forced on become n-gram drafts, as the moves draw."""
     built = {**shape, **overrides}
     ours = built.get("pools", "upstream") != "upstream"
-    if ours and built.get("enable_prefix_caching", True) and built.get("speculative_method") == "eagle":
+    local = built.get("attention_chunk_size") is not None
+    if (ours or local) and built.get("enable_prefix_caching", True) and built.get("speculative_method") == "eagle":
         # As the move table draws it (moves.py): EAGLE's lookahead block hashes are not bridged to our pool.
         built["speculative_method"] = "ngram_gpu" if built.get("async_scheduling") else "ngram"
     if built.get("async_scheduling") and built.get("speculative_method") == "ngram":

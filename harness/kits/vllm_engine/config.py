@@ -197,6 +197,11 @@ def group_problems(config: VllmEngineConfig) -> list[str]:
     if config.mamba and config.enable_prefix_caching and not config.enable_chunked_prefill:
         # model_executor/models/config.py:772-774: "Chunked prefill is required for Mamba prefix caching."
         problems.append("Mamba with prefix caching (mamba_cache_mode 'align') needs chunked prefill")
+    if config.attention_chunk_size is not None and config.speculative_method == "eagle" and config.enable_prefix_caching:
+        # single_type_kv_cache_manager.py:1336-1338 asserts "Hybrid KV cache is not supported for eagle + chunked local
+        # attention." at a hit lookup; 0.33.0 reaches it only with the EAGLE drop off (its hash lookahead), 0.31.0 and
+        # 0.32.0 raise it on the first prefix lookup.
+        problems.append("EAGLE with chunked local attention and prefix caching is not supported by vLLM (its assert)")
     if config.mamba and config.enable_prefix_caching and config.pools != "upstream":
         # Not vLLM's refusal: align mode calls BlockPool.cache_partial_block / move_block_hashes
         # (single_type_kv_cache_manager.py:2028-2136), which poolfuzz.pools.block_pool has no bridge for (ours.py).

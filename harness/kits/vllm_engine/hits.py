@@ -59,7 +59,8 @@ def admitted(scheduler: Any, output: Any, step: int, caching: bool, hash_block_s
     """The hits of the requests ``output`` admits or resumes (see the module docstring); read before any result lands."""
     starts = [(new.req_id, new.num_computed_tokens) for new in output.scheduled_new_reqs]
     cached = output.scheduled_cached_reqs
-    starts += [(rid, n) for rid, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True) if rid in cached.resumed_req_ids]
+    resumed = getattr(cached, "resumed_req_ids", ())  # 0.34.0 re-sends a resumed request as a new one (scheduler.py:1619)
+    starts += [(rid, n) for rid, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True) if rid in resumed]
     managers = scheduler.kv_cache_manager.coordinator.single_type_managers
     hits = []
     for rid, tokens in starts:

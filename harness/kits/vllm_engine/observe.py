@@ -40,6 +40,7 @@ class VllmEngine(Protocol):
     scheduler: Any
     status: Any
     last_advanced: bool
+    null_ref_cnt_kept: bool
 
     @property
     def config(self) -> Any: ...
@@ -176,8 +177,10 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
     null = pool.null_block
     # The null block is never pooled and no call maintains its ref_cnt (block_pool.py:190-192, :795, :828): it is
     # never queued, and a count moved off 0 means get_new_blocks handed it out (tables list it as a placeholder).
+    # 0.31.0/0.32.0's touch and free_blocks still count it ("not maintained", their block_pool.py:185, :764, :792):
+    # there only the queue is read.
     check(
-        null.block_id not in queue and null.ref_cnt == 0,
+        null.block_id not in queue and (null.ref_cnt == 0 or not engine.null_ref_cnt_kept),
         "reserved-never-handed-out",
         "the null block is on the free queue or was handed out",
         queued=null.block_id in queue,
@@ -187,7 +190,10 @@ def check_structures(engine: VllmEngine, observation: Observation) -> None:
     hashed = {b.block_id: b.block_hash for b in pool.blocks if b.block_hash is not None}
     seen: set[int] = set()
     index = pool.cached_block_hash_to_block  # vLLM's BlockHashToBlockMap, or ours: a dict of dicts
+    duplicates = getattr(index, "_dup_ids", {})
     for key, entry in getattr(index, "_cache", index).items():
+        if isinstance(entry, int):  # 0.34.0: one block id per key, every id of a shared key in _dup_ids (block_pool.py:61-64)
+            entry = {i: pool.blocks[i] for i in duplicates.get(key, {entry: None})}
         for block in entry.values() if isinstance(entry, dict) else (entry,):
             check(
                 hashed.get(block.block_id) == key, "cache-map", "a hash map entry points at a block without that hash", block=block.block_id

@@ -140,7 +140,7 @@ def put_our_pool(scheduler: Any, make_key: Callable[[bytes, int], bytes]) -> Any
         theirs.hash_block_size,
         theirs.enable_kv_cache_events,
         theirs.metrics_collector,
-        theirs.num_hash_lookahead_tokens,
+        getattr(theirs, "num_hash_lookahead_tokens", 0),  # 0.31.0/0.32.0's BlockPool has none
         theirs.medium,
     )
     coordinator.block_pool = manager.block_pool = ours

@@ -22,10 +22,14 @@ def build_lookahead_blocks_kept_after_preemption(**shape: Any) -> VllmEngine:
     async + speculative preemption family of vLLM #41190 / #38624).  A shape drawn without speculation gets EAGLE
     with 3 lookahead slots, so every example can reach the bug; one over our pool too (``both``) keeps its own, since
     the driver's mirror over ours is built from the drawn shape and must run the same server.  A Mamba shape gets the
-    three speculative state blocks its group then needs.
+    three speculative state blocks its group then needs; a chunked-local shape with caching gets n-gram drafts (vLLM
+    asserts EAGLE + chunked local unsupported, config.py::group_problems).
     """
     if not shape.get("speculative_method") and shape.get("pools", "upstream") == "upstream":
-        shape = {**shape, "speculative_method": "eagle", "num_speculative_tokens": 3}
+        method = "eagle"
+        if shape.get("attention_chunk_size") is not None and shape.get("enable_prefix_caching", True):
+            method = "ngram_gpu" if shape.get("async_scheduling") else "ngram"  # vLLM refuses EAGLE + chunked local
+        shape = {**shape, "speculative_method": method, "num_speculative_tokens": 3}
         if shape.get("mamba"):
             # A Mamba group holds one speculative state block per draft (MambaSpec.num_speculative_blocks): three more.
             shape["num_blocks"] = int(shape.get("num_blocks", 64)) + 3

@@ -116,6 +116,7 @@ def vllm_config(config: VllmEngineConfig) -> Fields:
         num_hash_lookahead_tokens=hash_lookahead_tokens(config),  # :342
         max_in_flight_tokens=(2 if config.async_scheduling else 1) * config.max_num_batched_tokens,  # :354
         aux_output_config=Fields("AuxOutputConfig", enabled=False),  # :484
+        watermark_config=None,  # 0.34.0 scheduler.py:2516 (no watermarking)
         max_concurrent_batches=2 if config.async_scheduling else 1,  # :193
     )
 
@@ -137,6 +138,7 @@ def speculative_config(config: VllmEngineConfig) -> Fields | None:
         num_speculative_tokens=config.num_speculative_tokens,
         num_speculative_tokens_per_batch_size=None,  # scheduler.py:324
         use_eagle=lambda: eagle,  # :330
+        uses_target_hidden_states=eagle,  # 0.34.0 scheduler.py:330 (a property: the EAGLE family drafts from them)
         use_eagle_block_drop=lambda: eagle,  # :331
         needs_eagle_block_drop=lambda: eagle,  # :333
         disable_eagle_block_drop=False,  # :334
@@ -210,6 +212,10 @@ class VllmEngine:
             )
             if config.pools == "poolfuzz":
                 put_our_pool(self.scheduler, utils.make_block_hash_with_group_id)
+        major, minor = (int(part) for part in self.copy.source.version.split(".")[:2])
+        self.null_ref_cnt_kept = (major, minor) >= (0, 33)
+        """0.33.0 on: ``touch`` and ``free_blocks`` skip the null block, so its ``ref_cnt`` stays 0 (block_pool.py:795,
+        :828); 0.31.0/0.32.0 count it (observe.py reads only the queue there)."""
         self.hash_key = m["vllm.v1.core.kv_cache_utils"].make_block_hash_with_group_id
         self.hits: list[Hit] = []
         """Prefix hits admitted since the driver last judged them (:mod:`poolfuzz.harness.kits.vllm_engine.hits`)."""
