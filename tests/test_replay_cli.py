@@ -143,7 +143,9 @@ def test_an_unknown_config_key_is_an_invalid_trace(tmp_path: Path, capsys: pytes
 
 
 def test_the_committed_corpus_replays_green_within_the_limits(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = replay(capsys, str(CORPUS), "--skip-missing")
+    # corpus/found/ is git-ignored: what local fuzz runs saved, possibly under an older poolfuzz
+    committed = [str(folder) for folder in sorted(CORPUS.iterdir()) if folder.is_dir() and folder.name != "found"]
+    code, out = replay(capsys, *committed, "--skip-missing")
     assert code == 0, "\n".join(out)
     assert all(f" 0 {status}" in out[-1] for status in ("failed", "missing", "invalid")), out[-1]
 
