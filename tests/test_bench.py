@@ -39,7 +39,7 @@ def test_generation_bumps_are_exact_for_small_and_large_batches() -> None:
 
 def test_the_quick_bench_writes_its_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "benchmarks.md"
-    assert main(["--quick", "--output", str(output)]) == 0
+    assert main(["--smoke", "--output", str(output)]) == 0
     text = output.read_text()
     for heading in ("alloc_rows", "Extend index computation", "Mamba admission", "Harness throughput"):
         assert heading in text

@@ -220,7 +220,7 @@ def bench_mamba(budget: Budget) -> Section:
 
 # ------------------------------------------------------------ harness speed
 def bench_harness(budget: Budget, quick: bool) -> Section:
-    runs, steps = (4, 100) if quick else (10, 200)
+    runs, steps = (1, 20) if budget.smoke else (4, 100) if quick else (10, 200)
     section = Section(
         f"Harness throughput: driver steps without hypothesis ({runs} seeded runs of {steps} steps)",
         ["family", "steps", "checked steps/s", "bare pool calls/s", "checking overhead", "overhead, audits at teardown only"],
@@ -300,9 +300,9 @@ def _kept_scaling(path: Path) -> str:
     return f"{SCALING_HEADER}\n\nSteps per second of `poolfuzz fuzz` against workers: to be measured.\n"
 
 
-def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: float) -> None:
+def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: float, smoke: bool = False) -> None:
     scaling = _kept_scaling(path)
-    mode = "`--quick` (noisy)" if quick else "full"
+    mode = "`--smoke` (numbers meaningless)" if smoke else "`--quick` (noisy)" if quick else "full"
     body = [
         "# Benchmarks",
         "",
@@ -323,6 +323,11 @@ def write_doc(path: Path, sections: Sequence[Section], quick: bool, seconds: flo
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("bench"), description=summary(__doc__))
     parser.add_argument("--quick", action="store_true", help="short run (under 30 s), noisier numbers")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every section once at its smallest size (a few seconds): checks the bench runs, numbers meaningless",
+    )
     parser.add_argument("--output", type=Path, default=DOC, help=f"markdown file to write (default {DOC})")
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
     args = parser.parse_args(argv)
@@ -330,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small-tensor ops: a thread pool only adds wake-up jitter on a shared machine
-    budget = Budget.of(args.quick)
+    args.quick = args.quick or args.smoke
+    budget = Budget.of(args.quick, smoke=args.smoke)
     started = perf_counter()
     sections = []
     for run in (
@@ -350,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = perf_counter() - started
     print(f"bench took {elapsed:.0f} s")
     if not args.no_write:
-        write_doc(args.output, sections, args.quick, elapsed)
+        write_doc(args.output, sections, args.quick, elapsed, smoke=args.smoke)
         print(f"wrote {args.output}")
     return 0
 

@@ -33,9 +33,13 @@ class Section:
 class Budget:
     seconds: float  # per timed comparison
     rounds: int
+    smoke: bool = False
+    """Every section once at the smallest sizes: proves the bench runs end to end; its numbers mean nothing."""
 
     @staticmethod
-    def of(quick: bool) -> Budget:
+    def of(quick: bool, smoke: bool = False) -> Budget:
+        if smoke:
+            return Budget(0.01, 1, smoke=True)
         return Budget(0.25, 5) if quick else Budget(1.5, 9)
 
 

@@ -112,7 +112,7 @@ def _timings(trees: dict[int, _Tree], budget: Budget) -> dict[str, dict[int, flo
 
 
 def bench_prefix_cache(budget: Budget, quick: bool) -> Section:
-    sizes = (1_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
+    sizes = (1_000, 10_000) if budget.smoke else (1_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
     section = Section(
         "RadixCache against tree size (500-token keys, page size 1, microseconds per call)",
         [
@@ -151,7 +151,7 @@ def bench_prefix_cache(budget: Budget, quick: bool) -> Section:
         "O(log leaves)): the one part of `match_prefix` that grows with the tree.  Under `fifo` "
         "nothing is re-queued and the match is flat."
     )
-    runs, steps = (2, 100) if quick else (10, 200)
+    runs, steps = (1, 20) if budget.smoke else (2, 100) if quick else (10, 200)
     measured = checked_and_bare("prefix_cache", workload_for("prefix_cache"), runs=runs, steps=steps, rounds=max(2, budget.rounds // 2))
     if isinstance(measured, str):
         section.notes.append(f"prefix_cache driver: {measured}")
