@@ -93,6 +93,7 @@ VLLM_ENGINE_CANARIES = [
     "vllm-engine-table-entry-left-after-free",
     "vllm-engine-reset-leaves-block-hashes",
     "vllm-engine-hit-on-stale-hash",
+    "vllm-engine-block-handed-out-twice",
 ]
 
 

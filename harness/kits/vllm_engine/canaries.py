@@ -240,6 +240,34 @@ def build_hit_on_stale_hash(pool: Any) -> None:
     pool.get_cached_block = get_cached_block
 
 
+@_planted(_vllms_pool)
+def build_block_handed_out_twice(pool: Any) -> None:
+    """``get_new_blocks`` hands out, as the first of a call, the last block it handed out before while that block is
+    still in use and unwritten (no hash), taking a reference instead of popping a free block.
+
+    ``get_new_blocks`` must pop ``ref_cnt == 0`` blocks off the free queue only (block_pool.py's ``get_new_blocks``):
+    here the next group of the same request (a hybrid's second table), or the next request, gets a block another table
+    already writes.  The counts stay consistent (``ref-count`` holds), so only the group check sees it: one block in two
+    groups' tables, or an unhashed block shared by two requests (``no-double-allocation``; the shape of a double
+    allocation such as vLLM #42571's, from the allocation side).
+    """
+    allocate = pool.get_new_blocks
+    last: list[Any] = []
+
+    def get_new_blocks(num_blocks: int) -> list[Any]:
+        previous = last[0] if last else None
+        if num_blocks and previous is not None and previous.ref_cnt > 0 and previous.block_hash is None:
+            blocks = [previous, *allocate(num_blocks - 1)]
+            previous.ref_cnt += 1
+        else:
+            blocks = allocate(num_blocks)
+        if blocks:
+            last[:] = blocks[-1:]
+        return blocks
+
+    pool.get_new_blocks = get_new_blocks
+
+
 CANARIES = {
     "vllm-engine-duplicate-in-free-blocks": Canary(
         family="vllm_engine",
@@ -303,5 +331,12 @@ CANARIES = {
         bug="a prefix lookup answers from a memo that eviction does not invalidate: a hit reuses a block refilled for other tokens",
         upstream="vLLM #4761 (a reused block still found by its old hash), #44237 (stale hashes after reuse)",
         invariant="match-returns-inserted",
+    ),
+    "vllm-engine-block-handed-out-twice": Canary(
+        family="vllm_engine",
+        spec="poolfuzz.harness.kits.vllm_engine.canaries:build_block_handed_out_twice",
+        bug="get_new_blocks hands out a block still in use and unwritten: two groups' tables or two requests share it",
+        upstream="vLLM #42571 (a block allocated twice corrupts the free queue); KVCacheTensor: one group owns a block at a time",
+        invariant="no-double-allocation",
     ),
 }

@@ -118,7 +118,9 @@ def check_groups(managers: Sequence[Any]) -> None:
 
     - A block is in one group's tables at a time (``no-double-allocation``): the groups' ``KVCacheTensor``s overlay
       the same bytes, which is sound only "because a block ID is owned by one group at a time"
-      (kv_cache_interface.py:1475-1487); and no table names one block twice.
+      (kv_cache_interface.py:1475-1487); no table names one block twice; and two requests share a block only through
+      a prefix hit, so a shared block carries a hash (a fresh block from ``get_new_blocks`` is written by its one
+      request: block_pool.py's ``get_new_blocks`` hands out only ``ref_cnt == 0`` blocks).
     - A full-attention table never names the null block (``reserved-never-handed-out``): full attention reads every
       earlier token, so no position of it is skipped; only a window, a local chunk or a Mamba state before the last
       is the null block (``get_num_skipped_tokens``, single_type_kv_cache_manager.py:722-733).
@@ -129,6 +131,19 @@ def check_groups(managers: Sequence[Any]) -> None:
     """
     group_of: dict[int, int] = {}
     for group, manager in enumerate(managers):
+        sharers: dict[int, list[str]] = {}
+        for rid, blocks in manager.req_to_blocks.items():
+            for block in blocks:
+                if not block.is_null and block.block_hash is None:
+                    sharers.setdefault(block.block_id, []).append(rid)
+        shared = {i: rids for i, rids in sharers.items() if len(set(rids)) > 1}
+        check(
+            not shared,
+            "no-double-allocation",
+            "a block without a hash is in two requests' tables (only a prefix hit shares a block, and a hit is hashed)",
+            group=group,
+            blocks=dict(sorted(shared.items())[:8]),
+        )
         spec = manager.kv_cache_spec
         full = spec_kind(spec) == "full"
         bound = 1 + spec.num_speculative_blocks if getattr(spec, "mamba_cache_mode", None) == "none" else None
