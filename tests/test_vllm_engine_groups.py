@@ -163,7 +163,7 @@ def test_a_sound_hit_passes_and_each_unsound_one_is_caught_as_match_returns_inse
     for hit in unsound:
         with pytest.raises(InvariantViolation) as caught:
             check_hits([hit])
-        assert caught.value.invariant_id == "match-returns-inserted", hit
+        assert caught.value.invariant_id == "prefix-hit-sound", hit
 
 
 def test_a_request_sharing_a_cached_prefix_is_recorded_as_a_hit_on_the_blocks_that_hold_it() -> None:

@@ -162,6 +162,14 @@ _CATALOGUE = (
         "freeing live KV or leaking duplicates",
     ),
     Invariant(
+        "prefix-hit-sound",
+        "A prefix-cache hit an engine admits reuses, in every KV cache group, only blocks whose hash is the request's "
+        "own hash for that block range, ends on a hash block before the request's last token, and is 0 with prefix "
+        "caching off.",
+        "a lookup answered from a stale memo or a hash left in the map after its block was evicted and reused "
+        "(vLLM #45238, #45614: hybrid prefix caching), so a request computes on another prompt's KV",
+    ),
+    Invariant(
         "kv-accounting",
         "SGLang's leak equation: available + evictable + protected + uncached == total KV slots, where uncached sums "
         "ceil_align(row, page) - cache_protected_len over live requests; the allocator's free set is the model's.",

@@ -74,7 +74,7 @@ FAMILIES = (
             "scheduler-progress",
             "implementations-agree",
             "async-placeholders",
-            "match-returns-inserted",
+            "prefix-hit-sound",
         ),
         limits=VllmEngineConfig.with_args(
             {

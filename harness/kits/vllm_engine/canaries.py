@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from poolfuzz.harness.canaries.catalogue import Canary
+from poolfuzz.harness.kits.vllm_engine.config import BLOCKS, VllmEngineConfig
 from poolfuzz.harness.kits.vllm_engine.target import VllmEngine, build_vllm_engine
 from poolfuzz.pools.block_pool import BlockPool
 
@@ -51,6 +52,11 @@ def with_overrides(shape: dict[str, Any], overrides: dict[str, Any]) -> dict[str
                 built["full_attention"] = True
                 need = -(-int(built.get("max_model_len", 64)) // int(built.get("block_size", 16))) + 1
                 built["num_blocks"] = max(int(built.get("num_blocks", 64)), need)
+        else:
+            # Align mode keeps 2 + K state blocks a request where none mode kept 1 + K: the pool grows to what
+            # vLLM's startup check asks of one max_model_len request (config.py::_shape_problems), as a server would.
+            probe = VllmEngineConfig.from_mapping({**built, "num_blocks": BLOCKS})
+            built["num_blocks"] = max(int(built.get("num_blocks", probe.num_blocks)), probe.blocks_per_request() + 1)
     return built
 
 
@@ -330,7 +336,7 @@ CANARIES = {
         spec="poolfuzz.harness.kits.vllm_engine.canaries:build_hit_on_stale_hash",
         bug="a prefix lookup answers from a memo that eviction does not invalidate: a hit reuses a block refilled for other tokens",
         upstream="vLLM #4761 (a reused block still found by its old hash), #44237 (stale hashes after reuse)",
-        invariant="match-returns-inserted",
+        invariant="prefix-hit-sound",
     ),
     "vllm-engine-block-handed-out-twice": Canary(
         family="vllm_engine",

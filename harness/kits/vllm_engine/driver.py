@@ -124,14 +124,14 @@ class VllmEngineDriver(Driver):
         return tables, scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def audit(self) -> None:
-        """The prefix hits admitted since the last audit (``match-returns-inserted``), then the engine judges over each
+        """The prefix hits admitted since the last audit (``prefix-hit-sound``), then the engine judges over each
         engine; with ``pools="both"`` the two then agree on what a user sees."""
         observations = []
         for engine in self.engines:
             hits, engine.hits = engine.hits, []
             check_hits(hits)  # judged as of the step that admitted them, before what later steps made of the state
             if hits and engine is self.engine:
-                self.event("a prefix hit judged (match-returns-inserted)")
+                self.event("a prefix hit judged (prefix-hit-sound)")
             observation = engine.observe()
             judges.judge(observation, engine_checks=partial(check_structures, engine, observation))
             observations.append(observation)

@@ -15,8 +15,8 @@ computed from its tokens by the block hasher the engine core installs).  :func:`
 non-null block's hash to the request's for that block range, keyed with the group id as the pool keys it
 (``make_block_hash_with_group_id``, as ``BlockPool.get_cached_block`` builds the key, block_pool.py:218-221).
 
-Its invariant id is ``match-returns-inserted`` (a prefix match returns exactly what was inserted for that prefix),
-the catalogue's id for a prefix hit's soundness.
+Its invariant id is ``prefix-hit-sound`` (harness/judge/invariants.py): a hit reuses, in every group, only blocks
+holding the request's own tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from poolfuzz.harness.judge.invariants import check
 from poolfuzz.harness.kits.vllm_engine.groups import spec_kind
 
-HIT = "match-returns-inserted"
+HIT = "prefix-hit-sound"
 """The invariant a prefix hit is judged under."""
 
 
@@ -87,7 +87,7 @@ def admitted(scheduler: Any, output: Any, step: int, caching: bool, hash_block_s
 
 
 def check_hits(hits: Iterable[Hit]) -> None:
-    """``match-returns-inserted`` over each hit (see the module docstring)."""
+    """``prefix-hit-sound`` over each hit (see the module docstring)."""
     for hit in hits:
         where = {"request": hit.rid, "step": hit.step, "hit_tokens": hit.tokens}
         check(hit.caching, HIT, "a request reused computed tokens with prefix caching off", **where)
