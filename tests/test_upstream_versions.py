@@ -322,6 +322,8 @@ def test_a_vllm_copy_loads_and_a_missing_block_pool_file_is_refused_in_one_line(
     site = tmp_path / "src"
     for prefix in vllm_files.REAL_PREFIXES:  # the files the loader executes (the block pool imports the request's)
         relative = Path(*prefix.split(".")[1:])
+        if not (package / relative).is_dir() and not (package / relative.with_suffix(".py")).is_file():
+            continue  # a module of another release (0.34.0's token_buffer): this release's import graph never asks
         if (package / relative).is_dir():
             shutil.copytree(package / relative, site / "vllm" / relative, ignore=shutil.ignore_patterns("__pycache__"))
         else:

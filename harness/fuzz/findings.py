@@ -104,9 +104,13 @@ class Findings:
         if any((f.invariant, f.trace) == (message.invariant, message.trace) and not shrinking(f) for f in stats.failures):
             return False
         key = message.known["key"] if message.known else None
-        if key is not None and any(f.known and f.known["key"] == key and not shrinking(f) for f in stats.failures):
-            return False  # the same known finding again, from another worker or round: recorded once
         index = next((i for i, f in enumerate(stats.failures) if shrinking(f) and f.invariant == message.invariant), None)
+        if key is not None and any(f.known and f.known["key"] == key and not shrinking(f) for f in stats.failures):
+            # The same known finding again, from another worker or round: recorded once.  The sighting it shrank
+            # from was that finding, so it is no failure of its own (left, the run's end would report it partial).
+            if index is not None:
+                del stats.failures[index]
+            return False
         where = ""
         if message.trace:
             shrunk = "shrunk" if message.shrunk else "partially shrunk"
