@@ -182,7 +182,7 @@ class AllOrNothingOnTheSum(_HybridBinding):
         return self._bind(reqs, rows, self._take_slots(need_slots))
 
 
-_HERE = "poolfuzz.harness.canaries.combinations"
+_HERE = __name__  # the module the specs below name
 CANARIES: dict[str, Canary] = {
     "free-rows-checks-a-set": Canary(
         "req_to_token",

@@ -213,7 +213,7 @@ class TouchRemovesPerName(BlockPool):
             block.ref_cnt += 0 if block.is_null else 1
 
 
-_HERE = "poolfuzz.harness.canaries.combinations_caches"
+_HERE = __name__  # the module the specs below name
 CANARIES: dict[str, Canary] = {
     "staged-free-skips-duplicates": Canary(
         "token_kv", f"{_HERE}:StagedFreeSkipsDuplicates",

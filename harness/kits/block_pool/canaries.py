@@ -108,7 +108,7 @@ class ReusedBlockKeepsHash(BlockPool):
         return blocks
 
 
-_SPEC = "poolfuzz.harness.kits.block_pool.canaries"
+_SPEC = __name__  # the module the specs below name
 
 CANARIES: dict[str, Canary] = {
     "duplicate-free-queued-twice": Canary(

@@ -179,7 +179,7 @@ build_evictable_size_drifts = _factory(EvictableSizeDrifts)
 build_admits_nothing_when_idle = _factory(AdmitsNothingWhenIdle)
 build_mirror_pops_tail = _factory(MirrorPopsTail, mirror=True)
 
-_HERE = "poolfuzz.harness.kits.engine.canaries"
+_HERE = __name__  # the module the specs below name
 
 CANARIES: dict[str, Canary] = {
     "engine-release-frees-protected-prefix": Canary(

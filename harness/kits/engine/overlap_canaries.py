@@ -178,7 +178,7 @@ build_aborted_result_not_skipped = _factory(AbortedResultNotSkipped)
 build_filter_keeps_finished = _factory(FilterKeepsFinished)
 build_free_group_never_ended = _factory(FreeGroupNeverEnded)
 
-_HERE = "poolfuzz.harness.kits.engine.overlap_canaries"
+_HERE = __name__  # the module the specs below name
 
 CANARIES: dict[str, Canary] = {
     "engine-overlap-chunk-moves-row-while-queued": Canary(

@@ -170,7 +170,7 @@ build_partial_page_match = _factory(PartialPageMatch)
 production_prefix_cache = build_prefix_cache
 """The production cache, named here for the driver-variant canary (its bug is in the driver)."""
 
-_HERE = "poolfuzz.harness.kits.prefix_cache.canaries"
+_HERE = __name__  # the module the specs below name
 
 CANARIES: dict[str, Canary] = {
     "evictable-counts-key-length": Canary(

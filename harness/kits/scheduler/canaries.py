@@ -113,7 +113,7 @@ def window_keeping_pools(**config: Any) -> SchedulerPools:
     return build_scheduler_pools(**config, swa_type=WindowKeepingSWA)
 
 
-_HERE = "poolfuzz.harness.kits.scheduler.canaries"
+_HERE = __name__  # the module the specs below name
 CANARIES: dict[str, Canary] = {
     "retract-frees-from-ceil": Canary(
         "scheduler",
