@@ -63,11 +63,10 @@ def _whole_machine_run(config: pytest.Config) -> bool:
         return False
     if config.getoption("--target", default=None):
         return False
-    named = [arg.split("::")[0] for arg in config.args]
     if any("::" in arg for arg in config.args):
         return False
     machine_paths = {(ROOT / name).resolve() for name in MACHINE_TESTS}
-    covered = {(Path(config.invocation_params.dir) / arg).resolve() for arg in named}
+    covered = {(Path(config.invocation_params.dir) / arg).resolve() for arg in config.args}
     return all(any(path == c or c in path.parents for c in covered) for path in machine_paths)
 
 

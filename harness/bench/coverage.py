@@ -161,7 +161,7 @@ def record_imports(data_dir: Path) -> None:
     module of ``pools`` under coverage records them, as ``coverage run`` does for :func:`measure`.
     """
     script = (
-        "import importlib, pkgutil, sys, coverage\n"
+        "import importlib, pkgutil, coverage\n"
         f"cov = coverage.Coverage(data_file={str(data_dir / '.coverage')!r}, data_suffix=True, branch=True, "
         f"source=[{str(ROOT / 'pools')!r}], config_file={str(ROOT / 'pyproject.toml')!r})\n"
         "cov.start()\n"
