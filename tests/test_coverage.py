@@ -6,17 +6,36 @@ run below 97% of the CPU-reachable branches of ``pools/``).
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
-from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, combined, record_imports
+import pytest
+
+from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, record_imports
+from tests import machine_coverage
 
 
-def test_importing_pools_alone_is_far_from_the_requirement_so_the_suites_check_has_teeth(tmp_path: Path) -> None:
-    """The import pass (module-level lines only) is what the machine tests' data is combined with: alone it
-    must not reach the requirement, or the session check could pass with no machine test measured."""
-    record_imports(tmp_path)
-    result = combined(tmp_path, 0.0)
-    assert {f.path for f in result.files} >= {"pools/kv_allocator.py", "pools/radix_cache.py", "pools/swa.py"}
-    assert 20.0 < result.total < REQUIRED - 30, result.table()
+def test_a_run_whose_measured_coverage_is_below_the_requirement_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session check has teeth: data holding only what importing ``pools`` runs (no machine test measured) is
+    combined with the import pass, falls far below the requirement, and turns a passing run into a failed one."""
+    record_imports(tmp_path)  # the data a run with no machine test in it would leave
+    state = machine_coverage._State(tmp_path)
+    monkeypatch.setattr(machine_coverage, "_state", state)
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    machine_coverage.pytest_sessionfinish(session)  # type: ignore[arg-type]
+    assert state.error == "" and state.measurement is not None
+    assert {f.path for f in state.measurement.files} >= {"pools/kv_allocator.py", "pools/radix_cache.py", "pools/swa.py"}
+    assert 20.0 < state.measurement.total < REQUIRED - 30, state.measurement.table()
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_failed_machine_test_leaves_the_coverage_unmeasured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".coverage.worker").write_text("")
+    state = machine_coverage._State(tmp_path)
+    state.machine_failures = 1
+    monkeypatch.setattr(machine_coverage, "_state", state)
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.TESTS_FAILED)
+    machine_coverage.pytest_sessionfinish(session)  # type: ignore[arg-type]
+    assert state.measurement is None and state.error == "" and session.exitstatus == pytest.ExitCode.TESTS_FAILED
 
 
 def test_the_total_weighs_statements_and_branches_as_coverage_does() -> None:
