@@ -128,7 +128,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         shutil.rmtree(state.folder, ignore_errors=True)
-        os.environ.pop(FOLDER_ENV, None)
+        if os.environ.get(FOLDER_ENV) == str(state.folder):
+            del os.environ[FOLDER_ENV]  # only the folder this state made: a test driving the hook in a worker keeps the worker's
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

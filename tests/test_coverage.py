@@ -5,6 +5,7 @@ run below 97% of the CPU-reachable branches of ``pools/``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +27,22 @@ def test_a_run_whose_measured_coverage_is_below_the_requirement_fails(tmp_path: 
     assert {f.path for f in state.measurement.files} >= {"pools/kv_allocator.py", "pools/radix_cache.py", "pools/swa.py"}
     assert 20.0 < state.measurement.total < REQUIRED - 30, state.measurement.table()
     assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+
+
+def test_driving_the_session_hook_in_a_worker_leaves_the_workers_own_measurement_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook removes only the folder its own state made: the tests above drive it inside an xdist worker, and
+    when it popped the shared folder's variable there, every later machine test on that worker went unmeasured
+    (a clean-clone CI run measured 64.74%)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv(machine_coverage.FOLDER_ENV, str(shared))
+    own = tmp_path / "own"
+    own.mkdir()
+    monkeypatch.setattr(machine_coverage, "_state", machine_coverage._State(own))
+    machine_coverage.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
+    assert os.environ[machine_coverage.FOLDER_ENV] == str(shared) and shared.is_dir()
 
 
 def test_a_failed_machine_test_leaves_the_coverage_unmeasured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
