@@ -12,6 +12,7 @@ import pytest
 from poolfuzz.harness.engines import judges
 from poolfuzz.harness.engines.interface import EngineTarget, Submission
 from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
+from tests.vllm_driver_walk import driver_walk
 
 MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"vLLM unavailable: {MISSING}")
@@ -109,23 +110,9 @@ def _first_violation(spec: str, config: Any, seed: int, steps: int = 400) -> str
     from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     module, _, attr = spec.partition(":")
-    rng = random.Random(seed)
     driver = VllmEngineDriver(getattr(importlib.import_module(module), attr), config)
     try:
-        for _ in range(steps):
-            roll = rng.random()
-            if roll < 0.3:
-                driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 24))
-            elif roll < 0.34:
-                driver.abort(rng.randrange(8))
-            elif roll < 0.37:
-                driver.reset_cache()
-            elif roll < 0.45:
-                driver.run(rng.randint(4, 12))
-            else:
-                driver.iterate([rng.randrange(4)] if rng.random() < 0.2 else [], [])
-            driver.audit_now()
-        driver.teardown()
+        driver_walk(driver, random.Random(seed), steps, abort_below=0.34, reset_below=0.37, run_below=0.45)
     except InvariantViolation as violation:
         return violation.invariant_id
     return None
@@ -299,19 +286,11 @@ def test_a_walk_with_speculation_accepts_and_rejects_drafts_and_drains_to_rest(a
         return output
 
     scheduler.schedule = counted
-    rng = random.Random(3)
-    for _ in range(300):
-        roll = rng.random()
-        if roll < 0.3:
-            driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 24))
-        elif roll < 0.33:
-            driver.abort(rng.randrange(8))
-        elif roll < 0.4:
-            driver.run(rng.randint(4, 12))
-        else:
-            driver.speculate(rng.randint(0, 3), rng.randint(0, 3), [rng.randrange(4)] if rng.random() < 0.15 else [])
-        driver.audit_now()
-    driver.teardown()
+
+    def speculate(driver: Any, rng: random.Random) -> None:
+        driver.speculate(rng.randint(0, 3), rng.randint(0, 3), [rng.randrange(4)] if rng.random() < 0.15 else [])
+
+    driver_walk(driver, random.Random(3), 300, otherwise=speculate)
     assert seen["drafts"] > 100 and seen["preempted"] > 0, seen
     assert driver.engine.observe().at_rest
 

@@ -13,6 +13,7 @@ from poolfuzz.harness.engines import judges
 from poolfuzz.harness.engines.interface import Submission
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
+from tests.vllm_driver_walk import driver_walk
 
 MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"vLLM unavailable: {MISSING}")
@@ -230,19 +231,7 @@ def test_our_block_pool_runs_the_new_groups_in_step_with_vllms_own(fields: dict[
     from poolfuzz.harness.kits.vllm_engine.driver import VllmEngineDriver
 
     driver = VllmEngineDriver(poolfuzz.harness.upstream.VllmEngine, VllmEngineConfig(**SHAPE, **fields, pools="both"))
-    rng = random.Random(5)
-    for _ in range(150):
-        roll = rng.random()
-        if roll < 0.3:
-            driver.arrive(rng.randrange(3), rng.randint(1, 24), rng.randint(0, 8), rng.randint(1, 16))
-        elif roll < 0.33:
-            driver.abort(rng.randrange(8))
-        elif roll < 0.4:
-            driver.run(rng.randint(4, 10))
-        else:
-            driver.iterate([rng.randrange(4)] if rng.random() < 0.2 else [], [])
-        driver.audit_now()
-    driver.teardown()
+    driver_walk(driver, random.Random(5), 150, longest_output=16, longest_run=10)
 
 
 def test_a_lone_mamba_align_request_that_preempts_itself_at_the_startup_minimum_is_not_a_hang() -> None:
