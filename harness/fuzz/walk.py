@@ -140,7 +140,6 @@ class WalkRun:
         if self.realistic:
             config = self.family_kit.configured(lift_config(self.family, config.to_json()))
         floors = config.to_json(everything=True) if self.realistic else {}
-        self.events.update(self.walk.corners(config))
         enabled = [m for m in self.moves if rng.random() < 0.5] or [rng.choice(self.moves)]
         cumulative = list(itertools.accumulate(m.weight for m in enabled))
         length = rng.choice(EPISODE_LENGTHS)
@@ -150,6 +149,7 @@ class WalkRun:
             driver = self.driver_class(
                 self.factory, config, implementation=self.spec, check_misuse=bool(self.check_misuse), audit_period=self.audit_period
             )
+            self.events.update(self.walk.corners(driver.config))  # the shape that runs: a target may ask for other pools
             view = self.walk.view(driver)
             if self.drain_plan is not None:
                 driver.enable_drains(self.drain_plan, self.drain_period)

@@ -41,7 +41,7 @@ class TableMachine(PoolMachine):
         self.cumulative = tuple(itertools.accumulate(m.weight for m in self.moves))
         self.start(config)
         assert self.driver is not None
-        for label in self.table.corners(config):
+        for label in self.table.corners(self.driver.config):  # the shape that runs: a target may ask for other pools
             self.driver.event(label)
 
     @rule(data=st.data())

@@ -12,18 +12,18 @@ raising inside a step are findings (``valid-call-accepted``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 from poolfuzz.harness.engines import judges
 from poolfuzz.harness.engines.interface import Submission
-from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, family_config, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
-from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
+from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig, VllmShapeError
 from poolfuzz.harness.kits.vllm_engine.hits import check_hits
 from poolfuzz.harness.kits.vllm_engine.observe import check_structures, same_free_queue
 from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps
-from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, VllmEngine
+from poolfuzz.harness.kits.vllm_engine.target import EOS, STOP, VllmEngine, build_vllm_engine
 
 STEMS: tuple[tuple[int, ...], ...] = (
     (11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22),
@@ -42,7 +42,7 @@ class VllmEngineDriver(Driver):
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
         kwargs["audit_period"] = 1
-        super().__init__(factory, config, **kwargs)
+        super().__init__(factory, pools_the_target_asks(factory, config), **kwargs)
         self.engine: VllmEngine = self.pool
         self.engines = [self.engine]
         if self.config.pools == "both":
@@ -153,3 +153,31 @@ class VllmEngineDriver(Driver):
         self._step({})  # an idle step: the observation is at rest
         self.audit_now()
         super().teardown()
+
+
+def pools_the_target_asks(factory: Callable[..., Any], config: ConfigLike) -> VllmEngineConfig:
+    """``config`` with the pools a target names in ``poolfuzz_pools`` (:func:`build_vllm_engine_beside_our_pool`), where
+    the shape allows them; otherwise as drawn.  The trace records the pools that ran, so it replays on the default
+    target."""
+    drawn = family_config("vllm_engine", config)
+    assert isinstance(drawn, VllmEngineConfig)
+    wanted: str | None = getattr(factory, "poolfuzz_pools", None)
+    if wanted is None or wanted == drawn.pools:
+        return drawn
+    try:
+        return drawn.replaced(pools=wanted)
+    except VllmShapeError:
+        return drawn
+
+
+@wraps(build_vllm_engine)
+def build_vllm_engine_beside_our_pool(**shape: Any) -> VllmEngine:
+    """vLLM's scheduler over its ``BlockPool`` and, in step, over ``poolfuzz.pools.block_pool`` in every drawn shape that
+    allows it (``--target vllm_engine=poolfuzz.harness.kits.vllm_engine.driver:build_vllm_engine_beside_our_pool``):
+    the default target runs a third of its shapes so.  The shapes our pool cannot take (Mamba align mode, EAGLE with
+    prefix caching: :func:`~poolfuzz.harness.kits.vllm_engine.config.group_problems`) run over vLLM's alone; their
+    examples say ``pools upstream``."""
+    return build_vllm_engine(**shape)
+
+
+build_vllm_engine_beside_our_pool.poolfuzz_pools = "both"  # type: ignore[attr-defined]
