@@ -38,6 +38,7 @@ from poolfuzz.harness.upstream.sources import FileModule, LoadedFiles, SourceFol
 
 P = ParamSpec("P")
 R = TypeVar("R")
+V = TypeVar("V")
 
 _ALLOCATOR_FILES = ("base", "token", "paged", "mamba")
 _CACHE_FILES = (
@@ -49,6 +50,14 @@ _CACHE_FILES = (
     "base_swa_memory_pool",
     "swa_allocator",
 )
+
+
+def _loaded(view: Callable[..., V], files: tuple[str, ...], folder: str, **fields: Any) -> V:
+    """``view`` over ``files`` of the SGLang copy in use: the modules that loaded and why the others did not, the
+    copy's version and source, ``folder`` (under the package) as its root, and the view's own ``fields``."""
+    modules, problems = load_files(files)
+    source = sglang_copy().source
+    return view(version=source.version, root=source.package / folder, modules=modules, problems=problems, source=source, **fields)
 
 
 @dataclass(frozen=True)
@@ -80,15 +89,7 @@ def load_upstream() -> UpstreamModules:
     Raises :class:`UpstreamUnavailableError` with the install command when no copy is found; a file
     that does not load is recorded, and reading it from the result raises its reason.
     """
-    modules, problems = load_files(_ALLOCATOR_FILES)
-    source = sglang_copy().source
-    return UpstreamModules(
-        version=source.version,
-        root=source.package / "srt/mem_cache/allocator",
-        modules=modules,
-        problems=problems,
-        source=source,
-    )
+    return _loaded(UpstreamModules, _ALLOCATOR_FILES, "srt/mem_cache/allocator")
 
 
 @dataclass(frozen=True)
@@ -149,17 +150,8 @@ def load_sglang_cache() -> SglangCacheModules:
     allocators = load_upstream()
     if "base" in allocators.problems:
         raise UpstreamUnavailableError(allocators.problems["base"])
-    modules, problems = load_files(_CACHE_FILES)
-    source = sglang_copy().source
-    return SglangCacheModules(
-        version=source.version,
-        root=source.package / "srt/mem_cache",
-        allocators=allocators,
-        modules=modules,
-        problems=problems,
-        signals=sglang_fakes.SIGNALS,
-        clock=sglang_fakes.CLOCK,
-        source=source,
+    return _loaded(
+        SglangCacheModules, _CACHE_FILES, "srt/mem_cache", allocators=allocators, signals=sglang_fakes.SIGNALS, clock=sglang_fakes.CLOCK
     )
 
 
