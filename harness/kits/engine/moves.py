@@ -9,6 +9,7 @@ come from stems that share prefixes so the tree splits and hits.
 
 from __future__ import annotations
 
+from poolfuzz.harness.kits.arrivals import arrival
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
 from poolfuzz.harness.upstream.engine_config import CACHES
@@ -146,12 +147,7 @@ def engine_corners(config: EngineTargetConfig) -> list[str]:
 def _arrive(view: EngineView, choose: Chooser) -> Step | None:
     if view.waiting >= 2 * view.rows:
         return None
-    return Ops.arrive, {
-        "stem": choose.randrange(0, 3),
-        "length": choose.randint(1, 20),
-        "tail": choose.randint(0, 6),
-        "max_new": choose.randint(1, 12),
-    }
+    return Ops.arrive, arrival(choose, length=20, tail=6, max_new=12)
 
 
 def _iterate(view: EngineView, choose: Chooser) -> Step | None:
@@ -181,16 +177,21 @@ def _abort(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.abort, {"pick": choose.randrange(0, 8)}
 
 
+def _arrival_with(view: EngineView, choose: Chooser, name: str, argument: str, choices: int) -> Step | None:
+    """An arrival drawn as :func:`_arrive` draws it, sent as ``name`` with one more argument drawn from ``range(choices)``."""
+    step = _arrive(view, choose)
+    if step is None:
+        return None
+    return name, {**step[1], argument: choose.randrange(0, choices)}
+
+
 def _prioritized(view: EngineView, choose: Chooser) -> Step | None:
     """An arrival with a priority, where the server reads one (priority scheduling) or refuses one; the spread (0-49)
     crosses the preemption threshold (10) both ways."""
     config = view.config
     if view.waiting >= 2 * view.rows or not (config.priority_scheduling or config.abort_on_priority_when_disabled):
         return None
-    step = _arrive(view, choose)
-    if step is None:
-        return None
-    return Ops.prioritized, {**step[1], "priority": choose.randrange(0, 50)}
+    return _arrival_with(view, choose, Ops.prioritized, "priority", 50)
 
 
 def _refused(view: EngineView, choose: Chooser) -> Step | None:
@@ -198,10 +199,7 @@ def _refused(view: EngineView, choose: Chooser) -> Step | None:
     session never opened): it still takes a row and a slot for its one-token prefill."""
     if view.config.embedding:
         return None
-    step = _arrive(view, choose)
-    if step is None:
-        return None
-    return Ops.refused, {**step[1], "option": choose.randrange(0, 3)}
+    return _arrival_with(view, choose, Ops.refused, "option", 3)
 
 
 def _abort_all(view: EngineView, choose: Chooser) -> Step | None:

@@ -8,6 +8,7 @@ from stems that share prefixes, so blocks are cached and hit.
 
 from __future__ import annotations
 
+from poolfuzz.harness.kits.arrivals import arrival
 from poolfuzz.harness.kits.vllm_engine.config import ASYNC_NGRAM, VllmEngineConfig
 from poolfuzz.harness.kits.vllm_engine.ops import VllmEngineOps as Ops
 from poolfuzz.strategies.choosers import Chooser
@@ -132,12 +133,7 @@ def corners(config: VllmEngineConfig) -> list[str]:
 def _arrive(view: VllmEngineView, choose: Chooser) -> Step | None:
     if view.live >= 3 * view.seqs:
         return None
-    return Ops.arrive, {
-        "stem": choose.randrange(0, 3),
-        "length": choose.randint(1, 24),
-        "tail": choose.randint(0, 8),
-        "max_new": choose.randint(1, 24),
-    }
+    return Ops.arrive, arrival(choose, length=24, tail=8, max_new=24)
 
 
 def _positions(view: VllmEngineView, choose: Chooser) -> list[int]:
