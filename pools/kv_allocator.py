@@ -49,6 +49,7 @@ from poolfuzz.pools.errors import (
 )
 from poolfuzz.pools.free_list import PageFreeList
 from poolfuzz.pools.page_alloc import PageKernel, get_kernel
+from poolfuzz.pools.page_alloc.counting import triton_page_size
 from poolfuzz.pools.page_states import FREE as _FREE
 from poolfuzz.pools.page_states import LIVE as _LIVE
 from poolfuzz.pools.page_states import PENDING as _PENDING
@@ -288,7 +289,7 @@ class PagedTokenToKVPoolAllocator(_KVAllocatorBase):
     ) -> None:
         self.kernel: PageKernel = get_kernel(kernel)
         super().__init__(size, page_size, device, need_sort)
-        if kernel == "triton" and page_size & (page_size - 1):
+        if kernel == "triton" and not triton_page_size(page_size):
             raise BadSizeError(self.pool_name, "page_size", page_size, "the triton kernel needs a power of two")
         self.check_layout = self.device.type == "cpu" if check_layout is None else check_layout
         self._batches = PagedBatchChecker(self.pool_name, page_size, self._states, self.check_layout)

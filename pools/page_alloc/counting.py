@@ -80,7 +80,7 @@ def check_page_size(pool: str, page_size: int) -> None:
 
 def triton_page_size(page_size: int) -> bool:
     """Whether the ``triton`` kernel takes ``page_size`` (an int >= 1): a power of two, since ``tl.arange(0,
-    page_size)`` spans a page.  The one statement of the rule: the kernel, the drivers and the draws ask it."""
+    page_size)`` spans a page.  The one statement of the rule: the kernel, the paged allocator, the drivers and the draws ask it."""
     return page_size & (page_size - 1) == 0
 
 
