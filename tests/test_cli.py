@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from poolfuzz.harness import cli
 from poolfuzz.harness.judge.families import FAMILIES
 from poolfuzz.harness.judge.invariants import INVARIANTS
 from poolfuzz.pools.page_alloc import KERNEL_NAMES
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,9 +41,7 @@ def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_poolfuzz_harness_is_the_same_door(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    result = python("-m", "poolfuzz.harness", "fuzz", "--help", cwd=REPO, timeout=120)
     assert result.returncode == 0
     for option in (
         "--target",

@@ -26,6 +26,7 @@ from poolfuzz.harness.traces.shrink import shrink_trace
 from poolfuzz.pools import ReqToTokenPool
 from poolfuzz.pools.req_to_token import Req
 from tests.conftest import CUDA, found_settings
+from tests.processes import python
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -475,14 +476,7 @@ def test_cli_refuses_cuda_without_a_cuda_device(traces: Path) -> None:
 
 def test_python_dash_m_harness_replay_runs_the_cli_and_returns_its_exit_status(tmp_path: Path) -> None:
     (tmp_path / "cut.json").write_text(rows_trace(GENERATION_BUG).dumps()[:40])
-    done = subprocess.run(
-        [sys.executable, "-m", "poolfuzz.harness.traces.replay_cli", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = python("-m", "poolfuzz.harness.traces.replay_cli", str(tmp_path), cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"BAD  {tmp_path}/cut.json: field '(file)': ends early, the file looks truncated")
     assert "Traceback" not in done.stderr

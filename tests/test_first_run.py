@@ -22,6 +22,7 @@ from poolfuzz.harness.traces.replay import replay_trace
 from poolfuzz.harness.traces.schema import load_trace
 from poolfuzz.pools import ReqToTokenPool
 from tests.conftest import found_settings
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -274,14 +275,8 @@ def test_the_suite_summary_groups_repeated_skip_reasons_into_one_line_each() -> 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here: the CUDA tests run instead of skipping")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "tests/test_kv_allocator.py", "-k", "cuda"],
-        check=False,
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    result = python(
+        "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "tests/test_kv_allocator.py", "-k", "cuda", cwd=REPO, env=env, timeout=240
     )
     assert result.returncode == 0, _shown(result)
     lines = result.stdout.splitlines()

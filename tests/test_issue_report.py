@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from poolfuzz.harness.traces.issue_report import ReportError, build_report, rend
 from poolfuzz.harness.upstream.known import KNOWN_FILE, load_known
 from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
 from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parent.parent
 SGLANG_MISSING = unavailable_reason()
@@ -58,9 +57,7 @@ def test_each_committed_findings_report_carries_a_reproduction_that_fails_on_0_5
     imports = [line for line in script.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
     assert not [line for line in imports if "poolfuzz" in line or "harness" in line], imports
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POOLFUZZ_SGLANG_SRC")}
-    done = subprocess.run(
-        [sys.executable, "-I", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    done = python("-I", str(script), cwd=tmp_path, env=env, timeout=120)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
 
 

@@ -5,8 +5,6 @@ fixed copy is POSSIBLY FIXED, and the plugin records a known finding and passes 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +14,7 @@ from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.pytest_plugin import KNOWN_PROPERTY, TRACE_PROPERTY, judge_violation
 from poolfuzz.harness.traces.replay_cli import main as replay_main
 from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parent.parent
 PAGED = REPO / "corpus" / "upstream" / "paged_kv-4032333a04fac5e9.json"
@@ -70,14 +69,7 @@ def test_a_known_finding_that_no_longer_reproduces_on_a_fixed_copy_is_possibly_f
     text = mamba.read_text()
     assert "    def clear(self):\n" in text, "upstream's clear() moved: the planted fix needs updating"
     mamba.write_text(text.replace("    def clear(self):\n", "    def clear(self):\n        self._alloc_iter = None\n"))
-    done = subprocess.run(
-        [sys.executable, "-m", "poolfuzz.harness", "--sglang-src", str(site), "replay", str(MAMBA)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    done = python("-m", "poolfuzz.harness", "--sglang-src", str(site), "replay", str(MAMBA), cwd=REPO, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith(f"POSSIBLY FIXED {MAMBA}: finding 2 (mamba-clear-keeps-reservation)"), done.stdout
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
-import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from poolfuzz.harness.traces.repro_runtime import KVRun, Reproduced, at
 from poolfuzz.harness.traces.repro_script import NotGeneratable, generate, ran_steps
 from poolfuzz.harness.traces.schema import load_trace
 from poolfuzz.harness.upstream.sglang_modules import unavailable_reason
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAM_TRACES = sorted((REPO / "corpus" / "upstream").glob("*.json"))
@@ -80,15 +79,7 @@ def run_scripts(scripts: dict[str, str], folder: Path) -> dict[str, tuple[int, s
         paths[name] = folder / f"repro_{len(paths)}.py"
         paths[name].write_text(script)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POOLFUZZ_SGLANG_SRC")}
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", RUNNER, *map(str, paths.values())],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = python("-I", "-c", RUNNER, *map(str, paths.values()), cwd=folder, env=env, timeout=240)
     assert done.returncode == 0, done.stderr
     ran = json.loads(done.stdout.splitlines()[-1])
     return {name: (ran[str(path)][0], ran[str(path)][1]) for name, path in paths.items()}

@@ -29,6 +29,7 @@ from poolfuzz.harness.upstream import sources
 from poolfuzz.harness.upstream.sglang_files import INSTALL_HINT, SUPPORTED_VERSION, locate_sglang
 from poolfuzz.harness.upstream.sglang_modules import load_upstream, unavailable_reason
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
+from tests.processes import python
 
 MISSING = unavailable_reason()
 needs_upstream = pytest.mark.skipif(MISSING is not None, reason=f"upstream SGLang unavailable: {MISSING}")
@@ -177,7 +178,6 @@ REPRODUCTIONS = sorted(CORPUS.glob("repro_*.py"))
 def test_each_standalone_reproduction_reproduces_without_importing_the_harness(script: Path) -> None:
     """Each script, and the sibling loaders (``_wheel_*.py``) it may import, imports nothing of ours; run alone it prints
     REPRODUCED and exits 1.  A ``repro_vllm_*`` script needs vLLM installed, the others SGLang."""
-    import subprocess
 
     from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
 
@@ -187,7 +187,7 @@ def test_each_standalone_reproduction_reproduces_without_importing_the_harness(s
     source = script.read_text() + "".join(loader.read_text() for loader in sorted(CORPUS.glob("_wheel_*.py")))
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert not imported & {"poolfuzz", "harness"}, imported
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=script.parent)
+    done = python(str(script), cwd=script.parent, timeout=120)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
 
 
