@@ -31,6 +31,7 @@ from typing import Any
 
 from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn
 from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.overrides import overridden
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
 from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
@@ -232,25 +233,9 @@ def schedule_arguments(config: Any) -> Iterator[None]:
         "disable_priority_preemption": False,  # :1471
         "schedule_conservativeness": 1.0,  # NewTokenRatioTracker.from_config
     }
-    saved = {name: schedule.__dict__.get(name, _ABSENT) for name in leaves}
-    ratio = os.environ.get(INIT_NEW_TOKEN_RATIO)
-    schedule.__dict__.update(leaves)
-    os.environ[INIT_NEW_TOKEN_RATIO] = repr(float(config.new_token_ratio))
-    try:
+    ratio = {INIT_NEW_TOKEN_RATIO: repr(float(config.new_token_ratio))}
+    with overridden(schedule.__dict__, leaves), overridden(os.environ, ratio):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is _ABSENT:
-                schedule.__dict__.pop(name, None)
-            else:
-                schedule.__dict__[name] = value
-        if ratio is None:
-            os.environ.pop(INIT_NEW_TOKEN_RATIO, None)
-        else:
-            os.environ[INIT_NEW_TOKEN_RATIO] = ratio
-
-
-_ABSENT = object()
 
 
 def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
