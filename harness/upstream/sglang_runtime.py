@@ -15,18 +15,29 @@ from typing import Any
 from poolfuzz.harness.upstream.placeholders import StandInReached
 
 
-class ConfigBag:
-    """One published ``runtime_context`` namespace: the leaves the memory path reads, no more."""
+class Attributes:
+    """A named stand-in holding the attributes it is given; another one (a dunder aside) is what :meth:`_missing` says."""
 
-    def __init__(self, namespace: str, **leaves: Any) -> None:
-        self._namespace = namespace
-        self.__dict__.update(leaves)
+    def __init__(self, name: str, **attributes: Any) -> None:
+        self._name = name
+        self.__dict__.update(attributes)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        return self._missing(name)
+
+    def _missing(self, name: str) -> Any:
+        """The answer for an attribute the stand-in was not given."""
+        raise AttributeError(name)
+
+
+class ConfigBag(Attributes):
+    """One published ``runtime_context`` namespace: the leaves the memory path reads, no more."""
+
+    def _missing(self, name: str) -> Any:
         raise StandInReached(
-            f"upstream read runtime_context.get_{self._namespace}().{name}, which the engine target does not publish "
+            f"upstream read runtime_context.get_{self._name}().{name}, which the engine target does not publish "
             "(add it to poolfuzz.harness.upstream.sglang_runtime.RuntimeConfig)"
         )
 

@@ -33,7 +33,7 @@ from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn
 from poolfuzz.harness.upstream.engine_config import EOS
 from poolfuzz.harness.upstream.overrides import overridden
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
-from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
+from poolfuzz.harness.upstream.sglang_runtime import RUNTIME, Attributes
 from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
     DisaggregationMode,
     LocalRequests,
@@ -85,17 +85,11 @@ class ServerModelConfig(ModelConfigStandIn):
     hf_eos_token_id = frozenset({EOS})
 
 
-class Sink:
+class Sink(Attributes):
     """A collaborator whose calls have no memory effect (metrics, publishing, output streaming): every method is a
     no-op; attributes set on it are kept (``metrics_reporter.num_generated_tokens +=``, batch_result_processor.py:985)."""
 
-    def __init__(self, name: str, **attributes: Any) -> None:
-        self._name = name
-        self.__dict__.update(attributes)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
+    def _missing(self, name: str) -> Any:
         return _noop
 
     def __repr__(self) -> str:
