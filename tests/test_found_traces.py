@@ -297,8 +297,8 @@ def steps_after_the_first_violation(shrink_seconds: float, tmp_path: Path) -> tu
 
 def test_hypothesis_stops_shrinking_when_its_budget_is_spent_and_the_shortest_trace_goes_on(tmp_path: Path) -> None:
     cut, violation = steps_after_the_first_violation(0.0, tmp_path)
-    unbounded, _ = steps_after_the_first_violation(60.0, tmp_path)
-    assert cut == 0 and unbounded > 10  # with no budget no step runs after the first violation
+    unbounded, _ = steps_after_the_first_violation(3.0, tmp_path)  # three seconds of shrinking run thousands of steps
+    assert cut == 0 and unbounded > 10  # with no budget no step runs after the first violation, with one many do
     assert violation.invariant_id in ("conservation", "valid-call-accepted") and violation.trace_path is not None
     assert load_trace(violation.trace_path).expect["invariant"] == violation.invariant_id
     assert "shrunk by replay to" in str(violation)
