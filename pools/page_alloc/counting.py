@@ -46,13 +46,7 @@ class ExtendFn(Protocol):
     """
 
     def __call__(
-        self,
-        prefix_lens: Tensor,
-        seq_lens: Tensor,
-        last_loc: Tensor,
-        free_pages: Tensor,
-        out_indices: Tensor,
-        page_size: int,
+        self, prefix_lens: Tensor, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int
     ) -> None: ...
 
 
@@ -62,14 +56,7 @@ class DecodeFn(Protocol):
     See the package docstring of :mod:`poolfuzz.pools.page_alloc` for the contract.
     """
 
-    def __call__(
-        self,
-        seq_lens: Tensor,
-        last_loc: Tensor,
-        free_pages: Tensor,
-        out_indices: Tensor,
-        page_size: int,
-    ) -> None: ...
+    def __call__(self, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int) -> None: ...
 
 
 def check_page_size(pool: str, page_size: int) -> None:
@@ -89,11 +76,7 @@ def _ceil_div(x: Tensor, d: int) -> Tensor:
 
 
 def num_new_pages_per_request(
-    seq_lens_cpu: Tensor,
-    page_size: int,
-    prefix_lens_cpu: Tensor | None = None,
-    *,
-    decode: bool = False,
+    seq_lens_cpu: Tensor, page_size: int, prefix_lens_cpu: Tensor | None = None, *, decode: bool = False
 ) -> Tensor:
     """Per-request count of fresh pages, as an int64 tensor shaped like ``seq_lens_cpu``.
 
@@ -126,13 +109,7 @@ def num_new_pages_per_request(
     return _ceil_div(seq, page_size) - _ceil_div(pre, page_size)
 
 
-def get_num_new_pages(
-    seq_lens_cpu: Tensor,
-    page_size: int,
-    prefix_lens_cpu: Tensor | None = None,
-    *,
-    decode: bool = False,
-) -> int:
+def get_num_new_pages(seq_lens_cpu: Tensor, page_size: int, prefix_lens_cpu: Tensor | None = None, *, decode: bool = False) -> int:
     """Total fresh pages the batch needs: the length ``free_pages`` must have.
 
     The sum of :func:`num_new_pages_per_request`.  Note the decode count uses

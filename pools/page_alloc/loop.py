@@ -51,12 +51,7 @@ def _write(out_indices: Tensor, slots: list[int]) -> None:
 
 
 def alloc_extend_loop(
-    prefix_lens: Tensor,
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
+    prefix_lens: Tensor, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int
 ) -> None:
     """Write every request's extend slots into ``out_indices`` (in place).
 
@@ -97,13 +92,7 @@ def alloc_extend_loop(
     _write(out_indices, slots)
 
 
-def alloc_decode_loop(
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
-) -> None:
+def alloc_decode_loop(seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int) -> None:
     """Write one slot per request for a decode step (in place).
 
     ``seq_lens`` are post-step lengths.  A request whose new token opens a page

@@ -210,12 +210,7 @@ def _launch(kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor],
 
 
 def alloc_extend_triton(
-    prefix_lens: Tensor,
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
+    prefix_lens: Tensor, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int
 ) -> None:
     """Write every request's extend slots into ``out_indices`` (in place).
 
@@ -231,13 +226,7 @@ def alloc_extend_triton(
     _launch(_EXTEND_KERNELS, out_indices, inputs, free_pages, page_size=page_size, block=PHASE2_BLOCK)
 
 
-def alloc_decode_triton(
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
-) -> None:
+def alloc_decode_triton(seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int) -> None:
     """Write one slot per request for a decode step (in place).
 
     A request needs a page iff ``(seq - 1) % ps == 0`` (every request at page

@@ -71,12 +71,7 @@ def token_positions(prefix_lens: Tensor, seq_lens: Tensor, num_tokens: int) -> t
 
 
 def alloc_extend_vectorized(
-    prefix_lens: Tensor,
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
+    prefix_lens: Tensor, seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int
 ) -> None:
     """Write every request's extend slots into ``out_indices`` (in place).
 
@@ -109,13 +104,7 @@ def alloc_extend_vectorized(
     out_indices.copy_(torch.where(in_partial, continued, fresh))
 
 
-def alloc_decode_vectorized(
-    seq_lens: Tensor,
-    last_loc: Tensor,
-    free_pages: Tensor,
-    out_indices: Tensor,
-    page_size: int,
-) -> None:
+def alloc_decode_vectorized(seq_lens: Tensor, last_loc: Tensor, free_pages: Tensor, out_indices: Tensor, page_size: int) -> None:
     """Write one slot per request for a decode step (in place).
 
     A request needs a page iff ``(seq - 1) % ps == 0``; its page is
