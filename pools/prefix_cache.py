@@ -25,11 +25,6 @@ def kv_allocator_for(size: int, page_size: int, device: str | torch.device = "cp
     return PagedTokenToKVPoolAllocator(size, page_size, device)
 
 
-def build_prefix_cache(
-    size: int,
-    page_size: int,
-    eviction_policy: str = "lru",
-    device: str | torch.device = "cpu",
-) -> RadixCache:
+def build_prefix_cache(size: int, page_size: int, eviction_policy: str = "lru", device: str | torch.device = "cpu") -> RadixCache:
     """A radix cache over a fresh ``size``-slot KV allocator; the allocator is ``cache.allocator``."""
     return RadixCache(kv_allocator_for(size, page_size, device), eviction_policy=eviction_policy)

@@ -328,13 +328,7 @@ class RadixCacheBase:
         ordered = torch.sort(pages).values
         held = self._held_pages[pages.clamp(0, top)]
         flags = torch.stack(
-            [
-                not_pages.any(),
-                ((pages < 0) | (pages > top)).any(),
-                (pages == 0).any(),
-                (ordered[1:] == ordered[:-1]).any(),
-                held.any(),
-            ]
+            [not_pages.any(), ((pages < 0) | (pages > top)).any(), (pages == 0).any(), (ordered[1:] == ordered[:-1]).any(), held.any()]
         ).tolist()
         if flags[0]:
             raise KeyValueMismatchError(self.pool_name, len(value), len(value), f"the new indices are not whole pages of {aps}")

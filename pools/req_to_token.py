@@ -156,9 +156,7 @@ class _RowPool(HostViews, ABC):
             claimed.add(row)
             if self._is_free[row]:
                 raise BadBatchError(
-                    self.pool_name,
-                    f"request {req.rid!r} claims row {row}, which is free (stale handle)",
-                    position=position,
+                    self.pool_name, f"request {req.rid!r} claims row {row}, which is free (stale handle)", position=position
                 )
         return need
 

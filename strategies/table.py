@@ -266,12 +266,7 @@ def fixed(op: str, **args: Any) -> Callable[[object, Chooser], Step]:
 
 
 def move_kinds(
-    prefix: str,
-    kinds: Mapping[str, Draw[V]],
-    weight: float,
-    *,
-    misuse: bool = True,
-    setup: Draw[V] | None = None,
+    prefix: str, kinds: Mapping[str, Draw[V]], weight: float, *, misuse: bool = True, setup: Draw[V] | None = None
 ) -> tuple[Move[V], ...]:
     """One move per kind of a catalogue entry (``"prefix (kind)"``), sharing ``weight`` in the walk."""
     share = weight / max(1, len(kinds))

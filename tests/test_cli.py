@@ -127,12 +127,7 @@ def existing_file(tmp_path: Path) -> Path:
     ],
 )
 def test_an_output_that_cannot_be_written_is_refused_before_any_worker_starts(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    flag: str,
-    value: str,
-    fragment: str,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: str, value: str, fragment: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = value.format(notes=existing_file(tmp_path), tmp=tmp_path)

@@ -46,15 +46,7 @@ def test_the_password_of_a_redis_layer_is_replaced_and_the_rest_kept(spec: str, 
 
 
 @pytest.mark.parametrize(
-    "spec",
-    [
-        ".hypothesis/poolfuzz",
-        "none",
-        "redis://fleet-db:6379/0",
-        "redis://fuzz@fleet-db:6379/0",
-        "",
-        "/srv/db:with:colons@odd",
-    ],
+    "spec", [".hypothesis/poolfuzz", "none", "redis://fleet-db:6379/0", "redis://fuzz@fleet-db:6379/0", "", "/srv/db:with:colons@odd"]
 )
 def test_a_spec_without_a_password_is_left_exactly_as_written(spec: str) -> None:
     assert redacted(spec) == spec

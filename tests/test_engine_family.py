@@ -86,12 +86,7 @@ def test_low_admission_ratio_drives_decode_into_retraction() -> None:
 
 @needs_engine
 @pytest.mark.parametrize(
-    "name",
-    [
-        "engine-release-frees-protected-prefix",
-        "engine-release-keeps-lock",
-        "engine-overallocated-decode-not-returned",
-    ],
+    "name", ["engine-release-frees-protected-prefix", "engine-release-keeps-lock", "engine-overallocated-decode-not-returned"]
 )
 def test_an_engine_canary_is_caught_by_its_invariant(name: str) -> None:
     from poolfuzz.harness.canaries import collected

@@ -49,9 +49,7 @@ TEETH: dict[str, tuple[str, str]] = {
 }
 
 
-ENGINE_TEETH: dict[str, str] = {
-    "in-flight-reuse": "frees-under-in-flight",
-}
+ENGINE_TEETH: dict[str, str] = {"in-flight-reuse": "frees-under-in-flight"}
 """Ids only the engine judges (harness/engines) check, proven on the fake engine of tests/engine_fake.py by the fault named."""
 
 

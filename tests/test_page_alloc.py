@@ -212,10 +212,7 @@ EXTEND_CASES = {
         Batch(2, seq_lens=[2, 3, 5], last_loc=[9, -1, 20], free_pages=[4, 6], prefix_lens=[2, 0, 5]),
         [8, 9, 12],
     ),
-    "every request extends by zero": (
-        Batch(4, seq_lens=[3, 0], last_loc=[6, -1], free_pages=[], prefix_lens=[3, 0]),
-        [],
-    ),
+    "every request extends by zero": (Batch(4, seq_lens=[3, 0], last_loc=[6, -1], free_pages=[], prefix_lens=[3, 0]), []),
     "an empty batch": (Batch(4, seq_lens=[], last_loc=[], free_pages=[], prefix_lens=[]), []),
     "page size 1 hands out free_pages in order": (
         Batch(1, seq_lens=[2, 3], last_loc=[5, 7], free_pages=[9, 3, 4], prefix_lens=[1, 1]),
@@ -304,10 +301,7 @@ def test_every_kernel_rejects_page_size_zero(kernel: str) -> None:
         run_decode(kernel, Batch(0, [1], [-1], [4], []))
 
 
-@pytest.mark.parametrize(
-    "free_pages",
-    [pytest.param([5], id="one page short"), pytest.param([5, 6, 7, 8, 9], id="one page too many")],
-)
+@pytest.mark.parametrize("free_pages", [pytest.param([5], id="one page short"), pytest.param([5, 6, 7, 8, 9], id="one page too many")])
 def test_the_oracle_rejects_free_pages_of_the_wrong_length(free_pages: list[int]) -> None:
     batch = Batch(4, seq_lens=[10, 5], last_loc=[10, -1], free_pages=free_pages, prefix_lens=[3, 0])
     with pytest.raises(BadBatchError):
@@ -371,10 +365,7 @@ def assert_kernels_agree(kernel: str, extend: Batch, decode: Batch, device: str)
 
 @pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=80, deadline=None)
-@given(
-    extend=extend_batches(ANY_PAGE_SIZE, max_bs=6, max_len=40),
-    decode=decode_batches(ANY_PAGE_SIZE, max_bs=8, max_len=40),
-)
+@given(extend=extend_batches(ANY_PAGE_SIZE, max_bs=6, max_len=40), decode=decode_batches(ANY_PAGE_SIZE, max_bs=8, max_len=40))
 def test_vectorized_matches_the_loop_oracle_on_random_owned_batches(extend: Batch, decode: Batch, device: str) -> None:
     assert_kernels_agree("vectorized", extend, decode, device)
 
@@ -382,9 +373,6 @@ def test_vectorized_matches_the_loop_oracle_on_random_owned_batches(extend: Batc
 @needs_triton
 @pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
-@given(
-    extend=extend_batches(POW2_PAGE_SIZE, max_bs=4, max_len=24),
-    decode=decode_batches(POW2_PAGE_SIZE, max_bs=5, max_len=24),
-)
+@given(extend=extend_batches(POW2_PAGE_SIZE, max_bs=4, max_len=24), decode=decode_batches(POW2_PAGE_SIZE, max_bs=5, max_len=24))
 def test_triton_matches_the_loop_oracle_on_random_owned_batches(extend: Batch, decode: Batch, device: str) -> None:
     assert_kernels_agree("triton", extend, decode, device)

@@ -125,8 +125,7 @@ def test_freeing_a_request_twice_raises_double_free(pool: RowPool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "error"),
-    [([0], ReservedIndexError), ([5], ForeignIndexError), ([-1], ForeignIndexError), ([2, 2], DoubleFreeError)],
+    ("rows", "error"), [([0], ReservedIndexError), ([5], ForeignIndexError), ([-1], ForeignIndexError), ([2, 2], DoubleFreeError)]
 )
 def test_free_rows_misuse_raises_its_typed_error_with_the_pool_unchanged(pool: RowPool, rows: list[int], error: type[PoolError]) -> None:
     pool.alloc_rows(4)

@@ -73,22 +73,8 @@ CANARY_SCRIPTS: dict[str, tuple[type[SWATokenToKVPoolAllocator], dict[str, Any],
             ("tail", {"handle": None, "extend_len": 2 * PS, "swa_tail_len": PS}),  # its head reuses the freed page
         ],
     ),
-    "swa-free-unmaps-only-named-tokens": (
-        UnmapsOnlyNamedTokens,
-        PAGED,
-        [
-            new(2 * PS),
-            ("free", {"handle": 0, "sparse": True}),
-        ],
-    ),
-    "swa-tombstone-keeps-its-entry": (
-        TombstoneKeepsItsEntry,
-        PAGED,
-        [
-            new(2 * PS),
-            ("free_swa", {"handle": 0, "pages": 1}),
-        ],
-    ),
+    "swa-free-unmaps-only-named-tokens": (UnmapsOnlyNamedTokens, PAGED, [new(2 * PS), ("free", {"handle": 0, "sparse": True})]),
+    "swa-tombstone-keeps-its-entry": (TombstoneKeepsItsEntry, PAGED, [new(2 * PS), ("free_swa", {"handle": 0, "pages": 1})]),
     "swa-non-atomic-decode": (
         NonAtomicDecode,
         {"size": 8 * PS, "size_swa": 2 * PS, "page_size": PS},

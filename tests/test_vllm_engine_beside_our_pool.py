@@ -10,14 +10,7 @@ from poolfuzz.harness.upstream.vllm_files import vllm_unavailable_reason
 MISSING = vllm_unavailable_reason()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"vLLM unavailable: {MISSING}")
 
-SHAPE = {
-    "block_size": 4,
-    "num_blocks": 24,
-    "max_num_seqs": 3,
-    "max_num_batched_tokens": 12,
-    "max_model_len": 32,
-    "pools": "upstream",
-}
+SHAPE = {"block_size": 4, "num_blocks": 24, "max_num_seqs": 3, "max_num_batched_tokens": 12, "max_model_len": 32, "pools": "upstream"}
 
 
 def test_a_shape_drawn_over_vllms_pool_alone_runs_beside_ours_too() -> None:

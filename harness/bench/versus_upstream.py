@@ -89,8 +89,7 @@ def _mamba_pool(side: Side, up: UpstreamModules, device: torch.device) -> Any:
 
 # ------------------------------------------------------------------ steps
 def _alloc_free(
-    make: Callable[[Side, UpstreamModules, torch.device], Any],
-    k: int,
+    make: Callable[[Side, UpstreamModules, torch.device], Any], k: int
 ) -> Callable[[Side, UpstreamModules, torch.device], Step]:
     """``alloc(k)`` then ``free`` of those slots, on the pool ``make`` builds."""
 

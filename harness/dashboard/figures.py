@@ -116,11 +116,7 @@ bottom margin, so the x-axis titles are laid out above it instead of under it.""
 
 def _style(figure: Any, *, height: int) -> None:
     figure.update_layout(
-        height=height,
-        font={"family": FONT, "size": 13},
-        margin={"l": 50, "r": 20, "t": 50, "b": 10},
-        hovermode="closest",
-        legend=LEGEND,
+        height=height, font={"family": FONT, "size": 13}, margin={"l": 50, "r": 20, "t": 50, "b": 10}, hovermode="closest", legend=LEGEND
     )
     figure.update_xaxes(automargin=True)
     figure.update_yaxes(automargin=True)

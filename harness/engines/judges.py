@@ -64,12 +64,7 @@ def partitions(observation: Observation) -> dict[str, Leak]:
     leaks: dict[str, Leak] = {}
     for pool in observation.pools:
         leak = leaks[pool.name] = partition(pool)
-        check(
-            pool.name in covered or not leak.leak,
-            pool.breach,
-            f"a {pool.name} is neither free nor held (leaked)",
-            counts=leak.message,
-        )
+        check(pool.name in covered or not leak.leak, pool.breach, f"a {pool.name} is neither free nor held (leaked)", counts=leak.message)
     return leaks
 
 
@@ -185,10 +180,7 @@ def progress(observation: Observation) -> None:
             locked=lock.count,
         )
     raise InvariantViolation(
-        "scheduler-progress",
-        "nothing runs and the queue admitted nothing: the server hangs",
-        waiting=len(p.waiting),
-        **dict(p.context),
+        "scheduler-progress", "nothing runs and the queue admitted nothing: the server hangs", waiting=len(p.waiting), **dict(p.context)
     )
 
 

@@ -34,10 +34,7 @@ def _start_coverage(coverage_dir: str) -> Any:
     import coverage
 
     cov = coverage.Coverage(
-        data_file=os.path.join(coverage_dir, ".coverage"),
-        data_suffix=True,
-        branch=True,
-        source_pkgs=["poolfuzz.pools"],
+        data_file=os.path.join(coverage_dir, ".coverage"), data_suffix=True, branch=True, source_pkgs=["poolfuzz.pools"]
     )
     cov.start()
     return cov

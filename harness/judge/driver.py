@@ -128,13 +128,7 @@ class Driver:
             _check_declared(cls, cls.ops)
 
     def __init__(
-        self,
-        factory: Callable[..., Any],
-        config: ConfigLike,
-        *,
-        implementation: str = "",
-        check_misuse: bool = True,
-        audit_period: int = 8,
+        self, factory: Callable[..., Any], config: ConfigLike, *, implementation: str = "", check_misuse: bool = True, audit_period: int = 8
     ) -> None:
         self.config: PoolConfig = family_config(self.family, config)
         """The pool's configuration, typed (a subclass narrows it to its family's class); a mapping given here

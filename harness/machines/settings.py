@@ -68,13 +68,7 @@ _register(
     phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
     parent=_BASE,
 )
-_register(
-    "dev",
-    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
-    max_examples=100,
-    stateful_step_count=50,
-    parent=_BASE,
-)
+_register("dev", database=DirectoryBasedExampleDatabase(".hypothesis/examples"), max_examples=100, stateful_step_count=50, parent=_BASE)
 _register("nightly", _BASE, max_examples=2_000, stateful_step_count=200)
 _register("debug", parent=profile("dev"), verbosity=Verbosity.verbose, max_examples=20)
 

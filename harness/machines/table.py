@@ -114,13 +114,7 @@ def make_machine(
     return type(
         name,
         (base,),
-        {
-            "factory": staticmethod(factory),
-            "implementation": spec,
-            "check_misuse": misuse,
-            "device": device,
-            "__module__": base.__module__,
-        },
+        {"factory": staticmethod(factory), "implementation": spec, "check_misuse": misuse, "device": device, "__module__": base.__module__},
     )
 
 

@@ -204,10 +204,7 @@ def _construct(family: str, config: dict[str, Any]) -> tuple[Lines, Callable[[st
     need_sort = bool(config.get("need_sort", False))
     if family == "mamba_slots":
         size = int(config["size"])
-        return [
-            f"pool = mamba_module().MambaSlotAllocator({size}, torch.device('cpu'))",
-            f"run = SlotRun(pool, {size})",
-        ], _slot_step
+        return [f"pool = mamba_module().MambaSlotAllocator({size}, torch.device('cpu'))", f"run = SlotRun(pool, {size})"], _slot_step
     device = "torch.device('cpu')"
     if family == "token_kv":
         size, ps = int(config["size"]), 1

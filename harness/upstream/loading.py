@@ -51,13 +51,7 @@ from types import ModuleType, TracebackType
 from poolfuzz.harness.upstream.placeholders import StandInModule, loading
 from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, failing_upstream_file, locate_copy
 
-__all__ = [
-    "Distribution",
-    "LoadedCopy",
-    "StandInFactory",
-    "copy_of",
-    "forget_copies",
-]
+__all__ = ["Distribution", "LoadedCopy", "StandInFactory", "copy_of", "forget_copies"]
 
 StandInFactory = Callable[[str], ModuleType]
 """Builds the stand-in module of a name (the factory gets the dotted name)."""
@@ -108,12 +102,7 @@ class Distribution:
     def locate(self) -> SourceFolder:
         """The copy to load: the folder ``env`` names when set, else the installed distribution."""
         return locate_copy(
-            self.name,
-            env=self.env,
-            probe=self.probe,
-            title=self.title,
-            supported=self.supported,
-            install_hint=self.install_hint,
+            self.name, env=self.env, probe=self.probe, title=self.title, supported=self.supported, install_hint=self.install_hint
         )
 
 

@@ -191,12 +191,7 @@ def failing_upstream_file(exc: BaseException, package: Path) -> str | None:
 
 
 def check_classes(
-    modules: Mapping[str, ModuleType],
-    needs: Iterable[tuple[str, str]],
-    *,
-    source: SourceFolder,
-    files: Mapping[str, Path],
-    checked_on: str,
+    modules: Mapping[str, ModuleType], needs: Iterable[tuple[str, str]], *, source: SourceFolder, files: Mapping[str, Path], checked_on: str
 ) -> str | None:
     """``None`` when every ``(module, name)`` of ``needs`` is there; else the one-line reason naming the first missing.
 

@@ -62,11 +62,7 @@ _CORE = "vllm.v1.core"
 _FILES = ("kv_cache_utils", "block_pool")
 
 TARGET_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "VllmBlockPool": (
-        ("block_pool", "BlockPool"),
-        ("kv_cache_utils", "KVCacheBlock"),
-        ("kv_cache_utils", "FreeKVCacheBlockQueue"),
-    ),
+    "VllmBlockPool": (("block_pool", "BlockPool"), ("kv_cache_utils", "KVCacheBlock"), ("kv_cache_utils", "FreeKVCacheBlockQueue"))
 }
 """vLLM target -> the (file, class) pairs it drives."""
 

@@ -30,13 +30,7 @@ from torch import Tensor
 
 from poolfuzz.pools.errors import BadBatchError, BadSizeError
 
-__all__ = [
-    "DecodeFn",
-    "ExtendFn",
-    "check_page_size",
-    "get_num_new_pages",
-    "num_new_pages_per_request",
-]
+__all__ = ["DecodeFn", "ExtendFn", "check_page_size", "get_num_new_pages", "num_new_pages_per_request"]
 
 
 class ExtendFn(Protocol):

@@ -129,13 +129,7 @@ def _extend_body(  # type: ignore[no-untyped-def, unused-ignore]
 
 
 def _decode_body(  # type: ignore[no-untyped-def, unused-ignore]
-    seq_lens_ptr,
-    last_loc_ptr,
-    free_pages_ptr,
-    num_free,
-    out_ptr,
-    bs_upper: tl.constexpr,
-    page_size: tl.constexpr,
+    seq_lens_ptr, last_loc_ptr, free_pages_ptr, num_free, out_ptr, bs_upper: tl.constexpr, page_size: tl.constexpr
 ) -> None:
     pid = tl.program_id(0)
     lanes = tl.arange(0, bs_upper)
@@ -198,12 +192,7 @@ def _launch(kernels: tuple[Any, Any], out_indices: Tensor, inputs: list[Tensor],
     target = out_indices if out_indices.is_contiguous() else torch.empty_like(out_indices)
     kernel = _pick(kernels, out_indices.device)
     kernel[(bs,)](
-        *(t.contiguous() for t in inputs),
-        free_pages.contiguous(),
-        free_pages.numel(),
-        target,
-        bs_upper=triton.next_power_of_2(bs),
-        **meta,
+        *(t.contiguous() for t in inputs), free_pages.contiguous(), free_pages.numel(), target, bs_upper=triton.next_power_of_2(bs), **meta
     )
     if target is not out_indices:
         out_indices.copy_(target)

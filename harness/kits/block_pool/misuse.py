@@ -29,10 +29,7 @@ CACHE_MISUSE: dict[str, type[PoolError]] = {
 }
 """``cache_full_blocks`` misuse and the error each must raise."""
 
-FOREIGN_BLOCKS: dict[str, type[PoolError]] = {
-    "an int instead of a block": BadBatchError,
-    "a block of another pool": ForeignIndexError,
-}
+FOREIGN_BLOCKS: dict[str, type[PoolError]] = {"an int instead of a block": BadBatchError, "a block of another pool": ForeignIndexError}
 """What ``touch`` / ``free_blocks`` / ``cache_full_blocks`` are handed instead of one of the pool's blocks."""
 
 

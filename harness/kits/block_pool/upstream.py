@@ -139,11 +139,7 @@ class VllmBlockPool:
         self.inner.free_blocks([block.inner for block in ordered_blocks])
 
     def cache_full_blocks(
-        self,
-        blocks: Sequence[VllmBlock],
-        block_hashes: Sequence[int],
-        num_cached_blocks: int = 0,
-        num_full_blocks: int | None = None,
+        self, blocks: Sequence[VllmBlock], block_hashes: Sequence[int], num_cached_blocks: int = 0, num_full_blocks: int | None = None
     ) -> None:
         end = len(blocks) if num_full_blocks is None else num_full_blocks
         request = self.modules.request(upstream_hashes(list(block_hashes)))

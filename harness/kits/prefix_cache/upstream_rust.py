@@ -146,13 +146,7 @@ class TreeCoreOver(UpstreamCacheOver):
 
     # ------------------------------------------------------------ request paths
     def checkpoint(
-        self,
-        token_ids: TokenIds,
-        kv_indices: torch.Tensor,
-        lock_node: RustNode,
-        cache_protected_len: int,
-        *,
-        prompt_len: int | None = None,
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: RustNode, cache_protected_len: int, *, prompt_len: int | None = None
     ) -> UpstreamRequestResult:
         tokens, cpl, ps = token_list(token_ids), cache_protected_len, self.page_size
         aligned = len(tokens) - len(tokens) % ps

@@ -57,11 +57,7 @@ MAX_PICKS = 4
 MAX_CHUNK = 24
 MAX_KEEP = 48
 
-STEMS = (
-    (1, 2, 3, 4, 5, 6, 7, 8),
-    (1, 2, 3, 4, 6, 6, 6, 6),
-    (2, 2, 2, 2, 2, 2, 2, 2),
-)
+STEMS = ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 6, 6, 6, 6), (2, 2, 2, 2, 2, 2, 2, 2))
 """Shared prompt pieces: they agree on their first half, so prompts built from them share
 whole pages at every page size up to 8 and diverge inside a page at the larger ones."""
 
@@ -123,12 +119,7 @@ def scheduler_modes(*, hybrid: bool | None = None, page_size: int | None = None,
 
 
 def scheduler_config(
-    choose: Chooser,
-    *,
-    kernels: Sequence[str] = KERNELS,
-    hybrid: bool | None = None,
-    page_size: int | None = None,
-    mode: str | None = None,
+    choose: Chooser, *, kernels: Sequence[str] = KERNELS, hybrid: bool | None = None, page_size: int | None = None, mode: str | None = None
 ) -> SchedulerConfig:
     """A config for :func:`poolfuzz.harness.kits.scheduler.driver.build_scheduler_pools`; the engine sets ``device``.
 
@@ -315,11 +306,7 @@ def scheduler_catalogue() -> tuple[Move[SchedulerView], ...]:
 
 
 def scheduler_table(
-    *,
-    kernels: Sequence[str] = KERNELS,
-    hybrid: bool | None = None,
-    page_size: int | None = None,
-    mode: str | None = None,
+    *, kernels: Sequence[str] = KERNELS, hybrid: bool | None = None, page_size: int | None = None, mode: str | None = None
 ) -> MoveTable[SchedulerView]:
     """The scheduler family's table; ``kernels``, ``hybrid``, ``page_size`` and ``mode`` pin its configurations
     (:func:`scheduler_config`).  The bench workload takes every step but the whole-batch ones."""

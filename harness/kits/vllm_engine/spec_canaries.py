@@ -62,5 +62,5 @@ CANARIES = {
         bug="speculative decoding: a preempted request keeps the blocks of its draft and lookahead slots",
         upstream="vLLM async + speculative preemption fixes (#41190, #38624)",
         invariant="scheduler-conservation",
-    ),
+    )
 }

@@ -30,15 +30,7 @@ class Equivalent:
         return self.module, self.function, self.operator, self.source, self.col, self.description
 
 
-FIELDS: dict[str, type] = {
-    "module": str,
-    "function": str,
-    "operator": str,
-    "source": str,
-    "col": int,
-    "description": str,
-    "reason": str,
-}
+FIELDS: dict[str, type] = {"module": str, "function": str, "operator": str, "source": str, "col": int, "description": str, "reason": str}
 """The keys of one ``[[equivalent]]`` of a table, in order, and the type of each value (``reason`` names a
 string constant of ``reasons.py``; the entry's ``why`` is that constant's text)."""
 

@@ -274,6 +274,5 @@ def classify_failure(config: Mapping[str, Any], ops: Sequence[str]) -> Classific
         )
     kinds = sorted(set(ops))
     return Classification(
-        "reachable",
-        f"scheduler iterations run from upstream's own calls (docs/engine.md); the trace's steps: {', '.join(kinds) or 'none'}",
+        "reachable", f"scheduler iterations run from upstream's own calls (docs/engine.md); the trace's steps: {', '.join(kinds) or 'none'}"
     )
