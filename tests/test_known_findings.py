@@ -28,13 +28,13 @@ def _sglang_missing() -> str | None:
 
 def test_the_committed_list_loads_and_names_every_committed_upstream_trace() -> None:
     known = load_known()
-    assert {f.number for f in known} == {1, 2, 3, 5}
+    assert {f.number for f in known} == {1, 2, 3, 5, 6}
     named = {t for f in known for t in f.traces}
-    committed = {str(p.relative_to(CORPUS)) for p in [*(CORPUS / "upstream").glob("*.json"), ENGINE_TRACE]}
+    committed = {str(p.relative_to(CORPUS)) for p in [*(CORPUS / "upstream").glob("*.json"), *(CORPUS / "engine").glob("*.json")]}
     assert named == committed
     from poolfuzz.harness.upstream.findings import FINDINGS_BY_KEY, KNOWN_FINDINGS
 
-    assert {f.key for f in KNOWN_FINDINGS} == set(FINDINGS_BY_KEY) == {f.key for f in known if f.number != 5}
+    assert {f.key for f in KNOWN_FINDINGS} == set(FINDINGS_BY_KEY) == {f.key for f in known if f.family != "engine"}
 
 
 @pytest.mark.parametrize(

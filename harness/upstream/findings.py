@@ -37,7 +37,7 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = tuple(
 )
 """The findings of one upstream class driven alone, whose traces under ``corpus/upstream/`` name them in
 ``provenance.finding``: a view of ``corpus/known.toml`` (:mod:`poolfuzz.harness.upstream.known`), which also lists the
-engine's finding 5."""
+engine's findings 5 and 6."""
 FINDINGS_BY_KEY = {finding.key: finding for finding in KNOWN_FINDINGS}
 
 
