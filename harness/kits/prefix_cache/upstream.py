@@ -111,12 +111,7 @@ class UpstreamCacheOver:
     pool_name = ""
 
     def __init__(
-        self,
-        allocator: Any,
-        *,
-        page_size: int | None = None,
-        eviction_policy: str = "lru",
-        device: str | torch.device | None = None,
+        self, allocator: Any, *, page_size: int | None = None, eviction_policy: str = "lru", device: str | torch.device | None = None
     ) -> None:
         self.allocator = allocator
         self.page_size = int(allocator.page_size) if page_size is None else page_size
@@ -134,8 +129,7 @@ class UpstreamCacheOver:
         return f"<upstream sglang=={self.upstream_version} {name} page_size={self.page_size} {self.eviction_policy}>"
 
     def checkpoint(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
-        *, prompt_len: int | None = None,
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int, *, prompt_len: int | None = None
     ) -> UpstreamRequestResult:
         """Cache the request's tokens so far and move its lock to the new last node (each wrapper's own calls)."""
         raise NotImplementedError
@@ -149,8 +143,14 @@ class UpstreamCacheOver:
         raise NotImplementedError
 
     def release_request(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
-        *, cache: bool = True, prompt_len: int | None = None,
+        self,
+        token_ids: TokenIds,
+        kv_indices: torch.Tensor,
+        lock_node: Any,
+        cache_protected_len: int,
+        *,
+        cache: bool = True,
+        prompt_len: int | None = None,
     ) -> UpstreamRequestResult:
         """``release_kv_cache``'s calls for one request: :meth:`checkpoint` (when ``cache``), one ``free_segment``
         of the uncached tail ``[cache_protected_len, len(tokens))``, :meth:`_release_lock`, then one of the
@@ -261,14 +261,18 @@ class RadixCacheOver(UpstreamCacheOver):
         kv = SimpleNamespace(req_pool_idx=0, cache_protected_len=cpl, cache_inserted_len=cpl, swa_evict_floor=0)
         lock = self.mods.base_prefix_cache.TreeLock(lock_node, self.mods.base_prefix_cache.DecLockRefParams())
         return SimpleNamespace(
-            kv=kv, full_untruncated_fill_ids=self.mods.radix_key(tokens).token_ids, extra_key=None, cache_salt=None,
-            priority=None, origin_input_ids=tokens[: len(tokens) if prompt_len is None else prompt_len],
-            lock=lock, last_node=lock_node,
+            kv=kv,
+            full_untruncated_fill_ids=self.mods.radix_key(tokens).token_ids,
+            extra_key=None,
+            cache_salt=None,
+            priority=None,
+            origin_input_ids=tokens[: len(tokens) if prompt_len is None else prompt_len],
+            lock=lock,
+            last_node=lock_node,
         )
 
     def checkpoint(
-        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int,
-        *, prompt_len: int | None = None,
+        self, token_ids: TokenIds, kv_indices: torch.Tensor, lock_node: Any, cache_protected_len: int, *, prompt_len: int | None = None
     ) -> UpstreamRequestResult:
         """Upstream ``RadixCache.checkpoint(req, up_to=len(token_ids))`` for a stand-in request."""
         tokens = token_list(token_ids)
@@ -276,8 +280,7 @@ class RadixCacheOver(UpstreamCacheOver):
         self._shim.released.clear()
         self.inner.checkpoint(req, up_to=len(tokens))
         duplicates = self._shim.released[0] if self._shim.released else 0
-        return UpstreamRequestResult(req.last_node, int(req.kv.cache_protected_len),
-                                     cache_protected_len + duplicates, duplicates, 0)
+        return UpstreamRequestResult(req.last_node, int(req.kv.cache_protected_len), cache_protected_len + duplicates, duplicates, 0)
 
     def _tail_freer(self) -> Any:
         """The allocator upstream's cache holds (``token_to_kv_pool_allocator``), as ``release_kv_cache`` frees."""
@@ -297,8 +300,7 @@ class RadixCacheOver(UpstreamCacheOver):
             if node.parent is None or node.parent.children.get(node.key.child_key(self.page_size)) is not node:
                 raise TreeInvariantError(self.pool_name, f"node {node.id} linked under its first page", True, False)
             if len(node.key) != len(node.value):
-                raise TreeInvariantError(self.pool_name, f"node {node.id} key length equals value length",
-                                         len(node.key), len(node.value))
+                raise TreeInvariantError(self.pool_name, f"node {node.id} key length equals value length", len(node.key), len(node.value))
             if node.lock_ref > 0:
                 protected += len(node.key)
             else:
@@ -306,9 +308,11 @@ class RadixCacheOver(UpstreamCacheOver):
             total += len(node.value)
             if node.lock_ref == 0 and not node.children:
                 leaves.add(node.id)
-        for name, recomputed, kept in (("evictable_size", evictable, self.evictable_size()),
-                                       ("protected_size", protected, self.protected_size()),
-                                       ("total_size", evictable + protected, total)):
+        for name, recomputed, kept in (
+            ("evictable_size", evictable, self.evictable_size()),
+            ("protected_size", protected, self.protected_size()),
+            ("total_size", evictable + protected, total),
+        ):
             if recomputed != kept:
                 raise TreeInvariantError(self.pool_name, name, recomputed, kept)
         queued = {n.id for n in self.inner.evictable_leaves}
