@@ -31,6 +31,15 @@ import torch
 
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.upstream.engine import EngineLoop, StepFacts
+from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.engine_spec import (
+    default_accepted_drafts,
+    load_speculation,
+    published_speculation,
+    spec_rows,
+    speculating,
+    verify_result,
+)
 from poolfuzz.harness.upstream.sglang_modules import EngineModules, engine_call
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
 from poolfuzz.harness.upstream.sglang_scheduler import ServerModelConfig, build_scheduler, load_scheduler
@@ -101,6 +110,14 @@ class SchedulerLoop(EngineLoop):
         super().__init__(config, modules)
         self.overlap = overlap
         self.model_config = ServerModelConfig()
+        self.accepted: dict[str, int] = {}
+        """Speculative shapes: the drafts each request's next verify accepts, as the fuzzer chose them for this step
+        (:func:`~poolfuzz.harness.upstream.engine_spec.default_accepted_drafts` for a request it did not name)."""
+        self.verifies = 0
+        """Speculative shapes: the verify results the loop has processed (tests read it)."""
+        if config.speculative_num_steps:
+            self.spec_algorithm = load_speculation()
+            self.req_to_token_pool, self.tree_cache = spec_rows(self)
         self.scheduler_modules = load_scheduler()
         self.s = build_scheduler(self, self.scheduler_modules, overlap=overlap)
         self.landed: tuple[str, ...] = ()
@@ -125,6 +142,7 @@ class SchedulerLoop(EngineLoop):
 
     # ------------------------------------------------------------------ requests
     @engine_call
+    @speculating
     def arrive(self, prompt: list[int], max_new_tokens: int, priority: int | None = None, option: str | None = None) -> Any:
         """A tokenized request reaches upstream's ``handle_generate_request`` (scheduler.py:2943), as ``process_input_requests``
         dispatches it (:2224-2260): the request the scheduler built, or ``None`` where it never entered the waiting queue
@@ -151,6 +169,7 @@ class SchedulerLoop(EngineLoop):
         return queue[-1] if queue and queue[-1].rid == rid else None
 
     @engine_call
+    @speculating
     def abort(self, rid: str) -> str:
         """``abort_request`` (scheduler.py:5675): where the request was, then upstream's own abort."""
         s = self.s
@@ -164,6 +183,7 @@ class SchedulerLoop(EngineLoop):
         return where
 
     @engine_call
+    @speculating
     def pause(self, *, flush: bool) -> bool:
         """The weight-update pause: ``pause_generation`` in ``retract`` mode (scheduler.py:5817-5932: the queued result
         processed, every running, last-extend and chunked request retracted by ``retract_all`` and re-queued), then
@@ -177,6 +197,7 @@ class SchedulerLoop(EngineLoop):
         return flushed
 
     @engine_call
+    @speculating
     def abort_all(self) -> int:
         """``AbortReq(abort_all=True)`` (scheduler.py:5675-5812: the tokenizer sends it when the server is asked to abort
         every request, or a client disconnects with ``abort_all``): queued requests leave at once, the chunked one at the
@@ -225,7 +246,7 @@ class SchedulerLoop(EngineLoop):
         saved_knobs = {name: os.environ.get(name) for name in knobs}
         os.environ.update(knobs)
         try:
-            with super()._server_environment():
+            with super()._server_environment(), published_speculation(self.config):
                 yield
         finally:
             parallel.__dict__["pp_max_micro_batch_size"] = saved
@@ -331,7 +352,10 @@ class SchedulerLoop(EngineLoop):
         self._process(batch, result)
 
     def _process(self, batch: Any, result: Any) -> None:
-        if not self.config.embedding:
+        if self.config.speculative_num_steps and batch.forward_mode.is_decode():
+            result = self._verify(batch, frozenset(rid for rid, token in self.tokens.items() if token == EOS))
+            self.verifies += 1
+        elif not self.config.embedding:
             result.next_token_ids = torch.tensor([self.tokens.get(r.rid, DEFAULT_TOKEN) for r in batch.reqs], dtype=torch.int64)
         self.s.process_batch_result(batch, result)
         self.landed += tuple(str(r.rid) for r in batch.reqs)
@@ -347,11 +371,21 @@ class SchedulerLoop(EngineLoop):
         s._sched_idled = False
         self.scheduled = tuple(str(r.rid) for r in batch.reqs)
         utils = self.scheduler_modules.manager_utils
+        if self.config.speculative_num_steps and batch.forward_mode.is_decode():
+            # Complete at launch, as a worker's is: pause_generation processes a queued result itself (scheduler.py:5839-5841).
+            return self._verify(batch, frozenset())
         if self.config.embedding:  # an embedding model's forward pools one vector per request (managers/utils.py:385)
             return utils.EmbeddingBatchResult(embeddings=torch.zeros(len(batch.reqs), 1))
         result = utils.GenerationBatchResult()
         result.next_token_ids = torch.zeros(len(batch.reqs), dtype=torch.int64)
         return result
+
+    def _verify(self, batch: Any, eos: frozenset[str]) -> Any:
+        """The fake model's verify of a speculative decode batch (:func:`verify_result`): the accept lengths of this step
+        (:attr:`accepted`), a default for a request it does not name, and EOS for ``eos``."""
+        steps = self.config.speculative_num_steps
+        accepted = {str(r.rid): self.accepted.get(r.rid, default_accepted_drafts(r.rid, self.iterations, steps)) for r in batch.reqs}
+        return verify_result(self.scheduler_modules.manager_utils, batch, steps, accepted, eos, DEFAULT_TOKEN)
 
     # ------------------------------------------------------------------ views
     def in_flight(self) -> list[Any]:

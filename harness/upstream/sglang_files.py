@@ -75,6 +75,12 @@ REAL_PREFIXES: tuple[str, ...] = (
     # RecentPrefillBatchSizeTracker, which init_schedule_policy builds (scheduler.py:1446); at module level it imports only
     # environ, distributed.utils and runtime_context.
     "sglang.srt.managers.prefill_delayer",
+    # Speculative decoding's decode preparation (poolfuzz.harness.upstream.engine_spec): SpeculativeAlgorithm (spec_info.py:32,
+    # which scheduler.py:338 imports), spec_prepare_for_decode (spec_utils.py:1249, imported by prepare_for_decode at call
+    # time, schedule_batch.py:3756) and eagle_prepare_for_decode (eagle_utils.py:857), which calls alloc_for_spec_decode.
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.speculative.eagle_utils",
+    "sglang.srt.speculative.spec_utils",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 

@@ -47,8 +47,8 @@ class RuntimeConfig:
 
     Leaves, with the upstream reader (``srt/``-relative, 0.5.23):
 
-    * ``spec.algorithm`` / ``spec.is_none``: no speculative decoding (``common.py:452``,
-      ``schedule_batch.py:1505``);
+    * ``spec.speculative_algorithm``: no speculative decoding (``common.py:452``, ``schedule_batch.py:1505``); a
+      speculative server publishes its own ``spec`` namespace per call (:mod:`poolfuzz.harness.upstream.engine_spec`);
     * ``serving.strip_thinking_cache``: off (``common.py:456``, ``schedule_batch.py:1555``);
     * ``disagg.disaggregation_mode``: ``"null"`` (``schedule_batch.py:2380``, ``:3493``);
     * ``schedule.schedule_policy``: ``"fcfs"`` (``schedule_batch.py:3555``);
@@ -173,6 +173,15 @@ def mamba_checkpoint_grid(tree_page: int) -> int:
     return math.lcm(mamba_cache_chunk_size(), tree_page)
 
 
+def max_speculative_num_draft_tokens() -> int | None:
+    """``runtime_context.max_speculative_num_draft_tokens`` (runtime_context.py:1982-1998): the larger of the published
+    ``spec`` bounds, ``None`` without speculation (``get_req_to_token_extra_context_len``, allocation_sizing.py:106;
+    ``get_alloc_len_per_decode``, :40).  A speculative server publishes both (:mod:`poolfuzz.harness.upstream.engine_spec`)."""
+    spec = RUNTIME.bags["spec"].__dict__
+    bounds = [b for b in (spec.get("speculative_num_draft_tokens"), spec.get("max_speculative_num_draft_tokens")) if b is not None]
+    return max(bounds) if bounds else None
+
+
 def runtime_context_attributes() -> dict[str, Any]:
     """The ``sglang.srt.runtime_context`` stand-in's names: a getter per namespace and the helpers the path calls."""
     runtime: dict[str, Any] = {f"get_{ns}": RUNTIME.getter(ns) for ns in RUNTIME.bags}
@@ -183,4 +192,5 @@ def runtime_context_attributes() -> dict[str, Any]:
     runtime["attention_backends"] = lambda: ("torch_native", "torch_native")
     runtime["mamba_cache_chunk_size"] = mamba_cache_chunk_size
     runtime["mamba_checkpoint_grid"] = mamba_checkpoint_grid
+    runtime["max_speculative_num_draft_tokens"] = max_speculative_num_draft_tokens
     return runtime

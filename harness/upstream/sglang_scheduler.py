@@ -196,7 +196,9 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
         metrics_collector=Sink("metrics_collector"),
         metrics_reporter=scheduler.metrics_reporter,
         draft_worker=None,
-        model_worker=None,
+        # A speculative server's processor tells its worker each verify's accept counts (_resolve_spec_v2_tokens,
+        # batch_result_processor.py:803-805; BaseSpecWorker's default does nothing with them): a sink.
+        model_worker=None if loop.spec_algorithm.is_none() else Sink("model_worker"),
         logprob_result_processor=Sink("logprob_result_processor"),
         output_streamer=scheduler.output_streamer,
         beam_coordinator=scheduler.beam_coordinator,

@@ -17,6 +17,7 @@ import torch
 from poolfuzz.harness.canaries.catalogue import Canary
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
 from poolfuzz.harness.kits.engine.overlap_canaries import CANARIES as OVERLAP_CANARIES
+from poolfuzz.harness.kits.engine.spec_canaries import CANARIES as SPEC_CANARIES
 from poolfuzz.harness.upstream.engine import EngineLoop
 
 
@@ -163,7 +164,8 @@ def _factory(loop_class: type[EngineLoop], *, mirror: bool = False) -> Any:
         # docs/upstream-findings.md), and that hang, not the planted bug, would be reported first.
         config = EngineTargetConfig(**shape)
         pools = config.pools if mirror and config.pools != "both" else "upstream"
-        return loop_class(config.replaced(pools=pools, sliding_window=None, swa_tokens=0))
+        # The re-enacted loop has no speculative decoding (spec_canaries.py plants those bugs in upstream's loop).
+        return loop_class(config.replaced(pools=pools, sliding_window=None, swa_tokens=0, speculative_num_steps=0))
 
     build.__name__ = f"build_{loop_class.__name__}"
     return build
@@ -247,3 +249,4 @@ CANARIES: dict[str, Canary] = {
     ),
 }
 CANARIES.update(OVERLAP_CANARIES)  # the overlap loop's (upstream's own Scheduler): harness/kits/engine/overlap_canaries.py
+CANARIES.update(SPEC_CANARIES)  # speculative decoding's (an EAGLE server): harness/kits/engine/spec_canaries.py

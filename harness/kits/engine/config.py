@@ -34,6 +34,9 @@ LOOPS = ("overlap", "normal", "reenacted")
 scheduler.py:500-502) or ``event_loop_normal`` runs them (:mod:`poolfuzz.harness.upstream.engine_scheduler`), or the
 hand-written re-enactment of the normal loop (:mod:`poolfuzz.harness.upstream.engine`), kept while tests compare the two."""
 
+MAX_DRAFT_STEPS = 8
+"""The most EAGLE draft steps a drawn or replayed shape asks for (production runs 1-7; ``speculative_num_steps``)."""
+
 MAMBA_REQUESTS_RATIO = 3
 """``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
 extra buffer and ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`` off (environ.py:1637), ``_calculate_mamba_ratio``
@@ -126,6 +129,15 @@ class EngineTargetConfig(PoolConfig):
     abort_on_priority_when_disabled: bool = setting(False)
     """``--abort-on-priority-when-disabled`` (schedule.py:114): without priority scheduling, a request that names a priority
     is refused at the queue's door (``_set_or_validate_priority``, scheduler.py:3520-3543)."""
+    speculative_num_steps: int = bounded(0, MAX_DRAFT_STEPS, default=0)
+    """EAGLE speculative decoding with ``--speculative-num-steps`` K (0: off), ``--speculative-eagle-topk`` 1 and
+    ``--speculative-num-draft-tokens`` K + 1, spec v2 (the only speculative worker 0.5.23 ships,
+    ``speculative/eagle_worker_v2.py``).  Each decode step reserves ``2 * (K + 1)`` slots past the committed length
+    (``get_alloc_reserve_per_decode``, mem_cache/allocation_sizing.py:64-70) through ``eagle_prepare_for_decode`` ->
+    ``alloc_for_spec_decode`` (speculative/eagle_utils.py:857-921, mem_cache/allocation.py:780-848); the fake model's
+    verify accepts 0..K drafts plus the bonus token, which ``_resolve_spec_v2_tokens`` commits
+    (batch_result_processor.py:770-846); see :mod:`poolfuzz.harness.upstream.engine_spec`.  Upstream's loops over upstream's
+    pools, full attention, a generation model only (see :func:`_shape_problems` for why each other combination is not run)."""
 
     @property
     def hybrid_swa(self) -> bool:
@@ -188,7 +200,22 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
                 f"({config.mamba_slots // MAMBA_REQUESTS_RATIO}): kv_cache_configurator.py:3134-3150 caps "
                 "max_running_requests there"
             )
+    if config.speculative_num_steps:
+        problems += _speculation_problems(config)
     return problems
+
+
+def _speculation_problems(config: EngineTargetConfig) -> list[str]:
+    """Why a speculative shape does not run here: each a combination the engine target does not drive, with the reason."""
+    if config.loop == "reenacted" or config.pools != "upstream" or config.embedding:
+        # alloc_for_spec_decode is reached only through upstream's own prepare_for_decode (schedule_batch.py:3754-3762);
+        # pools/ predates the 0.5.23 spec-decode allocation interface; an embedding model generates nothing to draft.
+        return ["speculative decoding runs on upstream's scheduler loops over upstream's pools, for a generation model"]
+    if config.hybrid_ssm or config.hybrid_swa:
+        # Mamba + spec needs the extra buffer (mamba_lazy_spec_prepare, spec_utils.py:1253-1258), which does not run on a CPU
+        # torch (schedule_batch.py:3830); SWA + spec (maybe_evict_swa in eagle_prepare_for_decode) is not driven yet.
+        return ["speculative decoding is driven on full-attention shapes only (hybrid Mamba needs the extra buffer; SWA is not driven yet)"]
+    return []
 
 
 F = TypeVar("F", bound=Callable[..., Any])

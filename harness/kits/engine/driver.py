@@ -136,6 +136,21 @@ class EngineDriver(Driver):
         return kinds[0]
 
     @operation
+    def speculate(self, eos: list[int], accepts: list[int]) -> Any:
+        """One iteration on an EAGLE server (``speculative_num_steps`` K) whose verify the fuzzer chooses: the live request
+        at position ``i`` accepts ``accepts[i]`` drafts (0..K, plus the bonus token), those at ``eos`` sample EOS inside
+        their run (:func:`~poolfuzz.harness.upstream.engine_spec.verify_result`).  Skipped on a server without speculation."""
+        loop = self.loop
+        if not getattr(loop.config, "speculative_num_steps", 0):
+            return SKIPPED
+        live = list(loop.running_batch.reqs) + list(loop.waiting_queue)
+        loop.accepted = {live[i].rid: n for i, n in enumerate(accepts) if i < len(live)}
+        try:
+            return self.iterate(eos)
+        finally:
+            loop.accepted = {}
+
+    @operation
     def run(self, iterations: int) -> None:
         """``iterations`` scheduler iterations with no EOS: requests decode to their budgets (retracting if short)."""
         for _ in range(iterations):
@@ -303,7 +318,7 @@ def build_embedding_engine(**shape: Any) -> Any:
     overlap loop instead."""
     config = EngineTargetConfig(**shape)
     loop = "overlap" if config.loop == "reenacted" else config.loop
-    config = config.replaced(sliding_window=None, swa_tokens=0, mamba_slots=0, loop=loop, embedding=True)
+    config = config.replaced(sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, loop=loop, embedding=True)
     return build_engine(**config.kwargs())
 
 
@@ -318,5 +333,5 @@ def build_poolfuzz_engine(**shape: Any) -> Any:
     ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
     (``poolfuzz.pools.swa`` predates it; ``poolfuzz.pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
     and :mod:`poolfuzz.harness.upstream.engine_ours` has no adapter for it yet)."""
-    config = EngineTargetConfig(**shape).replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0)
+    config = EngineTargetConfig(**shape).replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0)
     return build_engine(**config.kwargs())

@@ -110,7 +110,18 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     config = config.replaced(loop=choose.choice(("overlap", "overlap", "normal")))
     # An embedding model is a target of its own (driver.build_embedding_engine), not a drawn shape: the overlap canaries
     # build from drawn shapes, and a planted chunk bug shows on an embedding server as a hang, not as the leak it plants.
-    return config.replaced(**scheduling_arguments(choose, rows))
+    config = config.replaced(**scheduling_arguments(choose, rows))
+    return config.replaced(**speculation(choose, config))
+
+
+def speculation(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
+    """A quarter of the full-attention shapes are an EAGLE server (``speculative_num_steps``, spec v2; see
+    :mod:`poolfuzz.harness.upstream.engine_spec`), over upstream's pools (the combinations it runs on here).  Drawn last,
+    so a seed's earlier draws stay what they were."""
+    on = choose.randrange(0, 4) == 0
+    if not on or config.sliding_window is not None or config.mamba_slots:
+        return {}
+    return {"speculative_num_steps": choose.choice((1, 2, 3, 5)), "pools": "upstream"}
 
 
 def scheduling_arguments(choose: Chooser, rows: int) -> dict[str, object]:
@@ -141,6 +152,7 @@ def engine_corners(config: EngineTargetConfig) -> list[str]:
         "chunked prefill" if config.chunk else "no chunking",
         model,
         f"pools {config.pools}",
+        f"speculative decoding (K={config.speculative_num_steps})" if config.speculative_num_steps else "no speculation",
     ]
 
 
@@ -151,12 +163,28 @@ def _arrive(view: EngineView, choose: Chooser) -> Step | None:
 
 
 def _iterate(view: EngineView, choose: Chooser) -> Step | None:
+    """An iteration, with EOS for some live requests; on an EAGLE server, half of them with the verify's accept lengths
+    chosen too (:func:`_speculate`).  One move, so a shape without speculation draws exactly what it drew before."""
+    if view.config.speculative_num_steps and choose.randrange(0, 2) == 0:
+        return _speculate(view, choose)
     live = view.running + view.waiting
     if live == 0:
         # An idle iteration runs on_idle's checks; with nothing live, only now and then.
         return (Ops.iterate, {"eos": []}) if choose.randrange(0, 5) == 0 else None
     eos = sorted({choose.randrange(0, live) for _ in range(choose.choice((0, 0, 0, 1, 2)))})
     return Ops.iterate, {"eos": eos}
+
+
+def _speculate(view: EngineView, choose: Chooser) -> Step | None:
+    """An iteration of an EAGLE server whose verify the fuzzer chooses: each live request's accepted drafts (0..K), and
+    EOS inside some runs."""
+    steps = view.config.speculative_num_steps
+    live = view.running + view.waiting
+    if not steps or live == 0:
+        return None
+    accepts = [choose.randint(0, steps) for _ in range(min(live, 8))]
+    eos = sorted({choose.randrange(0, live) for _ in range(choose.choice((0, 0, 1)))})
+    return Ops.speculate, {"eos": eos, "accepts": accepts}
 
 
 def _crowd(view: EngineView, choose: Chooser) -> Step | None:

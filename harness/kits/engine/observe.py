@@ -225,6 +225,9 @@ def in_flight(loop: Any) -> tuple[InFlight, ...]:
     flights = []
     for n, batch in enumerate(queued):
         rows = [int(v) for v in batch.req_pool_indices.tolist()]
+        if loop.config.speculative_num_steps and batch.forward_mode.is_decode():
+            flights.append(InFlight(f"queued batch {n} (verify)", tuple(_verify_reads(loop, batch, rows))))
+            continue
         locs = [int(v) for v in batch.out_cache_loc.tolist()] if batch.out_cache_loc is not None else []
         widths = list(batch.extend_lens) if batch.forward_mode.is_extend() else [1] * len(batch.reqs)
         reads: list[Read] = []
@@ -238,6 +241,26 @@ def in_flight(loop: Any) -> tuple[InFlight, ...]:
             reads.append(Read("KV page", holder, tuple(pages(slots, loop.config.page_size))))
         flights.append(InFlight(f"queued batch {n} ({batch.forward_mode.name.lower()})", tuple(reads)))
     return tuple(flights)
+
+
+def _verify_reads(loop: Any, batch: Any, rows: list[int]) -> list[Read]:
+    """What a queued speculative verify still reads and writes, per request whose result it will commit: its row and the
+    ``K + 1`` slots past its committed length, where the worker's draft and verify write KV (``assign_draft_cache_locs``
+    over ``num_draft_tokens`` past ``seq_lens``, eagle_worker_common.py:264-294).  The batch's own ``out_cache_loc`` is not
+    it: upstream allocates through ``alloc_for_spec_decode`` without setting it (eagle_utils.py:857-921), and the forward's
+    isolation restores it after the verify (scheduler.py:4789-4813).  ``seq_lens`` there is the committed length the previous
+    result published, which is the committed length now: that result was processed in this iteration, after the launch."""
+    table = loop.req_to_token_pool.req_to_token
+    width = loop.config.speculative_num_steps + 1
+    reads: list[Read] = []
+    for req, row in zip(batch.reqs, rows, strict=True):
+        if req.finished() or req.is_retracted:
+            continue
+        start = int(req.kv.kv_committed_len)
+        holder = _holder(req)
+        reads.append(Read("request row", holder, (row,)))
+        reads.append(Read("KV page", holder, tuple(pages(table[row, start : start + width].tolist(), loop.config.page_size))))
+    return reads
 
 
 def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Observation:

@@ -16,6 +16,7 @@ class EngineOps(Operations):
     refused = op("stem", "length", "tail", "max_new", "option")
     crowd = op("count", "max_new")
     iterate = op("eos")
+    speculate = op("eos", "accepts")
     run = op("iterations")
     abort = op("pick")
     abort_all = op()

@@ -162,8 +162,11 @@ def _factory(loop_class: type[_Planted], *, chunked: bool = False) -> Any:
     @takes_the_shape
     def build(**shape: Any) -> SchedulerLoop:
         # Overlap over upstream's pools and full attention: a Mamba shape runs the normal loop (upstream forces it), and
-        # hybrid-SWA shapes hang on finding 5 before the planted bug shows.  A chunk canary needs chunked prefill on.
-        config = EngineTargetConfig(**shape).replaced(loop="overlap", pools="upstream", sliding_window=None, swa_tokens=0, mamba_slots=0)
+        # hybrid-SWA shapes hang on finding 5 before the planted bug shows.  A chunk canary needs chunked prefill on.  The
+        # bugs are the overlap path's, planted without speculation (spec_canaries.py plants speculative decoding's).
+        config = EngineTargetConfig(**shape).replaced(
+            loop="overlap", pools="upstream", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0
+        )
         if chunked and not config.chunk:
             config = config.replaced(chunk=8)
         return loop_class(config)

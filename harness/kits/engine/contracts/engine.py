@@ -131,6 +131,23 @@ PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
 RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
 
+# ------------------------------------------------------------------ speculative decoding (an EAGLE server, spec v2)
+SPEC_PREPARE = Cite(
+    "srt/managers/schedule_batch.py", 3761, "spec_prepare_for_decode(self)", note="prepare_for_decode on a speculative server"
+)
+SPEC_EAGLE = Cite("srt/speculative/spec_utils.py", 1270, "eagle_prepare_for_decode(batch)")
+SPEC_ALLOC = Cite(
+    "srt/speculative/eagle_utils.py", 910, "alloc_for_spec_decode(", note="the page-aligned reserve of page_aligned_decode_alloc_lens"
+)
+SPEC_RECORD = Cite("srt/mem_cache/allocation.py", 848, "req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, nxt_kv_len)")
+SPEC_COMMIT = _at(831, "req.kv.kv_committed_len += num_accept_tokens", path=RESULTS, note="_resolve_spec_v2_tokens: drafts + bonus")
+SPEC_TAIL = Cite(
+    "srt/mem_cache/common.py",
+    476,
+    "tree_cache.free_kv_row(req.kv, [(start_p, end_p)])",
+    note="_release_overallocated_kv_indices: the rejected drafts' slots and the reserve, at release",
+)
+
 ARRIVAL_CALLS = ("BaseTokenToKVPoolAllocator.max_new_tokens_for_memory", "SamplingParams.normalize", "Req")
 ITERATION_CALLS = (
     "checkpoint_kv_cache",
@@ -226,6 +243,14 @@ CONTRACT: Contract[object] = Contract(
             (GENERATE, REFUSED_OPTION, QUEUE),
         ),
         CallRule(Ops.run, ITERATION_CALLS, "iterate, n times with no EOS: requests decode to their budgets", ITERATION_CITES),
+        CallRule(
+            Ops.speculate,
+            ITERATION_CALLS + ("alloc_for_spec_decode",),
+            "iterate on an EAGLE server with the verify's accept lengths chosen: decode reserves through "
+            "spec_prepare_for_decode -> eagle_prepare_for_decode -> alloc_for_spec_decode, the result commits each "
+            "accepted run (drafts + bonus) to kv_committed_len, and a release returns the tail past it",
+            ITERATION_CITES + (SPEC_PREPARE, SPEC_EAGLE, SPEC_ALLOC, SPEC_RECORD, SPEC_COMMIT, SPEC_TAIL),
+        ),
         CallRule(
             Ops.abort,
             ("release_kv_cache",),
