@@ -24,15 +24,17 @@ generated from its row (:func:`untyped_config`), which also reads as a mapping.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from poolfuzz.harness.judge.limits import SETTING, FamilyLimits, Footprint, Limit, LimitError, check_config
 
 C = TypeVar("C", bound="PoolConfig")
+B = TypeVar("B", bound=Callable[..., Any])
 
 _LIMIT = "poolfuzz.limit"
 _GIVEN = "_given"
@@ -237,3 +239,24 @@ def config_class(family: str, row: FamilyLimits) -> type[PoolConfig]:
         return untyped_config(family, row)
     assert issubclass(row.typed, PoolConfig), f"{family}'s limits name {row.typed!r}, not a PoolConfig"
     return row.typed
+
+
+def takes_config(config_class: type[PoolConfig]) -> Callable[[B], B]:
+    """Give a target builder that takes ``**shape`` the fields of ``config_class`` as its keyword-only signature.
+
+    The config is the one declaration of a server shape: the registry binds a target's signature to the family's
+    config, and the trace loader checks a trace's config keys and types against the default target's, so a builder that
+    spelled its keywords out would be a second declaration to keep in step (and a field added to one but not the other
+    would fail only at a call).
+    """
+    hints = typing.get_type_hints(config_class)
+    fields = [f for f in dataclasses.fields(config_class) if not f.name.startswith("_")]
+    parameters = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]) for f in fields]
+
+    def bind(builder: B) -> B:
+        returns = builder.__annotations__.get("return", Any)
+        builder.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+        builder.__annotations__ = {**{f.name: hints[f.name] for f in fields}, "return": returns}
+        return builder
+
+    return bind

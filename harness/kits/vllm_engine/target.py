@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolfuzz.harness.engines.interface import Observation, StepReport, Submission
+from poolfuzz.harness.judge.config import takes_config
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig
 from poolfuzz.harness.kits.vllm_engine.groups import kv_cache_config, resolve_block_sizes, skipped_tokens
 from poolfuzz.harness.kits.vllm_engine.hits import Hit, admitted
@@ -344,47 +345,13 @@ class VllmEngine:
             return bool(self.scheduler.reset_prefix_cache())
 
 
-def build_vllm_engine(
-    *,
-    block_size: int = 16,
-    num_blocks: int = 64,
-    max_num_seqs: int = 8,
-    max_num_batched_tokens: int = 64,
-    max_model_len: int = 64,
-    long_prefill_token_threshold: int = 0,
-    enable_chunked_prefill: bool = True,
-    enable_prefix_caching: bool = True,
-    async_scheduling: bool = False,
-    sliding_window: int | None = None,
-    attention_chunk_size: int | None = None,
-    mamba: bool = False,
-    full_attention: bool = True,
-    pools: str = "upstream",
-    speculative_method: str | None = None,
-    num_speculative_tokens: int = 0,
-    device: str = "cpu",
-) -> VllmEngine:
-    """The target for one server shape (``poolfuzz.harness.upstream:VllmEngine``): its keywords are the config's fields.
-    ``pools="both"`` builds the engine over vLLM's ``BlockPool``; the driver adds the mirror over ours."""
-    config = VllmEngineConfig(
-        block_size=block_size,
-        num_blocks=num_blocks,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        enable_chunked_prefill=enable_chunked_prefill,
-        enable_prefix_caching=enable_prefix_caching,
-        async_scheduling=async_scheduling,
-        sliding_window=sliding_window,
-        attention_chunk_size=attention_chunk_size,
-        mamba=mamba,
-        full_attention=full_attention,
-        pools=pools,
-        speculative_method=speculative_method,
-        num_speculative_tokens=num_speculative_tokens,
-    )
-    return VllmEngine(config.replaced(pools="upstream") if pools == "both" else config)
+@takes_config(VllmEngineConfig)
+def build_vllm_engine(**shape: Any) -> VllmEngine:
+    """The target for one server shape (``poolfuzz.harness.upstream:VllmEngine``): its keywords are the config's fields
+    (:func:`~poolfuzz.harness.judge.config.takes_config`).  ``pools="both"`` builds the engine over vLLM's
+    ``BlockPool``; the driver adds the mirror over ours."""
+    config = VllmEngineConfig(**shape)
+    return VllmEngine(config.replaced(pools="upstream") if config.pools == "both" else config)
 
 
 build_vllm_engine.poolfuzz_contract = "poolfuzz.harness.kits.vllm_engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
