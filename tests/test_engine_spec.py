@@ -127,14 +127,19 @@ def test_the_move_table_draws_eagle_servers_in_a_share_of_full_attention_shapes(
     assert all(s.pools == "upstream" and s.sliding_window is None and not s.mamba_slots for s in speculative)
 
 
-def test_the_rejected_drafts_canary_is_caught_by_its_expected_invariant_and_plants_on_its_own_instance() -> None:
+@pytest.mark.parametrize("name", ["engine-spec-rejected-drafts-never-freed", "engine-spec-reserve-one-window"])
+def test_a_spec_decode_canary_is_caught_by_its_expected_invariant_and_plants_on_its_own_instance(name: str) -> None:
     from poolfuzz.harness.canaries import collected
     from poolfuzz.harness.judge.families import resolve
     from poolfuzz.harness.kits.engine.driver import build_engine
+    from poolfuzz.harness.upstream.sglang_files import sglang_copy
 
-    canary = collected()["engine-spec-rejected-drafts-never-freed"]
+    canary = collected()[name]
     assert canary.family == "engine"
     violation = _first_violation(resolve(canary.spec), {**SHAPE, "speculative_num_steps": 0})
-    assert violation is not None, "the canary went uncaught"
+    assert violation is not None, f"{name} went uncaught"
     assert violation.invariant_id == canary.invariant, str(violation)
-    assert "free_kv_row" not in vars(build_engine(**SHAPE).tree_cache)
+    clean = build_engine(**SHAPE)
+    eagle_utils = sglang_copy().load(("sglang.srt.speculative.eagle_utils",))[0]["sglang.srt.speculative.eagle_utils"]
+    assert "free_kv_row" not in vars(clean.tree_cache) and "update_running_batch" not in vars(clean.s)
+    assert eagle_utils.get_alloc_reserve_per_decode.__name__ == "get_alloc_reserve_per_decode"

@@ -14,6 +14,9 @@ That is the class of SGLang #12224 ("unify memory management across (overlap, no
 (a resumed streaming session overwrote the range ``[prefix_len, kv_allocated_len)`` speculative over-allocation left,
 leaking it).
 
+Planted: **a reserve of one verify window** (:class:`ReserveOneWindow`): under overlap the decode reserve covers one
+verify window past the committed length instead of two, so a queued verify writes past ``kv_allocated_len``.
+
 Not planted, with the reason: #31616's page-unaligned ``kv_allocated_len`` (``eagle_prepare_for_decode`` recording
 ``committed + reserve`` unrounded while the paged allocator hands out whole pages).  Re-created on 0.5.23 (the recorded
 length lowered to the unaligned value after each ``prepare_for_decode``), it leaks nothing here: the unrecorded tail
@@ -30,6 +33,8 @@ from typing import Any
 from poolfuzz.harness.canaries.catalogue import Canary
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
 from poolfuzz.harness.upstream.engine_scheduler import SchedulerLoop
+from poolfuzz.harness.upstream.overrides import overridden
+from poolfuzz.harness.upstream.sglang_files import sglang_copy
 
 CANARY_STEPS = 3
 """The draft steps a canary server runs when the drawn shape has none (EAGLE's common ``--speculative-num-steps 3``)."""
@@ -57,22 +62,63 @@ class RejectedDraftsNeverFreed(SchedulerLoop):
         cache.free_kv_row = free_kv_row
 
 
-@takes_the_shape
-def build_rejected_drafts_never_freed(**shape: Any) -> SchedulerLoop:
-    """A drawn shape as an EAGLE server (its draft steps, or :data:`CANARY_STEPS`) on upstream's loop and pools, full
-    attention: the combinations speculative decoding runs on here (``EngineTargetConfig.speculative_num_steps``)."""
+class ReserveOneWindow(SchedulerLoop):
+    """The decode reserve covers one verify window, not two: while ``update_running_batch`` runs, the reserve
+    ``eagle_prepare_for_decode`` asks for (eagle_utils.py:866) is ``get_alloc_len_per_decode()`` (K + 1), not
+    ``get_alloc_reserve_per_decode()``'s ``2 * (K + 1)`` (allocation_sizing.py:64-70).
+
+    The 2x is "a double-buffer that absorbs the kv_committed_len lag in overlap mode": batch *k* is allocated before
+    batch *k - 1*'s verify is committed, and *k*'s verify writes ``K + 1`` slots past the length *k - 1* commits.  With one
+    window, that write runs past ``kv_allocated_len`` into row positions the request never got, whose entries name
+    slots that are free or another request's.  No single upstream issue: the reserve's contract, closest to the spec-v2
+    out-of-bounds reports (SGLang #15638).  Caught by ``in-flight-reuse`` (the queued verify reads a slot its request does
+    not hold).  The patch is the name in the loaded ``eagle_utils`` module for the length of one call of this scheduler's
+    method (single-threaded), so no other loop sees it."""
+
+    def __init__(self, config: EngineTargetConfig) -> None:
+        super().__init__(config, overlap=True)
+        scheduler = self.s
+        original: Callable[..., Any] = scheduler.update_running_batch
+        loaded = sglang_copy().load((EAGLE_UTILS, SIZING))[0]
+        utils, one_window = loaded[EAGLE_UTILS], loaded[SIZING].get_alloc_len_per_decode
+
+        def update_running_batch(batch: Any) -> Any:
+            with overridden(utils.__dict__, {"get_alloc_reserve_per_decode": one_window}):
+                return original(batch)
+
+        scheduler.update_running_batch = update_running_batch
+
+
+EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
+SIZING = "sglang.srt.mem_cache.allocation_sizing"
+
+
+def _eagle_server(shape: dict[str, Any], *, loop: str | None = None) -> EngineTargetConfig:
+    """A drawn shape as an EAGLE server (its draft steps, or :data:`CANARY_STEPS`) on upstream's loop (``loop`` when given)
+    and pools, full attention: the combinations speculative decoding runs on here (``speculative_num_steps``)."""
     config = EngineTargetConfig(**shape)
-    loop = "overlap" if config.loop == "reenacted" else config.loop
-    config = config.replaced(
+    chosen = loop or ("overlap" if config.loop == "reenacted" else config.loop)
+    return config.replaced(
         pools="upstream",
         sliding_window=None,
         swa_tokens=0,
         mamba_slots=0,
         embedding=False,
-        loop=loop,
+        loop=chosen,
         speculative_num_steps=config.speculative_num_steps or CANARY_STEPS,
     )
-    return RejectedDraftsNeverFreed(config)
+
+
+@takes_the_shape
+def build_rejected_drafts_never_freed(**shape: Any) -> SchedulerLoop:
+    """:class:`RejectedDraftsNeverFreed` on the drawn shape's loop."""
+    return RejectedDraftsNeverFreed(_eagle_server(shape))
+
+
+@takes_the_shape
+def build_reserve_one_window(**shape: Any) -> SchedulerLoop:
+    """:class:`ReserveOneWindow` under overlap (the normal loop commits before it allocates: no lag to absorb)."""
+    return ReserveOneWindow(_eagle_server(shape, loop="overlap"))
 
 
 CANARIES: dict[str, Canary] = {
@@ -82,5 +128,12 @@ CANARIES: dict[str, Canary] = {
         "on an EAGLE server a release frees only up to kv_committed_len: the rejected drafts' slots and the reserve leak",
         "_release_overallocated_kv_indices (common.py:447-476); SGLang #12224 (spec tail frees unified), #22862 (spec tail leak)",
         "kv-accounting",
-    )
+    ),
+    "engine-spec-reserve-one-window": Canary(
+        "engine",
+        f"{__name__}:build_reserve_one_window",
+        "under overlap an EAGLE server's decode reserves one verify window past the committed length, not two",
+        "get_alloc_reserve_per_decode's 2x (allocation_sizing.py:64-70, eagle_utils.py:866); spec-v2 out-of-bounds (#15638)",
+        "in-flight-reuse",
+    ),
 }
