@@ -34,8 +34,9 @@ LOOPS = ("overlap", "normal", "reenacted")
 scheduler.py:500-502) or ``event_loop_normal`` runs them (:mod:`poolfuzz.harness.upstream.engine_scheduler`), or the
 hand-written re-enactment of the normal loop (:mod:`poolfuzz.harness.upstream.engine`), kept while tests compare the two."""
 
-MAX_DRAFT_STEPS = 8
-"""The most EAGLE draft steps a drawn or replayed shape asks for (production runs 1-7; ``speculative_num_steps``)."""
+MAX_DRAFT_STEPS = 256
+"""The most EAGLE draft steps a replayed shape may ask for (``speculative_num_steps``): a bound against absurd traces, as
+every limit is (the moves draw 1-5; production runs 1-7), so drawn shapes stay well inside it."""
 
 MAMBA_REQUESTS_RATIO = 3
 """``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (kv_cache_configurator.py:227): with the radix cache on, no
