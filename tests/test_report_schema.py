@@ -53,7 +53,7 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--seed",
             "7",
             "--seconds",
-            "3",
+            "6",  # the planted leak must be found: three seconds missed it on a box loaded by other runs
             "--workers",
             "2",
             "--steps",
