@@ -16,7 +16,8 @@ statement, each statement a call of upstream's method but these, re-enacted with
 
 Under overlap the result of batch *k* is queued (``result_queue``, with ``batch.copy()``) and processed in the next
 iteration, after batch *k+1* was scheduled and allocated.  The token a request samples is chosen when its result
-is processed, from the samples of the step that processes it.
+is processed, from the samples of the step that processes it; on an EAGLE server so is its verify's accept length
+(:mod:`poolfuzz.harness.upstream.engine_spec`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 ``Scheduler.__init__`` (managers/scheduler.py:465) starts a whole server: ZMQ sockets, the TP worker and its
 model, CUDA streams, metrics.  :func:`build_scheduler` instead makes the object with ``object.__new__`` and
 sets what ``init_memory_pool_and_cache`` and its neighbours would have set for one CPU rank without PD, PP,
-LoRA, HiCache, grammar or speculative decoding: the pools and tree cache the engine loop built, the queues, the
-flags.  :data:`ATTRIBUTES` names each with the line that reads it.  The methods then run from the file:
+LoRA, HiCache or grammar: the pools and tree cache the engine loop built, the queues, the flags.  An EAGLE server
+(:mod:`poolfuzz.harness.upstream.engine_spec`) gets the real ``SpeculativeAlgorithm.EAGLE`` and a sink for the model worker
+its result processor reports accept counts to; its draft worker is the fake model's.  :data:`ATTRIBUTES` names each with the line that reads it.  The methods then run from the file:
 ``get_next_batch_to_run``, ``get_new_batch_prefill``, ``update_running_batch``, ``_reqs_finishing_inflight``,
 ``process_batch_result`` into ``SchedulerBatchResultProcessor.process_batch_result_prefill`` / ``_decode``,
 ``process_pending_chunked_abort``, ``abort_request``, ``on_idle``, ``is_fully_idle``, ``_add_request_to_queue``
