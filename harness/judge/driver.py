@@ -68,6 +68,19 @@ def family_config(name: str, config: PoolConfig | Mapping[str, Any]) -> PoolConf
     return family(name).configured(config)
 
 
+def shape_that_runs(factory: Callable[..., Any], config: PoolConfig) -> PoolConfig:
+    """``config`` as the target ``factory`` runs it: a target may declare ``poolfuzz_shape``, a function of the drawn
+    config (an embedding server runs every drawn shape as full attention; the vLLM target beside our pool turns a shape
+    to both pools where it allows them).  The driver builds, records and judges that shape, so a trace names what
+    ran and replays it on the family's default target too."""
+    shape = getattr(factory, "poolfuzz_shape", None)
+    if shape is None:
+        return config
+    shaped = shape(config)
+    assert type(shaped) is type(config), f"{factory!r}'s poolfuzz_shape returned a {type(shaped).__name__}"
+    return shaped  # type: ignore[no-any-return]
+
+
 def operation(fn: F) -> F:
     """Mark a driver method as a replayable operation."""
     fn.__poolfuzz_operation__ = True  # type: ignore[attr-defined]
@@ -130,9 +143,10 @@ class Driver:
     def __init__(
         self, factory: Callable[..., Any], config: ConfigLike, *, implementation: str = "", check_misuse: bool = True, audit_period: int = 8
     ) -> None:
-        self.config: PoolConfig = family_config(self.family, config)
+        self.config: PoolConfig = shape_that_runs(factory, family_config(self.family, config))
         """The pool's configuration, typed (a subclass narrows it to its family's class); a mapping given here
-        is checked and built once (:meth:`~poolfuzz.harness.judge.kit.Family.configured`)."""
+        is checked and built once (:meth:`~poolfuzz.harness.judge.kit.Family.configured`), then shaped as the target
+        runs it (:func:`shape_that_runs`)."""
         self.check_misuse = check_misuse
         self.audit_period = max(1, audit_period)
         self.steps = 0

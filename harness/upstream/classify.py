@@ -53,6 +53,23 @@ def _upstream_specs(family: str) -> tuple[str, ...]:
     return fam.upstream if fam is not None else ()
 
 
+def upstream_target_of(family: str, implementation: str) -> str | None:
+    """The upstream target whose code ``implementation`` runs: itself when it is one, or the target whose caller
+    contract it declares, for a builder that runs that target under another server configuration (the engine's
+    ``build_embedding_engine`` and ``build_engine_with_waiting_timeout`` declare ``Engine``'s); else ``None``."""
+    specs = _upstream_specs(family)
+    if implementation in specs:
+        return implementation
+    from poolfuzz.harness.judge.contract import contract_of
+    from poolfuzz.harness.judge.families import resolve
+
+    try:
+        contract = contract_of(resolve(implementation))
+    except Exception:  # noqa: BLE001 - a spec that does not resolve here is no upstream target's variant
+        return None
+    return contract.target if contract is not None and contract.target in specs else None
+
+
 def _classifier(family: str) -> Classifier | None:
     """The family's kit's ``classifier``, resolved (``None``: one class driven alone, the default below)."""
     from poolfuzz.harness.judge.families import FAMILIES, resolve
@@ -74,7 +91,7 @@ def _trace_steps(trace: str | None) -> tuple[dict[str, Any], list[str]]:
 
 def classify(family: str, implementation: str, invariant: str | None, trace: str | None) -> Classification | None:
     """The class of a violation of ``invariant`` by ``implementation``, or ``None`` for our own pools and errors."""
-    if invariant is None or implementation not in _upstream_specs(family):
+    if invariant is None or upstream_target_of(family, implementation) is None:
         return None
     if invariant in DIVERGENCE_IDS:
         favours = {

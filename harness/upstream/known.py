@@ -310,17 +310,18 @@ def known_for(family: str, implementation: str, known: Iterable[KnownFinding] | 
 # -------------------------------------------------------------------- labels
 def upstream_code(family_name: str, implementation: str) -> dict[str, str] | None:
     """``{"distribution", "title", "version", "origin"}`` when ``implementation`` runs upstream's own code (an
-    ``poolfuzz.harness.upstream:NAME`` target, or a builder of a family whose default is one, as the engine's are), else
-    ``None``.  The version is the copy's that the targets load (``--sglang-src``'s, else the installed one)."""
-    from poolfuzz.harness.judge.families import FAMILIES
+    ``poolfuzz.harness.upstream:NAME`` target, or a builder that runs one under another server configuration:
+    :func:`~poolfuzz.harness.upstream.classify.upstream_target_of`), else ``None``.  The version is the copy's that the
+    targets load (``--sglang-src``'s, else the installed one)."""
     from poolfuzz.harness.upstream import distribution_of
+    from poolfuzz.harness.upstream.classify import upstream_target_of
 
-    fam = FAMILIES.get(family_name)
-    module, _, name = implementation.partition(":")
+    target = upstream_target_of(family_name, implementation)
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
     if module != "poolfuzz.harness.upstream":
-        if fam is None or fam.default not in fam.upstream or not module.startswith("harness."):
-            return None
-        name = fam.default.partition(":")[2]
+        return None
     declared = distribution_of(name)
     if declared is None:
         return None

@@ -40,12 +40,7 @@ FAMILIES = (
             device="cpu",
         ),
         canaries=("poolfuzz.harness.kits.engine.canaries",),
-        upstream=(
-            "poolfuzz.harness.upstream:Engine",
-            # Upstream's loop with another server configuration: their findings are upstream's (classified, known).
-            "poolfuzz.harness.kits.engine.driver:build_engine_with_waiting_timeout",
-            "poolfuzz.harness.kits.engine.driver:build_embedding_engine",
-        ),
+        upstream=("poolfuzz.harness.upstream:Engine",),
         classifier="poolfuzz.harness.kits.engine.contracts.engine:classify_failure",
         not_covered=(
             "speculative decoding: alloc_for_spec_decode writes rows with Triton, or sgl_kernel on CPU "

@@ -310,19 +310,28 @@ def build_engine_with_waiting_timeout(**shape: Any) -> Any:
 build_engine_with_waiting_timeout.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
+def embedding_server(config: EngineTargetConfig) -> EngineTargetConfig:
+    """A drawn shape as an embedding server runs it: full attention, no speculation, ``embedding`` on, the overlap loop
+    for the re-enacted one (which has no embedding path), and ``UnifiedRadixCache`` over the Rust core for the legacy
+    ``RadixCache``, which 0.5.23 never builds for a model (mem_cache/registry.py:83-146): so a finding here is the
+    server's, classified as the engine's are (contracts/engine.py::classify_failure)."""
+    loop = "overlap" if config.loop == "reenacted" else config.loop
+    cache = "unified-rust" if config.cache == "radix" else config.cache
+    return config.replaced(
+        sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, loop=loop, cache=cache, embedding=True
+    )
+
+
 @takes_the_shape
 def build_embedding_engine(**shape: Any) -> Any:
     """Upstream's loop serving an embedding model (``--target engine=...:build_embedding_engine``): every drawn shape runs
-    as full attention with ``embedding`` on (requests through ``handle_embedding_request``, each leaving at its prefill
-    with its prompt cached; ``EngineTargetConfig.embedding``).  The re-enacted loop has no embedding path: it runs the
-    overlap loop instead."""
-    config = EngineTargetConfig(**shape)
-    loop = "overlap" if config.loop == "reenacted" else config.loop
-    config = config.replaced(sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, loop=loop, embedding=True)
-    return build_engine(**config.kwargs())
+    as :func:`embedding_server` makes it (requests through ``handle_embedding_request``, each leaving at its prefill with
+    its prompt cached; ``EngineTargetConfig.embedding``).  The driver records that shape (``poolfuzz_shape``)."""
+    return build_engine(**embedding_server(EngineTargetConfig(**shape)).kwargs())
 
 
 build_embedding_engine.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_embedding_engine.poolfuzz_shape = embedding_server  # type: ignore[attr-defined]
 
 
 @takes_the_shape

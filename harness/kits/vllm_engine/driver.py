@@ -17,7 +17,7 @@ from typing import Any
 
 from poolfuzz.harness.engines import judges
 from poolfuzz.harness.engines.interface import Submission
-from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, family_config, operation
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig, VllmShapeError
 from poolfuzz.harness.kits.vllm_engine.hits import check_hits
@@ -42,7 +42,7 @@ class VllmEngineDriver(Driver):
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
         kwargs["audit_period"] = 1
-        super().__init__(factory, pools_the_target_asks(factory, config), **kwargs)
+        super().__init__(factory, config, **kwargs)
         self.engine: VllmEngine = self.pool
         self.engines = [self.engine]
         if self.config.pools == "both":
@@ -155,19 +155,13 @@ class VllmEngineDriver(Driver):
         super().teardown()
 
 
-def pools_the_target_asks(factory: Callable[..., Any], config: ConfigLike) -> VllmEngineConfig:
-    """``config`` with the pools a target names in ``poolfuzz_pools`` (:func:`build_vllm_engine_beside_our_pool`), where
-    the shape allows them; otherwise as drawn.  The trace records the pools that ran, so it replays on the default
-    target."""
-    drawn = family_config("vllm_engine", config)
-    assert isinstance(drawn, VllmEngineConfig)
-    wanted: str | None = getattr(factory, "poolfuzz_pools", None)
-    if wanted is None or wanted == drawn.pools:
-        return drawn
+def beside_our_pool(config: VllmEngineConfig) -> VllmEngineConfig:
+    """``config`` over both pools where the shape allows them (Mamba align mode and EAGLE with prefix caching do not:
+    :func:`~poolfuzz.harness.kits.vllm_engine.config.group_problems`); otherwise as drawn."""
     try:
-        return drawn.replaced(pools=wanted)
+        return config.replaced(pools="both")
     except VllmShapeError:
-        return drawn
+        return config
 
 
 @wraps(build_vllm_engine)
@@ -180,4 +174,4 @@ def build_vllm_engine_beside_our_pool(**shape: Any) -> VllmEngine:
     return build_vllm_engine(**shape)
 
 
-build_vllm_engine_beside_our_pool.poolfuzz_pools = "both"  # type: ignore[attr-defined]
+build_vllm_engine_beside_our_pool.poolfuzz_shape = beside_our_pool  # type: ignore[attr-defined]
