@@ -12,14 +12,9 @@ Nothing here loads upstream: the registry imports it with the kit's declaration.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from poolfuzz.harness.judge.config import PoolConfig, bounded, setting
+from poolfuzz.harness.judge.config import PoolConfig, bounded, setting, takes_config
 from poolfuzz.harness.judge.limits import CELLS, CONTEXT, PAGE, ROWS, TOKENS, Footprint, LimitError
 
 CACHES = ("radix", "unified-rust", "unified-python")
@@ -219,19 +214,7 @@ def _speculation_problems(config: EngineTargetConfig) -> list[str]:
     return []
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def takes_the_shape(builder: F) -> F:
-    """Give ``builder`` (which takes ``**shape``) the config's fields as its keyword-only signature and annotations.
-
-    The registry binds a target's signature to the family's config, the trace loader checks a trace's
-    config keys and types against the default target's, and a config left a key out only where the
-    target's default is the field's own: all three now read the one declaration.
-    """
-    hints = typing.get_type_hints(EngineTargetConfig)
-    fields = [f for f in dataclasses.fields(EngineTargetConfig) if not f.name.startswith("_")]
-    parameters = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]) for f in fields]
-    builder.__signature__ = inspect.Signature(parameters, return_annotation=Any)  # type: ignore[attr-defined]
-    builder.__annotations__ = {**{f.name: hints[f.name] for f in fields}, "return": Any}
-    return builder
+takes_the_shape = takes_config(EngineTargetConfig)
+"""Give a builder that takes ``**shape`` the config's fields as its keyword-only signature and annotations
+(:func:`~poolfuzz.harness.judge.config.takes_config`): the registry, the trace loader and a config that left a key
+out all read the one declaration."""
