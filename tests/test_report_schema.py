@@ -22,6 +22,7 @@ from poolfuzz.harness import cli
 from poolfuzz.harness.dashboard.report_check import SCHEMAS, report_schema
 from poolfuzz.harness.dashboard.reports import parse_report
 from poolfuzz.harness.fuzz.report import REPORT_SCHEMA, CrashRecord, TargetStats, possible_arcs
+from tests.once import computed_once
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency (pip install -e '.[test]')")
 
@@ -39,8 +40,13 @@ def validator() -> Any:
 
 @pytest.fixture(scope="module")
 def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("report")
-    report = tmp / "report.json"
+    """One real run's report, made once per test run (:func:`tests.once.computed_once`)."""
+    folder = computed_once(tmp_path_factory, "real-report", _fuzz_a_planted_leak)
+    data: dict[str, Any] = json.loads((folder / "report.json").read_text())
+    return data
+
+
+def _fuzz_a_planted_leak(tmp: Path) -> None:
     code = cli.main(
         [
             "fuzz",
@@ -49,7 +55,7 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--corpus",
             str(tmp / "corpus"),
             "--report",
-            str(report),
+            str(tmp / "report.json"),
             "--seed",
             "7",
             "--seconds",
@@ -68,8 +74,6 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ]
     )
     assert code == 1
-    data: dict[str, Any] = json.loads(report.read_text())
-    return data
 
 
 def errors(validator: Any, report: dict[str, Any]) -> list[str]:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.driver import EngineTargetDriver
 from poolfuzz.harness.engines.interface import Submission
-from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.engine.checks import judge
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig, takes_the_shape
@@ -34,7 +35,7 @@ STEMS: tuple[tuple[int, ...], ...] = (
 """Prompt stems: the first two share a four-token prefix (a split), the third shares nothing."""
 
 
-class EngineDriver(Driver):
+class EngineDriver(EngineTargetDriver):
     """Arrivals, iterations and aborts on one :class:`~poolfuzz.harness.upstream.engine.EngineLoop`, or two in step.
 
     With ``pools="both"`` every step runs on a loop over upstream's pools and on a mirror over
@@ -47,12 +48,9 @@ class EngineDriver(Driver):
     config: EngineTargetConfig
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
-        kwargs["audit_period"] = 1
         super().__init__(factory, config, **kwargs)
         self.loop = self.pool
-        self.loops = [self.loop]
-        if self.config.pools == "both":
-            self.loops.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
+        self.loops = self.targets_in_step
         self.targets = [SGLangEngine(loop) for loop in self.loops]
         self.checkers = [target.checker for target in self.targets]
 

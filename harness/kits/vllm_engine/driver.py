@@ -16,8 +16,9 @@ from functools import partial, wraps
 from typing import Any
 
 from poolfuzz.harness.engines import judges
+from poolfuzz.harness.engines.driver import EngineTargetDriver
 from poolfuzz.harness.engines.interface import Submission
-from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, Driver, operation
+from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig, VllmShapeError
 from poolfuzz.harness.kits.vllm_engine.hits import check_hits
@@ -33,7 +34,7 @@ STEMS: tuple[tuple[int, ...], ...] = (
 """Prompt stems: the first two share six tokens (a prefix hit at block sizes up to 6), the third shares nothing."""
 
 
-class VllmEngineDriver(Driver):
+class VllmEngineDriver(EngineTargetDriver):
     """Arrivals, steps, aborts and cache resets on one :class:`VllmEngine`, judged after each step."""
 
     family = "vllm_engine"
@@ -41,13 +42,9 @@ class VllmEngineDriver(Driver):
     config: VllmEngineConfig
 
     def __init__(self, factory: Callable[..., Any], config: ConfigLike, **kwargs: Any) -> None:
-        kwargs["audit_period"] = 1
         super().__init__(factory, config, **kwargs)
         self.engine: VllmEngine = self.pool
-        self.engines = [self.engine]
-        if self.config.pools == "both":
-            # The same steps over poolfuzz.pools.block_pool in vLLM's BlockPool's place (poolfuzz.harness.kits.vllm_engine.ours).
-            self.engines.append(factory(**self.config.replaced(pools="poolfuzz").kwargs()))
+        self.engines: list[VllmEngine] = self.targets_in_step  # with "both": ours in vLLM's BlockPool's place (ours.py)
 
     # ------------------------------------------------------------------ operations
     @operation
