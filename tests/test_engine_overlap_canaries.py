@@ -11,7 +11,7 @@ import pytest
 from poolfuzz.harness.judge.families import family_unavailable
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
-from tests.engine_walk import walk
+from tests.engine_walk import run_engine
 
 REASON = family_unavailable("engine")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
@@ -52,19 +52,7 @@ leaked row shows after an abort and a pause around a chunked prompt)."""
 
 
 def _first_violation(factory: Any, walk_seed: int | None = None) -> InvariantViolation | None:
-    from poolfuzz.harness.kits.engine.driver import EngineDriver
-
-    driver = EngineDriver(factory, SHAPE)
-    try:
-        if walk_seed is None:
-            for op, args in STREAM:
-                driver.step(op, **args)
-        else:
-            walk(driver, walk_seed, 60)
-        driver.teardown()
-    except InvariantViolation as violation:
-        return violation
-    return None
+    return run_engine(factory, SHAPE, STREAM, walk_seed, moves=60)[1]
 
 
 @pytest.mark.parametrize("name", sorted(_overlap_canaries()))

@@ -12,7 +12,7 @@ import pytest
 from poolfuzz.harness.judge.families import family_unavailable
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
-from tests.engine_walk import walk
+from tests.engine_walk import run_engine
 
 REASON = family_unavailable("engine")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the engine target cannot load here: {REASON}")
@@ -45,20 +45,10 @@ under memory pressure (retraction with the reserve held) to its budgets."""
 def _first_violation(factory: Any, shape: dict[str, Any], walk_seed: int | None = None, verifies: int = 0) -> InvariantViolation | None:
     """The first violation of the stream (or an 80-move walk of the engine table from ``walk_seed``) and the teardown's
     drain on ``factory``'s loop, after at least ``verifies`` verify results were processed."""
-    from poolfuzz.harness.kits.engine.driver import EngineDriver
-
-    driver = EngineDriver(factory, shape)
-    try:
-        if walk_seed is None:
-            for op, args in STREAM:
-                driver.step(op, **args)
-        else:
-            walk(driver, walk_seed, 80)
-        driver.teardown()
-    except InvariantViolation as violation:
-        return violation
-    assert driver.loop.verifies >= verifies
-    return None
+    driver, violation = run_engine(factory, shape, STREAM, walk_seed, moves=80)
+    if violation is None:
+        assert driver.loop.verifies >= verifies
+    return violation
 
 
 @pytest.mark.parametrize(("loop", "page_size"), [("overlap", 1), ("overlap", 4), ("normal", 1), ("normal", 4)])
