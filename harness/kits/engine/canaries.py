@@ -156,18 +156,22 @@ class MirrorPopsTail(EngineLoop):
 
 
 def _factory(loop_class: type[EngineLoop], *, mirror: bool = False) -> Any:
-    @takes_the_shape
-    def build(**shape: Any) -> EngineLoop:
+    def shaped(config: EngineTargetConfig) -> EngineTargetConfig:
         # The glue bugs are planted over upstream's pools (ours would refuse some of them); a mirror
         # canary keeps the drawn pools, since its bug lives on the poolfuzz side of a "both" run.
         # Hybrid-SWA shapes run as full attention: upstream's SWA admission hangs on many of them (finding 5 in
         # docs/upstream-findings.md), and that hang, not the planted bug, would be reported first.
-        config = EngineTargetConfig(**shape)
-        pools = config.pools if mirror and config.pools != "both" else "upstream"
         # The re-enacted loop has no speculative decoding (spec_canaries.py plants those bugs in upstream's loop).
-        return loop_class(config.replaced(pools=pools, sliding_window=None, swa_tokens=0, speculative_num_steps=0))
+        pools = config.pools if mirror else "upstream"
+        return config.replaced(pools=pools, sliding_window=None, swa_tokens=0, speculative_num_steps=0)
+
+    @takes_the_shape
+    def build(**shape: Any) -> EngineLoop:
+        config = shaped(EngineTargetConfig(**shape))
+        return loop_class(config.replaced(pools="upstream") if config.pools == "both" else config)
 
     build.__name__ = f"build_{loop_class.__name__}"
+    build.poolfuzz_shape = shaped  # type: ignore[attr-defined]  # the driver records and steps the shape that runs
     return build
 
 

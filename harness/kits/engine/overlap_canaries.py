@@ -159,19 +159,21 @@ def _without_group_end(allocator: Any) -> Callable[..., Any]:
 
 
 def _factory(loop_class: type[_Planted], *, chunked: bool = False) -> Any:
-    @takes_the_shape
-    def build(**shape: Any) -> SchedulerLoop:
+    def shaped(config: EngineTargetConfig) -> EngineTargetConfig:
         # Overlap over upstream's pools and full attention: a Mamba shape runs the normal loop (upstream forces it), and
         # hybrid-SWA shapes hang on finding 5 before the planted bug shows.  A chunk canary needs chunked prefill on.  The
         # bugs are the overlap path's, planted without speculation (spec_canaries.py plants speculative decoding's).
-        config = EngineTargetConfig(**shape).replaced(
+        config = config.replaced(
             loop="overlap", pools="upstream", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0
         )
-        if chunked and not config.chunk:
-            config = config.replaced(chunk=8)
-        return loop_class(config)
+        return config.replaced(chunk=8) if chunked and not config.chunk else config
+
+    @takes_the_shape
+    def build(**shape: Any) -> SchedulerLoop:
+        return loop_class(shaped(EngineTargetConfig(**shape)))
 
     build.__name__ = f"build_{loop_class.__name__}"
+    build.poolfuzz_shape = shaped  # type: ignore[attr-defined]  # the driver records and steps the shape that runs
     return build
 
 
