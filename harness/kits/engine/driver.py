@@ -296,16 +296,23 @@ def build_engine(**shape: Any) -> Any:
 build_engine.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
 
 
+def with_waiting_timeout(config: EngineTargetConfig) -> EngineTargetConfig:
+    """A drawn shape with ``SGLANG_REQ_WAITING_TIMEOUT`` on."""
+    return config.replaced(waiting_timeout=True)
+
+
 @takes_the_shape
 def build_engine_with_waiting_timeout(**shape: Any) -> Any:
     """Upstream's loop with ``SGLANG_REQ_WAITING_TIMEOUT`` on (``--target engine=...:build_engine_with_waiting_timeout``).
 
     Finding 5's hang stops a plain run within seconds; with the timeout a hung queue head is aborted, as a
-    server configured so would, and fuzzing goes on past it over every shape."""
-    return build_engine(**{**shape, "waiting_timeout": True})
+    server configured so would, and fuzzing goes on past it over every shape.  The driver records that shape
+    (``poolfuzz_shape``)."""
+    return build_engine(**with_waiting_timeout(EngineTargetConfig(**shape)).kwargs())
 
 
 build_engine_with_waiting_timeout.poolfuzz_contract = "poolfuzz.harness.kits.engine.contracts.engine:CONTRACT"  # type: ignore[attr-defined]
+build_engine_with_waiting_timeout.poolfuzz_shape = with_waiting_timeout  # type: ignore[attr-defined]
 
 
 def embedding_server(config: EngineTargetConfig) -> EngineTargetConfig:
@@ -340,5 +347,12 @@ def build_poolfuzz_engine(**shape: Any) -> Any:
     ``pools/`` has neither an SWA allocator nor a ``HybridReqToTokenPool`` behind the 0.5.23 interface
     (``poolfuzz.pools.swa`` predates it; ``poolfuzz.pools.mamba`` keeps slots on the request, not in ``req.kv`` records,
     and :mod:`poolfuzz.harness.upstream.engine_ours` has no adapter for it yet)."""
-    config = EngineTargetConfig(**shape).replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0)
-    return build_engine(**config.kwargs())
+    return build_engine(**over_our_pools(EngineTargetConfig(**shape)).kwargs())
+
+
+def over_our_pools(config: EngineTargetConfig) -> EngineTargetConfig:
+    """A drawn shape as :func:`build_poolfuzz_engine` runs it: over ``pools/``, full attention, no speculation."""
+    return config.replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0)
+
+
+build_poolfuzz_engine.poolfuzz_shape = over_our_pools  # type: ignore[attr-defined]

@@ -12,12 +12,13 @@ raising inside a step are findings (``valid-call-accepted``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from functools import partial, wraps
+from functools import partial
 from typing import Any
 
 from poolfuzz.harness.engines import judges
 from poolfuzz.harness.engines.driver import EngineTargetDriver
 from poolfuzz.harness.engines.interface import Submission
+from poolfuzz.harness.judge.config import takes_config
 from poolfuzz.harness.judge.driver import SKIPPED, ConfigLike, operation
 from poolfuzz.harness.judge.invariants import InvariantViolation
 from poolfuzz.harness.kits.vllm_engine.config import VllmEngineConfig, VllmShapeError
@@ -161,7 +162,7 @@ def beside_our_pool(config: VllmEngineConfig) -> VllmEngineConfig:
         return config
 
 
-@wraps(build_vllm_engine)
+@takes_config(VllmEngineConfig)
 def build_vllm_engine_beside_our_pool(**shape: Any) -> VllmEngine:
     """vLLM's scheduler over its ``BlockPool`` and, in step, over ``poolfuzz.pools.block_pool`` in every drawn shape that
     allows it (``--target vllm_engine=poolfuzz.harness.kits.vllm_engine.driver:build_vllm_engine_beside_our_pool``):
@@ -171,4 +172,5 @@ def build_vllm_engine_beside_our_pool(**shape: Any) -> VllmEngine:
     return build_vllm_engine(**shape)
 
 
+build_vllm_engine_beside_our_pool.poolfuzz_contract = build_vllm_engine.poolfuzz_contract  # type: ignore[attr-defined]
 build_vllm_engine_beside_our_pool.poolfuzz_shape = beside_our_pool  # type: ignore[attr-defined]
