@@ -295,3 +295,21 @@ def test_an_embedding_prompt_past_max_req_input_len_is_queued_unaborted_and_bloc
     assert head.to_finish is None and len(head.origin_input_ids) == 22 >= embedding.loop.s.max_req_input_len
     with pytest.raises(InvariantViolation, match="scheduler-progress"):
         embedding.teardown()
+
+
+def test_a_builder_that_reshapes_the_drawn_shape_has_the_driver_record_the_shape_that_runs() -> None:
+    """``poolfuzz_shape``: the trace names what ran, so a finding is classified on it (the embedding server's legacy
+    ``RadixCache`` shape runs, and is recorded, as ``UnifiedRadixCache``) and replays on the default target."""
+    from poolfuzz.harness.kits.engine.driver import (
+        EngineDriver,
+        build_embedding_engine,
+        build_engine_with_waiting_timeout,
+        build_poolfuzz_engine,
+    )
+
+    drawn = {"cache": "radix", "pools": "both", "rows": 2, "tokens": 32, "context": 16}
+    embedding = EngineDriver(build_embedding_engine, drawn)
+    assert (embedding.config.cache, embedding.config.embedding, embedding.trace.config["cache"]) == ("unified-rust", True, "unified-rust")
+    assert EngineDriver(build_engine_with_waiting_timeout, drawn).trace.config["waiting_timeout"] is True
+    ours = EngineDriver(build_poolfuzz_engine, drawn)
+    assert ours.config.pools == "poolfuzz" and len(ours.loops) == 1  # no mirror identical to the loop under test
