@@ -219,6 +219,20 @@ def test_an_implementation_that_cannot_be_imported_here_is_unavailable_not_faile
     assert result.describe().startswith("tests.nowhere:Pool is unavailable here: target 'tests.nowhere:Pool': cannot import")
 
 
+def _builder_that_loads_upstream_when_it_builds(**config: Any) -> Any:
+    from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
+
+    raise UpstreamUnavailableError("upstream SGLang is not installed")
+
+
+def test_a_builder_that_finds_upstream_missing_as_it_builds_is_unavailable_not_failed() -> None:
+    """The embedding and waiting-timeout builders load SGLang when they build, not when they are resolved: a machine
+    without it skips their committed traces, as it skips ``poolfuzz.harness.upstream:Engine``'s."""
+    trace = rows_trace(GENERATION_BUG, implementation="tests.test_corpus:_builder_that_loads_upstream_when_it_builds")
+    result = replay_trace(trace, factory=_builder_that_loads_upstream_when_it_builds)
+    assert result.outcome == "unavailable" and "not installed" in result.message
+
+
 def test_a_trace_saved_before_the_kits_moved_still_replays_under_its_old_module_name() -> None:
     """Canaries and the harness-built defaults moved into ``harness/kits/``; a corpus written before must not rot."""
     old = rows_trace(GENERATION_BUG, implementation="poolfuzz.harness.canaries.rows:GenerationZeroedOnClear")

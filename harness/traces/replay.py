@@ -160,6 +160,8 @@ def replay_trace(
         driver = driver_cls(factory, recorded.on_device(device), implementation=spec, check_misuse=misuse, audit_period=trace.audit_period)
     except LimitError as exc:  # a config the family's constructor refuses as bad input (engine: an unbuildable shape)
         return result("invalid", 0, message=str(exc))
+    except UnknownTargetError as exc:  # a builder that loads upstream when it builds (UpstreamUnavailableError), not before
+        return result("unavailable", 0, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - a pool that cannot be built is reported, not raised
         return result("error", 0, message=f"building the pool: {type(exc).__name__}: {exc}")
 
