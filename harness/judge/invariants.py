@@ -177,6 +177,13 @@ _CATALOGUE = (
         "scheduler_components/invariant_checker.py)",
     ),
     Invariant(
+        "prompt-prefilled",
+        "A request the scheduler decodes holds KV for its whole prompt: every prefill pass that cuts a request's chunk "
+        "keeps it as the chunked request until its last chunk runs.",
+        "an admission pass that cuts two chunks and tracks only the second (SGLang 0.5.23, hybrid SWA: the SWA budget's "
+        "cap leaves the chunk budget open), so the first request decodes on a truncated prompt",
+    ),
+    Invariant(
         "swa-mapping",
         "full_to_swa_index_mapping: a live full slot maps to its own live SWA slot while its token is in the window "
         "and to 0 once it left it (or was allocated outside an SWA tail); a free or pending full slot maps to 0; no "

@@ -58,6 +58,7 @@ FAMILIES = (
             "scheduler-conservation",
             "kv-accounting",
             "lock-balance",
+            "prompt-prefilled",
             "swa-mapping",
             "scheduler-progress",
             "checker-agreement",

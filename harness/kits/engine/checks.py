@@ -14,7 +14,8 @@ Two independent judges look at the loop after every iteration:
 
 What stays here is what only SGLang has: building upstream's checker (:class:`UpstreamChecker`), and the
 checks of SGLang's own structures the engine-neutral observation does not carry (:func:`sglang_checks`):
-the full-to-SWA index of a hybrid-SWA allocator, and the Mamba slot every ``HybridReqToTokenPool`` row gets.
+a decoding request's prompt held whole, the full-to-SWA index of a hybrid-SWA allocator, and the Mamba slot every
+``HybridReqToTokenPool`` row gets.
 """
 
 from __future__ import annotations
@@ -109,11 +110,32 @@ def judge(loop: Any, upstream: UpstreamChecker, *, with_surface: bool = True) ->
 
 
 def sglang_checks(loop: Any) -> None:
-    """The checks of SGLang's own structures, run after the pools' partitions (:func:`swa_window`, :func:`mamba_rows`)."""
+    """The checks of SGLang's own structures, run after the pools' partitions (:func:`prompt_prefilled`,
+    :func:`swa_window`, :func:`mamba_rows`)."""
+    prompt_prefilled(loop)
     if loop.config.hybrid_swa:
         swa_window(loop)
     if loop.config.hybrid_ssm:
         mamba_rows(loop)
+
+
+def prompt_prefilled(loop: Any) -> None:
+    """``prompt-prefilled``: a request in the running batch (it decodes next) holds KV for its whole prompt.
+
+    A prefill pass that cuts a request's chunk and then forgets it is chunked sends it to decode with its prompt's tail
+    never computed: the model answers a truncated prompt, and the request's ``seqlen`` counts positions its row never
+    got, which SWA eviction then frees (finding 7: a second SWA-capped chunk replaces the first as
+    ``new_chunked_req``, schedule_policy.py:1692).  Finished requests (their release may already have run) and the
+    chunked request are not decoding.
+    """
+    short = [
+        (str(req.rid), int(req.kv.kv_allocated_len), len(req.origin_input_ids))
+        for req in loop.running_batch.reqs
+        if req is not loop.chunked_req and req.kv.holds_kv and not req.finished()
+        and req.kv.kv_allocated_len < len(req.origin_input_ids)
+    ]
+    check(not short, "prompt-prefilled", "a request decodes with part of its prompt never prefilled",
+          requests=short[:8])
 
 
 def swa_window(loop: Any) -> None:

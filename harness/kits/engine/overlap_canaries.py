@@ -130,6 +130,29 @@ class FilterKeepsFinished(_Planted):
         self.wrap(self.s, "get_next_batch_to_run", plan)
 
 
+class ChunkedRequestForgotten(_Planted):
+    """A prefill pass cuts a request's chunk and then loses its chunked-request record (scheduler.py:4324-4330 undone).
+
+    Finding 7's mechanism on any server: ``PrefillAdder`` overwrote ``new_chunked_req`` with a second cut request
+    (schedule_policy.py:1692), so the first one's partial prefill was processed as complete and it decoded on a
+    truncated prompt.  Here the record of every newly chunked request is dropped.  Caught by ``prompt-prefilled``."""
+
+    def plant(self) -> None:
+        s = self.s
+
+        def plan(original: Callable[..., Any], **batches: Any) -> Any:
+            before = s.chunked_req
+            out = original(**batches)
+            if before is None and s.chunked_req is not None:
+                s.chunked_req.inflight_middle_chunks -= 1
+                if out.batch_to_run is not None and out.batch_to_run.chunked_req is s.chunked_req:
+                    out.batch_to_run.chunked_req = None  # the batch records the pass's chunked request too (:4343)
+                s.chunked_req = None
+            return out
+
+        self.wrap(s, "get_next_batch_to_run", plan)
+
+
 class FreeGroupNeverEnded(_Planted):
     """``free_group_end`` is never called after the decode result's ``free_group_begin`` (batch_result_processor.py:998,
     :1100): every release of a finished request waits in the group forever, and the next result's ``free_group_begin``
@@ -182,6 +205,7 @@ build_middle_chunks_never_decremented = _factory(MiddleChunksNeverDecremented, c
 build_aborted_result_not_skipped = _factory(AbortedResultNotSkipped)
 build_filter_keeps_finished = _factory(FilterKeepsFinished)
 build_free_group_never_ended = _factory(FreeGroupNeverEnded)
+build_chunked_request_forgotten = _factory(ChunkedRequestForgotten, chunked=True)
 
 _HERE = __name__  # the module the specs below name
 
@@ -213,6 +237,13 @@ CANARIES: dict[str, Canary] = {
         "filter_batch keeps finished requests in the running batch",
         "schedule_batch.py:3845-3849; scheduler.py:3963-3967 (filter every step under overlap)",
         "kv-accounting",
+    ),
+    "engine-overlap-chunked-request-forgotten": Canary(
+        "engine",
+        f"{_HERE}:build_chunked_request_forgotten",
+        "a prefill pass drops the record of the request whose chunk it cut, so its partial prefill counts as complete",
+        "finding 7 (schedule_policy.py:1692, a second SWA-capped chunk overwrites new_chunked_req); scheduler.py:4324-4330",
+        "prompt-prefilled",
     ),
     "engine-overlap-free-group-never-ended": Canary(
         "engine",
