@@ -34,14 +34,9 @@ then a 5-token one), and exits 1 when both queues are stuck (REPRODUCED), 0 when
 """
 
 from __future__ import annotations
-import __future__  # the compiler flag of upstream's own `from __future__ import annotations`
 
-import ast
 import contextlib
-import dataclasses
-import enum
 import logging
-import os
 import sys
 import types
 from http import HTTPStatus
@@ -52,25 +47,9 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import SRT, build, load  # the sibling loader, on the path set above
+from _wheel_allocators import SRT, EmptyTree, build, compiled, load, prefill_adder  # the sibling loader, on the path set above
 
 ITERATIONS = 1000
-
-
-def compiled(path: Path, namespace: dict[str, Any], names: tuple[str, ...], owner: str | None = None) -> dict[str, Any]:
-    """The named top-level definitions of an upstream file (or methods of its class ``owner``), from its own source."""
-    tree = ast.parse(path.read_text())
-    scope = tree.body
-    if owner is not None:
-        scope = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner).body
-    body = [node for node in scope
-            if (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names)
-            or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets))]
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)  # the file's own future import
-    missing = [name for name in names if name not in namespace]
-    assert not missing, f"{path.name} has no {missing}: not the 0.5.23 layout"
-    return {name: namespace[name] for name in names}
 
 
 class Req:
@@ -96,25 +75,6 @@ class Req:
         return False
 
 
-class EmptyTree:
-    """An empty radix cache: nothing evictable, nothing to lock (no request ever runs here)."""
-
-    disable = False
-    buffer_pipeline = None
-
-    def evictable_size(self) -> int:
-        return 0
-
-    def supports_mamba(self) -> bool:
-        return False
-
-    def lock(self, node: Any) -> None:
-        return None
-
-    def unlock(self, lock: Any) -> None:
-        return None
-
-
 def main() -> int:
     version = metadata.version("sglang")
     assert version == "0.5.23", f"this reproduces sglang 0.5.23; installed: {version}"
@@ -129,18 +89,10 @@ def main() -> int:
         "Req": Req, "HTTPStatus": HTTPStatus, "get_serving": lambda: serving, "MultimodalInputs": never,
         "MultimodalProcessorOutput": never, "_MultimodalInputProcessingError": never, **utils,
     }, ("_handle_embedding_request",), owner="Scheduler")["_handle_embedding_request"]
-    policy: dict[str, Any] = {
-        "os": os, "Enum": enum.Enum, "auto": enum.auto, "dataclass": dataclasses.dataclass,
-        "contextmanager": contextlib.contextmanager, "nullcontext": contextlib.nullcontext, "Optional": Optional,
-        "UnifiedRadixCache": never, "_IS_HIP": False, "PREFILL_TILE_BUDGET": 0,  # not an AMD GPU
-        "get_exec": lambda: types.SimpleNamespace(features=types.SimpleNamespace(enable_encoder_swa_bounded_replay=False)),
-    }
-    methods = compiled(SRT / "managers/schedule_policy.py", policy, (
+    methods, add_req_result = prefill_adder((
         "add_one_req", "_select_prefill_admission", "_check_prefill_budget", "ceil_paged_tokens",
         "_request_slot_reserve_for_req", "_swa_new_tokens", "_mamba_gap_budget_for_req", "_replay_len",
-        "_lock_node", "_defer_staged_for_capacity_if_idle", "_check_prefill_tile_budget"), owner="PrefillAdder")
-    compiled(SRT / "managers/schedule_policy.py", policy, ("CLIP_MAX_NEW_TOKENS", "AddReqResult", "_PrefillAdmission"))
-    add_req_result = policy["AddReqResult"]
+        "_lock_node", "_defer_staged_for_capacity_if_idle", "_check_prefill_tile_budget"))
 
     # (KV pool tokens, context length, chunked prefill size, the prompts in arrival order)
     shapes = ((22, 64, None, (22, 5)), (8192, 32768, 2048, (10_000, 5)))

@@ -38,23 +38,17 @@ prompts), and exits 1 when both lose a chunked request (REPRODUCED), 0 when not.
 """
 
 from __future__ import annotations
-import __future__  # the compiler flag of upstream's own `from __future__ import annotations`
 
-import ast
-import contextlib
-import dataclasses
-import enum
-import os
 import sys
 import types
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import SRT, build, load  # the sibling loader, on the path set above
+from _wheel_allocators import SRT, EmptyTree, build, load, prefill_adder  # the sibling loader, on the path set above
 
 ADMISSION = (
     "add_one_req", "_select_prefill_admission", "_check_prefill_budget", "ceil_paged_tokens", "floor_chunked_tokens",
@@ -62,22 +56,6 @@ ADMISSION = (
     "_defer_staged_for_capacity_if_idle", "_check_prefill_tile_budget", "_commit_prefill_admission",
     "_update_prefill_budget", "_account_prefill_cache_admission", "budget_state")
 """The ``PrefillAdder`` methods one admission runs, compiled from the wheel's schedule_policy.py."""
-
-
-def compiled(path: Path, namespace: dict[str, Any], names: tuple[str, ...], owner: str | None = None) -> dict[str, Any]:
-    """The named top-level definitions of an upstream file (or methods of its class ``owner``), from its own source."""
-    tree = ast.parse(path.read_text())
-    scope = tree.body
-    if owner is not None:
-        scope = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner).body
-    body = [node for node in scope
-            if (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names)
-            or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets))]
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)  # the file's own future import
-    missing = [name for name in names if name not in namespace]
-    assert not missing, f"{path.name} has no {missing}: not the 0.5.23 layout"
-    return {name: namespace[name] for name in names}
 
 
 class Req:
@@ -102,11 +80,8 @@ class Req:
         return 0
 
 
-class EmptySWATree:
-    """An empty UnifiedRadixCache with an SWA component: nothing cached, nothing evictable, nothing to lock."""
-
-    disable = False
-    buffer_pipeline = None
+class EmptySWATree(EmptyTree):
+    """An empty UnifiedRadixCache with an SWA component: nothing cached on either side."""
 
     def __init__(self, window: int) -> None:
         self.sliding_window_size = window
@@ -117,44 +92,20 @@ class EmptySWATree:
     def swa_evictable_size(self) -> int:
         return 0
 
-    def evictable_size(self) -> int:
-        return 0
-
-    def supports_mamba(self) -> bool:
-        return False
-
-    def lock(self, node: Any) -> None:
-        return None
-
-    def unlock(self, lock: Any) -> None:
-        return None
-
-    def finish_storage_prefetch_admission(self, handle: Any, **_: Any) -> None:
-        return None
-
 
 def main() -> int:
     version = metadata.version("sglang")
     assert version == "0.5.23", f"this reproduces sglang 0.5.23; installed: {version}"
     allocators, kvcache_class = build()
     load("sglang.srt.mem_cache.prefill_budget", SRT / "mem_cache/prefill_budget.py")  # swa.py's create_prefill_budget
-    never = type("Never", (), {})  # a class an isinstance check compares with, never met here
-    policy: dict[str, Any] = {
-        "os": os, "Enum": enum.Enum, "auto": enum.auto, "dataclass": dataclasses.dataclass,
-        "contextmanager": contextlib.contextmanager, "nullcontext": contextlib.nullcontext, "Optional": Optional,
-        "UnifiedRadixCache": never, "_IS_HIP": False, "PREFILL_TILE_BUDGET": 0,  # not an AMD GPU
-        "get_exec": lambda: types.SimpleNamespace(features=types.SimpleNamespace(enable_encoder_swa_bounded_replay=False)),
-        "get_schedule": lambda: types.SimpleNamespace(schedule_policy="fcfs"),  # server_args.py's default is "fcfs"
-    }
-    methods = compiled(SRT / "managers/schedule_policy.py", policy, ADMISSION, owner="PrefillAdder")
-    compiled(SRT / "managers/schedule_policy.py", policy, ("CLIP_MAX_NEW_TOKENS", "AddReqResult", "_PrefillAdmission"))
+    methods, add_req_result = prefill_adder(ADMISSION)
 
     # (full pool, SWA pool, window, page, chunked prefill size, (prompt, max_new) in arrival order)
     shapes = ((16, 6, 4, 1, 6, ((9, 4), (5, 1))),
               (200_000, 4096, 128, 1, 8192, ((12_000, 256), (12_000, 1))))
     lost = 0
     for full_tokens, swa_tokens, window, page, chunk, requests in shapes:
-        lost += reproduces(allocators, kvcache_class, methods, policy["AddReqResult"], full_tokens, swa_tokens, window,
+        lost += reproduces(allocators, kvcache_class, methods, add_req_result, full_tokens, swa_tokens, window,
                            page, chunk, requests)
     print("REPRODUCED: a chunk the SWA budget cut lost its chunked-request record; that request counts as prefilled"
           if lost == len(shapes) else "not reproduced")
