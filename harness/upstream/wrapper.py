@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import torch
 
@@ -24,6 +24,7 @@ from poolfuzz.pools.protocols import ExtendDecodeCalls
 
 R = TypeVar("R")
 T = TypeVar("T", bound=type)
+V = TypeVar("V")
 
 
 def empty_indices(device: str | torch.device) -> torch.Tensor:
@@ -42,6 +43,36 @@ def forwarded(protocol: type, name: str) -> Callable[..., Any]:
         return getattr(self.inner, name)(*args, **kwargs)
 
     return functools.update_wrapper(forward, declared)
+
+
+class inner_attribute(Generic[V]):  # lower case, as `property` and `functools.cached_property` are
+    """A read-only attribute that reads the same-named attribute of ``self.inner``, converted by ``convert``.
+
+    ``size = inner_attribute(int)`` states what ``@property def size(self) -> int: return int(self.inner.size)`` does,
+    once: a wrapper's sizes and sub-allocators are upstream's own, read at each access (never cached, so a wrapper
+    never shows a value upstream no longer holds).
+    """
+
+    def __init__(self, convert: Callable[[Any], V]) -> None:
+        self.convert = convert
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, wrapper: None, owner: type | None = None) -> inner_attribute[V]: ...
+    @overload
+    def __get__(self, wrapper: object, owner: type | None = None) -> V: ...
+    def __get__(self, wrapper: object | None, owner: type | None = None) -> inner_attribute[V] | V:
+        if wrapper is None:
+            return self
+        return self.convert(getattr(wrapper.inner, self.name))  # type: ignore[attr-defined]
+
+
+def as_is(value: Any) -> Any:
+    """:class:`inner_attribute`'s conversion for an upstream object handed out unchanged (a tensor, a sub-allocator)."""
+    return value
 
 
 class UpstreamWrapper:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from poolfuzz.harness.upstream.vllm_files import SUPPORTED_VERSION, VLLM, load_vllm
 from poolfuzz.harness.upstream.vllm_stand_ins import block_hashes as upstream_hashes
-from poolfuzz.harness.upstream.wrapper import runs_upstream
+from poolfuzz.harness.upstream.wrapper import inner_attribute, runs_upstream
 
 HASH_BLOCK_SIZE = 16
 """Tokens per block hash; the adapter caches at ``block_size == HASH_BLOCK_SIZE`` (one hash per block)."""
@@ -52,22 +52,15 @@ class VllmBlock:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    @property
-    def block_id(self) -> int:
-        return int(self.inner.block_id)
-
-    @property
-    def ref_cnt(self) -> int:
-        return int(self.inner.ref_cnt)
+    block_id = inner_attribute(int)
+    ref_cnt = inner_attribute(int)
 
     @property
     def block_hash(self) -> int | None:
         key = self.inner.block_hash
         return None if key is None else _hash_value(key)
 
-    @property
-    def is_null(self) -> bool:
-        return bool(self.inner.is_null)
+    is_null = inner_attribute(bool)
 
     def __repr__(self) -> str:
         return f"VllmBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, block_hash={self.block_hash})"

@@ -26,7 +26,15 @@ import torch
 
 from poolfuzz.harness.upstream.sglang_files import SGLANG
 from poolfuzz.harness.upstream.sglang_modules import SglangCacheModules, load_sglang_cache
-from poolfuzz.harness.upstream.wrapper import ExtendDecodeForwarding, FreeGroupForwarding, UpstreamWrapper, forwarded, runs_upstream
+from poolfuzz.harness.upstream.wrapper import (
+    ExtendDecodeForwarding,
+    FreeGroupForwarding,
+    UpstreamWrapper,
+    as_is,
+    forwarded,
+    inner_attribute,
+    runs_upstream,
+)
 from poolfuzz.pools.protocols import SWAKVAllocator
 
 
@@ -48,29 +56,12 @@ class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding)
             f"swa={self.inner.size_swa} page_size={self.page_size}>"
         )
 
-    @property
-    def full_to_swa_index_mapping(self) -> torch.Tensor:
-        return self.inner.full_to_swa_index_mapping  # type: ignore[no-any-return]
-
-    @property
-    def full_attn_allocator(self) -> Any:
-        return self.inner.full_attn_allocator
-
-    @property
-    def swa_attn_allocator(self) -> Any:
-        return self.inner.swa_attn_allocator
-
-    @property
-    def size(self) -> int:
-        return int(self.inner.size)
-
-    @property
-    def size_full(self) -> int:
-        return int(self.inner.size_full)
-
-    @property
-    def size_swa(self) -> int:
-        return int(self.inner.size_swa)
+    full_to_swa_index_mapping: inner_attribute[torch.Tensor] = inner_attribute(as_is)
+    full_attn_allocator: inner_attribute[Any] = inner_attribute(as_is)
+    swa_attn_allocator: inner_attribute[Any] = inner_attribute(as_is)
+    size = inner_attribute(int)
+    size_full = inner_attribute(int)
+    size_swa = inner_attribute(int)
 
     @property
     def in_free_group(self) -> bool:
@@ -86,15 +77,9 @@ class _UpstreamSWA(UpstreamWrapper, FreeGroupForwarding, ExtendDecodeForwarding)
         return self.inner.translate_loc_from_full_to_swa(kv_indices)  # type: ignore[no-any-return]
 
     alloc_extend_swa_tail = forwarded(SWAKVAllocator, "alloc_extend_swa_tail")
-
-    def free(self, free_index: torch.Tensor) -> None:
-        self.inner.free(free_index)
-
-    def free_swa(self, free_index: torch.Tensor) -> None:
-        self.inner.free_swa(free_index)
-
-    def free_full(self, free_index: torch.Tensor) -> None:
-        self.inner.free_full(free_index)
+    free = forwarded(SWAKVAllocator, "free")
+    free_swa = forwarded(SWAKVAllocator, "free_swa")
+    free_full = forwarded(SWAKVAllocator, "free_full")
 
     def invariant_hits(self) -> list[Any]:
         """Upstream's own ``expect`` checks that failed since the last call (process-wide, drained)."""
