@@ -81,6 +81,11 @@ REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.speculative.spec_info",
     "sglang.srt.speculative.eagle_utils",
     "sglang.srt.speculative.spec_utils",
+    # init_running_status (scheduler.py:1315-1349, which build_scheduler runs from the file) builds the session controller
+    # (:1346; open_session / close_session :6139-6157, requests naming a session :3068-3114) and the deferred-flush wrapper
+    # (:1340; process_input_requests :2262); each imports only io_struct (stand-ins), schedule_batch and logging helpers.
+    "sglang.srt.session.session_controller",
+    "sglang.srt.managers.scheduler_components.flush_wrapper",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 

@@ -112,6 +112,8 @@ class RuntimeConfig:
             "exec": bag(
                 "exec",
                 moe=bag("exec.moe", elastic_ep_backend=None),
+                # init_deterministic_inference_config (scheduler.py:1747): off, the default
+                deterministic=bag("exec.deterministic", enable_deterministic_inference=False),
                 features=bag(
                     "exec.features",
                     enable_encoder_swa_bounded_replay=False,
@@ -132,7 +134,8 @@ class RuntimeConfig:
             "device": bag("device", mlx_enable_sampling=False),
             "mm": bag("mm", mm_feature_transport="cpu"),
             "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru", enable_flexkv=False),
-            "observability": bag("observability", enable_metrics=False, extra_metric_labels=None),
+            # kv_events_config: no KV events (init_kv_events_publisher, scheduler.py:2560)
+            "observability": bag("observability", enable_metrics=False, extra_metric_labels=None, kv_events_config=None),
         }
 
     def is_config_namespace_published(self, namespace: str) -> bool:

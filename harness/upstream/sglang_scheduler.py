@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +34,7 @@ from poolfuzz.harness.upstream.engine_config import EOS
 from poolfuzz.harness.upstream.overrides import overridden
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME, Attributes
-from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
-    DisaggregationMode,
-    LocalRequests,
-    NoPendingFlush,
-    NoSessions,
-    RequestDispatcher,
-    third_party_absent_ok,
-)
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, LocalRequests, RequestDispatcher, third_party_absent_ok
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 
@@ -147,19 +139,6 @@ class NoGrammars:
         return None
 
 
-class NoBeams:
-    """``beam_coordinator`` with no beam search (scheduler.py:4043, :5705; batch_result_processor.py:999)."""
-
-    def pending_member_rows(self, batch: Any) -> int:
-        return 0
-
-    def retire_group(self, req: Any) -> None:
-        return None
-
-    def commit_decode(self, batch: Any) -> set[int]:
-        return set()
-
-
 class NoDllm:
     """``dllm_manager`` without diffusion LMs (``is_fully_idle``, scheduler.py:5348)."""
 
@@ -168,43 +147,39 @@ class NoDllm:
 
 
 def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> Any:
-    """The real ``Scheduler`` over ``loop``'s pools and tree cache (see :data:`ATTRIBUTES`), ``enable_overlap`` as given."""
+    """The real ``Scheduler`` over ``loop``'s pools and tree cache (see :data:`ATTRIBUTES`), ``enable_overlap`` as given.
+
+    Past the attributes ``__init__`` would have set from its model worker and server arguments, the scheduler's own
+    ``init_*`` methods that run on a CPU build the rest, in ``__init__``'s order (scheduler.py:653-733):
+    ``init_running_status`` (the queues, the session controller, the deferred-flush wrapper), ``init_chunked_prefill``,
+    ``maybe_init_dynamic_chunk_sizer``, ``init_kv_events_publisher``, ``init_schedule_policy``,
+    ``init_deterministic_inference_config``, ``init_mamba_truncation_align``, ``check_truncation_align_fits_chunk``,
+    ``init_dp_attn_adapter``, ``init_load_inquirer``, ``init_output_streamer`` and ``init_batch_result_processor`` (with
+    ``init_beam_coordinator``).  The collaborators these build that never touch memory are stand-ins
+    (:mod:`poolfuzz.harness.upstream.sglang_scheduler_stand_ins`); the result processor is upstream's.  The pool observer
+    and the invariant checker are built later, by ``SchedulerLoop.attach_checker`` (``init_pool_stats_observer`` /
+    ``init_invariant_checker``, :723-725)."""
     cls = modules.scheduler.Scheduler
     scheduler = object.__new__(cls)
     attributes = attributes_for(loop, overlap=overlap)
     scheduler.__dict__.update(attributes)
     with schedule_arguments(loop.config):
-        # As Scheduler.__init__ calls them (:656-657, :1436 via init_schedule_policy's caller, :701): chunked prefill, the
-        # dynamic chunk sizer (off without PP), the policy, the priority preemption flag and the new-token ratio tracker.
-        scheduler.init_chunked_prefill()
-        scheduler.maybe_init_dynamic_chunk_sizer()
-        scheduler.init_schedule_policy()
-        scheduler.check_truncation_align_fits_chunk()
+        scheduler.init_running_status()  # :653
+        scheduler.init_chunked_prefill()  # :656
+        scheduler.maybe_init_dynamic_chunk_sizer()  # :657 (off without PP)
+        scheduler.init_kv_events_publisher()  # :668
+        scheduler.init_schedule_policy()  # :671: the policy, the priority preemption flag, the new-token ratio tracker
+        scheduler.init_deterministic_inference_config()  # :698 (off: no truncation alignment)
+        scheduler.init_mamba_truncation_align()  # :700 (a grid of 1 without DCP and the Mamba extra buffer)
+        scheduler.check_truncation_align_fits_chunk()  # :701
+        scheduler.init_dp_attn_adapter()  # :721
+        scheduler.init_load_inquirer()  # :729
+        scheduler.init_output_streamer()  # :731
+        scheduler.init_batch_result_processor()  # :733
+    # event_loop_overlap sets it before its loop (:2063); init_running_status cleared it (:1337)
+    scheduler.enable_skip_finishing_decode = overlap
     scheduler._request_dispatcher = RequestDispatcher(scheduler)  # init_request_dispatcher (:1827)
-    scheduler.result_queue = deque()  # event_loop_overlap (:2064); is_fully_idle reads it under overlap (:5349)
     scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
-    scheduler.batch_result_processor = modules.batch_result_processor.SchedulerBatchResultProcessor(
-        is_generation=scheduler.is_generation,
-        disaggregation_mode=scheduler.disaggregation_mode,
-        enable_overlap=overlap,
-        enable_overlap_mlx=False,
-        model_config=loop.model_config,
-        token_to_kv_pool_allocator=loop.allocator,
-        tree_cache=loop.tree_cache,
-        hisparse_coordinator=None,
-        req_to_token_pool=loop.req_to_token_pool,
-        decode_offload_manager=None,
-        metrics_collector=Sink("metrics_collector"),
-        metrics_reporter=scheduler.metrics_reporter,
-        draft_worker=None,
-        # A speculative server's processor tells its worker each verify's accept counts (_resolve_spec_v2_tokens,
-        # batch_result_processor.py:803-805; BaseSpecWorker's default does nothing with them): a sink.
-        model_worker=None if loop.spec_algorithm.is_none() else Sink("model_worker"),
-        logprob_result_processor=Sink("logprob_result_processor"),
-        output_streamer=scheduler.output_streamer,
-        beam_coordinator=scheduler.beam_coordinator,
-        abort_request=scheduler.abort_request,
-    )  # init_batch_result_processor
     return scheduler
 
 
@@ -221,7 +196,9 @@ def schedule_arguments(config: Any) -> Iterator[None]:
     mixed chunks, dynamic chunking or prefill delayer, preemption on with priority scheduling."""
     schedule = RUNTIME.bags["schedule"]
     leaves = {
-        "chunked_prefill_size": config.chunk,  # init_chunked_prefill :1352
+        # init_chunked_prefill :1352; a server without chunked prefill is started with --chunked-prefill-size -1, which
+        # :1372-1373 turns into None
+        "chunked_prefill_size": config.chunk if config.chunk else -1,
         "prefill_decode_interval": None,  # :1353
         "prefill_decode_interval_min_bs": 0,  # :1355-1357
         "enable_mixed_chunk": False,  # :1377
@@ -239,6 +216,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
     """What ``Scheduler.__init__`` would have set, for the memory path (each: the line reading it, 0.5.23)."""
     config = loop.config
     disagg_null = DisaggregationMode.NULL
+    tp_worker = Sink("tp_worker", model_runner=Sink("model_runner", attn_backend=object(), prefill_aware_swa=False))
     return {
         # the pools and the tree (init_memory_pool_and_cache)
         "req_to_token_pool": loop.req_to_token_pool,  # get_num_allocatable_reqs :4040
@@ -256,18 +234,10 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "full_tokens_per_layer": config.tokens if config.hybrid_swa else None,  # :2517, :2529
         "swa_tokens_per_layer": config.swa_tokens if config.hybrid_swa else None,  # :2518, :2530
         "device": "cpu",
-        # queues and loop state
-        "waiting_queue": [],  # :4100, :4213
-        "running_batch": loop.m.schedule_batch.ScheduleBatch(reqs=[], batch_is_full=False),  # event loops :2040
-        "last_batch": None,  # :2041, :2118
-        "cur_batch_for_debug": None,  # :2044
-        "_sched_idled": False,  # :2053, run_batch :4626
-        "forward_ct": 0,  # run_batch :4621, update_running_batch :4478
+        # loop state (the queues, the last batch, the counters: init_running_status, :1315-1349)
         "processed_tokens_counter": 0,  # calc_priority :4131, _add_request_to_queue :3494
         "enable_overlap": overlap,  # init_new :4340, is_fully_idle :5349, batch_result_processor.py:1022
         "enable_overlap_mlx": False,
-        "enable_continuous_input_polling": False,  # the dispatch resets it (:6220); _collect_inflight_batches :5670
-        "enable_skip_finishing_decode": overlap,  # event_loop_overlap sets it (:2063); _reqs_finishing_inflight :4446
         "is_generation": not config.embedding,  # init_tokenizer :893; event_loop_overlap :2127
         # configurations a one-rank CPU server without PD/PP/LoRA/HiCache runs
         "disaggregation_mode": disagg_null,  # :3772, :3488, :5258
@@ -296,33 +266,30 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "sliding_window_size": config.sliding_window,  # :2726
         "enable_session_radix_cache": False,  # :2973 (no radix-native sessions)
         "tokenizer": None,  # :3033 (skip_tokenizer_init: the scheduler detokenizes nothing)
-        "truncation_align_size": None,  # add_one_req :4272
         "require_mlp_sync": False,  # :3983, is_disable_overlap_for_batch :2143
         "min_free_slots_delayer": None,  # :4106
         "decode_offload_manager": None,  # update_running_batch :4481
         "mm_receiver": None,  # abort_request :5683
         "rust_server": None,  # send_abort_output :2275
         "enable_fpm": False,  # process_batch_result :5102
-        "_engine_paused": False,  # event loops :2035
-        "return_health_check_ipcs": [],  # maybe_send_health_check_signal :5183 (no health probe pending)
         "load_snapshot_writer": None,  # publish_load_snapshot :875 (load snapshots off)
         "idle_sleeper": None,  # maybe_sleep_on_idle :6161
         "scheduler_stage_metrics": NoStageMetrics(),  # on_idle :5280
-        # init_load_inquirer (:2580-2590): the step counters _record_step_counters keeps (:5120-5180), timing only
-        "total_prefill_uncached_tokens": 0,
-        "total_prefill_busy_us": 0,
-        "decode_moment_totals": [0.0] * 6,
-        "_prev_step": None,
-        "_prev_prefill_end_ts": None,
-        "_pause_intervals": deque(),
-        "_pause_started_at": None,
+        # server arguments as a whole: init_load_inquirer (:2593) and init_output_streamer (:2637) hand them to
+        # collaborators that are stand-ins here; nothing on the memory path reads them
+        "server_args": Sink("server_args"),
         # collaborators
         "grammar_manager": NoGrammars(),  # :4085, abort_request :5749
-        "beam_coordinator": NoBeams(),  # :4043, :5705
         "dllm_manager": NoDllm(),  # is_fully_idle :5348
-        "dp_attn_adapter": BatchPassThrough(),  # :4010-4014, on_idle :5243
         "ngram_embedding_manager": BatchPassThrough(),  # :4018
-        "tp_worker": Sink("tp_worker", model_runner=Sink("model_runner", attn_backend=object(), prefill_aware_swa=False)),  # :4151, :4359
+        # init_overlap (:1664-1690) builds the future map the forward relays tokens through (run_batch, :4656-4740): the
+        # forward is the fake model; init_beam_coordinator hands it to the beam coordinator (:2659), which has no beams
+        "future_map": None,
+        # init_weight_updater (:2389-2398): weight updates; init_dp_attn_adapter reads its offload tags (:2500)
+        "weight_updater": Sink("weight_updater", offload_tags=frozenset()),
+        # init_metrics_collector (:806-813) with metrics off: the processor's collector (init_batch_result_processor :2677)
+        "metrics_collector": Sink("metrics_collector"),
+        "tp_worker": tp_worker,  # :4151, :4359
         "metrics_reporter": Sink(
             "metrics_reporter",
             num_retracted_reqs=0,
@@ -332,17 +299,14 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
             current_scheduler_metrics_enabled=False,
             is_stats_logging_rank=False,  # pause_generation :5927, flush_cache :5537
         ),
-        "draft_worker": None,  # flush_cache :5530 (no speculative decoding)
+        "draft_worker": None,  # flush_cache :5530 (no draft worker: an EAGLE server's draft is the fake model's)
+        # init_model_worker (:1203-1206): without a draft worker the model worker is the TP worker; a speculative server's
+        # processor tells it each verify's accept counts (batch_result_processor.py:803-805), which a sink takes
+        "model_worker": tp_worker,
         "load_publisher": Sink("load_publisher"),  # process_batch_result :5084
-        "load_inquirer": Sink("load_inquirer"),  # :4368
-        "kv_events_publisher": Sink("kv_events_publisher", enable_kv_cache_events=False),  # on_idle :5312, :2892
-        "output_streamer": Sink("output_streamer"),  # batch_result_processor.py:510, :1093
         "ipc_channels": Sink("ipc_channels", send_to_tokenizer=Sink("send_to_tokenizer")),  # send_abort_output :2278
         "pool_stats_observer": loop.checker.observer if hasattr(loop, "checker") else None,  # on_idle :5285
         # ingest_requests (:2184-2222) and process_input_requests (:2224-2270), which the waiting timeout runs
-        "_deferred_input_requests": [],  # :2199, :2205
         "request_receiver": LocalRequests(),  # :2205
-        "session_controller": NoSessions(),  # :2226, :3095
-        "flush_wrapper": NoPendingFlush(),  # :2262
         "external_corpus_manager": None,  # :2263
     }

@@ -184,6 +184,48 @@ class TokenizedEmbeddingReqInput:
     decision_layout: Any = None
 
 
+@dataclass
+class OpenSessionReqInput:
+    """``io_struct.OpenSessionReqInput`` as ``SessionController.open`` reads it (session_controller.py:387-404): the
+    session's id, its capacity, whether it streams, its idle timeout (``None``: never reaped)."""
+
+    session_id: str | None
+    capacity_of_str_len: int = 1 << 16
+    streaming: bool = False
+    timeout: float | None = None
+
+
+@dataclass
+class OpenSessionReqOutput:
+    """``io_struct.OpenSessionReqOutput`` (session_controller.py:392, :404): the answer to an open."""
+
+    session_id: str | None
+    success: bool
+
+
+@dataclass
+class CloseSessionReqInput:
+    """``io_struct.CloseSessionReqInput`` as ``close_session`` and ``SessionController.close`` read it (scheduler.py:6149-6157,
+    session_controller.py:407)."""
+
+    session_id: str
+
+
+@dataclass
+class FlushCacheReqInput:
+    """``io_struct.FlushCacheReqInput`` as ``SchedulerFlushWrapper`` reads it (flush_wrapper.py:22-35): no deferral."""
+
+    timeout_s: float | None = None
+
+
+@dataclass
+class FlushCacheReqOutput:
+    """``io_struct.FlushCacheReqOutput`` (flush_wrapper.py:24, :33, :46): whether the flush ran."""
+
+    success: bool
+    message: str = ""
+
+
 def _never_sent(name: str, line: str) -> type:
     """An io_struct request kind the engine target never sends: a distinct class, because ``_tokenized_requests`` asks
     ``isinstance`` of every input against it (scheduler.py:2292-2302); nothing builds one."""
@@ -206,11 +248,78 @@ class ContinueGenerationReqInput:
     torch_empty_cache: bool = False
 
 
+class Collaborator:
+    """A collaborator ``Scheduler``'s own ``init_*`` method builds (``build_scheduler`` runs the method from the file)
+    whose calls never touch memory: it takes upstream's keyword arguments and keeps them, and every method it is asked
+    for is a no-op.  Each subclass names the class it answers for and the init line that builds it."""
+
+    def __init__(self, **arguments: Any) -> None:
+        self.__dict__.update(arguments)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _noop
+
+
+class SchedulerOutputStreamer(Collaborator):
+    """``scheduler_components.output_streamer.SchedulerOutputStreamer`` (``init_output_streamer``, scheduler.py:2633-2645;
+    ``get_output_streamer_class`` :2647): streams outputs to the detokenizer over ZMQ (batch_result_processor.py:510,
+    :1093); no memory."""
+
+
+class SchedulerLoadInquirer(Collaborator):
+    """``scheduler_components.load_inquirer.SchedulerLoadInquirer`` (``init_load_inquirer``, scheduler.py:2591): answers
+    load queries from the router (:4368); reads, never moves, memory."""
+
+
+class SchedulerKvEventsPublisher(Collaborator):
+    """``scheduler_components.kv_events_publisher.SchedulerKvEventsPublisher`` (``init_kv_events_publisher``,
+    scheduler.py:2558-2565) with ``kv_events_config`` unset: no KV events published (``on_idle`` :5312, :2892)."""
+
+    enable_kv_cache_events = False
+
+
+class SchedulerLogprobResultProcessor(Collaborator):
+    """``scheduler_components.logprob_result_processor.SchedulerLogprobResultProcessor`` (``init_batch_result_processor``,
+    scheduler.py:2679): fills the logprobs a request asked for; the fuzzer's requests ask for none."""
+
+
+class SchedulerDPAttnAdapter:
+    """``scheduler_components.dp_attn.SchedulerDPAttnAdapter`` (``init_dp_attn_adapter``, scheduler.py:2487-2505) on one rank
+    without DP attention: each hook hands the batch back unchanged (:4010-4014, ``maybe_prepare_mlp_sync_batch`` /
+    ``maybe_convert_decode_to_extend``), and ``on_idle``'s ``drop_sync_wait_carry`` (:5243) has nothing to drop."""
+
+    def __init__(self, **arguments: Any) -> None:
+        self.arguments = arguments
+
+    def drop_sync_wait_carry(self) -> None:
+        return None
+
+    def maybe_prepare_mlp_sync_batch(self, batch: Any, need_sync: bool = False) -> Any:
+        return batch
+
+    def maybe_convert_decode_to_extend(self, batch: Any) -> Any:
+        return batch
+
+
 class BeamCoordinator:
-    """``beam_search.coordinator.BeamCoordinator`` as ``_handle_generate_request`` asks it before a request exists
-    (scheduler.py:2984, a static method): the fuzzer sends no beam search, so every request is one sequence.  The real
-    file imports the DP-attention layer and the overlap future map; the live coordinator is
-    :class:`~poolfuzz.harness.upstream.sglang_scheduler.NoBeams`."""
+    """``beam_search.coordinator.BeamCoordinator``: asked before a request exists (scheduler.py:2984, a static method),
+    and built by ``init_beam_coordinator`` (:2650-2660, from ``init_batch_result_processor``).  The fuzzer sends no
+    beam search, so every request is one sequence and no batch holds a beam member (:4043, :5705;
+    batch_result_processor.py:999).  The real file imports the DP-attention layer and the overlap future map."""
+
+    def __init__(self, **arguments: Any) -> None:
+        self.arguments = arguments
+
+    def pending_member_rows(self, batch: Any) -> int:
+        return 0
+
+    def retire_group(self, req: Any) -> None:
+        return None
+
+    def commit_decode(self, batch: Any) -> set[int]:
+        return set()
 
     @staticmethod
     def request_beam_width(recv_req: Any) -> int:
@@ -262,28 +371,6 @@ class RequestDispatcher:
         raise TypeError(f"the engine target dispatches generate requests and aborts only, not {type(recv_req).__name__}")
 
 
-class NoSessions:
-    """``session_controller`` (init_running_status, scheduler.py:1346) with no session open: ``process_input_requests``
-    reaps none (:2226), a request naming a session finds none (:3095-3101), and the pool observer counts no streaming
-    session (pool_stats_observer.py:186-191)."""
-
-    sessions: dict[str, Any] = {}
-
-    def maybe_reap(self, now: float) -> None:
-        return None
-
-    def __contains__(self, session_id: object) -> bool:
-        return False
-
-
-class NoPendingFlush:
-    """``flush_wrapper`` (init_running_status, scheduler.py:1340): ``check_pending`` (:2262) runs a flush deferred until
-    idle; the engine target flushes only through ``flush_cache`` in the weight-update pause, never deferred."""
-
-    def check_pending(self) -> None:
-        return None
-
-
 SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.managers.io_struct": {
         "AbortReq": AbortReq,
@@ -293,7 +380,19 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
         "BatchTokenizedEmbeddingReqInput": _never_sent("BatchTokenizedEmbeddingReqInput", "2299"),
         "PauseGenerationReqInput": PauseGenerationReqInput,
         "ContinueGenerationReqInput": ContinueGenerationReqInput,
+        "OpenSessionReqInput": OpenSessionReqInput,
+        "OpenSessionReqOutput": OpenSessionReqOutput,
+        "CloseSessionReqInput": CloseSessionReqInput,
+        "FlushCacheReqInput": FlushCacheReqInput,
+        "FlushCacheReqOutput": FlushCacheReqOutput,
     },
+    "sglang.srt.managers.scheduler_components.output_streamer": {"SchedulerOutputStreamer": SchedulerOutputStreamer},
+    "sglang.srt.managers.scheduler_components.load_inquirer": {"SchedulerLoadInquirer": SchedulerLoadInquirer},
+    "sglang.srt.managers.scheduler_components.kv_events_publisher": {"SchedulerKvEventsPublisher": SchedulerKvEventsPublisher},
+    "sglang.srt.managers.scheduler_components.logprob_result_processor": {
+        "SchedulerLogprobResultProcessor": SchedulerLogprobResultProcessor
+    },
+    "sglang.srt.managers.scheduler_components.dp_attn": {"SchedulerDPAttnAdapter": SchedulerDPAttnAdapter},
     "sglang.srt.utils.weight_versions": {"compute_weight_version_spans": _no_weight_version_spans},
     "sglang.srt.state_capturer.indexer_topk": {"get_global_indexer_capturer": _no_capturer},
     "sglang.srt.state_capturer.routed_experts": {"get_global_experts_capturer": _no_capturer},
