@@ -103,4 +103,6 @@ def _core_params(m: EngineModules, config: EngineTargetConfig) -> dict[str, Any]
     kinds = m.component_type.ComponentType
     # create_unified_radix_cache (registry.py:165-169): FULL, plus SWA for hybrid SWA, plus MAMBA for hybrid SSM.
     components = (kinds.FULL, *((kinds.SWA,) if config.hybrid_swa else ()), *((kinds.MAMBA,) if config.hybrid_ssm else ()))
-    return {"tree_components": components, "tree_core_backend": config.cache.removeprefix("unified-")}
+    core = {"tree_components": components, "tree_core_backend": config.cache.removeprefix("unified-")}
+    # --enable-session-radix-cache, passed as kv_cache_builder.py:412 passes it
+    return {**core, "enable_session_radix_cache": True} if config.session_radix_cache else core

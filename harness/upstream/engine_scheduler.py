@@ -46,7 +46,9 @@ from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
 from poolfuzz.harness.upstream.sglang_scheduler import ServerModelConfig, build_scheduler, load_scheduler
 from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
     AbortReq,
+    CloseSessionReqInput,
     ContinueGenerationReqInput,
+    OpenSessionReqInput,
     PauseGenerationReqInput,
     SessionParams,
     TokenizedEmbeddingReqInput,
@@ -144,7 +146,9 @@ class SchedulerLoop(EngineLoop):
     # ------------------------------------------------------------------ requests
     @engine_call
     @speculating
-    def arrive(self, prompt: list[int], max_new_tokens: int, priority: int | None = None, option: str | None = None) -> Any:
+    def arrive(
+        self, prompt: list[int], max_new_tokens: int, priority: int | None = None, option: str | None = None, session: str | None = None
+    ) -> Any:
         """A tokenized request reaches upstream's ``handle_generate_request`` (scheduler.py:2943), as ``process_input_requests``
         dispatches it (:2224-2260): the request the scheduler built, or ``None`` where it never entered the waiting queue
         (refused at the door: the queue limit, a priority the server refuses).
@@ -152,7 +156,8 @@ class SchedulerLoop(EngineLoop):
         Upstream decides the rest: ``init_req_max_new_tokens`` clips the budget (:2693-2740), a prompt too long
         (``validate_input_length``, :3224-3234) or past the KV budget (:2730) is queued *finished with an abort*, one token
         long, and leaves at its one-token prefill; ``_add_request_to_queue`` (:3480) applies the priority and queue checks.
-        ``option`` names one of :data:`REFUSED_OPTIONS`, a request option the scheduler refuses the same way."""
+        ``option`` names one of :data:`REFUSED_OPTIONS`, a request option the scheduler refuses the same way; ``session`` the
+        session fields a client sends (:meth:`session_fields`)."""
         sb = self.m.schedule_batch
         embedding = self.config.embedding
         params = sb.SamplingParams(max_new_tokens=0 if embedding else max_new_tokens)  # io_struct.py:1366 for an embedding
@@ -163,11 +168,39 @@ class SchedulerLoop(EngineLoop):
             self.s.handle_embedding_request(TokenizedEmbeddingReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority))
         else:
             extra = REFUSED_OPTIONS[option](len(prompt)) if option is not None else {}
+            if session is not None:
+                extra.update(self.session_fields(session))
             self.s.handle_generate_request(
                 TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority, **extra)
             )
         queue = self.s.waiting_queue  # a queued arrival is appended (:3493), whatever the queue limit evicted
         return queue[-1] if queue and queue[-1].rid == rid else None
+
+    def session_fields(self, session: str) -> dict[str, Any]:
+        """A session request's fields as the tokenizer manager passes them on: ``native:ID`` a top-level ``session_id`` (a
+        radix-native session request, scheduler.py:2973-2975, whose generation ``ensure_session_generation`` opens,
+        :3035-3038); ``ID`` ``session_params`` naming the session and, where it has one that finished, its latest request to
+        append to (``Session.create_req``, session_controller.py:255-264, which prepends that request's prompt and
+        output)."""
+        if session.startswith("native:"):
+            return {"session_id": session.removeprefix("native:")}
+        opened = self.s.session_controller.get(session)
+        finished = [rid for rid, node in (opened.req_nodes.items() if opened is not None else ()) if node.req.finished()]
+        return {"session_params": SessionParams(id=session, rid=finished[-1] if finished else None)}
+
+    @engine_call
+    def open_session(self, session: str) -> bool:
+        """``open_session`` (scheduler.py:6139-6147) as the tokenizer manager sends ``OpenSessionReqInput``: the controller opens
+        a non-streaming session (session_controller.py:387-404) and, on a session radix cache, the tree its generation
+        (:6141-6142).  Whether it opened (a session already open is refused)."""
+        return bool(self.s.open_session(OpenSessionReqInput(session_id=session)).success)
+
+    @engine_call
+    def close_session(self, session: str) -> None:
+        """``close_session`` (scheduler.py:6149-6157): the tree releases the session's tagged leaves (``release_radix_session``)
+        and the controller closes it (session_controller.py:407-461); an unknown id only logs."""
+        self.s.close_session(CloseSessionReqInput(session_id=session))
+        self.busy_check = None
 
     @engine_call
     @speculating

@@ -264,7 +264,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "max_new_tokens_limit": None,  # SGLANG_MAX_NEW_TOKENS_LIMIT unset (:2700)
         "kv_shard_widening": 1,  # page_interleave_shard_size without KV sharding (:611, read at :2719)
         "sliding_window_size": config.sliding_window,  # :2726
-        "enable_session_radix_cache": False,  # :2973 (no radix-native sessions)
+        "enable_session_radix_cache": config.session_radix_cache,  # :2973, :3081, open_session :6141, close_session :6150
         "tokenizer": None,  # :3033 (skip_tokenizer_init: the scheduler detokenizes nothing)
         "require_mlp_sync": False,  # :3983, is_disable_overlap_for_batch :2143
         "min_free_slots_delayer": None,  # :4106

@@ -151,10 +151,16 @@ class TokenizedGenerateReqInput:
 
 @dataclass
 class SessionParams:
-    """``io_struct.SessionParams`` as ``_handle_generate_request`` reads it: the session a request continues (``id``,
-    scheduler.py:2966-2967); the engine target opens no session, so a request naming one is refused (:3093-3112)."""
+    """``io_struct.SessionParams`` as ``_handle_generate_request`` and ``Session.create_req`` read it (scheduler.py:2966-2967,
+    session_controller.py:214-262): the session a request continues (``id``), the earlier request of that session it appends
+    to (``rid``; ``None``: none), and no rewrite of the history (``offset``, ``replace``, ``drop_previous_output`` at the
+    tokenizer's defaults)."""
 
     id: str
+    rid: str | None = None
+    offset: int | None = None
+    replace: bool | None = None
+    drop_previous_output: bool | None = None
 
 
 @dataclass(kw_only=True)

@@ -145,6 +145,14 @@ class TorchMemorySaverAdapter:
 _PLATFORM_FLAGS = {name: _false for name in ("is_cuda", "is_hip", "is_npu", "is_xpu", "is_cpu", "is_mps", "is_musa", "is_gfx95_supported")}
 """The platform as upstream sees it on a CPU box without ``SGLANG_USE_CPU_ENGINE`` (engine-path.md section 6)."""
 
+
+def log_info_on_rank0(logger: logging.Logger, msg: str) -> None:
+    """``utils/common.py:3982-3992``: logs on TP rank 0 once ``torch.distributed`` is initialized, which a one-rank CPU
+    server without a process group never is, so it logs nothing (``SessionController.open`` / ``_close``,
+    session_controller.py:402, :459)."""
+    return None
+
+
 _UTILS = dict(
     _PLATFORM_FLAGS,
     ceil_align=ceil_align,
@@ -162,6 +170,7 @@ _UTILS = dict(
     flatten_arrays_to_int64_tensor=flatten_arrays_to_int64_tensor,
     raise_error_or_warn=raise_error_or_warn,
     human_readable_int=lambda n: f"{n:,}",
+    log_info_on_rank0=log_info_on_rank0,
 )
 
 

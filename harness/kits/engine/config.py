@@ -135,6 +135,16 @@ class EngineTargetConfig(PoolConfig):
     (batch_result_processor.py:770-846); see :mod:`poolfuzz.harness.upstream.engine_spec`.  Upstream's loops over upstream's
     pools, full attention, a generation model only (see :func:`_shape_problems` for why each other combination is not run)."""
 
+    session_radix_cache: bool = setting(False)
+    """``--enable-session-radix-cache`` (the memory group; kv_cache_builder.py:412 -> ``CacheInitParams``): the tree tags each
+    finished session request's KV with its session (``UnifiedSessionRefTracker``, unified_cache/session_ref_tracker.py) and
+    releases the tag when the session closes (``close_session``, scheduler.py:6149-6157); ``open_session`` opens the
+    session's generation (:6139-6142), a request naming a session gets one (:3035-3038 for a top-level ``session_id``,
+    :3081-3084 for ``session_params``).  0.5.23 runs it on ``UnifiedRadixCache`` over the Python tree core only: the Rust core
+    refuses it (rust_tree_core/adapter.py:385-389; the registry falls back for that reason, tree_core_registry.py:45-46) and
+    the legacy cache has no session tracker (registry.py:252-258).  Upstream's loops over upstream's pools, a generation
+    model."""
+
     @property
     def hybrid_swa(self) -> bool:
         return self.sliding_window is not None
@@ -198,6 +208,14 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
             )
     if config.speculative_num_steps:
         problems += _speculation_problems(config)
+    if config.session_radix_cache and (
+        config.cache != "unified-python" or config.loop == "reenacted" or config.pools != "upstream" or config.embedding
+    ):
+        # rust_tree_core/adapter.py:385-389 and registry.py:252-258 refuse the other caches; the re-enacted loop and poolfuzz's
+        # side have no session handlers; sessions continue generation requests.
+        problems.append(
+            "session radix caching runs on UnifiedRadixCache over the Python tree core, on upstream's loops and pools, for a generation model"
+        )
     return problems
 
 

@@ -27,11 +27,7 @@ from poolfuzz.harness.kits.engine.ops import EngineOps
 from poolfuzz.harness.kits.engine.target import SGLangEngine
 from poolfuzz.harness.upstream.sglang_modules import active
 
-STEMS: tuple[tuple[int, ...], ...] = (
-    (11, 12, 13, 14, 15, 16, 17, 18),
-    (11, 12, 13, 14, 21, 22, 23, 24),
-    (31, 32, 33, 34, 35, 36, 37, 38),
-)
+STEMS: tuple[tuple[int, ...], ...] = ((11, 12, 13, 14, 15, 16, 17, 18), (11, 12, 13, 14, 21, 22, 23, 24), (31, 32, 33, 34, 35, 36, 37, 38))
 """Prompt stems: the first two share a four-token prefix (a split), the third shares nothing."""
 
 
@@ -92,21 +88,58 @@ class EngineDriver(EngineTargetDriver):
         self._arrive(stem, length, tail, max_new, None, names[option % len(names)])
         return None
 
-    def _arrive(self, stem: int, length: int, tail: int, max_new: int, priority: int | None, option: str | None = None) -> None:
+    @operation
+    def open_session(self, session: int) -> Any:
+        """A client opens session ``s{session}`` (``open_session``); skipped on a server without session radix caching."""
+        if not self._sessions():
+            return SKIPPED
+        opened = self.loop.open_session(f"s{session}")
+        self.event("a session opened" if opened else "a session open refused (already open)")
+        return None
+
+    @operation
+    def close_session(self, session: int) -> Any:
+        """A client closes session ``s{session}`` (``close_session``), open or not; skipped as :meth:`open_session` is."""
+        if not self._sessions():
+            return SKIPPED
+        self.loop.close_session(f"s{session}")
+        self.event("a session closed")
+        return None
+
+    @operation
+    def session_arrive(self, stem: int, length: int, tail: int, max_new: int, session: int, native: bool) -> Any:
+        """A request of session ``s{session}`` arrives: with ``session_params`` continuing the session's latest finished
+        request (refused if the session is not open), or, ``native``, with a top-level ``session_id`` (a radix-native session
+        request); skipped as :meth:`open_session` is."""
+        if not self._sessions():
+            return SKIPPED
+        self._arrive(stem, length, tail, max_new, None, session=("native:" if native else "") + f"s{session}")
+        return None
+
+    def _sessions(self) -> bool:
+        """Sessions are driven on a server with session radix caching whose loops are upstream's scheduler (a canary's
+        re-enacted loop built from such a shape has no session handlers)."""
+        return bool(getattr(self.loop.config, "session_radix_cache", False)) and all(hasattr(t.loop, "open_session") for t in self.targets)
+
+    def _arrive(
+        self, stem: int, length: int, tail: int, max_new: int, priority: int | None, option: str | None = None, session: str | None = None
+    ) -> None:
         base = STEMS[stem % len(STEMS)]
         prompt = [base[i % len(base)] for i in range(max(1, length))] + [40 + self.steps % 50 + i for i in range(tail)]
         request = Submission(tuple(prompt), max(1, max_new))
-        admitted = [self._submit(target, request, priority, option) for target in self.targets]
+        admitted = [self._submit(target, request, priority, option, session) for target in self.targets]
         if admitted[0] is None:
             self.event("a request refused at the queue's door (queue limit, priority, or too long)")
         elif getattr(admitted[0], "to_finish", None) is not None:
             self.event("a request queued finished with an abort (too long, past the KV budget, or a refused option)")
 
     @staticmethod
-    def _submit(target: SGLangEngine, request: Submission, priority: int | None, option: str | None) -> Any:
-        if priority is None and option is None:
+    def _submit(target: SGLangEngine, request: Submission, priority: int | None, option: str | None, session: str | None = None) -> Any:
+        if priority is None and option is None and session is None:
             return target.loop.arrive(list(request.prompt), request.max_new_tokens)
-        return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority, option=option)
+        if session is None:
+            return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority, option=option)
+        return target.loop.arrive(list(request.prompt), request.max_new_tokens, session=session)
 
     @operation
     def crowd(self, count: int, max_new: int) -> None:

@@ -48,6 +48,12 @@ class EngineView(DriverView):
         chunked = self._driver.loop.chunked_req
         return None if chunked is None else str(chunked.rid)
 
+    @property
+    def pending_chunked_abort(self) -> bool:
+        """An abort of the chunked request is recorded and waits for the next iteration's top
+        (``_pending_chunked_abort_req``, scheduler.py:3676-3678, :3897)."""
+        return getattr(self._driver.loop, "pending_chunked_abort", None) is not None
+
     def occupancy(self) -> float:
         loop = self._driver.loop
         return 1.0 - loop.allocator.available_size() / max(1, loop.config.tokens)
@@ -111,7 +117,17 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     # An embedding model is a target of its own (driver.build_embedding_engine), not a drawn shape: the overlap canaries
     # build from drawn shapes, and a planted chunk bug shows on an embedding server as a hang, not as the leak it plants.
     config = config.replaced(**scheduling_arguments(choose, rows))
-    return config.replaced(**speculation(choose, config))
+    config = config.replaced(**speculation(choose, config))
+    return config.replaced(**sessions(choose, config))
+
+
+def sessions(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
+    """Half of the shapes that can (``UnifiedRadixCache`` over the Python tree core, upstream's pools, no speculation) have
+    ``--enable-session-radix-cache`` on; the session moves open, continue and close sessions there.  Drawn last, so a seed's
+    earlier draws stay what they were."""
+    if config.cache != "unified-python" or config.pools != "upstream" or config.embedding or config.speculative_num_steps:
+        return {}
+    return {"session_radix_cache": choose.randrange(0, 2) == 0}
 
 
 def speculation(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
@@ -260,6 +276,40 @@ def _pause(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.pause, {"flush": choose.randrange(0, 2) == 0}
 
 
+def _open_session(view: EngineView, choose: Chooser) -> Step | None:
+    """A client opens one of three sessions (an open one is refused), on a server with session radix caching."""
+    if not view.config.session_radix_cache:
+        return None
+    return Ops.open_session, {"session": choose.randrange(0, 3)}
+
+
+def _close_session(view: EngineView, choose: Chooser) -> Step | None:
+    """A client closes one of the three sessions, open or not."""
+    if not view.config.session_radix_cache:
+        return None
+    return Ops.close_session, {"session": choose.randrange(0, 3)}
+
+
+def _session_arrive(view: EngineView, choose: Chooser) -> Step | None:
+    """An arrival drawn as :func:`_arrive` draws it, in one of the three sessions: with ``session_params`` (continuing the
+    session's latest finished request), or, one in three, as a radix-native request with a top-level ``session_id``."""
+    if not view.config.session_radix_cache:
+        return None
+    step = _arrive(view, choose)
+    if step is None:
+        return None
+    return Ops.session_arrive, {**step[1], "session": choose.randrange(0, 3), "native": choose.randrange(0, 3) == 0}
+
+
+def _pause_before_chunked_abort(view: EngineView, choose: Chooser) -> Step | None:
+    """A weight-update pause between an abort of the chunked request and the iteration that would carry it out: the pause
+    retracts the request (scheduler.py:5864-5869), so ``process_pending_chunked_abort`` finds it past chunked prefill
+    holding nothing and drops the marker (:3794-3799).  Drawn only in that window, which one ``abort_chunked`` opens."""
+    if not view.pending_chunked_abort:
+        return None
+    return Ops.pause, {"flush": choose.randrange(0, 2) == 0}
+
+
 def engine_table() -> MoveTable[EngineView]:
     """Iterations commonest (each one runs upstream's whole memory path), arrivals next, aborts rare."""
     return viewed_table(
@@ -273,6 +323,10 @@ def engine_table() -> MoveTable[EngineView]:
             Move(Ops.abort, 1, _abort),  # rare: a request aborted is a request that never reaches decode
             Move("abort_chunked", 1, _abort_chunked, corner="abort of a chunked request"),
             Move(Ops.pause, 1, _pause, corner="weight-update pause"),
+            Move("pause_before_chunked_abort", 3, _pause_before_chunked_abort, corner="pause before a chunked abort lands"),
+            Move(Ops.open_session, 1, _open_session, corner="a session opened"),
+            Move(Ops.session_arrive, 3, _session_arrive, corner="a session request"),
+            Move(Ops.close_session, 1, _close_session, corner="a session closed"),
             Move(Ops.prioritized, 3, _prioritized, corner="arrival with a priority"),
             Move(Ops.abort_all, 1, _abort_all, corner="abort of all requests"),
             Move(Ops.refused, 1, _refused, corner="a request option refused"),

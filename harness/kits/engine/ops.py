@@ -8,8 +8,9 @@ from poolfuzz.harness.judge.ops import Operations, op
 class EngineOps(Operations):
     """``engine``: what users and the model choose: arrivals (one or a crowd, with a priority or without, or with an
     option the scheduler refuses), which live
-    requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, and time passing
-    for a waiting request (the waiting timeout); the scheduler decides every memory call."""
+    requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, time passing
+    for a waiting request (the waiting timeout), and sessions opened, continued and closed; the scheduler decides every
+    memory call."""
 
     arrive = op("stem", "length", "tail", "max_new")
     prioritized = op("stem", "length", "tail", "max_new", "priority")
@@ -22,3 +23,6 @@ class EngineOps(Operations):
     abort_all = op()
     expire = op("pick")
     pause = op("flush")
+    open_session = op("session")
+    close_session = op("session")
+    session_arrive = op("stem", "length", "tail", "max_new", "session", "native")

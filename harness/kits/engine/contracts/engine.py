@@ -127,6 +127,13 @@ EXPIRED = _at(3608, "entry_time = req.time_stats.wait_queue_entry_time", note="a
 RAN_TOO_LONG = _at(3638, "if 0 < req.time_stats.forward_entry_time < deadline:", note="a running request past SGLANG_REQ_RUNNING_TIMEOUT")
 TIMED_OUT_RUNNING = _at(5808, "req.to_finish = FINISH_ABORT(", note="abort_request with the timeout's abort_message (503)")
 
+SESSION_OPEN = _at(6142, "self.tree_cache.open_radix_session(recv_req.session_id)", note="open_session on a session radix cache")
+SESSION_CLOSE = _at(6153, "self.tree_cache.release_radix_session(recv_req.session_id)", note="close_session on a session radix cache")
+SESSION_NATIVE = _at(3036, "req.session_generation = self.tree_cache.ensure_session_generation(", note="a top-level session_id")
+SESSION_REQ = _at(3082, "req.session_generation = self.tree_cache.ensure_session_generation(", note="session_params of an open session")
+SESSION_CREATE = Cite(
+    "srt/session/session_controller.py", 205, "def create_req(", note="the request built on the session's finished request"
+)
 PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
 RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
@@ -280,6 +287,25 @@ CONTRACT: Contract[object] = Contract(
             "running, last-extend and chunked request back to the queue; flush_cache resets the tree and the pools "
             "if nothing holds memory; continue_generation resumes (the upstream loops only; the re-enacted one skips it)",
             (PAUSE_RETRACT, FLUSH, RESUME),
+        ),
+        CallRule(
+            Ops.open_session,
+            (),
+            "open_session: the session controller opens the session and, on a session radix cache, the tree its generation",
+            (SESSION_OPEN,),
+        ),
+        CallRule(
+            Ops.session_arrive,
+            ARRIVAL_CALLS,
+            "arrive in a session: session_params of an open session (Session.create_req prepends its finished request's "
+            "prompt and output) or a top-level session_id; each gets the session's generation on a session radix cache",
+            (GENERATE, SESSION_CREATE, SESSION_REQ, SESSION_NATIVE, QUEUE),
+        ),
+        CallRule(
+            Ops.close_session,
+            (),
+            "close_session: the tree releases the session's tagged leaves (release_radix_session), the controller closes it",
+            (SESSION_CLOSE,),
         ),
     ),
     not_called=(NotCalled(Ops.construct, "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
