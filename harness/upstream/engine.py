@@ -56,11 +56,17 @@ class EngineLoop:
     """The scheduler's memory state and one iteration of its loop (see the module docstring)."""
 
     rid_format = "r{}"  # a request's id from its arrival number
+    drives_hicache = False
+    """Whether the loop polls HiCache's transfers (``check_hicache_events``, scheduler.py:3882-3889): upstream's loops do;
+    this re-enacted one, written before HiCache was driven, does not, so a HiCache shape runs here without the host tier
+    (a canary built on this loop from a drawn HiCache shape), where it would hold its write-through locks for ever."""
 
     @engine_call
     def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None) -> None:
         if config.pools not in POOLS:
             raise ValueError(f"one loop runs over {POOLS} pools, not {config.pools!r} (the driver runs both as two loops)")
+        if config.hicache is not None and not self.drives_hicache:
+            config = config.replaced(hicache=None)
         self.config = config
         self.m = modules or load_engine()
         self.rids = itertools.count()

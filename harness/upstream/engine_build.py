@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+from poolfuzz.harness.upstream.engine_hicache import init_hicache, kv_pool
 from poolfuzz.harness.upstream.sglang_modules import EngineModules
 
 __all__ = ["ModelConfigStandIn", "NoSpeculation", "build_pools", "tree_cache"]
@@ -73,10 +74,13 @@ def build_pools(m: EngineModules, config: EngineTargetConfig) -> tuple[Any, Any]
             need_sort=False,
             req_to_token_pool=rows,
         )
-    elif config.page_size == 1:
-        allocator = upstream_allocator(config.tokens, torch.float16, "cpu", None, False)
     else:
-        allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", None, False)
+        # HiCache's host pool mirrors the device KV pool's buffers, so a HiCache shape gets a real one (engine_hicache.kv_pool)
+        kvcache = kv_pool(m, config.tokens, config.page_size) if config.hicache else None
+        if config.page_size == 1:
+            allocator = upstream_allocator(config.tokens, torch.float16, "cpu", kvcache, False)
+        else:
+            allocator = upstream_allocator(config.tokens, config.page_size, torch.float16, "cpu", kvcache, False)
     return rows, allocator
 
 
@@ -94,7 +98,10 @@ def tree_cache(m: EngineModules, config: EngineTargetConfig, rows: Any, allocato
     )
     if config.cache == "radix":
         return m.radix_cache.RadixCache(params)
-    return m.unified_radix_cache.UnifiedRadixCache(params)
+    cache = m.unified_radix_cache.UnifiedRadixCache(params)
+    if config.hicache:
+        init_hicache(cache, params, config.hicache)  # registry.py:196-200, --enable-hierarchical-cache
+    return cache
 
 
 def _core_params(m: EngineModules, config: EngineTargetConfig) -> dict[str, Any]:

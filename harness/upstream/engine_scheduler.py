@@ -99,6 +99,7 @@ class _OnScheduler:
 class SchedulerLoop(EngineLoop):
     """One server whose iterations are upstream's ``Scheduler`` methods (``overlap`` picks the loop)."""
 
+    drives_hicache = True  # get_next_batch_to_run polls the transfers first (_process_hicache_events, scheduler.py:3898)
     rid_format = "r{}-"
     """``abort_request`` matches by prefix (``req.rid.startswith(recv_req.rid)``, scheduler.py:5690): ``r1-`` is no
     prefix of ``r10-``."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from poolfuzz.harness.upstream import sglang_fakes, sglang_stand_ins
+from poolfuzz.harness.upstream import engine_hicache, sglang_fakes, sglang_stand_ins
 from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of
 from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version
 
@@ -86,11 +86,18 @@ REAL_PREFIXES: tuple[str, ...] = (
     # (:1340; process_input_requests :2262); each imports only io_struct (stand-ins), schedule_batch and logging helpers.
     "sglang.srt.session.session_controller",
     "sglang.srt.managers.scheduler_components.flush_wrapper",
+    # HiCache's device-host tier (EngineTargetConfig.hicache): the controller that submits and acknowledges the transfers
+    # (managers/cache_controller.py, built by build_kv_only_stack, hybrid_cache/hybrid_pool_assembler.py:547), and the KV
+    # pool's unquantized cache method (MHATokenToKVPool's default, memory_pool.py:2290) with the one constant it imports.
+    "sglang.srt.managers.cache_controller",
+    "sglang.srt.layers.quantization.fp4_kv_cache_quant_method",
+    "sglang.srt.layers.quantization.kvfp4_tensor",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 
 NOT_LOADED: tuple[str, ...] = (
-    "sglang.srt.mem_cache.host_memory",  # host-memory sizing for HiCache (psutil); never reached without HiCache
+    # host-memory sizing for HiCache (psutil): a stand-in answers it (sglang_stand_ins.available_host_memory_bytes)
+    "sglang.srt.mem_cache.host_memory",
 )
 """Modules under :data:`REAL_PREFIXES` answered by placeholders: third-party imports the path never uses."""
 
@@ -106,6 +113,8 @@ SGLANG = Distribution(
     after_exec={
         "sglang.srt.utils.invariants": sglang_fakes.SIGNALS.instrument,
         "sglang.srt.mem_cache.radix_cache": sglang_fakes.CLOCK.install,
+        # HiCache's direct copy op, which the file imports on CUDA/HIP/XPU only (pool_host/mha.py:60-89)
+        "sglang.srt.mem_cache.pool_host.mha": engine_hicache.install_transfer_ops,
     },
 )
 

@@ -42,6 +42,21 @@ class ConfigBag(Attributes):
         )
 
 
+HICACHE_LEAVES: dict[str, Any] = {
+    "hicache_host_memory_mode": "cache",  # init_hicache :457 (the default: host memory is a tier)
+    "hicache_storage_backend": None,  # :479 (no L3)
+    "hicache_storage_backend_extra_config": None,  # get_allocator_type, pool_host/common.py:127
+    "hicache_storage_prefetch_policy": "timeout",  # cache_controller.py (the default; no storage, never used)
+    "hicache_write_policy": "write_through",  # build_kv_only_stack :556; init_hicache :560 (per shape, engine_hicache.published)
+    "hicache_io_backend": "direct",  # :557 (--hicache-io-backend direct: the torch-copy op)
+    "hicache_mem_layout": "layer_first",  # build_kv_host_pool :228 (--hicache-mem-layout layer_first)
+    "hicache_ratio": 2.0,  # :226 (the host pool twice the device pool, the resolved default)
+    "hicache_size": 0,  # :227 (sized by the ratio)
+}
+"""The ``memory`` namespace leaves HiCache's build reads, at the values a server started as the module docstring says
+publishes (arg_groups/fields/memory.py:98-200)."""
+
+
 class RuntimeConfig:
     """The published configuration of one engine target run (``runtime_context`` stand-in).
 
@@ -78,7 +93,10 @@ class RuntimeConfig:
         bag = ConfigBag
         self.bags = {
             "spec": bag("spec", speculative_algorithm=None),
-            "serving": bag("serving", strip_thinking_cache=False, weight_version="default", allow_auto_truncate=False),
+            # served_model_name: HiCache's storage key prefix (hybrid_pool_assembler.py:2549; no storage here)
+            "serving": bag(
+                "serving", strip_thinking_cache=False, weight_version="default", allow_auto_truncate=False, served_model_name="poolfuzz"
+            ),
             "disagg": bag(
                 "disagg",
                 disaggregation_mode="null",
@@ -133,7 +151,8 @@ class RuntimeConfig:
             "model": bag("model", context_length=context_length),
             "device": bag("device", mlx_enable_sampling=False),
             "mm": bag("mm", mm_feature_transport="cpu"),
-            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru", enable_flexkv=False),
+            # the HiCache leaves (HICACHE_LEAVES) are read only by a HiCache shape
+            "memory": bag("memory", enable_hisparse=False, radix_eviction_policy="lru", enable_flexkv=False, **HICACHE_LEAVES),
             # kv_events_config: no KV events (init_kv_events_publisher, scheduler.py:2560)
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None, kv_events_config=None),
         }

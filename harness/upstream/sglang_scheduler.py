@@ -244,7 +244,9 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "dllm_config": None,  # :3901, :3980
         "enable_hisparse": False,  # :3924, :5283
         "hisparse_coordinator": None,  # :4347
-        "enable_hierarchical_cache": False,  # :3861, :4350
+        # HiCache's device-host tier (engine_hicache): check_hicache_events every iteration (:3882-3889), the host load
+        # before prepare_for_extend (:4350-4353), the in-flight transfers in is_fully_idle (:5390-5395)
+        "enable_hierarchical_cache": config.hicache is not None,
         "enable_hicache_storage": False,  # :3864, :4237
         "enable_unified_cache_external_linker": False,  # :3863
         "enable_lmcache": False,  # :3865

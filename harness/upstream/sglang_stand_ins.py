@@ -153,6 +153,19 @@ def log_info_on_rank0(logger: logging.Logger, msg: str) -> None:
     return None
 
 
+def available_host_memory_bytes(allow_cgroup_fallback: bool = True) -> int:
+    """``mem_cache/host_memory.available_host_memory_bytes`` (psutil's available memory, host_memory.py), which HiCache's
+    host pool asks before it allocates (``host_memory_budget_bytes``, pool_host/base.py:105): from ``os.sysconf``."""
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def get_device_module() -> Any:
+    """``utils/common.py:646-648``: ``torch.<device type>`` for the current platform, ``torch.cpu`` on a CPU box.  Its
+    ``Stream``, ``Event`` (``query()`` always true) and ``stream`` context serve HiCache's controller
+    (managers/cache_controller.py:58-76) and the L2 transfer (mem_cache/l2_transfer.py)."""
+    return torch.cpu
+
+
 _UTILS = dict(
     _PLATFORM_FLAGS,
     ceil_align=ceil_align,
@@ -171,6 +184,7 @@ _UTILS = dict(
     raise_error_or_warn=raise_error_or_warn,
     human_readable_int=lambda n: f"{n:,}",
     log_info_on_rank0=log_info_on_rank0,
+    get_device_module=get_device_module,
 )
 
 
@@ -295,6 +309,7 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
             **TIMING,
         },
         **SCHEDULER_STAND_INS,
+        "sglang.srt.mem_cache.host_memory": {"available_host_memory_bytes": available_host_memory_bytes},
     }
     return {name: functools.partial(_module_with, attrs) for name, attrs in table.items()}
 

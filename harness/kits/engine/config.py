@@ -145,6 +145,14 @@ class EngineTargetConfig(PoolConfig):
     the legacy cache has no session tracker (registry.py:252-258).  Upstream's loops over upstream's pools, a generation
     model."""
 
+    hicache: str | None = setting(None)
+    """HiCache's device-host tier, ``--enable-hierarchical-cache`` with this ``--hicache-write-policy`` (``write_through`` or
+    ``write_back``; ``None``: off), ``--hicache-io-backend direct`` and ``--hicache-mem-layout layer_first``: the tree backs
+    nodes up to a host pool twice the device pool's size, evicts them to it and loads them back on a hit
+    (:mod:`poolfuzz.harness.upstream.engine_hicache`).  Full attention on ``UnifiedRadixCache`` (the plain-KV strategy,
+    hybrid_pool_assembler.py:2296-2317), over upstream's pools and loops; not with speculative decoding or an embedding
+    model here."""
+
     @property
     def hybrid_swa(self) -> bool:
         return self.sliding_window is not None
@@ -208,6 +216,22 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
             )
     if config.speculative_num_steps:
         problems += _speculation_problems(config)
+    if config.hicache is not None and (
+        config.hicache not in ("write_through", "write_back")
+        or config.cache == "radix"
+        or config.hybrid_swa
+        or config.hybrid_ssm
+        or config.loop == "reenacted"
+        or config.pools != "upstream"
+        or config.speculative_num_steps
+        or config.embedding
+    ):
+        # HiCache attaches to UnifiedRadixCache only (registry.py:196); the SWA and Mamba host strategies and the
+        # speculative and embedding combinations are not driven here; the re-enacted loop and poolfuzz's side have no host tier.
+        problems.append(
+            "HiCache (write_through or write_back) runs on a full-attention UnifiedRadixCache over upstream's loops and pools, "
+            "without speculation, for a generation model"
+        )
     if config.session_radix_cache and (
         config.cache != "unified-python" or config.loop == "reenacted" or config.pools != "upstream" or config.embedding
     ):

@@ -118,7 +118,25 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     # build from drawn shapes, and a planted chunk bug shows on an embedding server as a hang, not as the leak it plants.
     config = config.replaced(**scheduling_arguments(choose, rows))
     config = config.replaced(**speculation(choose, config))
-    return config.replaced(**sessions(choose, config))
+    config = config.replaced(**sessions(choose, config))
+    return config.replaced(**hierarchical_cache(choose, config))
+
+
+def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
+    """Half of the shapes that can (full attention on ``UnifiedRadixCache`` over upstream's pools, no speculation) run
+    HiCache's device-host tier, write-through or write-back (:mod:`poolfuzz.harness.upstream.engine_hicache`).  Drawn last,
+    so a seed's earlier draws stay what they were."""
+    if (
+        config.cache == "radix"
+        or config.hybrid_swa
+        or config.hybrid_ssm
+        or config.pools != "upstream"
+        or config.speculative_num_steps
+        or config.embedding
+        or choose.randrange(0, 2)
+    ):
+        return {}
+    return {"hicache": choose.choice(("write_through", "write_back"))}
 
 
 def sessions(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
@@ -169,6 +187,7 @@ def engine_corners(config: EngineTargetConfig) -> list[str]:
         model,
         f"pools {config.pools}",
         f"speculative decoding (K={config.speculative_num_steps})" if config.speculative_num_steps else "no speculation",
+        *([f"HiCache {config.hicache}"] if config.hicache else []),
     ]
 
 

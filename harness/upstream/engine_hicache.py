@@ -1,0 +1,124 @@
+"""HiCache's device-host tier on a CPU box: what ``--enable-hierarchical-cache`` builds, from the wheel.
+
+A server started with ``--enable-hierarchical-cache --hicache-io-backend direct --hicache-mem-layout layer_first`` builds
+its tree through ``create_tree_cache`` (registry.py:196-200): ``UnifiedRadixCache.init_hicache``
+(unified_radix_cache.py:455) -> ``attach_hybrid_pool_to_unified_cache`` (hybrid_cache/hybrid_pool_assembler.py:2525) ->
+``_PlainKvStrategy`` (:2296) -> ``build_kv_only_stack`` (:524): an ``MHATokenToKVPoolHost`` (pool_host/mha.py:135) over the
+device KV pool's buffers, and a ``HybridCacheController`` (a ``HiCacheController``, managers/cache_controller.py) that
+submits write-backs and load-backs and acknowledges them in ``check_hicache_events`` (scheduler.py:3889).  Everything
+runs from the installed files but three things a CPU torch lacks, each the smallest stand-in for it:
+
+* **pinned host memory.**  ``build_kv_host_pool`` (hybrid_pool_assembler.py:224) builds the host pool with the
+  constructor's default ``pin_memory=True`` (pool_host/mha.py:143), and registering the buffer calls
+  ``torch.cuda.cudart()`` (pool_host/common.py:147), which raises on a CPU torch.  The pool is built unpinned
+  (:class:`_Unpinned`, for the length of ``init_hicache`` only); pinning page-locks the buffer for DMA and changes no
+  slot's owner;
+* **the direct copy op.**  pool_host/mha.py imports ``transfer_kv_direct`` from sgl_kernel only on CUDA, HIP or XPU
+  (:60-89), so on a CPU it is an undefined name (:513, :677).  :func:`transfer_kv_direct` is what the op computes: each
+  destination layer's rows at ``dst_indices`` take the source layer's rows at ``src_indices``;
+* **the host memory probe.**  ``host_memory_budget_bytes`` (pool_host/base.py:105) asks ``mem_cache/host_memory.py``,
+  which imports psutil; its stand-in (``sglang_stand_ins.available_host_memory_bytes``) answers from ``os.sysconf``.
+
+The KV pool under the allocator is upstream's ``MHATokenToKVPool`` (memory_pool.py:2260), one layer of one head of
+:data:`HEAD_DIM` float16 values per slot: the host tier copies real data, so a load-back restores what was evicted.
+On a CPU box a copy completes when submitted and ``torch.cpu.Event.query()`` is always true, so every transfer is
+acknowledged at the next ``check_hicache_events``: the ordering the fuzzer controls is when the scheduler next looks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from poolfuzz.harness.upstream.overrides import overridden
+from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
+
+HEAD_DIM = 4
+"""Values per slot per layer in the device KV pool (one layer, one head)."""
+
+WRITE_POLICIES = ("write_through", "write_back")
+"""``--hicache-write-policy`` (arg_groups/fields/memory.py:121-130): ``write_through`` backs a node up once it is hit
+(threshold 1), ``write_back`` only when it is evicted (unified_radix_cache.py:559-561)."""
+
+
+def transfer_kv_direct(
+    src_layers: list[torch.Tensor], dst_layers: list[torch.Tensor], src_indices: torch.Tensor, dst_indices: torch.Tensor, page_size: int
+) -> None:
+    """``sgl_kernel.kvcacheio.transfer_kv_direct`` as torch copies: for each (source, destination) layer, the rows at
+    ``dst_indices`` become the rows at ``src_indices``.  The kernel groups the indices into contiguous page runs of
+    ``page_size`` to copy them in blocks; the rows written are the same."""
+    src = src_indices.to(torch.int64)
+    dst = dst_indices.to(torch.int64)
+    for source, destination in zip(src_layers, dst_layers, strict=True):
+        destination[dst] = source[src]
+
+
+def install_transfer_ops(module: Any) -> None:
+    """``after_exec`` hook for ``pool_host/mha.py``: binds :func:`transfer_kv_direct` where the file left it undefined
+    (it imports it only on CUDA, HIP or XPU, :60-89)."""
+    if "transfer_kv_direct" not in vars(module):
+        module.transfer_kv_direct = transfer_kv_direct
+
+
+class ServerArgs:
+    """The server arguments ``init_hicache`` reads past the published namespaces: no file storage path (:494)."""
+
+    file_storage_path = None
+
+
+def kv_pool(m: Any, tokens: int, page_size: int) -> Any:
+    """The device KV pool HiCache's host pool mirrors: upstream's ``MHATokenToKVPool`` (memory_pool.py:2260) with one
+    layer of one head of :data:`HEAD_DIM` float16 values per slot, plus the padded slot 0."""
+    return m.memory_pool.MHATokenToKVPool(
+        tokens,
+        page_size=page_size,
+        dtype=torch.float16,
+        head_num=1,
+        head_dim=HEAD_DIM,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+    )
+
+
+@contextlib.contextmanager
+def published(write_policy: str) -> Iterator[None]:
+    """The shape's write policy in the ``memory`` namespace for the length of the block."""
+    with overridden(RUNTIME.bags["memory"].__dict__, {"hicache_write_policy": write_policy}):
+        yield
+
+
+def init_hicache(cache: Any, params: Any, write_policy: str) -> None:
+    """``cache.init_hicache(server_args, params)`` as ``create_tree_cache`` calls it (registry.py:196-200), with the host
+    pool built unpinned (see the module docstring)."""
+    assembler = importlib.import_module("sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler")  # inside the copy's window
+    host_inputs = assembler._mha_host_inputs
+
+    def unpinned_inputs(*args: Any) -> tuple[Any, Any, Any]:
+        host_class, buffers, keywords = host_inputs(*args)
+        return _unpinned(host_class), buffers, keywords
+
+    with published(write_policy), overridden(assembler.__dict__, {"_mha_host_inputs": unpinned_inputs}):
+        cache.init_hicache(ServerArgs(), params)
+
+
+_UNPINNED: dict[type, type] = {}
+
+
+def _unpinned(host_class: type) -> type:
+    """``host_class`` built with ``pin_memory=False``: pool_host/common.py:147 (``torch.cuda.cudart()``) raises on a CPU torch."""
+    if host_class not in _UNPINNED:
+
+        class Unpinned(host_class):  # type: ignore[misc,valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs["pin_memory"] = False
+                super().__init__(*args, **kwargs)
+
+        Unpinned.__name__ = Unpinned.__qualname__ = host_class.__name__
+        Unpinned.__module__ = host_class.__module__
+        _UNPINNED[host_class] = Unpinned
+    return _UNPINNED[host_class]
