@@ -68,3 +68,34 @@ def test_a_hicache_shape_runs_without_the_host_tier_on_the_reenacted_loop_and_is
     for refused in ({"cache": "radix"}, {"pools": "poolfuzz"}, {"speculative_num_steps": 2}, {"hicache": "write_around"}):
         with pytest.raises(EngineShapeError):
             EngineTargetConfig(**{**shape, **refused})
+
+
+def test_a_copy_to_host_in_flight_keeps_its_pages_in_the_tree_and_its_ack_lands_when_the_fuzzer_said() -> None:
+    """With copies taking 4 iterations, a finished request's write-through copy is in flight (its device pages reported as
+    read, the tree's lock held, ``ongoing_write_through``) for four iteration boundaries; a request that needs those pages
+    waits through idle iterations that are not a hang, and is admitted once ``check_hicache_events`` takes the ack."""
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_engine
+    from poolfuzz.harness.kits.engine.observe import TREE, in_flight
+
+    driver = EngineDriver(
+        build_engine, EngineTargetConfig(cache="unified-rust", page_size=4, rows=2, tokens=24, context=64, hicache="write_through")
+    )
+    loop, tree = driver.loop, driver.loop.tree_cache
+    driver.step("transfer_delay", iterations=4)
+    driver.step("arrive", stem=2, length=14, tail=0, max_new=2)
+    driver.step("run", iterations=6)
+    driver.step("crowd", count=2, max_new=8)
+    driver.step("run", iterations=16)
+    driver.step("arrive", stem=2, length=14, tail=3, max_new=2)
+    waiting = loop.waiting_queue[-1]
+    kinds = []
+    for _ in range(10):
+        if loop.hicache_in_flight():
+            flights = [f for f in in_flight(loop) if f.batch.startswith("HiCache")]
+            assert flights and all(read.reader == TREE and read.ids for f in flights for read in f.reads)
+            assert tree.ongoing_write_through and tree.protected_size() > 0
+        kinds.append(driver.step("iterate", eos=[]))
+    assert kinds.count("idle") >= 3 and "prefill" in kinds, kinds
+    assert waiting.host_hit_length >= 12
+    driver.teardown()

@@ -46,7 +46,7 @@ def _overlap_canaries() -> dict[str, Any]:
     return CANARIES
 
 
-WALKED = {"engine-overlap-middle-chunks-never-decremented": 9}
+WALKED = {"engine-overlap-middle-chunks-never-decremented": 26}
 """Canaries the scripted stream does not reach, and the seed of a 60-move walk of the engine table that does (the
 leaked row shows after an abort and a pause around a chunked prompt)."""
 

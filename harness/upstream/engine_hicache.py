@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +46,86 @@ WRITE_POLICIES = ("write_through", "write_back")
 (threshold 1), ``write_back`` only when it is evicted (unified_radix_cache.py:559-561)."""
 
 
+class TransferClock:
+    """When one HiCache tree's device-to-host copies complete, in scheduler iterations: the fuzzer's knob.
+
+    On a GPU a write-back (``submit_device_to_host``, l2_transfer.py:134-145) runs on its own stream, and the scheduler
+    acknowledges it at the first ``check_hicache_events`` that finds its finish event done (``_count_ready_acks``,
+    unified_radix_cache.py:3404-3410, in submission order); until then the tree keeps the node's device pages and its
+    write-through lock (``ongoing_write_through``).  A CPU copy is done at submit, so by itself every ack lands at once.
+    A copy submitted while :attr:`delay` is ``d`` completes after ``d`` iteration boundaries (:meth:`tick`), or when
+    upstream synchronizes on it (``writing_check(write_back=True)``, :3480-3492).  Host-to-device loads are not delayed:
+    the forward that reads them waits for them (``LayerLoadingEvent.wait``, cache_controller.py:75-76)."""
+
+    def __init__(self) -> None:
+        self.delay = 0
+        self.pending: list[TransferEvent] = []
+        self.reading: list[int] = []
+        """Device slots the copy being submitted reads (:func:`transfer_kv_direct` collects them)."""
+
+    def tick(self) -> bool:
+        """An iteration boundary: every pending copy is one iteration older.  Whether any was pending."""
+        was = bool(self.pending)
+        for event in self.pending:
+            event.remaining -= 1
+        self.pending = [event for event in self.pending if event.remaining > 0]
+        return was
+
+    def in_flight(self) -> list[tuple[int, ...]]:
+        """The device slots each copy not yet complete still reads, in submission order."""
+        return [event.reads for event in self.pending if event.remaining > 0]
+
+
+_CLOCKS: weakref.WeakKeyDictionary[Any, TransferClock] = weakref.WeakKeyDictionary()
+"""Each HiCache tree's device-to-host stream -> its clock (registered by :func:`init_hicache`)."""
+
+
+def _clock_now() -> TransferClock | None:
+    return _CLOCKS.get(torch.cpu.current_stream())
+
+
+class TransferEvent(torch.cpu.Event):
+    """``torch.cpu.Event`` (``query()`` always true) for events recorded off a device-to-host stream; one recorded on a
+    clocked device-to-host stream (the copy's finish event, l2_transfer.py:118) completes when its :class:`TransferClock`
+    says."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if kwargs:  # torch.cpu.Event takes no timing flag; l2_transfer.py:19-28 falls back on this TypeError
+            raise TypeError(f"torch.cpu.Event() takes no arguments ({', '.join(kwargs)})")
+        self.remaining = 0
+        self.reads: tuple[int, ...] = ()
+
+    def record(self, stream: Any = None) -> None:
+        clock = _CLOCKS.get(stream) if stream is not None else _clock_now()
+        if clock is None:
+            return
+        # A copy's finish event follows its reads; its start event (l2_transfer.py:116) precedes them and is done at once.
+        self.reads, clock.reading = tuple(clock.reading), []
+        self.remaining = clock.delay if self.reads else 0
+        if self.remaining > 0:
+            clock.pending.append(self)
+
+    def query(self) -> bool:
+        return self.remaining <= 0
+
+    def synchronize(self) -> None:
+        self.remaining = 0
+
+
+class CPUDevice:
+    """``get_device_module()`` on a CPU box (utils/common.py:646-648): ``torch.cpu``, whose ``Event`` is
+    :class:`TransferEvent` so that a clocked device-to-host copy completes when its clock says."""
+
+    __name__ = "torch.cpu"
+    Event = TransferEvent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+
+CPU_DEVICE = CPUDevice()
+
+
 def transfer_kv_direct(
     src_layers: list[torch.Tensor], dst_layers: list[torch.Tensor], src_indices: torch.Tensor, dst_indices: torch.Tensor, page_size: int
 ) -> None:
@@ -53,6 +134,9 @@ def transfer_kv_direct(
     ``page_size`` to copy them in blocks; the rows written are the same."""
     src = src_indices.to(torch.int64)
     dst = dst_indices.to(torch.int64)
+    clock = _clock_now()
+    if clock is not None:  # a device-to-host copy: it reads these device slots until it completes
+        clock.reading += [int(i) for i in src.tolist()]
     for source, destination in zip(src_layers, dst_layers, strict=True):
         destination[dst] = source[src]
 
@@ -104,6 +188,13 @@ def init_hicache(cache: Any, params: Any, write_policy: str) -> None:
 
     with published(write_policy), overridden(assembler.__dict__, {"_mha_host_inputs": unpinned_inputs}):
         cache.init_hicache(ServerArgs(), params)
+    _CLOCKS[cache.cache_controller.l2_transfer_engine.device_to_host_stream] = TransferClock()
+
+
+def clock_of(cache: Any) -> TransferClock | None:
+    """The tree's :class:`TransferClock`, or ``None`` without a host tier."""
+    controller = getattr(cache, "cache_controller", None)
+    return None if controller is None else _CLOCKS.get(controller.l2_transfer_engine.device_to_host_stream)
 
 
 _UNPINNED: dict[type, type] = {}

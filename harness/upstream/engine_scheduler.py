@@ -33,6 +33,7 @@ import torch
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.upstream.engine import EngineLoop, StepFacts
 from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.engine_hicache import clock_of
 from poolfuzz.harness.upstream.engine_spec import (
     default_accepted_drafts,
     load_speculation,
@@ -46,8 +47,10 @@ from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
 from poolfuzz.harness.upstream.sglang_scheduler import ServerModelConfig, build_scheduler, load_scheduler
 from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import (
     AbortReq,
+    ClearHiCacheReqInput,
     CloseSessionReqInput,
     ContinueGenerationReqInput,
+    DetachHiCacheStorageReqInput,
     OpenSessionReqInput,
     PauseGenerationReqInput,
     SessionParams,
@@ -124,6 +127,8 @@ class SchedulerLoop(EngineLoop):
             self.req_to_token_pool, self.tree_cache = spec_rows(self)
         self.scheduler_modules = load_scheduler()
         self.s = build_scheduler(self, self.scheduler_modules, overlap=overlap)
+        self.transfers = clock_of(self.tree_cache)
+        """HiCache shapes: when the tree's device-to-host copies complete (:class:`~poolfuzz.harness.upstream.engine_hicache.TransferClock`)."""
         self.landed: tuple[str, ...] = ()
         """The requests whose results the last iteration processed."""
         self.scheduled: tuple[str, ...] = ()
@@ -202,6 +207,32 @@ class SchedulerLoop(EngineLoop):
         and the controller closes it (session_controller.py:407-461); an unknown id only logs."""
         self.s.close_session(CloseSessionReqInput(session_id=session))
         self.busy_check = None
+
+    def set_transfer_delay(self, iterations: int) -> None:
+        """HiCache shapes: the device-to-host copies submitted from now on complete ``iterations`` iteration boundaries
+        later (:class:`~poolfuzz.harness.upstream.engine_hicache.TransferClock`); until then the scheduler's
+        ``check_hicache_events`` finds their acks not ready and the tree keeps what they read."""
+        if self.transfers is not None:
+            self.transfers.delay = iterations
+
+    def hicache_in_flight(self) -> list[tuple[int, ...]]:
+        """The device KV slots each device-to-host copy not yet complete still reads."""
+        return self.transfers.in_flight() if self.transfers is not None else []
+
+    @engine_call
+    def hicache_admin(self, request: str) -> bool:
+        """An operator's HiCache storage request on a HiCache server: ``detach`` (``detach_hicache_storage_wrapped``,
+        scheduler.py:5479-5518: refused unless the scheduler is fully idle, then the tree drains its storage control queues
+        and releases what pending storage operations hold, storage_attachment.py:190-230, before recording the backend
+        detached) or ``clear`` (``clear_hicache_storage_wrapped``, :5230-5238: the backend, none here, cleared).  Whether
+        the scheduler answered success."""
+        s = self.s
+        if request == "detach":
+            answer = s.detach_hicache_storage_wrapped(DetachHiCacheStorageReqInput())
+        else:
+            answer = s.clear_hicache_storage_wrapped(ClearHiCacheReqInput())
+        self.busy_check = None
+        return bool(answer.success)
 
     @engine_call
     @speculating
@@ -313,6 +344,8 @@ class SchedulerLoop(EngineLoop):
 
     def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
+        # an iteration boundary for HiCache's copies; one still in flight means the server is not stalled
+        transferring = self.transfers.tick() if self.transfers is not None else False
         self._ingest()
         self.tokens = next_tokens
         self.landed = ()
@@ -320,7 +353,7 @@ class SchedulerLoop(EngineLoop):
         batch = self._overlap_iteration() if self.overlap else self._normal_iteration()
         self.busy_check = self._self_check_during_busy()
         kind = "idle" if batch is None else ("prefill" if batch.forward_mode.is_extend() else "decode")
-        advanced = batch is not None or bool(self.landed)
+        advanced = batch is not None or bool(self.landed) or transferring
         if batch is None and self.landed:
             kind = "land"
         self._record(advanced=advanced)
@@ -428,7 +461,7 @@ class SchedulerLoop(EngineLoop):
         return [batch for batch, _ in self.s.result_queue] if self.overlap else []
 
     def is_idle(self) -> bool:
-        return super().is_idle() and not self.in_flight()
+        return super().is_idle() and not self.in_flight() and not self.hicache_in_flight()
 
     @property
     def facts(self) -> StepFacts:

@@ -157,6 +157,16 @@ class RuntimeConfig:
             "observability": bag("observability", enable_metrics=False, extra_metric_labels=None, kv_events_config=None),
         }
 
+    def override(self, source: str, **fields: Any) -> None:
+        """``RuntimeContext.override`` (runtime_context.py:1103-1140): resolved leaves updated in place, each in the namespace
+        that publishes it (the HiCache admin handlers record an attached or detached backend, scheduler.py:5465, :5506).
+        A leaf no namespace publishes refuses, as upstream's ``unknown config field`` does."""
+        for name, value in fields.items():
+            bag = next((bag for bag in self.bags.values() if name in bag.__dict__), None)
+            if bag is None:
+                raise StandInReached(f"{source} overrode {name}, which the engine target does not publish")
+            bag.__dict__[name] = value
+
     def is_config_namespace_published(self, namespace: str) -> bool:
         """``RuntimeContext.is_config_namespace_published`` (schedule_policy.py:596 asks it)."""
         return namespace in self.bags

@@ -232,6 +232,32 @@ class FlushCacheReqOutput:
     message: str = ""
 
 
+@dataclass
+class DetachHiCacheStorageReqInput:
+    """``io_struct.DetachHiCacheStorageReqInput``: the admin request ``detach_hicache_storage_wrapped`` answers
+    (scheduler.py:5479-5518); it carries nothing the handler reads."""
+
+
+@dataclass
+class DetachHiCacheStorageReqOutput:
+    """``io_struct.DetachHiCacheStorageReqOutput`` (scheduler.py:5483-5518)."""
+
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class ClearHiCacheReqInput:
+    """``io_struct.ClearHiCacheReqInput``: the admin request ``clear_hicache_storage_wrapped`` answers (scheduler.py:5230)."""
+
+
+@dataclass
+class ClearHiCacheReqOutput:
+    """``io_struct.ClearHiCacheReqOutput`` (scheduler.py:5238)."""
+
+    success: bool
+
+
 def _never_sent(name: str, line: str) -> type:
     """An io_struct request kind the engine target never sends: a distinct class, because ``_tokenized_requests`` asks
     ``isinstance`` of every input against it (scheduler.py:2292-2302); nothing builds one."""
@@ -391,6 +417,10 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
         "CloseSessionReqInput": CloseSessionReqInput,
         "FlushCacheReqInput": FlushCacheReqInput,
         "FlushCacheReqOutput": FlushCacheReqOutput,
+        "DetachHiCacheStorageReqInput": DetachHiCacheStorageReqInput,
+        "DetachHiCacheStorageReqOutput": DetachHiCacheStorageReqOutput,
+        "ClearHiCacheReqInput": ClearHiCacheReqInput,
+        "ClearHiCacheReqOutput": ClearHiCacheReqOutput,
     },
     "sglang.srt.managers.scheduler_components.output_streamer": {"SchedulerOutputStreamer": SchedulerOutputStreamer},
     "sglang.srt.managers.scheduler_components.load_inquirer": {"SchedulerLoadInquirer": SchedulerLoadInquirer},

@@ -161,9 +161,12 @@ def available_host_memory_bytes(allow_cgroup_fallback: bool = True) -> int:
 
 def get_device_module() -> Any:
     """``utils/common.py:646-648``: ``torch.<device type>`` for the current platform, ``torch.cpu`` on a CPU box.  Its
-    ``Stream``, ``Event`` (``query()`` always true) and ``stream`` context serve HiCache's controller
-    (managers/cache_controller.py:58-76) and the L2 transfer (mem_cache/l2_transfer.py)."""
-    return torch.cpu
+    ``Stream``, ``Event`` and ``stream`` context serve HiCache's controller (managers/cache_controller.py:58-76) and the
+    L2 transfer (mem_cache/l2_transfer.py); its events are ``torch.cpu``'s but for a clocked device-to-host copy's
+    (:class:`poolfuzz.harness.upstream.engine_hicache.CPUDevice`)."""
+    from poolfuzz.harness.upstream.engine_hicache import CPU_DEVICE
+
+    return CPU_DEVICE
 
 
 _UTILS = dict(

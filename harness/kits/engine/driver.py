@@ -116,6 +116,31 @@ class EngineDriver(EngineTargetDriver):
         self._arrive(stem, length, tail, max_new, None, session=("native:" if native else "") + f"s{session}")
         return None
 
+    @operation
+    def transfer_delay(self, iterations: int) -> Any:
+        """On a HiCache server, the device-to-host copies submitted from now on complete ``iterations`` iterations later
+        (the acks the scheduler's ``check_hicache_events`` takes, in order); skipped elsewhere."""
+        if not self._hicache():
+            return SKIPPED
+        self.loop.set_transfer_delay(iterations)
+        self.event(f"HiCache copies to host take {min(iterations, 2)}{'+' if iterations > 2 else ''} iterations")
+        return None
+
+    @operation
+    def hicache_admin(self, request: int) -> Any:
+        """On a HiCache server, an operator's storage request: detach the storage backend (refused unless fully idle) or
+        clear it; skipped elsewhere."""
+        if not self._hicache():
+            return SKIPPED
+        kind = ("detach", "clear")[request % 2]
+        done = self.loop.hicache_admin(kind)
+        self.event(f"HiCache storage {kind}" + ("" if done else " refused"))
+        return None
+
+    def _hicache(self) -> bool:
+        """A HiCache server on upstream's loops (a canary's re-enacted loop builds none)."""
+        return all(getattr(t.loop, "transfers", None) is not None for t in self.targets)
+
     def _sessions(self) -> bool:
         """Sessions are driven on a server with session radix caching whose loops are upstream's scheduler (a canary's
         re-enacted loop built from such a shape has no session handlers)."""

@@ -123,20 +123,21 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
 
 
 def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
-    """Half of the shapes that can (full attention on ``UnifiedRadixCache`` over upstream's pools, no speculation) run
-    HiCache's device-host tier, write-through or write-back (:mod:`poolfuzz.harness.upstream.engine_hicache`).  Drawn last,
-    so a seed's earlier draws stay what they were."""
+    """Half of the full-attention ``UnifiedRadixCache`` shapes without speculation or sessions run HiCache's device-host
+    tier, write-through or write-back (:mod:`poolfuzz.harness.upstream.engine_hicache`), over upstream's pools (a drawn
+    ``both`` becomes ``upstream``: poolfuzz's side has no host tier).  Drawn last, so a seed's earlier draws stay what
+    they were."""
     if (
         config.cache == "radix"
         or config.hybrid_swa
         or config.hybrid_ssm
-        or config.pools != "upstream"
         or config.speculative_num_steps
         or config.embedding
+        or config.session_radix_cache
         or choose.randrange(0, 2)
     ):
         return {}
-    return {"hicache": choose.choice(("write_through", "write_back"))}
+    return {"hicache": choose.choice(("write_through", "write_back")), "pools": "upstream"}
 
 
 def sessions(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
@@ -199,7 +200,13 @@ def _arrive(view: EngineView, choose: Chooser) -> Step | None:
 
 def _iterate(view: EngineView, choose: Chooser) -> Step | None:
     """An iteration, with EOS for some live requests; on an EAGLE server, half of them with the verify's accept lengths
-    chosen too (:func:`_speculate`).  One move, so a shape without speculation draws exactly what it drew before."""
+    chosen too (:func:`_speculate`).  In its place, half the time right after an abort of the chunked request, a pause
+    (:func:`_pause_before_chunked_abort`), and one time in six on a HiCache server, a HiCache step (:func:`_hicache_step`).
+    One move, so a shape without these draws exactly what it drew before."""
+    if view.pending_chunked_abort and choose.randrange(0, 2) == 0:
+        return _pause_before_chunked_abort(view, choose)
+    if view.config.hicache and choose.randrange(0, 6) == 0:
+        return _hicache_step(view, choose)
     if view.config.speculative_num_steps and choose.randrange(0, 2) == 0:
         return _speculate(view, choose)
     live = view.running + view.waiting
@@ -295,6 +302,20 @@ def _pause(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.pause, {"flush": choose.randrange(0, 2) == 0}
 
 
+def _arrive_or_session(view: EngineView, choose: Chooser) -> Step | None:
+    """An arrival (:func:`_arrive`); on a server with session radix caching, half the time a session step instead: a
+    session opened (one in five), a session request (three in five) or a session closed.  One move, so a shape without
+    sessions draws exactly what it drew before."""
+    if not view.config.session_radix_cache or choose.randrange(0, 2):
+        return _arrive(view, choose)
+    pick = choose.randrange(0, 5)
+    if pick == 0:
+        return _open_session(view, choose)
+    if pick == 4:
+        return _close_session(view, choose)
+    return _session_arrive(view, choose)
+
+
 def _open_session(view: EngineView, choose: Chooser) -> Step | None:
     """A client opens one of three sessions (an open one is refused), on a server with session radix caching."""
     if not view.config.session_radix_cache:
@@ -320,6 +341,16 @@ def _session_arrive(view: EngineView, choose: Chooser) -> Step | None:
     return Ops.session_arrive, {**step[1], "session": choose.randrange(0, 3), "native": choose.randrange(0, 3) == 0}
 
 
+def _hicache_step(view: EngineView, choose: Chooser) -> Step | None:
+    """On a HiCache server: how many iterations the copies to host submitted next take (0: done at once, a CPU's), or,
+    one time in four, an operator's storage request (detach or clear the backend)."""
+    if not view.config.hicache:
+        return None
+    if choose.randrange(0, 4) == 0:
+        return Ops.hicache_admin, {"request": choose.randrange(0, 2)}
+    return Ops.transfer_delay, {"iterations": choose.choice((0, 1, 2, 4))}
+
+
 def _pause_before_chunked_abort(view: EngineView, choose: Chooser) -> Step | None:
     """A weight-update pause between an abort of the chunked request and the iteration that would carry it out: the pause
     retracts the request (scheduler.py:5864-5869), so ``process_pending_chunked_abort`` finds it past chunked prefill
@@ -336,16 +367,12 @@ def engine_table() -> MoveTable[EngineView]:
         engine_config,
         (
             Move(Ops.iterate, 6, _iterate),
-            Move(Ops.arrive, 4, _arrive),
+            Move(Ops.arrive, 4, _arrive_or_session),
             Move(Ops.crowd, 2, _crowd),
             Move(Ops.run, 2, _run, corner="decode under memory pressure"),
             Move(Ops.abort, 1, _abort),  # rare: a request aborted is a request that never reaches decode
             Move("abort_chunked", 1, _abort_chunked, corner="abort of a chunked request"),
             Move(Ops.pause, 1, _pause, corner="weight-update pause"),
-            Move("pause_before_chunked_abort", 3, _pause_before_chunked_abort, corner="pause before a chunked abort lands"),
-            Move(Ops.open_session, 1, _open_session, corner="a session opened"),
-            Move(Ops.session_arrive, 3, _session_arrive, corner="a session request"),
-            Move(Ops.close_session, 1, _close_session, corner="a session closed"),
             Move(Ops.prioritized, 3, _prioritized, corner="arrival with a priority"),
             Move(Ops.abort_all, 1, _abort_all, corner="abort of all requests"),
             Move(Ops.refused, 1, _refused, corner="a request option refused"),

@@ -216,7 +216,8 @@ def surface(loop: Any) -> tuple[tuple[str, Hashable], ...]:
 
 def in_flight(loop: Any) -> tuple[InFlight, ...]:
     """Each queued batch and what it still reads for each request whose result it will commit: the request's row
-    (``req_pool_indices``) and the KV pages its forward writes (its part of ``out_cache_loc``).
+    (``req_pool_indices``) and the KV pages its forward writes (its part of ``out_cache_loc``); on a HiCache shape, each
+    device-to-host copy not yet acknowledged and the device pages it reads (the tree must keep them).
 
     A request that finished or was retracted after the batch was queued is left out: the result processor skips
     it (batch_result_processor.py:1022-1027 decode, :344-349 prefill), and its over-allocated slot is freed by its
@@ -240,6 +241,11 @@ def in_flight(loop: Any) -> tuple[InFlight, ...]:
             reads.append(Read("request row", holder, (row,)))
             reads.append(Read("KV page", holder, tuple(pages(slots, loop.config.page_size))))
         flights.append(InFlight(f"queued batch {n} ({batch.forward_mode.name.lower()})", tuple(reads)))
+    copies = loop.hicache_in_flight() if hasattr(loop, "hicache_in_flight") else []
+    for n, slots in enumerate(copies):
+        # A HiCache device-to-host copy not yet acknowledged reads its node's device KV: the tree keeps the pages (its
+        # write-through lock, ongoing_write_through, unified_radix_cache.py:1773, released at the ack :1808-1813).
+        flights.append(InFlight(f"HiCache write to host {n}", (Read("KV page", TREE, tuple(pages(slots, loop.config.page_size))),)))
     return tuple(flights)
 
 

@@ -9,8 +9,8 @@ class EngineOps(Operations):
     """``engine``: what users and the model choose: arrivals (one or a crowd, with a priority or without, or with an
     option the scheduler refuses), which live
     requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, time passing
-    for a waiting request (the waiting timeout), and sessions opened, continued and closed; the scheduler decides every
-    memory call."""
+    for a waiting request (the waiting timeout), sessions opened, continued and closed, and on a HiCache server how long
+    its copies to host take and the operator's storage requests; the scheduler decides every memory call."""
 
     arrive = op("stem", "length", "tail", "max_new")
     prioritized = op("stem", "length", "tail", "max_new", "priority")
@@ -26,3 +26,5 @@ class EngineOps(Operations):
     open_session = op("session")
     close_session = op("session")
     session_arrive = op("stem", "length", "tail", "max_new", "session", "native")
+    transfer_delay = op("iterations")
+    hicache_admin = op("request")

@@ -134,6 +134,9 @@ SESSION_REQ = _at(3082, "req.session_generation = self.tree_cache.ensure_session
 SESSION_CREATE = Cite(
     "srt/session/session_controller.py", 205, "def create_req(", note="the request built on the session's finished request"
 )
+HICACHE_POLL = _at(3889, "self.tree_cache.check_hicache_events()", note="_process_hicache_events, every get_next_batch_to_run")
+HICACHE_DETACH = _at(5498, "ok, msg = self.tree_cache.detach_storage_backend()", note="detach_hicache_storage_wrapped, when fully idle")
+HICACHE_CLEAR = _at(5232, "self.tree_cache.clear_storage_backend()", note="clear_hicache_storage_wrapped")
 PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
 RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
@@ -306,6 +309,20 @@ CONTRACT: Contract[object] = Contract(
             (),
             "close_session: the tree releases the session's tagged leaves (release_radix_session), the controller closes it",
             (SESSION_CLOSE,),
+        ),
+        CallRule(
+            Ops.transfer_delay,
+            (),
+            "on a HiCache server: no call now; the device-to-host copies submitted next complete that many iterations later, "
+            "and each iteration's check_hicache_events takes their acks in order once done",
+            (HICACHE_POLL,),
+        ),
+        CallRule(
+            Ops.hicache_admin,
+            (),
+            "on a HiCache server, an operator's storage request: detach_hicache_storage_wrapped (refused unless fully idle) "
+            "or clear_hicache_storage_wrapped",
+            (HICACHE_DETACH, HICACHE_CLEAR),
         ),
     ),
     not_called=(NotCalled(Ops.construct, "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
