@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import computed_once
+
 REPO = Path(__file__).resolve().parents[1]
 
 KIT = {
@@ -265,9 +267,9 @@ class Installed:
         )
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    root = tmp_path_factory.mktemp("plugin-kit")
+def _install_the_kit(root: Path) -> None:
+    """The kit's and the toy engine's files under ``root``, the kit pip-installed into ``root/site`` (``root/failed``
+    says why if pip could not)."""
     for folder, files in (("src", KIT), ("toy", TOY_ENGINE)):
         for name, text in files.items():
             path = root / folder / name
@@ -293,9 +295,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         timeout=300,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot pip-install the kit here: {(done.stderr or done.stdout).strip()[-300:]}")
-    (root / "work").mkdir()
-    return Installed(root / "site", root / "work", root / "toy")
+        (root / "failed").write_text((done.stderr or done.stdout).strip()[-300:])
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The kit installed once per test run (:func:`tests.once.computed_once`: the workers share the read-only site
+    folder), and a working folder of this worker's own for what the commands write."""
+    root = computed_once(tmp_path_factory, "plugin-kit", _install_the_kit)
+    if (root / "failed").exists():
+        pytest.skip(f"cannot pip-install the kit here: {(root / 'failed').read_text()}")
+    return Installed(root / "site", tmp_path_factory.mktemp("plugin-kit-work"), root / "toy")
 
 
 def _out(result: subprocess.CompletedProcess[str]) -> str:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import computed_once
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pools", "harness", "strategies")
 """The folders the wheel ships as ``poolfuzz.pools``, ``poolfuzz.harness`` and ``poolfuzz.strategies``, copied with
@@ -155,21 +157,23 @@ def _copy_source(to: Path) -> None:
         shutil.copytree(REPO / package, to / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
-    """Build a wheel of this tree, install it into a fresh venv, write the scratch project (once per module)."""
-    root = tmp_path_factory.mktemp("pytest-plugin")
+def _build_and_install(root: Path) -> None:
+    """A wheel of this tree installed into a fresh venv under ``root`` (``root/skip`` says why, where that cannot be done
+    here), and the scratch project beside it."""
     _copy_source(root / "src")  # built from a copy: the build leaves no build/ or egg-info in the repo
     built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                  "--wheel-dir", root / "dist", root / "src")
     wheels = sorted((root / "dist").glob("poolfuzz-*.whl"))
     if built.returncode != 0 or not wheels:
-        pytest.skip(f"cannot build a poolfuzz wheel here: {(built.stderr or built.stdout).strip()[-300:]}")
+        (root / "skip").write_text(f"cannot build a poolfuzz wheel here: {(built.stderr or built.stdout).strip()[-300:]}")
+        return
     made = _run(sys.executable, "-m", "venv", "--without-pip", root / "venv")
     if made.returncode != 0:
-        pytest.skip(f"cannot create a venv here: {made.stderr.strip()[-300:]}")
+        (root / "skip").write_text(f"cannot create a venv here: {made.stderr.strip()[-300:]}")
+        return
     python = root / "venv" / "bin" / "python"
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    (root / "purelib").write_text(purelib)
     site_packages = Path(purelib)
     # Torch, hypothesis, pytest, xdist (and pip) from this environment, as plain path entries.
     (site_packages / "_poolfuzz_test_dependencies.pth").write_text(
@@ -178,8 +182,10 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
     installed = _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
                      "--no-warn-script-location", wheels[0])
     if installed.returncode != 0:
-        pytest.skip(f"cannot install the poolfuzz wheel here: {(installed.stderr or installed.stdout).strip()[-300:]}")
-    project = root / "project"
+        (root / "skip").write_text(f"cannot install the poolfuzz wheel here: {(installed.stderr or installed.stdout).strip()[-300:]}")
+
+
+def _write_project(project: Path) -> None:
     (project / "scratchpools").mkdir(parents=True)
     (project / "scratchpools" / "__init__.py").write_text(POOLS)
     (project / "test_pools.py").write_text(TESTS)
@@ -193,7 +199,19 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
     (project / "tests").mkdir()
     (project / "tests" / "strategies.py").write_text('OWNER = "project"\n')
     (project / "tests" / "test_own.py").write_text(OWN_TESTS)
-    yield Scratch(python, site_packages, project, root / "facts.json")
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
+    """The installed venv, built once per test run (:func:`tests.once.computed_once`: under xdist the workers share
+    it, read-only), and a scratch project of this worker's own (the runs write their traces and facts into it)."""
+    root = computed_once(tmp_path_factory, "pytest-plugin", _build_and_install)
+    if (root / "skip").exists():
+        pytest.skip((root / "skip").read_text())
+    mine = tmp_path_factory.mktemp("pytest-plugin-project")
+    project = mine / "project"
+    _write_project(project)
+    yield Scratch(root / "venv" / "bin" / "python", Path((root / "purelib").read_text()), project, mine / "facts.json")
 
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:
