@@ -99,3 +99,26 @@ def test_a_copy_to_host_in_flight_keeps_its_pages_in_the_tree_and_its_ack_lands_
     assert kinds.count("idle") >= 3 and "prefill" in kinds, kinds
     assert waiting.host_hit_length >= 12
     driver.teardown()
+
+
+def test_the_host_pool_is_judged_and_a_host_slot_neither_free_nor_in_use_is_a_leak() -> None:
+    """The observation has the host pool (free list and ``slot_used``); with one used slot's mark cleared by hand the slot is
+    on neither, and the conservation judge reports it."""
+    from poolfuzz.harness.judge.invariants import InvariantViolation
+    from poolfuzz.harness.kits.engine.checks import judge
+    from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+    from poolfuzz.harness.kits.engine.driver import EngineDriver, build_engine
+    from poolfuzz.harness.upstream.sglang_modules import active
+
+    driver = EngineDriver(build_engine, EngineTargetConfig(cache="unified-python", rows=2, tokens=24, context=64, hicache="write_through"))
+    driver.step("arrive", stem=2, length=14, tail=0, max_new=2)
+    driver.step("run", iterations=6)
+    loop, target = driver.loop, driver.targets[0]
+    host = loop.tree_cache.cache_controller.mem_pool_host.anchor_entry.host_pool
+    used = host.slot_used.nonzero().flatten().tolist()
+    assert used, "the finished prompt was written through to the host pool"
+    with active(loop.m):
+        judge(loop, target.checker)
+        host.slot_used[used[0]] = False
+        with pytest.raises(InvariantViolation, match="HiCache host slot"):
+            judge(loop, target.checker)

@@ -110,6 +110,22 @@ def kv_pool(loop: Any) -> PoolState:
     return PoolState("KV page", range(1, total + 1), free=_free_places(allocator), holdings=tuple(holdings), reserved=(0,))
 
 
+HOST_TREE = Holder(HolderKind.CACHE, "tree (host)")
+"""The tree as the holder of HiCache host slots (its nodes' host values)."""
+
+
+def host_pool(loop: Any) -> PoolState:
+    """HiCache shapes: every host KV slot of the tree's host pool (``MHATokenToKVPoolHost``, pool_host/base.py:502-590) by
+    where it is: on the free list (``free_slots``, and the freed chunks waiting in ``release_slots``) or marked in use
+    (``slot_used``, set by ``alloc`` and cleared by ``free``: the tree's host values, and a copy's destination until its
+    ack).  A slot on neither is lost (a host leak), one on both or twice on the free list a double free (SGLang #13483)."""
+    host = loop.tree_cache.cache_controller.mem_pool_host.anchor_entry.host_pool
+    free = [FreePlace("free_slots", tuple(int(v) for v in host.free_slots.tolist()))]
+    free += [FreePlace("release_slots", tuple(int(v) for chunk in host.release_slots for v in chunk.tolist()))]
+    used = tuple(int(v) for v in host.slot_used.nonzero().flatten().tolist())
+    return PoolState("HiCache host slot", range(host.logical_size), free=tuple(free), holdings=(Holding(HOST_TREE, used),))
+
+
 def swa_pool(loop: Any) -> PoolState:
     """The SWA pages: free, or mapped into by a full slot (``full_to_swa_index_mapping``, its trailing -1 left out)."""
     ps = loop.config.page_size
@@ -277,6 +293,8 @@ def observe(loop: Any, upstream: Verdicts, *, with_surface: bool = True) -> Obse
     kv_account = ("KV page", "SWA page") if config.hybrid_swa else ("KV page",)
     if config.hybrid_swa:
         pools.append(swa_pool(loop))
+    if getattr(loop, "transfers", None) is not None:  # a HiCache tree (upstream's loops build one for a hicache shape)
+        pools.append(host_pool(loop))
     accounts = [_account("KV page", kv_account, upstream.verdict, "upstream checks nothing at this point")]
     busy = getattr(loop, "busy_check", None)
     if busy is not None:
