@@ -47,7 +47,8 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import SRT, EmptyTree, build, compiled, load, prefill_adder  # the sibling loader, on the path set above
+from _wheel_admission import EmptyTree, compiled, prefill_adder  # the sibling loaders, on the path set above
+from _wheel_allocators import SRT, build, load
 
 ITERATIONS = 1000
 

@@ -48,7 +48,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _wheel_allocators import SRT, EmptyTree, build, load, prefill_adder  # the sibling loader, on the path set above
+from _wheel_admission import EmptyTree, prefill_adder  # the sibling loaders, on the path set above
+from _wheel_allocators import SRT, build, load
 
 ADMISSION = (
     "add_one_req", "_select_prefill_admission", "_check_prefill_budget", "ceil_paged_tokens", "floor_chunked_tokens",
