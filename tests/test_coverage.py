@@ -9,16 +9,24 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import coverage
 import pytest
 
-from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges, record_imports
+from poolfuzz.harness.bench.coverage import REQUIRED, FileCoverage, Measurement, _ranges
 from tests import machine_coverage
 
 
 def test_a_run_whose_measured_coverage_is_below_the_requirement_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The session check has teeth: data holding only what importing ``pools`` runs (no machine test measured) is
-    combined with the import pass, falls far below the requirement, and turns a passing run into a failed one."""
-    record_imports(tmp_path)  # the data a run with no machine test in it would leave
+    """The session check has teeth: a worker's data that measured no line of ``pools`` (no machine test ran a step)
+    is combined with the import pass, falls far below the requirement, and turns a passing run into a failed one.
+
+    The worker's data file is written here, empty, in branch mode as the workers record: the hook's own import pass
+    (:func:`~poolfuzz.harness.bench.coverage.record_imports`, a fresh process importing ``pools`` under coverage) is
+    then all the measurement holds.  It used to be made by a second import pass, which added the same lines again
+    at the cost of another fresh process."""
+    empty = coverage.CoverageData(basename=str(tmp_path / ".coverage"), suffix="worker")
+    empty.add_arcs({})  # branch data, of no file
+    empty.write()
     state = machine_coverage._State(tmp_path)
     monkeypatch.setattr(machine_coverage, "_state", state)
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
