@@ -128,7 +128,7 @@ def _fuzz(tmp_path: Path, name: str, *extra: str, seed_walk: bool = True, worker
         "--report",
         "r.json",
         "--grace",
-        "5",
+        "30",  # the saved walk's replay loads and builds upstream's scheduler: seconds on a loaded 2-core box
     ]
     result = subprocess.run(
         [sys.executable, "-m", "poolfuzz.harness", "fuzz", *extra, *args], cwd=folder, capture_output=True, text=True, env=env, timeout=300

@@ -88,10 +88,11 @@ REAL_PREFIXES: tuple[str, ...] = (
     "sglang.srt.managers.scheduler_components.flush_wrapper",
     # HiCache's device-host tier (EngineTargetConfig.hicache): the controller that submits and acknowledges the transfers
     # (managers/cache_controller.py, built by build_kv_only_stack, hybrid_cache/hybrid_pool_assembler.py:547), and the KV
-    # pool's unquantized cache method (MHATokenToKVPool's default, memory_pool.py:2290) with the one constant it imports.
+    # pool's unquantized cache method (MHATokenToKVPool's default, memory_pool.py:2290); the one constant it imports from
+    # kvfp4_tensor is a stand-in (sglang_stand_ins: that file's @torch.compile decorators import torch._dynamo, seconds
+    # per process, for the FP4 KV path only).
     "sglang.srt.managers.cache_controller",
     "sglang.srt.layers.quantization.fp4_kv_cache_quant_method",
-    "sglang.srt.layers.quantization.kvfp4_tensor",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 

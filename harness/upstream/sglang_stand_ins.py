@@ -313,6 +313,10 @@ def stand_in_modules() -> dict[str, Callable[[str], ModuleType]]:
         },
         **SCHEDULER_STAND_INS,
         "sglang.srt.mem_cache.host_memory": {"available_host_memory_bytes": available_host_memory_bytes},
+        # E2M1_MAX (kvfp4_tensor.py:19), which fp4_kv_cache_quant_method.py:44 imports at module level.  The file's
+        # @torch.compile decorators (:57, :100) import torch._dynamo, 1.5-3 s in every process that loads the memory pool;
+        # its NVFP4KVQuantizeUtil is imported only inside the FP4 KV methods (:691-875), which no shape here runs.
+        "sglang.srt.layers.quantization.kvfp4_tensor": {"E2M1_MAX": 6.0},
     }
     return {name: functools.partial(_module_with, attrs) for name, attrs in table.items()}
 
