@@ -60,6 +60,8 @@ REPROS = REPOSITORY / "corpus" / "upstream"
 """Where the committed standalone reproductions live (``repro_*.py``, each naming its finding's number)."""
 SIBLING = "_wheel_allocators.py"
 """The reproductions' shared loader of the installed wheel's files (no poolfuzz import)."""
+SIBLINGS = "_wheel_*.py"
+"""Every sibling loader a committed reproduction may import (the allocators', admission's, vLLM's; none imports poolfuzz)."""
 
 __all__ = ["ReportError", "Report", "build_report", "committed_repro", "main", "render", "write_repro"]
 
@@ -109,7 +111,7 @@ def committed_repro(finding: KnownFinding | None) -> Path | None:
 
 def write_repro(report: Report, destination: Path) -> Path:
     """Write the reproduction to ``destination``: the generated script (one file) unless it ran here without showing
-    the violation and a committed one exists, else that one with its sibling loader beside it; ``ReportError``
+    the violation and a committed one exists, else that one with its sibling loaders beside it; ``ReportError``
     without either."""
     if report.script is not None and (report.script_shows or report.repro is None):
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +121,8 @@ def write_repro(report: Report, destination: Path) -> Path:
         raise ReportError(f"{report.path}: no standalone reproduction for this trace ({report.not_generated})")
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report.repro, destination)
-    shutil.copyfile(REPROS / SIBLING, destination.parent / SIBLING)
+    for loader in sorted(REPROS.glob(SIBLINGS)):
+        shutil.copyfile(loader, destination.parent / loader.name)
     return destination
 
 
@@ -311,7 +314,7 @@ def _reproduction(report: Report) -> list[str]:
             lines += ["", f"Checked here, on {upstream_label(report.code)}: it exits {code}: `{said}`"]
         if report.script_shows:
             if committed is not None:
-                lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with `{SIBLING}` beside it)."]
+                lines += ["", f"A hand-written reproduction of this finding: `{committed}` (with the `{SIBLINGS}` loaders beside it)."]
             return lines
         lines.append("")
         reason = (
@@ -321,7 +324,7 @@ def _reproduction(report: Report) -> list[str]:
     if committed is not None:
         return [
             *lines,
-            f"{reason} The committed one, `{committed}` (with `{SIBLING}` beside it; imports nothing from poolfuzz; exits 1 "
+            f"{reason} The committed one, `{committed}` (with the `{SIBLINGS}` loaders beside it; imports nothing from poolfuzz; exits 1 "
             f"when it reproduces). Run: `{pin} {committed}`{where}",
             "",
             "```python",
