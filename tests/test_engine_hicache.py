@@ -24,6 +24,17 @@ CALLS = (
 )
 
 
+def prompt_evicted_then_sent_again(driver: Any) -> Any:
+    """A 14-token prompt runs and finishes, a crowd's decode evicts its pages from the device (written to host first), and
+    the same prompt arrives again: the queued request, whose prefix is now on the host only."""
+    driver.step("arrive", stem=2, length=14, tail=0, max_new=2)
+    driver.step("run", iterations=6)
+    driver.step("crowd", count=2, max_new=8)
+    driver.step("run", iterations=16)
+    driver.step("arrive", stem=2, length=14, tail=3, max_new=2)
+    return driver.loop.waiting_queue[-1]
+
+
 @pytest.mark.parametrize(("policy", "page_size", "cache"), [("write_through", 1, "unified-python"), ("write_back", 4, "unified-rust")])
 def test_a_prefix_evicted_to_the_host_pool_is_hit_there_and_loaded_back(policy: str, page_size: int, cache: str) -> None:
     """A finished prompt is cached; a crowd evicts it to the host pool (backed up first, on write-back at eviction); the
@@ -43,12 +54,7 @@ def test_a_prefix_evicted_to_the_host_pool_is_hit_there_and_loaded_back(policy: 
 
     sys.setprofile(profile)
     try:
-        driver.step("arrive", stem=2, length=14, tail=0, max_new=2)
-        driver.step("run", iterations=6)
-        driver.step("crowd", count=2, max_new=8)
-        driver.step("run", iterations=16)
-        driver.step("arrive", stem=2, length=14, tail=3, max_new=2)
-        again = loop.waiting_queue[-1]
+        again = prompt_evicted_then_sent_again(driver)
         driver.step("run", iterations=6)
     finally:
         sys.setprofile(None)
@@ -83,12 +89,7 @@ def test_a_copy_to_host_in_flight_keeps_its_pages_in_the_tree_and_its_ack_lands_
     )
     loop, tree = driver.loop, driver.loop.tree_cache
     driver.step("transfer_delay", iterations=4)
-    driver.step("arrive", stem=2, length=14, tail=0, max_new=2)
-    driver.step("run", iterations=6)
-    driver.step("crowd", count=2, max_new=8)
-    driver.step("run", iterations=16)
-    driver.step("arrive", stem=2, length=14, tail=3, max_new=2)
-    waiting = loop.waiting_queue[-1]
+    waiting = prompt_evicted_then_sent_again(driver)
     kinds = []
     for _ in range(10):
         if loop.hicache_in_flight():
