@@ -21,8 +21,9 @@ runs from the installed files but three things a CPU torch lacks, each the small
 
 The KV pool under the allocator is upstream's ``MHATokenToKVPool`` (memory_pool.py:2260), one layer of one head of
 :data:`HEAD_DIM` float16 values per slot: the host tier copies real data, so a load-back restores what was evicted.
-On a CPU box a copy completes when submitted and ``torch.cpu.Event.query()`` is always true, so every transfer is
-acknowledged at the next ``check_hicache_events``: the ordering the fuzzer controls is when the scheduler next looks.
+On a CPU box a copy completes when submitted and ``torch.cpu.Event.query()`` is always true, so by itself every transfer
+would be acknowledged at the next ``check_hicache_events``; :class:`TransferClock` lets the fuzzer say how many iterations
+a device-to-host copy stays in flight.
 """
 
 from __future__ import annotations
@@ -40,10 +41,6 @@ from poolfuzz.harness.upstream.sglang_runtime import RUNTIME
 
 HEAD_DIM = 4
 """Values per slot per layer in the device KV pool (one layer, one head)."""
-
-WRITE_POLICIES = ("write_through", "write_back")
-"""``--hicache-write-policy`` (arg_groups/fields/memory.py:121-130): ``write_through`` backs a node up once it is hit
-(threshold 1), ``write_back`` only when it is evicted (unified_radix_cache.py:559-561)."""
 
 
 class TransferClock:

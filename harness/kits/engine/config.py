@@ -50,6 +50,11 @@ class EngineShapeError(LimitError):
         super().__init__("engine", "config", None, None, f"is not a shape 0.5.23 builds: {problem}")
 
 
+HICACHE_WRITE_POLICIES = ("write_through", "write_back")
+"""``--hicache-write-policy`` (arg_groups/fields/memory.py:121-130) as driven: ``write_through`` backs a node up once it is
+hit (threshold 1), ``write_back`` only when it is evicted (unified_radix_cache.py:559-561)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineTargetConfig(PoolConfig):
     """One server: ``rows`` requests, ``tokens`` KV slots in pages of ``page_size``, contexts of ``context``."""
@@ -217,7 +222,7 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
     if config.speculative_num_steps:
         problems += _speculation_problems(config)
     if config.hicache is not None and (
-        config.hicache not in ("write_through", "write_back")
+        config.hicache not in HICACHE_WRITE_POLICIES
         or config.cache == "radix"
         or config.hybrid_swa
         or config.hybrid_ssm

@@ -160,11 +160,9 @@ class EngineDriver(EngineTargetDriver):
 
     @staticmethod
     def _submit(target: SGLangEngine, request: Submission, priority: int | None, option: str | None, session: str | None = None) -> Any:
-        if priority is None and option is None and session is None:
-            return target.loop.arrive(list(request.prompt), request.max_new_tokens)
-        if session is None:
-            return target.loop.arrive(list(request.prompt), request.max_new_tokens, priority=priority, option=option)
-        return target.loop.arrive(list(request.prompt), request.max_new_tokens, session=session)
+        # only the request fields a step sets: the re-enacted loop's arrive takes none of them
+        fields = {name: value for name, value in (("priority", priority), ("option", option), ("session", session)) if value is not None}
+        return target.loop.arrive(list(request.prompt), request.max_new_tokens, **fields)
 
     @operation
     def crowd(self, count: int, max_new: int) -> None:

@@ -10,7 +10,7 @@ come from stems that share prefixes so the tree splits and hits.
 from __future__ import annotations
 
 from poolfuzz.harness.kits.arrivals import arrival
-from poolfuzz.harness.kits.engine.config import EngineTargetConfig
+from poolfuzz.harness.kits.engine.config import HICACHE_WRITE_POLICIES, EngineTargetConfig
 from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
 from poolfuzz.harness.upstream.engine_config import CACHES
 from poolfuzz.harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
@@ -137,7 +137,7 @@ def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str,
         or choose.randrange(0, 2)
     ):
         return {}
-    return {"hicache": choose.choice(("write_through", "write_back")), "pools": "upstream"}
+    return {"hicache": choose.choice(HICACHE_WRITE_POLICIES), "pools": "upstream"}
 
 
 def sessions(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
@@ -316,47 +316,37 @@ def _arrive_or_session(view: EngineView, choose: Chooser) -> Step | None:
     return _session_arrive(view, choose)
 
 
-def _open_session(view: EngineView, choose: Chooser) -> Step | None:
+def _open_session(view: EngineView, choose: Chooser) -> Step:
     """A client opens one of three sessions (an open one is refused), on a server with session radix caching."""
-    if not view.config.session_radix_cache:
-        return None
     return Ops.open_session, {"session": choose.randrange(0, 3)}
 
 
-def _close_session(view: EngineView, choose: Chooser) -> Step | None:
+def _close_session(view: EngineView, choose: Chooser) -> Step:
     """A client closes one of the three sessions, open or not."""
-    if not view.config.session_radix_cache:
-        return None
     return Ops.close_session, {"session": choose.randrange(0, 3)}
 
 
 def _session_arrive(view: EngineView, choose: Chooser) -> Step | None:
     """An arrival drawn as :func:`_arrive` draws it, in one of the three sessions: with ``session_params`` (continuing the
     session's latest finished request), or, one in three, as a radix-native request with a top-level ``session_id``."""
-    if not view.config.session_radix_cache:
-        return None
     step = _arrive(view, choose)
     if step is None:
         return None
     return Ops.session_arrive, {**step[1], "session": choose.randrange(0, 3), "native": choose.randrange(0, 3) == 0}
 
 
-def _hicache_step(view: EngineView, choose: Chooser) -> Step | None:
+def _hicache_step(view: EngineView, choose: Chooser) -> Step:
     """On a HiCache server: how many iterations the copies to host submitted next take (0: done at once, a CPU's), or,
     one time in four, an operator's storage request (detach or clear the backend)."""
-    if not view.config.hicache:
-        return None
     if choose.randrange(0, 4) == 0:
         return Ops.hicache_admin, {"request": choose.randrange(0, 2)}
     return Ops.transfer_delay, {"iterations": choose.choice((0, 1, 2, 4))}
 
 
-def _pause_before_chunked_abort(view: EngineView, choose: Chooser) -> Step | None:
+def _pause_before_chunked_abort(view: EngineView, choose: Chooser) -> Step:
     """A weight-update pause between an abort of the chunked request and the iteration that would carry it out: the pause
     retracts the request (scheduler.py:5864-5869), so ``process_pending_chunked_abort`` finds it past chunked prefill
     holding nothing and drops the marker (:3794-3799).  Drawn only in that window, which one ``abort_chunked`` opens."""
-    if not view.pending_chunked_abort:
-        return None
     return Ops.pause, {"flush": choose.randrange(0, 2) == 0}
 
 
