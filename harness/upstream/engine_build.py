@@ -41,6 +41,14 @@ class NoSpeculation:
     def is_none(self) -> bool:
         return True
 
+    def carries_draft_hidden_states(self) -> bool:
+        """``init_disaggregation`` sizes the PD metadata's hidden states by it (scheduler.py:1540); no draft, none."""
+        return False
+
+    def build_disagg_draft_input(self, batch: Any, last_tokens: Any, future_map: Any) -> None:
+        """A PD decode server's prebuilt batch carries no draft input without speculation (spec_info.py:202-230)."""
+        return None
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("is_"):
             return lambda: False
@@ -75,8 +83,10 @@ def build_pools(m: EngineModules, config: EngineTargetConfig) -> tuple[Any, Any]
             req_to_token_pool=rows,
         )
     else:
-        # HiCache's host pool mirrors the device KV pool's buffers, so a HiCache shape gets a real one (engine_hicache.kv_pool)
-        kvcache = kv_pool(m, config.tokens, config.page_size) if config.hicache else None
+        # HiCache's host pool mirrors the device KV pool's buffers, and a PD server registers them with its transfer backend
+        # (_init_kv_manager, disaggregation/prefill.py:292), so these shapes get a real one (engine_hicache.kv_pool)
+        real_kv = config.hicache or config.disaggregation
+        kvcache = kv_pool(m, config.tokens, config.page_size) if real_kv else None
         if config.page_size == 1:
             allocator = upstream_allocator(config.tokens, torch.float16, "cpu", kvcache, False)
         else:

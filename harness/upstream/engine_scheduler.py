@@ -33,6 +33,15 @@ import torch
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.upstream.engine import EngineLoop, StepFacts
 from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.engine_disagg import (
+    CLOCK,
+    DisaggModelConfig,
+    decode_iteration,
+    fail_transfer,
+    prefill_iteration,
+    published_disaggregation,
+    queued,
+)
 from poolfuzz.harness.upstream.engine_hicache import clock_of
 from poolfuzz.harness.upstream.engine_spec import (
     default_accepted_drafts,
@@ -99,6 +108,10 @@ class _OnScheduler:
             setattr(loop.s, self.name, value)
 
 
+class DisaggServerModelConfig(DisaggModelConfig, ServerModelConfig):
+    """A PD server's model config: the scheduler's (EOS set) and the HF fields its PD queues read."""
+
+
 class SchedulerLoop(EngineLoop):
     """One server whose iterations are upstream's ``Scheduler`` methods (``overlap`` picks the loop)."""
 
@@ -116,7 +129,11 @@ class SchedulerLoop(EngineLoop):
     def __init__(self, config: EngineTargetConfig, modules: EngineModules | None = None, *, overlap: bool = True) -> None:
         super().__init__(config, modules)
         self.overlap = overlap
-        self.model_config = ServerModelConfig()
+        self.model_config = ServerModelConfig() if config.disaggregation is None else DisaggServerModelConfig()
+        self.peers = CLOCK
+        """PD shapes: when the fake backend's transfers conclude (:class:`~poolfuzz.harness.upstream.engine_disagg.PeerClock`)."""
+        CLOCK.delay = 0
+        CLOCK.held.clear()
         self.accepted: dict[str, int] = {}
         """Speculative shapes: the drafts each request's next verify accepts, as the fuzzer chose them for this step
         (:func:`~poolfuzz.harness.upstream.engine_spec.default_accepted_drafts` for a request it did not name)."""
@@ -180,6 +197,8 @@ class SchedulerLoop(EngineLoop):
                 TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=params, priority=priority, **extra)
             )
         queue = self.s.waiting_queue  # a queued arrival is appended (:3493), whatever the queue limit evicted
+        if self.config.disaggregation is not None:  # a PD server queues it for bootstrap or preallocation (:3496-3509)
+            queue = queued(self)
         return queue[-1] if queue and queue[-1].rid == rid else None
 
     def session_fields(self, session: str) -> dict[str, Any]:
@@ -214,6 +233,30 @@ class SchedulerLoop(EngineLoop):
         ``check_hicache_events`` finds their acks not ready and the tree keeps what they read."""
         if self.transfers is not None:
             self.transfers.delay = iterations
+        if self.config.disaggregation is not None:  # a PD server's peer (engine_disagg.PeerClock)
+            self.peers.delay = iterations
+
+    @engine_call
+    @speculating
+    def fail_transfer(self, pick: int) -> str | None:
+        """PD shapes: the peer of one request in a PD queue is lost (its fake sender or receiver reports ``Failed`` at the
+        next poll, :func:`~poolfuzz.harness.upstream.engine_disagg.fail_transfer`).  The request's id, or ``None``."""
+        reqs = [r for r in queued(self) if not r.finished()]
+        if not reqs:
+            return None
+        req = reqs[pick % len(reqs)]
+        return str(req.rid) if fail_transfer(req) else None
+
+    def _record(self, *, advanced: bool) -> None:
+        """The iteration's facts; on a PD server its PD-queued requests wait too (a request stuck there is a hang)."""
+        super()._record(advanced=advanced)
+        pd = tuple(str(r.rid) for r in self.pd_queued() if not r.finished())
+        if pd:
+            self.last_step = self.last_step._replace(waiting=self.last_step.waiting + pd)
+
+    def pd_queued(self) -> list[Any]:
+        """PD shapes: the requests in a PD queue (bootstrap, in-flight; prealloc, transfer, retracted)."""
+        return queued(self) if self.config.disaggregation is not None else []
 
     def hicache_in_flight(self) -> list[tuple[int, ...]]:
         """The device KV slots each device-to-host copy not yet complete still reads."""
@@ -244,6 +287,8 @@ class SchedulerLoop(EngineLoop):
             where = "chunked"
         elif any(r.rid == rid for r in s.waiting_queue):
             where = "queued"
+        elif any(r.rid == rid for r in queued(self)):
+            where = "PD-queued"
         s.abort_request(AbortReq(rid=rid))
         self.busy_check = None
         return where
@@ -312,7 +357,7 @@ class SchedulerLoop(EngineLoop):
         saved_knobs = {name: os.environ.get(name) for name in knobs}
         os.environ.update(knobs)
         try:
-            with super()._server_environment(), published_speculation(self.config):
+            with super()._server_environment(), published_speculation(self.config), published_disaggregation(self.config.disaggregation):
                 yield
         finally:
             parallel.__dict__["pp_max_micro_batch_size"] = saved
@@ -346,13 +391,23 @@ class SchedulerLoop(EngineLoop):
         self.iterations += 1
         # an iteration boundary for HiCache's copies; one still in flight means the server is not stalled
         transferring = self.transfers.tick() if self.transfers is not None else False
+        disaggregation = self.config.disaggregation
+        if disaggregation is not None:  # a PD transfer held by the fuzzer's peer is progress too
+            transferring = self.peers.tick()
         self._ingest()
         self.tokens = next_tokens
         self.landed = ()
         self.scheduled = ()
-        batch = self._overlap_iteration() if self.overlap else self._normal_iteration()
+        if disaggregation == "prefill":
+            batch = prefill_iteration(self)
+        elif disaggregation == "decode":
+            batch = decode_iteration(self)
+        else:
+            batch = self._overlap_iteration() if self.overlap else self._normal_iteration()
         self.busy_check = self._self_check_during_busy()
         kind = "idle" if batch is None else ("prefill" if batch.forward_mode.is_extend() else "decode")
+        if disaggregation is not None:  # a transfer the peer holds past this iteration: the server waits on it
+            transferring = transferring or self.peers.busy()
         advanced = batch is not None or bool(self.landed) or transferring
         if batch is None and self.landed:
             kind = "land"
@@ -365,6 +420,11 @@ class SchedulerLoop(EngineLoop):
         Its ``assert`` is its verdict: (leak, words); ``None`` without a last batch (it returns at once, :314)."""
         checker = self.s.invariant_checker
         if checker is None or self.s.last_batch is None:
+            return None
+        if any(r.kv.holds_kv for r in self.pd_queued()):
+            # Its owners are the batches' and the chunked request (_requests_owning_rows, invariant_checker.py:274-294); a PD
+            # server's queued requests holding KV (prefill in flight, decode preallocated or in transfer) are not among
+            # them, so on a PD server the knob's check reports those pages as a leak.  Not judged then (docs/engine.md).
             return None
         try:
             checker.self_check_during_busy()
@@ -461,7 +521,14 @@ class SchedulerLoop(EngineLoop):
         return [batch for batch, _ in self.s.result_queue] if self.overlap else []
 
     def is_idle(self) -> bool:
-        return super().is_idle() and not self.in_flight() and not self.hicache_in_flight()
+        return super().is_idle() and not self.in_flight() and not self.hicache_in_flight() and not self.pd_queued()
+
+    def owners(self) -> list[Any]:
+        """The row owners the checker finds, and on a PD server every PD-queued request holding a row (a prefill request
+        whose transfer is in flight; a decode request preallocated, in transfer or retracted with its KV)."""
+        owners = super().owners()
+        seen = {id(r) for r in owners}
+        return owners + [r for r in self.pd_queued() if id(r) not in seen and r.kv.holds_kv]
 
     @property
     def facts(self) -> StepFacts:

@@ -41,6 +41,7 @@ import torch
 from poolfuzz.harness.kits.engine.config import EngineTargetConfig
 from poolfuzz.harness.upstream.engine_build import tree_cache
 from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.engine_disagg import published_disaggregation
 from poolfuzz.harness.upstream.overrides import overridden
 from poolfuzz.harness.upstream.sglang_files import sglang_copy
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME, ConfigBag
@@ -109,11 +110,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 def speculating(method: F) -> F:
     """A loop method with the loop's speculative configuration published (:func:`published_speculation`): upstream reads
     it on arrival (``Req.is_prefill_only``, schedule_batch.py:1505) and at every release (common.py:452), so an abort or
-    a pause that releases needs it as an iteration does."""
+    a pause that releases needs it as an iteration does.  A PD server's configuration too
+    (:func:`~poolfuzz.harness.upstream.engine_disagg.published_disaggregation`: its queues read it on arrival and abort)."""
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with published_speculation(self.config):
+        with published_speculation(self.config), published_disaggregation(self.config.disaggregation):
             return method(self, *args, **kwargs)
 
     return call  # type: ignore[return-value]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from poolfuzz.harness.upstream import engine_hicache, sglang_fakes, sglang_stand_ins
+from poolfuzz.harness.upstream import engine_disagg, engine_hicache, sglang_fakes, sglang_stand_ins
 from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of
 from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version
 
@@ -93,6 +93,15 @@ REAL_PREFIXES: tuple[str, ...] = (
     # per process, for the FP4 KV path only).
     "sglang.srt.managers.cache_controller",
     "sglang.srt.layers.quantization.fp4_kv_cache_quant_method",
+    "sglang.srt.disaggregation.prefill",
+    "sglang.srt.disaggregation.decode",
+    "sglang.srt.disaggregation.utils",
+    "sglang.srt.disaggregation.base",
+    "sglang.srt.disaggregation.fake",
+    "sglang.srt.disaggregation.checksum",
+    "sglang.srt.disaggregation.minimax",
+    "sglang.srt.disaggregation.decode_hicache_mixin",
+    "sglang.srt.managers.overlap_utils",
 )
 """Modules executed from the copy's files, every submodule included (but :data:`NOT_LOADED`)."""
 
@@ -116,6 +125,8 @@ SGLANG = Distribution(
         "sglang.srt.mem_cache.radix_cache": sglang_fakes.CLOCK.install,
         # HiCache's direct copy op, which the file imports on CUDA/HIP/XPU only (pool_host/mha.py:60-89)
         "sglang.srt.mem_cache.pool_host.mha": engine_hicache.install_transfer_ops,
+        # the fuzzer's peer: when the fake backend's transfers conclude (engine_disagg.PeerClock)
+        "sglang.srt.disaggregation.fake.conn": engine_disagg.install_peer_clock,
     },
 )
 
@@ -146,6 +157,10 @@ SCHEDULER_MODULES: dict[str, str] = {
     "scheduler": "sglang.srt.managers.scheduler",
     "batch_result_processor": "sglang.srt.managers.scheduler_components.batch_result_processor",
     "manager_utils": "sglang.srt.managers.utils",
+    "disagg_utils": "sglang.srt.disaggregation.utils",
+    "disagg_prefill": "sglang.srt.disaggregation.prefill",
+    "disagg_decode": "sglang.srt.disaggregation.decode",
+    "disagg_fake": "sglang.srt.disaggregation.fake.conn",
 }
 """What the scheduler-backed engine loops load besides :data:`MODULES` (:mod:`poolfuzz.harness.upstream.sglang_scheduler`)."""
 """The SGLang modules poolfuzz drives, by short name (what targets and their tests call them)."""

@@ -31,10 +31,11 @@ from typing import Any
 
 from poolfuzz.harness.upstream.engine_build import ModelConfigStandIn
 from poolfuzz.harness.upstream.engine_config import EOS
+from poolfuzz.harness.upstream.engine_disagg import published_disaggregation, server_attributes
 from poolfuzz.harness.upstream.overrides import overridden
 from poolfuzz.harness.upstream.sglang_files import SCHEDULER_MODULES, sglang_copy
 from poolfuzz.harness.upstream.sglang_runtime import RUNTIME, Attributes
-from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import DisaggregationMode, LocalRequests, RequestDispatcher, third_party_absent_ok
+from poolfuzz.harness.upstream.sglang_scheduler_stand_ins import LocalRequests, RequestDispatcher, third_party_absent_ok
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 
@@ -45,6 +46,10 @@ class SchedulerModules:
     scheduler: Any
     batch_result_processor: Any
     manager_utils: Any
+    disagg_utils: Any
+    disagg_prefill: Any
+    disagg_decode: Any
+    disagg_fake: Any
 
 
 _LOADED: list[SchedulerModules] = []
@@ -162,13 +167,18 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
     cls = modules.scheduler.Scheduler
     scheduler = object.__new__(cls)
     attributes = attributes_for(loop, overlap=overlap)
+    disaggregation = loop.config.disaggregation
+    if disaggregation is not None:
+        attributes.update(server_attributes(loop.config.tokens, attributes["tp_worker"]))
     scheduler.__dict__.update(attributes)
-    with schedule_arguments(loop.config):
+    with schedule_arguments(loop.config), published_disaggregation(disaggregation):
         scheduler.init_running_status()  # :653
         scheduler.init_chunked_prefill()  # :656
         scheduler.maybe_init_dynamic_chunk_sizer()  # :657 (off without PP)
         scheduler.init_kv_events_publisher()  # :668
         scheduler.init_schedule_policy()  # :671: the policy, the priority preemption flag, the new-token ratio tracker
+        if disaggregation is not None:
+            scheduler.init_disaggregation()  # :689: the PD queues over the fake transfer backend (engine_disagg)
         scheduler.init_deterministic_inference_config()  # :698 (off: no truncation alignment)
         scheduler.init_mamba_truncation_align()  # :700 (a grid of 1 without DCP and the Mamba extra buffer)
         scheduler.check_truncation_align_fits_chunk()  # :701
@@ -215,7 +225,7 @@ def schedule_arguments(config: Any) -> Iterator[None]:
 def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
     """What ``Scheduler.__init__`` would have set, for the memory path (each: the line reading it, 0.5.23)."""
     config = loop.config
-    disagg_null = DisaggregationMode.NULL
+    disagg_null = load_scheduler().disagg_utils.DisaggregationMode.NULL
     tp_worker = Sink("tp_worker", model_runner=Sink("model_runner", attn_backend=object(), prefill_aware_swa=False))
     return {
         # the pools and the tree (init_memory_pool_and_cache)
@@ -240,6 +250,7 @@ def attributes_for(loop: Any, *, overlap: bool) -> dict[str, Any]:
         "enable_overlap_mlx": False,
         "is_generation": not config.embedding,  # init_tokenizer :893; event_loop_overlap :2127
         # configurations a one-rank CPU server without PD/PP/LoRA/HiCache runs
+        # init_disaggregation (:1512) sets a PD server's own mode (engine_disagg)
         "disaggregation_mode": disagg_null,  # :3772, :3488, :5258
         "dllm_config": None,  # :3901, :3980
         "enable_hisparse": False,  # :3924, :5283

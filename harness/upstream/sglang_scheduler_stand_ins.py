@@ -45,16 +45,6 @@ class BaseSpecWorker:
     ``isinstance(self.draft_worker, BaseSpecWorker)`` (batch_result_processor.py:1438); no draft worker is one."""
 
 
-class DisaggregationMode(enum.Enum):
-    """``disaggregation.utils.DisaggregationMode`` (utils.py:150-153): the scheduler compares its mode against these
-    members (``_add_request_to_queue``, scheduler.py:3488-3511; ``stash_chunked_request`` :3772); a placeholder's
-    members compare equal to nothing, so every branch would fall through to the ``ValueError`` at :3511."""
-
-    NULL = "null"
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-
 class ModelImpl(enum.StrEnum):
     """``configs.model_config.ModelImpl`` (model_config.py:167-171): ``init_chunked_prefill`` compares the resolved one with
     ``TRANSFORMERS`` (scheduler.py:1358-1360); the real file imports the model registry and transformers."""
@@ -72,13 +62,25 @@ def get_resolved_model_impl(model_config: Any) -> ModelImpl:
     return ModelImpl.SGLANG
 
 
-def prepare_abort(req: Any, error_message: str, status_code: Any = None) -> None:
-    """``disaggregation.utils.prepare_abort`` (utils.py:1926-1938), which ``process_pending_chunked_abort`` calls
-    (scheduler.py:3808): the request finishes as aborted.  Its logprob resets (:1932-1938) apply only to a request
-    returning logprobs, which the fuzzer never sends.  The file itself imports the PD transfer stack."""
-    from sglang.srt.managers.schedule_batch import FINISH_ABORT  # as upstream, at call time (utils.py:1927)
+def is_minimax_sparse(hf_config: Any) -> bool:
+    """``configs.model_config.is_minimax_sparse`` (model_config.py:426-431), which ``init_disaggregation`` asks to size a
+    decode server's metadata buffers (8x headroom for MiniMax M3, else 2x; scheduler.py:1567-1569).  The engine target's
+    model is a Llama-class decoder (:data:`poolfuzz.harness.upstream.engine_disagg.HF_CONFIG`), not MiniMax M3; the real
+    module imports the model registry and transformers."""
+    return False
 
-    req.finished_reason = FINISH_ABORT(error_message, status_code)
+
+@dataclass(frozen=True)
+class NetworkAddress:
+    """``utils.network.NetworkAddress`` (network.py:542), with which a decode server names a request's prefill bootstrap
+    server (``_bootstrap_addr``, disaggregation/decode.py:155) for the transfer backend's receiver; the ``fake`` backend's
+    receiver never reads it (fake/conn.py:145-150).  The real module imports zmq and psutil (network.py:13-14)."""
+
+    host: str | None
+    port: int | None
+
+    def to_host_port_str(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 TIMING = {"flush_trace_batch": _noop, "set_schedule_time_batch": _noop, "set_time_batch": _noop}
@@ -432,15 +434,13 @@ SCHEDULER_STAND_INS: dict[str, dict[str, Any]] = {
     "sglang.srt.utils.weight_versions": {"compute_weight_version_spans": _no_weight_version_spans},
     "sglang.srt.state_capturer.indexer_topk": {"get_global_indexer_capturer": _no_capturer},
     "sglang.srt.state_capturer.routed_experts": {"get_global_experts_capturer": _no_capturer},
-    "sglang.srt.disaggregation.utils": {"DisaggregationMode": DisaggregationMode, "prepare_abort": prepare_abort},
-    "sglang.srt.disaggregation.decode": {"SchedulerDisaggregationDecodeMixin": _mixin("SchedulerDisaggregationDecodeMixin")},
-    "sglang.srt.disaggregation.prefill": {"SchedulerDisaggregationPrefillMixin": _mixin("SchedulerDisaggregationPrefillMixin")},
     "sglang.srt.multiplex.multiplexing_mixin": {"SchedulerMultiplexMixin": _mixin("SchedulerMultiplexMixin")},
     "sglang.srt.managers.scheduler_pp_mixin": {"SchedulerPPMixin": _mixin("SchedulerPPMixin")},
     "sglang.srt.managers.scheduler_components.metrics_reporter": {"PrefillStats": PrefillStats},
     "sglang.srt.speculative.base_spec_worker": {"BaseSpecWorker": BaseSpecWorker},
     "sglang.srt.beam_search.coordinator": {"BeamCoordinator": BeamCoordinator},
-    "sglang.srt.configs.model_config": {"ModelImpl": ModelImpl},
+    "sglang.srt.utils.network": {"NetworkAddress": NetworkAddress},
+    "sglang.srt.configs.model_config": {"ModelImpl": ModelImpl, "is_minimax_sparse": is_minimax_sparse},
     "sglang.srt.model_loader.utils": {"get_resolved_model_impl": get_resolved_model_impl},
 }
 """Module -> the names it answers with (merged into :func:`poolfuzz.harness.upstream.sglang_stand_ins.stand_in_modules`)."""

@@ -80,6 +80,10 @@ class UpstreamChecker:
             return bool(leak), str(message)
         if self.loop.last_batch is None:
             return None
+        if any(r.kv.holds_kv for r in getattr(self.loop, "pd_queued", list)()):
+            # The busy check's owners leave out a PD server's queued requests holding KV (_requests_owning_rows,
+            # invariant_checker.py:274-294), whose pages it would count as leaked: not checked then (docs/engine.md).
+            return None
         full_uncached, swa_uncached = self.checker._get_total_uncached_sizes()
         leak, message = self.checker._check_full_pool(ps, uncached=full_uncached)
         if swa:

@@ -50,6 +50,9 @@ class EngineShapeError(LimitError):
         super().__init__("engine", "config", None, None, f"is not a shape 0.5.23 builds: {problem}")
 
 
+DISAGGREGATION_MODES = ("prefill", "decode")
+"""``--disaggregation-mode`` as driven (``null``, the default, is every other shape)."""
+
 HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 """``--hicache-write-policy`` (arg_groups/fields/memory.py:121-130) as driven: ``write_through`` backs a node up once it is
 hit (threshold 1), ``write_back`` only when it is evicted (unified_radix_cache.py:559-561)."""
@@ -158,6 +161,14 @@ class EngineTargetConfig(PoolConfig):
     hybrid_pool_assembler.py:2296-2317), over upstream's pools and loops; not with speculative decoding or an embedding
     model here."""
 
+    disaggregation: str | None = setting(None)
+    """PD disaggregation, ``--disaggregation-mode`` ``prefill`` or ``decode`` (``None``: off) with
+    ``--disaggregation-transfer-backend fake`` (:mod:`poolfuzz.harness.upstream.engine_disagg`): a prefill server bootstraps
+    each request, prefills it and holds its KV until the transfer to its decode peer lands; a decode server preallocates
+    each request's row and KV, receives the transfer, and decodes.  Full attention over upstream's pools and loops, a
+    generation model without speculation, HiCache or sessions; a prefill server runs the normal loop (the overlap prefill
+    loop is not driven)."""
+
     @property
     def hybrid_swa(self) -> bool:
         return self.sliding_window is not None
@@ -244,6 +255,22 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         # side have no session handlers; sessions continue generation requests.
         problems.append(
             "session radix caching runs on UnifiedRadixCache over the Python tree core, on upstream's loops and pools, for a generation model"
+        )
+    if config.disaggregation is not None and (
+        config.disaggregation not in DISAGGREGATION_MODES
+        or config.hybrid_swa
+        or config.hybrid_ssm
+        or config.loop == "reenacted"
+        or (config.disaggregation == "prefill" and config.loop != "normal")
+        or config.pools != "upstream"
+        or config.speculative_num_steps
+        or config.embedding
+        or config.hicache is not None
+        or config.session_radix_cache
+    ):
+        problems.append(
+            "PD disaggregation (prefill or decode) runs on full attention over upstream's pools and loops (a prefill server on the "
+            "normal loop), for a generation model without speculation, HiCache or sessions"
         )
     return problems
 

@@ -119,12 +119,30 @@ class EngineDriver(EngineTargetDriver):
     @operation
     def transfer_delay(self, iterations: int) -> Any:
         """On a HiCache server, the device-to-host copies submitted from now on complete ``iterations`` iterations later
-        (the acks the scheduler's ``check_hicache_events`` takes, in order); skipped elsewhere."""
-        if not self._hicache():
+        (the acks the scheduler's ``check_hicache_events`` takes, in order); on a PD server, the transfers concluding from now
+        on poll ``Transferring`` that many iterations longer (``engine_disagg.PeerClock``); skipped elsewhere."""
+        pd = self._disaggregated()
+        if not (self._hicache() or pd):
             return SKIPPED
         self.loop.set_transfer_delay(iterations)
-        self.event(f"HiCache copies to host take {min(iterations, 2)}{'+' if iterations > 2 else ''} iterations")
+        what = "PD transfers" if pd else "HiCache copies to host"
+        self.event(f"{what} take {min(iterations, 2)}{'+' if iterations > 2 else ''} iterations")
         return None
+
+    @operation
+    def peer_fail(self, pick: int) -> Any:
+        """On a PD server, the peer of one PD-queued request is lost: its fake sender or receiver reports ``Failed`` at its
+        next poll; skipped elsewhere, or with no request in a PD queue."""
+        if not self._disaggregated():
+            return SKIPPED
+        if self.loop.fail_transfer(pick) is None:
+            return SKIPPED
+        self.event("a PD peer lost")
+        return None
+
+    def _disaggregated(self) -> bool:
+        """A PD server (``disaggregation``), on upstream's loops."""
+        return getattr(self.loop.config, "disaggregation", None) is not None and all(hasattr(t.loop, "fail_transfer") for t in self.targets)
 
     @operation
     def hicache_admin(self, request: int) -> Any:
@@ -218,6 +236,7 @@ class EngineDriver(EngineTargetDriver):
         loop = self.loop
         chunked = [loop.chunked_req.rid] if loop.chunked_req is not None else []
         live = [r.rid for r in loop.waiting_queue] + [r.rid for r in loop.running_batch.reqs] + chunked
+        live += [r.rid for r in getattr(loop, "pd_queued", list)()]  # a PD server's bootstrap, prealloc, transfer queues
         if not live:
             return SKIPPED
         rid = live[pick % len(live)]
@@ -283,6 +302,7 @@ class EngineDriver(EngineTargetDriver):
         the retractions a crowded pool forces (the bound only stops a loop that never drains)."""
         loop = self.loop
         reqs = list(loop.waiting_queue) + list(loop.running_batch.reqs) + ([loop.chunked_req] if loop.chunked_req else [])
+        reqs += list(getattr(loop, "pd_queued", list)())
         chunk = loop.config.chunk or loop.config.context
         return 4 * loop.config.rows + 8 + sum(2 + -(-(len(r.origin_input_ids) + len(r.output_ids)) // chunk) for r in reqs)
 

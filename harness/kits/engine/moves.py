@@ -10,7 +10,7 @@ come from stems that share prefixes so the tree splits and hits.
 from __future__ import annotations
 
 from poolfuzz.harness.kits.arrivals import arrival
-from poolfuzz.harness.kits.engine.config import HICACHE_WRITE_POLICIES, EngineTargetConfig
+from poolfuzz.harness.kits.engine.config import DISAGGREGATION_MODES, HICACHE_WRITE_POLICIES, EngineTargetConfig
 from poolfuzz.harness.kits.engine.ops import EngineOps as Ops
 from poolfuzz.harness.upstream.engine_config import CACHES
 from poolfuzz.harness.upstream.engine_mamba import MAMBA_REQUESTS_RATIO
@@ -28,7 +28,9 @@ class EngineView(DriverView):
 
     @property
     def waiting(self) -> int:
-        return len(self._driver.loop.waiting_queue)
+        """The waiting queue, and on a PD server its PD queues (bootstrap, in-flight; prealloc, transfer, retracted)."""
+        loop = self._driver.loop
+        return len(loop.waiting_queue) + len(getattr(loop, "pd_queued", list)())
 
     @property
     def running(self) -> int:
@@ -119,7 +121,26 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
     config = config.replaced(**scheduling_arguments(choose, rows))
     config = config.replaced(**speculation(choose, config))
     config = config.replaced(**sessions(choose, config))
-    return config.replaced(**hierarchical_cache(choose, config))
+    config = config.replaced(**hierarchical_cache(choose, config))
+    return config.replaced(**disaggregation(choose, config))
+
+
+def disaggregation(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
+    """Half of the full-attention shapes without speculation, sessions or HiCache are a PD server
+    (:mod:`poolfuzz.harness.upstream.engine_disagg`), prefill or decode, over upstream's pools (a drawn ``both`` becomes
+    ``upstream``); a prefill server runs the normal loop.  Drawn last, so a seed's earlier draws stay what they were."""
+    if (
+        config.hybrid_swa
+        or config.hybrid_ssm
+        or config.speculative_num_steps
+        or config.embedding
+        or config.session_radix_cache
+        or config.hicache is not None
+        or choose.randrange(0, 2)
+    ):
+        return {}
+    mode = choose.choice(DISAGGREGATION_MODES)
+    return {"disaggregation": mode, "pools": "upstream", **({"loop": "normal"} if mode == "prefill" else {})}
 
 
 def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
@@ -189,6 +210,7 @@ def engine_corners(config: EngineTargetConfig) -> list[str]:
         f"pools {config.pools}",
         f"speculative decoding (K={config.speculative_num_steps})" if config.speculative_num_steps else "no speculation",
         *([f"HiCache {config.hicache}"] if config.hicache else []),
+        *([f"PD {config.disaggregation}"] if config.disaggregation else []),
     ]
 
 
@@ -207,6 +229,8 @@ def _iterate(view: EngineView, choose: Chooser) -> Step | None:
         return _pause_before_chunked_abort(view, choose)
     if view.config.hicache and choose.randrange(0, 6) == 0:
         return _hicache_step(view, choose)
+    if view.config.disaggregation and choose.randrange(0, 4) == 0:
+        return _peer_step(view, choose)
     if view.config.speculative_num_steps and choose.randrange(0, 2) == 0:
         return _speculate(view, choose)
     live = view.running + view.waiting
@@ -340,6 +364,14 @@ def _hicache_step(view: EngineView, choose: Chooser) -> Step:
     one time in four, an operator's storage request (detach or clear the backend)."""
     if choose.randrange(0, 4) == 0:
         return Ops.hicache_admin, {"request": choose.randrange(0, 2)}
+    return Ops.transfer_delay, {"iterations": choose.choice((0, 1, 2, 4))}
+
+
+def _peer_step(view: EngineView, choose: Chooser) -> Step:
+    """On a PD server: how many iterations longer the transfers concluding next take (0: at once, the fake backend's), or,
+    one time in three, a PD-queued request's peer lost."""
+    if choose.randrange(0, 3) == 0:
+        return Ops.peer_fail, {"pick": choose.randrange(0, 8)}
     return Ops.transfer_delay, {"iterations": choose.choice((0, 1, 2, 4))}
 
 

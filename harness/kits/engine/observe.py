@@ -187,7 +187,8 @@ def _progress(loop: Any) -> Progress:
     facts = loop.last_step
     context: list[tuple[str, int | float | None]] = []
     if loop.stalled:  # the numbers a hang report shows
-        a, tree, head = loop.allocator, loop.tree_cache, loop.waiting_queue[0]
+        # the queue head; on a PD server, a request of its PD queues when none waits in the scheduler's queue
+        a, tree, head = loop.allocator, loop.tree_cache, [*loop.waiting_queue, *getattr(loop, "pd_queued", list)()][0]
         context = [
             ("head_prompt", len(head.origin_input_ids)),
             ("head_max_new", head.sampling_params.max_new_tokens),

@@ -10,7 +10,8 @@ class EngineOps(Operations):
     option the scheduler refuses), which live
     requests sample EOS at a result, runs of iterations, aborts (one, or all), the weight-update pause, time passing
     for a waiting request (the waiting timeout), sessions opened, continued and closed, and on a HiCache server how long
-    its copies to host take and the operator's storage requests; the scheduler decides every memory call."""
+    its copies to host take and the operator's storage requests, on a PD server how long its transfers take and which peer is
+    lost; the scheduler decides every memory call."""
 
     arrive = op("stem", "length", "tail", "max_new")
     prioritized = op("stem", "length", "tail", "max_new", "priority")
@@ -28,3 +29,4 @@ class EngineOps(Operations):
     session_arrive = op("stem", "length", "tail", "max_new", "session", "native")
     transfer_delay = op("iterations")
     hicache_admin = op("request")
+    peer_fail = op("pick")

@@ -137,6 +137,12 @@ SESSION_CREATE = Cite(
 HICACHE_POLL = _at(3889, "self.tree_cache.check_hicache_events()", note="_process_hicache_events, every get_next_batch_to_run")
 HICACHE_DETACH = _at(5498, "ok, msg = self.tree_cache.detach_storage_backend()", note="detach_hicache_storage_wrapped, when fully idle")
 HICACHE_CLEAR = _at(5232, "self.tree_cache.clear_storage_backend()", note="clear_hicache_storage_wrapped")
+PEER_FAILED = _at(
+    1371,
+    "release_kv_cache(req, self.tree_cache, checkpoint=False)",
+    note="handle_bootstrap_failure, when the sender polls Failed",
+    path="srt/disaggregation/prefill.py",
+)
 PAUSE_RETRACT = _at(5893, "retract_all(", note="pause_generation in retract mode: running, last-extend and chunked requests")
 FLUSH = _at(5523, "self.tree_cache.reset()", note="flush_cache while paused: is_fully_idle(ignore_waiting=True) (:5520)")
 RESUME = _at(5954, "self._engine_paused = False", note="continue_generation")
@@ -323,6 +329,13 @@ CONTRACT: Contract[object] = Contract(
             "on a HiCache server, an operator's storage request: detach_hicache_storage_wrapped (refused unless fully idle) "
             "or clear_hicache_storage_wrapped",
             (HICACHE_DETACH, HICACHE_CLEAR),
+        ),
+        CallRule(
+            Ops.peer_fail,
+            (),
+            "on a PD server: no call now; the fake transfer backend's sender or receiver of one PD-queued request reports "
+            "Failed at its next poll, and the scheduler's failure path releases what the request holds",
+            (PEER_FAILED,),
         ),
     ),
     not_called=(NotCalled(Ops.construct, "misuse: a malformed constructor (the engine models none: constructor_errors is empty)"),),
