@@ -1,8 +1,8 @@
 """The nightly runner: fuzz every target on every core for a time budget, then report.
 
 :func:`select_targets` turns ``--target`` values into :class:`TargetRef` s;
-:class:`FuzzRun` starts one process per worker (:mod:`poolfuzz.harness.fuzz.protocol`,
-``spawn``), collects their counters and findings over per-worker pipes, drives
+:class:`FuzzRun` starts one process per worker (:mod:`poolfuzz.harness.fuzz.protocol`, from
+:mod:`poolfuzz.harness.child_processes`' fork server), collects their counters and findings over per-worker pipes, drives
 the live display (:mod:`poolfuzz.harness.fuzz.progress`) and builds the report
 (:mod:`poolfuzz.harness.fuzz.run_report`, of :mod:`poolfuzz.harness.fuzz.report`'s parts): at each finding too, and for the live page
 (:mod:`poolfuzz.harness.fuzz.snapshots`).
@@ -42,7 +42,6 @@ draw their next target from them.
 
 from __future__ import annotations
 
-import multiprocessing
 import multiprocessing.connection
 import shutil
 import signal
@@ -53,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from poolfuzz.harness.child_processes import environ_now, worker_context
 from poolfuzz.harness.fuzz.findings import Findings, cut_off_by
 from poolfuzz.harness.fuzz.options import FuzzOptions
 from poolfuzz.harness.fuzz.process import worker_main
@@ -97,7 +97,7 @@ class FuzzRun:
         from poolfuzz.harness.upstream.known import load_known, upstream_code
 
         self.options = options
-        self.ctx = multiprocessing.get_context("spawn")
+        self.ctx = worker_context()
         slots = max(1, len(options.targets))
         self.shared = Shared(go=self.ctx.Event(), stop=self.ctx.Event(),
                              retired=self.ctx.Array("b", slots, lock=False),
@@ -151,7 +151,7 @@ class FuzzRun:
             steps=o.steps, misuse=o.misuse, device=o.device, corpus=str(o.corpus), database=o.database,
             log_path=str(log), round_seconds=o.round_seconds, walk_share=o.walk_share,
             coverage_dir=str(self.covdir) if self.covdir else None, strict=o.strict,
-            known_file=str(o.known_file) if o.known_file else None,
+            known_file=str(o.known_file) if o.known_file else None, environ=environ_now(),
         )
         reader, writer = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=worker_main, args=(plan, writer, self.shared),

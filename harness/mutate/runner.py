@@ -1,7 +1,7 @@
 """The parent side: a pool of worker processes, fed one job at a time, under a watchdog.
 
-Each worker (:func:`poolfuzz.harness.mutate.worker.serve`, started with ``spawn`` so it
-imports the pools fresh) takes one job, replies, and takes the next.  The
+Each worker (:func:`poolfuzz.harness.mutate.worker.serve`, started from
+:func:`~poolfuzz.harness.child_processes.worker_context`'s fork server, so it imports the pools fresh) takes one job, replies, and takes the next.  The
 parent watches the clock: a worker still busy past its job's limit is killed
 (the job's reply is ``("timeout", limit)``) and a fresh worker takes its place
 while jobs remain; a worker that dies mid-job gives ``("crashed", exit code)``.
@@ -12,15 +12,15 @@ counted as killed mutants.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from poolfuzz.harness.child_processes import environ_now, worker_context
 from poolfuzz.harness.mutate.worker import WorkerSetup, serve
 
 STARTUP_LIMIT = 300.0
@@ -57,13 +57,15 @@ class WorkerPool:
     def __init__(self, setup: WorkerSetup, workers: int) -> None:
         self.setup = setup
         self.workers = workers
-        self.context = multiprocessing.get_context("spawn")
+        self.context = worker_context()
         self.slots: list[_Slot] = []
         self.restarts = 0
 
     def _spawn(self) -> _Slot:
         parent, child = self.context.Pipe()
-        process = self.context.Process(target=serve, args=(child, self.setup), daemon=True, name="poolfuzz-mutate")
+        process = self.context.Process(
+            target=serve, args=(child, replace(self.setup, environ=environ_now())), daemon=True, name="poolfuzz-mutate"
+        )
         process.start()
         child.close()
         return _Slot(process, parent, time.monotonic())

@@ -1,0 +1,47 @@
+"""Workers start from a fork server yet see the parent's environment at their start, as spawned ones did."""
+
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing.connection import Connection
+
+import pytest
+
+from poolfuzz.harness.child_processes import apply_environ, environ_now, worker_context
+
+
+def _report(environ: dict[str, str] | None, conn: Connection) -> None:
+    apply_environ(environ)
+    conn.send((os.environ.get("POOLFUZZ_CHILD_SET"), "POOLFUZZ_CHILD_GONE" in os.environ, "torch" in sys.modules))
+    conn.close()
+
+
+def _child_sees(environ: dict[str, str] | None) -> tuple[str | None, bool, bool]:
+    context = worker_context()
+    reader, writer = context.Pipe(duplex=False)
+    process = context.Process(target=_report, args=(environ, writer), daemon=True)
+    process.start()
+    writer.close()
+    seen: tuple[str | None, bool, bool] = reader.recv()
+    process.join(timeout=30)
+    return seen
+
+
+def test_a_worker_gets_the_variables_the_parent_set_and_removed_after_the_fork_server_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POOLFUZZ_CHILD_GONE", "1")
+    _child_sees(environ_now())  # the fork server (where there is one) starts with POOLFUZZ_CHILD_GONE set
+    monkeypatch.setenv("POOLFUZZ_CHILD_SET", "now")
+    monkeypatch.delenv("POOLFUZZ_CHILD_GONE")
+
+    value, gone_still_set, _ = _child_sees(environ_now())
+
+    assert value == "now"
+    assert not gone_still_set
+
+
+@pytest.mark.skipif(worker_context().get_start_method() != "forkserver", reason="no fork server on this platform")
+def test_a_forked_worker_starts_with_torch_already_imported() -> None:
+    _, _, has_torch = _child_sees(None)
+
+    assert has_torch
