@@ -97,8 +97,11 @@ def published_disaggregation(mode: str | None) -> Iterator[None]:
     if mode is None:
         yield
         return
+    # resolve_decode_retraction_backup (mem_cache/kv_cache_builder.py:197-240) resolves an unset backend to cpu_tensor on a
+    # decode server with its radix cache on (host_pool needs it off); a prefill server retracts nothing
+    backup = {"disaggregation_decode_retraction_backup": "cpu_tensor" if mode == "decode" else None}
     with (
-        overridden(RUNTIME.bags["disagg"].__dict__, {"disaggregation_mode": mode, **DISAGG_LEAVES}),
+        overridden(RUNTIME.bags["disagg"].__dict__, {"disaggregation_mode": mode, **DISAGG_LEAVES, **backup}),
         overridden(RUNTIME.bags["device"].__dict__, {"gpu_id": 0}),  # :1602, :1630
         overridden(RUNTIME.bags["memory"].__dict__, {"disable_radix_cache": False}),  # _prealloc_required_tokens decode.py:601
         overridden(RUNTIME.bags["parallel"].__dict__, PARALLEL_LEAVES),

@@ -421,10 +421,11 @@ class SchedulerLoop(EngineLoop):
         checker = self.s.invariant_checker
         if checker is None or self.s.last_batch is None:
             return None
-        if any(r.kv.holds_kv for r in self.pd_queued()):
+        if self.pd_kv_holders():
             # Its owners are the batches' and the chunked request (_requests_owning_rows, invariant_checker.py:274-294); a PD
-            # server's queued requests holding KV (prefill in flight, decode preallocated or in transfer) are not among
-            # them, so on a PD server the knob's check reports those pages as a leak.  Not judged then (docs/engine.md).
+            # server's queued requests holding KV (prefill in flight, decode preallocated, in transfer or transferred and
+            # waiting) are not among them, so on a PD server the knob's check reports those pages as a leak.  Not judged
+            # then (docs/engine.md).
             return None
         try:
             checker.self_check_during_busy()
@@ -528,7 +529,15 @@ class SchedulerLoop(EngineLoop):
         whose transfer is in flight; a decode request preallocated, in transfer or retracted with its KV)."""
         owners = super().owners()
         seen = {id(r) for r in owners}
-        return owners + [r for r in self.pd_queued() if id(r) not in seen and r.kv.holds_kv]
+        return owners + [r for r in self.pd_kv_holders() if id(r) not in seen]
+
+    def pd_kv_holders(self) -> list[Any]:
+        """PD shapes: the requests outside the batches that hold a row and KV: PD-queued ones (a prefill request whose
+        transfer is in flight; a decode request preallocated, in transfer or retracted), and on a decode server the
+        transferred requests in the waiting queue, whose KV is allocated (abort_request, scheduler.py:5704)."""
+        if self.config.disaggregation is None:
+            return []
+        return [r for r in [*self.pd_queued(), *self.waiting_queue] if r.kv.holds_kv]
 
     @property
     def facts(self) -> StepFacts:

@@ -186,8 +186,9 @@ def build_scheduler(loop: Any, modules: SchedulerModules, *, overlap: bool) -> A
         scheduler.init_load_inquirer()  # :729
         scheduler.init_output_streamer()  # :731
         scheduler.init_batch_result_processor()  # :733
-    # event_loop_overlap sets it before its loop (:2063); init_running_status cleared it (:1337)
-    scheduler.enable_skip_finishing_decode = overlap
+    # event_loop_overlap sets it before its loop (:2063); init_running_status cleared it (:1337); the PD loops never set it
+    # (disaggregation/decode.py:3165-3224, prefill.py:758-873), so a PD server's update_running_batch skips no finishing decode
+    scheduler.enable_skip_finishing_decode = overlap and disaggregation is None
     scheduler._request_dispatcher = RequestDispatcher(scheduler)  # init_request_dispatcher (:1827)
     scheduler.invariant_checker = loop.checker.checker if hasattr(loop, "checker") else None
     return scheduler

@@ -208,6 +208,12 @@ class _CPUPlatform:
     def get_device(self, index: int = 0) -> torch.device:
         return torch.device("cpu")
 
+    def synchronize(self) -> None:
+        """Wait for the device's queued work: a PD decode server's ``cpu_tensor`` retraction backup copies a retracted
+        request's KV to host between two of them (``MHATokenToKVPool.get_cpu_copy`` / ``load_cpu_copy``, memory_pool.py:2796,
+        :2810); CPU tensor copies complete when issued, so nothing is queued."""
+        return None
+
     def get_paged_allocator_cls(self) -> None:
         """platforms/interface.py:164: ``None``, the in-tree paged allocator (the SWA allocator asks it)."""
         return None

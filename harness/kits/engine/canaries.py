@@ -163,7 +163,8 @@ def _factory(loop_class: type[EngineLoop], *, mirror: bool = False, retracting: 
         # docs/upstream-findings.md), and that hang, not the planted bug, would be reported first.
         # The re-enacted loop has no speculative decoding (spec_canaries.py plants those bugs in upstream's loop).
         pools = config.pools if mirror else "upstream"
-        config = config.replaced(pools=pools, sliding_window=None, swa_tokens=0, speculative_num_steps=0)
+        # Nor PD disaggregation (its queues are upstream's scheduler mixins): a PD shape runs as the plain server.
+        config = config.replaced(pools=pools, sliding_window=None, swa_tokens=0, speculative_num_steps=0, disaggregation=None)
         if retracting:
             # A bug in what a retraction leaves shows only once decode runs out of KV: a server that admits at the low
             # new-token ratio the moves draw for two shapes in three (0.1), with four rows or more, full attention without

@@ -235,8 +235,9 @@ class EngineDriver(EngineTargetDriver):
         """Abort a queued, running or chunked request (the ``abort_request`` path)."""
         loop = self.loop
         chunked = [loop.chunked_req.rid] if loop.chunked_req is not None else []
-        live = [r.rid for r in loop.waiting_queue] + [r.rid for r in loop.running_batch.reqs] + chunked
-        live += [r.rid for r in getattr(loop, "pd_queued", list)()]  # a PD server's bootstrap, prealloc, transfer queues
+        # a PD server's bootstrap, prealloc and transfer queues too, before the chunked request (abort_chunked picks it last)
+        pd = [r.rid for r in getattr(loop, "pd_queued", list)()]
+        live = [r.rid for r in loop.waiting_queue] + [r.rid for r in loop.running_batch.reqs] + pd + chunked
         if not live:
             return SKIPPED
         rid = live[pick % len(live)]
@@ -392,14 +393,22 @@ build_engine_with_waiting_timeout.poolfuzz_shape = with_waiting_timeout  # type:
 
 
 def embedding_server(config: EngineTargetConfig) -> EngineTargetConfig:
-    """A drawn shape as an embedding server runs it: full attention, no speculation, ``embedding`` on, the overlap loop
+    """A drawn shape as an embedding server runs it: full attention, no speculation or PD, ``embedding`` on, the overlap loop
     for the re-enacted one (which has no embedding path), and ``UnifiedRadixCache`` over the Rust core for the legacy
     ``RadixCache``, which 0.5.23 never builds for a model (mem_cache/registry.py:83-146): so a finding here is the
     server's, classified as the engine's are (contracts/engine.py::classify_failure)."""
     loop = "overlap" if config.loop == "reenacted" else config.loop
     cache = "unified-rust" if config.cache == "radix" else config.cache
+    # an embedding server runs without PD here (EngineTargetConfig.disaggregation: generation models)
     return config.replaced(
-        sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, loop=loop, cache=cache, embedding=True
+        sliding_window=None,
+        swa_tokens=0,
+        mamba_slots=0,
+        speculative_num_steps=0,
+        loop=loop,
+        cache=cache,
+        embedding=True,
+        disaggregation=None,
     )
 
 
@@ -427,8 +436,10 @@ def build_poolfuzz_engine(**shape: Any) -> Any:
 
 
 def over_our_pools(config: EngineTargetConfig) -> EngineTargetConfig:
-    """A drawn shape as :func:`build_poolfuzz_engine` runs it: over ``pools/``, full attention, no speculation."""
-    return config.replaced(pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0)
+    """A drawn shape as :func:`build_poolfuzz_engine` runs it: over ``pools/``, full attention, no speculation or PD."""
+    return config.replaced(
+        pools="poolfuzz", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, disaggregation=None
+    )
 
 
 build_poolfuzz_engine.poolfuzz_shape = over_our_pools  # type: ignore[attr-defined]

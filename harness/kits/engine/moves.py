@@ -126,11 +126,12 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
 
 
 def disaggregation(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
-    """Half of the full-attention shapes without speculation, sessions or HiCache are a PD server
-    (:mod:`poolfuzz.harness.upstream.engine_disagg`), prefill or decode, over upstream's pools (a drawn ``both`` becomes
-    ``upstream``); a prefill server runs the normal loop.  Drawn last, so a seed's earlier draws stay what they were."""
+    """Half of the full-attention shapes over upstream's pools alone without speculation, sessions or HiCache are a PD
+    server (:mod:`poolfuzz.harness.upstream.engine_disagg`), prefill or decode (a ``both`` shape stays one: the mirror
+    canaries need it); a prefill server runs the normal loop.  Drawn last, so a seed's earlier draws stay what they were."""
     if (
-        config.hybrid_swa
+        config.pools != "upstream"
+        or config.hybrid_swa
         or config.hybrid_ssm
         or config.speculative_num_steps
         or config.embedding
@@ -140,7 +141,7 @@ def disaggregation(choose: Chooser, config: EngineTargetConfig) -> dict[str, obj
     ):
         return {}
     mode = choose.choice(DISAGGREGATION_MODES)
-    return {"disaggregation": mode, "pools": "upstream", **({"loop": "normal"} if mode == "prefill" else {})}
+    return {"disaggregation": mode, **({"loop": "normal"} if mode == "prefill" else {})}
 
 
 def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:

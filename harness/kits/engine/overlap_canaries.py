@@ -186,8 +186,9 @@ def _factory(loop_class: type[_Planted], *, chunked: bool = False) -> Any:
         # Overlap over upstream's pools and full attention: a Mamba shape runs the normal loop (upstream forces it), and
         # hybrid-SWA shapes hang on finding 5 before the planted bug shows.  A chunk canary needs chunked prefill on.  The
         # bugs are the overlap path's, planted without speculation (spec_canaries.py plants speculative decoding's).
+        # A PD shape runs as the plain server: the bugs are planted in event_loop_overlap's path, not the PD loops'.
         config = config.replaced(
-            loop="overlap", pools="upstream", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0
+            loop="overlap", pools="upstream", sliding_window=None, swa_tokens=0, mamba_slots=0, speculative_num_steps=0, disaggregation=None
         )
         return config.replaced(chunk=8) if chunked and not config.chunk else config
 

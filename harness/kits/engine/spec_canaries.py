@@ -106,6 +106,7 @@ def _eagle_server(shape: dict[str, Any], *, loop: str | None = None) -> EngineTa
         embedding=False,
         loop=chosen,
         speculative_num_steps=config.speculative_num_steps or CANARY_STEPS,
+        disaggregation=None,  # speculation does not run with PD here (EngineTargetConfig.disaggregation)
     )
 
 
