@@ -133,8 +133,9 @@ def _fuzz(tmp_path: Path, name: str, *extra: str, seed_walk: bool = True, worker
     result = subprocess.run(
         [sys.executable, "-m", "poolfuzz.harness", "fuzz", *extra, *args], cwd=folder, capture_output=True, text=True, env=env, timeout=300
     )
-    report = json.loads((folder / "r.json").read_text())
-    return result.returncode, report, result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    assert (folder / "r.json").is_file(), f"exit {result.returncode}, no report written:\n{out}"
+    return result.returncode, json.loads((folder / "r.json").read_text()), out
 
 
 @pytest.mark.skipif(_sglang_missing() is not None, reason=f"upstream SGLang unavailable: {_sglang_missing()}")

@@ -27,6 +27,7 @@ from poolfuzz.harness.machines.without import without_modules
 from poolfuzz.harness.mutate.targets import DEVICE_PATH_FAMILIES
 from poolfuzz.pools.page_states import DEVICE_PATH_ON_CPU
 from tests.conftest import DEVICES
+from tests.machine_coverage import MEASURED
 
 
 def skip_unless_loadable(family: str) -> None:
@@ -46,6 +47,7 @@ def misuse_off_settings() -> settings:
 POOL_FAMILIES = [name for name in FAMILIES if name != "scheduler"]
 
 
+@MEASURED
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", POOL_FAMILIES)
 def test_machine_finds_no_violation(family: str, device: str, target_overrides: dict[str, str], found_corpus: Path) -> None:
@@ -53,13 +55,18 @@ def test_machine_finds_no_violation(family: str, device: str, target_overrides: 
     run_machine(make_machine(family, overrides=target_overrides, device=device), corpus=found_corpus)
 
 
+@MEASURED
 @pytest.mark.parametrize("family", POOL_FAMILIES)
 def test_machine_with_misuse_rules_off_issues_valid_calls_only_and_stays_green(family: str) -> None:
     skip_unless_loadable(family)
     run_machine(make_machine(family, check_misuse=False), settings=misuse_off_settings())
 
 
-@pytest.mark.parametrize("family", DEVICE_PATH_FAMILIES)
+DEVICE_PATH_MEASURED = {"paged_kv", "hybrid_req_to_token"}
+"""The device-path runs that reach device code no other family's run does (tests/machine_coverage.py)."""
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=MEASURED) if f in DEVICE_PATH_MEASURED else f for f in DEVICE_PATH_FAMILIES])
 def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_checks(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DEVICE_PATH_ON_CPU, "1")
     run_machine(make_machine(family))
@@ -68,6 +75,7 @@ def test_the_kv_and_mamba_machines_find_no_violation_on_the_device_path_of_the_c
 OPTIONAL_IMPORTS = [(family, name) for family, kit in FAMILIES.items() for name in kit.optional_imports]
 
 
+@MEASURED
 @pytest.mark.parametrize(("family", "module"), OPTIONAL_IMPORTS)
 def test_a_machine_finds_no_violation_on_a_host_without_its_optional_import(family: str, module: str) -> None:
     with without_modules([module]):

@@ -27,6 +27,7 @@ from poolfuzz.harness.machines import run_machine, settings_for
 from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
 from poolfuzz.pools.page_alloc import triton_available
 from tests.conftest import DEVICES
+from tests.machine_coverage import MEASURED
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton (and numpy for its interpreter) not installed")
 KERNELS = ["loop", "vectorized", pytest.param("triton", marks=needs_triton)]
@@ -37,6 +38,7 @@ def budget(kernel: str, device: str) -> dict[str, int]:
     return {"max_examples": 8, "stateful_step_count": 12} if kernel == "triton" and device == "cpu" else {}
 
 
+@MEASURED
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_the_scheduler_machine_finds_no_violation_with_each_kernel(kernel: str, device: str, target_overrides: dict[str, str]) -> None:
@@ -50,6 +52,7 @@ def test_the_scheduler_machine_finds_no_violation_at_page_size_one(device: str, 
     run_machine(scheduler_machine("vectorized", device=device, page_size=1, overrides=target_overrides))
 
 
+@MEASURED
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_scheduler_machine_finds_no_violation_over_hybrid_rows(device: str, target_overrides: dict[str, str]) -> None:
     run_machine(scheduler_machine("vectorized", device=device, hybrid=True, overrides=target_overrides))
