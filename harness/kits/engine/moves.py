@@ -33,6 +33,22 @@ class EngineView(DriverView):
         return len(loop.waiting_queue) + len(getattr(loop, "pd_queued", list)())
 
     @property
+    def pd_queued(self) -> int:
+        """A PD server's requests in its PD queues (0 elsewhere)."""
+        return len(getattr(self._driver.loop, "pd_queued", list)())
+
+    @property
+    def queue(self) -> int:
+        """The scheduler's waiting queue alone."""
+        return len(self._driver.loop.waiting_queue)
+
+    @property
+    def scheduled(self) -> int:
+        """The waiting and running requests: where the driver's abort list puts the PD-queued ones."""
+        loop = self._driver.loop
+        return len(loop.waiting_queue) + len(loop.running_batch.reqs)
+
+    @property
     def running(self) -> int:
         return self._driver.loop.running_batch.batch_size()
 
@@ -230,7 +246,7 @@ def _iterate(view: EngineView, choose: Chooser) -> Step | None:
         return _pause_before_chunked_abort(view, choose)
     if view.config.hicache and choose.randrange(0, 6) == 0:
         return _hicache_step(view, choose)
-    if view.config.disaggregation and choose.randrange(0, 4) == 0:
+    if view.config.disaggregation and choose.randrange(0, 3) == 0:
         return _peer_step(view, choose)
     if view.config.speculative_num_steps and choose.randrange(0, 2) == 0:
         return _speculate(view, choose)
@@ -369,10 +385,18 @@ def _hicache_step(view: EngineView, choose: Chooser) -> Step:
 
 
 def _peer_step(view: EngineView, choose: Chooser) -> Step:
-    """On a PD server: how many iterations longer the transfers concluding next take (0: at once, the fake backend's), or,
-    one time in three, a PD-queued request's peer lost."""
-    if choose.randrange(0, 3) == 0:
+    """On a PD server: how many iterations longer the transfers concluding next take (0: at once, the fake backend's), a
+    PD-queued request's peer lost, or an abort of a request that has not reached a batch: a PD-queued one (bootstrap or
+    in-flight; prealloc, transfer or retracted) or one of the waiting queue (bootstrapped; on a decode server, transferred,
+    holding its KV), two, one and two times in five.  The driver's abort lists the waiting requests first and the PD-queued
+    ones after the running ones."""
+    pick = choose.randrange(0, 5)
+    if pick == 0:
         return Ops.peer_fail, {"pick": choose.randrange(0, 8)}
+    queued = view.pd_queued + view.queue
+    if pick >= 3 and queued:
+        nth = choose.randrange(0, queued)
+        return Ops.abort, {"pick": nth if nth < view.queue else view.scheduled + nth - view.queue}
     return Ops.transfer_delay, {"iterations": choose.choice((0, 1, 2, 4))}
 
 
