@@ -126,3 +126,31 @@ def _helpers(name: str) -> ModuleType:
     module = ModuleType(name)
     module.double = lambda x: 2 * x  # type: ignore[attr-defined]
     return module
+
+
+def test_a_torch_compile_decorator_in_an_upstream_file_leaves_its_function_eager_and_torch_as_it_was(tmp_path: Path) -> None:
+    import torch
+
+    site = tmp_path / "site"
+    (site / "toycompiled" / "core").mkdir(parents=True)
+    (site / "toycompiled" / "__init__.py").write_text("")
+    (site / "toycompiled" / "core" / "__init__.py").write_text("")
+    (site / "toycompiled" / "core" / "ops.py").write_text(
+        "import torch\n\n@torch.compile(dynamic=True)\ndef twice(x):\n    return 2 * x\n\n@torch.compile\ndef thrice(x):\n    return 3 * x\n"
+    )
+    toy = Distribution(
+        name="toycompiled",
+        title="Toy",
+        supported="1.0",
+        env="POOLFUZZ_TOYCOMPILED_SRC",
+        probe="core",
+        real=("toycompiled.core",),
+        stand_ins=dict,
+    )
+    compile_before = torch.compile
+    loaded, problems = LoadedCopy(toy, SourceFolder("toycompiled", "1.0", site, "test")).load(["toycompiled.core.ops"])
+    assert problems == {}
+    ops = loaded["toycompiled.core.ops"]
+    assert ops.twice.__code__.co_filename.endswith("ops.py") and ops.twice(4) == 8  # the function as written, not a wrapper
+    assert ops.thrice.__code__.co_filename.endswith("ops.py") and ops.thrice(4) == 12
+    assert torch.compile is compile_before

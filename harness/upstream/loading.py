@@ -42,8 +42,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -85,6 +85,8 @@ class Distribution:
     after_exec: Mapping[str, AfterExec] = field(default_factory=dict)
     quiet_logger: bool = True
     """Show only the errors of the distribution's logger: upstream logs routine events (a retraction) as warnings."""
+    eager: bool = True
+    """Execute the files with ``torch.compile`` returning the function it decorates (:func:`_torch_compile_eager`)."""
 
     @property
     def install_hint(self) -> str:
@@ -283,7 +285,8 @@ class LoadedCopy:
                 if module is None:
                     loading.active = True
                     try:
-                        module = importlib.import_module(name)
+                        with _torch_compile_eager() if self.distribution.eager else nullcontext():
+                            module = importlib.import_module(name)
                     except Exception as exc:  # noqa: BLE001 - any failure of upstream's files refuses the module
                         self.problems[name] = problems[name] = self._reason(name, exc)
                         continue
@@ -311,6 +314,31 @@ class LoadedCopy:
             f"the stand-ins were written for {self.distribution.name}=={self.distribution.supported} "
             f"({self.distribution.install_hint})"
         )
+
+
+@contextmanager
+def _torch_compile_eager() -> Iterator[None]:
+    """While upstream files execute, ``torch.compile`` leaves the function it decorates as written.
+
+    ``torch.compile`` is transparent by contract (``disable=True`` runs the function eagerly, and SGLang passes it
+    on NPUs: managers/overlap_utils.py:77).  Its decorators run at import, and the first one imports
+    ``torch._dynamo``: about 2.5 s of CPU in every process that loads, say, overlap_utils.py, which the engine
+    target needs for its ``FutureMap``.  The functions decorated on the memory path belong to the forward (the
+    fake model's side) and on a CPU box would otherwise compile through Inductor, which needs a C++ compiler.
+    Only the decoration during the load is changed; ``torch.compile`` is restored afterwards.
+    """
+    import torch  # upstream's files import it anyway
+
+    compile_ = torch.compile
+
+    def eager(model: object = None, **options: object) -> object:
+        return model if model is not None else (lambda function: function)
+
+    torch.compile = eager  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.compile = compile_
 
 
 class _Window:
