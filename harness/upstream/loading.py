@@ -322,8 +322,8 @@ def _torch_compile_eager() -> Iterator[None]:
 
     ``torch.compile`` is transparent by contract (``disable=True`` runs the function eagerly, and SGLang passes it
     on NPUs: managers/overlap_utils.py:77).  Its decorators run at import, and the first one imports
-    ``torch._dynamo``: about 2.5 s of CPU in every process that loads, say, overlap_utils.py, which the engine
-    target needs for its ``FutureMap``.  The functions decorated on the memory path belong to the forward (the
+    ``torch._dynamo``: about 2.5 s of CPU in every process that loads, say, overlap_utils.py, which the
+    scheduler imports (scheduler.py:202) and the PD decode mixin too.  The functions decorated on the memory path belong to the forward (the
     fake model's side) and on a CPU box would otherwise compile through Inductor, which needs a C++ compiler.
     Only the decoration during the load is changed; ``torch.compile`` is restored afterwards.
     """
