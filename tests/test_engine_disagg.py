@@ -31,6 +31,7 @@ def test_a_pd_server_serves_holds_transfers_and_aborts_at_every_queue_stage(mode
         driver.step("arrive", stem=stem, length=10, tail=2, max_new=4)
     assert len(server.pd_queued()) == 3
     driver.step("abort", pick=0)  # the first live request is PD-queued: abort_request's bootstrap / prealloc branch
+    assert driver.events[-1] == "abort of a PD-queued request"
     driver.step("run", iterations=8)
     driver.step("transfer_delay", iterations=2)
     driver.step("arrive", stem=4, length=10, tail=2, max_new=4)
@@ -40,11 +41,13 @@ def test_a_pd_server_serves_holds_transfers_and_aborts_at_every_queue_stage(mode
     driver.step("arrive", stem=5, length=10, tail=2, max_new=4)
     driver.step("iterate", eos=[])
     driver.step("peer_fail", pick=0)
+    lost = driver.events[-1] == "a PD peer lost"
     driver.step("arrive", stem=6, length=10, tail=2, max_new=4)
     driver.step("iterate", eos=[])
     driver.step("abort", pick=-1)
     driver.teardown()
     assert not server.pd_queued()
+    assert lost or mode == "prefill", driver.events  # a decode request waits in its prealloc queue for the step
 
 
 def test_pd_shapes_refused_where_0_5_23_or_this_target_does_not_run_them() -> None:

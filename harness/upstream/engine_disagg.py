@@ -224,9 +224,18 @@ def queued(loop: Any) -> list[Any]:
     return []
 
 
-def transfer_of(req: Any) -> Any:
-    """The request's fake sender (prefill) or receiver (decode), or ``None``."""
-    return getattr(req, "disagg_kv_sender", None) or getattr(req, "disagg_kv_receiver", None)
+def transfers(loop: Any) -> list[tuple[Any, Any]]:
+    """Each PD-queued request with a transfer under way and its fake sender (prefill: bootstrap and in-flight queues, on the
+    request) or receiver (decode: prealloc and transfer queues, on the ``DecodeRequest``)."""
+    s = loop.s
+    mode = loop.config.disaggregation
+    if mode == "prefill":
+        reqs = list(s.disagg_prefill_bootstrap_queue.queue) + list(s.disagg_prefill_inflight_queue)
+        return [(r, r.disagg_kv_sender) for r in reqs if getattr(r, "disagg_kv_sender", None) is not None]
+    if mode == "decode":
+        entries = list(s.disagg_decode_prealloc_queue.queue) + list(s.disagg_decode_transfer_queue.queue)
+        return [(d.req, d.kv_receiver) for d in entries if getattr(d, "kv_receiver", None) is not None]
+    return []
 
 
 class PeerClock:
@@ -280,15 +289,23 @@ def install_peer_clock(module: Any) -> None:
         cls.poll = poll
 
 
-def fail_transfer(req: Any) -> bool:
+def fail_transfer(peer: Any) -> None:
     """The peer is lost: the request's sender or receiver reports ``Failed`` at its next poll (its own ``abort()``,
-    fake/conn.py:137-138, :195-196).  Whether the request had one."""
-    peer = transfer_of(req)
-    if peer is None:
-        return False
+    fake/conn.py:137-138, :195-196)."""
     CLOCK.held.pop(peer, None)
     peer.abort()
-    return True
 
 
-__all__ = ["DisaggModelConfig", "decode_iteration", "prefill_iteration", "published_disaggregation", "queued"]
+__all__ = [
+    "CLOCK",
+    "DisaggModelConfig",
+    "PeerClock",
+    "decode_iteration",
+    "fail_transfer",
+    "install_peer_clock",
+    "prefill_iteration",
+    "published_disaggregation",
+    "queued",
+    "server_attributes",
+    "transfers",
+]

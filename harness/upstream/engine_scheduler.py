@@ -41,6 +41,7 @@ from poolfuzz.harness.upstream.engine_disagg import (
     prefill_iteration,
     published_disaggregation,
     queued,
+    transfers,
 )
 from poolfuzz.harness.upstream.engine_hicache import clock_of
 from poolfuzz.harness.upstream.engine_spec import (
@@ -241,11 +242,12 @@ class SchedulerLoop(EngineLoop):
     def fail_transfer(self, pick: int) -> str | None:
         """PD shapes: the peer of one request in a PD queue is lost (its fake sender or receiver reports ``Failed`` at the
         next poll, :func:`~poolfuzz.harness.upstream.engine_disagg.fail_transfer`).  The request's id, or ``None``."""
-        reqs = [r for r in queued(self) if not r.finished()]
-        if not reqs:
+        under_way = [(req, peer) for req, peer in transfers(self) if not req.finished()]
+        if not under_way:
             return None
-        req = reqs[pick % len(reqs)]
-        return str(req.rid) if fail_transfer(req) else None
+        req, peer = under_way[pick % len(under_way)]
+        fail_transfer(peer)
+        return str(req.rid)
 
     def _record(self, *, advanced: bool) -> None:
         """The iteration's facts; on a PD server its PD-queued requests wait too (a request stuck there is a hang)."""
