@@ -16,7 +16,7 @@ Only the machine tests marked :data:`MEASURED` run traced.  Coverage's tracer co
 do not: per-test data of every machine test (2026-12-06, ``ci`` profile) showed the marked ones (every
 family's run, each family's without its optional imports, the device path of ``paged_kv`` and
 ``hybrid_req_to_token`` (whose device code covers the other families'), the prefix cache with its misuse rules off
-(the prompt-length split of ``cache_finished_req`` only valid calls reach), the scheduler machine per kernel and
+(the prompt-length split in ``RadixCache._settle`` that only its valid calls reach), the scheduler machine per kernel and
 over hybrid rows) reach all 2,439 arcs of ``pools/`` the 41 reach, 2,437
 without Triton.  A test left unmarked still runs and fails as before; the number is what the marked ones reach,
 so it can only understate what the machine tests reach.  Mark a new machine test when it reaches code the
