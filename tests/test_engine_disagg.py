@@ -20,7 +20,7 @@ def pd_driver(mode: str, loop: str) -> Any:
     return EngineDriver(build_engine, config)
 
 
-@pytest.mark.parametrize(("mode", "loop"), [("prefill", "normal"), ("decode", "overlap")])
+@pytest.mark.parametrize(("mode", "loop"), [("prefill", "normal"), ("prefill", "overlap"), ("decode", "overlap")])
 def test_a_pd_server_serves_holds_transfers_and_aborts_at_every_queue_stage(mode: str, loop: str) -> None:
     """Requests pass the PD queues (bootstrap and in-flight; prealloc and transfer) under the judges; transfers held by the fuzzer's
     peer; aborts of PD-queued requests and a lost peer leave nothing behind at the drain."""
@@ -51,9 +51,10 @@ def test_a_pd_server_serves_holds_transfers_and_aborts_at_every_queue_stage(mode
 
 
 def test_pd_shapes_refused_where_0_5_23_or_this_target_does_not_run_them() -> None:
+    """A mode 0.5.23 does not have, the re-enacted loop and poolfuzz's pools (no PD queues), and HiCache with PD."""
     from poolfuzz.harness.kits.engine.config import EngineShapeError, EngineTargetConfig
 
     shape: dict[str, Any] = dict(cache="unified-python", rows=2, tokens=24, context=64, loop="normal", disaggregation="decode")
-    for refused in ({"disaggregation": "both"}, {"disaggregation": "prefill", "loop": "overlap"}, {"hicache": "write_through"}):
+    for refused in ({"disaggregation": "both"}, {"loop": "reenacted"}, {"pools": "poolfuzz"}, {"hicache": "write_through"}):
         with pytest.raises(EngineShapeError):
             EngineTargetConfig(**{**shape, **refused})

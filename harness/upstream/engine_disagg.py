@@ -22,11 +22,11 @@ What a one-rank CPU server needs that ``Scheduler.__init__`` would have set, eac
 * the forward's input relay (:class:`ForwardRelay`): a decode server's prebuilt batch stashes each request's last token
   for the first decode forward (``process_prebuilt``, decode_schedule_batch_mixin.py:154-158); the forward is the fake model.
 
-The loop bodies (``event_loop_normal_disagg_prefill``, prefill.py:684-723; ``event_loop_normal_disagg_decode`` and
+The loop bodies (``event_loop_normal_disagg_prefill`` and ``event_loop_overlap_disagg_prefill``, prefill.py:684-873, the
+latter without continuous input polling, off by default; ``event_loop_normal_disagg_decode`` and
 ``event_loop_overlap_disagg_decode``, decode.py:3123-3224) run one iteration at a time (:func:`prefill_iteration`,
 :func:`decode_iteration`), each statement a call of upstream's method but ``ingest_requests`` and ``run_batch``, as in
-:mod:`poolfuzz.harness.upstream.engine_scheduler`.  The overlap prefill loop (prefill.py:758-873: continuous input polling
-and two forwards in flight) is not driven; a prefill shape runs the normal loop.
+:mod:`poolfuzz.harness.upstream.engine_scheduler`.
 
 **The fuzzer orders the peer** (:class:`PeerClock`): the fake backend's sender and receiver conclude at their first poll
 after ``send`` / ``send_metadata`` (fake/conn.py:60-74, :153-164).  A request whose transfer the clock holds polls
@@ -157,21 +157,43 @@ class DisaggModelConfig:
 
 
 def prefill_iteration(loop: Any) -> Any:
-    """One pass of ``event_loop_normal_disagg_prefill`` (prefill.py:684-723) after its ingest: the bootstrapped requests
-    join the waiting queue, the next batch runs (the fake model) and its result is processed
-    (``process_batch_result_disagg_prefill`` through ``process_batch_result``), then the in-flight transfers are polled."""
+    """One pass of ``event_loop_normal_disagg_prefill`` (prefill.py:684-723) or, under overlap,
+    ``event_loop_overlap_disagg_prefill`` (:758-873), after its ingest: the bootstrapped requests join the waiting queue,
+    the next batch runs (the fake model), a result is processed (``process_batch_result_disagg_prefill`` through
+    ``process_batch_result``: the batch's own in the normal loop, the previous batch's under overlap), then the in-flight
+    transfers are polled."""
     s = loop.s
-    s.waiting_queue.extend(s.disagg_prefill_bootstrap_queue.pop_bootstrapped())  # :695-697
-    plan = s.get_next_disagg_prefill_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)  # :700
-    s.running_batch = plan.running_batch
-    batch = s.ngram_embedding_manager.prepare_for_forward(plan.batch_to_run, chunked_req=s.chunked_req)
-    s.cur_batch_for_debug = batch
-    if batch:
-        loop._process(batch, loop._run_batch(batch))  # :714-715
-    else:
-        s._sched_idled = True
-        s.on_idle()
-    s.process_disagg_prefill_inflight_queue()  # :720
+    s.waiting_queue.extend(s.disagg_prefill_bootstrap_queue.pop_bootstrapped())  # :695-697, :792-793
+    if not loop.overlap:
+        plan = s.get_next_disagg_prefill_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)  # :700
+        s.running_batch = plan.running_batch
+        batch = s.ngram_embedding_manager.prepare_for_forward(plan.batch_to_run, chunked_req=s.chunked_req)
+        s.cur_batch_for_debug = batch
+        if batch:
+            loop._process(batch, loop._run_batch(batch))  # :714-715
+        else:
+            s._sched_idled = True
+            s.on_idle()
+        s.process_disagg_prefill_inflight_queue()  # :720
+        s.last_batch = batch
+        return batch
+    # Without SGLANG_ENABLE_DISAGG_PREFILL_CONTINUOUS_INPUT_POLLING (environ.py:715, off by default) the loop never waits
+    # on a result mid-pass: waiting_for_batch_result stays False, so batch creation is never skipped (:795-796, :837-851).
+    batch = None
+    if len(s.result_queue) < 2 and not s._deferred_input_requests:  # :799-803
+        plan = s.get_next_disagg_prefill_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)  # :806-811
+        s.running_batch = plan.running_batch
+        batch = s.ngram_embedding_manager.prepare_for_forward(plan.batch_to_run, chunked_req=s.chunked_req)
+        s.cur_batch_for_debug = batch
+        if batch:
+            result = loop._run_batch(batch)  # :825 (the WAR barrier is off, :826-832)
+            s.result_queue.append((batch.copy(), result))  # :833
+    if s.last_batch:
+        loop._pop_and_process()  # :853-854: the oldest result
+    elif batch is None:
+        s.on_idle()  # :855-857
+    s.process_disagg_prefill_inflight_queue()  # :859
+    s._sched_idled = batch is None  # :869
     s.last_batch = batch
     return batch
 

@@ -166,8 +166,8 @@ class EngineTargetConfig(PoolConfig):
     ``--disaggregation-transfer-backend fake`` (:mod:`poolfuzz.harness.upstream.engine_disagg`): a prefill server bootstraps
     each request, prefills it and holds its KV until the transfer to its decode peer lands; a decode server preallocates
     each request's row and KV, receives the transfer, and decodes.  Full attention over upstream's pools and loops, a
-    generation model without speculation, HiCache or sessions; a prefill server runs the normal loop (the overlap prefill
-    loop is not driven)."""
+    generation model without speculation, HiCache or sessions; either loop (the overlap prefill loop without continuous input
+    polling, its default)."""
 
     @property
     def hybrid_swa(self) -> bool:
@@ -261,7 +261,6 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         or config.hybrid_swa
         or config.hybrid_ssm
         or config.loop == "reenacted"
-        or (config.disaggregation == "prefill" and config.loop != "normal")
         or config.pools != "upstream"
         or config.speculative_num_steps
         or config.embedding
@@ -269,8 +268,8 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         or config.session_radix_cache
     ):
         problems.append(
-            "PD disaggregation (prefill or decode) runs on full attention over upstream's pools and loops (a prefill server on the "
-            "normal loop), for a generation model without speculation, HiCache or sessions"
+            "PD disaggregation (prefill or decode) runs on full attention over upstream's pools and loops, "
+            "for a generation model without speculation, HiCache or sessions"
         )
     return problems
 

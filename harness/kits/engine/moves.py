@@ -144,7 +144,7 @@ def engine_config(choose: Chooser) -> EngineTargetConfig:
 def disaggregation(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
     """Half of the full-attention shapes over upstream's pools alone without speculation, sessions or HiCache are a PD
     server (:mod:`poolfuzz.harness.upstream.engine_disagg`), prefill or decode (a ``both`` shape stays one: the mirror
-    canaries need it); a prefill server runs the normal loop.  Drawn last, so a seed's earlier draws stay what they were."""
+    canaries need it), on the drawn loop.  Drawn last, so a seed's earlier draws stay what they were."""
     if (
         config.pools != "upstream"
         or config.hybrid_swa
@@ -157,7 +157,7 @@ def disaggregation(choose: Chooser, config: EngineTargetConfig) -> dict[str, obj
     ):
         return {}
     mode = choose.choice(DISAGGREGATION_MODES)
-    return {"disaggregation": mode, **({"loop": "normal"} if mode == "prefill" else {})}
+    return {"disaggregation": mode}
 
 
 def hierarchical_cache(choose: Chooser, config: EngineTargetConfig) -> dict[str, object]:
