@@ -292,14 +292,15 @@ def check_outputs(args: argparse.Namespace, report: Path) -> None:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from poolfuzz.harness.fuzz import FuzzOptions, FuzzRun, select_targets
+    from poolfuzz.harness.fuzz import FuzzOptions, FuzzRun
+    from poolfuzz.harness.fuzz.options import select_targets_apart
     from poolfuzz.harness.fuzz.report import summary_text, write_report
     from poolfuzz.harness.upstream.known import load_known
 
     if args.known is not None and not args.known.is_file():
         raise UsageError(f"--known {args.known}: no such file")
     load_known(args.known)  # a malformed list is a usage error before any worker starts
-    targets, skipped = select_targets(args.target)
+    targets, skipped = select_targets_apart(args.target)
     for s in skipped:
         print(f"poolfuzz: warning: skipping {s['family']}: {s['reason']}", file=sys.stderr)
     if not targets:

@@ -1,10 +1,13 @@
-"""Workers start from a fork server yet see the parent's environment at their start, as spawned ones did."""
+"""Workers start from a fork server yet see the parent's environment at their start, as spawned ones did; the fuzz
+command's parent leaves torch to them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +48,17 @@ def test_a_forked_worker_starts_with_torch_already_imported() -> None:
     _, _, has_torch = _child_sees(None)
 
     assert has_torch
+
+
+def test_the_fuzz_commands_parent_coordinates_its_workers_without_importing_torch(tmp_path: Path) -> None:
+    """Checking the targets, and finding whose code each runs, happen in a worker process: the parent stays free
+    of torch's two-second import (harness/fuzz/options.py: select_targets_apart)."""
+    script = (
+        "import sys\n"
+        "from poolfuzz.harness.cli import main\n"
+        "code = main(['fuzz', '--target', 'req_to_token', '--seconds', '1', '--workers', '1', '--seed', '1',\n"
+        "             '--report', 'r.json', '--corpus', 'found', '--database', 'db'])\n"
+        "print('exit', code, 'torch imported:', 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert "exit 0 torch imported: False" in done.stdout, done.stdout + done.stderr

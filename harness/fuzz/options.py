@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from poolfuzz.harness.child_processes import apply_environ, environ_now, worker_context
 from poolfuzz.harness.fuzz.protocol import TargetRef
 from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, parse_target
 from poolfuzz.harness.machines.table import machine_class
@@ -54,6 +56,8 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None)
     that does not fit its family (:func:`~poolfuzz.harness.judge.families.check_target`: another family's
     constructor, missing protocol methods) is an :class:`UnknownTargetError` too, not a finding.
     """
+    from poolfuzz.harness.upstream.known import upstream_code
+
     explicit = bool(items)
     wanted: list[tuple[str, str]] = []
     for item in items or list(FAMILIES):
@@ -72,5 +76,16 @@ def select_targets(items: list[str], *, overrides: dict[str, str] | None = None)
             skipped.append({"family": name, "reason": f"{type(exc).__name__}: {exc}"})
             continue
         key = name if spec == family(name).default else f"{name}={spec}"
-        targets.append(TargetRef(index=len(targets), family=name, spec=spec, key=key))
+        targets.append(TargetRef(index=len(targets), family=name, spec=spec, key=key, upstream=upstream_code(name, spec)))
     return targets, skipped
+
+
+def select_targets_apart(items: list[str]) -> tuple[list[TargetRef], list[dict[str, str]]]:
+    """:func:`select_targets` run in a worker process, its answer or its :class:`UnknownTargetError` brought back.
+
+    Checking a target imports its implementation, and with it torch (about two seconds) or upstream's files.  The
+    ``fuzz`` command's parent only coordinates its workers, so it asks a process from the workers' fork server
+    (:mod:`poolfuzz.harness.child_processes`), which has torch imported already, and stays free of torch itself.
+    """
+    with ProcessPoolExecutor(1, mp_context=worker_context(), initializer=apply_environ, initargs=(environ_now(),)) as pool:
+        return pool.submit(select_targets, items).result()

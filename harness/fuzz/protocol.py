@@ -35,6 +35,9 @@ class TargetRef:
     family: str
     spec: str
     key: str
+    upstream: dict[str, str] | None = None
+    """Whose code the target runs (:func:`~poolfuzz.harness.upstream.known.upstream_code`, ``None``: not upstream's),
+    found where the target was checked: finding it imports the implementation, which the coordinator does not."""
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ class FuzzRun:
 
     def __init__(self, options: FuzzOptions, *, err: TextIO, live: Callable[[dict[str, Any]], None] | None = None,
                  live_every: float = LIVE_EVERY_S) -> None:
-        from poolfuzz.harness.upstream.known import load_known, upstream_code
+        from poolfuzz.harness.upstream.known import load_known
 
         self.options = options
         self.ctx = worker_context()
@@ -107,7 +107,7 @@ class FuzzRun:
         self.next_shares = 0.0
         arcs = possible_arcs() if options.coverage else None
         self.stats = {
-            t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs, upstream=upstream_code(t.family, t.spec), strict=options.strict)
+            t.key: TargetStats(t.key, t.family, t.spec, possible_arcs=arcs, upstream=t.upstream, strict=options.strict)
             for t in options.targets
         }
         self.series_every = options.series_every or max(1.0, options.seconds / 100)

@@ -31,15 +31,17 @@ import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poolfuzz.harness.judge.families import FAMILIES
 from poolfuzz.harness.upstream import sglang_files, vllm_files
 from poolfuzz.harness.upstream.loading import Distribution
 from poolfuzz.harness.upstream.sglang_files import INSTALL_HINT, SGLANG, SUPPORTED_VERSION, installed_version
-from poolfuzz.harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 from poolfuzz.harness.upstream.vllm_files import VLLM
+
+if TYPE_CHECKING:
+    from poolfuzz.harness.upstream.sglang_modules import UpstreamModules, load_upstream, unavailable_reason
 
 TARGETS: dict[str, tuple[str, ...]] = {name: fam.upstream for name, fam in FAMILIES.items() if fam.upstream}
 """Family name -> the target specs of its upstream wrappers (every one: ``prefix_cache`` has the Python and Rust caches)."""
@@ -120,8 +122,15 @@ def require_target(name: str) -> None:
     _WRAPPERS[name].require()
 
 
+_FROM_SGLANG_MODULES = ("UpstreamModules", "load_upstream", "unavailable_reason")
+"""Names served from :mod:`~poolfuzz.harness.upstream.sglang_modules` on first use: it imports torch, and reading
+this package's declarations (``poolfuzz fuzz``'s parent does) must not."""
+
+
 def __getattr__(name: str) -> Any:
-    """The wrapper classes, after checking that upstream loads (PEP 562)."""
+    """The wrapper classes, after checking that upstream loads, and the loader's entry points (PEP 562)."""
+    if name in _FROM_SGLANG_MODULES:
+        return getattr(importlib.import_module("poolfuzz.harness.upstream.sglang_modules"), name)
     if name not in _WRAPPERS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     target = _WRAPPERS[name]

@@ -34,6 +34,7 @@ one-line reason naming the upstream file and line (:func:`poolfuzz.harness.upstr
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -47,11 +48,12 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
+from typing import Any
 
 from poolfuzz.harness.upstream.placeholders import StandInModule, loading
 from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, failing_upstream_file, locate_copy
 
-__all__ = ["Distribution", "LoadedCopy", "StandInFactory", "copy_of", "forget_copies"]
+__all__ = ["Distribution", "LoadedCopy", "StandInFactory", "copy_of", "deferred", "forget_copies"]
 
 StandInFactory = Callable[[str], ModuleType]
 """Builds the stand-in module of a name (the factory gets the dotted name)."""
@@ -106,6 +108,22 @@ class Distribution:
         return locate_copy(
             self.name, env=self.env, probe=self.probe, title=self.title, supported=self.supported, install_hint=self.install_hint
         )
+
+
+def deferred(module: str, attribute: str) -> Callable[..., Any]:
+    """``module.attribute`` (a dotted path inside the module), imported on its first call.
+
+    A :class:`Distribution`'s stand-ins and hooks live in modules that import torch; declaring the distribution
+    must not, so that a process that only reads the declaration (``poolfuzz fuzz``'s parent, which names the
+    distribution a target runs) stays free of torch's two-second import.
+    """
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        target: Any = functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
+        return target(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{attribute}"
+    return call
 
 
 # ------------------------------------------------------------------ the finder

@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from poolfuzz.harness.upstream import engine_disagg, engine_hicache, sglang_fakes, sglang_stand_ins
-from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of
+from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, copy_of, deferred
 from poolfuzz.harness.upstream.sources import SourceFolder, UpstreamUnavailableError, check_classes, distribution_version
 
 SUPPORTED_VERSION = "0.5.23"
@@ -119,14 +118,14 @@ SGLANG = Distribution(
     probe="srt",
     real=REAL_PREFIXES,
     not_loaded=NOT_LOADED,
-    stand_ins=sglang_stand_ins.stand_in_modules,
+    stand_ins=deferred("poolfuzz.harness.upstream.sglang_stand_ins", "stand_in_modules"),
     after_exec={
-        "sglang.srt.utils.invariants": sglang_fakes.SIGNALS.instrument,
-        "sglang.srt.mem_cache.radix_cache": sglang_fakes.CLOCK.install,
+        "sglang.srt.utils.invariants": deferred("poolfuzz.harness.upstream.sglang_fakes", "SIGNALS.instrument"),
+        "sglang.srt.mem_cache.radix_cache": deferred("poolfuzz.harness.upstream.sglang_fakes", "CLOCK.install"),
         # HiCache's direct copy op, which the file imports on CUDA/HIP/XPU only (pool_host/mha.py:60-89)
-        "sglang.srt.mem_cache.pool_host.mha": engine_hicache.install_transfer_ops,
+        "sglang.srt.mem_cache.pool_host.mha": deferred("poolfuzz.harness.upstream.engine_hicache", "install_transfer_ops"),
         # the fuzzer's peer: when the fake backend's transfers conclude (engine_disagg.PeerClock)
-        "sglang.srt.disaggregation.fake.conn": engine_disagg.install_peer_clock,
+        "sglang.srt.disaggregation.fake.conn": deferred("poolfuzz.harness.upstream.engine_disagg", "install_peer_clock"),
     },
 )
 
