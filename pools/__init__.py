@@ -100,10 +100,6 @@ def __getattr__(name: str) -> object:
     return value
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
-
-
 if TYPE_CHECKING:
     from poolfuzz.pools.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
     from poolfuzz.pools.errors import (

@@ -158,7 +158,9 @@ def record_imports(data_dir: Path) -> None:
     The suite measures each machine test while it runs (``tests/machine_coverage.py``), but a worker
     imported ``pools`` during collection, before any test: module-level lines (imports, ``def`` and
     ``class`` headers, import-time branches) ran untraced there.  A fresh process importing every
-    module of ``pools`` under coverage records them, as ``coverage run`` does for :func:`measure`.
+    module of ``pools`` under coverage records them, as ``coverage run`` does for :func:`measure`, then asks
+    the package for each public name and for one it lacks: ``pools/__init__`` resolves its names on first
+    use (PEP 562), which the workers also did during collection.
     """
     script = (
         "import importlib, pkgutil, coverage\n"
@@ -171,6 +173,9 @@ def record_imports(data_dir: Path) -> None:
         "        importlib.import_module(info.name)\n"
         "    except ImportError:\n"
         "        pass  # an optional extra missing here (triton): its module is not measured, as in the tests\n"
+        "for name in pools.__all__:\n"
+        "    getattr(pools, name)\n"
+        "assert not hasattr(pools, 'no_such_name')\n"
         "cov.stop()\n"
         "cov.save()\n"
     )
