@@ -133,3 +133,40 @@ def test_a_spec_decode_canary_is_caught_by_its_expected_invariant_and_plants_on_
     eagle_utils = sglang_copy().load(("sglang.srt.speculative.eagle_utils",))[0]["sglang.srt.speculative.eagle_utils"]
     assert "free_kv_row" not in vars(clean.tree_cache) and "update_running_batch" not in vars(clean.s)
     assert eagle_utils.get_alloc_reserve_per_decode.__name__ == "get_alloc_reserve_per_decode"
+
+
+POOL_UNDER_THE_RESERVE: dict[str, Any] = {
+    "page_size": 1,
+    "rows": 2,
+    "tokens": 12,
+    "context": 12,
+    "speculative_num_steps": 5,
+    "max_queued_requests": 2,
+    "running_timeout": True,
+}
+"""A 12-slot pool under EAGLE with 5 draft steps: each decode reserves ``2 * 6`` slots past the committed length
+(allocation_sizing.py:64-70), so no request can decode and ``retract_decode`` aborts the last one at its first decode
+(schedule_batch.py:3508-3530).  0.5.23 starts such a server (tp_worker.py:420-425 checks ``max_req_len`` only)."""
+
+ABORTED_ALONE: tuple[tuple[str, dict[str, Any]], ...] = (
+    (Ops.arrive, {"stem": 0, "length": 0, "tail": 1, "max_new": 2}),
+    (Ops.iterate, {"eos": [0]}),
+    (Ops.arrive, {"stem": 0, "length": 0, "tail": 0, "max_new": 0}),
+    (Ops.crowd, {"count": 1, "max_new": 5}),
+    (Ops.speculate, {"eos": [], "accepts": []}),
+)
+"""fuzz --target engine --seed 4402's shrunk trace: the request queued behind the running one is refused while it runs, then
+the running one is aborted for memory in an iteration that forms no batch; the next iteration admits the queued one."""
+
+
+@pytest.mark.parametrize(("cache", "loop"), [("radix", "overlap"), ("unified-rust", "overlap"), ("unified-rust", "normal")])
+def test_an_iteration_whose_decode_aborts_the_last_request_for_memory_advances_and_the_queue_drains(cache: str, loop: str) -> None:
+    """``scheduler-progress`` judges a hang only after an iteration that changed nothing: one that formed no batch but saw a
+    running request leave (``update_running_batch``'s ``retract_decode``, scheduler.py:4469-4540) released its KV, and the
+    queue head it blocked is admitted next (the harness judged this a hang before ``EngineLoop._active_rids``)."""
+    from poolfuzz.harness.kits.engine.driver import build_engine
+
+    shape = {**POOL_UNDER_THE_RESERVE, "cache": cache, "loop": loop}
+    driver, violation = run_engine(build_engine, shape, ABORTED_ALONE)
+    assert violation is None
+    assert driver.loop.fully_idle and driver.loop.is_idle()

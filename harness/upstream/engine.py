@@ -171,13 +171,15 @@ class EngineLoop:
 
     def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
+        active_before = self._active_rids()
         batch = self._next_batch()
         if batch is None:
             self.last_batch = None
             # Nothing runs, nothing is chunked, and the queue admitted nothing: a fixed point.  With no
             # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
-            # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).
-            self._record(advanced=False)
+            # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).  Unless
+            # requests left the running batch in this iteration (:meth:`_active_rids`): their release moved memory.
+            self._record(advanced=bool(active_before - self._active_rids()))
             return "timeout" if self._waiting_timeout() else "idle"
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
@@ -193,6 +195,16 @@ class EngineLoop:
         self.last_batch = batch
         self._record(advanced=True)
         return kind
+
+    def _active_rids(self) -> set[str]:
+        """The requests running or chunked now.  An iteration that forms no batch yet sees one of them leave advanced: the
+        decode half of ``get_next_batch_to_run`` (``update_running_batch``, scheduler.py:4459-4540) runs ``retract_decode``,
+        which re-queues a request or, when even the last one cannot fit its next decode reservation, aborts it and releases
+        its KV (``retract_decode``, schedule_batch.py:3451-3539, the last request's abort at :3508-3530), and the
+        batch left empty runs nothing.  The queue head may fit at the next iteration, so that one is no fixed point: only an
+        iteration that changed nothing is (``scheduler-progress``)."""
+        chunked = [self.chunked_req] if self.chunked_req is not None else []
+        return {str(r.rid) for r in [*self.running_batch.reqs, *chunked]}
 
     def _record(self, *, advanced: bool) -> None:
         active = [r.rid for r in self.running_batch.reqs] + ([self.chunked_req.rid] if self.chunked_req is not None else [])
