@@ -62,3 +62,15 @@ def test_the_fuzz_commands_parent_coordinates_its_workers_without_importing_torc
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert "exit 0 torch imported: False" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_target_whose_import_ends_the_process_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from poolfuzz.harness.fuzz.options import select_targets_apart
+    from poolfuzz.harness.judge.families import UnknownTargetError
+
+    (tmp_path / "pool_that_exits_on_import.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the child takes the parent's sys.path
+
+    with pytest.raises(UnknownTargetError, match="ended the process that tried it") as refused:
+        select_targets_apart(["req_to_token=pool_that_exits_on_import:Pool"])
+    assert "\n" not in str(refused.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,4 +89,9 @@ def select_targets_apart(items: list[str]) -> tuple[list[TargetRef], list[dict[s
     (:mod:`poolfuzz.harness.child_processes`), which has torch imported already, and stays free of torch itself.
     """
     with ProcessPoolExecutor(1, mp_context=worker_context(), initializer=apply_environ, initargs=(environ_now(),)) as pool:
-        return pool.submit(select_targets, items).result()
+        try:
+            return pool.submit(select_targets, items).result()
+        except BrokenProcessPool:  # a target whose import kills the interpreter (a native crash): refused, in one line
+            raise UnknownTargetError(
+                f"importing the targets ({', '.join(items) or 'every family'}) ended the process that tried it"
+            ) from None
