@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 
 from poolfuzz.harness.judge.families import load_factory
-from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy
+from poolfuzz.harness.upstream.loading import Distribution, LoadedCopy, StandInFactory
 from poolfuzz.harness.upstream.placeholders import StandInReached
 from poolfuzz.harness.upstream.sglang_files import sglang_copy
 from poolfuzz.harness.upstream.sglang_modules import load_engine, load_sglang_cache, load_upstream, unavailable_reason
@@ -94,25 +94,38 @@ def test_vllm_block_pool_classes_are_the_ones_the_block_pool_target_drives() -> 
     assert _leftovers() == []
 
 
+def _toy_copy(site: Path, name: str, top: str, files: dict[str, str], stand_ins: dict[str, StandInFactory]) -> LoadedCopy:
+    """A plug-in's distribution ``name`` under ``site``: its package top ``top``, its ``core`` package's ``files``, and
+    ``core`` declared real."""
+    (site / name / "core").mkdir(parents=True)
+    (site / name / "__init__.py").write_text(top)
+    (site / name / "core" / "__init__.py").write_text("")
+    for file, text in files.items():
+        (site / name / "core" / file).write_text(text)
+    toy = Distribution(
+        name=name,
+        title="Toy",
+        supported="1.0",
+        env=f"POOLFUZZ_{name.upper()}_SRC",
+        probe="core",
+        real=(f"{name}.core",),
+        stand_ins=lambda: stand_ins,
+    )
+    return LoadedCopy(toy, SourceFolder(name, "1.0", site, "test"))
+
+
 def test_a_distribution_a_plug_in_declares_loads_its_own_files_under_the_same_rules(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "toyengine" / "core").mkdir(parents=True)
-    (site / "toyengine" / "__init__.py").write_text("raise ImportError('a heavy package top that must not run')\n")
-    (site / "toyengine" / "core" / "__init__.py").write_text("")
-    (site / "toyengine" / "core" / "pool.py").write_text(
+    pool_file = (
         "from toyengine.metrics import counter\nfrom toyengine.helpers import double\n\nclass Pool:\n"
         "    def size(self):\n        return double(2)\n\n    def observe(self):\n        counter.inc()\n"
     )
-    toy = Distribution(
-        name="toyengine",
-        title="Toy",
-        supported="1.0",
-        env="POOLFUZZ_TOYENGINE_SRC",
-        probe="core",
-        real=("toyengine.core",),
-        stand_ins=lambda: {"toyengine.helpers": _helpers},
+    copy = _toy_copy(
+        tmp_path / "site",
+        "toyengine",
+        "raise ImportError('a heavy package top that must not run')\n",
+        {"pool.py": pool_file},
+        {"toyengine.helpers": _helpers},
     )
-    copy = LoadedCopy(toy, SourceFolder("toyengine", "1.0", site, "test"))
     loaded, problems = copy.load(["toyengine.core.pool"])
     assert problems == {}
     pool = loaded["toyengine.core.pool"].Pool()
@@ -131,24 +144,10 @@ def _helpers(name: str) -> ModuleType:
 def test_a_torch_compile_decorator_in_an_upstream_file_leaves_its_function_eager_and_torch_as_it_was(tmp_path: Path) -> None:
     import torch
 
-    site = tmp_path / "site"
-    (site / "toycompiled" / "core").mkdir(parents=True)
-    (site / "toycompiled" / "__init__.py").write_text("")
-    (site / "toycompiled" / "core" / "__init__.py").write_text("")
-    (site / "toycompiled" / "core" / "ops.py").write_text(
-        "import torch\n\n@torch.compile(dynamic=True)\ndef twice(x):\n    return 2 * x\n\n@torch.compile\ndef thrice(x):\n    return 3 * x\n"
-    )
-    toy = Distribution(
-        name="toycompiled",
-        title="Toy",
-        supported="1.0",
-        env="POOLFUZZ_TOYCOMPILED_SRC",
-        probe="core",
-        real=("toycompiled.core",),
-        stand_ins=dict,
-    )
+    ops_file = "import torch\n\n@torch.compile(dynamic=True)\ndef twice(x):\n    return 2 * x\n\n@torch.compile\ndef thrice(x):\n    return 3 * x\n"
+    copy = _toy_copy(tmp_path / "site", "toycompiled", "", {"ops.py": ops_file}, {})
     compile_before = torch.compile
-    loaded, problems = LoadedCopy(toy, SourceFolder("toycompiled", "1.0", site, "test")).load(["toycompiled.core.ops"])
+    loaded, problems = copy.load(["toycompiled.core.ops"])
     assert problems == {}
     ops = loaded["toycompiled.core.ops"]
     assert ops.twice.__code__.co_filename.endswith("ops.py") and ops.twice(4) == 8  # the function as written, not a wrapper
