@@ -184,6 +184,20 @@ class EngineTargetConfig(PoolConfig):
             raise EngineShapeError(problem)
 
 
+def _plain_upstream_server(config: EngineTargetConfig) -> bool:
+    """Full attention for a generation model, without speculation, on upstream's own loops and pools: the only server
+    HiCache's device-host tier and PD disaggregation are driven on (neither's hybrid, speculative or embedding
+    combinations are wired here; the re-enacted loop and poolfuzz's side have neither)."""
+    return not (
+        config.hybrid_swa
+        or config.hybrid_ssm
+        or config.loop == "reenacted"
+        or config.pools != "upstream"
+        or config.speculative_num_steps
+        or config.embedding
+    )
+
+
 def _shape_problems(config: EngineTargetConfig) -> list[str]:
     """What 0.5.23 would not build about ``config`` (the first is raised); ``both`` must build on poolfuzz's pools too."""
     problems: list[str] = []
@@ -233,14 +247,7 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
     if config.speculative_num_steps:
         problems += _speculation_problems(config)
     if config.hicache is not None and (
-        config.hicache not in HICACHE_WRITE_POLICIES
-        or config.cache == "radix"
-        or config.hybrid_swa
-        or config.hybrid_ssm
-        or config.loop == "reenacted"
-        or config.pools != "upstream"
-        or config.speculative_num_steps
-        or config.embedding
+        config.hicache not in HICACHE_WRITE_POLICIES or config.cache == "radix" or not _plain_upstream_server(config)
     ):
         # HiCache attaches to UnifiedRadixCache only (registry.py:196); the SWA and Mamba host strategies and the
         # speculative and embedding combinations are not driven here; the re-enacted loop and poolfuzz's side have no host tier.
@@ -258,12 +265,7 @@ def _shape_problems(config: EngineTargetConfig) -> list[str]:
         )
     if config.disaggregation is not None and (
         config.disaggregation not in DISAGGREGATION_MODES
-        or config.hybrid_swa
-        or config.hybrid_ssm
-        or config.loop == "reenacted"
-        or config.pools != "upstream"
-        or config.speculative_num_steps
-        or config.embedding
+        or not _plain_upstream_server(config)
         or config.hicache is not None
         or config.session_radix_cache
     ):
