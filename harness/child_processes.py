@@ -10,10 +10,11 @@ after its coverage starts (:func:`~poolfuzz.harness.fuzz.process.worker_main`), 
 server started is still found.
 
 One difference from ``spawn`` matters: a forked worker inherits the *server's* environment, fixed when the
-server started, not the parent's at the worker's start.  Every start therefore carries the parent's current
-environment (:func:`environ_now`) and the worker applies it first (:func:`apply_environ`): the
-``POOLFUZZ_TARGETS`` override, ``--sglang-src`` and the device-path switch a mutation target sets all reach
-the worker as they did under ``spawn``.  Where ``forkserver`` does not exist (Windows), workers are spawned.
+server started, not the parent's at the worker's start.  The context's processes therefore take the parent's
+environment when they start and apply it before their target runs (:class:`_EnvironProcess`), for a
+``Process`` and a ``ProcessPoolExecutor``'s workers alike: the ``POOLFUZZ_TARGETS`` override, ``--sglang-src``
+and the device-path switch a mutation target sets all reach the worker as they did under ``spawn``.  Where
+``forkserver`` does not exist (Windows), workers are spawned.
 """
 
 from __future__ import annotations
@@ -21,30 +22,36 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import os
-from collections.abc import Mapping
 
 PRELOAD = ("torch", "hypothesis")
 """Imported once in the fork server: the two imports that dominate a worker's start-up (torch alone ~2 s)."""
 
 
-def worker_context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
+class _EnvironProcess(multiprocessing.context.ForkServerProcess):
+    """A fork-server process that runs its target in the environment the parent had at :meth:`start`."""
+
+    _environ: dict[str, str] | None = None
+
+    def start(self) -> None:
+        self._environ = dict(os.environ)  # pickled to the child with the rest of the process object
+        super().start()
+
+    def run(self) -> None:
+        if self._environ is not None:
+            for name in set(os.environ) - set(self._environ):
+                del os.environ[name]
+            os.environ.update(self._environ)
+        super().run()
+
+
+class _EnvironContext(multiprocessing.context.ForkServerContext):
+    Process = _EnvironProcess
+
+
+def worker_context() -> _EnvironContext | multiprocessing.context.SpawnContext:
     """The context every poolfuzz worker process is started from (see the module docstring)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
+    context = _EnvironContext()
     context.set_forkserver_preload(list(PRELOAD))
     return context
-
-
-def environ_now() -> dict[str, str]:
-    """The parent's environment as it is now, for the worker to apply (a forked worker would see the server's)."""
-    return dict(os.environ)
-
-
-def apply_environ(environ: Mapping[str, str] | None) -> None:
-    """Make this worker's environment the parent's at its start; ``None`` leaves it (a spawned worker has it)."""
-    if environ is None:
-        return
-    for name in set(os.environ) - set(environ):
-        del os.environ[name]
-    os.environ.update(environ)

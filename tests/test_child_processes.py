@@ -11,19 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from poolfuzz.harness.child_processes import apply_environ, environ_now, worker_context
+from poolfuzz.harness.child_processes import worker_context
 
 
-def _report(environ: dict[str, str] | None, conn: Connection) -> None:
-    apply_environ(environ)
+def _report(conn: Connection) -> None:
     conn.send((os.environ.get("POOLFUZZ_CHILD_SET"), "POOLFUZZ_CHILD_GONE" in os.environ, "torch" in sys.modules))
     conn.close()
 
 
-def _child_sees(environ: dict[str, str] | None) -> tuple[str | None, bool, bool]:
+def _child_sees() -> tuple[str | None, bool, bool]:
     context = worker_context()
     reader, writer = context.Pipe(duplex=False)
-    process = context.Process(target=_report, args=(environ, writer), daemon=True)
+    process = context.Process(target=_report, args=(writer,), daemon=True)
     process.start()
     writer.close()
     seen: tuple[str | None, bool, bool] = reader.recv()
@@ -33,19 +32,31 @@ def _child_sees(environ: dict[str, str] | None) -> tuple[str | None, bool, bool]
 
 def test_a_worker_gets_the_variables_the_parent_set_and_removed_after_the_fork_server_started(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POOLFUZZ_CHILD_GONE", "1")
-    _child_sees(environ_now())  # the fork server (where there is one) starts with POOLFUZZ_CHILD_GONE set
+    _child_sees()  # the fork server (where there is one) starts with POOLFUZZ_CHILD_GONE set
     monkeypatch.setenv("POOLFUZZ_CHILD_SET", "now")
     monkeypatch.delenv("POOLFUZZ_CHILD_GONE")
 
-    value, gone_still_set, _ = _child_sees(environ_now())
+    value, gone_still_set, _ = _child_sees()
 
     assert value == "now"
     assert not gone_still_set
 
 
+def _environment_variable(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def test_a_process_pool_worker_gets_the_parents_environment_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    monkeypatch.setenv("POOLFUZZ_CHILD_SET", "pooled")
+    with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:
+        assert pool.submit(_environment_variable, "POOLFUZZ_CHILD_SET").result() == "pooled"
+
+
 @pytest.mark.skipif(worker_context().get_start_method() != "forkserver", reason="no fork server on this platform")
 def test_a_forked_worker_starts_with_torch_already_imported() -> None:
-    _, _, has_torch = _child_sees(None)
+    _, _, has_torch = _child_sees()
 
     assert has_torch
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from poolfuzz.harness.arguments import positive
-from poolfuzz.harness.child_processes import apply_environ, environ_now, worker_context
+from poolfuzz.harness.child_processes import worker_context
 from poolfuzz.harness.ci.outputs import REPORT_SCHEMA, finding_text, is_new, keep_new_traces, target_status, write_junit, write_report
 from poolfuzz.harness.ci.plan import (
     DEFAULT_CORPUS,
@@ -202,9 +202,7 @@ def walk_all(
                               "steps_budget": t.steps, "steps": 0, "skipped": True, "reason": reason, "findings": []}  # fmt: skip
             print(f"  fuzz   SKIPPED        {t.key}: {reason}")
     runnable.sort(key=lambda t: t.spec not in STEPS)  # the slow targets first: two cores finish together
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.workers, mp_context=worker_context(), max_tasks_per_child=1, initializer=apply_environ, initargs=(environ_now(),)
-    ) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.workers, mp_context=worker_context(), max_tasks_per_child=1) as pool:
         futures = {pool.submit(walk_target, t, str(corpus), str(known_file), args.max_seconds): t for t in runnable}
         for future in concurrent.futures.as_completed(futures):
             t = futures[future]

@@ -7,7 +7,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poolfuzz.harness.child_processes import apply_environ, environ_now, worker_context
+from poolfuzz.harness.child_processes import worker_context
 from poolfuzz.harness.fuzz.protocol import TargetRef
 from poolfuzz.harness.judge.families import FAMILIES, UnknownTargetError, check_target, family, implementation_for, parse_target
 from poolfuzz.harness.machines.table import machine_class
@@ -88,7 +88,7 @@ def select_targets_apart(items: list[str]) -> tuple[list[TargetRef], list[dict[s
     ``fuzz`` command's parent only coordinates its workers, so it asks a process from the workers' fork server
     (:mod:`poolfuzz.harness.child_processes`), which has torch imported already, and stays free of torch itself.
     """
-    with ProcessPoolExecutor(1, mp_context=worker_context(), initializer=apply_environ, initargs=(environ_now(),)) as pool:
+    with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:
         try:
             return pool.submit(select_targets, items).result()
         except BrokenProcessPool:  # a target whose import kills the interpreter (a native crash): refused, in one line

@@ -17,7 +17,6 @@ import sys
 import traceback
 from typing import Any
 
-from poolfuzz.harness.child_processes import apply_environ
 from poolfuzz.harness.fuzz.protocol import EXIT_RESTART, Bye, Shared, Terminated, WorkerPlan
 
 
@@ -48,7 +47,6 @@ def worker_main(plan: WorkerPlan, conn: Any, shared: Shared) -> None:
     the parent alone decides how the run ends.  SIGTERM raises :class:`Terminated`
     once, wherever the worker is, and sets a flag the rounds also poll.
     """
-    apply_environ(plan.environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     terminate = {"now": False}
 

@@ -63,9 +63,6 @@ class WorkerPlan:
     """``--strict``: a known finding retires its target as a new one does (else the worker fuzzes on past it)."""
     known_file: str | None = None
     """The reviewed list of known findings (``--known``); ``None``: the checkout's ``corpus/known.toml``."""
-    environ: dict[str, str] | None = None
-    """The parent's environment at the worker's start (:mod:`poolfuzz.harness.child_processes`: a forked worker has the
-    fork server's); ``None``: keep the one the worker has."""
 
     @property
     def name(self) -> str:

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from poolfuzz.harness.child_processes import environ_now, worker_context
+from poolfuzz.harness.child_processes import worker_context
 from poolfuzz.harness.fuzz.findings import Findings, cut_off_by
 from poolfuzz.harness.fuzz.options import FuzzOptions
 from poolfuzz.harness.fuzz.process import worker_main
@@ -151,7 +151,7 @@ class FuzzRun:
             steps=o.steps, misuse=o.misuse, device=o.device, corpus=str(o.corpus), database=o.database,
             log_path=str(log), round_seconds=o.round_seconds, walk_share=o.walk_share,
             coverage_dir=str(self.covdir) if self.covdir else None, strict=o.strict,
-            known_file=str(o.known_file) if o.known_file else None, environ=environ_now(),
+            known_file=str(o.known_file) if o.known_file else None,
         )
         reader, writer = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=worker_main, args=(plan, writer, self.shared),

@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from poolfuzz.harness.child_processes import environ_now, worker_context
+from poolfuzz.harness.child_processes import worker_context
 from poolfuzz.harness.mutate.worker import WorkerSetup, serve
 
 STARTUP_LIMIT = 300.0
@@ -63,9 +63,7 @@ class WorkerPool:
 
     def _spawn(self) -> _Slot:
         parent, child = self.context.Pipe()
-        process = self.context.Process(
-            target=serve, args=(child, replace(self.setup, environ=environ_now())), daemon=True, name="poolfuzz-mutate"
-        )
+        process = self.context.Process(target=serve, args=(child, self.setup), daemon=True, name="poolfuzz-mutate")
         process.start()
         child.close()
         return _Slot(process, parent, time.monotonic())

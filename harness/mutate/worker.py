@@ -24,7 +24,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poolfuzz.harness.child_processes import apply_environ
 from poolfuzz.harness.mutate.mutants import ModuleSource, Mutant, generate
 from poolfuzz.harness.mutate.swap import LiveModule, NotSwappable, check_swappable, mutated_code, swapped
 from poolfuzz.harness.mutate.targets import LineHits, build_machine, mutation_settings, run_target, trace_target
@@ -45,8 +44,6 @@ class WorkerSetup:
     modules: tuple[tuple[str, str], ...]
     """``(path relative to root, digest)`` of every mutated module."""
     examples: int | None = None
-    environ: dict[str, str] | None = None
-    """The parent's environment (:func:`~poolfuzz.harness.child_processes.apply_environ`); ``None``: the worker's own."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,6 @@ class MutantLab:
 
 def serve(conn: Connection, setup: WorkerSetup) -> None:
     """The worker process's main loop (the target of :func:`~poolfuzz.harness.child_processes.worker_context`)."""
-    apply_environ(setup.environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
     try:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
