@@ -6,9 +6,10 @@ profile (derandomised, so the outcome is the same on every run) with a
 mined from our modules' source into its draws, so an unrelated edit moves them;
 at 100 examples, moving the block-pool combination canaries into their own
 module left one paged_kv canary unfound.  The
-check is on the *first* failing example, unshrunk: the invariant a bug trips
+check is on the *first* failing example, unshrunk (``shrink=False``: neither
+hypothesis's shrinker nor the replay shrinker): the invariant a bug trips
 when the fuzzer meets it is what a user sees, and shrinking took nine tenths
-of this file's time (45 s for one canary).  Shrinking is checked where it is
+of this file's time (45 s for one canary; the replay shrinker alone, a third).  Shrinking is checked where it is
 the point: the canaries' committed regression traces in ``corpus/`` are
 shrunk examples that must still trip their invariant on the canary and pass on
 our pools (``tests/test_corpus.py``), and the fuzz runner saves shrunk traces
@@ -57,7 +58,7 @@ def test_each_canary_is_caught_by_its_expected_invariant_under_the_ci_profile(na
     if missing is not None:
         pytest.skip(missing)
     with pytest.raises(Exception) as raised:
-        run_machine(canary_machine(name), settings=ci_budget())
+        run_machine(canary_machine(name), settings=ci_budget(), shrink=False)
     violation = violation_of(raised.value)
     assert violation is not None, f"{name} crashed the harness instead: {raised.value!r}"
     assert violation.invariant_id == entry.invariant, str(violation)

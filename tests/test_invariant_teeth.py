@@ -55,7 +55,7 @@ ENGINE_TEETH: dict[str, str] = {"in-flight-reuse": "frees-under-in-flight"}
 
 def caught_by(family: str, spec: str) -> str:
     with pytest.raises(BaseException) as failure:
-        run_machine(make_machine(family, spec), settings=pinned_settings(max_examples=300, phases=[Phase.generate]))
+        run_machine(make_machine(family, spec), settings=pinned_settings(max_examples=300, phases=[Phase.generate]), shrink=False)
     violation = violation_of(failure.value)
     assert violation is not None, f"{spec} failed without a violation: {failure.value!r}"
     return violation.invariant_id

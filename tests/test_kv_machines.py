@@ -117,7 +117,7 @@ def caught(broken: type, narrow: Callable[[type[PoolMachine]], type[PoolMachine]
     """Fuzz ``broken`` as the ``paged_kv`` target; the id of the invariant that caught it."""
     machine = narrow(make_machine("paged_kv", f"{__name__}:{broken.__name__}"))
     with pytest.raises(BaseException) as failure:
-        run_machine(machine, settings=pinned_settings(max_examples=300, phases=[Phase.generate]))
+        run_machine(machine, settings=pinned_settings(max_examples=300, phases=[Phase.generate]), shrink=False)
     violation = violation_of(failure.value)
     assert violation is not None, f"{broken.__name__} failed without a violation: {failure.value!r}"
     return violation.invariant_id

@@ -65,11 +65,11 @@ def test_the_scheduler_machine_finds_no_violation_with_each_kv_option(mode: str,
 
 
 def test_a_retract_that_frees_from_the_ceiling_is_reported_as_a_leak() -> None:
-    # Generation only: shrinking a scheduler run costs ~10 s; the next test is the shrunk case.
+    # Generation only, unshrunk: shrinking a scheduler run costs ~10 s; the next test is the shrunk case.
     machine = scheduler_machine("vectorized", mode="plain", driver=CeilRetractDriver)
     search = settings_for(max_examples=200, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
     with pytest.raises(InvariantViolation) as caught:
-        run_machine(machine, settings=search)
+        run_machine(machine, settings=search, shrink=False)
     assert caught.value.invariant_id in {"scheduler-conservation", "conservation"}
     assert "leaked" in caught.value.numbers or caught.value.invariant_id == "conservation"
 
@@ -128,4 +128,4 @@ def test_a_free_group_that_resolves_views_at_its_end_is_reported_as_a_leak() -> 
     machine = scheduler_machine("vectorized", mode="plain", spec=f"{__name__}:view_keeping_pools")
     search = settings_for(max_examples=100, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
     with pytest.raises(InvariantViolation, match="scheduler-conservation"):
-        run_machine(machine, settings=search)
+        run_machine(machine, settings=search, shrink=False)

@@ -101,7 +101,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def run_catalogue(self, data: st.DataObject) -> None:
         """Every move of :attr:`catalogue` once, in order (its setup steps first), drawn through ``data``."""
-        self.issue_catalogue(DataChooser(data.draw))
+        self.issue_catalogue(DataChooser.over(data))
 
     def issue_catalogue(self, choose: Chooser) -> None:
         """The catalogue's moves, each with up to :data:`CATALOGUE_SETUPS` setup steps.

@@ -133,11 +133,15 @@ def run_machine(
     corpus: Path | str | None = None,
     note: str = "",
     shrink_seconds: float = HYPOTHESIS_SHRINK_SECONDS,
+    shrink: bool = True,
 ) -> None:
     """Fuzz ``machine``; on a violation print the shrunk steps, save the trace, re-raise.
 
     Hypothesis shrinks for ``shrink_seconds`` after the first failing step, the replay
-    shrinker goes on from the shortest failing trace seen by then.  The trace is kept even
+    shrinker goes on from the shortest failing trace seen by then.  ``shrink=False`` reports
+    the failing example hypothesis reported as it is: with ``Phase.shrink`` left out of
+    ``settings``, the first one found (what a check of *which* invariant a bug trips needs,
+    at a fraction of the time: ``tests/test_canaries.py``).  The trace is kept even
     when ``corpus`` cannot be written (:func:`~poolfuzz.harness.traces.keep.keep_trace` falls back
     to a temporary folder and the message says where).
     """
@@ -154,13 +158,14 @@ def run_machine(
         if trace is None or violation is None:
             raise
         found = len(trace.steps)
-        trace = shrink_trace(
-            trace,
-            invariant_id=violation.invariant_id,
-            target=machine.implementation or None,
-            factory=getattr(machine, "factory", None),
-            check_misuse=machine.check_misuse,
-        )
+        if shrink:
+            trace = shrink_trace(
+                trace,
+                invariant_id=violation.invariant_id,
+                target=machine.implementation or None,
+                factory=getattr(machine, "factory", None),
+                check_misuse=machine.check_misuse,
+            )
         trace.expect_violation(violation.invariant_id)
         fill_provenance(
             trace, seed=getattr(machine, "_hypothesis_internal_use_seed", None), note=note or f"found by fuzzing {machine.__name__}"
@@ -172,15 +177,18 @@ def run_machine(
             violation.trace_path = kept.path
             saved = f"\n  saved to {kept.path}" if kept.path is not None else ""
             saved += f"\n  ({kept.problem})" if kept.problem else ""
-        described = describe_shrunk(
-            violation,
-            found=found,
-            trace=trace,
-            found_by="hypothesis reported",
-            target=machine.implementation or None,
-            factory=getattr(machine, "factory", None),
-            check_misuse=machine.check_misuse,
-        )
+        if shrink:
+            described = describe_shrunk(
+                violation,
+                found=found,
+                trace=trace,
+                found_by="hypothesis reported",
+                target=machine.implementation or None,
+                factory=getattr(machine, "factory", None),
+                check_misuse=machine.check_misuse,
+            )
+        else:
+            described = f"{violation.args[0]}\n  the {found}-step trace hypothesis reported, unshrunk:\n{trace.steps_text()}"
         violation.args = (described + saved,)
         if replaced:
             raise violation from None

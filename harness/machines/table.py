@@ -35,7 +35,7 @@ class TableMachine(PoolMachine):
     @initialize(data=st.data())
     def init_pool(self, data: st.DataObject) -> None:
         assert self.table is not None
-        config = self.table.configs(DataChooser(data.draw))
+        config = self.table.configs(DataChooser.over(data))
         self.moves = tuple(m for m in self.table.moves if self.check_misuse or not m.misuse)
         assert self.moves, f"{self.family}'s table has no move for a target that does not validate input"
         self.cumulative = tuple(itertools.accumulate(m.weight for m in self.moves))
@@ -48,7 +48,7 @@ class TableMachine(PoolMachine):
     def take_move(self, data: st.DataObject) -> None:
         """A weighted pick of a move (misuse ones only with misuse checking on), issued with its setup steps."""
         assert self.driver is not None
-        choose = DataChooser(data.draw)
+        choose = DataChooser.over(data)
         for _ in range(PICK_TRIES):
             move = self.moves[bisect.bisect(self.cumulative, choose.random() * self.cumulative[-1])]
             issued = False
