@@ -276,7 +276,9 @@ def test_every_shipped_implementation_and_canary_fits_its_family() -> None:
 
 
 # ------------------------------------------------------------- shrink budget
-def steps_after_the_first_violation(shrink_seconds: float, tmp_path: Path) -> tuple[int, InvariantViolation]:
+def steps_after_the_first_violation(
+    shrink_seconds: float, tmp_path: Path, stall_seconds: float = float("inf")
+) -> tuple[int, InvariantViolation]:
     """Run the leaky pool's machine; how many steps ran after its first violation, and what was raised."""
     calls: list[bool] = []
 
@@ -291,7 +293,8 @@ def steps_after_the_first_violation(shrink_seconds: float, tmp_path: Path) -> tu
             return result
 
     with pytest.raises(InvariantViolation) as raised:
-        run_machine(Watched, settings=pinned_settings(max_examples=50), corpus=tmp_path, shrink_seconds=shrink_seconds)
+        run_machine(Watched, settings=pinned_settings(max_examples=50), corpus=tmp_path, shrink_seconds=shrink_seconds,
+                    stall_seconds=stall_seconds)
     return len(calls) - 1 - calls.index(True), raised.value
 
 
@@ -302,3 +305,9 @@ def test_hypothesis_stops_shrinking_when_its_budget_is_spent_and_the_shortest_tr
     assert violation.invariant_id in ("conservation", "valid-call-accepted") and violation.trace_path is not None
     assert load_trace(violation.trace_path).expect["invariant"] == violation.invariant_id
     assert "shrunk by replay to" in str(violation)
+
+
+def test_hypothesis_stops_shrinking_once_the_shortest_trace_has_stalled_however_long_its_budget(tmp_path: Path) -> None:
+    stalled, violation = steps_after_the_first_violation(30.0, tmp_path, stall_seconds=0.0)
+    assert stalled == 0  # not a step after the first violation: it was the shortest, and nothing shorter came at once
+    assert violation.trace_path is not None and "shrunk by replay to" in str(violation)
