@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from poolfuzz.harness.bench.baselines import HeadSliceReqToTokenPool, extend_inputs, extend_per_request_torch
+from poolfuzz.harness.bench.detect import route_rates
 from poolfuzz.harness.bench.run import main
 from poolfuzz.pools import ReqToTokenPool
 from poolfuzz.pools.page_alloc import get_kernel
@@ -43,3 +44,11 @@ def test_the_quick_bench_writes_its_tables(tmp_path: Path, capsys: pytest.Captur
     text = output.read_text()
     for heading in ("alloc_rows", "Extend index computation", "Mamba admission", "Harness throughput"):
         assert heading in text
+
+
+def test_both_fuzzing_routes_count_the_steps_they_ran() -> None:
+    """A zero in either column is a counting bug, not a slow route: hypothesis runs a subclass of the bench's machine."""
+    rates = route_rates("req_to_token", seconds=0.6, slices=2)
+    assert not isinstance(rates, str), rates
+    walk, hypothesis = rates
+    assert walk > 0 and hypothesis > 0, rates

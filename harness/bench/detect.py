@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -84,33 +85,46 @@ def _seconds(value: float | None) -> str:
 
 
 # ------------------------------------------------------------------ routes
-class _Deadline(PoolMachine):
-    """A family machine that counts driver steps and ends the run at :attr:`deadline` (hypothesis lets
-    :class:`~poolfuzz.harness.fuzz.protocol.StopRound` through)."""
+@dataclass
+class _Slice:
+    """One slice's deadline and the driver steps counted in it."""
 
-    deadline = 0.0
-    steps = 0
+    deadline: float
+    steps: int = 0
+
+
+class _Deadline(PoolMachine):
+    """A family machine that counts driver steps into :attr:`slice` and ends the run at its deadline
+    (hypothesis lets :class:`~poolfuzz.harness.fuzz.protocol.StopRound` through).
+
+    The count lives in a shared object read through the class: hypothesis runs a subclass
+    (``run_machine`` wraps the machine for its shrink budget), and ``type(self).steps += n`` would
+    count on that subclass, leaving the class the bench reads at zero: the hypothesis column read
+    0 steps/s that way until 2026-12-06."""
+
+    slice = _Slice(deadline=0.0)
 
     def do(self, op: str, **args: Any) -> Any:
-        if perf_counter() >= type(self).deadline:
+        tally = self.slice
+        if perf_counter() >= tally.deadline:
             raise StopRound()
         before = self.driver.steps if self.driver is not None else 0
         try:
             return super().do(op, **args)
         finally:
-            type(self).steps += (self.driver.steps if self.driver is not None else 0) - before
+            tally.steps += (self.driver.steps if self.driver is not None else 0) - before
 
 
 def hypothesis_rate_slice(machine: type[_Deadline], seconds: float, seed: int) -> tuple[int, float]:
     """``(steps, seconds)`` of one slice of hypothesis on ``machine`` (nightly round settings, no database)."""
-    machine.steps, machine.deadline = 0, perf_counter() + seconds
+    tally = machine.slice = _Slice(deadline=perf_counter() + seconds)
     machine._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
     started = perf_counter()
     try:
         run_machine(machine, settings=build_settings("fuzz-round", database=None, max_examples=10**6))
     except StopRound:
         pass
-    return machine.steps, perf_counter() - started
+    return tally.steps, perf_counter() - started
 
 
 def route_rates(name: str, seconds: float, slices: int) -> tuple[float, float] | str:
