@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableSequence, Sequence
 from functools import cache
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hypothesis import strategies as st
-from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.strategies import SearchStrategy
+
+if TYPE_CHECKING:
+    from hypothesis.internal.conjecture.data import ConjectureData
 
 T = TypeVar("T")
 
@@ -36,14 +38,17 @@ _BYTE = 1 << 8
 
 @cache
 def _integers_label() -> int | None:
-    """The span label ``st.integers`` draws under (hypothesis internals: ``None`` where they moved)."""
+    """The span label ``st.integers`` draws under, where hypothesis's choice layer is the one
+    :meth:`DataChooser.over` writes to (internals: ``None`` where they moved)."""
     try:
+        from hypothesis.internal.conjecture.data import ConjectureData
         from hypothesis.strategies._internal.lazy import unwrap_strategies
 
         label = unwrap_strategies(st.integers(0, 1)).label
     except (ImportError, AttributeError):  # pragma: no cover - a hypothesis without that layer takes the public path
         return None
-    return label if isinstance(label, int) else None
+    drawn_by_hand = all(hasattr(ConjectureData, name) for name in ("draw_integer", "start_span", "stop_span"))
+    return label if isinstance(label, int) and drawn_by_hand else None
 
 
 class Chooser(Protocol):
@@ -95,7 +100,7 @@ class DataChooser:
         (``tests/test_choosers.py`` compares the two).  A hypothesis without that layer gets the public path.
         """
         choices = getattr(data, "conjecture_data", None)
-        if _integers_label() is None or not isinstance(choices, ConjectureData) or not hasattr(choices, "draw_integer"):
+        if choices is None or _integers_label() is None:
             return cls(data.draw)
         return cls(choices.draw, choices)
 

@@ -94,7 +94,7 @@ class _Slice:
 
 
 class _Deadline(PoolMachine):
-    """A family machine that counts driver steps into :attr:`slice` and ends the run at its deadline
+    """A family machine that counts driver steps into :attr:`tally` and ends the run at its deadline
     (hypothesis lets :class:`~poolfuzz.harness.fuzz.protocol.StopRound` through).
 
     The count lives in a shared object read through the class: hypothesis runs a subclass
@@ -102,10 +102,10 @@ class _Deadline(PoolMachine):
     count on that subclass, leaving the class the bench reads at zero: the hypothesis column read
     0 steps/s that way until 2026-12-06."""
 
-    slice = _Slice(deadline=0.0)
+    tally = _Slice(deadline=0.0)
 
     def do(self, op: str, **args: Any) -> Any:
-        tally = self.slice
+        tally = self.tally
         if perf_counter() >= tally.deadline:
             raise StopRound()
         before = self.driver.steps if self.driver is not None else 0
@@ -117,7 +117,7 @@ class _Deadline(PoolMachine):
 
 def hypothesis_rate_slice(machine: type[_Deadline], seconds: float, seed: int) -> tuple[int, float]:
     """``(steps, seconds)`` of one slice of hypothesis on ``machine`` (nightly round settings, no database)."""
-    tally = machine.slice = _Slice(deadline=perf_counter() + seconds)
+    tally = machine.tally = _Slice(deadline=perf_counter() + seconds)
     machine._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
     started = perf_counter()
     try:

@@ -14,9 +14,9 @@ the replay shrinker instead.  Measured over the 80 canaries (``ci`` profile, 400
 20 steps, one seed, 2026-12-06): with the 2-s budget alone a canary's run (find and both
 shrinkers) took a median 2.3 s, 189 s in all, and the shrunk traces held 190 steps; with the
 stall rule, 0.9 s, 101 s and 189 steps (3 traces shorter, 1 longer); with no hypothesis
-shrinking at all, 53 s and 184 steps, each trace differing by a step or three either way.  The replay shrinker does the work now; what
-hypothesis adds is a few seconds' chance at a different minimum, which the stall rule keeps
-while it is paying.
+shrinking at all, 53 s and 184 steps, each trace differing by a step or three either way.
+The replay shrinker does the work now; what hypothesis adds is a few seconds' chance at a
+different minimum, which the stall rule keeps while it is paying.
 """
 
 from __future__ import annotations

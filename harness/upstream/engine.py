@@ -171,7 +171,7 @@ class EngineLoop:
 
     def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
-        active_before = self._active_rids()
+        active_before = set(self._active_rids())
         batch = self._next_batch()
         if batch is None:
             self.last_batch = None
@@ -179,7 +179,7 @@ class EngineLoop:
             # request running, no iteration changes the pools or the tree, so the queue head (FCFS) waits
             # for ever: the server hangs until a user aborts it (judged as ``scheduler-progress``).  Unless
             # requests left the running batch in this iteration (:meth:`_active_rids`): their release moved memory.
-            self._record(advanced=bool(active_before - self._active_rids()))
+            self._record(advanced=bool(active_before - set(self._active_rids())))
             return "timeout" if self._waiting_timeout() else "idle"
         for req in batch.reqs:
             if req.rid in self.to_abort and not req.finished():
@@ -196,19 +196,18 @@ class EngineLoop:
         self._record(advanced=True)
         return kind
 
-    def _active_rids(self) -> set[str]:
-        """The requests running or chunked now.  An iteration that forms no batch yet sees one of them leave advanced: the
+    def _active_rids(self) -> tuple[str, ...]:
+        """The requests running or chunked now, in that order.  An iteration that forms no batch yet sees one of them leave advanced: the
         decode half of ``get_next_batch_to_run`` (``update_running_batch``, scheduler.py:4459-4540) runs ``retract_decode``,
         which re-queues a request or, when even the last one cannot fit its next decode reservation, aborts it and releases
         its KV (``retract_decode``, schedule_batch.py:3451-3539, the last request's abort at :3508-3530), and the
         batch left empty runs nothing.  The queue head may fit at the next iteration, so that one is no fixed point: only an
         iteration that changed nothing is (``scheduler-progress``)."""
         chunked = [self.chunked_req] if self.chunked_req is not None else []
-        return {str(r.rid) for r in [*self.running_batch.reqs, *chunked]}
+        return tuple(r.rid for r in [*self.running_batch.reqs, *chunked])
 
     def _record(self, *, advanced: bool) -> None:
-        active = [r.rid for r in self.running_batch.reqs] + ([self.chunked_req.rid] if self.chunked_req is not None else [])
-        self.last_step = StepFacts(tuple(r.rid for r in self.waiting_queue), tuple(active), advanced)
+        self.last_step = StepFacts(tuple(r.rid for r in self.waiting_queue), self._active_rids(), advanced)
 
     def _waiting_timeout(self) -> bool:
         """Whether ``waiting_timeout`` fired: a stalled loop's AbortReq for the queue head, a step that advanced."""

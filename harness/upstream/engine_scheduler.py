@@ -249,7 +249,7 @@ class SchedulerLoop(ServerRequests, EngineLoop):
 
     def _iterate(self, next_tokens: dict[str, int]) -> str:
         self.iterations += 1
-        active_before = self._active_rids()
+        active_before = set(self._active_rids())
         # an iteration boundary for HiCache's copies; one still in flight means the server is not stalled
         transferring = self.transfers.tick() if self.transfers is not None else False
         disaggregation = self.config.disaggregation
@@ -271,7 +271,7 @@ class SchedulerLoop(ServerRequests, EngineLoop):
             transferring = transferring or self.peers.busy()
         # Requests that left the running batch (or the chunk) without a batch forming advanced it too (EngineLoop._active_rids:
         # update_running_batch's retract_decode re-queues or aborts them, scheduler.py:4469-4540, schedule_batch.py:3451-3539).
-        left = bool(active_before - self._active_rids())
+        left = bool(active_before - set(self._active_rids()))
         advanced = batch is not None or bool(self.landed) or transferring or left
         if batch is None and self.landed:
             kind = "land"
