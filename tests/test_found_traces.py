@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import Phase
 
 from poolfuzz.harness.canaries import CANARIES
 from poolfuzz.harness.fuzz.options import FuzzOptions, select_targets
@@ -31,6 +32,7 @@ from poolfuzz.harness.judge.trace import Trace
 from poolfuzz.harness.machines import make_machine, pinned_settings, run_machine
 from poolfuzz.harness.traces.keep import FALLBACK_FOLDER, keep_trace
 from poolfuzz.harness.traces.schema import load_trace
+from poolfuzz.harness.traces.shrink import shrink_trace
 from poolfuzz.harness.upstream.sources import UpstreamUnavailableError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +40,7 @@ LEAKY = "req_to_token=tests.fuzz_planted:ForgetfulFree"
 
 
 def leaky_trace(steps: int = 3) -> Trace:
-    trace = Trace("req_to_token", "tests.fuzz_planted:ForgetfulFree", {"size": 4, "max_context_len": 8,
-                                                                      "device": "cpu"})
+    trace = Trace("req_to_token", "tests.fuzz_planted:ForgetfulFree", {"size": 4, "max_context_len": 8, "device": "cpu"})
     for _ in range(steps):
         trace.record("alloc_rows", {"need_size": 1})
     return trace
@@ -57,9 +58,19 @@ class Pipe:
 
 def worker_in(tmp_path: Path) -> tuple[Worker, Pipe]:
     (target,), _ = select_targets([LEAKY])
-    plan = WorkerPlan(worker=0, generation=0, targets=(target,), seed=7, deadline=time.time() + 60, steps=20,
-                      misuse=True, device="cpu", corpus=str(tmp_path / "corpus"), database="none",
-                      log_path=str(tmp_path / "w.log"))
+    plan = WorkerPlan(
+        worker=0,
+        generation=0,
+        targets=(target,),
+        seed=7,
+        deadline=time.time() + 60,
+        steps=20,
+        misuse=True,
+        device="cpu",
+        corpus=str(tmp_path / "corpus"),
+        database="none",
+        log_path=str(tmp_path / "w.log"),
+    )
     shared = Shared(go=threading.Event(), stop=threading.Event(), retired=bytearray(1))
     pipe = Pipe()
     worker = Worker(plan, pipe, shared, {"now": False})
@@ -94,8 +105,9 @@ def test_the_unshrunk_trace_stays_apart_from_the_shrunk_one_and_both_replay(tmp_
     assert unshrunk.parent == tmp_path / "corpus" / UNSHRUNK_FOLDER / "req_to_token"
     shrunk = keep_trace(leaky_trace(1), tmp_path / "corpus").path
     assert worker.target is not None and shrunk is not None
-    worker.found(worker.target, "conservation", "[conservation] ...", path=shrunk, trace=leaky_trace(1), shrunk=True,
-                 where={"round": 0, "seed": 1})
+    worker.found(
+        worker.target, "conservation", "[conservation] ...", path=shrunk, trace=leaky_trace(1), shrunk=True, where={"round": 0, "seed": 1}
+    )
     assert isinstance(pipe.sent[-1], FailureFound) and unshrunk.exists() and shrunk.exists()
     assert len(load_trace(unshrunk).steps) == 5 and len(load_trace(shrunk).steps) == 1
 
@@ -113,17 +125,16 @@ def test_a_trace_already_in_the_corpus_is_left_alone_by_a_sighting(tmp_path: Pat
 
 def test_a_walk_announces_its_failure_before_shrinking_it() -> None:
     seen: list[int] = []
-    walk = WalkRun("req_to_token", 3, spec="tests.fuzz_planted:ForgetfulFree",
-                   on_found=lambda violation, trace: seen.append(len(trace.steps)))
+    walk = WalkRun(
+        "req_to_token", 3, spec="tests.fuzz_planted:ForgetfulFree", on_found=lambda violation, trace: seen.append(len(trace.steps))
+    )
     finding = walk.run(max_steps=20_000)
     assert finding is not None and finding.violation is not None
     assert seen == [finding.found_steps] and len(finding.trace.steps) <= finding.found_steps
 
 
 # ------------------------------------------------------------------- fallback
-def test_a_corpus_that_cannot_be_written_falls_back_to_the_temporary_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_corpus_that_cannot_be_written_falls_back_to_the_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     import tempfile
@@ -142,9 +153,17 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
     targets, _ = select_targets([LEAKY])
     run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO())
 
-    seen = FailureSeen(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
-                       invariant="conservation", trace=str(tmp_path / "t.json"), steps=40,
-                       message="[conservation] free rows differ", round=2, seed=9)
+    seen = FailureSeen(
+        target=LEAKY,
+        family="req_to_token",
+        implementation="tests.fuzz_planted:ForgetfulFree",
+        invariant="conservation",
+        trace=str(tmp_path / "t.json"),
+        steps=40,
+        message="[conservation] free rows differ",
+        round=2,
+        seed=9,
+    )
     run.on_seen(Slot(), seen)  # type: ignore[arg-type]
     run.findings.unreported()
     report = run.build_report().to_json()
@@ -160,16 +179,34 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
 
 # ---------------------------------------------------------- report at find time
 def sighting(tmp_path: Path, steps: int = 40) -> FailureSeen:
-    return FailureSeen(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
-                       invariant="conservation", trace=str(tmp_path / "unshrunk.json"), steps=steps,
-                       message="[conservation] free rows differ", round=2, seed=9)
+    return FailureSeen(
+        target=LEAKY,
+        family="req_to_token",
+        implementation="tests.fuzz_planted:ForgetfulFree",
+        invariant="conservation",
+        trace=str(tmp_path / "unshrunk.json"),
+        steps=steps,
+        message="[conservation] free rows differ",
+        round=2,
+        seed=9,
+    )
 
 
 def shrunk_report(tmp_path: Path, *, shrunk: bool = True) -> FailureFound:
-    return FailureFound(target=LEAKY, family="req_to_token", implementation="tests.fuzz_planted:ForgetfulFree",
-                        kind="violation", invariant="conservation", trace=str(tmp_path / "shrunk.json"), steps=3,
-                        message="[conservation] free rows differ\n  step 1: ...", shrunk=shrunk, round=2, seed=9,
-                        realistic=None)
+    return FailureFound(
+        target=LEAKY,
+        family="req_to_token",
+        implementation="tests.fuzz_planted:ForgetfulFree",
+        kind="violation",
+        invariant="conservation",
+        trace=str(tmp_path / "shrunk.json"),
+        steps=3,
+        message="[conservation] free rows differ\n  step 1: ...",
+        shrunk=shrunk,
+        round=2,
+        seed=9,
+        realistic=None,
+    )
 
 
 class Slot:
@@ -180,8 +217,9 @@ def test_a_first_failing_step_is_in_the_report_file_at_once_and_its_shrunk_repor
     targets, _ = select_targets([LEAKY])
     path = tmp_path / "report.json"
     pages: list[dict[str, Any]] = []
-    run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path, report=path),
-                  err=io.StringIO(), live=pages.append)
+    run = FuzzRun(
+        FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path, report=path), err=io.StringIO(), live=pages.append
+    )
     run.started = run.fuzz_started = time.time() - 3.0  # three seconds into fuzzing
     run.on_seen(Slot(), sighting(tmp_path))  # type: ignore[arg-type]
     at_once = json.loads(path.read_text())
@@ -189,8 +227,12 @@ def test_a_first_failing_step_is_in_the_report_file_at_once_and_its_shrunk_repor
     (failure,) = at_once["failures"]
     assert failure["found_at"]["trace"] == failure["trace"] == str(tmp_path / "unshrunk.json")
     assert (failure["found_at"]["invariant"], failure["found_at"]["steps"]) == ("conservation", 40)
-    assert failure["found_at"]["after_s"] >= 3.0 and failure["shrink"] == {"state": "running", "after_s": None,
-                                                                          "seconds": None, "note": None}
+    assert failure["found_at"]["after_s"] >= 3.0 and failure["shrink"] == {
+        "state": "running",
+        "after_s": None,
+        "seconds": None,
+        "note": None,
+    }
     assert failure["found_after_s"] is None and at_once["targets"][0]["status"] == "failed"
     run.started = run.fuzz_started = run.fuzz_started - 2.0  # the shrunk report comes two seconds later
     run.on_failure(Slot(), shrunk_report(tmp_path))  # type: ignore[arg-type]
@@ -244,11 +286,30 @@ def test_an_interrupted_clean_run_exits_with_128_plus_the_signal(signum: int, st
 
 def test_sigterm_stops_a_run_within_seconds_writes_its_report_and_exits_143(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    command = [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--target", "req_to_token", "--seconds", "120",
-               "--workers", "1", "--plain", "--progress-every", "0.2", "--database", "none",
-               "--corpus", str(tmp_path / "corpus"), "--report", str(report)]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    command = [
+        sys.executable,
+        "-m",
+        "poolfuzz.harness",
+        "fuzz",
+        "--target",
+        "req_to_token",
+        "--seconds",
+        "120",
+        "--workers",
+        "1",
+        "--plain",
+        "--progress-every",
+        "0.2",
+        "--database",
+        "none",
+        "--corpus",
+        str(tmp_path / "corpus"),
+        "--report",
+        str(report),
+    ]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert process.stderr is not None
     for line in process.stderr:
         if ", fuzzing" in line:
@@ -293,8 +354,9 @@ def steps_after_the_first_violation(
             return result
 
     with pytest.raises(InvariantViolation) as raised:
-        run_machine(Watched, settings=pinned_settings(max_examples=50), corpus=tmp_path, shrink_seconds=shrink_seconds,
-                    stall_seconds=stall_seconds)
+        run_machine(
+            Watched, settings=pinned_settings(max_examples=50), corpus=tmp_path, shrink_seconds=shrink_seconds, stall_seconds=stall_seconds
+        )
     return len(calls) - 1 - calls.index(True), raised.value
 
 
@@ -305,6 +367,21 @@ def test_hypothesis_stops_shrinking_when_its_budget_is_spent_and_the_shortest_tr
     assert violation.invariant_id in ("conservation", "valid-call-accepted") and violation.trace_path is not None
     assert load_trace(violation.trace_path).expect["invariant"] == violation.invariant_id
     assert "shrunk by replay to" in str(violation)
+
+
+def test_an_unshrunk_run_keeps_and_prints_the_trace_hypothesis_reported(tmp_path: Path) -> None:
+    """``shrink=False``: no replay shrinking, the saved trace is the reported one, and the message says so."""
+    settings = pinned_settings(max_examples=50, phases=[Phase.explicit, Phase.generate])
+    with pytest.raises(InvariantViolation) as raised:
+        run_machine(make_machine("req_to_token", "tests.fuzz_planted:ForgetfulFree"), settings=settings, corpus=tmp_path, shrink=False)
+    violation = raised.value
+    assert violation.trace is not None and violation.trace_path is not None
+    found = len(violation.trace.steps)
+    assert f"the {found}-step trace hypothesis reported, unshrunk:" in str(violation)
+    assert "shrunk by replay" not in str(violation)
+    assert len(load_trace(violation.trace_path).steps) == found
+    shrunk = shrink_trace(violation.trace, invariant_id=violation.invariant_id, target="tests.fuzz_planted:ForgetfulFree")
+    assert len(shrunk.steps) < found  # so the replay shrinker, had it run, would have cut it
 
 
 def test_hypothesis_stops_shrinking_once_the_shortest_trace_has_stalled_however_long_its_budget(tmp_path: Path) -> None:
