@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from poolfuzz.harness.ci import command
 from poolfuzz.harness.ci.plan import CiTarget, target_seed
 from poolfuzz.harness.ci.records import WalkRecord
 from poolfuzz.harness.upstream import sglang_files
+from tests.processes import python
 from tests.test_upstream_versions import SGLANG_MISSING, copy_sglang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,21 +33,8 @@ TARGETS = ["--target", "token_kv", "--target", "mamba_slots"]
 
 def ci(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in (sglang_files.SOURCE_ENV, "POOLFUZZ_VLLM_SRC")}
-    argv = [
-        sys.executable,
-        "-m",
-        "poolfuzz.harness",
-        "ci",
-        "--sglang-src",
-        str(source),
-        "--scale",
-        "0.1",
-        "--out",
-        str(out),
-        *TARGETS,
-        *extra,
-    ]
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    argv = ["-m", "poolfuzz.harness", "ci", "--sglang-src", str(source), "--scale", "0.1", "--out", str(out), *TARGETS, *extra]
+    return python(*argv, cwd=REPO, env=env, timeout=240)
 
 
 def junit_cases(path: Path) -> dict[str, ET.Element]:

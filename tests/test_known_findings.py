@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from poolfuzz.harness.upstream.known import KNOWN_FILE, KnownFindingsError, fingerprint, known_finding_of, load_known, match
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
@@ -62,12 +61,7 @@ def test_a_bad_value_is_refused_with_its_field(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(KnownFindingsError, match="entry engine-swa-admission-hangs, field 'classification'"):
             load_known(path)
-        result = subprocess.run(
-            [sys.executable, "-m", "poolfuzz.harness", "fuzz", "--known", str(path), "--seconds", "1"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-        )
+        result = python("-m", "poolfuzz.harness", "fuzz", "--known", str(path), "--seconds", "1", cwd=tmp_path, timeout=120)
     finally:
         path.unlink()
     assert result.returncode == 2, result.stderr
@@ -130,9 +124,7 @@ def _fuzz(tmp_path: Path, name: str, *extra: str, seed_walk: bool = True, worker
         "--grace",
         "30",  # the saved walk's replay loads and builds upstream's scheduler: seconds on a loaded 2-core box
     ]
-    result = subprocess.run(
-        [sys.executable, "-m", "poolfuzz.harness", "fuzz", *extra, *args], cwd=folder, capture_output=True, text=True, env=env, timeout=300
-    )
+    result = python("-m", "poolfuzz.harness", "fuzz", *extra, *args, cwd=folder, env=env, timeout=300)
     out = result.stdout + result.stderr
     assert (folder / "r.json").is_file(), f"exit {result.returncode}, no report written:\n{out}"
     return result.returncode, json.loads((folder / "r.json").read_text()), out

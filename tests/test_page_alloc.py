@@ -10,10 +10,9 @@ triton is not installed; the ``cuda`` variants skip without a CUDA device.
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ from poolfuzz.harness.machines.without import without_modules
 from poolfuzz.pools.errors import BadBatchError, BadSizeError, KernelUnavailableError, UnknownKernelError
 from poolfuzz.pools.kv_allocator import PagedTokenToKVPoolAllocator
 from poolfuzz.pools.page_alloc import KERNEL_NAMES, get_kernel, get_num_new_pages, num_new_pages_per_request, triton_available
+from tests.processes import python
 
 HAS_TRITON = triton_available()
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton (with numpy for its interpreter) is not installed")
@@ -162,7 +162,8 @@ def test_the_kernel_strategy_stops_and_resumes_drawing_triton_with_the_block_wha
 
 def test_importing_the_package_does_not_import_triton() -> None:
     code = "import sys, poolfuzz.pools.page_alloc; assert 'triton' not in sys.modules, 'triton imported eagerly'"
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    done = python("-c", code, cwd=Path.cwd(), timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_extend_page_count_skips_the_partial_prefix_page() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.once import computed_once
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -256,15 +257,7 @@ class Installed:
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_"))}
         env.update(PYTHONPATH=str(self.site), CI="1", TINYKIT_TOY_SRC=str(self.toy))
-        return subprocess.run(
-            [sys.executable, "-m", "poolfuzz.harness", *args],
-            cwd=self.work,
-            env=env,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return python("-m", "poolfuzz.harness", *args, cwd=self.work, env=env, timeout=timeout)
 
 
 def _install_the_kit(root: Path) -> None:
@@ -379,14 +372,8 @@ def test_an_installed_kits_machine_runs_under_the_pytest_plugin(installed: Insta
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POOLFUZZ_", "HYPOTHESIS_", "PYTEST_"))}
     env.update(PYTHONPATH=str(installed.site), CI="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "test_tiny.py"],
-        cwd=installed.work,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = python(
+        "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "test_tiny.py", cwd=installed.work, env=env, timeout=300
     )
     assert result.returncode == 1 and "1 failed, 1 passed" in result.stdout, _out(result)
     assert "tiny_slots=tinykit.canaries:LeakyFree on cpu broke invariant" in result.stdout, _out(result)

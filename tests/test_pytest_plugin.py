@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.once import computed_once
+from tests.processes import python
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pools", "harness", "strategies")
@@ -338,10 +339,9 @@ def test_in_this_repository_the_plugin_adds_nothing_and_leaves_the_target_option
     """The repository's own ``--target`` (tests/conftest.py) and the plugin's options live side by side."""
     load = [] if _plugin_registered_here() else ["-p", "poolfuzz.harness.pytest_plugin"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *load, "--collect-only", "-q",
-                             "tests/test_machines.py", "--target", "req_to_token=poolfuzz.pools:ReqToTokenPool",
-                             "--poolfuzz-max-examples", "3"],
-                            check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = python("-m", "pytest", "-p", "no:cacheprovider", *load, "--collect-only", "-q", "tests/test_machines.py",
+                    "--target", "req_to_token=poolfuzz.pools:ReqToTokenPool", "--poolfuzz-max-examples", "3",
+                    cwd=REPO, env=env, timeout=120)
     assert result.returncode == 0, _output(result)
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert any(line.startswith("tests/test_machines.py::test_machine_finds_no_violation[") for line in collected)
