@@ -12,7 +12,7 @@ import pytest
 
 from tests.processes import python
 
-PROBE = '''
+PROBE = """
 import atexit, json, os, sys, threading, time
 
 view = {
@@ -27,7 +27,7 @@ threading.Thread(target=lambda: (time.sleep(0.1), print("thread finished", flush
 print(json.dumps(view), flush=True)
 print("to stderr", file=sys.stderr)
 raise SystemExit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else sys.argv[-1])
-'''
+"""
 
 
 @pytest.fixture()
