@@ -222,11 +222,10 @@ def test_fuzzing_our_pools_finds_nothing_and_reports_coverage(
 def test_a_planted_bug_exits_1_and_its_shrunk_trace_lands_in_the_corpus(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "6", "--workers", "2", "--steps", "20",
+    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "6", "--workers", "1", "--steps", "20",
                                   "--target", LEAKY, "--target", "decode_req_to_token")
     assert code == 1, out + err
-    failure = report["failures"][0]  # two workers may both have caught it before it was retired
-    assert {f["target"] for f in report["failures"]} == {LEAKY}
+    (failure,) = report["failures"]
     assert failure["shrunk"] is True and failure["invariant"] in LEAK_INVARIANTS
     trace = load_trace(failure["trace"])
     assert Path(failure["trace"]).parent == tmp_path / "corpus" / "req_to_token"
@@ -279,7 +278,7 @@ def test_a_failure_still_shrinking_when_time_is_up_is_saved_partially_shrunk(
 
 def test_a_crashing_worker_is_reported_and_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     crashing = "req_to_token=tests.fuzz_planted:SegfaultOnFreeRows"
-    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "3", "--workers", "2",
+    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "3", "--workers", "1",
                                   "--target", crashing, "--target", "decode_req_to_token")
     assert code == 1, out + err
     crash = report["crashes"][0]
@@ -297,7 +296,7 @@ def test_a_worker_hit_by_a_cuda_error_reports_it_and_is_replaced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     poisoning = "req_to_token=tests.fuzz_planted:CudaErrorOnFreeRows"
-    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "5", "--workers", "2", "--steps", "20",
+    code, report, out, err = fuzz(tmp_path, capsys, "--seconds", "5", "--workers", "1", "--steps", "20",
                                   "--target", poisoning, "--target", "decode_req_to_token")
     assert code == 1, out + err
     assert report["crashes"] == []
