@@ -388,3 +388,23 @@ def test_hypothesis_stops_shrinking_once_the_shortest_trace_has_stalled_however_
     stalled, violation = steps_after_the_first_violation(30.0, tmp_path, stall_seconds=0.0)
     assert stalled == 0  # not a step after the first violation: it was the shortest, and nothing shorter came at once
     assert violation.trace_path is not None and "shrunk by replay to" in str(violation)
+
+
+@pytest.mark.parametrize("phases", [[Phase.explicit, Phase.generate], [Phase.explicit, Phase.generate, Phase.shrink]], ids=["no-shrink", "shrink"])
+def test_a_budget_spent_while_hypothesis_replays_the_failing_example_still_reports_the_violation(
+    tmp_path: Path, phases: list[Phase]
+) -> None:
+    """Hypothesis runs the failing example again before it reports it; a budget spent by then cuts that run short on a
+    prefix its data tree has seen end later, and hypothesis raises its ``Flaky`` error instead of our interrupt (the
+    vLLM engine canary on a loaded box, whose examples outlast the half-second stall).  The violation seen stands."""
+    settings = pinned_settings(max_examples=50, phases=phases)
+    with pytest.raises(InvariantViolation) as raised:
+        run_machine(
+            make_machine("req_to_token", "tests.fuzz_planted:ForgetfulFree"),
+            settings=settings,
+            corpus=tmp_path,
+            shrink=False,
+            shrink_seconds=0.0,
+            stall_seconds=0.0,
+        )
+    assert raised.value.invariant_id in ("conservation", "valid-call-accepted")
