@@ -61,7 +61,7 @@ def _fuzz_a_planted_leak(tmp: Path) -> None:
             "--seconds",
             "6",  # the planted leak must be found: three seconds missed it on a box loaded by other runs
             "--workers",
-            "2",
+            "1",
             "--steps",
             "20",
             "--coverage",
