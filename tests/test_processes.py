@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import python
+from tests.processes import _zygotes, python
 
 PROBE = """
 import atexit, json, os, sys, threading, time
@@ -82,3 +82,21 @@ def test_the_warm_interpreter_has_imported_torch_and_nothing_of_ours(tmp_path: P
     done = python("-c", code, cwd=tmp_path, timeout=120)
     assert done.stdout == "['torch']\n", done.stderr
     assert sys.executable == python("-c", "import sys; print(sys.executable)", cwd=tmp_path, timeout=60).stdout.strip()
+
+
+@pytest.mark.parametrize("flags", [(), ("-P",), ("-I",)], ids=["plain", "safe-path", "isolated"])
+def test_a_commands_pythonpath_reaches_sys_path_as_start_up_puts_it_without_a_zygote_of_its_own(
+    probe: Path, flags: tuple[str, ...]
+) -> None:
+    cwd = probe.parent.parent
+    python(*flags, "pkg/probe.py", "0", cwd=cwd, timeout=120)  # the zygote for these flags, started without it
+    started = set(_zygotes)
+    extra = cwd / "extra"
+    extra.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(extra), f"{extra}/", str(cwd / "pkg"), os.path.dirname(os.__file__)])}
+    fresh = python(*flags, "pkg/probe.py", "0", cwd=cwd, env=env, timeout=120, fresh=True)
+    warm = python(*flags, "pkg/probe.py", "0", cwd=cwd, env=env, timeout=120)
+    view = json.loads(warm.stdout.splitlines()[0])
+    assert view == json.loads(fresh.stdout.splitlines()[0])
+    assert (str(extra) in [view["path0"], *view["path"]]) == ("-I" not in flags)
+    assert set(_zygotes) == started
