@@ -32,6 +32,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,8 @@ def main():
 def child(job):
     code, interrupted = 1, False
     try:
+        if job["session"]:
+            os.setsid()
         stdin = os.open(os.devnull, os.O_RDONLY)
         out = os.open(job["stdout"], os.O_WRONLY | os.O_TRUNC)
         err = os.open(job["stderr"], os.O_WRONLY | os.O_TRUNC)
@@ -131,28 +134,51 @@ main()
 
 
 def python(
-    *args: str, cwd: Path, timeout: float | None, env: Mapping[str, str] | None = None, fresh: bool = False
+    *args: str, cwd: Path, timeout: float | None, env: Mapping[str, str] | None = None, fresh: bool = False, session: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` (this interpreter) run to its end in ``cwd``, in ``env`` (else this process's environment), its
     stdout and stderr captured as text; its exit status is the caller's to check.
 
     Forked from a warm zygote (module docstring); ``fresh=True`` starts a new interpreter instead, for a command whose
-    test checks what it imports."""
+    test checks what it imports.  ``session=True`` runs the command in a session of its own and, past ``timeout``,
+    kills its whole process group (a ``poolfuzz fuzz`` and the workers it started), not the command alone."""
     environment = dict(os.environ if env is None else env)
     split = None if fresh or not hasattr(os, "fork") else _split(args)
     if split is None:
-        return subprocess.run(
-            [sys.executable, *args],
-            cwd=cwd,
-            env=environment,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return _fresh(args, Path(cwd), environment, timeout, session)
     flags, mode, run, rest = split
-    return _zygote(flags, environment).run(args, flags, mode, run, rest, Path(cwd), environment, timeout)
+    return _zygote(flags, environment).run(args, flags, mode, run, rest, Path(cwd), environment, timeout, session)
+
+
+def _fresh(
+    args: tuple[str, ...], cwd: Path, environment: dict[str, str], timeout: float | None, session: bool
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, *args]
+    with subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=session,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(process.pid, session)
+            out, err = process.communicate()
+            raise subprocess.TimeoutExpired(command, timeout or 0.0, out, err) from None
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _kill(pid: int, session: bool) -> None:
+    """SIGKILL to ``pid``, and to its process group when it leads one (a child forked just now may not yet)."""
+    try:
+        (os.killpg if session else os.kill)(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        os.kill(pid, signal.SIGKILL)
 
 
 def _split(args: tuple[str, ...]) -> tuple[tuple[str, ...], str, str, tuple[str, ...]] | None:
@@ -201,6 +227,7 @@ class _Zygote:
         cwd: Path,
         environment: dict[str, str],
         timeout: float | None,
+        session: bool,
     ) -> subprocess.CompletedProcess[str]:
         if mode == "script":
             argv, path0 = [run, *rest], os.path.dirname(os.path.realpath(cwd / run))
@@ -222,6 +249,7 @@ class _Zygote:
                 "stdout": str(out),
                 "stderr": str(err),
                 "path0": None if self.safe_path else path0,
+                "session": session,
                 "pythonpath": _pythonpath(flags, environment) if self.pythonpath is not None else None,
             }
             self.requests.write(json.dumps(job).encode() + b"\n")
@@ -230,7 +258,7 @@ class _Zygote:
             try:
                 status = int(self._reply(timeout))
             except subprocess.TimeoutExpired:
-                os.kill(pid, 9)
+                _kill(pid, session)
                 self._reply(None)
                 raise subprocess.TimeoutExpired([sys.executable, *args], timeout or 0.0, out.read_text(), err.read_text()) from None
             return subprocess.CompletedProcess([sys.executable, *args], status, out.read_text(), err.read_text())

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ import pytest
 from poolfuzz.harness.fuzz.rounds import FIRST_ROUND_EXAMPLES
 from poolfuzz.harness.traces.schema import load_trace
 from poolfuzz.pools.req_to_token import Req, ReqToTokenPool
+from tests.processes import python
 from tests.redis_server import throwaway_redis
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +86,6 @@ def fuzz_machine(workdir: Path, database: str, *, seed: int, seconds: int) -> Ru
     """``poolfuzz fuzz`` in its own process and working directory (so its own default corpus)."""
     workdir.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable,
         "-m",
         "poolfuzz.harness",
         "fuzz",
@@ -111,16 +108,9 @@ def fuzz_machine(workdir: Path, database: str, *, seed: int, seconds: int) -> Ru
         "5",
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen(
-        command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, _ = process.communicate(timeout=PROCESS_TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)  # the run and its workers
-            process.wait()
-    assert process.returncode == 1, f"exit {process.returncode}, expected 1 (found):\n{output}"
+    done = python(*command, cwd=workdir, env=env, timeout=PROCESS_TIMEOUT_S, session=True)  # a timeout kills its workers too
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, f"exit {done.returncode}, expected 1 (found):\n{output}"
     return Run(workdir, json.loads((workdir / "report.json").read_text()), output)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,24 @@ def test_a_commands_pythonpath_reaches_sys_path_as_start_up_puts_it_without_a_zy
     assert view == json.loads(fresh.stdout.splitlines()[0])
     assert (str(extra) in [view["path0"], *view["path"]]) == ("-I" not in flags)
     assert set(_zygotes) == started
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["warm", "fresh"])
+def test_a_command_in_its_own_session_past_its_timeout_is_killed_with_the_processes_it_started(tmp_path: Path, fresh: bool) -> None:
+    code = "import subprocess, time; print(subprocess.Popen(['sleep', '60']).pid, flush=True); time.sleep(60)"
+    with pytest.raises(subprocess.TimeoutExpired) as expired:
+        python("-c", code, cwd=tmp_path, timeout=2, fresh=fresh, session=True)
+    output = expired.value.output
+    grandchild = int(output if isinstance(output, str) else (output or b"").decode())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
