@@ -39,6 +39,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 STARTUP_VARIABLES = ("PYTHON", "LC_", "LANG", "TORCH", "OMP_", "MKL_", "KMP_", "CUDA", "NVIDIA", "LD_", "TRITON")
 """Prefixes of the environment variables an interpreter or ``import torch`` reads as it starts: a command whose
@@ -143,11 +144,11 @@ def python(
     test checks what it imports.  ``session=True`` runs the command in a session of its own and, past ``timeout``,
     kills its whole process group (a ``poolfuzz fuzz`` and the workers it started), not the command alone."""
     environment = dict(os.environ if env is None else env)
-    split = None if fresh or not hasattr(os, "fork") else _split(args)
-    if split is None:
+    command = None if fresh or not hasattr(os, "fork") else _split(args)
+    if command is None:
         return _fresh(args, Path(cwd), environment, timeout, session)
-    flags, mode, run, rest = split
-    return _zygote(flags, environment).run(args, flags, mode, run, rest, Path(cwd), environment, timeout, session)
+    pythonpath = _pythonpath(command.flags, environment)
+    return _zygote(command.flags, environment, pythonpath).run(command, Path(cwd), environment, timeout, session, pythonpath)
 
 
 def _fresh(
@@ -181,9 +182,19 @@ def _kill(pid: int, session: bool) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _split(args: tuple[str, ...]) -> tuple[tuple[str, ...], str, str, tuple[str, ...]] | None:
-    """``(flags, mode, what, rest)`` of a command line: ``mode`` is script, module or code; ``None`` when a flag is not
-    one this runner reproduces."""
+class _Command(NamedTuple):
+    """A command line as the interpreter reads it: its flags, then a script, ``-m`` module or ``-c`` code and its
+    arguments."""
+
+    args: tuple[str, ...]
+    flags: tuple[str, ...]
+    mode: str  # "script", "module" or "code"
+    what: str
+    rest: tuple[str, ...]
+
+
+def _split(args: tuple[str, ...]) -> _Command | None:
+    """``args`` read as the interpreter reads them; ``None`` when a flag is not one this runner reproduces."""
     flags: list[str] = []
     index = 0
     while index < len(args):
@@ -194,11 +205,11 @@ def _split(args: tuple[str, ...]) -> tuple[tuple[str, ...], str, str, tuple[str,
             flags += [arg, args[index + 1]]
             index += 1
         elif arg in ("-m", "-c") and index + 1 < len(args):
-            return tuple(flags), "module" if arg == "-m" else "code", args[index + 1], args[index + 2 :]
+            return _Command(args, tuple(flags), "module" if arg == "-m" else "code", args[index + 1], args[index + 2 :])
         elif arg.startswith("-"):
             return None
         else:
-            return tuple(flags), "script", arg, args[index + 1 :]
+            return _Command(args, tuple(flags), "script", arg, args[index + 1 :])
         index += 1
     return None
 
@@ -208,29 +219,28 @@ class _Zygote:
 
     def __init__(self, flags: tuple[str, ...], environment: Mapping[str, str], pythonpath: tuple[str, ...] | None) -> None:
         self.lock = threading.Lock()
-        self.pythonpath = pythonpath
+        # Where the children put PYTHONPATH on sys.path themselves, the zygote starts without it.
         started = {name: value for name, value in environment.items() if pythonpath is None or name != "PYTHONPATH"}
         self.process = subprocess.Popen(
             [sys.executable, *flags, "-c", _ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=started, cwd=tempfile.gettempdir()
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.requests, self.replies = self.process.stdin, self.process.stdout
-        self.safe_path = any(flag in ("-I", "-P") for flag in flags)
+        self.safe_path = "-I" in flags or "-P" in flags  # no sys.path[0], as -I and -P start
 
     def run(
         self,
-        args: tuple[str, ...],
-        flags: tuple[str, ...],
-        mode: str,
-        run: str,
-        rest: tuple[str, ...],
+        command: _Command,
         cwd: Path,
         environment: dict[str, str],
         timeout: float | None,
         session: bool,
+        pythonpath: tuple[str, ...] | None,
     ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` in a child; ``pythonpath`` is what the child puts on ``sys.path`` (:func:`_pythonpath`)."""
+        args, mode, what, rest = command.args, command.mode, command.what, command.rest
         if mode == "script":
-            argv, path0 = [run, *rest], os.path.dirname(os.path.realpath(cwd / run))
+            argv, path0 = [what, *rest], os.path.dirname(os.path.realpath(cwd / what))
         elif mode == "module":
             argv, path0 = ["-m", *rest], os.path.realpath(cwd)
         else:
@@ -245,12 +255,12 @@ class _Zygote:
                 "cwd": str(cwd),
                 "env": environment,
                 "mode": mode,
-                "run": str(cwd / run) if mode == "script" else run,
+                "run": str(cwd / what) if mode == "script" else what,
                 "stdout": str(out),
                 "stderr": str(err),
                 "path0": None if self.safe_path else path0,
                 "session": session,
-                "pythonpath": _pythonpath(flags, environment) if self.pythonpath is not None else None,
+                "pythonpath": pythonpath,
             }
             self.requests.write(json.dumps(job).encode() + b"\n")
             self.requests.flush()
@@ -283,18 +293,23 @@ def _pythonpath(flags: tuple[str, ...], environment: Mapping[str, str]) -> tuple
     """The ``PYTHONPATH`` entries a child puts on ``sys.path`` itself, as start-up would (absolute, normalised); empty
     under ``-I``/``-E``, which ignore it; ``None`` for entries only start-up resolves (relative or empty: against the
     interpreter's first working directory), which a zygote of their own then starts with."""
-    if any(flag in ("-I", "-E") for flag in flags):
+    if _ignores_environment(flags):
         return ()
     value = environment.get("PYTHONPATH", "")
     entries = value.split(os.pathsep) if value else []
     return tuple(os.path.abspath(entry) for entry in entries) if all(map(os.path.isabs, entries)) else None
 
 
-def _zygote(flags: tuple[str, ...], environment: Mapping[str, str]) -> _Zygote:
+def _ignores_environment(flags: tuple[str, ...]) -> bool:
+    """Whether start-up ignores every ``PYTHON*`` variable: ``-E``, or ``-I`` which implies it."""
+    return "-I" in flags or "-E" in flags
+
+
+def _zygote(flags: tuple[str, ...], environment: Mapping[str, str], pythonpath: tuple[str, ...] | None) -> _Zygote:
     """The zygote for a command: one per set of flags and start-up variables, ``PYTHONPATH`` left to the child where
-    it can be (:func:`_pythonpath`), every ``PYTHON*`` variable left out under ``-I``/``-E``."""
-    pythonpath = _pythonpath(flags, environment)
-    ignored = ("PYTHON",) if any(flag in ("-I", "-E") for flag in flags) else ("PYTHONPATH",) if pythonpath is not None else ()
+    it can be (``pythonpath`` not ``None``: :func:`_pythonpath`), every ``PYTHON*`` variable left out under
+    ``-I``/``-E``."""
+    ignored = ("PYTHON",) if _ignores_environment(flags) else ("PYTHONPATH",) if pythonpath is not None else ()
     startup = tuple(
         sorted(
             (name, value)

@@ -42,6 +42,7 @@ def probe(tmp_path: Path) -> Path:
 COMMANDS = {
     "script": ("pkg/probe.py", "a", "3"),
     "isolated-script": ("-I", "pkg/probe.py", "0"),
+    "environment-ignored-script": ("-E", "pkg/probe.py", "0"),
     "module": ("-m", "pkg.probe", "b", "0"),
     "code": ("-B", "-c", PROBE, "c", "a message, exit 1"),
 }
