@@ -153,17 +153,7 @@ def test_a_failure_whose_worker_never_finished_shrinking_is_still_reported(tmp_p
     targets, _ = select_targets([LEAKY])
     run = FuzzRun(FuzzOptions(targets=targets, seconds=1, workers=1, seed=7, corpus=tmp_path), err=io.StringIO())
 
-    seen = FailureSeen(
-        target=LEAKY,
-        family="req_to_token",
-        implementation="tests.fuzz_planted:ForgetfulFree",
-        invariant="conservation",
-        trace=str(tmp_path / "t.json"),
-        steps=40,
-        message="[conservation] free rows differ",
-        round=2,
-        seed=9,
-    )
+    seen = sighting(tmp_path)
     run.on_seen(Slot(), seen)  # type: ignore[arg-type]
     run.findings.unreported()
     report = run.build_report().to_json()
@@ -390,7 +380,9 @@ def test_hypothesis_stops_shrinking_once_the_shortest_trace_has_stalled_however_
     assert violation.trace_path is not None and "shrunk by replay to" in str(violation)
 
 
-@pytest.mark.parametrize("phases", [[Phase.explicit, Phase.generate], [Phase.explicit, Phase.generate, Phase.shrink]], ids=["no-shrink", "shrink"])
+@pytest.mark.parametrize(
+    "phases", [[Phase.explicit, Phase.generate], [Phase.explicit, Phase.generate, Phase.shrink]], ids=["no-shrink", "shrink"]
+)
 def test_a_budget_spent_while_hypothesis_replays_the_failing_example_still_reports_the_violation(
     tmp_path: Path, phases: list[Phase]
 ) -> None:

@@ -184,13 +184,10 @@ def run_machine(
         if trace is None or violation is None:
             raise
         found = len(trace.steps)
+        target, factory = machine.implementation or None, getattr(machine, "factory", None)  # what a replay builds
         if shrink:
             trace = shrink_trace(
-                trace,
-                invariant_id=violation.invariant_id,
-                target=machine.implementation or None,
-                factory=getattr(machine, "factory", None),
-                check_misuse=machine.check_misuse,
+                trace, invariant_id=violation.invariant_id, target=target, factory=factory, check_misuse=machine.check_misuse
             )
         trace.expect_violation(violation.invariant_id)
         fill_provenance(
@@ -209,8 +206,8 @@ def run_machine(
                 found=found,
                 trace=trace,
                 found_by="hypothesis reported",
-                target=machine.implementation or None,
-                factory=getattr(machine, "factory", None),
+                target=target,
+                factory=factory,
                 check_misuse=machine.check_misuse,
             )
         else:
